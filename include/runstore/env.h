@@ -1,0 +1,116 @@
+// env.h: the file-system seam. Every file-system call runstore makes goes
+// through an Env, so that tests can substitute an in-memory file system or a
+// fault-injecting wrapper that drops unsynced data, fails the Nth operation
+// with EIO or ENOSPC, or simulates a crash (see src/env/fault_injection_env.h).
+//
+// Thread safety: an Env may be used from any number of threads at once. A
+// WritableFile is used by one thread at a time; a RandomAccessFile and a
+// MappedRegion may be shared between threads.
+#ifndef RUNSTORE_ENV_H_
+#define RUNSTORE_ENV_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "runstore/status.h"
+
+namespace runstore {
+
+// A file opened for appending. Bytes become durable only after Sync().
+class WritableFile {
+ public:
+  virtual ~WritableFile() = default;
+  // Appends the concatenation of `pieces` at the end of the file (one writev
+  // where the platform allows). On failure the file's length is unspecified
+  // between the old and the new length.
+  virtual Status Append(std::span<const std::string_view> pieces) = 0;
+  Status Append(std::string_view data) { return Append(std::span<const std::string_view>(&data, 1)); }
+  // Makes everything appended so far durable (fdatasync).
+  virtual Status Sync() = 0;
+  // Closes the file; does not sync. Further calls fail.
+  virtual Status Close() = 0;
+  // Bytes appended so far, including any that failed part way.
+  virtual uint64_t Size() const = 0;
+};
+
+// A read-only mapping of a file prefix. The bytes stay valid and unchanged for
+// as long as this object lives, even after the file is closed or unlinked.
+class MappedRegion {
+ public:
+  virtual ~MappedRegion() = default;
+  const char* data() const { return data_; }
+  size_t size() const { return size_; }
+
+ protected:
+  const char* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+class RandomAccessFile {
+ public:
+  virtual ~RandomAccessFile() = default;
+  // Reads up to n bytes at offset into scratch; *result points at the bytes
+  // read (in scratch or elsewhere). Fewer than n bytes are returned only at
+  // end of file.
+  virtual Status Read(uint64_t offset, size_t n, char* scratch, std::string_view* result) const = 0;
+  // The file's current length (it may still grow if a writer is appending).
+  virtual Result<uint64_t> Size() const = 0;
+  // Maps the first `length` bytes read-only. `length` must not exceed Size().
+  virtual Result<std::shared_ptr<const MappedRegion>> Map(uint64_t length) const = 0;
+};
+
+class Env {
+ public:
+  virtual ~Env() = default;
+
+  // The process-wide POSIX environment. Never deleted.
+  static Env* Default();
+
+  // Creates a file for appending. With `exclusive`, fails with AlreadyExists
+  // if the path exists (O_EXCL); otherwise an existing file is truncated.
+  virtual Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path,
+                                                                bool exclusive) = 0;
+  virtual Result<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(
+      const std::string& path) = 0;
+
+  // OK if path exists; NotFound if not; IOError on other failures.
+  virtual Status FileExists(const std::string& path) = 0;
+  // True for a directory, false for any other kind of file; NotFound if absent.
+  virtual Result<bool> IsDirectory(const std::string& path) = 0;
+  // Names (not paths) of the entries of dir, without "." and "..", in any order.
+  virtual Result<std::vector<std::string>> GetChildren(const std::string& dir) = 0;
+  virtual Result<uint64_t> GetFileSize(const std::string& path) = 0;
+  // Creates one directory level. AlreadyExists if it exists.
+  virtual Status CreateDir(const std::string& path) = 0;
+  virtual Status RemoveFile(const std::string& path) = 0;
+  // Atomically replaces `to` with `from` (rename(2)). Durable only after
+  // SyncDir of the directory that holds `to`.
+  virtual Status RenameFile(const std::string& from, const std::string& to) = 0;
+  // Makes the directory's entries (creations, renames, removals) durable.
+  virtual Status SyncDir(const std::string& dir) = 0;
+  // OK if the process may create files in dir; IOError (EACCES/EROFS) if not.
+  virtual Status CheckWritableDir(const std::string& dir) = 0;
+
+  // Wall-clock time in nanoseconds since the Unix epoch.
+  virtual int64_t NowNanos() = 0;
+};
+
+// An Env that keeps every file in memory. Sync is a no-op (all data is
+// durable); combine with FaultInjectionEnv to model power loss. The caller
+// owns the returned Env.
+std::unique_ptr<Env> NewMemEnv();
+
+// Helpers built on any Env.
+Result<std::string> ReadFileToString(Env* env, const std::string& path);
+// Publishes `contents` at `path`: writes `path.tmp`, syncs it, renames it into
+// place and syncs the directory (DESIGN.md invariant 5).
+Status WriteFileAtomically(Env* env, const std::string& path, std::string_view contents);
+
+}  // namespace runstore
+
+#endif  // RUNSTORE_ENV_H_

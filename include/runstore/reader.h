@@ -1,0 +1,110 @@
+// reader.h: reading a store through snapshots.
+//
+// A Snapshot is the set of committed records of every segment at the moment
+// it was taken; it never changes, so reads from it are repeatable. Values of
+// uncompressed series are views into read-only mappings of the segment files
+// (zero-copy); they stay valid while the Value (or a batch holding it) lives,
+// even after the Snapshot and the Store are gone.
+//
+// Key resolution (DESIGN.md invariant 6, docs/format.md "Resolving keys"):
+// when (run, name, step) was written more than once, the record of the later
+// commit wins; a resume marker for (run, S) hides that run's records at
+// steps >= S from commits ordered before the marker.
+//
+// Thread safety: a Snapshot is immutable and may be used by many threads. A
+// SeriesScanner is used by one thread at a time.
+#ifndef RUNSTORE_READER_H_
+#define RUNSTORE_READER_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "runstore/status.h"
+#include "runstore/types.h"
+
+namespace runstore {
+
+struct SeriesInfo {
+  std::string name;
+  DType dtype;
+  bool variable_shape = false;
+  std::vector<int64_t> shape;  // per record; empty for scalars or variable-shape
+  uint64_t count = 0;          // visible records (after key resolution)
+  uint64_t stored_bytes = 0;   // bytes of its blocks on disk
+};
+
+struct SegmentInfo {
+  std::string file;       // path relative to the store
+  std::string writer_id;
+  uint64_t sequence = 0;
+  bool sealed = false;
+  uint64_t committed_bytes = 0;  // end of the last valid commit
+  uint64_t file_bytes = 0;
+  uint64_t commits = 0;
+  uint64_t blocks = 0;
+  int64_t created_ns = 0;
+};
+
+// One batch of a columnar scan: `count` records with their runs, steps and
+// values, all valid while `owner` (or any copy of this batch) lives.
+//
+// Runs: when run_is_string is empty every run is the integer int_runs[i];
+// otherwise run_is_string[i] says whether it is int_runs[i] or
+// string_runs[i]. For fixed-shape numeric series `values` has shape
+// [count, *record_shape] and is a view into the mapped segment when the block
+// is stored uncompressed and none of its records was hidden (zero-copy);
+// otherwise it owns its bytes. For variable-shape, string and bytes series
+// `records` holds one Value each and `values` is empty.
+struct ScanBatch {
+  size_t count = 0;
+  std::span<const int64_t> int_runs;
+  std::vector<uint8_t> run_is_string;
+  std::vector<std::string> string_runs;
+  std::span<const int64_t> steps;
+  Value values;
+  std::vector<Value> records;
+  std::shared_ptr<const void> owner;
+
+  RunId run(size_t i) const;
+};
+
+class SeriesScanner {
+ public:
+  virtual ~SeriesScanner() = default;
+  // Fills *batch with the next records; returns false at the end. Records come
+  // segment by segment, block by block; use Snapshot::Get for key order.
+  virtual Result<bool> Next(ScanBatch* batch) = 0;
+};
+
+class Snapshot {
+ public:
+  virtual ~Snapshot() = default;
+
+  // Every series with a visible record, sorted by name. Reserved '~' series
+  // are listed only with include_reserved.
+  virtual Result<std::vector<SeriesInfo>> ListSeries(bool include_reserved = false) const = 0;
+  virtual Result<SeriesInfo> GetSeriesInfo(std::string_view name) const = 0;
+  // Every run id with at least one visible record in a non-reserved series,
+  // sorted (integers first).
+  virtual Result<std::vector<RunId>> ListRuns() const = 0;
+  virtual std::vector<SegmentInfo> ListSegments() const = 0;
+
+  // The visible record under (run, name, step). NotFound if there is none (or
+  // it is hidden by a resume marker).
+  virtual Result<Value> Get(RunRef run, std::string_view name, int64_t step) const = 0;
+
+  // Scans every visible record of a series. NotFound for an unknown series.
+  virtual Result<std::unique_ptr<SeriesScanner>> Scan(std::string_view name) const = 0;
+
+  // Reads every block of every segment and checks every checksum. Returns the
+  // first Corruption found (naming file and offset); *blocks_checked counts.
+  virtual Status Verify(uint64_t* blocks_checked = nullptr) const = 0;
+};
+
+}  // namespace runstore
+
+#endif  // RUNSTORE_READER_H_

@@ -1,0 +1,70 @@
+// store.h: open a store; start here.
+//
+// A store is a directory holding a marker file `RUNSTORE` (the format
+// version) and `segments/`, where every writer appends its own segment files.
+// Open a Store, then create Writers to append and take Snapshots to read.
+//
+//   ASSIGN_OR_RETURN(auto store, runstore::Store::Open("/scratch/sweep", {}));
+//   ASSIGN_OR_RETURN(auto writer, store->NewWriter({}));
+//   RETURN_IF_ERROR(writer->Append(42, "loss", 0, 0.25));
+//   RETURN_IF_ERROR(writer->Commit());
+//   ASSIGN_OR_RETURN(auto snap, store->GetSnapshot());
+//   ASSIGN_OR_RETURN(runstore::Value v, snap->Get(42, "loss", 0));
+//
+// Thread safety: a Store may be used from many threads; Refresh() and
+// GetSnapshot() are serialised internally.
+#ifndef RUNSTORE_STORE_H_
+#define RUNSTORE_STORE_H_
+
+#include <memory>
+#include <string>
+
+#include "runstore/env.h"
+#include "runstore/reader.h"
+#include "runstore/status.h"
+#include "runstore/types.h"
+#include "runstore/writer.h"
+
+namespace runstore {
+
+// The segment format version this build writes; it reads versions 1..this.
+inline constexpr uint32_t kFormatVersion = 1;
+
+struct StoreOptions {
+  // Not owned; must outlive the Store and everything made from it. nullptr
+  // means Env::Default().
+  Env* env = nullptr;
+  // Create the directory and marker when missing (ignored when read_only).
+  bool create_if_missing = true;
+  // Open for reading only: NewWriter fails and nothing is ever written.
+  bool read_only = false;
+};
+
+class Store {
+ public:
+  // Opens (and, when allowed, creates) the store at `path`. Errors:
+  // NotFound (missing and not created), InvalidArgument (path is a regular
+  // file, or a directory that is not a store and not empty), NotSupported (a
+  // newer format version), IOError (permissions, read-only file system).
+  static Result<std::unique_ptr<Store>> Open(const std::string& path, const StoreOptions& options);
+
+  virtual ~Store() = default;
+
+  virtual const std::string& path() const = 0;
+
+  // Creates a writer appending to this store. Fails with FailedPrecondition
+  // for a read-only store and IOError if the directory is not writable.
+  virtual Result<std::unique_ptr<Writer>> NewWriter(const WriterOptions& options) = 0;
+
+  // The current snapshot (taken at Open or at the last Refresh). Cheap.
+  virtual std::shared_ptr<const Snapshot> GetSnapshot() = 0;
+
+  // Takes a new snapshot that includes every commit made since the last one.
+  // Segments sealed before are not read again; open segments are read from
+  // where the last snapshot stopped.
+  virtual Result<std::shared_ptr<const Snapshot>> Refresh() = 0;
+};
+
+}  // namespace runstore
+
+#endif  // RUNSTORE_STORE_H_

@@ -1,0 +1,124 @@
+// writer.h: appending records to a store.
+//
+// A Writer belongs to one process and writes only its own segment files, so
+// any number of writers (threads, processes, nodes) append to one store at
+// once without locks. Records are buffered column-wise per series and written
+// by a background thread; the memory held is bounded by
+// WriterOptions::buffer_bytes: an Append that would exceed it waits
+// (back-pressure) until the background thread has written enough.
+//
+// Durability: Commit() returns only when everything appended before it is on
+// stable storage and visible to readers that refresh. A crash never exposes a
+// part of a commit (docs/format.md, "Commit records").
+//
+// Thread safety: every method may be called from several threads at once.
+#ifndef RUNSTORE_WRITER_H_
+#define RUNSTORE_WRITER_H_
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "runstore/status.h"
+#include "runstore/types.h"
+
+namespace runstore {
+
+struct WriterOptions {
+  // Unique id of this writer: [A-Za-z0-9._-]{1,64}. Empty: derived from host,
+  // pid, time and randomness. Segment files are named <writer_id>-<seq>.rss.
+  std::string writer_id;
+  // Upper bound on bytes of records held in memory (column buffers plus
+  // blocks queued for the background thread).
+  size_t buffer_bytes = 64ull << 20;
+  // Codec for series not given one by DefineSeries.
+  Codec codec = Codec::kNone;
+  int zstd_level = 3;
+  // Auto-commit once this many bytes were appended since the last commit (0:
+  // never by size).
+  uint64_t commit_every_bytes = 0;
+  // Auto-commit this many seconds after the first uncommitted append (0:
+  // never by time).
+  double commit_every_s = 0;
+  // A segment is sealed and a new one started once it reaches this size (at
+  // the next commit, which the writer then makes itself).
+  uint64_t segment_bytes = 1ull << 30;
+  // Values of at least this many bytes are written as a block of their own,
+  // straight from the caller's memory, with a 64-byte-aligned payload.
+  size_t large_value_bytes = 1ull << 20;
+  // Target raw size of a column block.
+  size_t block_bytes = 1ull << 20;
+  // Lets runstore's own layers write reserved '~' names.
+  bool allow_reserved_names = false;
+};
+
+// Per-series settings, fixed when the series is first written by this writer.
+struct SeriesOptions {
+  DType dtype = DType::kFloat64;
+  // Shape of every record. Ignored when variable_shape is set.
+  std::vector<int64_t> shape;
+  // Records may have any shape (and rank).
+  bool variable_shape = false;
+  Codec codec = Codec::kNone;
+};
+
+struct WriterStats {
+  uint64_t records_appended = 0;
+  uint64_t bytes_appended = 0;    // value bytes as given to Append
+  uint64_t bytes_written = 0;     // bytes written to segment files
+  uint64_t commits = 0;
+  uint64_t segments_sealed = 0;
+  uint64_t backpressure_waits = 0;  // Appends that had to wait for buffer space
+  double backpressure_seconds = 0;
+  size_t peak_buffered_bytes = 0;
+};
+
+class Writer {
+ public:
+  virtual ~Writer() = default;
+
+  // Declares a series before its first Append: needed for variable-shape
+  // series and for a codec other than WriterOptions::codec. Without it the
+  // first Append fixes dtype and shape. InvalidArgument if it conflicts with
+  // the series as it exists in the store or in this writer.
+  virtual Status DefineSeries(std::string_view name, const SeriesOptions& options) = 0;
+
+  // Appends one record. The value's bytes are copied (or written) before the
+  // call returns. InvalidArgument (and nothing appended) if the name or run id
+  // is invalid, or the dtype or shape conflicts with the series.
+  virtual Status Append(RunRef run, std::string_view name, int64_t step, const ValueRef& value) = 0;
+  template <typename T>
+    requires std::is_arithmetic_v<T>
+  Status Append(RunRef run, std::string_view name, int64_t step, T value) {
+    return Append(run, name, step, ValueRef::Scalar(value));
+  }
+
+  // Appends n records of one series at once: runs[i], steps[i] and the i-th
+  // value of `values`, whose first dimension is n (for strings, pass n
+  // ValueRefs through the single-record Append instead).
+  virtual Status AppendBatch(std::span<const RunRef> runs, std::string_view name,
+                             std::span<const int64_t> steps, const ValueRef& values) = 0;
+
+  // Hides this run's records at steps >= step written by earlier commits of
+  // any writer (DESIGN.md invariant 6). Commits what was appended before it,
+  // then writes and commits the resume marker, so records appended after it
+  // are not hidden. Use when a run restarts from a checkpoint taken at `step`.
+  virtual Status Resume(RunRef run, int64_t step) = 0;
+
+  // Makes everything appended before the call durable and visible.
+  virtual Status Commit() = 0;
+
+  // Commits, seals the open segment and stops the background thread. The
+  // destructor closes too, ignoring errors. Further calls fail with
+  // FailedPrecondition.
+  virtual Status Close() = 0;
+
+  virtual const std::string& writer_id() const = 0;
+  virtual WriterStats stats() const = 0;
+};
+
+}  // namespace runstore
+
+#endif  // RUNSTORE_WRITER_H_

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Installs everything runstore needs to build and test, on a fresh Debian 12 machine, as root.
+# Idempotent: packages already present are skipped, so a second run does nothing but check.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+apt_packages=(
+  build-essential g++ cmake ninja-build pkg-config git
+  libzstd-dev liblz4-dev libxxhash-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  libcli11-dev nlohmann-json3-dev
+  python3 python3-venv python3-dev
+)
+
+missing=()
+for p in "${apt_packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "install-deps: missing Debian packages (${missing[*]}); run this script as root" >&2
+    exit 1
+  fi
+  echo "install-deps: apt-get install ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# The Python side lives in a virtual environment of the project's own.
+if [ "${RUNSTORE_SKIP_PYTHON:-0}" != 1 ]; then
+  venv="$here/.venv"
+  py=${PYTHON:-python3}
+  if [ ! -x "$venv/bin/python" ]; then
+    echo "install-deps: creating $venv"
+    "$py" -m venv "$venv"
+  fi
+  req="$here/python/requirements-dev.txt"
+  stamp="$venv/.requirements.sha"
+  if [ -f "$req" ]; then
+    want=$(sha256sum "$req" | cut -d' ' -f1)
+    if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+      "$venv/bin/python" -m pip install -q --upgrade pip
+      "$venv/bin/python" -m pip install -q -r "$req"
+      echo "$want" > "$stamp"
+    fi
+  fi
+fi
+echo "install-deps: ok"

@@ -1,0 +1,385 @@
+#include "format/block.h"
+
+#include <cstring>
+
+#include "util/coding.h"
+
+namespace runstore::format {
+namespace {
+
+const char kZeros[kFrameAlign] = {};
+
+// Appends a piece and, if needed, zero padding up to a multiple of `align`
+// of the running position.
+void AddPiece(std::vector<std::string_view>* pieces, uint64_t* pos, const void* data, size_t n) {
+  if (n == 0) return;
+  pieces->emplace_back(static_cast<const char*>(data), n);
+  *pos += n;
+}
+void Pad(std::vector<std::string_view>* pieces, uint64_t* pos, uint64_t align) {
+  uint64_t target = AlignUp(*pos, align);
+  if (target != *pos) {
+    pieces->emplace_back(kZeros, target - *pos);
+    *pos = target;
+  }
+}
+
+// n * size without overflow past `limit`; false if it would exceed it.
+bool MulWithin(uint64_t n, uint64_t size, uint64_t limit, uint64_t* out) {
+  if (size != 0 && n > limit / size) return false;
+  *out = n * size;
+  return *out <= limit;
+}
+
+}  // namespace
+
+BlockBuilder::BlockBuilder(BlockSchema schema) { Reset(std::move(schema)); }
+
+void BlockBuilder::Reset(BlockSchema schema) {
+  schema_ = std::move(schema);
+  record_bytes_ = DTypeSize(schema_.dtype);
+  for (int64_t d : schema_.dims) record_bytes_ *= static_cast<size_t>(d);
+  runs_int_.clear();
+  run_is_string_.clear();
+  run_str_offsets_.clear();
+  run_str_bytes_.clear();
+  any_int_run_ = any_string_run_ = false;
+  steps_.clear();
+  values_.clear();
+  value_offsets_.clear();
+  ranks_.clear();
+  shape_dims_.clear();
+  borrowed_ = nullptr;
+  borrowed_len_ = 0;
+  raw_bytes_ = 0;
+  ascending_ = true;
+}
+
+size_t BlockBuilder::memory_bytes() const {
+  return runs_int_.capacity() * 8 + run_is_string_.capacity() + run_str_offsets_.capacity() * 4 +
+         run_str_bytes_.capacity() + steps_.capacity() * 8 + values_.capacity() +
+         value_offsets_.capacity() * 8 + ranks_.capacity() + shape_dims_.capacity() * 8;
+}
+
+namespace {
+
+// Compares the key of record i of a builder's columns with key k.
+struct KeyRef {
+  bool is_string;
+  int64_t i;
+  std::string_view s;
+  int64_t step;
+};
+int CompareKeys(const KeyRef& a, const KeyRef& b) {
+  if (a.is_string != b.is_string) return a.is_string ? 1 : -1;
+  if (!a.is_string) {
+    if (a.i != b.i) return a.i < b.i ? -1 : 1;
+  } else {
+    int c = a.s.compare(b.s);
+    if (c != 0) return c < 0 ? -1 : 1;
+  }
+  if (a.step != b.step) return a.step < b.step ? -1 : 1;
+  return 0;
+}
+KeyRef ToKeyRef(const Key& k) {
+  return KeyRef{k.run.is_string(), k.run.is_int() ? k.run.int_value() : 0,
+                k.run.is_string() ? std::string_view(k.run.string_value()) : std::string_view(),
+                k.step};
+}
+Key ToKey(const RunRef& run, int64_t step) { return Key{run.ToRunId(), step}; }
+
+}  // namespace
+
+void BlockBuilder::AddKey(const RunRef& run, int64_t step) {
+  const bool first = steps_.empty();
+  if (!run.is_string) {
+    runs_int_.push_back(run.i);
+    any_int_run_ = true;
+    if (any_string_run_) {
+      run_is_string_.push_back(0);
+      run_str_offsets_.push_back(static_cast<uint32_t>(run_str_bytes_.size()));
+    }
+    raw_bytes_ += 8;
+  } else {
+    if (!any_string_run_) {
+      any_string_run_ = true;
+      run_is_string_.assign(runs_int_.size(), 0);
+      run_str_offsets_.assign(runs_int_.size() + 1, 0);
+    }
+    runs_int_.push_back(0);
+    run_is_string_.push_back(1);
+    run_str_bytes_.append(run.s);
+    run_str_offsets_.push_back(static_cast<uint32_t>(run_str_bytes_.size()));
+    raw_bytes_ += 13 + run.s.size();
+  }
+  steps_.push_back(step);
+  raw_bytes_ += 8;
+
+  KeyRef k{run.is_string, run.i, run.s, step};
+  if (first) {
+    min_key_ = max_key_ = last_key_ = ToKey(run, step);
+    min_step_ = max_step_ = step;
+    return;
+  }
+  if (step < min_step_) min_step_ = step;
+  if (step > max_step_) max_step_ = step;
+  // Fast path for integer runs: compare in place without building Keys.
+  if (!run.is_string && last_key_.run.is_int()) {
+    const int64_t lr = last_key_.run.int_value();
+    if (run.i < lr || (run.i == lr && step <= last_key_.step)) ascending_ = false;
+  } else if (CompareKeys(k, ToKeyRef(last_key_)) <= 0) {
+    ascending_ = false;
+  }
+  if (ascending_) {
+    // Ascending keys: the new key is the maximum, the minimum is unchanged.
+    if (!run.is_string && max_key_.run.is_int()) {
+      max_key_.run = RunId(run.i);
+      max_key_.step = step;
+    } else {
+      max_key_ = ToKey(run, step);
+    }
+  } else {
+    if (CompareKeys(k, ToKeyRef(min_key_)) < 0) min_key_ = ToKey(run, step);
+    if (CompareKeys(k, ToKeyRef(max_key_)) > 0) max_key_ = ToKey(run, step);
+  }
+  if (!run.is_string && last_key_.run.is_int()) {
+    last_key_.run = RunId(run.i);
+    last_key_.step = step;
+  } else {
+    last_key_ = ToKey(run, step);
+  }
+}
+
+void BlockBuilder::AddValueBytes(const ValueRef& value) {
+  if (IsVarLength(schema_.dtype)) {
+    value_offsets_.push_back(values_.size());
+    values_.append(static_cast<const char*>(value.data), value.nbytes);
+    raw_bytes_ += value.nbytes + 8;
+  } else if (schema_.variable_shape) {
+    values_.resize(AlignUp(values_.size(), 8), '\0');
+    value_offsets_.push_back(values_.size());
+    values_.append(static_cast<const char*>(value.data), value.nbytes);
+    ranks_.push_back(static_cast<uint8_t>(value.shape.size()));
+    shape_dims_.insert(shape_dims_.end(), value.shape.begin(), value.shape.end());
+    raw_bytes_ += AlignUp(value.nbytes, 8) + 9 + 8 * value.shape.size();
+  } else {
+    values_.append(static_cast<const char*>(value.data), value.nbytes);
+    raw_bytes_ += value.nbytes;
+  }
+}
+
+void BlockBuilder::Add(const RunRef& run, int64_t step, const ValueRef& value) {
+  AddKey(run, step);
+  AddValueBytes(value);
+}
+
+void BlockBuilder::AddBorrowed(const RunRef& run, int64_t step, const ValueRef& value) {
+  assert(steps_.empty());
+  AddKey(run, step);
+  borrowed_ = static_cast<const char*>(value.data);
+  borrowed_len_ = value.nbytes;
+  raw_bytes_ += value.nbytes;
+  if (IsVarLength(schema_.dtype)) {
+    value_offsets_.push_back(0);
+  } else if (schema_.variable_shape) {
+    value_offsets_.push_back(0);
+    ranks_.push_back(static_cast<uint8_t>(value.shape.size()));
+    shape_dims_.insert(shape_dims_.end(), value.shape.begin(), value.shape.end());
+  }
+}
+
+void BlockBuilder::Finish(BlockHeader* h, std::vector<std::string_view>* pieces) {
+  const uint32_t n = count();
+  assert(n > 0);
+  h->count = n;
+  h->dtype = schema_.dtype;
+  h->codec = schema_.codec;
+  h->variable_shape = schema_.variable_shape;
+  h->dims = schema_.variable_shape ? std::vector<int64_t>{} : schema_.dims;
+  h->name = schema_.name;
+  h->flags = ascending_ ? kBlockKeysAscending : 0;
+  h->min_step = min_step_;
+  h->max_step = max_step_;
+  h->min_key = min_key_;
+  h->max_key = max_key_;
+  h->run_encoding = !any_string_run_ ? RunEncoding::kInt
+                    : !any_int_run_  ? RunEncoding::kString
+                                     : RunEncoding::kMixed;
+
+  pieces->clear();
+  uint64_t pos = 0;
+  switch (h->run_encoding) {
+    case RunEncoding::kInt:
+      AddPiece(pieces, &pos, runs_int_.data(), 8ull * n);
+      break;
+    case RunEncoding::kMixed:
+      AddPiece(pieces, &pos, run_is_string_.data(), n);
+      Pad(pieces, &pos, 8);
+      AddPiece(pieces, &pos, runs_int_.data(), 8ull * n);
+      [[fallthrough]];
+    case RunEncoding::kString:
+      AddPiece(pieces, &pos, run_str_offsets_.data(), 4ull * (n + 1));
+      AddPiece(pieces, &pos, run_str_bytes_.data(), run_str_bytes_.size());
+      break;
+  }
+  Pad(pieces, &pos, kFrameAlign);
+  AddPiece(pieces, &pos, steps_.data(), 8ull * n);
+  Pad(pieces, &pos, kFrameAlign);
+
+  const char* data = borrowed_ ? borrowed_ : values_.data();
+  const size_t data_len = borrowed_ ? borrowed_len_ : values_.size();
+  if (IsVarLength(schema_.dtype) || schema_.variable_shape) {
+    if (schema_.variable_shape && !IsVarLength(schema_.dtype)) {
+      AddPiece(pieces, &pos, ranks_.data(), n);
+      Pad(pieces, &pos, 8);
+      AddPiece(pieces, &pos, shape_dims_.data(), 8 * shape_dims_.size());
+    }
+    value_offsets_.push_back(data_len);  // the end offset; Reset clears it
+    AddPiece(pieces, &pos, value_offsets_.data(), 8ull * (n + 1));
+    if (schema_.variable_shape && !IsVarLength(schema_.dtype)) Pad(pieces, &pos, kFrameAlign);
+  }
+  AddPiece(pieces, &pos, data, data_len);
+  h->raw_len = pos;
+}
+
+int64_t BlockView::LoadI64(const char* p, uint32_t i) { return DecodeFixed<int64_t>(p + 8ull * i); }
+
+std::string_view BlockView::run_string(uint32_t i) const {
+  uint32_t a = DecodeFixed<uint32_t>(run_str_offsets_ + 4ull * i);
+  uint32_t b = DecodeFixed<uint32_t>(run_str_offsets_ + 4ull * (i + 1));
+  return {run_str_bytes_ + a, b - a};
+}
+
+std::string_view BlockView::value_bytes(uint32_t i) const {
+  if (value_offsets_ == nullptr) return {values_ + record_bytes_ * i, record_bytes_};
+  uint64_t a = DecodeFixed<uint64_t>(value_offsets_ + 8ull * i);
+  if (IsVarLength(dtype_)) {
+    uint64_t b = DecodeFixed<uint64_t>(value_offsets_ + 8ull * (i + 1));
+    return {values_ + a, b - a};
+  }
+  uint64_t len = DTypeSize(dtype_);
+  for (uint8_t r = 0; r < ranks_[i]; ++r) {
+    len *= static_cast<uint64_t>(DecodeFixed<int64_t>(shape_dims_ + 8 * (dim_starts_[i] + r)));
+  }
+  return {values_ + a, len};
+}
+
+std::vector<int64_t> BlockView::value_shape(uint32_t i) const {
+  if (!variable_shape_ || IsVarLength(dtype_)) return IsVarLength(dtype_) ? std::vector<int64_t>{} : dims_;
+  std::vector<int64_t> shape(ranks_[i]);
+  for (uint8_t r = 0; r < ranks_[i]; ++r) {
+    shape[r] = DecodeFixed<int64_t>(shape_dims_ + 8 * (dim_starts_[i] + r));
+  }
+  return shape;
+}
+
+Status BlockView::Parse(const BlockHeader& h, std::string_view payload) {
+  const char* p = payload.data();
+  const uint64_t size = payload.size();
+  const uint64_t n = h.count;
+  count_ = h.count;
+  run_encoding_ = h.run_encoding;
+  dtype_ = h.dtype;
+  variable_shape_ = h.variable_shape;
+  dims_ = h.dims;
+  value_offsets_ = nullptr;
+  auto bad = [&](const char* what) {
+    return Status::Corruption(std::string("block payload: ") + what);
+  };
+  if (size != h.raw_len) return bad("size differs from the header's raw size");
+  uint64_t pos = 0, len = 0;
+  auto take = [&](uint64_t count, uint64_t elem, const char** out) {
+    if (!MulWithin(count, elem, size, &len) || pos + len > size) return false;
+    *out = p + pos;
+    pos += len;
+    return true;
+  };
+  auto align = [&](uint64_t a) {
+    pos = AlignUp(pos, a);
+    return pos <= size;
+  };
+  const char* ignored;
+  switch (h.run_encoding) {
+    case RunEncoding::kInt:
+      if (!take(n, 8, &runs_int_)) return bad("run column out of bounds");
+      break;
+    case RunEncoding::kMixed:
+      if (!take(n, 1, reinterpret_cast<const char**>(&run_is_string_)) || !align(8) ||
+          !take(n, 8, &runs_int_)) {
+        return bad("run column out of bounds");
+      }
+      [[fallthrough]];
+    case RunEncoding::kString: {
+      if (!take(n + 1, 4, &run_str_offsets_)) return bad("run offsets out of bounds");
+      uint32_t prev = 0;
+      for (uint64_t i = 0; i <= n; ++i) {
+        uint32_t o = DecodeFixed<uint32_t>(run_str_offsets_ + 4 * i);
+        if ((i == 0 && o != 0) || o < prev || o - prev > kMaxRunIdLength) {
+          return bad("run string offsets are not ascending");
+        }
+        prev = o;
+      }
+      if (!take(prev, 1, &run_str_bytes_)) return bad("run strings out of bounds");
+      if (h.run_encoding == RunEncoding::kMixed) {
+        for (uint64_t i = 0; i < n; ++i) {
+          if (run_is_string_[i] > 1) return bad("invalid run kind");
+        }
+      }
+      break;
+    }
+  }
+  if (!align(kFrameAlign) || !take(n, 8, &steps_) || !align(kFrameAlign)) {
+    return bad("step column out of bounds");
+  }
+  if (IsVarLength(h.dtype) || h.variable_shape) {
+    dim_starts_.clear();
+    if (!IsVarLength(h.dtype)) {
+      if (!take(n, 1, reinterpret_cast<const char**>(&ranks_)) || !align(8)) {
+        return bad("rank column out of bounds");
+      }
+      uint64_t total = 0;
+      dim_starts_.resize(n);
+      for (uint64_t i = 0; i < n; ++i) {
+        if (ranks_[i] > kMaxRank) return bad("rank exceeds 32");
+        dim_starts_[i] = total;
+        total += ranks_[i];
+      }
+      if (!take(total, 8, &shape_dims_)) return bad("shape column out of bounds");
+    }
+    if (!take(n + 1, 8, &value_offsets_)) return bad("value offsets out of bounds");
+    if (!IsVarLength(h.dtype) && !align(kFrameAlign)) return bad("value column out of bounds");
+    uint64_t end = DecodeFixed<uint64_t>(value_offsets_ + 8 * n);
+    if (!take(end, 1, &values_)) return bad("value column out of bounds");
+    uint64_t prev = 0;
+    for (uint64_t i = 0; i < n; ++i) {
+      uint64_t a = DecodeFixed<uint64_t>(value_offsets_ + 8 * i);
+      uint64_t b = DecodeFixed<uint64_t>(value_offsets_ + 8 * (i + 1));
+      if ((i == 0 && a != 0) || a < prev || b < a || b > end) return bad("value offsets are not ascending");
+      prev = a;
+      if (!IsVarLength(h.dtype)) {
+        uint64_t elems = 1;
+        for (uint8_t r = 0; r < ranks_[i]; ++r) {
+          int64_t d = DecodeFixed<int64_t>(shape_dims_ + 8 * (dim_starts_[i] + r));
+          if (d < 0 || !MulWithin(elems, static_cast<uint64_t>(d), size, &elems)) {
+            return bad("record shape out of bounds");
+          }
+        }
+        if (!MulWithin(elems, DTypeSize(h.dtype), size, &elems) || a + elems > b) {
+          return bad("record shape does not match its bytes");
+        }
+      }
+    }
+  } else {
+    uint64_t rb = DTypeSize(h.dtype);
+    for (int64_t d : h.dims) {
+      if (!MulWithin(rb, static_cast<uint64_t>(d), size, &rb)) return bad("record shape out of bounds");
+    }
+    record_bytes_ = rb;
+    if (!take(n, rb, &values_)) return bad("value column out of bounds");
+  }
+  (void)ignored;
+  if (pos != size) return bad("trailing bytes after the value column");
+  return Status::OK();
+}
+
+}  // namespace runstore::format

@@ -1,0 +1,132 @@
+// Block payloads (docs/format.md "Block payload"): the run, step and value
+// columns of up to thousands of records of one series, each column starting
+// at a multiple of 64 bytes of the payload.
+#ifndef RUNSTORE_FORMAT_BLOCK_H_
+#define RUNSTORE_FORMAT_BLOCK_H_
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "format/format.h"
+#include "runstore/status.h"
+#include "runstore/types.h"
+
+namespace runstore::format {
+
+// The schema a block's records share.
+struct BlockSchema {
+  std::string name;
+  DType dtype = DType::kFloat64;
+  bool variable_shape = false;
+  std::vector<int64_t> dims;  // fixed-shape only
+  Codec codec = Codec::kNone;
+};
+
+// Accumulates records column-wise and lays them out as a payload. Used by one
+// thread at a time. Values must already match the schema (the writer checks).
+class BlockBuilder {
+ public:
+  explicit BlockBuilder(BlockSchema schema);
+
+  const BlockSchema& schema() const { return schema_; }
+  uint32_t count() const { return static_cast<uint32_t>(steps_.size()); }
+  // Bytes of memory the columns hold (capacity, for the writer's budget).
+  size_t memory_bytes() const;
+  // Bytes of the raw payload so far (approximately: without padding).
+  size_t raw_bytes() const { return raw_bytes_; }
+
+  void Add(const RunRef& run, int64_t step, const ValueRef& value);
+  // Adds one record whose value bytes are not copied: `value.data` must stay
+  // valid until the pieces from Finish have been written. Only on an empty
+  // builder, and the builder takes no more records.
+  void AddBorrowed(const RunRef& run, int64_t step, const ValueRef& value);
+
+  // Fills the header fields other than payload_len/payload_checksum and the
+  // raw payload as pieces (padding included) that concatenate to raw_len bytes.
+  void Finish(BlockHeader* header, std::vector<std::string_view>* pieces);
+
+  // Empties the columns, keeping their capacity, for reuse with a schema.
+  void Reset(BlockSchema schema);
+
+ private:
+  void AddKey(const RunRef& run, int64_t step);
+  void AddValueBytes(const ValueRef& value);
+
+  BlockSchema schema_;
+  size_t record_bytes_ = 0;  // fixed-shape numeric: bytes per record
+  std::vector<int64_t> runs_int_;
+  // Filled only once a string run id appears (from then on, for every record).
+  std::vector<uint8_t> run_is_string_;
+  std::vector<uint32_t> run_str_offsets_;
+  std::string run_str_bytes_;
+  bool any_int_run_ = false;
+  bool any_string_run_ = false;
+  std::vector<int64_t> steps_;
+  std::string values_;
+  std::vector<uint64_t> value_offsets_;  // var-length dtypes and variable shapes
+  std::vector<uint8_t> ranks_;           // variable shapes
+  std::vector<int64_t> shape_dims_;      // variable shapes
+  const char* borrowed_ = nullptr;
+  size_t borrowed_len_ = 0;
+  size_t raw_bytes_ = 0;
+  bool ascending_ = true;
+  Key min_key_, max_key_, last_key_;
+  int64_t min_step_ = 0, max_step_ = 0;
+};
+
+// Read access to a raw (decompressed) payload. Checks every offset and length
+// against the payload size on Parse, so accessors need no further checks.
+class BlockView {
+ public:
+  // `payload` must stay valid while the view is used.
+  Status Parse(const BlockHeader& header, std::string_view payload);
+
+  uint32_t count() const { return count_; }
+  RunEncoding run_encoding() const { return run_encoding_; }
+  bool run_is_string(uint32_t i) const {
+    return run_encoding_ == RunEncoding::kString ||
+           (run_encoding_ == RunEncoding::kMixed && run_is_string_[i] != 0);
+  }
+  int64_t run_int(uint32_t i) const { return LoadI64(runs_int_, i); }
+  std::string_view run_string(uint32_t i) const;
+  RunRef run(uint32_t i) const {
+    return run_is_string(i) ? RunRef(run_string(i)) : RunRef(run_int(i));
+  }
+  int64_t step(uint32_t i) const { return LoadI64(steps_, i); }
+  // Column pointers (64-byte aligned within the payload).
+  const char* int_runs_data() const { return runs_int_; }
+  const char* steps_data() const { return steps_; }
+
+  // Fixed-shape numeric: all values, count * record_bytes.
+  const char* fixed_values() const { return values_; }
+  size_t record_bytes() const { return record_bytes_; }
+  // The value of record i: its bytes and its shape.
+  std::string_view value_bytes(uint32_t i) const;
+  std::vector<int64_t> value_shape(uint32_t i) const;
+
+ private:
+  static int64_t LoadI64(const char* p, uint32_t i);
+  uint32_t count_ = 0;
+  RunEncoding run_encoding_ = RunEncoding::kInt;
+  DType dtype_ = DType::kFloat64;
+  bool variable_shape_ = false;
+  std::vector<int64_t> dims_;
+  const uint8_t* run_is_string_ = nullptr;
+  const char* runs_int_ = nullptr;
+  const char* run_str_offsets_ = nullptr;
+  const char* run_str_bytes_ = nullptr;
+  const char* steps_ = nullptr;
+  const char* values_ = nullptr;
+  size_t record_bytes_ = 0;
+  const char* value_offsets_ = nullptr;  // u64[count + 1]
+  const uint8_t* ranks_ = nullptr;
+  std::vector<uint64_t> dim_starts_;  // variable shapes: index into dims of record i
+  const char* shape_dims_ = nullptr;
+};
+
+}  // namespace runstore::format
+
+#endif  // RUNSTORE_FORMAT_BLOCK_H_

@@ -1,0 +1,150 @@
+// Constants and structures of the segment format, version 1. The byte-level
+// specification is docs/format.md; the names here are the document's names.
+#ifndef RUNSTORE_FORMAT_FORMAT_H_
+#define RUNSTORE_FORMAT_FORMAT_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "runstore/status.h"
+#include "runstore/types.h"
+
+namespace runstore::format {
+
+// docs/format.md "Segment header". The first byte is non-ASCII and the magic
+// holds CR LF and ^Z, so a file mangled by text-mode transfer is recognised,
+// as in PNG.
+inline constexpr char kSegmentMagic[8] = {'\x89', 'R', 'U', 'N', 'S', '\r', '\n', '\x1a'};
+inline constexpr size_t kSegmentHeaderSize = 128;
+inline constexpr size_t kMaxWriterIdLength = 64;
+
+// docs/format.md "Frames". Every frame starts at a multiple of kFrameAlign, and
+// so does its payload: an array payload is aligned for SIMD loads and numpy.
+inline constexpr uint64_t kFrameAlign = 64;
+inline constexpr uint32_t kFrameMagic = 0x31465352;  // "RSF1" in file order
+inline constexpr size_t kFramePrefixSize = 24;
+inline constexpr size_t kMaxFrameHeaderSize = 4096;
+
+enum class FrameKind : uint8_t { kBlock = 1, kCommit = 2, kFooter = 3 };
+
+// docs/format.md "Trailer": the last 32 bytes of a sealed segment.
+inline constexpr size_t kTrailerSize = 32;
+inline constexpr char kTrailerMagic[8] = {'R', 'S', 'S', 'E', 'A', 'L', 'E', 'D'};
+
+inline constexpr size_t kCommitHeaderSize = 72;
+inline constexpr size_t kFooterHeaderSize = 56;
+
+// The file name of segment `seq` of writer `writer_id`: "<writer_id>-<seq>.rss",
+// seq zero-padded to 8 digits so that names sort in writing order.
+std::string SegmentFileName(std::string_view writer_id, uint64_t seq);
+// Parses a SegmentFileName; false for any other name.
+bool ParseSegmentFileName(std::string_view name, std::string* writer_id, uint64_t* seq);
+
+// Run encodings of a block's run column.
+enum class RunEncoding : uint8_t { kInt = 0, kString = 1, kMixed = 2 };
+// Block flags.
+inline constexpr uint8_t kBlockKeysAscending = 1;  // (run, step) strictly ascending
+
+struct SegmentHeader {
+  uint32_t version = 0;
+  int64_t created_ns = 0;
+  uint64_t sequence = 0;
+  std::string writer_id;
+};
+std::string EncodeSegmentHeader(const SegmentHeader& h);
+// `file` names the segment in error messages.
+Status DecodeSegmentHeader(std::string_view bytes, std::string_view file, SegmentHeader* h);
+
+// A (run, step) key. Ordering: run first (ints before strings), then step.
+struct Key {
+  RunId run;
+  int64_t step = 0;
+  friend bool operator==(const Key&, const Key&) = default;
+  friend std::strong_ordering operator<=>(const Key& a, const Key& b) {
+    if (auto c = a.run <=> b.run; c != 0) return c;
+    return a.step <=> b.step;
+  }
+};
+
+// The decoded header of a block frame (docs/format.md "Block frame").
+struct BlockHeader {
+  uint64_t payload_len = 0;       // stored bytes
+  uint64_t payload_checksum = 0;  // XXH3-64 of the stored bytes
+  uint64_t raw_len = 0;           // bytes after decompression
+  uint32_t count = 0;
+  DType dtype = DType::kFloat64;
+  Codec codec = Codec::kNone;
+  bool variable_shape = false;
+  RunEncoding run_encoding = RunEncoding::kInt;
+  uint8_t flags = 0;
+  std::vector<int64_t> dims;  // per-record shape of a fixed-shape block
+  std::string name;
+  int64_t min_step = 0;
+  int64_t max_step = 0;
+  Key min_key;
+  Key max_key;
+};
+
+// Encodes the whole frame header (prefix, fields, checksum); its size is a
+// multiple of 8 and at most kMaxFrameHeaderSize.
+std::string EncodeBlockHeader(const BlockHeader& h);
+// Decodes a block frame header whose prefix and checksum were already checked.
+Status DecodeBlockHeader(std::string_view header, BlockHeader* h);
+
+struct CommitRecord {
+  uint64_t sequence = 0;            // 1, 2, ... within the segment
+  int64_t time_ns = 0;              // strictly increasing per writer
+  uint64_t first_frame_offset = 0;  // where this commit's frames begin
+  uint32_t frame_count = 0;
+  uint64_t frames_digest = 0;       // XXH3 of the frames' header checksums
+};
+std::string EncodeCommitRecord(const CommitRecord& c);
+Status DecodeCommitRecord(std::string_view header, CommitRecord* c);
+
+struct FooterHeader {
+  uint64_t payload_len = 0;
+  uint64_t payload_checksum = 0;
+  uint64_t commit_count = 0;
+  uint64_t block_count = 0;
+  uint64_t committed_end = 0;
+};
+std::string EncodeFooterHeader(const FooterHeader& f);
+Status DecodeFooterHeader(std::string_view header, FooterHeader* f);
+
+struct Trailer {
+  uint64_t footer_offset = 0;
+  uint32_t version = 0;
+};
+std::string EncodeTrailer(const Trailer& t);
+// False if the bytes are not a valid trailer (not sealed, or damaged).
+bool DecodeTrailer(std::string_view bytes, Trailer* t);
+
+// The common prefix of every frame, decoded and checked.
+struct FramePrefix {
+  FrameKind kind;
+  uint16_t header_len;
+  uint64_t payload_len;
+  uint64_t payload_checksum;
+};
+// Checks the magic, kind, header length and header checksum of the frame
+// header in `header` (exactly header_len bytes, read after PeekHeaderLength).
+Status CheckFrameHeader(std::string_view header, FramePrefix* prefix);
+// Reads the header length from the first 8 bytes of a frame; 0 if the magic
+// or kind is wrong.
+uint16_t PeekHeaderLength(std::string_view first8);
+// The checksum stored in the last 8 bytes of a frame header.
+uint64_t StoredHeaderChecksum(std::string_view header);
+
+// Where the payload of a frame at `offset` starts and where the next frame does.
+inline uint64_t PayloadOffset(uint64_t frame_offset, uint16_t header_len) {
+  return frame_offset + ((header_len + kFrameAlign - 1) / kFrameAlign) * kFrameAlign;
+}
+inline uint64_t NextFrameOffset(uint64_t payload_offset, uint64_t payload_len) {
+  return payload_offset + ((payload_len + kFrameAlign - 1) / kFrameAlign) * kFrameAlign;
+}
+
+}  // namespace runstore::format
+
+#endif  // RUNSTORE_FORMAT_FORMAT_H_

@@ -1,0 +1,337 @@
+#include "format/segment_reader.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "util/coding.h"
+#include "util/hash.h"
+
+namespace runstore::format {
+namespace {
+
+std::string At(const std::string& name, uint64_t offset) {
+  return name + ": offset " + std::to_string(offset) + ": ";
+}
+
+// Reads exactly n bytes at offset into *buf; *complete is false if the file
+// ends first (not an error: recovery treats it as a torn tail).
+Status ReadAt(const RandomAccessFile& file, uint64_t offset, size_t n, std::string* buf,
+              std::string_view* out, bool* complete) {
+  buf->resize(n);
+  RETURN_IF_ERROR(file.Read(offset, n, buf->data(), out));
+  *complete = out->size() == n;
+  return Status::OK();
+}
+
+struct FrameAt {
+  bool valid = false;
+  FramePrefix prefix{};
+  std::string header;
+};
+
+// Reads and checks the frame header at pos; frame.valid is false when the
+// bytes there are not a complete, checksummed frame header.
+Status ReadFrame(const RandomAccessFile& file, uint64_t pos, uint64_t file_size, FrameAt* frame) {
+  frame->valid = false;
+  if (pos + kFramePrefixSize + 8 > file_size) return Status::OK();
+  std::string buf;
+  std::string_view got;
+  bool complete;
+  RETURN_IF_ERROR(ReadAt(file, pos, 8, &buf, &got, &complete));
+  if (!complete) return Status::OK();
+  uint16_t len = PeekHeaderLength(got);
+  if (len == 0 || pos + len > file_size) return Status::OK();
+  RETURN_IF_ERROR(ReadAt(file, pos, len, &buf, &got, &complete));
+  if (!complete) return Status::OK();
+  if (!CheckFrameHeader(got, &frame->prefix).ok()) return Status::OK();
+  frame->header.assign(got);
+  frame->valid = true;
+  return Status::OK();
+}
+
+bool AllZero(std::string_view s) {
+  return std::all_of(s.begin(), s.end(), [](char c) { return c == 0; });
+}
+
+// Looks past a damaged frame at `from` for valid commit records; returns the
+// largest commit sequence found (0 if none).
+Status FindLaterCommit(const RandomAccessFile& file, uint64_t from, uint64_t file_size,
+                       uint64_t* max_seq, uint64_t* at) {
+  *max_seq = 0;
+  constexpr size_t kChunk = 1 << 20;
+  std::string buf;
+  std::string_view got;
+  bool complete;
+  for (uint64_t base = AlignUp(from + 1, kFrameAlign); base < file_size; base += kChunk) {
+    size_t n = static_cast<size_t>(std::min<uint64_t>(kChunk, file_size - base));
+    RETURN_IF_ERROR(ReadAt(file, base, n, &buf, &got, &complete));
+    for (size_t off = 0; off + 8 <= got.size(); off += kFrameAlign) {
+      if (DecodeFixed<uint32_t>(got.data() + off) != kFrameMagic ||
+          got[off + 4] != static_cast<char>(FrameKind::kCommit)) {
+        continue;
+      }
+      FrameAt frame;
+      RETURN_IF_ERROR(ReadFrame(file, base + off, file_size, &frame));
+      CommitRecord c;
+      if (frame.valid && frame.prefix.kind == FrameKind::kCommit &&
+          DecodeCommitRecord(frame.header, &c).ok() && c.sequence > *max_seq) {
+        *max_seq = c.sequence;
+        *at = base + off;
+      }
+    }
+  }
+  return Status::OK();
+}
+
+// Walks frames from index->committed_end, accepting each commit whose frames
+// are complete and consistent. See docs/format.md "Recovery".
+Status Recover(const RandomAccessFile& file, const std::string& name, uint64_t file_size,
+               SegmentIndex* index) {
+  const size_t first_new_commit = index->commits.size();
+  uint64_t pos = index->committed_end;
+  std::vector<BlockInfo> pending;
+  std::vector<uint64_t> digests;
+  bool saw_footer = false;
+  while (true) {
+    FrameAt frame;
+    RETURN_IF_ERROR(ReadFrame(file, pos, file_size, &frame));
+    if (!frame.valid) break;
+    const uint64_t payload_off = PayloadOffset(pos, frame.prefix.header_len);
+    if (payload_off + frame.prefix.payload_len > file_size ||
+        payload_off + frame.prefix.payload_len < payload_off) {
+      break;
+    }
+    const uint64_t next = NextFrameOffset(payload_off, frame.prefix.payload_len);
+    if (frame.prefix.kind == FrameKind::kBlock) {
+      BlockInfo b;
+      b.frame_offset = pos;
+      b.payload_offset = payload_off;
+      if (!DecodeBlockHeader(frame.header, &b.header).ok()) break;
+      pending.push_back(std::move(b));
+      digests.push_back(StoredHeaderChecksum(frame.header));
+    } else if (frame.prefix.kind == FrameKind::kCommit) {
+      CommitRecord c;
+      if (!DecodeCommitRecord(frame.header, &c).ok()) break;
+      const uint64_t last_seq = index->commits.empty() ? 0 : index->commits.back().sequence;
+      const int64_t last_time = index->commits.empty() ? INT64_MIN : index->commits.back().time_ns;
+      if (c.sequence != last_seq + 1 || c.first_frame_offset != index->committed_end ||
+          c.frame_count != pending.size() || c.time_ns <= last_time ||
+          c.frames_digest != Checksum(digests.data(), digests.size() * 8)) {
+        break;
+      }
+      const uint32_t ci = static_cast<uint32_t>(index->commits.size());
+      for (auto& b : pending) {
+        b.commit_index = ci;
+        index->blocks.push_back(std::move(b));
+      }
+      pending.clear();
+      digests.clear();
+      index->commits.push_back(CommitInfo{c.sequence, c.time_ns, next});
+      index->committed_end = next;
+    } else {
+      saw_footer = true;
+      break;
+    }
+    pos = next;
+  }
+
+  // Only the newest commit can have been in flight when a writer crashed, so
+  // only its payloads may be torn though its record is intact: check them and
+  // drop the commit if any fails.
+  if (index->commits.size() > first_new_commit) {
+    const uint32_t last = static_cast<uint32_t>(index->commits.size() - 1);
+    std::string buf;
+    bool torn = false;
+    for (size_t i = index->blocks.size(); i-- > 0 && index->blocks[i].commit_index == last;) {
+      const BlockInfo& b = index->blocks[i];
+      std::string_view got;
+      bool complete;
+      RETURN_IF_ERROR(ReadAt(file, b.payload_offset, b.header.payload_len, &buf, &got, &complete));
+      if (!complete || !CheckPayload(got, b, name).ok()) {
+        torn = true;
+        break;
+      }
+    }
+    if (torn) {
+      while (!index->blocks.empty() && index->blocks.back().commit_index == last) {
+        index->blocks.pop_back();
+      }
+      index->commits.pop_back();
+      index->committed_end =
+          index->commits.empty() ? kSegmentHeaderSize : index->commits.back().end_offset;
+      pos = index->committed_end;
+    }
+  }
+
+  // A damaged frame followed by two or more further commits cannot be a torn
+  // tail (at most one commit is ever in flight): it is corruption of data
+  // that was committed.
+  if (!saw_footer && pos < file_size) {
+    uint64_t later_seq, later_at = 0;
+    RETURN_IF_ERROR(FindLaterCommit(file, pos, file_size, &later_seq, &later_at));
+    const uint64_t last_seq = index->commits.empty() ? 0 : index->commits.back().sequence;
+    if (later_seq >= last_seq + 2) {
+      return Status::Corruption(At(name, pos) + "damaged frame after commit " +
+                                std::to_string(last_seq) + ", but commit " +
+                                std::to_string(later_seq) + " follows at offset " +
+                                std::to_string(later_at));
+    }
+  }
+  index->sealed = false;
+  return Status::OK();
+}
+
+Status LoadFooter(const RandomAccessFile& file, const std::string& name, uint64_t file_size,
+                  const Trailer& t, SegmentIndex* index) {
+  auto bad = [&](uint64_t off, const std::string& what) {
+    return Status::Corruption(At(name, off) + what);
+  };
+  if (t.version == 0 || t.version > 1) {
+    return Status::NotSupported(name + ": segment format version " + std::to_string(t.version) +
+                                " is not supported; this build reads version 1");
+  }
+  if (t.footer_offset < kSegmentHeaderSize || t.footer_offset % kFrameAlign != 0 ||
+      t.footer_offset >= file_size) {
+    return bad(file_size - kTrailerSize, "trailer names footer offset " +
+                                             std::to_string(t.footer_offset) + " outside the file");
+  }
+  FrameAt frame;
+  RETURN_IF_ERROR(ReadFrame(file, t.footer_offset, file_size, &frame));
+  FooterHeader f;
+  if (!frame.valid || frame.prefix.kind != FrameKind::kFooter ||
+      !DecodeFooterHeader(frame.header, &f).ok()) {
+    return bad(t.footer_offset, "footer header is damaged");
+  }
+  const uint64_t payload_off = PayloadOffset(t.footer_offset, frame.prefix.header_len);
+  if (NextFrameOffset(payload_off, f.payload_len) + kTrailerSize != file_size ||
+      f.committed_end != t.footer_offset) {
+    return bad(t.footer_offset, "footer size does not match the file size");
+  }
+  std::string buf;
+  std::string_view payload;
+  bool complete;
+  RETURN_IF_ERROR(ReadAt(file, payload_off, f.payload_len, &buf, &payload, &complete));
+  if (!complete || Checksum(payload) != f.payload_checksum) {
+    return bad(payload_off, "footer index checksum mismatch");
+  }
+  Decoder d(payload);
+  if (f.commit_count > payload.size() / 24) return bad(payload_off, "footer commit count too large");
+  index->commits.clear();
+  index->blocks.clear();
+  for (uint64_t i = 0; i < f.commit_count; ++i) {
+    CommitInfo c;
+    d.Get(&c.sequence);
+    d.Get(&c.time_ns);
+    d.Get(&c.end_offset);
+    if (c.sequence != i + 1 || c.end_offset > f.committed_end ||
+        (i > 0 && c.time_ns <= index->commits.back().time_ns)) {
+      return bad(payload_off, "footer commit table is inconsistent");
+    }
+    index->commits.push_back(c);
+  }
+  if (f.block_count > payload.size() / 16) return bad(payload_off, "footer block count too large");
+  index->blocks.reserve(f.block_count);
+  for (uint64_t i = 0; i < f.block_count; ++i) {
+    BlockInfo b;
+    uint32_t header_len;
+    std::string_view header;
+    FramePrefix prefix;
+    if (!d.Get(&b.frame_offset) || !d.Get(&header_len) || !d.Get(&b.commit_index) ||
+        !d.GetBytes(header_len, &header) || !CheckFrameHeader(header, &prefix).ok() ||
+        prefix.kind != FrameKind::kBlock || !DecodeBlockHeader(header, &b.header).ok()) {
+      return bad(payload_off, "footer block entry " + std::to_string(i) + " is damaged");
+    }
+    b.payload_offset = PayloadOffset(b.frame_offset, prefix.header_len);
+    if (b.commit_index >= index->commits.size() || b.frame_offset < kSegmentHeaderSize ||
+        b.payload_offset + b.header.payload_len > f.committed_end) {
+      return bad(payload_off, "footer block entry " + std::to_string(i) + " points outside the file");
+    }
+    index->blocks.push_back(std::move(b));
+  }
+  if (d.remaining() != 0) return bad(payload_off, "trailing bytes in the footer index");
+  index->sealed = true;
+  index->committed_end = f.committed_end;
+  return Status::OK();
+}
+
+}  // namespace
+
+Status CheckPayload(std::string_view stored, const BlockInfo& block, const std::string& name) {
+  if (stored.size() != block.header.payload_len) {
+    return Status::Corruption(At(name, block.payload_offset) + "block payload truncated");
+  }
+  if (Checksum(stored) != block.header.payload_checksum) {
+    return Status::Corruption(At(name, block.payload_offset) + "block payload checksum mismatch (series '" +
+                              block.header.name + "', " + std::to_string(block.header.count) +
+                              " records)");
+  }
+  return Status::OK();
+}
+
+Status LoadSegmentIndex(const RandomAccessFile& file, const std::string& name, SegmentIndex* index) {
+  *index = SegmentIndex();
+  ASSIGN_OR_RETURN(uint64_t size, file.Size());
+  index->file_size = size;
+  std::string buf;
+  std::string_view got;
+  bool complete;
+  RETURN_IF_ERROR(ReadAt(file, 0, std::min<uint64_t>(size, kSegmentHeaderSize), &buf, &got, &complete));
+  Status hs = DecodeSegmentHeader(got, name, &index->header);
+  if (hs.code() == StatusCode::kNotSupported) return hs;
+  index->committed_end = kSegmentHeaderSize;
+  if (!hs.ok()) {
+    // A writer that crashed right after creating the file leaves a short or
+    // zero-filled header and nothing committed. Anything else is damage.
+    if (!(size < kSegmentHeaderSize || AllZero(got))) {
+      if (std::memcmp(got.data(), kSegmentMagic, std::min<size_t>(got.size(), 8)) != 0) {
+        return Status::Corruption(At(name, 0) + "not a runstore segment (bad magic)");
+      }
+      uint64_t later_seq, later_at;
+      RETURN_IF_ERROR(FindLaterCommit(file, 0, size, &later_seq, &later_at));
+      if (later_seq > 0) return hs;
+    }
+    index->file_size = size;
+    return Status::OK();
+  }
+  if (size >= kSegmentHeaderSize + kTrailerSize) {
+    RETURN_IF_ERROR(ReadAt(file, size - kTrailerSize, kTrailerSize, &buf, &got, &complete));
+    Trailer t;
+    if (complete && DecodeTrailer(got, &t)) {
+      Status s = LoadFooter(file, name, size, t, index);
+      if (s.ok() || s.code() != StatusCode::kCorruption) return s;
+      // A damaged footer: the frames before it are all committed, so recovery
+      // reads the same records.
+      index->commits.clear();
+      index->blocks.clear();
+      index->committed_end = kSegmentHeaderSize;
+    }
+  }
+  return Recover(file, name, size, index);
+}
+
+Status RefreshSegmentIndex(const RandomAccessFile& file, const std::string& name,
+                           SegmentIndex* index) {
+  if (index->sealed) return Status::OK();
+  ASSIGN_OR_RETURN(uint64_t size, file.Size());
+  if (size == index->file_size) return Status::OK();
+  if (index->commits.empty()) return LoadSegmentIndex(file, name, index);
+  index->file_size = size;
+  // Sealed since: the footer covers everything, read it instead.
+  if (size >= kSegmentHeaderSize + kTrailerSize) {
+    std::string buf;
+    std::string_view got;
+    bool complete;
+    RETURN_IF_ERROR(ReadAt(file, size - kTrailerSize, kTrailerSize, &buf, &got, &complete));
+    Trailer t;
+    if (complete && DecodeTrailer(got, &t)) {
+      SegmentIndex sealed = *index;
+      if (LoadFooter(file, name, size, t, &sealed).ok()) {
+        *index = std::move(sealed);
+        return Status::OK();
+      }
+    }
+  }
+  return Recover(file, name, size, index);
+}
+
+}  // namespace runstore::format

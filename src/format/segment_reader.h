@@ -1,0 +1,59 @@
+// Reading a segment's index: from the footer when sealed, otherwise by
+// recovery, which walks the frames and stops at the last valid commit
+// (docs/format.md "Recovery").
+#ifndef RUNSTORE_FORMAT_SEGMENT_READER_H_
+#define RUNSTORE_FORMAT_SEGMENT_READER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "format/format.h"
+#include "runstore/env.h"
+#include "runstore/status.h"
+
+namespace runstore::format {
+
+struct CommitInfo {
+  uint64_t sequence = 0;
+  int64_t time_ns = 0;
+  uint64_t end_offset = 0;  // just past the commit record
+};
+
+struct BlockInfo {
+  uint64_t frame_offset = 0;
+  uint64_t payload_offset = 0;
+  uint32_t commit_index = 0;  // into SegmentIndex::commits
+  BlockHeader header;
+};
+
+struct SegmentIndex {
+  SegmentHeader header;
+  bool sealed = false;
+  uint64_t committed_end = 0;  // end of the last valid commit record
+  uint64_t file_size = 0;      // when the index was read
+  std::vector<CommitInfo> commits;
+  std::vector<BlockInfo> blocks;
+};
+
+// Loads the index of the segment in `file`; `name` is used in messages.
+// Sealed: reads trailer and footer (falling back to recovery if they are
+// damaged). Unsealed: recovers. Corruption if committed data is damaged in a
+// way that recovery cannot attribute to a torn tail; NotSupported for a newer
+// version.
+Status LoadSegmentIndex(const RandomAccessFile& file, const std::string& name, SegmentIndex* index);
+
+// Continues recovery of an unsealed segment from index->committed_end, adding
+// commits made since (and noticing if it was sealed meanwhile).
+Status RefreshSegmentIndex(const RandomAccessFile& file, const std::string& name,
+                           SegmentIndex* index);
+
+// Checks the stored payload of a block against its checksum. Corruption
+// naming the file and offset otherwise.
+Status CheckPayload(std::string_view stored, const BlockInfo& block, const std::string& name);
+
+}  // namespace runstore::format
+
+#endif  // RUNSTORE_FORMAT_SEGMENT_READER_H_

@@ -1,0 +1,65 @@
+// Writes one segment file: header, block frames, commit records, and on
+// sealing the footer index and trailer (docs/format.md). Not thread-safe: the
+// writer's background thread is its only user.
+#ifndef RUNSTORE_FORMAT_SEGMENT_WRITER_H_
+#define RUNSTORE_FORMAT_SEGMENT_WRITER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "format/format.h"
+#include "runstore/env.h"
+#include "runstore/status.h"
+
+namespace runstore::format {
+
+class SegmentWriter {
+ public:
+  // Creates the file exclusively (AlreadyExists if it is there) and writes the
+  // header. The header is durable with the first commit.
+  static Result<std::unique_ptr<SegmentWriter>> Create(Env* env, const std::string& path,
+                                                       const SegmentHeader& header);
+
+  // Writes a block frame. `header` has every field but payload_len and
+  // payload_checksum, which are computed here; `raw` is the uncompressed
+  // payload as pieces. Compresses with header->codec (falling back to none
+  // when that does not shrink the payload). Not durable until Commit.
+  Status AddBlock(BlockHeader* header, const std::vector<std::string_view>& raw, int zstd_level);
+
+  // Writes a commit record covering every frame since the last one and syncs
+  // the file. `time_ns` must be greater than the previous commit's.
+  Status Commit(int64_t time_ns);
+
+  // Writes the footer index and trailer and syncs, then closes the file. All
+  // blocks must be committed.
+  Status Seal();
+
+  uint64_t size() const { return offset_; }
+  bool has_uncommitted() const { return !pending_digests_.empty(); }
+  size_t index_bytes() const { return index_.size(); }
+  const std::string& path() const { return path_; }
+
+ private:
+  SegmentWriter(std::unique_ptr<WritableFile> file, std::string path);
+  Status WriteFrame(std::string_view header, const std::vector<std::string_view>& payload,
+                    uint64_t payload_len);
+
+  std::unique_ptr<WritableFile> file_;
+  std::string path_;
+  uint64_t offset_ = 0;
+  uint64_t commit_start_ = 0;                 // first frame of the open commit
+  std::vector<uint64_t> pending_digests_;     // header checksums since last commit
+  std::vector<std::string> pending_entries_;  // footer entries of those frames
+  uint64_t commit_seq_ = 0;
+  std::string index_;  // footer payload: block entries so far
+  std::string commits_;  // footer payload: commit entries so far
+  uint64_t block_count_ = 0;
+  std::string scratch_;
+};
+
+}  // namespace runstore::format
+
+#endif  // RUNSTORE_FORMAT_SEGMENT_WRITER_H_

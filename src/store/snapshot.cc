@@ -1,0 +1,526 @@
+#include "store/snapshot.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "codec/codec.h"
+#include "util/coding.h"
+
+namespace runstore {
+namespace {
+
+using format::BlockHeader;
+using format::Key;
+
+int CompareRunRef(const RunRef& a, const RunId& b) {
+  if (a.is_string != b.is_string()) return a.is_string ? 1 : -1;
+  if (!a.is_string) return a.i < b.int_value() ? -1 : (a.i > b.int_value() ? 1 : 0);
+  int c = a.s.compare(b.string_value());
+  return c < 0 ? -1 : (c > 0 ? 1 : 0);
+}
+int CompareRunRefs(const RunRef& a, const RunRef& b) {
+  if (a.is_string != b.is_string) return a.is_string ? 1 : -1;
+  if (!a.is_string) return a.i < b.i ? -1 : (a.i > b.i ? 1 : 0);
+  int c = a.s.compare(b.s);
+  return c < 0 ? -1 : (c > 0 ? 1 : 0);
+}
+// Compares (run, step) with a stored key.
+int CompareKey(const RunRef& run, int64_t step, const Key& k) {
+  if (int c = CompareRunRef(run, k.run); c != 0) return c;
+  return step < k.step ? -1 : (step > k.step ? 1 : 0);
+}
+
+// Memory aligned for any dtype and for SIMD, shared by whoever needs it.
+std::shared_ptr<char> AlignedBuffer(size_t n) {
+  void* p = std::aligned_alloc(64, std::max<size_t>(64, AlignUp(n, 64)));
+  if (p == nullptr) throw std::bad_alloc();
+  return std::shared_ptr<char>(static_cast<char*>(p), [](char* q) { std::free(q); });
+}
+
+}  // namespace
+
+RunId ScanBatch::run(size_t i) const {
+  if (!run_is_string.empty() && run_is_string[i]) return RunId(string_runs[i]);
+  return RunId(int_runs[i]);
+}
+
+Result<std::shared_ptr<SnapshotImpl>> SnapshotImpl::Build(
+    std::vector<std::shared_ptr<const LoadedSegment>> segments) {
+  std::shared_ptr<SnapshotImpl> snap(new SnapshotImpl());
+  std::sort(segments.begin(), segments.end(), [](const auto& a, const auto& b) {
+    if (a->index.header.writer_id != b->index.header.writer_id) {
+      return a->index.header.writer_id < b->index.header.writer_id;
+    }
+    return a->index.header.sequence < b->index.header.sequence;
+  });
+  snap->segments_ = std::move(segments);
+
+  // Every block in commit order, so that the first definition of a series
+  // (the earliest commit) fixes its schema.
+  std::vector<BlockRef> all;
+  for (uint32_t si = 0; si < snap->segments_.size(); ++si) {
+    const auto& idx = snap->segments_[si]->index;
+    for (uint32_t bi = 0; bi < idx.blocks.size(); ++bi) {
+      const auto& b = idx.blocks[bi];
+      all.push_back(BlockRef{si, bi, CommitOrder{idx.commits[b.commit_index].time_ns, si},
+                             b.frame_offset, &b.header});
+    }
+  }
+  std::stable_sort(all.begin(), all.end(), [](const BlockRef& a, const BlockRef& b) {
+    return std::tie(a.commit, a.offset) < std::tie(b.commit, b.offset);
+  });
+  for (const BlockRef& b : all) {
+    const BlockHeader& h = *b.header;
+    auto it = snap->series_.find(h.name);
+    if (it == snap->series_.end()) {
+      auto e = std::make_unique<SeriesEntry>();
+      e->info.name = h.name;
+      e->info.dtype = h.dtype;
+      e->info.variable_shape = h.variable_shape;
+      e->info.shape = h.variable_shape ? std::vector<int64_t>{} : h.dims;
+      it = snap->series_.emplace(h.name, std::move(e)).first;
+    }
+    SeriesEntry& e = *it->second;
+    if (h.dtype != e.info.dtype || h.variable_shape != e.info.variable_shape ||
+        (!h.variable_shape && h.dims != e.info.shape)) {
+      // Two writers created the series with different types at once; the
+      // earlier commit's definition stands and this block is left out.
+      snap->conflicts_.push_back(snap->segments_[b.segment]->file + ": offset " +
+                                 std::to_string(b.offset) + ": series '" + h.name +
+                                 "' conflicts with its first definition; block ignored");
+      continue;
+    }
+    e.blocks.push_back(b);
+    e.info.stored_bytes += h.payload_len;
+  }
+  for (auto& [name, e] : snap->series_) {
+    std::sort(e->blocks.begin(), e->blocks.end(), [](const BlockRef& a, const BlockRef& b) {
+      return std::tie(a.segment, a.offset) < std::tie(b.segment, b.offset);
+    });
+    e->by_min_key.resize(e->blocks.size());
+    for (uint32_t i = 0; i < e->blocks.size(); ++i) e->by_min_key[i] = i;
+    std::sort(e->by_min_key.begin(), e->by_min_key.end(), [&](uint32_t a, uint32_t b) {
+      return e->blocks[a].header->min_key < e->blocks[b].header->min_key;
+    });
+    e->prefix_max.reserve(e->blocks.size());
+    for (uint32_t i : e->by_min_key) {
+      const Key& mk = e->blocks[i].header->max_key;
+      if (e->prefix_max.empty() || e->prefix_max.back() < mk) {
+        e->prefix_max.push_back(mk);
+      } else {
+        e->prefix_max.push_back(e->prefix_max.back());
+      }
+    }
+  }
+  // Resume markers.
+  if (auto it = snap->series_.find(kResumeSeries); it != snap->series_.end()) {
+    for (const BlockRef& b : it->second->blocks) {
+      ASSIGN_OR_RETURN(Payload p, snap->ReadPayload(b));
+      for (uint32_t r = 0; r < p.view.count(); ++r) {
+        snap->resume_[p.view.run(r).ToRunId()].emplace_back(p.view.step(r), b.commit);
+      }
+    }
+  }
+  return snap;
+}
+
+Result<Payload> SnapshotImpl::ReadPayload(const BlockRef& b) const {
+  const LoadedSegment& seg = *segments_[b.segment];
+  const format::BlockInfo& info = seg.index.blocks[b.block];
+  const BlockHeader& h = info.header;
+  if (info.payload_offset + h.payload_len > seg.map->size()) {
+    return Status::Corruption(seg.file + ": offset " + std::to_string(info.payload_offset) +
+                              ": block payload extends past the committed end");
+  }
+  std::string_view stored(seg.map->data() + info.payload_offset, h.payload_len);
+  if (!seg.verified[b.block].load(std::memory_order_acquire)) {
+    RETURN_IF_ERROR(format::CheckPayload(stored, info, seg.file));
+    seg.verified[b.block].store(true, std::memory_order_release);
+  }
+  Payload p;
+  if (h.codec == Codec::kNone) {
+    p.owner = seg.map;
+    p.bytes = stored;
+    p.zero_copy = true;
+  } else {
+    if (h.raw_len > (uint64_t{1} << 40)) {
+      return Status::Corruption(seg.file + ": offset " + std::to_string(b.offset) +
+                                ": implausible raw size " + std::to_string(h.raw_len));
+    }
+    auto buf = AlignedBuffer(h.raw_len);
+    Status s = Decompress(h.codec, stored, buf.get(), h.raw_len);
+    if (!s.ok()) return s.WithContext(seg.file + ": offset " + std::to_string(info.payload_offset));
+    p.bytes = std::string_view(buf.get(), h.raw_len);
+    p.owner = std::move(buf);
+  }
+  Status s = p.view.Parse(h, p.bytes);
+  if (!s.ok()) return s.WithContext(seg.file + ": offset " + std::to_string(info.payload_offset));
+  return p;
+}
+
+bool SnapshotImpl::HiddenByResume(const RunRef& run, int64_t step, const CommitOrder& order) const {
+  if (resume_.empty()) return false;
+  auto it = resume_.find(run.ToRunId());
+  if (it == resume_.end()) return false;
+  for (const auto& [s, o] : it->second) {
+    if (step >= s && order < o) return true;
+  }
+  return false;
+}
+
+bool SnapshotImpl::BlockMayBeHidden(const BlockRef& b) const {
+  if (resume_.empty()) return false;
+  const BlockHeader& h = *b.header;
+  for (auto it = resume_.lower_bound(h.min_key.run);
+       it != resume_.end() && !(h.max_key.run < it->first); ++it) {
+    for (const auto& [s, o] : it->second) {
+      if (s <= h.max_step && b.commit < o) return true;
+    }
+  }
+  return false;
+}
+
+Status SnapshotImpl::EnsurePlan(const SeriesEntry& e) const {
+  std::call_once(e.plan_once, [&] { e.plan_status = ComputePlan(e); });
+  return e.plan_status;
+}
+
+// Key resolution (docs/format.md "Resolving keys"). Blocks whose key ranges
+// overlap no other block's, whose keys are strictly ascending and that no
+// resume marker can touch pass through whole (and zero-copy); the others are
+// resolved record by record.
+Status SnapshotImpl::ComputePlan(const SeriesEntry& e) const {
+  const bool reserved = e.info.name == kResumeSeries;
+  std::vector<PlanItem> plan;
+  uint64_t count = 0;
+  const size_t n = e.by_min_key.size();
+  size_t i = 0;
+  while (i < n) {
+    size_t j = i + 1;
+    Key group_max = e.blocks[e.by_min_key[i]].header->max_key;
+    while (j < n && !(group_max < e.blocks[e.by_min_key[j]].header->min_key)) {
+      const Key& mk = e.blocks[e.by_min_key[j]].header->max_key;
+      if (group_max < mk) group_max = mk;
+      ++j;
+    }
+    const uint32_t first = e.by_min_key[i];
+    const BlockRef& fb = e.blocks[first];
+    if (j == i + 1 && (fb.header->flags & format::kBlockKeysAscending) &&
+        (reserved || !BlockMayBeHidden(fb))) {
+      plan.push_back(PlanItem{first, true, {}});
+      count += fb.header->count;
+      i = j;
+      continue;
+    }
+    // Slow path: every record of the group, latest (commit, offset, row) wins.
+    struct Entry {
+      RunRef run;
+      int64_t step;
+      uint32_t block;
+      uint32_t row;
+    };
+    std::vector<Payload> payloads(j - i);
+    std::vector<Entry> entries;
+    for (size_t k = i; k < j; ++k) {
+      const uint32_t bi = e.by_min_key[k];
+      ASSIGN_OR_RETURN(payloads[k - i], ReadPayload(e.blocks[bi]));
+      const auto& v = payloads[k - i].view;
+      for (uint32_t r = 0; r < v.count(); ++r) entries.push_back(Entry{v.run(r), v.step(r), bi, r});
+    }
+    auto order_less = [&](const Entry& a, const Entry& b) {
+      const BlockRef& x = e.blocks[a.block];
+      const BlockRef& y = e.blocks[b.block];
+      return std::tie(x.commit, x.offset, a.row) < std::tie(y.commit, y.offset, b.row);
+    };
+    std::sort(entries.begin(), entries.end(), [&](const Entry& a, const Entry& b) {
+      int c = CompareRunRefs(a.run, b.run);
+      if (c != 0) return c < 0;
+      if (a.step != b.step) return a.step < b.step;
+      return order_less(a, b);
+    });
+    std::map<uint32_t, std::vector<uint32_t>> chosen;
+    for (size_t k = 0; k < entries.size(); ++k) {
+      const bool last_of_key = k + 1 == entries.size() ||
+                               CompareRunRefs(entries[k].run, entries[k + 1].run) != 0 ||
+                               entries[k].step != entries[k + 1].step;
+      if (!last_of_key) continue;
+      const Entry& w = entries[k];
+      if (!reserved && HiddenByResume(w.run, w.step, e.blocks[w.block].commit)) continue;
+      chosen[w.block].push_back(w.row);
+    }
+    for (auto& [bi, rows] : chosen) {
+      std::sort(rows.begin(), rows.end());
+      count += rows.size();
+      const bool all = rows.size() == e.blocks[bi].header->count;
+      plan.push_back(PlanItem{bi, all, all ? std::vector<uint32_t>{} : std::move(rows)});
+    }
+    i = j;
+  }
+  std::sort(plan.begin(), plan.end(),
+            [](const PlanItem& a, const PlanItem& b) { return a.block < b.block; });
+  e.plan = std::move(plan);
+  const_cast<SeriesEntry&>(e).info.count = count;
+  return Status::OK();
+}
+
+Result<std::vector<SeriesInfo>> SnapshotImpl::ListSeries(bool include_reserved) const {
+  std::vector<SeriesInfo> out;
+  for (const auto& [name, e] : series_) {
+    if (!include_reserved && !name.empty() && name[0] == '~') continue;
+    RETURN_IF_ERROR(EnsurePlan(*e));
+    if (e->info.count == 0) continue;
+    out.push_back(e->info);
+  }
+  return out;
+}
+
+Result<SeriesInfo> SnapshotImpl::GetSeriesInfo(std::string_view name) const {
+  auto it = series_.find(name);
+  if (it == series_.end()) return Status::NotFound("series '" + std::string(name) + "' not found");
+  RETURN_IF_ERROR(EnsurePlan(*it->second));
+  return it->second->info;
+}
+
+Result<std::vector<RunId>> SnapshotImpl::ListRuns() const {
+  std::call_once(runs_once_, [&] {
+    std::vector<RunId> runs;
+    for (const auto& [name, e] : series_) {
+      if (name[0] == '~') continue;
+      runs_status_ = EnsurePlan(*e);
+      if (!runs_status_.ok()) return;
+      for (const PlanItem& item : e->plan) {
+        const BlockRef& b = e->blocks[item.block];
+        // A block of one run (the common case of long runs) needs no payload.
+        if (item.all_rows && b.header->min_key.run == b.header->max_key.run) {
+          runs.push_back(b.header->min_key.run);
+          continue;
+        }
+        auto p = ReadPayload(b);
+        if (!p.ok()) {
+          runs_status_ = p.status();
+          return;
+        }
+        if (item.all_rows) {
+          for (uint32_t r = 0; r < p->view.count(); ++r) runs.push_back(p->view.run(r).ToRunId());
+        } else {
+          for (uint32_t r : item.rows) runs.push_back(p->view.run(r).ToRunId());
+        }
+      }
+    }
+    std::sort(runs.begin(), runs.end());
+    runs.erase(std::unique(runs.begin(), runs.end()), runs.end());
+    runs_ = std::move(runs);
+  });
+  if (!runs_status_.ok()) return runs_status_;
+  return runs_;
+}
+
+std::vector<SegmentInfo> SnapshotImpl::ListSegments() const {
+  std::vector<SegmentInfo> out;
+  for (const auto& s : segments_) {
+    SegmentInfo i;
+    i.file = s->file;
+    i.writer_id = s->index.header.writer_id;
+    i.sequence = s->index.header.sequence;
+    i.sealed = s->index.sealed;
+    i.committed_bytes = s->index.committed_end;
+    i.file_bytes = s->index.file_size;
+    i.commits = s->index.commits.size();
+    i.blocks = s->index.blocks.size();
+    i.created_ns = s->index.header.created_ns;
+    out.push_back(std::move(i));
+  }
+  return out;
+}
+
+namespace {
+
+Value MakeRecordValue(const BlockHeader& h, const Payload& p, uint32_t row) {
+  std::string_view bytes = p.view.value_bytes(row);
+  return Value(h.dtype, p.view.value_shape(row), bytes.data(), bytes.size(), p.owner, p.zero_copy);
+}
+
+}  // namespace
+
+Result<Value> SnapshotImpl::Get(RunRef run, std::string_view name, int64_t step) const {
+  auto it = series_.find(name);
+  if (it == series_.end()) return Status::NotFound("series '" + std::string(name) + "' not found");
+  const SeriesEntry& e = *it->second;
+  auto not_found = [&] {
+    return Status::NotFound("no record for run " + run.ToRunId().ToString() + ", series '" +
+                            std::string(name) + "', step " + std::to_string(step));
+  };
+  // Candidates: blocks with min_key <= key, scanning back while the running
+  // maximum of max_key still reaches the key.
+  size_t ub = std::partition_point(e.by_min_key.begin(), e.by_min_key.end(), [&](uint32_t b) {
+                return CompareKey(run, step, e.blocks[b].header->min_key) >= 0;
+              }) - e.by_min_key.begin();
+  const BlockRef* best = nullptr;
+  uint32_t best_row = 0;
+  Payload best_payload;
+  for (size_t k = ub; k-- > 0;) {
+    if (CompareKey(run, step, e.prefix_max[k]) > 0) break;
+    const BlockRef& b = e.blocks[e.by_min_key[k]];
+    const BlockHeader& h = *b.header;
+    if (CompareKey(run, step, h.max_key) > 0 || step < h.min_step || step > h.max_step) continue;
+    if (best && std::tie(b.commit, b.offset) < std::tie(best->commit, best->offset)) continue;
+    ASSIGN_OR_RETURN(Payload p, ReadPayload(b));
+    const auto& v = p.view;
+    int64_t found = -1;
+    auto cmp = [&](uint32_t r) {
+      int c = CompareRunRefs(v.run(r), run);
+      if (c != 0) return c;
+      return v.step(r) < step ? -1 : (v.step(r) > step ? 1 : 0);
+    };
+    if (h.flags & format::kBlockKeysAscending) {
+      uint32_t lo = 0, hi = v.count();
+      while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (cmp(mid) < 0) lo = mid + 1; else hi = mid;
+      }
+      if (lo < v.count() && cmp(lo) == 0) found = lo;
+    } else {
+      for (uint32_t r = v.count(); r-- > 0;) {
+        if (cmp(r) == 0) {
+          found = r;
+          break;
+        }
+      }
+    }
+    if (found < 0) continue;
+    best = &b;
+    best_row = static_cast<uint32_t>(found);
+    best_payload = std::move(p);
+  }
+  if (!best) return not_found();
+  if (name != kResumeSeries && HiddenByResume(run, step, best->commit)) return not_found();
+  return MakeRecordValue(*best->header, best_payload, best_row);
+}
+
+namespace {
+
+class ScannerImpl final : public SeriesScanner {
+ public:
+  ScannerImpl(const SnapshotImpl* snap, const SnapshotImpl::SeriesEntry* e) : snap_(snap), e_(e) {}
+
+  Result<bool> Next(ScanBatch* batch) override {
+    *batch = ScanBatch();
+    if (pos_ >= e_->plan.size()) return false;
+    const SnapshotImpl::PlanItem& item = e_->plan[pos_++];
+    const SnapshotImpl::BlockRef& b = e_->blocks[item.block];
+    const BlockHeader& h = *b.header;
+    ASSIGN_OR_RETURN(Payload p, snap_->ReadPayload(b));
+    const auto& v = p.view;
+    const size_t n = item.all_rows ? v.count() : item.rows.size();
+    auto row = [&](size_t i) { return item.all_rows ? static_cast<uint32_t>(i) : item.rows[i]; };
+    batch->count = n;
+    const bool fixed = !IsVarLength(h.dtype) && !h.variable_shape;
+    if (item.all_rows) {
+      batch->owner = p.owner;
+      batch->steps = {reinterpret_cast<const int64_t*>(v.steps_data()), n};
+      if (v.run_encoding() == format::RunEncoding::kInt) {
+        batch->int_runs = {reinterpret_cast<const int64_t*>(v.int_runs_data()), n};
+      }
+    }
+    // Columns that cannot be views are gathered into one owned buffer.
+    const bool gather_keys = !item.all_rows || v.run_encoding() != format::RunEncoding::kInt;
+    std::shared_ptr<char> keys;
+    if (gather_keys) {
+      keys = AlignedBuffer(16 * n);
+      auto* ir = reinterpret_cast<int64_t*>(keys.get());
+      auto* st = ir + n;
+      const bool strings = v.run_encoding() != format::RunEncoding::kInt;
+      if (strings) {
+        batch->run_is_string.resize(n);
+        batch->string_runs.resize(n);
+      }
+      for (size_t i = 0; i < n; ++i) {
+        const uint32_t r = row(i);
+        st[i] = v.step(r);
+        if (strings && v.run_is_string(r)) {
+          ir[i] = 0;
+          batch->run_is_string[i] = 1;
+          batch->string_runs[i] = std::string(v.run_string(r));
+        } else {
+          ir[i] = v.run_int(r);
+        }
+      }
+      batch->int_runs = {ir, n};
+      batch->steps = {st, n};
+    }
+    if (fixed) {
+      std::vector<int64_t> shape{static_cast<int64_t>(n)};
+      shape.insert(shape.end(), h.dims.begin(), h.dims.end());
+      const size_t rb = v.record_bytes();
+      if (item.all_rows) {
+        batch->values = Value(h.dtype, std::move(shape), v.fixed_values(), rb * n, p.owner, p.zero_copy);
+      } else {
+        auto buf = AlignedBuffer(rb * n);
+        for (size_t i = 0; i < n; ++i) std::memcpy(buf.get() + i * rb, v.fixed_values() + row(i) * rb, rb);
+        const char* data = buf.get();
+        batch->values = Value(h.dtype, std::move(shape), data, rb * n, std::move(buf), false);
+      }
+    } else {
+      batch->records.reserve(n);
+      for (size_t i = 0; i < n; ++i) batch->records.push_back(MakeRecordValue(h, p, row(i)));
+    }
+    if (keys) {
+      // The batch owns the gathered keys and, through the values, the payload.
+      struct Both {
+        std::shared_ptr<const void> a, b;
+      };
+      batch->owner = std::make_shared<Both>(Both{p.owner, keys});
+    }
+    return true;
+  }
+
+ private:
+  const SnapshotImpl* snap_;
+  const SnapshotImpl::SeriesEntry* e_;
+  size_t pos_ = 0;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<SeriesScanner>> SnapshotImpl::Scan(std::string_view name) const {
+  auto it = series_.find(name);
+  if (it == series_.end()) return Status::NotFound("series '" + std::string(name) + "' not found");
+  RETURN_IF_ERROR(EnsurePlan(*it->second));
+  return std::unique_ptr<SeriesScanner>(new ScannerImpl(this, it->second.get()));
+}
+
+Status SnapshotImpl::Verify(uint64_t* blocks_checked) const {
+  uint64_t n = 0;
+  for (uint32_t si = 0; si < segments_.size(); ++si) {
+    const auto& seg = *segments_[si];
+    for (uint32_t bi = 0; bi < seg.index.blocks.size(); ++bi) {
+      const auto& info = seg.index.blocks[bi];
+      // Verify re-reads even blocks already checked.
+      if (info.payload_offset + info.header.payload_len > seg.map->size()) {
+        return Status::Corruption(seg.file + ": offset " + std::to_string(info.payload_offset) +
+                                  ": block payload extends past the committed end");
+      }
+      std::string_view stored(seg.map->data() + info.payload_offset, info.header.payload_len);
+      RETURN_IF_ERROR(format::CheckPayload(stored, info, seg.file));
+      BlockRef b{si, bi, {}, info.frame_offset, &info.header};
+      ASSIGN_OR_RETURN(Payload p, ReadPayload(b));
+      (void)p;
+      ++n;
+      if (blocks_checked) *blocks_checked = n;
+    }
+  }
+  if (blocks_checked) *blocks_checked = n;
+  if (!conflicts_.empty()) return Status::Corruption(conflicts_.front());
+  return Status::OK();
+}
+
+StoreSchema SnapshotImpl::Schema() const {
+  StoreSchema s;
+  for (const auto& [name, e] : series_) {
+    s[name] = SeriesSchema{e->info.dtype, e->info.variable_shape, e->info.shape};
+  }
+  return s;
+}
+
+}  // namespace runstore

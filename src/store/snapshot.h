@@ -1,0 +1,113 @@
+// The Snapshot implementation: the committed blocks of every segment,
+// grouped by series, with lazily computed key resolution.
+#ifndef RUNSTORE_STORE_SNAPSHOT_H_
+#define RUNSTORE_STORE_SNAPSHOT_H_
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "format/block.h"
+#include "format/segment_reader.h"
+#include "runstore/env.h"
+#include "runstore/reader.h"
+#include "store/writer_impl.h"
+
+namespace runstore {
+
+// One segment as loaded: its index and a mapping of its committed bytes.
+// Immutable once built and shared by every snapshot that includes this state
+// of the file.
+struct LoadedSegment {
+  std::string file;  // "segments/<name>", for messages
+  std::shared_ptr<RandomAccessFile> handle;
+  format::SegmentIndex index;
+  std::shared_ptr<const MappedRegion> map;  // [0, index.committed_end)
+  // Checksums are verified once per block per loaded state, then trusted:
+  // committed bytes never change (invariant 4).
+  std::unique_ptr<std::atomic<bool>[]> verified;
+};
+
+// The order of a commit across all writers: commit time, then the segment's
+// rank among all segments sorted by (writer id, sequence).
+struct CommitOrder {
+  int64_t time_ns = 0;
+  uint32_t segment_rank = 0;
+  friend auto operator<=>(const CommitOrder&, const CommitOrder&) = default;
+};
+
+// A block's raw payload, parsed; keeps the bytes alive.
+struct Payload {
+  std::shared_ptr<const void> owner;
+  std::string_view bytes;
+  bool zero_copy = false;
+  format::BlockView view;
+};
+
+class SnapshotImpl final : public Snapshot {
+ public:
+  // Builds a snapshot of `segments`, sorted by (writer id, sequence).
+  static Result<std::shared_ptr<SnapshotImpl>> Build(
+      std::vector<std::shared_ptr<const LoadedSegment>> segments);
+
+  Result<std::vector<SeriesInfo>> ListSeries(bool include_reserved) const override;
+  Result<SeriesInfo> GetSeriesInfo(std::string_view name) const override;
+  Result<std::vector<RunId>> ListRuns() const override;
+  std::vector<SegmentInfo> ListSegments() const override;
+  Result<Value> Get(RunRef run, std::string_view name, int64_t step) const override;
+  Result<std::unique_ptr<SeriesScanner>> Scan(std::string_view name) const override;
+  Status Verify(uint64_t* blocks_checked) const override;
+
+  // The schema of every series, for writers' conflict checks.
+  StoreSchema Schema() const;
+  const std::vector<std::shared_ptr<const LoadedSegment>>& segments() const { return segments_; }
+
+  struct BlockRef {
+    uint32_t segment;  // index into segments_
+    uint32_t block;    // index into its index.blocks
+    CommitOrder commit;
+    uint64_t offset;   // frame offset: orders blocks within a commit
+    const format::BlockHeader* header;
+  };
+  // A visible subset of one block's records, in block order.
+  struct PlanItem {
+    uint32_t block;              // index into SeriesEntry::blocks
+    bool all_rows = true;
+    std::vector<uint32_t> rows;  // when !all_rows
+  };
+  struct SeriesEntry {
+    SeriesInfo info;
+    std::vector<BlockRef> blocks;           // sorted by (segment, offset)
+    std::vector<uint32_t> by_min_key;       // block indices sorted by min key
+    std::vector<format::Key> prefix_max;    // running max of max_key along by_min_key
+    mutable std::once_flag plan_once;
+    mutable Status plan_status;
+    mutable std::vector<PlanItem> plan;
+  };
+
+  Result<Payload> ReadPayload(const BlockRef& b) const;
+  Status EnsurePlan(const SeriesEntry& e) const;
+
+ private:
+  SnapshotImpl() = default;
+  bool HiddenByResume(const RunRef& run, int64_t step, const CommitOrder& order) const;
+  bool BlockMayBeHidden(const BlockRef& b) const;
+  Status ComputePlan(const SeriesEntry& e) const;
+
+  std::vector<std::shared_ptr<const LoadedSegment>> segments_;
+  std::map<std::string, std::unique_ptr<SeriesEntry>, std::less<>> series_;
+  // Resume markers: run -> (step, commit order of the marker).
+  std::map<RunId, std::vector<std::pair<int64_t, CommitOrder>>> resume_;
+  std::vector<std::string> conflicts_;
+  mutable std::once_flag runs_once_;
+  mutable Status runs_status_;
+  mutable std::vector<RunId> runs_;
+};
+
+}  // namespace runstore
+
+#endif  // RUNSTORE_STORE_SNAPSHOT_H_

@@ -1,0 +1,196 @@
+#include "runstore/store.h"
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+
+#include "format/format.h"
+#include "format/segment_reader.h"
+#include "store/snapshot.h"
+#include "store/writer_impl.h"
+
+namespace runstore {
+namespace {
+
+constexpr char kMarkerName[] = "RUNSTORE";
+constexpr char kSegmentsDir[] = "segments";
+
+std::string MarkerContents() {
+  return "runstore store\nformat_version " + std::to_string(kFormatVersion) + "\n";
+}
+
+// Parses the marker; NotSupported for a newer version.
+Status CheckMarker(const std::string& path, const std::string& contents) {
+  const std::string key = "format_version ";
+  size_t at = contents.find(key);
+  if (contents.rfind("runstore store\n", 0) != 0 || at == std::string::npos) {
+    return Status::Corruption(path + ": not a runstore marker file");
+  }
+  uint64_t v = std::strtoull(contents.c_str() + at + key.size(), nullptr, 10);
+  if (v == 0) return Status::Corruption(path + ": unreadable format version");
+  if (v > kFormatVersion) {
+    return Status::NotSupported(path + ": store format version " + std::to_string(v) +
+                                " is newer than this build of runstore, which reads versions 1 to " +
+                                std::to_string(kFormatVersion) + "; upgrade runstore");
+  }
+  return Status::OK();
+}
+
+std::string Parent(const std::string& path) {
+  size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+class StoreImpl final : public Store {
+ public:
+  StoreImpl(Env* env, std::string path, StoreOptions options)
+      : env_(env), path_(std::move(path)), options_(options) {}
+
+  const std::string& path() const override { return path_; }
+
+  Result<std::unique_ptr<Writer>> NewWriter(const WriterOptions& options) override {
+    if (options_.read_only) {
+      return Status::FailedPrecondition(path_ + ": store was opened read-only");
+    }
+    // The latest schema, so that a conflicting dtype is refused at Append.
+    ASSIGN_OR_RETURN(auto snap, Refresh());
+    return WriterImpl::Open(env_, path_ + "/" + kSegmentsDir, options,
+                            static_cast<const SnapshotImpl&>(*snap).Schema());
+  }
+
+  std::shared_ptr<const Snapshot> GetSnapshot() override {
+    std::lock_guard lk(mu_);
+    return current_;
+  }
+
+  Result<std::shared_ptr<const Snapshot>> Refresh() override {
+    std::lock_guard lk(mu_);
+    const std::string dir = path_ + "/" + kSegmentsDir;
+    ASSIGN_OR_RETURN(auto children, env_->GetChildren(dir));
+    std::sort(children.begin(), children.end());
+    std::map<std::string, std::shared_ptr<const LoadedSegment>> next;
+    for (const auto& name : children) {
+      std::string writer_id;
+      uint64_t seq;
+      if (!format::ParseSegmentFileName(name, &writer_id, &seq)) continue;
+      const std::string rel = std::string(kSegmentsDir) + "/" + name;
+      auto old = loaded_.find(name);
+      if (old != loaded_.end() && old->second->index.sealed) {
+        next[name] = old->second;
+        continue;
+      }
+      auto seg = std::make_shared<LoadedSegment>();
+      seg->file = rel;
+      if (old != loaded_.end()) {
+        seg->handle = old->second->handle;
+        seg->index = old->second->index;
+        RETURN_IF_ERROR(format::RefreshSegmentIndex(*seg->handle, rel, &seg->index));
+        if (seg->index.committed_end == old->second->index.committed_end &&
+            seg->index.sealed == old->second->index.sealed) {
+          next[name] = old->second;
+          continue;
+        }
+      } else {
+        auto handle = env_->NewRandomAccessFile(path_ + "/" + rel);
+        if (!handle.ok()) {
+          if (handle.status().code() == StatusCode::kNotFound) continue;  // removed meanwhile
+          return handle.status();
+        }
+        seg->handle = std::move(handle).value();
+        RETURN_IF_ERROR(format::LoadSegmentIndex(*seg->handle, rel, &seg->index));
+      }
+      if (seg->index.header.writer_id.empty()) {
+        seg->index.header.writer_id = writer_id;  // torn header of an empty segment
+        seg->index.header.sequence = seq;
+      }
+      ASSIGN_OR_RETURN(seg->map, seg->handle->Map(seg->index.committed_end));
+      seg->verified = std::make_unique<std::atomic<bool>[]>(seg->index.blocks.size());
+      next[name] = std::move(seg);
+    }
+    std::vector<std::shared_ptr<const LoadedSegment>> segs;
+    for (auto& [name, s] : next) segs.push_back(s);
+    ASSIGN_OR_RETURN(auto snap, SnapshotImpl::Build(std::move(segs)));
+    loaded_ = std::move(next);
+    current_ = std::move(snap);
+    return current_;
+  }
+
+ private:
+  Env* const env_;
+  const std::string path_;
+  const StoreOptions options_;
+  std::mutex mu_;
+  std::map<std::string, std::shared_ptr<const LoadedSegment>> loaded_;
+  std::shared_ptr<const Snapshot> current_;
+};
+
+// Creates the store's directory (and missing parents), marker and segments/.
+Status CreateStore(Env* env, const std::string& path) {
+  std::vector<std::string> missing;
+  for (std::string p = path; !p.empty() && p != "/" && p != ".";) {
+    Status s = env->FileExists(p);
+    if (s.ok()) break;
+    if (s.code() != StatusCode::kNotFound) return s;
+    missing.push_back(p);
+    p = Parent(p);
+  }
+  for (auto it = missing.rbegin(); it != missing.rend(); ++it) {
+    Status s = env->CreateDir(*it);
+    if (!s.ok() && s.code() != StatusCode::kAlreadyExists) return s.WithContext("creating store");
+  }
+  Status s = env->CreateDir(path + "/" + kSegmentsDir);
+  if (!s.ok() && s.code() != StatusCode::kAlreadyExists) return s.WithContext("creating store");
+  // segments/ must exist before the marker says this is a store.
+  RETURN_IF_ERROR(env->SyncDir(path));
+  RETURN_IF_ERROR(WriteFileAtomically(env, path + "/" + kMarkerName, MarkerContents()));
+  if (!missing.empty()) RETURN_IF_ERROR(env->SyncDir(Parent(path)));
+  return Status::OK();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Store>> Store::Open(const std::string& path_in, const StoreOptions& options) {
+  Env* env = options.env ? options.env : Env::Default();
+  if (path_in.empty()) return Status::InvalidArgument("store path is empty");
+  std::string path = path_in;
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  auto is_dir = env->IsDirectory(path);
+  if (!is_dir.ok()) {
+    if (is_dir.status().code() != StatusCode::kNotFound) return is_dir.status();
+    if (options.read_only || !options.create_if_missing) {
+      return Status::NotFound(path + ": no store here (the directory does not exist)");
+    }
+    RETURN_IF_ERROR(CreateStore(env, path));
+  } else if (!*is_dir) {
+    return Status::InvalidArgument(path + " is a regular file, not a store directory");
+  } else {
+    const std::string marker = path + "/" + kMarkerName;
+    Status exists = env->FileExists(marker);
+    if (exists.ok()) {
+      ASSIGN_OR_RETURN(std::string contents, ReadFileToString(env, marker));
+      RETURN_IF_ERROR(CheckMarker(marker, contents));
+      if (!env->IsDirectory(path + "/" + kSegmentsDir).ok()) {
+        return Status::Corruption(path + ": store has a marker but no segments/ directory");
+      }
+    } else if (exists.code() == StatusCode::kNotFound) {
+      ASSIGN_OR_RETURN(auto children, env->GetChildren(path));
+      if (!children.empty()) {
+        return Status::InvalidArgument(path + " is a directory that is not a runstore store (no " +
+                                       kMarkerName + " marker) and is not empty");
+      }
+      if (options.read_only || !options.create_if_missing) {
+        return Status::NotFound(path + ": empty directory, no store here");
+      }
+      RETURN_IF_ERROR(CreateStore(env, path));
+    } else {
+      return exists;
+    }
+  }
+  auto store = std::make_unique<StoreImpl>(env, path, options);
+  RETURN_IF_ERROR(store->Refresh().status());
+  return std::unique_ptr<Store>(std::move(store));
+}
+
+}  // namespace runstore

@@ -1,0 +1,555 @@
+#include "store/writer_impl.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <random>
+
+#include "format/format.h"
+#include "util/coding.h"
+
+namespace runstore {
+namespace {
+
+std::string ShapeString(std::span<const int64_t> shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(shape[i]);
+  }
+  return s + "]";
+}
+
+std::string DefaultWriterId(Env* env) {
+  char host[64] = {};
+  gethostname(host, sizeof(host) - 1);
+  std::string h;
+  for (char c : std::string(host)) {
+    if (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_') h += c;
+    if (h.size() >= 24) break;
+  }
+  if (h.empty()) h = "host";
+  std::random_device rd;
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "-%d-%08x%08x", static_cast<int>(getpid()),
+                static_cast<unsigned>(rd()), static_cast<unsigned>(env->NowNanos() & 0xffffffff));
+  return h + buf;
+}
+
+Status ValidateWriterId(const std::string& id) {
+  if (id.empty() || id.size() > format::kMaxWriterIdLength) {
+    return Status::InvalidArgument("writer id must be 1 to 64 characters, got " +
+                                   std::to_string(id.size()));
+  }
+  for (char c : id) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') {
+      return Status::InvalidArgument("writer id '" + id +
+                                     "' may only contain letters, digits, '.', '_' and '-'");
+    }
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Status CheckValue(std::string_view name, const ValueRef& v) {
+  if (!IsValidDType(static_cast<uint8_t>(v.dtype))) {
+    return Status::InvalidArgument("series '" + std::string(name) + "': invalid dtype " +
+                                   std::to_string(static_cast<int>(v.dtype)));
+  }
+  if (IsVarLength(v.dtype)) {
+    if (!v.shape.empty()) {
+      return Status::InvalidArgument("series '" + std::string(name) + "': a " +
+                                     std::string(DTypeName(v.dtype)) +
+                                     " value is one string (rank 0), got shape " +
+                                     ShapeString(v.shape));
+    }
+    if (v.nbytes > (1ull << 40)) return Status::InvalidArgument("value too large");
+    return Status::OK();
+  }
+  if (v.shape.size() > static_cast<size_t>(kMaxRank)) {
+    return Status::InvalidArgument("series '" + std::string(name) + "': rank " +
+                                   std::to_string(v.shape.size()) + " exceeds the limit of 32");
+  }
+  uint64_t n = DTypeSize(v.dtype);
+  for (int64_t d : v.shape) {
+    if (d < 0) {
+      return Status::InvalidArgument("series '" + std::string(name) + "': negative dimension in shape " +
+                                     ShapeString(v.shape));
+    }
+    if (d != 0 && n > (1ull << 48) / static_cast<uint64_t>(d)) {
+      return Status::InvalidArgument("series '" + std::string(name) + "': shape " +
+                                     ShapeString(v.shape) + " is too large");
+    }
+    n *= static_cast<uint64_t>(d);
+  }
+  if (n != v.nbytes) {
+    return Status::InvalidArgument("series '" + std::string(name) + "': shape " +
+                                   ShapeString(v.shape) + " of " + std::string(DTypeName(v.dtype)) +
+                                   " needs " + std::to_string(n) + " bytes, got " +
+                                   std::to_string(v.nbytes));
+  }
+  return Status::OK();
+}
+
+Status CheckValueAgainst(std::string_view name, const SeriesSchema& schema, const ValueRef& v) {
+  if (v.dtype != schema.dtype) {
+    return Status::InvalidArgument("series '" + std::string(name) + "' has dtype " +
+                                   std::string(DTypeName(schema.dtype)) + ", got " +
+                                   std::string(DTypeName(v.dtype)));
+  }
+  if (!schema.variable_shape && !std::equal(v.shape.begin(), v.shape.end(), schema.shape.begin(),
+                                            schema.shape.end())) {
+    return Status::InvalidArgument("series '" + std::string(name) + "' is fixed-shape " +
+                                   ShapeString(schema.shape) + ", got shape " +
+                                   ShapeString(v.shape) +
+                                   " (define it with variable_shape to mix shapes)");
+  }
+  return Status::OK();
+}
+
+Result<std::unique_ptr<Writer>> WriterImpl::Open(Env* env, std::string segments_dir,
+                                                 const WriterOptions& options_in,
+                                                 StoreSchema existing) {
+  WriterOptions options = options_in;
+  if (options.writer_id.empty()) options.writer_id = DefaultWriterId(env);
+  RETURN_IF_ERROR(ValidateWriterId(options.writer_id));
+  if (options.buffer_bytes < (1u << 16)) {
+    return Status::InvalidArgument("buffer_bytes must be at least 64 KiB, got " +
+                                   std::to_string(options.buffer_bytes));
+  }
+  if (options.commit_every_s < 0) return Status::InvalidArgument("commit_every_s is negative");
+  if (options.segment_bytes < (1u << 16)) {
+    return Status::InvalidArgument("segment_bytes must be at least 64 KiB");
+  }
+  // Blocks are a fraction of the buffer so that several series fit in it.
+  options.block_bytes = std::clamp<size_t>(options.block_bytes, 4096, options.buffer_bytes / 8);
+  options.large_value_bytes = std::max<size_t>(options.large_value_bytes, 4096);
+  Status w = env->CheckWritableDir(segments_dir);
+  if (!w.ok()) return w.WithContext("store is not writable");
+  // Continue this writer id's numbering, so a restarted writer that reuses its
+  // id never touches the segments of its previous life (invariant 4).
+  ASSIGN_OR_RETURN(auto children, env->GetChildren(segments_dir));
+  uint64_t next_seq = 1;
+  for (const auto& c : children) {
+    std::string id;
+    uint64_t seq;
+    if (format::ParseSegmentFileName(c, &id, &seq) && id == options.writer_id) {
+      next_seq = std::max(next_seq, seq + 1);
+    }
+  }
+  std::unique_ptr<WriterImpl> impl(
+      new WriterImpl(env, std::move(segments_dir), options, std::move(existing), next_seq));
+  return std::unique_ptr<Writer>(std::move(impl));
+}
+
+WriterImpl::WriterImpl(Env* env, std::string segments_dir, const WriterOptions& options,
+                       StoreSchema existing, uint64_t next_seq)
+    : env_(env),
+      segments_dir_(std::move(segments_dir)),
+      options_(options),
+      existing_(std::move(existing)),
+      next_seq_(next_seq) {
+  bg_ = std::thread([this] { BackgroundLoop(); });
+}
+
+WriterImpl::~WriterImpl() { (void)Close(); }
+
+Status WriterImpl::CheckUsableLocked() const {
+  if (closed_ || stopping_) return Status::FailedPrecondition("writer " + options_.writer_id + " is closed");
+  return bg_error_;
+}
+
+Status WriterImpl::DefineSeriesLocked(std::string_view name, const SeriesSchema& schema, Codec codec) {
+  if (auto it = existing_.find(std::string(name)); it != existing_.end()) {
+    const SeriesSchema& e = it->second;
+    if (e.dtype != schema.dtype || e.variable_shape != schema.variable_shape ||
+        (!e.variable_shape && e.shape != schema.shape)) {
+      return Status::InvalidArgument(
+          "series '" + std::string(name) + "' exists in the store as " +
+          std::string(DTypeName(e.dtype)) + (e.variable_shape ? " variable-shape" : " " + ShapeString(e.shape)) +
+          ", conflicting with " + std::string(DTypeName(schema.dtype)) +
+          (schema.variable_shape ? " variable-shape" : " " + ShapeString(schema.shape)));
+    }
+  }
+  auto s = std::make_unique<Series>();
+  s->name = std::string(name);
+  s->schema = schema;
+  s->codec = codec;
+  if (!IsVarLength(schema.dtype) && !schema.variable_shape) {
+    s->record_bytes = DTypeSize(schema.dtype);
+    for (int64_t d : schema.shape) s->record_bytes *= static_cast<size_t>(d);
+  }
+  series_.emplace(s->name, std::move(s));
+  return Status::OK();
+}
+
+Status WriterImpl::DefineSeries(std::string_view name, const SeriesOptions& o) {
+  RETURN_IF_ERROR(ValidateSeriesName(name, options_.allow_reserved_names));
+  SeriesSchema schema{o.dtype, o.variable_shape, o.variable_shape ? std::vector<int64_t>{} : o.shape};
+  if (!IsValidDType(static_cast<uint8_t>(o.dtype))) return Status::InvalidArgument("invalid dtype");
+  if (IsVarLength(o.dtype) && (!o.shape.empty() || o.variable_shape)) {
+    return Status::InvalidArgument("series '" + std::string(name) + "': " +
+                                   std::string(DTypeName(o.dtype)) + " values are rank 0");
+  }
+  for (int64_t d : schema.shape) {
+    if (d < 0) return Status::InvalidArgument("series '" + std::string(name) + "': negative dimension");
+  }
+  if (schema.shape.size() > static_cast<size_t>(kMaxRank)) return Status::InvalidArgument("rank exceeds 32");
+  std::lock_guard lk(mu_);
+  RETURN_IF_ERROR(CheckUsableLocked());
+  if (auto it = series_.find(std::string(name)); it != series_.end()) {
+    const SeriesSchema& e = it->second->schema;
+    if (e.dtype == schema.dtype && e.variable_shape == schema.variable_shape && e.shape == schema.shape) {
+      it->second->codec = o.codec;
+      return Status::OK();
+    }
+    return Status::InvalidArgument("series '" + std::string(name) +
+                                   "' was already written by this writer with another dtype or shape");
+  }
+  return DefineSeriesLocked(name, schema, o.codec);
+}
+
+Result<WriterImpl::Series*> WriterImpl::GetSeriesLocked(std::string_view name,
+                                                        const ValueRef* first_value) {
+  if (last_series_ != nullptr && last_series_->name == name) return last_series_;
+  auto it = series_.find(std::string(name));
+  if (it == series_.end()) {
+    RETURN_IF_ERROR(ValidateSeriesName(name, options_.allow_reserved_names || name == kResumeSeries));
+    SeriesSchema schema{first_value->dtype, false,
+                        std::vector<int64_t>(first_value->shape.begin(), first_value->shape.end())};
+    if (auto e = existing_.find(std::string(name)); e != existing_.end() && e->second.variable_shape) {
+      schema.variable_shape = true;  // adopt the store's variable-shape series
+      schema.shape.clear();
+    }
+    RETURN_IF_ERROR(DefineSeriesLocked(name, schema, options_.codec));
+    it = series_.find(std::string(name));
+  }
+  last_series_ = it->second.get();
+  return last_series_;
+}
+
+std::unique_ptr<format::BlockBuilder> WriterImpl::NewBuilderLocked(const Series& s) {
+  format::BlockSchema bs{s.name, s.schema.dtype, s.schema.variable_shape, s.schema.shape, s.codec};
+  if (!free_builders_.empty()) {
+    auto b = std::move(free_builders_.back());
+    free_builders_.pop_back();
+    pooled_bytes_ -= b->memory_bytes();
+    b->Reset(std::move(bs));
+    return b;
+  }
+  return std::make_unique<format::BlockBuilder>(std::move(bs));
+}
+
+void WriterImpl::FlushSeriesLocked(Series* s) {
+  if (!s->builder || s->builder->count() == 0) return;
+  Task t{Task::kBlock, std::move(s->builder)};
+  // The queued block is accounted at its real footprint (capacity).
+  const size_t mem = t.block->memory_bytes();
+  buffered_bytes_ += mem - std::min(mem, t.block->raw_bytes());
+  t.bytes = mem;
+  queue_.push_back(std::move(t));
+  cv_work_.notify_one();
+}
+
+void WriterImpl::FlushAllLocked() {
+  for (auto& [name, s] : series_) FlushSeriesLocked(s.get());
+}
+
+uint64_t WriterImpl::EnqueueCommitLocked() {
+  FlushAllLocked();
+  const uint64_t ticket = ++commit_requested_;
+  queue_.push_back(Task{Task::kCommit, nullptr, ticket});
+  bytes_since_commit_ = 0;
+  first_uncommitted_.reset();
+  cv_work_.notify_one();
+  return ticket;
+}
+
+Status WriterImpl::CommitLocked(std::unique_lock<std::mutex>& lk) {
+  RETURN_IF_ERROR(CheckUsableLocked());
+  const uint64_t ticket = EnqueueCommitLocked();
+  cv_done_.wait(lk, [&] { return commit_done_ >= ticket || !bg_error_.ok(); });
+  return bg_error_;
+}
+
+Status WriterImpl::Commit() {
+  std::unique_lock lk(mu_);
+  return CommitLocked(lk);
+}
+
+void WriterImpl::WaitForSpaceLocked(std::unique_lock<std::mutex>& lk) {
+  if (buffered_bytes_ + pooled_bytes_ <= options_.buffer_bytes) return;
+  // Pooled builders are only a cache: give their memory back first.
+  while (!free_builders_.empty() && buffered_bytes_ + pooled_bytes_ > options_.buffer_bytes) {
+    pooled_bytes_ -= free_builders_.back()->memory_bytes();
+    free_builders_.pop_back();
+  }
+  if (buffered_bytes_ <= options_.buffer_bytes) return;
+  // Hand partly filled blocks to the background thread so that it can free
+  // their memory, then wait for it (back-pressure).
+  FlushAllLocked();
+  const auto start = std::chrono::steady_clock::now();
+  ++stats_.backpressure_waits;
+  cv_done_.wait(lk, [&] {
+    return buffered_bytes_ <= options_.buffer_bytes / 2 || !bg_error_.ok() || queue_.empty();
+  });
+  stats_.backpressure_seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+void WriterImpl::AfterAppendLocked(std::unique_lock<std::mutex>& lk, size_t value_bytes) {
+  ++stats_.records_appended;
+  stats_.bytes_appended += value_bytes;
+  bytes_since_commit_ += value_bytes;
+  if (!first_uncommitted_ && options_.commit_every_s > 0) {
+    first_uncommitted_ = std::chrono::steady_clock::now();
+    cv_work_.notify_one();  // the background thread arms its timer
+  }
+  stats_.peak_buffered_bytes = std::max(stats_.peak_buffered_bytes, buffered_bytes_);
+  if (options_.commit_every_bytes > 0 && bytes_since_commit_ >= options_.commit_every_bytes) {
+    EnqueueCommitLocked();  // asynchronous: the appender does not wait for it
+  }
+  WaitForSpaceLocked(lk);
+}
+
+Status WriterImpl::AppendLocked(std::unique_lock<std::mutex>& lk, Series* s, const RunRef& run,
+                                int64_t step, const ValueRef& value) {
+  if (value.nbytes >= options_.large_value_bytes) return AppendLarge(lk, s, run, step, value);
+  if (!s->builder) {
+    s->builder = NewBuilderLocked(*s);
+  }
+  format::BlockBuilder* b = s->builder.get();
+  const size_t before = b->raw_bytes();
+  b->Add(run, step, value);
+  buffered_bytes_ += b->raw_bytes() - before;
+  if (b->raw_bytes() >= options_.block_bytes || b->count() >= (1u << 24)) FlushSeriesLocked(s);
+  AfterAppendLocked(lk, value.nbytes);
+  return Status::OK();
+}
+
+Status WriterImpl::AppendLarge(std::unique_lock<std::mutex>& lk, Series* s, const RunRef& run,
+                               int64_t step, const ValueRef& value) {
+  // Keep the series' blocks in append order: a later record of the same key
+  // must land later in the file (docs/format.md "Resolving keys").
+  FlushSeriesLocked(s);
+  auto block = std::make_unique<format::BlockBuilder>(
+      format::BlockSchema{s->name, s->schema.dtype, s->schema.variable_shape, s->schema.shape, s->codec});
+  block->AddBorrowed(run, step, value);
+  const uint64_t ticket = ++borrowed_requested_;
+  Task t{Task::kBlock, std::move(block), ticket, 0, true};
+  queue_.push_back(std::move(t));
+  cv_work_.notify_one();
+  // The value is written straight from the caller's memory: wait until it is.
+  cv_done_.wait(lk, [&] { return borrowed_done_ >= ticket || !bg_error_.ok(); });
+  RETURN_IF_ERROR(bg_error_);
+  AfterAppendLocked(lk, value.nbytes);
+  return Status::OK();
+}
+
+Status WriterImpl::Append(RunRef run, std::string_view name, int64_t step, const ValueRef& value) {
+  if (run.is_string) RETURN_IF_ERROR(ValidateRunId(run));
+  std::unique_lock lk(mu_);
+  RETURN_IF_ERROR(CheckUsableLocked());
+  ASSIGN_OR_RETURN(Series * s, GetSeriesLocked(name, &value));
+  if (s->record_bytes != 0 && value.dtype == s->schema.dtype && value.nbytes == s->record_bytes &&
+      value.shape.size() == s->schema.shape.size() &&
+      std::equal(value.shape.begin(), value.shape.end(), s->schema.shape.begin())) {
+    // Fast path: a fixed-shape numeric value of the series' exact type.
+  } else {
+    RETURN_IF_ERROR(CheckValue(name, value));
+    RETURN_IF_ERROR(CheckValueAgainst(name, s->schema, value));
+  }
+  return AppendLocked(lk, s, run, step, value);
+}
+
+Status WriterImpl::AppendBatch(std::span<const RunRef> runs, std::string_view name,
+                               std::span<const int64_t> steps, const ValueRef& values) {
+  const size_t n = runs.size();
+  if (steps.size() != n) {
+    return Status::InvalidArgument("AppendBatch of '" + std::string(name) + "': " + std::to_string(n) +
+                                   " runs but " + std::to_string(steps.size()) + " steps");
+  }
+  if (IsVarLength(values.dtype)) {
+    return Status::InvalidArgument("AppendBatch of '" + std::string(name) +
+                                   "': string and bytes values are appended one by one");
+  }
+  if (values.shape.empty() || static_cast<size_t>(values.shape[0]) != n) {
+    return Status::InvalidArgument("AppendBatch of '" + std::string(name) + "': values need a first dimension of " +
+                                   std::to_string(n) + ", got shape " + ShapeString(values.shape));
+  }
+  RETURN_IF_ERROR(CheckValue(name, values));
+  for (const RunRef& r : runs) {
+    if (r.is_string) RETURN_IF_ERROR(ValidateRunId(r));
+  }
+  if (n == 0) return Status::OK();
+  const size_t per = values.nbytes / n;
+  ValueRef one{values.dtype, values.shape.subspan(1), values.data, per};
+  std::unique_lock lk(mu_);
+  RETURN_IF_ERROR(CheckUsableLocked());
+  ASSIGN_OR_RETURN(Series * s, GetSeriesLocked(name, &one));
+  RETURN_IF_ERROR(CheckValueAgainst(name, s->schema, one));
+  const char* base = static_cast<const char*>(values.data);
+  for (size_t i = 0; i < n; ++i) {
+    one.data = base + i * per;
+    RETURN_IF_ERROR(CheckUsableLocked());
+    RETURN_IF_ERROR(AppendLocked(lk, s, runs[i], steps[i], one));
+  }
+  return Status::OK();
+}
+
+Status WriterImpl::Resume(RunRef run, int64_t step) {
+  if (run.is_string) RETURN_IF_ERROR(ValidateRunId(run));
+  std::unique_lock lk(mu_);
+  // The marker hides records of commits strictly before its own, so
+  // everything appended so far is committed first.
+  RETURN_IF_ERROR(CommitLocked(lk));
+  const ValueRef marker = ValueRef::Scalar(step);
+  ASSIGN_OR_RETURN(Series * s, GetSeriesLocked(kResumeSeries, &marker));
+  RETURN_IF_ERROR(AppendLocked(lk, s, run, step, marker));
+  return CommitLocked(lk);
+}
+
+Status WriterImpl::Close() {
+  {
+    std::unique_lock lk(mu_);
+    if (closed_) return bg_error_;
+    if (!stopping_) {
+      FlushAllLocked();
+      queue_.push_back(Task{Task::kSeal});
+      stopping_ = true;
+      cv_work_.notify_one();
+    }
+  }
+  if (bg_.joinable()) bg_.join();
+  std::lock_guard lk(mu_);
+  closed_ = true;
+  return bg_error_;
+}
+
+WriterStats WriterImpl::stats() const {
+  std::lock_guard lk(mu_);
+  return stats_;
+}
+
+Status WriterImpl::EnsureSegment() {
+  if (segment_) return Status::OK();
+  format::SegmentHeader h;
+  h.version = 1;
+  h.created_ns = env_->NowNanos();
+  h.sequence = next_seq_;
+  h.writer_id = options_.writer_id;
+  const std::string path = segments_dir_ + "/" + format::SegmentFileName(options_.writer_id, next_seq_);
+  auto seg = format::SegmentWriter::Create(env_, path, h);
+  if (!seg.ok()) {
+    if (seg.status().code() == StatusCode::kAlreadyExists) {
+      return Status::AlreadyExists(path + " exists: is another writer using id '" +
+                                   options_.writer_id + "'?");
+    }
+    return seg.status();
+  }
+  // The new name must be durable before any commit in it is acknowledged, or
+  // a power cut could lose the whole file.
+  RETURN_IF_ERROR(env_->SyncDir(segments_dir_));
+  ++next_seq_;
+  segment_ = std::move(seg).value();
+  return Status::OK();
+}
+
+Status WriterImpl::ProcessBlock(format::BlockBuilder* block) {
+  RETURN_IF_ERROR(EnsureSegment());
+  format::BlockHeader h;
+  block->Finish(&h, &pieces_);
+  const uint64_t before = segment_->size();
+  RETURN_IF_ERROR(segment_->AddBlock(&h, pieces_, options_.zstd_level));
+  std::lock_guard lk(mu_);
+  stats_.bytes_written += segment_->size() - before;
+  return Status::OK();
+}
+
+Status WriterImpl::CommitSegment() {
+  if (!segment_ || !segment_->has_uncommitted()) return Status::OK();
+  const int64_t now = std::max(env_->NowNanos(), last_commit_time_ + 1);
+  const uint64_t before = segment_->size();
+  RETURN_IF_ERROR(segment_->Commit(now));
+  last_commit_time_ = now;
+  std::lock_guard lk(mu_);
+  stats_.bytes_written += segment_->size() - before;
+  ++stats_.commits;
+  return Status::OK();
+}
+
+Status WriterImpl::SealSegment() {
+  if (!segment_) return Status::OK();
+  RETURN_IF_ERROR(CommitSegment());
+  RETURN_IF_ERROR(segment_->Seal());
+  segment_.reset();
+  std::lock_guard lk(mu_);
+  ++stats_.segments_sealed;
+  return Status::OK();
+}
+
+void WriterImpl::BackgroundLoop() {
+  std::unique_lock lk(mu_);
+  while (true) {
+    if (queue_.empty()) {
+      if (stopping_) break;
+      if (first_uncommitted_ && options_.commit_every_s > 0) {
+        const auto deadline = *first_uncommitted_ + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                        std::chrono::duration<double>(options_.commit_every_s));
+        if (cv_work_.wait_until(lk, deadline) == std::cv_status::timeout && queue_.empty() &&
+            first_uncommitted_ && std::chrono::steady_clock::now() >= deadline) {
+          EnqueueCommitLocked();
+        }
+      } else {
+        cv_work_.wait(lk);
+      }
+      continue;
+    }
+    Task t = std::move(queue_.front());
+    queue_.pop_front();
+    const bool failed = !bg_error_.ok();
+    lk.unlock();
+    Status s;
+    if (!failed) {
+      switch (t.kind) {
+        case Task::kBlock:
+          s = ProcessBlock(t.block.get());
+          // Roll the segment at its size target, or when its index would hold
+          // too much memory; the writer commits by itself to do so.
+          if (s.ok() && (segment_->size() >= options_.segment_bytes ||
+                         segment_->index_bytes() >= std::min<size_t>(options_.buffer_bytes / 8, 16u << 20))) {
+            s = SealSegment();
+          }
+          break;
+        case Task::kCommit:
+          s = CommitSegment();
+          break;
+        case Task::kSeal:
+          s = SealSegment();
+          break;
+      }
+    }
+    lk.lock();
+    if (!s.ok() && bg_error_.ok()) bg_error_ = s;
+    if (t.kind == Task::kBlock) {
+      buffered_bytes_ -= t.bytes;
+      if (t.borrowed) {
+        borrowed_done_ = t.ticket;
+      } else if (t.block && buffered_bytes_ + pooled_bytes_ + t.block->memory_bytes() <=
+                                options_.buffer_bytes &&
+                 free_builders_.size() < 4) {
+        pooled_bytes_ += t.block->memory_bytes();
+        free_builders_.push_back(std::move(t.block));
+      }
+    } else if (t.kind == Task::kCommit) {
+      commit_done_ = t.ticket;
+    }
+    cv_done_.notify_all();
+  }
+  // Anyone still waiting learns that the writer is gone.
+  cv_done_.notify_all();
+}
+
+}  // namespace runstore

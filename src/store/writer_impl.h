@@ -1,0 +1,133 @@
+// The Writer implementation: column buffers per series, a queue of finished
+// blocks, and one background thread that owns the open segment.
+#ifndef RUNSTORE_STORE_WRITER_IMPL_H_
+#define RUNSTORE_STORE_WRITER_IMPL_H_
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "format/block.h"
+#include "format/segment_writer.h"
+#include "runstore/env.h"
+#include "runstore/writer.h"
+
+namespace runstore {
+
+// The shape of a series as the store knows it, for conflict checks.
+struct SeriesSchema {
+  DType dtype = DType::kFloat64;
+  bool variable_shape = false;
+  std::vector<int64_t> shape;
+};
+using StoreSchema = std::unordered_map<std::string, SeriesSchema>;
+
+// Reserved series holding resume markers (docs/format.md "Resolving keys").
+inline constexpr std::string_view kResumeSeries = "~resume";
+
+// Describes a mismatch of `value` against `schema`, or returns OK.
+Status CheckValueAgainst(std::string_view name, const SeriesSchema& schema, const ValueRef& value);
+// Checks a value by itself: valid dtype, rank, dimensions and byte count.
+Status CheckValue(std::string_view name, const ValueRef& value);
+
+class WriterImpl final : public Writer {
+ public:
+  // `segments_dir` is the store's segments/ directory; `existing` the schema
+  // of the series already in the store.
+  static Result<std::unique_ptr<Writer>> Open(Env* env, std::string segments_dir,
+                                              const WriterOptions& options, StoreSchema existing);
+  ~WriterImpl() override;
+
+  Status DefineSeries(std::string_view name, const SeriesOptions& options) override;
+  Status Append(RunRef run, std::string_view name, int64_t step, const ValueRef& value) override;
+  Status AppendBatch(std::span<const RunRef> runs, std::string_view name,
+                     std::span<const int64_t> steps, const ValueRef& values) override;
+  Status Resume(RunRef run, int64_t step) override;
+  Status Commit() override;
+  Status Close() override;
+  const std::string& writer_id() const override { return options_.writer_id; }
+  WriterStats stats() const override;
+
+ private:
+  struct Series {
+    std::string name;
+    SeriesSchema schema;
+    Codec codec = Codec::kNone;
+    size_t record_bytes = 0;  // fixed-shape numeric only
+    std::unique_ptr<format::BlockBuilder> builder;
+  };
+  struct Task {
+    enum Kind { kBlock, kCommit, kSeal } kind;
+    std::unique_ptr<format::BlockBuilder> block;
+    uint64_t ticket = 0;      // commit ticket, or borrowed-block ticket
+    size_t bytes = 0;         // accounted in buffered_bytes_
+    bool borrowed = false;
+  };
+
+  WriterImpl(Env* env, std::string segments_dir, const WriterOptions& options, StoreSchema existing,
+             uint64_t next_seq);
+
+  Status CheckUsableLocked() const;
+  Result<Series*> GetSeriesLocked(std::string_view name, const ValueRef* first_value);
+  Status DefineSeriesLocked(std::string_view name, const SeriesSchema& schema, Codec codec);
+  Status AppendLocked(std::unique_lock<std::mutex>& lk, Series* s, const RunRef& run, int64_t step,
+                      const ValueRef& value);
+  Status AppendLarge(std::unique_lock<std::mutex>& lk, Series* s, const RunRef& run, int64_t step,
+                     const ValueRef& value);
+  std::unique_ptr<format::BlockBuilder> NewBuilderLocked(const Series& s);
+  void FlushSeriesLocked(Series* s);
+  void FlushAllLocked();
+  uint64_t EnqueueCommitLocked();
+  Status CommitLocked(std::unique_lock<std::mutex>& lk);
+  void WaitForSpaceLocked(std::unique_lock<std::mutex>& lk);
+  void AfterAppendLocked(std::unique_lock<std::mutex>& lk, size_t value_bytes);
+
+  void BackgroundLoop();
+  Status ProcessBlock(format::BlockBuilder* block);
+  Status CommitSegment();
+  Status SealSegment();
+  Status EnsureSegment();
+
+  Env* const env_;
+  const std::string segments_dir_;
+  WriterOptions options_;
+  const StoreSchema existing_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_work_;  // the background thread waits here
+  std::condition_variable cv_done_;  // appenders and committers wait here
+  std::deque<Task> queue_;
+  std::unordered_map<std::string, std::unique_ptr<Series>> series_;
+  Series* last_series_ = nullptr;
+  std::vector<std::unique_ptr<format::BlockBuilder>> free_builders_;
+  size_t buffered_bytes_ = 0;
+  size_t pooled_bytes_ = 0;
+  uint64_t bytes_since_commit_ = 0;
+  std::optional<std::chrono::steady_clock::time_point> first_uncommitted_;
+  uint64_t commit_requested_ = 0;
+  uint64_t commit_done_ = 0;
+  uint64_t borrowed_requested_ = 0;
+  uint64_t borrowed_done_ = 0;
+  Status bg_error_;
+  bool stopping_ = false;
+  bool closed_ = false;
+  WriterStats stats_;
+  std::thread bg_;
+
+  // Owned by the background thread.
+  std::unique_ptr<format::SegmentWriter> segment_;
+  uint64_t next_seq_;
+  int64_t last_commit_time_ = 0;
+  std::vector<std::string_view> pieces_;
+};
+
+}  // namespace runstore
+
+#endif  // RUNSTORE_STORE_WRITER_IMPL_H_

@@ -1,0 +1,74 @@
+// Little-endian fixed-width encoding, as every integer in docs/format.md is.
+#ifndef RUNSTORE_UTIL_CODING_H_
+#define RUNSTORE_UTIL_CODING_H_
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <string_view>
+
+namespace runstore {
+
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+              "runstore's format is little-endian; big-endian hosts need byte swaps here");
+
+template <typename T>
+inline void EncodeFixed(char* dst, T v) {
+  std::memcpy(dst, &v, sizeof(T));
+}
+template <typename T>
+inline T DecodeFixed(const char* src) {
+  T v;
+  std::memcpy(&v, src, sizeof(T));
+  return v;
+}
+template <typename T>
+inline void PutFixed(std::string* dst, T v) {
+  dst->append(reinterpret_cast<const char*>(&v), sizeof(T));
+}
+
+inline constexpr uint64_t AlignUp(uint64_t n, uint64_t a) { return (n + a - 1) / a * a; }
+
+// Appends a u16 length and the bytes.
+inline void PutString16(std::string* dst, std::string_view s) {
+  PutFixed<uint16_t>(dst, static_cast<uint16_t>(s.size()));
+  dst->append(s);
+}
+
+// A bounds-checked cursor over bytes read from a file: every Get fails rather
+// than reading past the end, so a hostile length cannot make a read overrun.
+class Decoder {
+ public:
+  Decoder(std::string_view data) : p_(data.data()), end_(data.data() + data.size()) {}  // NOLINT
+  template <typename T>
+  bool Get(T* v) {
+    if (static_cast<size_t>(end_ - p_) < sizeof(T)) return false;
+    std::memcpy(v, p_, sizeof(T));
+    p_ += sizeof(T);
+    return true;
+  }
+  bool GetBytes(size_t n, std::string_view* v) {
+    if (static_cast<size_t>(end_ - p_) < n) return false;
+    *v = std::string_view(p_, n);
+    p_ += n;
+    return true;
+  }
+  bool GetString16(std::string_view* v) {
+    uint16_t n;
+    return Get(&n) && GetBytes(n, v);
+  }
+  bool Skip(size_t n) {
+    if (static_cast<size_t>(end_ - p_) < n) return false;
+    p_ += n;
+    return true;
+  }
+  size_t remaining() const { return static_cast<size_t>(end_ - p_); }
+
+ private:
+  const char* p_;
+  const char* end_;
+};
+
+}  // namespace runstore
+
+#endif  // RUNSTORE_UTIL_CODING_H_
