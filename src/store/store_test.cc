@@ -1,6 +1,8 @@
 #include "runstore/store.h"
 
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <numeric>
 #include <random>
 
@@ -9,18 +11,27 @@
 namespace runstore {
 namespace {
 
+namespace fs = std::filesystem;
 using ::runstore::testing::StatusIs;
 using ::runstore::testing::StatusIsWith;
 using ::runstore::testing::TempDir;
 
 class StoreTest : public ::testing::Test {
  protected:
+  std::string StorePath() const { return dir_.path() + "/store"; }
   std::unique_ptr<Store> Open(StoreOptions o = {}) {
-    auto s = Store::Open(dir_.path() + "/store", o);
+    auto s = Store::Open(StorePath(), o);
     EXPECT_TRUE(s.ok()) << s.status().ToString();
-    return std::move(s).value();
+    return s.ok() ? std::move(s).value() : nullptr;
+  }
+  // Copies the store as a crash would leave it: whatever is in the files now.
+  std::string CopyStore() {
+    std::string to = dir_.path() + "/copy" + std::to_string(copies_++);
+    fs::copy(StorePath(), to, fs::copy_options::recursive);
+    return to;
   }
   TempDir dir_;
+  int copies_ = 0;
 };
 
 TEST_F(StoreTest, ScalarRoundTripThroughSeal) {
@@ -54,6 +65,504 @@ TEST_F(StoreTest, ScalarRoundTripThroughSeal) {
   }
   EXPECT_EQ(total, 100u);
   EXPECT_THAT(snap->Get(1000, "loss", 0), StatusIs(StatusCode::kNotFound));
+  auto segs = snap->ListSegments();
+  ASSERT_EQ(segs.size(), 1u);
+  EXPECT_TRUE(segs[0].sealed);
+}
+
+// One value of every dtype and shape kind, through every codec and run kind,
+// read back from a sealed segment and from an unsealed one (a crashed writer).
+struct Case {
+  Codec codec;
+  bool string_runs;
+  bool seal;
+};
+
+class RoundTripTest : public StoreTest, public ::testing::WithParamInterface<Case> {};
+
+template <typename T>
+std::vector<char> Bytes(const std::vector<T>& v) {
+  std::vector<char> b(v.size() * sizeof(T));
+  std::memcpy(b.data(), v.data(), b.size());
+  return b;
+}
+
+struct Expected {
+  std::string name;
+  DType dtype;
+  std::vector<int64_t> shape;
+  std::vector<char> bytes;
+};
+
+std::vector<Expected> MakeValues(int run, int step) {
+  std::vector<Expected> out;
+  auto add = [&](std::string name, DType d, std::vector<int64_t> shape, std::vector<char> bytes) {
+    out.push_back({std::move(name), d, std::move(shape), std::move(bytes)});
+  };
+  const int k = run * 31 + step;
+  add("bool", DType::kBool, {}, {static_cast<char>(k % 2)});
+  add("i8", DType::kInt8, {}, Bytes(std::vector<int8_t>{static_cast<int8_t>(-k)}));
+  add("i16", DType::kInt16, {}, Bytes(std::vector<int16_t>{static_cast<int16_t>(-300 * k)}));
+  add("i32", DType::kInt32, {}, Bytes(std::vector<int32_t>{-70000 * k}));
+  add("i64", DType::kInt64, {}, Bytes(std::vector<int64_t>{-(int64_t{1} << 40) * k}));
+  add("u8", DType::kUInt8, {}, Bytes(std::vector<uint8_t>{static_cast<uint8_t>(k)}));
+  add("u16", DType::kUInt16, {}, Bytes(std::vector<uint16_t>{static_cast<uint16_t>(k * 300)}));
+  add("u32", DType::kUInt32, {}, Bytes(std::vector<uint32_t>{static_cast<uint32_t>(k) * 70000u}));
+  add("u64", DType::kUInt64, {}, Bytes(std::vector<uint64_t>{~uint64_t{0} - k}));
+  add("f32", DType::kFloat32, {}, Bytes(std::vector<float>{k * 0.25f}));
+  add("f64", DType::kFloat64, {}, Bytes(std::vector<double>{k * 1e-3}));
+  std::vector<float> m(12);
+  std::iota(m.begin(), m.end(), static_cast<float>(k));
+  add("matrix", DType::kFloat32, {3, 4}, Bytes(m));
+  std::vector<int16_t> var(static_cast<size_t>(k % 5 + 1) * 2);
+  std::iota(var.begin(), var.end(), static_cast<int16_t>(k));
+  add("ragged", DType::kInt16, {static_cast<int64_t>(var.size() / 2), 2}, Bytes(var));
+  std::string s = "résumé " + std::to_string(k) + std::string(static_cast<size_t>(k % 7), 'x');
+  add("text", DType::kString, {}, std::vector<char>(s.begin(), s.end()));
+  std::string b = std::string("\0\xff", 2) + std::to_string(k);
+  add("blob", DType::kBytes, {}, std::vector<char>(b.begin(), b.end()));
+  std::vector<double> big(1 << 17);  // 1 MiB: the large-value path
+  std::iota(big.begin(), big.end(), static_cast<double>(k));
+  if (step == 0) add("big", DType::kFloat64, {1 << 17}, Bytes(big));
+  return out;
+}
+
+RunId RunFor(int i, bool strings) {
+  if (strings && i % 2 == 1) return RunId("run-" + std::to_string(i));
+  return RunId(int64_t{i});
+}
+
+TEST_P(RoundTripTest, EveryDTypeShapeCodecAndRunKind) {
+  const Case c = GetParam();
+  auto store = Open();
+  WriterOptions wo;
+  wo.codec = c.codec;
+  wo.writer_id = "rt";
+  ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter(wo));
+  ASSERT_OK(w->DefineSeries("ragged", SeriesOptions{DType::kInt16, {}, true, c.codec}));
+  constexpr int kRuns = 7, kSteps = 3;
+  for (int run = 0; run < kRuns; ++run) {
+    for (int step = 0; step < kSteps; ++step) {
+      for (const Expected& e : MakeValues(run, step)) {
+        ValueRef v{e.dtype, e.shape, e.bytes.data(), e.bytes.size()};
+        ASSERT_OK(w->Append(RunFor(run, c.string_runs), e.name, step, v));
+      }
+    }
+  }
+  std::string path = StorePath();
+  if (c.seal) {
+    ASSERT_OK(w->Close());
+  } else {
+    ASSERT_OK(w->Commit());
+    path = CopyStore();  // the files as a kill -9 right now would leave them
+    ASSERT_OK(w->Close());
+  }
+  ASSERT_OK_AND_ASSIGN(auto reopened, Store::Open(path, {.read_only = true}));
+  auto snap = reopened->GetSnapshot();
+  ASSERT_EQ(snap->ListSegments().size(), 1u);
+  EXPECT_EQ(snap->ListSegments()[0].sealed, c.seal);
+  for (int run = 0; run < kRuns; ++run) {
+    for (int step = 0; step < kSteps; ++step) {
+      for (const Expected& e : MakeValues(run, step)) {
+        SCOPED_TRACE(e.name + " run " + std::to_string(run) + " step " + std::to_string(step));
+        ASSERT_OK_AND_ASSIGN(Value v, snap->Get(RunFor(run, c.string_runs), e.name, step));
+        EXPECT_EQ(v.dtype(), e.dtype);
+        EXPECT_EQ(v.shape(), e.shape);
+        ASSERT_EQ(v.nbytes(), e.bytes.size());
+        EXPECT_EQ(std::memcmp(v.data(), e.bytes.data(), e.bytes.size()), 0);
+        if (!IsVarLength(e.dtype)) {
+          EXPECT_EQ(reinterpret_cast<uintptr_t>(v.data()) % DTypeSize(e.dtype), 0u);
+        }
+        if (e.name == "big") {
+          EXPECT_EQ(reinterpret_cast<uintptr_t>(v.data()) % 64, 0u) << "large payloads are 64-byte aligned";
+          if (c.codec == Codec::kNone) {
+            EXPECT_TRUE(v.zero_copy());
+          }
+        }
+      }
+    }
+  }
+  // Scans agree with Get.
+  ASSERT_OK_AND_ASSIGN(auto series, snap->ListSeries());
+  EXPECT_EQ(series.size(), MakeValues(0, 0).size());
+  for (const SeriesInfo& info : series) {
+    SCOPED_TRACE(info.name);
+    ASSERT_OK_AND_ASSIGN(auto scanner, snap->Scan(info.name));
+    ScanBatch b;
+    uint64_t seen = 0;
+    while (true) {
+      ASSERT_OK_AND_ASSIGN(bool more, scanner->Next(&b));
+      if (!more) break;
+      for (size_t i = 0; i < b.count; ++i) {
+        ASSERT_OK_AND_ASSIGN(Value g, snap->Get(b.run(i), info.name, b.steps[i]));
+        std::string_view scanned;
+        if (b.records.empty()) {
+          const size_t rb = b.values.nbytes() / b.count;
+          scanned = std::string_view(b.values.data() + i * rb, rb);
+        } else {
+          scanned = std::string_view(b.records[i].data(), b.records[i].nbytes());
+        }
+        EXPECT_EQ(scanned, std::string_view(g.data(), g.nbytes()));
+      }
+      seen += b.count;
+    }
+    EXPECT_EQ(seen, info.count);
+  }
+  uint64_t checked = 0;
+  EXPECT_OK(snap->Verify(&checked));
+  EXPECT_GT(checked, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllKinds, RoundTripTest,
+    ::testing::Values(Case{Codec::kNone, false, true}, Case{Codec::kNone, true, false},
+                      Case{Codec::kLz4, false, false}, Case{Codec::kLz4, true, true},
+                      Case{Codec::kZstd, false, true}, Case{Codec::kZstd, true, false},
+                      Case{Codec::kNone, false, false}, Case{Codec::kZstd, true, true}),
+    [](const auto& info) {
+      return std::string(CodecName(info.param.codec)) + (info.param.string_runs ? "_MixedRuns" : "_IntRuns") +
+             (info.param.seal ? "_Sealed" : "_Unsealed");
+    });
+
+TEST_F(StoreTest, UncommittedRecordsOfACrashedWriterAreInvisible) {
+  auto store = Open();
+  WriterOptions wo;
+  wo.block_bytes = 4096;  // blocks reach the file before the commit
+  ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter(wo));
+  for (int i = 0; i < 1000; ++i) ASSERT_OK(w->Append(i, "x", 0, double(i)));
+  ASSERT_OK(w->Commit());
+  for (int i = 1000; i < 5000; ++i) ASSERT_OK(w->Append(i, "x", 0, double(i)));
+  // Let the background thread write some uncommitted blocks.
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  std::string crashed = CopyStore();
+  ASSERT_OK_AND_ASSIGN(auto reader, Store::Open(crashed, {.read_only = true}));
+  ASSERT_OK_AND_ASSIGN(SeriesInfo info, reader->GetSnapshot()->GetSeriesInfo("x"));
+  EXPECT_EQ(info.count, 1000u);
+  EXPECT_THAT(reader->GetSnapshot()->Get(1500, "x", 0), StatusIs(StatusCode::kNotFound));
+}
+
+TEST_F(StoreTest, RefreshSeesCommitsOfARunningWriter) {
+  auto store = Open();
+  ASSERT_OK_AND_ASSIGN(auto reader, Store::Open(StorePath(), {.read_only = true}));
+  ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter({}));
+  ASSERT_OK(w->Append("a", "x", 0, 1.0));
+  ASSERT_OK(w->Commit());
+  auto before = reader->GetSnapshot();
+  ASSERT_OK_AND_ASSIGN(auto after, reader->Refresh());
+  EXPECT_THAT(before->Get("a", "x", 0), StatusIs(StatusCode::kNotFound));
+  ASSERT_OK_AND_ASSIGN(Value v, after->Get("a", "x", 0));
+  EXPECT_EQ(v.scalar<double>(), 1.0);
+  ASSERT_OK(w->Append("a", "x", 1, 2.0));
+  ASSERT_OK(w->Commit());
+  ASSERT_OK_AND_ASSIGN(auto third, reader->Refresh());
+  EXPECT_OK(third->Get("a", "x", 1).status());
+  EXPECT_OK(after->Get("a", "x", 0).status());  // snapshots stay repeatable
+  EXPECT_THAT(after->Get("a", "x", 1), StatusIs(StatusCode::kNotFound));
+  ASSERT_OK(w->Close());
+  ASSERT_OK_AND_ASSIGN(auto sealed, reader->Refresh());
+  EXPECT_TRUE(sealed->ListSegments()[0].sealed);
+  EXPECT_OK(sealed->Get("a", "x", 1).status());
+}
+
+TEST_F(StoreTest, LaterCommitWinsForTheSameKey) {
+  auto store = Open();
+  ASSERT_OK_AND_ASSIGN(auto w1, store->NewWriter({.writer_id = "first"}));
+  ASSERT_OK_AND_ASSIGN(auto w2, store->NewWriter({.writer_id = "second"}));
+  ASSERT_OK(w2->Append(1, "x", 0, 10.0));
+  ASSERT_OK(w2->Commit());
+  ASSERT_OK(w1->Append(1, "x", 0, 20.0));  // later commit, from a writer that sorts first
+  ASSERT_OK(w1->Commit());
+  ASSERT_OK(w1->Append(2, "x", 0, 1.0));
+  ASSERT_OK(w1->Append(2, "x", 0, 2.0));  // same commit: the later append wins
+  ASSERT_OK(w1->Commit());
+  ASSERT_OK(w1->Close());
+  ASSERT_OK(w2->Close());
+  ASSERT_OK_AND_ASSIGN(auto snap, store->Refresh());
+  ASSERT_OK_AND_ASSIGN(Value v, snap->Get(1, "x", 0));
+  EXPECT_EQ(v.scalar<double>(), 20.0);
+  ASSERT_OK_AND_ASSIGN(Value v2, snap->Get(2, "x", 0));
+  EXPECT_EQ(v2.scalar<double>(), 2.0);
+  ASSERT_OK_AND_ASSIGN(SeriesInfo info, snap->GetSeriesInfo("x"));
+  EXPECT_EQ(info.count, 2u);
+  ASSERT_OK_AND_ASSIGN(auto scanner, snap->Scan("x"));
+  ScanBatch b;
+  std::map<int64_t, double> seen;
+  while (*scanner->Next(&b)) {
+    for (size_t i = 0; i < b.count; ++i) {
+      EXPECT_FALSE(seen.count(b.int_runs[i])) << "duplicate run " << b.int_runs[i];
+      seen[b.int_runs[i]] = b.values.as<double>()[i];
+    }
+  }
+  EXPECT_EQ(seen, (std::map<int64_t, double>{{1, 20.0}, {2, 2.0}}));
+}
+
+TEST_F(StoreTest, ResumeHidesLaterSteps) {
+  auto store = Open();
+  {
+    ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter({.writer_id = "before"}));
+    for (int step = 0; step < 100; ++step) ASSERT_OK(w->Append("rl", "reward", step, double(step)));
+    ASSERT_OK(w->Append("other", "reward", 80, -1.0));
+    ASSERT_OK(w->Commit());
+    // Preempted here: a checkpoint exists at step 70.
+  }
+  ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter({.writer_id = "after"}));
+  ASSERT_OK(w->Resume("rl", 70));
+  for (int step = 70; step < 90; ++step) ASSERT_OK(w->Append("rl", "reward", step, 1000.0 + step));
+  ASSERT_OK(w->Close());
+  ASSERT_OK_AND_ASSIGN(auto snap, store->Refresh());
+  ASSERT_OK_AND_ASSIGN(SeriesInfo info, snap->GetSeriesInfo("reward"));
+  EXPECT_EQ(info.count, 90u + 1u);
+  EXPECT_EQ(snap->Get("rl", "reward", 69)->scalar<double>(), 69.0);
+  EXPECT_EQ(snap->Get("rl", "reward", 70)->scalar<double>(), 1070.0);
+  EXPECT_EQ(snap->Get("rl", "reward", 89)->scalar<double>(), 1089.0);
+  EXPECT_THAT(snap->Get("rl", "reward", 95), StatusIs(StatusCode::kNotFound));
+  EXPECT_EQ(snap->Get("other", "reward", 80)->scalar<double>(), -1.0);
+  std::map<int64_t, int> per_step;
+  ASSERT_OK_AND_ASSIGN(auto scanner, snap->Scan("reward"));
+  ScanBatch b;
+  while (*scanner->Next(&b)) {
+    for (size_t i = 0; i < b.count; ++i) {
+      if (b.run(i) == RunId("rl")) per_step[b.steps[i]]++;
+    }
+  }
+  EXPECT_EQ(per_step.size(), 90u);
+  for (auto [step, n] : per_step) EXPECT_EQ(n, 1) << "step " << step;
+  ASSERT_OK_AND_ASSIGN(auto names, snap->ListSeries());
+  EXPECT_EQ(names.size(), 1u) << "the reserved ~resume series is not listed";
+}
+
+TEST_F(StoreTest, SegmentsRollAtTheirSizeTarget) {
+  auto store = Open();
+  WriterOptions wo;
+  wo.segment_bytes = 1 << 16;
+  wo.block_bytes = 8192;
+  ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter(wo));
+  for (int i = 0; i < 50000; ++i) ASSERT_OK(w->Append(i % 13, "x", i, double(i)));
+  ASSERT_OK(w->Close());
+  EXPECT_GE(w->stats().segments_sealed, 5u);
+  ASSERT_OK_AND_ASSIGN(auto snap, store->Refresh());
+  EXPECT_GE(snap->ListSegments().size(), 5u);
+  for (const auto& s : snap->ListSegments()) EXPECT_TRUE(s.sealed);
+  ASSERT_OK_AND_ASSIGN(SeriesInfo info, snap->GetSeriesInfo("x"));
+  EXPECT_EQ(info.count, 50000u);
+  EXPECT_EQ(snap->Get(49998 % 13, "x", 49998)->scalar<double>(), 49998.0);
+}
+
+TEST_F(StoreTest, AutoCommitBySecondsAndBytes) {
+  auto store = Open();
+  ASSERT_OK_AND_ASSIGN(auto reader, Store::Open(StorePath(), {.read_only = true}));
+  ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter({.commit_every_s = 0.05}));
+  ASSERT_OK(w->Append(1, "x", 0, 1.0));
+  bool seen = false;
+  for (int i = 0; i < 200 && !seen; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    seen = (*reader->Refresh())->Get(1, "x", 0).ok();
+  }
+  EXPECT_TRUE(seen) << "record not committed by time";
+  ASSERT_OK_AND_ASSIGN(auto w2, store->NewWriter({.commit_every_bytes = 1 << 12}));
+  for (int i = 0; i < 2000; ++i) ASSERT_OK(w2->Append(i, "y", 0, double(i)));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_GE(w2->stats().commits, 2u);
+}
+
+TEST_F(StoreTest, AppendIsSafeFromSeveralThreads) {
+  auto store = Open();
+  WriterOptions wo;
+  wo.buffer_bytes = 1 << 20;  // small: threads hit back-pressure
+  ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter(wo));
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 20000; ++i) {
+        ASSERT_OK(w->Append(t, "x", i, double(t * 1000000 + i)));
+        if (i % 5000 == 0) ASSERT_OK(w->Commit());
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  ASSERT_OK(w->Close());
+  ASSERT_OK_AND_ASSIGN(auto snap, store->Refresh());
+  ASSERT_OK_AND_ASSIGN(SeriesInfo info, snap->GetSeriesInfo("x"));
+  EXPECT_EQ(info.count, 80000u);
+  for (int t = 0; t < 4; ++t) EXPECT_EQ(snap->Get(t, "x", 19999)->scalar<double>(), t * 1000000 + 19999);
+}
+
+TEST_F(StoreTest, MemoryIsBoundedByTheBuffer) {
+  auto store = Open();
+  WriterOptions wo;
+  wo.buffer_bytes = 1 << 20;
+  ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter(wo));
+  std::vector<double> arr(1024);
+  for (int i = 0; i < 20000; ++i) {
+    ASSERT_OK(w->Append(i, "v", 0, ValueRef::Array<double>(arr.data(), std::vector<int64_t>{1024})));
+    ASSERT_OK(w->Append(i, "s", 0, double(i)));
+  }
+  ASSERT_OK(w->Close());
+  const WriterStats st = w->stats();
+  std::printf("[ figures  ] appended %.1f MiB through a 1 MiB buffer: peak buffered %.2f MiB, %llu waits\n",
+              st.bytes_appended / 1048576.0, st.peak_buffered_bytes / 1048576.0,
+              static_cast<unsigned long long>(st.backpressure_waits));
+  EXPECT_LE(st.peak_buffered_bytes, wo.buffer_bytes + (64u << 10));
+  EXPECT_GT(st.backpressure_waits, 0u);
+}
+
+// ---- Bad input: specific errors, nothing committed lost ----
+
+TEST_F(StoreTest, ConflictingDTypeOrShapeIsRefusedAndCommittedDataSurvives) {
+  auto store = Open();
+  {
+    ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter({}));
+    ASSERT_OK(w->Append(1, "loss", 0, 1.5));
+    std::vector<float> a(6);
+    ASSERT_OK(w->Append(1, "img", 0, ValueRef::Array<float>(a.data(), std::vector<int64_t>{2, 3})));
+    EXPECT_THAT(w->Append(2, "loss", 0, int32_t{3}), StatusIsWith(StatusCode::kInvalidArgument, "dtype float64"));
+    EXPECT_THAT(w->Append(2, "img", 0, ValueRef::Array<float>(a.data(), std::vector<int64_t>{3, 2})),
+                StatusIsWith(StatusCode::kInvalidArgument, "fixed-shape [2, 3]"));
+    EXPECT_THAT(w->Append(2, "img", 0, ValueRef{DType::kFloat32, std::vector<int64_t>{2, 3}, a.data(), 8}),
+                StatusIsWith(StatusCode::kInvalidArgument, "needs 24 bytes"));
+    ASSERT_OK(w->Close());
+  }
+  ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter({}));
+  EXPECT_THAT(w->Append(3, "loss", 0, int64_t{3}), StatusIsWith(StatusCode::kInvalidArgument, "float64"));
+  EXPECT_THAT(w->DefineSeries("loss", SeriesOptions{DType::kFloat32}),
+              StatusIsWith(StatusCode::kInvalidArgument, "exists in the store"));
+  ASSERT_OK(w->Append(3, "loss", 0, 2.5));
+  ASSERT_OK(w->Close());
+  ASSERT_OK_AND_ASSIGN(auto snap, store->Refresh());
+  EXPECT_EQ(snap->Get(1, "loss", 0)->scalar<double>(), 1.5);
+  EXPECT_EQ(snap->Get(3, "loss", 0)->scalar<double>(), 2.5);
+  EXPECT_EQ(snap->GetSeriesInfo("loss")->count, 2u);
+}
+
+TEST_F(StoreTest, BadNamesAndRunIdsAreRefused) {
+  auto store = Open();
+  ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter({}));
+  EXPECT_THAT(w->Append(1, "", 0, 1.0), StatusIsWith(StatusCode::kInvalidArgument, "empty"));
+  EXPECT_THAT(w->Append(1, std::string(256, 'n'), 0, 1.0),
+              StatusIsWith(StatusCode::kInvalidArgument, "longer than the limit of 255"));
+  EXPECT_THAT(w->Append(1, "~secret", 0, 1.0), StatusIsWith(StatusCode::kInvalidArgument, "reserved"));
+  EXPECT_THAT(w->Append(1, std::string("a\xff", 2), 0, 1.0), StatusIsWith(StatusCode::kInvalidArgument, "UTF-8"));
+  EXPECT_THAT(w->Append(std::string(300, 'r'), "x", 0, 1.0),
+              StatusIsWith(StatusCode::kInvalidArgument, "run id of 300 bytes"));
+  EXPECT_OK(w->Append(std::string(255, 'r'), "x", 0, 1.0));
+  EXPECT_OK(w->Append(1, std::string(255, 'n'), 0, 1.0));
+  ASSERT_OK(w->Close());
+  EXPECT_THAT(w->Append(1, "x", 0, 1.0), StatusIs(StatusCode::kFailedPrecondition));
+  ASSERT_OK_AND_ASSIGN(auto snap, store->Refresh());
+  EXPECT_OK(snap->Get(std::string(255, 'r'), "x", 0).status());
+}
+
+TEST_F(StoreTest, StorePathThatIsARegularFileIsRefused) {
+  std::ofstream(dir_.path() + "/file") << "hello";
+  EXPECT_THAT(Store::Open(dir_.path() + "/file", {}),
+              StatusIsWith(StatusCode::kInvalidArgument, "is a regular file"));
+  fs::create_directory(dir_.path() + "/other");
+  std::ofstream(dir_.path() + "/other/data.csv") << "a,b";
+  EXPECT_THAT(Store::Open(dir_.path() + "/other", {}),
+              StatusIsWith(StatusCode::kInvalidArgument, "not a runstore store"));
+  EXPECT_THAT(Store::Open(dir_.path() + "/missing", {.read_only = true}),
+              StatusIs(StatusCode::kNotFound));
+}
+
+TEST_F(StoreTest, NewerFormatVersionIsRefused) {
+  Open();
+  std::ofstream(StorePath() + "/RUNSTORE", std::ios::trunc) << "runstore store\nformat_version 7\n";
+  EXPECT_THAT(Store::Open(StorePath(), {}), StatusIsWith(StatusCode::kNotSupported, "reads versions 1 to 1"));
+}
+
+TEST_F(StoreTest, SegmentOfNewerVersionIsRefused) {
+  auto store = Open();
+  {
+    ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter({.writer_id = "w"}));
+    ASSERT_OK(w->Append(1, "x", 0, 1.0));
+    ASSERT_OK(w->Close());
+  }
+  // Rewrite the header with version 2 and a valid checksum: a newer writer.
+  std::string seg = StorePath() + "/segments/w-00000001.rss";
+  std::fstream f(seg, std::ios::in | std::ios::out | std::ios::binary);
+  std::string header(128, '\0');
+  f.read(header.data(), 128);
+  header[8] = 2;
+  f.seekp(8);
+  f.put(2);
+  f.close();
+  auto r = Store::Open(StorePath(), {.read_only = true});
+  // The header checksum no longer matches either; a checksummed v2 header is
+  // refused as NotSupported (see format tests); here, damage is Corruption.
+  EXPECT_FALSE(r.ok());
+  EXPECT_TRUE(r.status().code() == StatusCode::kNotSupported ||
+              r.status().code() == StatusCode::kCorruption)
+      << r.status().ToString();
+  EXPECT_NE(r.status().message().find("w-00000001.rss"), std::string::npos);
+}
+
+TEST_F(StoreTest, ForeignFileInSegmentsIsCorruption) {
+  auto store = Open();
+  std::ofstream(StorePath() + "/segments/x-00000001.rss") << std::string(4096, 'A');
+  auto r = Store::Open(StorePath(), {.read_only = true});
+  EXPECT_THAT(r, StatusIsWith(StatusCode::kCorruption, "not a runstore segment"));
+  // Unrelated names are ignored.
+  fs::remove(StorePath() + "/segments/x-00000001.rss");
+  std::ofstream(StorePath() + "/segments/notes.txt") << "hi";
+  EXPECT_OK(Store::Open(StorePath(), {.read_only = true}).status());
+}
+
+TEST_F(StoreTest, ReadOnlyStoreRefusesWriters) {
+  Open();
+  ASSERT_OK_AND_ASSIGN(auto ro, Store::Open(StorePath(), {.read_only = true}));
+  EXPECT_THAT(ro->NewWriter({}), StatusIs(StatusCode::kFailedPrecondition));
+}
+
+TEST_F(StoreTest, ReadOnlyDirectoryGivesIOError) {
+  if (geteuid() == 0) {
+    // root ignores permission bits; use a read-only bind of the idea instead:
+    // a segments/ that is a file makes the directory unusable for writers.
+    GTEST_SKIP() << "running as root: permission bits are not enforced";
+  }
+  auto store = Open();
+  fs::permissions(StorePath() + "/segments", fs::perms::owner_read | fs::perms::owner_exec);
+  EXPECT_THAT(store->NewWriter({}), StatusIs(StatusCode::kIOError));
+  fs::permissions(StorePath() + "/segments", fs::perms::owner_all);
+}
+
+TEST_F(StoreTest, WriterIdInUseIsRefused) {
+  auto store = Open();
+  ASSERT_OK_AND_ASSIGN(auto a, store->NewWriter({.writer_id = "same"}));
+  ASSERT_OK_AND_ASSIGN(auto b, store->NewWriter({.writer_id = "same"}));
+  ASSERT_OK(a->Append(1, "x", 0, 1.0));
+  ASSERT_OK(a->Commit());
+  ASSERT_OK(b->Append(2, "x", 0, 1.0));
+  EXPECT_THAT(b->Commit(), StatusIs(StatusCode::kAlreadyExists));
+  ASSERT_OK(a->Close());
+  // A restarted writer with the same id continues the numbering.
+  ASSERT_OK_AND_ASSIGN(auto c, store->NewWriter({.writer_id = "same"}));
+  ASSERT_OK(c->Append(3, "x", 0, 1.0));
+  ASSERT_OK(c->Close());
+  ASSERT_OK_AND_ASSIGN(auto snap, store->Refresh());
+  EXPECT_EQ(snap->GetSeriesInfo("x")->count, 2u);
+}
+
+TEST_F(StoreTest, AppendBatchMatchesSingleAppends) {
+  auto store = Open();
+  ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter({}));
+  std::vector<RunRef> runs;
+  std::vector<int64_t> steps;
+  std::vector<double> vals(1000 * 3);
+  for (int i = 0; i < 1000; ++i) {
+    runs.push_back(RunRef(int64_t{i}));
+    steps.push_back(i % 10);
+    for (int j = 0; j < 3; ++j) vals[i * 3 + j] = i + j * 0.1;
+  }
+  std::vector<int64_t> shape{1000, 3};
+  ASSERT_OK(w->AppendBatch(runs, "v", steps, ValueRef::Array<double>(vals.data(), shape)));
+  std::vector<int64_t> bad_shape{999, 3};
+  EXPECT_THAT(w->AppendBatch(runs, "v", steps, ValueRef::Array<double>(vals.data(), bad_shape)),
+              StatusIsWith(StatusCode::kInvalidArgument, "first dimension of 1000"));
+  ASSERT_OK(w->Close());
+  ASSERT_OK_AND_ASSIGN(auto snap, store->Refresh());
+  ASSERT_OK_AND_ASSIGN(Value v, snap->Get(500, "v", 0));
+  EXPECT_EQ(v.shape(), (std::vector<int64_t>{3}));
+  EXPECT_EQ(v.as<double>()[2], 500.2);
 }
 
 }  // namespace

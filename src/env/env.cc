@@ -1,0 +1,64 @@
+// Helpers declared in runstore/env.h that work over any Env.
+#include "runstore/env.h"
+
+#include <string>
+#include <string_view>
+
+namespace runstore {
+namespace {
+
+// The directory that holds `path`: "a/b/c" -> "a/b", "/c" -> "/", "c" -> ".".
+std::string ParentDir(const std::string& path) {
+  std::string_view p = path;
+  while (p.size() > 1 && p.back() == '/') p.remove_suffix(1);
+  const size_t slash = p.rfind('/');
+  if (slash == std::string_view::npos) return ".";
+  if (slash == 0) return "/";
+  return std::string(p.substr(0, slash));
+}
+
+}  // namespace
+
+Result<std::string> ReadFileToString(Env* env, const std::string& path) {
+  ASSIGN_OR_RETURN(const std::unique_ptr<RandomAccessFile> file, env->NewRandomAccessFile(path));
+  ASSIGN_OR_RETURN(const uint64_t size, file->Size());
+  std::string contents;
+  contents.resize(size);
+  std::string_view got;
+  RETURN_IF_ERROR(file->Read(0, contents.size(), contents.data(), &got));
+  // Read may hand back bytes it holds elsewhere instead of filling scratch.
+  if (got.data() != contents.data()) contents.assign(got);
+  contents.resize(got.size());  // the file may have shrunk since Size()
+  return contents;
+}
+
+Status WriteFileAtomically(Env* env, const std::string& path, std::string_view contents) {
+  // The order is the publish protocol (DESIGN.md invariant 5), and each step
+  // guards against a specific crash:
+  //  - Sync before the rename: otherwise the rename can reach the disk before
+  //    the data, and a crash leaves `path` naming an empty or partial file
+  //    where the old, complete one used to be.
+  //  - Rename rather than write in place: a reader or a crash sees the old
+  //    contents or the new, never a mixture.
+  //  - SyncDir after the rename: until then the rename itself may be lost and
+  //    `path` may revert to the old contents after a crash; callers that
+  //    report success must not return before it.
+  const std::string tmp = path + ".tmp";
+  Status s = [&]() -> Status {
+    ASSIGN_OR_RETURN(const std::unique_ptr<WritableFile> file,
+                     env->NewWritableFile(tmp, /*exclusive=*/false));
+    RETURN_IF_ERROR(file->Append(contents));
+    RETURN_IF_ERROR(file->Sync());
+    RETURN_IF_ERROR(file->Close());
+    return env->RenameFile(tmp, path);
+  }();
+  if (!s.ok()) {
+    // Best effort: a leftover .tmp is harmless (the next attempt truncates
+    // it) but untidy.
+    (void)env->RemoveFile(tmp);
+    return s;
+  }
+  return env->SyncDir(ParentDir(path));
+}
+
+}  // namespace runstore

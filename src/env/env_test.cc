@@ -1,0 +1,382 @@
+// Tests of the Env contract (runstore/env.h), run against the POSIX env in a
+// fresh temporary directory and against the in-memory env.
+#include "runstore/env.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "testing/test_util.h"
+
+namespace runstore {
+namespace {
+
+using ::runstore::testing::StatusIs;
+using ::testing::HasSubstr;
+using ::testing::UnorderedElementsAre;
+
+enum class EnvKind { kPosix, kMem };
+
+class EnvTest : public ::testing::TestWithParam<EnvKind> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == EnvKind::kPosix) {
+      temp_dir_ = std::make_unique<testing::TempDir>();
+      env_ = Env::Default();
+      root_ = temp_dir_->path();
+    } else {
+      mem_env_ = NewMemEnv();
+      env_ = mem_env_.get();
+      root_ = "/test";
+      ASSERT_OK(env_->CreateDir(root_));
+    }
+  }
+
+  std::string Path(std::string_view name) const { return root_ + "/" + std::string(name); }
+
+  void WriteFile(const std::string& path, std::string_view contents) {
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<WritableFile> file,
+                         env_->NewWritableFile(path, /*exclusive=*/false));
+    ASSERT_OK(file->Append(contents));
+    ASSERT_OK(file->Close());
+  }
+
+  std::string ReadAll(const std::string& path) {
+    Result<std::string> contents = ReadFileToString(env_, path);
+    EXPECT_TRUE(contents.ok()) << contents.status().ToString();
+    return contents.ok() ? *contents : std::string();
+  }
+
+  std::unique_ptr<testing::TempDir> temp_dir_;  // kPosix; removes the tree
+  std::unique_ptr<Env> mem_env_;                // kMem
+  Env* env_ = nullptr;
+  std::string root_;
+};
+
+INSTANTIATE_TEST_SUITE_P(AllEnvs, EnvTest, ::testing::Values(EnvKind::kPosix, EnvKind::kMem),
+                         [](const ::testing::TestParamInfo<EnvKind>& info) {
+                           return info.param == EnvKind::kPosix ? "Posix" : "Mem";
+                         });
+
+TEST_P(EnvTest, AppendedBytesReadBackWithTheirSize) {
+  const std::string path = Path("f");
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<WritableFile> file, env_->NewWritableFile(path, true));
+  EXPECT_EQ(file->Size(), 0u);
+  ASSERT_OK(file->Append("hello"));
+  const std::string_view pieces[] = {", ", "", "world", "!"};
+  ASSERT_OK(file->Append(pieces));
+  EXPECT_EQ(file->Size(), 13u);
+  ASSERT_OK(file->Sync());
+  ASSERT_OK(file->Close());
+
+  ASSERT_OK_AND_ASSIGN(uint64_t size, env_->GetFileSize(path));
+  EXPECT_EQ(size, 13u);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<RandomAccessFile> reader, env_->NewRandomAccessFile(path));
+  ASSERT_OK_AND_ASSIGN(uint64_t reader_size, reader->Size());
+  EXPECT_EQ(reader_size, 13u);
+  char scratch[16];
+  std::string_view got;
+  ASSERT_OK(reader->Read(7, 5, scratch, &got));
+  EXPECT_EQ(got, "world");
+  EXPECT_EQ(ReadAll(path), "hello, world!");
+}
+
+TEST_P(EnvTest, AppendOfMorePiecesThanIovMaxWritesThemAllInOrder) {
+  std::vector<std::string> storage;
+  std::vector<std::string_view> pieces;
+  std::string expected;
+  for (int i = 0; i < 5000; ++i) storage.push_back(std::to_string(i) + ",");
+  for (const std::string& s : storage) {
+    pieces.push_back(s);
+    expected += s;
+  }
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<WritableFile> file,
+                       env_->NewWritableFile(Path("many"), true));
+  ASSERT_OK(file->Append(pieces));
+  EXPECT_EQ(file->Size(), expected.size());
+  ASSERT_OK(file->Close());
+  EXPECT_EQ(ReadAll(Path("many")), expected);
+}
+
+TEST_P(EnvTest, ReadPastEndOfFileIsShortNotAnError) {
+  WriteFile(Path("f"), "0123456789");
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<RandomAccessFile> reader,
+                       env_->NewRandomAccessFile(Path("f")));
+  char scratch[32];
+  std::string_view got;
+  ASSERT_OK(reader->Read(7, 10, scratch, &got));
+  EXPECT_EQ(got, "789");
+  ASSERT_OK(reader->Read(10, 10, scratch, &got));
+  EXPECT_TRUE(got.empty());
+  ASSERT_OK(reader->Read(1000, 10, scratch, &got));
+  EXPECT_TRUE(got.empty());
+}
+
+TEST_P(EnvTest, OpenReaderSeesLaterAppends) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<WritableFile> writer,
+                       env_->NewWritableFile(Path("growing"), true));
+  ASSERT_OK(writer->Append("abc"));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<RandomAccessFile> reader,
+                       env_->NewRandomAccessFile(Path("growing")));
+  ASSERT_OK_AND_ASSIGN(uint64_t size, reader->Size());
+  EXPECT_EQ(size, 3u);
+  ASSERT_OK(writer->Append("defg"));
+  ASSERT_OK_AND_ASSIGN(size, reader->Size());
+  EXPECT_EQ(size, 7u);
+  char scratch[8];
+  std::string_view got;
+  ASSERT_OK(reader->Read(0, 8, scratch, &got));
+  EXPECT_EQ(got, "abcdefg");
+}
+
+TEST_P(EnvTest, MappingOutlivesTheFileObjectAndTheName) {
+  WriteFile(Path("m"), "mapped bytes here");
+  std::shared_ptr<const MappedRegion> region;
+  {
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<RandomAccessFile> reader,
+                         env_->NewRandomAccessFile(Path("m")));
+    ASSERT_OK_AND_ASSIGN(region, reader->Map(12));
+  }
+  ASSERT_OK(env_->RemoveFile(Path("m")));
+  ASSERT_EQ(region->size(), 12u);
+  EXPECT_EQ(std::string_view(region->data(), region->size()), "mapped bytes");
+}
+
+TEST_P(EnvTest, MappedBytesStayFixedWhileTheFileGrows) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<WritableFile> writer,
+                       env_->NewWritableFile(Path("m"), true));
+  ASSERT_OK(writer->Append("first"));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<RandomAccessFile> reader,
+                       env_->NewRandomAccessFile(Path("m")));
+  ASSERT_OK_AND_ASSIGN(std::shared_ptr<const MappedRegion> region, reader->Map(5));
+  ASSERT_OK(writer->Append(std::string(10000, 'x')));
+  ASSERT_OK(writer->Close());
+  ASSERT_EQ(region->size(), 5u);
+  EXPECT_EQ(std::string_view(region->data(), region->size()), "first");
+}
+
+TEST_P(EnvTest, MapOfZeroBytesIsEmptyAndPastTheEndIsInvalidArgument) {
+  WriteFile(Path("m"), "abc");
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<RandomAccessFile> reader,
+                       env_->NewRandomAccessFile(Path("m")));
+  ASSERT_OK_AND_ASSIGN(std::shared_ptr<const MappedRegion> empty, reader->Map(0));
+  EXPECT_EQ(empty->size(), 0u);
+  EXPECT_THAT(reader->Map(4), StatusIs(StatusCode::kInvalidArgument));
+}
+
+TEST_P(EnvTest, ExclusiveCreateOfExistingFileIsAlreadyExists) {
+  WriteFile(Path("f"), "keep me");
+  Result<std::unique_ptr<WritableFile>> again = env_->NewWritableFile(Path("f"), true);
+  EXPECT_EQ(again.status().code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(again.status().sys_errno(), EEXIST);
+  EXPECT_EQ(ReadAll(Path("f")), "keep me");
+}
+
+TEST_P(EnvTest, NonExclusiveCreateTruncatesExistingFile) {
+  WriteFile(Path("f"), "old contents");
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<RandomAccessFile> reader,
+                       env_->NewRandomAccessFile(Path("f")));
+  WriteFile(Path("f"), "new");
+  EXPECT_EQ(ReadAll(Path("f")), "new");
+  // The same file, as O_TRUNC gives: an open reader sees the new length.
+  ASSERT_OK_AND_ASSIGN(uint64_t size, reader->Size());
+  EXPECT_EQ(size, 3u);
+}
+
+TEST_P(EnvTest, MissingPathsAreNotFoundWithEnoent) {
+  const std::string missing = Path("missing");
+  const std::string in_missing_dir = Path("no-such-dir/f");
+  const auto expect_not_found = [](const Status& s, const char* what) {
+    EXPECT_EQ(s.code(), StatusCode::kNotFound) << what << ": " << s.ToString();
+    EXPECT_EQ(s.sys_errno(), ENOENT) << what;
+  };
+  expect_not_found(env_->NewRandomAccessFile(missing).status(), "NewRandomAccessFile");
+  expect_not_found(env_->FileExists(missing), "FileExists");
+  expect_not_found(env_->IsDirectory(missing).status(), "IsDirectory");
+  expect_not_found(env_->GetFileSize(missing).status(), "GetFileSize");
+  expect_not_found(env_->GetChildren(missing).status(), "GetChildren");
+  expect_not_found(env_->RemoveFile(missing), "RemoveFile");
+  expect_not_found(env_->RenameFile(missing, Path("to")), "RenameFile");
+  expect_not_found(env_->SyncDir(missing), "SyncDir");
+  expect_not_found(env_->NewWritableFile(in_missing_dir, false).status(), "NewWritableFile");
+  expect_not_found(env_->NewWritableFile(in_missing_dir, true).status(), "NewWritableFile excl");
+  expect_not_found(env_->CreateDir(in_missing_dir), "CreateDir");
+  expect_not_found(ReadFileToString(env_, missing).status(), "ReadFileToString");
+  expect_not_found(WriteFileAtomically(env_, in_missing_dir, "x"), "WriteFileAtomically");
+}
+
+TEST_P(EnvTest, ErrorMessagesNameThePathAndTheCause) {
+  const Status s = env_->NewRandomAccessFile(Path("missing")).status();
+  EXPECT_THAT(s.message(), HasSubstr(Path("missing")));
+  EXPECT_THAT(s.message(), HasSubstr("No such file or directory"));
+  const Status rename = env_->RenameFile(Path("missing"), Path("target"));
+  EXPECT_THAT(rename.message(), HasSubstr(Path("missing")));
+  EXPECT_THAT(rename.message(), HasSubstr(Path("target")));
+}
+
+TEST_P(EnvTest, CreateDirMakesADirectoryOnceOnly) {
+  ASSERT_OK(env_->CreateDir(Path("d")));
+  ASSERT_OK_AND_ASSIGN(bool is_dir, env_->IsDirectory(Path("d")));
+  EXPECT_TRUE(is_dir);
+  ASSERT_OK(env_->FileExists(Path("d")));
+  EXPECT_THAT(env_->CreateDir(Path("d")), StatusIs(StatusCode::kAlreadyExists));
+  WriteFile(Path("f"), "x");
+  ASSERT_OK_AND_ASSIGN(is_dir, env_->IsDirectory(Path("f")));
+  EXPECT_FALSE(is_dir);
+  EXPECT_THAT(env_->CreateDir(Path("f")), StatusIs(StatusCode::kAlreadyExists));
+  ASSERT_OK(env_->SyncDir(Path("d")));
+  WriteFile(Path("d/inner"), "y");
+  EXPECT_EQ(ReadAll(Path("d/inner")), "y");
+}
+
+TEST_P(EnvTest, GetChildrenListsNamesOfFilesAndDirectories) {
+  ASSERT_OK_AND_ASSIGN(std::vector<std::string> none, env_->GetChildren(root_));
+  EXPECT_TRUE(none.empty());
+  WriteFile(Path("a"), "1");
+  WriteFile(Path("b"), "2");
+  ASSERT_OK(env_->CreateDir(Path("sub")));
+  WriteFile(Path("sub/nested"), "3");
+  ASSERT_OK_AND_ASSIGN(std::vector<std::string> children, env_->GetChildren(root_));
+  EXPECT_THAT(children, UnorderedElementsAre("a", "b", "sub"));
+  ASSERT_OK_AND_ASSIGN(children, env_->GetChildren(Path("sub")));
+  EXPECT_THAT(children, UnorderedElementsAre("nested"));
+}
+
+TEST_P(EnvTest, RenameReplacesTargetWhileItsReaderKeepsOldBytes) {
+  WriteFile(Path("from"), "new contents");
+  WriteFile(Path("to"), "old");
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<RandomAccessFile> old_reader,
+                       env_->NewRandomAccessFile(Path("to")));
+  ASSERT_OK(env_->RenameFile(Path("from"), Path("to")));
+  EXPECT_THAT(env_->FileExists(Path("from")), StatusIs(StatusCode::kNotFound));
+  EXPECT_EQ(ReadAll(Path("to")), "new contents");
+  char scratch[8];
+  std::string_view got;
+  ASSERT_OK(old_reader->Read(0, 8, scratch, &got));
+  EXPECT_EQ(got, "old");
+}
+
+TEST_P(EnvTest, RemoveFileRemovesTheName) {
+  WriteFile(Path("f"), "x");
+  ASSERT_OK(env_->RemoveFile(Path("f")));
+  EXPECT_THAT(env_->FileExists(Path("f")), StatusIs(StatusCode::kNotFound));
+  EXPECT_THAT(env_->RemoveFile(Path("f")), StatusIs(StatusCode::kNotFound));
+}
+
+TEST_P(EnvTest, WriteFileAtomicallyPublishesAndReplacesWithoutLeftovers) {
+  ASSERT_OK(WriteFileAtomically(env_, Path("marker"), "version 1"));
+  EXPECT_EQ(ReadAll(Path("marker")), "version 1");
+  ASSERT_OK(WriteFileAtomically(env_, Path("marker"), "version 2, longer"));
+  EXPECT_EQ(ReadAll(Path("marker")), "version 2, longer");
+  ASSERT_OK(WriteFileAtomically(env_, Path("empty"), ""));
+  EXPECT_EQ(ReadAll(Path("empty")), "");
+  ASSERT_OK_AND_ASSIGN(std::vector<std::string> children, env_->GetChildren(root_));
+  EXPECT_THAT(children, UnorderedElementsAre("marker", "empty"));
+}
+
+TEST_P(EnvTest, ClosedFileRefusesFurtherCallsWithFailedPrecondition) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<WritableFile> file, env_->NewWritableFile(Path("f"), true));
+  ASSERT_OK(file->Append("x"));
+  ASSERT_OK(file->Close());
+  EXPECT_THAT(file->Append("y"), StatusIs(StatusCode::kFailedPrecondition));
+  EXPECT_THAT(file->Sync(), StatusIs(StatusCode::kFailedPrecondition));
+  EXPECT_THAT(file->Close(), StatusIs(StatusCode::kFailedPrecondition));
+  EXPECT_EQ(ReadAll(Path("f")), "x");
+}
+
+TEST_P(EnvTest, CheckWritableDirAcceptsDirectoriesOnly) {
+  ASSERT_OK(env_->CheckWritableDir(root_));
+  EXPECT_THAT(env_->CheckWritableDir(Path("missing")), StatusIs(StatusCode::kNotFound));
+  WriteFile(Path("f"), "x");
+  const Status not_dir = env_->CheckWritableDir(Path("f"));
+  EXPECT_EQ(not_dir.code(), StatusCode::kIOError);
+  EXPECT_EQ(not_dir.sys_errno(), ENOTDIR);
+}
+
+TEST_P(EnvTest, NowNanosIsWallClockTime) {
+  const int64_t kYear2020 = int64_t{1577836800} * 1000000000;
+  const int64_t a = env_->NowNanos();
+  const int64_t b = env_->NowNanos();
+  EXPECT_GT(a, kYear2020);
+  EXPECT_GE(b, a);
+}
+
+TEST_P(EnvTest, ReaderRunsConcurrentlyWithTheWriter) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<WritableFile> writer,
+                       env_->NewWritableFile(Path("f"), true));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<RandomAccessFile> reader,
+                       env_->NewRandomAccessFile(Path("f")));
+  constexpr int kRecords = 2000;
+  std::thread append([&] {
+    for (int i = 0; i < kRecords; ++i) ASSERT_OK(writer->Append("0123456789"));
+  });
+  // Whatever length the reader sees, the bytes up to it are complete records.
+  uint64_t seen = 0;
+  char scratch[10];
+  while (seen < kRecords * 10u) {
+    ASSERT_OK_AND_ASSIGN(const uint64_t size, reader->Size());
+    for (; seen + 10 <= size; seen += 10) {
+      std::string_view got;
+      ASSERT_OK(reader->Read(seen, 10, scratch, &got));
+      ASSERT_EQ(got, "0123456789") << "at offset " << seen;
+    }
+  }
+  append.join();
+  ASSERT_OK(writer->Close());
+}
+
+TEST(PosixEnvTest, DefaultIsOneObject) { EXPECT_EQ(Env::Default(), Env::Default()); }
+
+TEST(PosixEnvTest, ReadOnlyDirectoryIsNotWritable) {
+  if (geteuid() == 0) GTEST_SKIP() << "root may write to any directory";
+  testing::TempDir dir;
+  ASSERT_EQ(::chmod(dir.path().c_str(), 0555), 0);
+  const Status s = Env::Default()->CheckWritableDir(dir.path());
+  EXPECT_EQ(s.code(), StatusCode::kIOError);
+  EXPECT_EQ(s.sys_errno(), EACCES);
+  ASSERT_EQ(::chmod(dir.path().c_str(), 0755), 0);
+}
+
+TEST(MemEnvTest, PathsAreComparedAfterCollapsingSlashes) {
+  std::unique_ptr<Env> env = NewMemEnv();
+  ASSERT_OK(env->CreateDir("/a/"));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<WritableFile> file, env->NewWritableFile("//a//f", true));
+  ASSERT_OK(file->Append("x"));
+  ASSERT_OK(env->FileExists("/a/f"));
+  ASSERT_OK(env->FileExists("/a//"));
+  ASSERT_OK_AND_ASSIGN(std::vector<std::string> children, env->GetChildren("/a/"));
+  EXPECT_THAT(children, UnorderedElementsAre("f"));
+  EXPECT_THAT(env->CreateDir("/a"), StatusIs(StatusCode::kAlreadyExists));
+}
+
+TEST(MemEnvTest, RenamedDirectoryTakesItsContents) {
+  std::unique_ptr<Env> env = NewMemEnv();
+  ASSERT_OK(env->CreateDir("/a"));
+  ASSERT_OK(env->CreateDir("/a/b"));
+  ASSERT_OK(WriteFileAtomically(env.get(), "/a/b/f", "deep"));
+  ASSERT_OK(env->RenameFile("/a", "/z"));
+  EXPECT_THAT(env->FileExists("/a"), StatusIs(StatusCode::kNotFound));
+  ASSERT_OK_AND_ASSIGN(std::string contents, ReadFileToString(env.get(), "/z/b/f"));
+  EXPECT_EQ(contents, "deep");
+  EXPECT_THAT(env->RenameFile("/z", "/z/b/inside"), StatusIs(StatusCode::kIOError));
+}
+
+TEST(MemEnvTest, DirectoryIsNotAFile) {
+  std::unique_ptr<Env> env = NewMemEnv();
+  ASSERT_OK(env->CreateDir("/d"));
+  const Status open = env->NewWritableFile("/d", false).status();
+  EXPECT_EQ(open.code(), StatusCode::kIOError);
+  EXPECT_EQ(open.sys_errno(), EISDIR);
+  EXPECT_EQ(env->RemoveFile("/d").sys_errno(), EISDIR);
+  EXPECT_EQ(env->NewRandomAccessFile("/d").status().sys_errno(), EISDIR);
+}
+
+}  // namespace
+}  // namespace runstore

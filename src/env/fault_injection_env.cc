@@ -1,0 +1,440 @@
+#include "env/fault_injection_env.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <string_view>
+#include <utility>
+
+namespace runstore {
+namespace {
+
+// Bytes of removed or overwritten files kept at once so that the change can
+// be undone (documented in the header).
+constexpr uint64_t kMaxSavedBytes = uint64_t{256} << 20;
+
+// "//" collapsed, trailing '/' stripped; the key under which files and
+// directories are tracked.
+std::string Normalize(std::string_view path) {
+  std::string out;
+  out.reserve(path.size());
+  for (const char c : path) {
+    if (c == '/' && !out.empty() && out.back() == '/') continue;
+    out.push_back(c);
+  }
+  if (out.size() > 1 && out.back() == '/') out.pop_back();
+  return out;
+}
+
+// Parent of a normalised path: "/a/b" -> "/a", "/a" -> "/", "a" -> ".".
+std::string Parent(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+bool IsAtOrUnder(const std::string& path, const std::string& dir) {
+  if (path == dir) return true;
+  if (dir == "/") return path.size() > 1 && path[0] == '/';
+  return path.size() > dir.size() && path.compare(0, dir.size(), dir) == 0 &&
+         path[dir.size()] == '/';
+}
+
+// splitmix64: small, and the same sequence on every platform, so a seed
+// printed by one machine replays on another.
+uint64_t NextRandom(uint64_t* state) {
+  uint64_t z = (*state += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+// Uniform in [lo, hi].
+uint64_t RandomIn(uint64_t* state, uint64_t lo, uint64_t hi) {
+  const uint64_t span = hi - lo + 1;
+  return span == 0 ? NextRandom(state) : lo + NextRandom(state) % span;
+}
+
+Status StaleHandleError(const std::string& path, const char* op) {
+  return Status::IOError(path + ": " + op + ": handle opened before a simulated power loss", EIO);
+}
+
+}  // namespace
+
+// Counts and filters the operations on one file; tracks its durability in
+// the shared FileInfo.
+class FaultInjectionEnv::FaultWritableFile final : public WritableFile {
+ public:
+  FaultWritableFile(FaultInjectionEnv* env, std::string path, std::unique_ptr<WritableFile> base,
+                    std::shared_ptr<FileInfo> info, uint64_t epoch)
+      : env_(env),
+        path_(std::move(path)),
+        base_(std::move(base)),
+        info_(std::move(info)),
+        epoch_(epoch) {}
+
+  using WritableFile::Append;  // the one-piece overload
+  Status Append(std::span<const std::string_view> pieces) override {
+    std::lock_guard<std::mutex> lock(env_->mu_);
+    const Fate fate = env_->CountOperationLocked();
+    if (fate == Fate::kCrash) return env_->FateError(fate, path_, "append");
+    if (epoch_ != env_->epoch_) return StaleHandleError(path_, "append");
+    const uint64_t before = base_->Size();
+    if (fate == Fate::kFail) {
+      // A short write: the first half of the bytes reach the file.
+      size_t total = 0;
+      for (const std::string_view piece : pieces) total += piece.size();
+      size_t left = total / 2;
+      std::vector<std::string_view> prefix;
+      for (const std::string_view piece : pieces) {
+        if (left == 0) break;
+        prefix.push_back(piece.substr(0, std::min(left, piece.size())));
+        left -= prefix.back().size();
+      }
+      (void)base_->Append(prefix);  // the injected error is what the caller sees
+      info_->size += base_->Size() - before;
+      return env_->FateError(fate, path_, "append");
+    }
+    Status s = base_->Append(pieces);
+    info_->size += base_->Size() - before;
+    return s;
+  }
+
+  Status Sync() override {
+    std::lock_guard<std::mutex> lock(env_->mu_);
+    const Fate fate = env_->CountOperationLocked();
+    if (fate == Fate::kCrash) return env_->FateError(fate, path_, "sync");
+    if (epoch_ != env_->epoch_) return StaleHandleError(path_, "sync");
+    Status s = fate == Fate::kFail ? env_->FateError(fate, path_, "sync") : base_->Sync();
+    if (!s.ok()) {
+      info_->sync_failed = true;
+      return s;
+    }
+    if (!info_->sync_failed) info_->synced = info_->size;
+    return Status::OK();
+  }
+
+  Status Close() override {
+    std::lock_guard<std::mutex> lock(env_->mu_);
+    const Fate fate = env_->CountOperationLocked();
+    if (fate == Fate::kCrash) return env_->FateError(fate, path_, "close");
+    if (epoch_ != env_->epoch_) return StaleHandleError(path_, "close");
+    Status s = base_->Close();
+    if (fate == Fate::kFail) return env_->FateError(fate, path_, "close");
+    return s;
+  }
+
+  uint64_t Size() const override { return base_->Size(); }
+
+ private:
+  FaultInjectionEnv* const env_;
+  const std::string path_;
+  const std::unique_ptr<WritableFile> base_;
+  const std::shared_ptr<FileInfo> info_;
+  const uint64_t epoch_;  // env_->epoch_ when opened
+};
+
+FaultInjectionEnv::FaultInjectionEnv(Env* base) : base_(base) {}
+FaultInjectionEnv::~FaultInjectionEnv() = default;
+
+uint64_t FaultInjectionEnv::operation_count() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return operations_;
+}
+
+void FaultInjectionEnv::FailOperation(uint64_t n, int err) {
+  std::lock_guard<std::mutex> lock(mu_);
+  fail_at_ = n == 0 ? 0 : operations_ + n;
+  fail_errno_ = err;
+}
+
+void FaultInjectionEnv::CrashAfter(uint64_t n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  crash_armed_ = true;
+  crash_after_ = operations_ + n;
+}
+
+bool FaultInjectionEnv::crashed() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return crashed_;
+}
+
+void FaultInjectionEnv::ResetCounters() {
+  std::lock_guard<std::mutex> lock(mu_);
+  operations_ = 0;
+  fail_at_ = 0;
+  crash_armed_ = false;
+  crashed_ = false;
+}
+
+FaultInjectionEnv::Fate FaultInjectionEnv::CountOperationLocked() {
+  const uint64_t op = ++operations_;
+  if (crashed_ || (crash_armed_ && op > crash_after_)) {
+    crashed_ = true;
+    return Fate::kCrash;
+  }
+  if (op == fail_at_) {
+    fail_at_ = 0;
+    return Fate::kFail;
+  }
+  return Fate::kRun;
+}
+
+Status FaultInjectionEnv::FateError(Fate fate, const std::string& path, const char* op) const {
+  if (fate == Fate::kCrash) {
+    return Status::IOError(path + ": " + op +
+                               ": simulated crash (the machine stopped after operation " +
+                               std::to_string(crash_after_) + "): " + std::strerror(EIO),
+                           EIO);
+  }
+  return Status::IOError(path + ": " + op + ": injected fault (operation " +
+                             std::to_string(operations_) + "): " + std::strerror(fail_errno_),
+                         fail_errno_);
+}
+
+Result<std::unique_ptr<WritableFile>> FaultInjectionEnv::NewWritableFile(
+    const std::string& raw_path, bool exclusive) {
+  const std::string path = Normalize(raw_path);
+  std::lock_guard<std::mutex> lock(mu_);
+  const Fate fate = CountOperationLocked();
+  if (fate != Fate::kRun) return FateError(fate, path, "open for writing");
+  const bool existed = base_->FileExists(path).ok();
+  ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> base_file,
+                   base_->NewWritableFile(path, exclusive));
+  std::shared_ptr<FileInfo>& info = files_[path];
+  if (info == nullptr) {
+    info = std::make_shared<FileInfo>();
+  } else {
+    *info = FileInfo{};  // truncated: the same inode, so open handles share this
+  }
+  if (!existed) {
+    pending_.push_back({PendingChange::Kind::kCreateFile, Parent(path), path, {}, std::nullopt});
+  }
+  return std::unique_ptr<WritableFile>(
+      new FaultWritableFile(this, path, std::move(base_file), info, epoch_));
+}
+
+Status FaultInjectionEnv::CreateDir(const std::string& raw_path) {
+  const std::string path = Normalize(raw_path);
+  std::lock_guard<std::mutex> lock(mu_);
+  const Fate fate = CountOperationLocked();
+  if (fate != Fate::kRun) return FateError(fate, path, "mkdir");
+  RETURN_IF_ERROR(base_->CreateDir(path));
+  pending_.push_back({PendingChange::Kind::kCreateDir, Parent(path), path, {}, std::nullopt});
+  return Status::OK();
+}
+
+Status FaultInjectionEnv::RemoveFile(const std::string& raw_path) {
+  const std::string path = Normalize(raw_path);
+  std::lock_guard<std::mutex> lock(mu_);
+  const Fate fate = CountOperationLocked();
+  if (fate != Fate::kRun) return FateError(fate, path, "unlink");
+  std::optional<SavedFile> saved = SaveFileLocked(path);
+  const Status s = base_->RemoveFile(path);
+  if (!s.ok()) {
+    if (saved) saved_bytes_ -= saved->contents.size();
+    return s;
+  }
+  files_.erase(path);
+  pending_.push_back({PendingChange::Kind::kRemoveFile, Parent(path), path, {}, std::move(saved)});
+  return Status::OK();
+}
+
+Status FaultInjectionEnv::RenameFile(const std::string& raw_from, const std::string& raw_to) {
+  const std::string from = Normalize(raw_from);
+  const std::string to = Normalize(raw_to);
+  std::lock_guard<std::mutex> lock(mu_);
+  const Fate fate = CountOperationLocked();
+  if (fate != Fate::kRun) return FateError(fate, from, ("rename to " + to).c_str());
+  std::optional<SavedFile> saved;
+  if (from != to) saved = SaveFileLocked(to);
+  const Status s = base_->RenameFile(from, to);
+  if (!s.ok() || from == to) {
+    if (saved) saved_bytes_ -= saved->contents.size();
+    return s;
+  }
+  files_.erase(to);
+  MoveTrackedLocked(from, to);
+  pending_.push_back({PendingChange::Kind::kRename, Parent(to), to, from, std::move(saved)});
+  return Status::OK();
+}
+
+Status FaultInjectionEnv::SyncDir(const std::string& raw_dir) {
+  const std::string dir = Normalize(raw_dir);
+  std::lock_guard<std::mutex> lock(mu_);
+  const Fate fate = CountOperationLocked();
+  if (fate != Fate::kRun) return FateError(fate, dir, "fsync directory");
+  RETURN_IF_ERROR(base_->SyncDir(dir));
+  std::erase_if(pending_, [&](const PendingChange& change) {
+    if (change.dir != dir) return false;
+    ForgetPendingLocked(change);
+    return true;
+  });
+  return Status::OK();
+}
+
+Result<std::unique_ptr<RandomAccessFile>> FaultInjectionEnv::NewRandomAccessFile(
+    const std::string& path) {
+  return base_->NewRandomAccessFile(path);
+}
+Status FaultInjectionEnv::FileExists(const std::string& path) { return base_->FileExists(path); }
+Result<bool> FaultInjectionEnv::IsDirectory(const std::string& path) {
+  return base_->IsDirectory(path);
+}
+Result<std::vector<std::string>> FaultInjectionEnv::GetChildren(const std::string& dir) {
+  return base_->GetChildren(dir);
+}
+Result<uint64_t> FaultInjectionEnv::GetFileSize(const std::string& path) {
+  return base_->GetFileSize(path);
+}
+Status FaultInjectionEnv::CheckWritableDir(const std::string& dir) {
+  return base_->CheckWritableDir(dir);
+}
+int64_t FaultInjectionEnv::NowNanos() { return base_->NowNanos(); }
+
+std::optional<FaultInjectionEnv::SavedFile> FaultInjectionEnv::SaveFileLocked(
+    const std::string& path) {
+  const Result<bool> is_dir = base_->IsDirectory(path);
+  if (!is_dir.ok() || *is_dir) return std::nullopt;
+  const Result<uint64_t> size = base_->GetFileSize(path);
+  if (!size.ok() || *size > kMaxSavedBytes - saved_bytes_) return std::nullopt;
+  Result<std::string> contents = ReadFileToString(base_, path);
+  if (!contents.ok()) return std::nullopt;
+  saved_bytes_ += contents->size();
+  SavedFile saved{std::move(contents).value(), nullptr};
+  const auto it = files_.find(path);
+  if (it != files_.end()) saved.info = it->second;
+  return saved;
+}
+
+void FaultInjectionEnv::ForgetPendingLocked(const PendingChange& change) {
+  if (change.saved) saved_bytes_ -= change.saved->contents.size();
+}
+
+void FaultInjectionEnv::MoveTrackedLocked(const std::string& from, const std::string& to) {
+  std::vector<std::string> moved;
+  for (const auto& [path, info] : files_) {
+    if (IsAtOrUnder(path, from)) moved.push_back(path);
+  }
+  for (const std::string& path : moved) {
+    auto node = files_.extract(path);
+    node.key() = to + path.substr(from.size());
+    files_.insert(std::move(node));
+  }
+}
+
+Status FaultInjectionEnv::SimulatePowerLoss(DropMode mode, uint64_t seed) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Status first_error;
+  const auto note = [&](Status s) {
+    if (first_error.ok() && !s.ok()) first_error = std::move(s);
+  };
+  // Directory changes first, newest first, so that each undo finds the names
+  // as they were just after the change it reverts; then the data of the files
+  // under the names they are left with.
+  for (auto it = pending_.rbegin(); it != pending_.rend(); ++it) note(UndoLocked(*it));
+  uint64_t rng_state = seed;
+  for (const auto& [path, info] : files_) {
+    note(DropUnsyncedLocked(path, *info, mode, &rng_state));
+  }
+  // The reboot: what is on the base env now is the durable state.
+  files_.clear();
+  pending_.clear();
+  saved_bytes_ = 0;
+  fail_at_ = 0;
+  crash_armed_ = false;
+  crashed_ = false;
+  ++epoch_;
+  return first_error;
+}
+
+Status FaultInjectionEnv::UndoLocked(PendingChange& change) {
+  switch (change.kind) {
+    case PendingChange::Kind::kCreateFile: {
+      files_.erase(change.path);
+      const Status s = base_->RemoveFile(change.path);
+      return s.code() == StatusCode::kNotFound ? Status::OK() : s;
+    }
+    case PendingChange::Kind::kCreateDir:
+      return EmptyDirLocked(change.path);
+    case PendingChange::Kind::kRemoveFile:
+      if (!change.saved) return Status::OK();  // too large to keep: stays removed
+      RETURN_IF_ERROR(WriteBaseFileLocked(change.path, change.saved->contents));
+      if (change.saved->info) files_[change.path] = change.saved->info;
+      return Status::OK();
+    case PendingChange::Kind::kRename:
+      if (base_->FileExists(change.path).ok()) {
+        RETURN_IF_ERROR(base_->RenameFile(change.path, change.from));
+        files_.erase(change.from);
+        MoveTrackedLocked(change.path, change.from);
+      }
+      if (!change.saved) return Status::OK();  // `to` did not exist, or was too large
+      RETURN_IF_ERROR(WriteBaseFileLocked(change.path, change.saved->contents));
+      if (change.saved->info) files_[change.path] = change.saved->info;
+      return Status::OK();
+  }
+  return Status::OK();
+}
+
+Status FaultInjectionEnv::EmptyDirLocked(const std::string& dir) {
+  Result<std::vector<std::string>> children = base_->GetChildren(dir);
+  if (!children.ok()) {
+    return children.status().code() == StatusCode::kNotFound ? Status::OK() : children.status();
+  }
+  for (const std::string& name : *children) {
+    const std::string path = dir == "/" ? "/" + name : dir + "/" + name;
+    ASSIGN_OR_RETURN(const bool is_dir, base_->IsDirectory(path));
+    if (is_dir) {
+      RETURN_IF_ERROR(EmptyDirLocked(path));
+    } else {
+      RETURN_IF_ERROR(base_->RemoveFile(path));
+    }
+  }
+  std::erase_if(files_, [&](const auto& entry) { return IsAtOrUnder(entry.first, dir); });
+  return Status::OK();
+}
+
+Status FaultInjectionEnv::WriteBaseFileLocked(const std::string& path,
+                                              const std::string& contents) {
+  // No Sync: after the simulated reboot the base env itself never loses data.
+  ASSIGN_OR_RETURN(const std::unique_ptr<WritableFile> file,
+                   base_->NewWritableFile(path, /*exclusive=*/false));
+  RETURN_IF_ERROR(file->Append(contents));
+  return file->Close();
+}
+
+Status FaultInjectionEnv::DropUnsyncedLocked(const std::string& path, const FileInfo& info,
+                                             DropMode mode, uint64_t* rng_state) {
+  if (info.synced >= info.size) return Status::OK();
+  Result<std::string> read = ReadFileToString(base_, path);
+  if (!read.ok()) {
+    return read.status().code() == StatusCode::kNotFound ? Status::OK() : read.status();
+  }
+  std::string contents = std::move(read).value();
+  const uint64_t synced = std::min<uint64_t>(info.synced, contents.size());
+  const uint64_t unsynced = contents.size() - synced;
+  if (unsynced == 0) return Status::OK();
+  uint64_t keep = synced;
+  switch (mode) {
+    case DropMode::kDropUnsynced:
+      break;
+    case DropMode::kKeepRandomPrefix:
+      keep = synced + RandomIn(rng_state, 0, unsynced);
+      break;
+    case DropMode::kTornGarbage: {
+      keep = synced + RandomIn(rng_state, 1, unsynced);
+      const uint64_t begin = RandomIn(rng_state, synced, keep - 1);
+      const uint64_t end = RandomIn(rng_state, begin + 1, keep);
+      const bool zeros = NextRandom(rng_state) % 2 == 0;
+      for (uint64_t i = begin; i < end; ++i) {
+        contents[i] = zeros ? '\0' : static_cast<char>(NextRandom(rng_state));
+      }
+      break;
+    }
+  }
+  contents.resize(keep);
+  return WriteBaseFileLocked(path, contents);
+}
+
+}  // namespace runstore

@@ -1,0 +1,323 @@
+// The POSIX Env: every file-system call runstore makes on a real machine.
+//
+// Errors name the path (and the offset, for reads), the operation and
+// strerror(errno), and carry errno as sys_errno. ENOENT maps to NotFound,
+// EEXIST to AlreadyExists, everything else to IOError, so callers can branch
+// on the code without parsing errno themselves.
+#include <dirent.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "runstore/env.h"
+
+namespace runstore {
+namespace {
+
+// `context` names the path and the operation, e.g. "/d/x.rss: open for writing".
+Status PosixError(const std::string& context, int err) {
+  std::string msg = context + ": " + std::strerror(err);
+  switch (err) {
+    case ENOENT:
+      return Status(StatusCode::kNotFound, std::move(msg), err);
+    case EEXIST:
+      return Status(StatusCode::kAlreadyExists, std::move(msg), err);
+    default:
+      return Status(StatusCode::kIOError, std::move(msg), err);
+  }
+}
+
+Status ClosedError(const std::string& path, const char* op) {
+  return Status::FailedPrecondition(path + ": " + op + ": file is closed");
+}
+
+class PosixWritableFile final : public WritableFile {
+ public:
+  PosixWritableFile(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
+  ~PosixWritableFile() override {
+    if (fd_ >= 0) ::close(fd_);  // An error here has nobody to report to.
+  }
+
+  using WritableFile::Append;  // the one-piece overload
+  Status Append(std::span<const std::string_view> pieces) override {
+    if (fd_ < 0) return ClosedError(path_, "append");
+    // Gather into batches of at most IOV_MAX pieces; a short write (disk
+    // nearly full, signal) resumes where the kernel stopped, part way through
+    // a piece if need be.
+    std::vector<struct iovec> iov;
+    iov.reserve(std::min<size_t>(pieces.size(), IOV_MAX));
+    size_t next = 0;  // first piece not yet in a batch
+    while (next < pieces.size()) {
+      iov.clear();
+      while (next < pieces.size() && iov.size() < IOV_MAX) {
+        const std::string_view piece = pieces[next++];
+        if (piece.empty()) continue;
+        iov.push_back({const_cast<char*>(piece.data()), piece.size()});
+      }
+      size_t first = 0;  // first iovec of the batch not fully written
+      while (first < iov.size()) {
+        const int count = static_cast<int>(iov.size() - first);
+        const ssize_t n = ::writev(fd_, iov.data() + first, count);
+        if (n < 0) {
+          if (errno == EINTR) continue;
+          return PosixError(path_ + ": append at offset " + std::to_string(size_), errno);
+        }
+        size_ += static_cast<uint64_t>(n);
+        size_t done = static_cast<size_t>(n);
+        while (first < iov.size() && done >= iov[first].iov_len) {
+          done -= iov[first].iov_len;
+          ++first;
+        }
+        if (done > 0) {
+          iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + done;
+          iov[first].iov_len -= done;
+        }
+      }
+    }
+    return Status::OK();
+  }
+
+  Status Sync() override {
+    if (fd_ < 0) return ClosedError(path_, "sync");
+    // After a failed fdatasync the kernel may already have dropped the dirty
+    // pages, so a retry that succeeds proves nothing; report and let the
+    // caller treat the file as lost.
+    if (::fdatasync(fd_) != 0) return PosixError(path_ + ": fdatasync", errno);
+    return Status::OK();
+  }
+
+  Status Close() override {
+    if (fd_ < 0) return ClosedError(path_, "close");
+    const int fd = fd_;
+    fd_ = -1;
+    // On Linux the descriptor is released even when close fails, and EINTR
+    // must not be retried (the number may already be reused by another thread).
+    if (::close(fd) != 0 && errno != EINTR) return PosixError(path_ + ": close", errno);
+    return Status::OK();
+  }
+
+  uint64_t Size() const override { return size_; }
+
+ private:
+  const std::string path_;
+  int fd_;
+  uint64_t size_ = 0;
+};
+
+class PosixMappedRegion final : public MappedRegion {
+ public:
+  PosixMappedRegion(void* base, size_t length) {
+    data_ = static_cast<const char*>(base);
+    size_ = length;
+  }
+  ~PosixMappedRegion() override {
+    if (data_ != nullptr) ::munmap(const_cast<char*>(data_), size_);
+  }
+};
+
+class PosixRandomAccessFile final : public RandomAccessFile {
+ public:
+  PosixRandomAccessFile(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
+  ~PosixRandomAccessFile() override { ::close(fd_); }
+
+  Status Read(uint64_t offset, size_t n, char* scratch, std::string_view* result) const override {
+    *result = {};
+    if (offset > static_cast<uint64_t>(std::numeric_limits<off_t>::max())) {
+      return Status::InvalidArgument(path_ + ": read at offset " + std::to_string(offset) +
+                                     ": offset out of range");
+    }
+    size_t done = 0;
+    while (done < n) {
+      const ssize_t r = ::pread(fd_, scratch + done, n - done, static_cast<off_t>(offset + done));
+      if (r < 0) {
+        if (errno == EINTR) continue;
+        return PosixError(path_ + ": read " + std::to_string(n) + " bytes at offset " +
+                              std::to_string(offset + done),
+                          errno);
+      }
+      if (r == 0) break;  // end of file
+      done += static_cast<size_t>(r);
+    }
+    *result = std::string_view(scratch, done);
+    return Status::OK();
+  }
+
+  Result<uint64_t> Size() const override {
+    struct stat st;
+    if (::fstat(fd_, &st) != 0) return PosixError(path_ + ": fstat", errno);
+    return static_cast<uint64_t>(st.st_size);
+  }
+
+  Result<std::shared_ptr<const MappedRegion>> Map(uint64_t length) const override {
+    if (length == 0) return std::shared_ptr<const MappedRegion>(new PosixMappedRegion(nullptr, 0));
+    ASSIGN_OR_RETURN(const uint64_t size, Size());
+    // Touching a mapped page wholly past the end of the file raises SIGBUS, so
+    // a mapping longer than the file is refused rather than made.
+    if (length > size || length > std::numeric_limits<size_t>::max()) {
+      return Status::InvalidArgument(path_ + ": map " + std::to_string(length) +
+                                     " bytes: file has only " + std::to_string(size));
+    }
+    void* base = ::mmap(nullptr, static_cast<size_t>(length), PROT_READ, MAP_SHARED, fd_, 0);
+    if (base == MAP_FAILED) {
+      return PosixError(path_ + ": mmap " + std::to_string(length) + " bytes", errno);
+    }
+    // The mapping holds its own reference to the file, so it outlives fd_ and
+    // even an unlink. Its bytes stay unchanged only because runstore never
+    // rewrites published bytes (DESIGN.md invariant 4); a truncation by
+    // another process would make reads of the region fault.
+    return std::shared_ptr<const MappedRegion>(
+        new PosixMappedRegion(base, static_cast<size_t>(length)));
+  }
+
+ private:
+  const std::string path_;
+  const int fd_;
+};
+
+class PosixEnv final : public Env {
+ public:
+  Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path,
+                                                        bool exclusive) override {
+    const int flags = O_WRONLY | O_CREAT | O_CLOEXEC | (exclusive ? O_EXCL : O_TRUNC);
+    int fd;
+    do {
+      fd = ::open(path.c_str(), flags, 0644);
+    } while (fd < 0 && errno == EINTR);
+    if (fd < 0) {
+      return PosixError(path + (exclusive ? ": create exclusively" : ": open for writing"), errno);
+    }
+    return std::unique_ptr<WritableFile>(new PosixWritableFile(path, fd));
+  }
+
+  Result<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(const std::string& path) override {
+    int fd;
+    do {
+      fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    } while (fd < 0 && errno == EINTR);
+    if (fd < 0) return PosixError(path + ": open for reading", errno);
+    // open(2) accepts a directory here; its reads would fail later and less
+    // clearly.
+    struct stat st;
+    int err = 0;
+    if (::fstat(fd, &st) != 0) {
+      err = errno;
+    } else if (S_ISDIR(st.st_mode)) {
+      err = EISDIR;
+    }
+    if (err != 0) {
+      ::close(fd);
+      return PosixError(path + ": open for reading", err);
+    }
+    return std::unique_ptr<RandomAccessFile>(new PosixRandomAccessFile(path, fd));
+  }
+
+  Status FileExists(const std::string& path) override {
+    if (::access(path.c_str(), F_OK) != 0) return PosixError(path + ": access", errno);
+    return Status::OK();
+  }
+
+  Result<bool> IsDirectory(const std::string& path) override {
+    struct stat st;
+    if (::stat(path.c_str(), &st) != 0) return PosixError(path + ": stat", errno);
+    return S_ISDIR(st.st_mode);
+  }
+
+  Result<std::vector<std::string>> GetChildren(const std::string& dir) override {
+    DIR* d = ::opendir(dir.c_str());
+    if (d == nullptr) return PosixError(dir + ": opendir", errno);
+    std::vector<std::string> names;
+    while (true) {
+      errno = 0;  // readdir returns nullptr both at the end and on error
+      const struct dirent* entry = ::readdir(d);
+      if (entry == nullptr) break;
+      const std::string_view name = entry->d_name;
+      if (name == "." || name == "..") continue;
+      names.emplace_back(name);
+    }
+    const int err = errno;
+    ::closedir(d);
+    if (err != 0) return PosixError(dir + ": readdir", err);
+    return names;
+  }
+
+  Result<uint64_t> GetFileSize(const std::string& path) override {
+    struct stat st;
+    if (::stat(path.c_str(), &st) != 0) return PosixError(path + ": stat", errno);
+    return static_cast<uint64_t>(st.st_size);
+  }
+
+  Status CreateDir(const std::string& path) override {
+    if (::mkdir(path.c_str(), 0755) != 0) return PosixError(path + ": mkdir", errno);
+    return Status::OK();
+  }
+
+  Status RemoveFile(const std::string& path) override {
+    if (::unlink(path.c_str()) != 0) return PosixError(path + ": unlink", errno);
+    return Status::OK();
+  }
+
+  Status RenameFile(const std::string& from, const std::string& to) override {
+    if (::rename(from.c_str(), to.c_str()) != 0) {
+      return PosixError(from + ": rename to " + to, errno);
+    }
+    return Status::OK();
+  }
+
+  Status SyncDir(const std::string& dir) override {
+    int fd;
+    do {
+      fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    } while (fd < 0 && errno == EINTR);
+    if (fd < 0) return PosixError(dir + ": open directory for sync", errno);
+    Status s;
+    // EINVAL means this file system cannot sync a directory (some FUSE and
+    // network file systems); there is nothing more we could do for it.
+    if (::fsync(fd) != 0 && errno != EINVAL) s = PosixError(dir + ": fsync directory", errno);
+    ::close(fd);
+    return s;
+  }
+
+  Status CheckWritableDir(const std::string& dir) override {
+    struct stat st;
+    if (::stat(dir.c_str(), &st) != 0) return PosixError(dir + ": stat", errno);
+    if (!S_ISDIR(st.st_mode)) return PosixError(dir + ": check writable", ENOTDIR);
+    if (::access(dir.c_str(), W_OK) != 0) return PosixError(dir + ": access for writing", errno);
+    // A read-only mount is a property of the file system, not of the
+    // directory's permission bits, and not every file system reports it
+    // through access(); the mount flag is authoritative.
+    struct statvfs vfs;
+    if (::statvfs(dir.c_str(), &vfs) != 0) return PosixError(dir + ": statvfs", errno);
+    if (vfs.f_flag & ST_RDONLY) return PosixError(dir + ": check writable", EROFS);
+    return Status::OK();
+  }
+
+  int64_t NowNanos() override {
+    struct timespec ts;
+    ::clock_gettime(CLOCK_REALTIME, &ts);
+    return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+  }
+};
+
+}  // namespace
+
+Env* Env::Default() {
+  // Never deleted, so that threads still running at exit may use it.
+  static Env* const env = new PosixEnv;
+  return env;
+}
+
+}  // namespace runstore
