@@ -6,6 +6,9 @@
 #include <numeric>
 #include <random>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include "testing/test_util.h"
 
 namespace runstore {
@@ -514,15 +517,35 @@ TEST_F(StoreTest, ReadOnlyStoreRefusesWriters) {
 }
 
 TEST_F(StoreTest, ReadOnlyDirectoryGivesIOError) {
-  if (geteuid() == 0) {
-    // root ignores permission bits; use a read-only bind of the idea instead:
-    // a segments/ that is a file makes the directory unusable for writers.
-    GTEST_SKIP() << "running as root: permission bits are not enforced";
-  }
   auto store = Open();
-  fs::permissions(StorePath() + "/segments", fs::perms::owner_read | fs::perms::owner_exec);
-  EXPECT_THAT(store->NewWriter({}), StatusIs(StatusCode::kIOError));
-  fs::permissions(StorePath() + "/segments", fs::perms::owner_all);
+  ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter({}));
+  ASSERT_OK(w->Append(1, "x", 0, 1.0));
+  ASSERT_OK(w->Close());
+  store.reset();
+  // Root ignores permission bits, so the check runs in a child that drops to
+  // an unprivileged user; the store is readable but not writable for it.
+  fs::permissions(dir_.path(), fs::perms::owner_all | fs::perms::others_read | fs::perms::others_exec);
+  fs::permissions(StorePath() + "/segments", fs::perms::owner_all | fs::perms::others_read |
+                                                 fs::perms::others_exec);
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    if (geteuid() == 0 && (setgid(65534) != 0 || setuid(65534) != 0)) _exit(10);
+    auto s = Store::Open(StorePath(), {});
+    if (!s.ok()) _exit(11);
+    auto w2 = (*s)->NewWriter({});
+    if (w2.ok() || w2.status().code() != StatusCode::kIOError ||
+        w2.status().message().find("not writable") == std::string::npos) {
+      _exit(12);
+    }
+    auto v = (*s)->GetSnapshot()->Get(1, "x", 0);  // reading still works
+    _exit(v.ok() && v->scalar<double>() == 1.0 ? 0 : 13);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "10: setuid failed, 11: open failed, 12: writer not "
+                                       "refused with IOError, 13: committed data unreadable";
 }
 
 TEST_F(StoreTest, WriterIdInUseIsRefused) {

@@ -1,0 +1,160 @@
+#include "format/format.h"
+
+#include <cstring>
+
+#include "format/block.h"
+#include "format/segment_reader.h"
+#include "format/segment_writer.h"
+#include "runstore/store.h"
+#include "testing/test_util.h"
+#include "util/coding.h"
+#include "util/hash.h"
+
+namespace runstore::format {
+namespace {
+
+using ::runstore::testing::StatusIs;
+using ::runstore::testing::StatusIsWith;
+
+TEST(FormatTest, SegmentFileNamesSortInWritingOrder) {
+  EXPECT_EQ(SegmentFileName("w1", 3), "w1-00000003.rss");
+  std::string id;
+  uint64_t seq;
+  ASSERT_TRUE(ParseSegmentFileName("node-7-abc-00000042.rss", &id, &seq));
+  EXPECT_EQ(id, "node-7-abc");
+  EXPECT_EQ(seq, 42u);
+  EXPECT_FALSE(ParseSegmentFileName("w1-3.rss", &id, &seq));
+  EXPECT_FALSE(ParseSegmentFileName("w1-00000003.rss.tmp", &id, &seq));
+  EXPECT_FALSE(ParseSegmentFileName("-00000003.rss", &id, &seq));
+}
+
+TEST(FormatTest, SegmentHeaderRoundTripAndNewerVersionIsNotSupported) {
+  SegmentHeader h{1, 123456789, 7, "writer"};
+  std::string b = EncodeSegmentHeader(h);
+  ASSERT_EQ(b.size(), kSegmentHeaderSize);
+  SegmentHeader d;
+  ASSERT_OK(DecodeSegmentHeader(b, "f", &d));
+  EXPECT_EQ(d.writer_id, "writer");
+  EXPECT_EQ(d.sequence, 7u);
+  h.version = 2;
+  EXPECT_THAT(DecodeSegmentHeader(EncodeSegmentHeader(h), "f.rss", &d),
+              StatusIsWith(StatusCode::kNotSupported, "this build reads version 1"));
+  b[50] ^= 1;
+  EXPECT_THAT(DecodeSegmentHeader(b, "f.rss", &d), StatusIsWith(StatusCode::kCorruption, "f.rss: offset 0"));
+  EXPECT_THAT(DecodeSegmentHeader("hello", "f.rss", &d), StatusIs(StatusCode::kCorruption));
+}
+
+TEST(FormatTest, BlockHeaderRoundTripWithStringKeys) {
+  BlockHeader h;
+  h.payload_len = h.raw_len = 1000;
+  h.payload_checksum = 99;
+  h.count = 5;
+  h.dtype = DType::kInt16;
+  h.dims = {3, 4};
+  h.name = "qi/3_17";
+  h.run_encoding = RunEncoding::kMixed;
+  h.flags = kBlockKeysAscending;
+  h.min_step = -5;
+  h.max_step = 9;
+  h.min_key = Key{RunId(int64_t{-3}), 4};
+  h.max_key = Key{RunId("zeta"), 9};
+  std::string e = EncodeBlockHeader(h);
+  EXPECT_EQ(e.size() % 8, 0u);
+  FramePrefix p;
+  ASSERT_OK(CheckFrameHeader(e, &p));
+  EXPECT_EQ(p.kind, FrameKind::kBlock);
+  BlockHeader d;
+  ASSERT_OK(DecodeBlockHeader(e, &d));
+  EXPECT_EQ(d.name, h.name);
+  EXPECT_EQ(d.dims, h.dims);
+  EXPECT_EQ(d.min_key, h.min_key);
+  EXPECT_EQ(d.max_key, h.max_key);
+  EXPECT_EQ(d.run_encoding, RunEncoding::kMixed);
+  for (size_t i = 0; i < e.size(); ++i) {
+    std::string bad = e;
+    bad[i] ^= 0x20;
+    EXPECT_FALSE(CheckFrameHeader(bad, &p).ok()) << "flip at " << i;
+  }
+}
+
+TEST(FormatTest, BlockPayloadColumnsAreAlignedAndParse) {
+  BlockBuilder b(BlockSchema{"s", DType::kString});
+  b.Add(RunRef(int64_t{5}), 0, ValueRef::String("a"));
+  b.Add(RunRef("x"), 1, ValueRef::String("hello"));
+  b.Add(RunRef(int64_t{6}), 2, ValueRef::String(""));
+  BlockHeader h;
+  std::vector<std::string_view> pieces;
+  b.Finish(&h, &pieces);
+  EXPECT_EQ(h.run_encoding, RunEncoding::kMixed);
+  EXPECT_FALSE(h.flags & kBlockKeysAscending);  // int 6 after string "x"
+  std::string raw;
+  for (auto piece : pieces) raw += piece;
+  ASSERT_EQ(raw.size(), h.raw_len);
+  BlockView v;
+  ASSERT_OK(v.Parse(h, raw));
+  EXPECT_EQ(v.count(), 3u);
+  EXPECT_TRUE(v.run_is_string(1));
+  EXPECT_EQ(v.run_string(1), "x");
+  EXPECT_EQ(v.run_int(2), 6);
+  EXPECT_EQ(v.value_bytes(1), "hello");
+  EXPECT_EQ(v.value_bytes(2), "");
+  EXPECT_EQ((v.steps_data() - raw.data()) % 64, 0);
+  EXPECT_EQ(h.min_key, (Key{RunId(int64_t{5}), 0}));
+  EXPECT_EQ(h.max_key, (Key{RunId("x"), 1}));
+  // A payload one byte short or long is refused.
+  EXPECT_THAT(v.Parse(h, std::string_view(raw).substr(0, raw.size() - 1)), StatusIs(StatusCode::kCorruption));
+}
+
+// The worked example of docs/format.md, byte for byte.
+TEST(FormatTest, WorkedExampleOfTheSpec) {
+  std::unique_ptr<Env> env = NewMemEnv();
+  ASSERT_OK(env->CreateDir("/s"));
+  ASSERT_OK_AND_ASSIGN(auto store, Store::Open("/s/store", {.env = env.get()}));
+  ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter({.writer_id = "demo"}));
+  ASSERT_OK(w->Append(7, "loss", 0, 0.5));
+  ASSERT_OK(w->Commit());
+  ASSERT_OK(w->Close());
+  ASSERT_OK_AND_ASSIGN(std::string f, ReadFileToString(env.get(), "/s/store/segments/demo-00000001.rss"));
+  ASSERT_EQ(f.size(), 864u);
+  EXPECT_EQ(f.substr(0, 8), std::string("\x89RUNS\r\n\x1a", 8));
+  EXPECT_EQ(DecodeFixed<uint16_t>(f.data() + 128 + 6), 112);  // block header_len
+  EXPECT_EQ(DecodeFixed<uint64_t>(f.data() + 128 + 8), 136u);  // payload_len
+  EXPECT_EQ(DecodeFixed<int64_t>(f.data() + 256), 7);           // run column
+  EXPECT_EQ(DecodeFixed<int64_t>(f.data() + 320), 0);           // step column
+  EXPECT_EQ(DecodeFixed<double>(f.data() + 384), 0.5);          // value column
+  EXPECT_EQ(static_cast<uint8_t>(f[448 + 4]), 2);               // commit record
+  EXPECT_EQ(DecodeFixed<uint64_t>(f.data() + 448 + 40), 128u);  // first_frame_offset
+  EXPECT_EQ(static_cast<uint8_t>(f[576 + 4]), 3);               // footer
+  EXPECT_EQ(DecodeFixed<uint64_t>(f.data() + 576 + 8), 152u);   // footer payload_len
+  EXPECT_EQ(f.substr(832 + 16, 8), "RSSEALED");
+  EXPECT_EQ(DecodeFixed<uint64_t>(f.data() + 832), 576u);
+}
+
+TEST(FormatTest, CommitRecordIsOnlyAcceptedWithItsOwnFrames) {
+  std::unique_ptr<Env> env = NewMemEnv();
+  SegmentHeader sh{1, 1, 1, "w"};
+  ASSERT_OK_AND_ASSIGN(auto sw, SegmentWriter::Create(env.get(), "/seg.rss", sh));
+  BlockBuilder b(BlockSchema{"x", DType::kFloat64});
+  for (int i = 0; i < 10; ++i) b.Add(RunRef(int64_t{i}), 0, ValueRef::Scalar(1.0 * i));
+  BlockHeader h;
+  std::vector<std::string_view> pieces;
+  b.Finish(&h, &pieces);
+  ASSERT_OK(sw->AddBlock(&h, pieces, 3));
+  ASSERT_OK(sw->Commit(100));
+  ASSERT_OK(sw->AddBlock(&h, pieces, 3));
+  ASSERT_OK(sw->Commit(200));
+  ASSERT_OK_AND_ASSIGN(auto file, env->NewRandomAccessFile("/seg.rss"));
+  SegmentIndex idx;
+  ASSERT_OK(LoadSegmentIndex(*file, "seg.rss", &idx));
+  EXPECT_FALSE(idx.sealed);
+  EXPECT_EQ(idx.commits.size(), 2u);
+  EXPECT_EQ(idx.blocks.size(), 2u);
+  ASSERT_OK(sw->Seal());
+  ASSERT_OK(LoadSegmentIndex(*file, "seg.rss", &idx));
+  EXPECT_TRUE(idx.sealed);
+  EXPECT_EQ(idx.commits.size(), 2u);
+  EXPECT_EQ(idx.blocks[1].commit_index, 1u);
+}
+
+}  // namespace
+}  // namespace runstore::format
