@@ -9,7 +9,7 @@ apt_packages=(
   build-essential g++ cmake ninja-build pkg-config git
   libzstd-dev liblz4-dev libxxhash-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  libcli11-dev nlohmann-json3-dev
+  libcli11-dev nlohmann-json3-dev clang-format
   python3 python3-venv python3-dev
 )
 
