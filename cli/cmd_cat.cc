@@ -1,0 +1,154 @@
+// `runstore cat`: the records of one series as aligned text, CSV or JSON
+// lines, streamed batch by batch from Snapshot::Scan.
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+#include "common.h"
+#include "progress.h"
+#include "value_format.h"
+
+namespace runstore::cli {
+namespace {
+
+// Aligned text output. Rows are held a page at a time to size the columns;
+// widths only grow, so a later page may be wider but never misaligns within
+// itself, and memory stays bounded whatever the series' length.
+class TextTable {
+ public:
+  explicit TextTable(Output* out) : out_(out) { rows_.push_back({"run", "step", "value"}); }
+  void Add(std::string run, std::string step, std::string value) {
+    rows_.push_back({std::move(run), std::move(step), std::move(value)});
+    if (rows_.size() >= kPage) Flush();
+  }
+  void Flush() {
+    for (const auto& r : rows_) {
+      run_w_ = std::max(run_w_, r[0].size());
+      step_w_ = std::max(step_w_, r[1].size());
+    }
+    std::string s;
+    for (const auto& r : rows_) {
+      s.append(run_w_ - r[0].size(), ' ');
+      s += r[0];
+      s += "  ";
+      s.append(step_w_ - r[1].size(), ' ');
+      s += r[1];
+      s += "  ";
+      s += r[2];
+      s += '\n';
+    }
+    out_->Write(s);
+    rows_.clear();
+  }
+
+ private:
+  static constexpr size_t kPage = 1024;
+  Output* out_;
+  std::vector<std::array<std::string, 3>> rows_;
+  size_t run_w_ = 0, step_w_ = 0;
+};
+
+}  // namespace
+
+int RunCat(const CatOptions& o) {
+  constexpr std::string_view kCmd = "cat";
+  OutFormat fmt;
+  if (o.format == "text") {
+    fmt = OutFormat::kText;
+  } else if (o.format == "csv") {
+    fmt = OutFormat::kCsv;
+  } else if (o.format == "jsonl" || o.format == "json") {
+    fmt = OutFormat::kJson;
+  } else {
+    return ReportError(kCmd, Status::InvalidArgument("unknown format '" + o.format +
+                                                     "' (expected text, csv or jsonl)"));
+  }
+  std::optional<RunId> run_filter;
+  if (o.run_set) run_filter = ParseRunArg(o.run, o.run_is_string);
+
+  auto store = OpenStoreReadOnly(o.store);
+  if (!store.ok()) return ReportError(kCmd, store.status());
+  auto snap = (*store)->GetSnapshot();
+  auto info = snap->GetSeriesInfo(o.name);
+  if (!info.ok()) return ReportError(kCmd, info.status());
+  auto scanner = snap->Scan(o.name);
+  if (!scanner.ok()) return ReportError(kCmd, scanner.status());
+
+  Output out;
+  // The bar shares the terminal with the records unless stdout goes elsewhere.
+  Progress progress("cat", info->count);
+  if (isatty(STDOUT_FILENO) == 1) progress.Finish();
+
+  std::optional<TextTable> table;
+  if (fmt == OutFormat::kText) table.emplace(&out);
+  if (fmt == OutFormat::kCsv) out.Write("run,step,value\n");
+
+  const DType dtype = info->dtype;
+  const uint64_t limit = o.limit < 0 ? UINT64_MAX : static_cast<uint64_t>(o.limit);
+  uint64_t printed = 0, scanned = 0;
+  std::string line, run_s, step_s, value_s;
+  ScanBatch batch;
+  while (printed < limit) {
+    auto more = (*scanner)->Next(&batch);
+    if (!more.ok()) {
+      progress.Finish();
+      if (table) table->Flush();
+      (void)out.Close();
+      return ReportError(kCmd, more.status());
+    }
+    if (!*more) break;
+    for (size_t i = 0; i < batch.count && printed < limit; ++i) {
+      const Row row = GetRow(batch, i);
+      if (run_filter && !RowHasRun(row, *run_filter)) continue;
+      ++printed;
+      if (fmt == OutFormat::kText) {
+        run_s.clear();
+        value_s.clear();
+        AppendRun(&run_s, row.run_is_string, row.run_int, row.run_str, fmt);
+        AppendValue(&value_s, dtype, row.shape, row.data, row.nbytes, fmt);
+        table->Add(run_s, std::to_string(row.step), value_s);
+        continue;
+      }
+      line.clear();
+      if (fmt == OutFormat::kCsv) {
+        AppendRun(&line, row.run_is_string, row.run_int, row.run_str, fmt);
+        line += ',';
+        line += std::to_string(row.step);
+        line += ',';
+        value_s.clear();
+        AppendValue(&value_s, dtype, row.shape, row.data, row.nbytes, fmt);
+        AppendCsvCell(&line, value_s);
+      } else {
+        line += "{\"run\":";
+        AppendRun(&line, row.run_is_string, row.run_int, row.run_str, fmt);
+        line += ",\"step\":";
+        line += std::to_string(row.step);
+        line += ",\"value\":";
+        AppendValue(&line, dtype, row.shape, row.data, row.nbytes, fmt);
+        line += '}';
+      }
+      line += '\n';
+      out.Write(line);
+    }
+    scanned += batch.count;
+    progress.Update(scanned, out.bytes_written());
+    if (!out.status().ok()) break;
+  }
+  progress.Finish();
+  if (table) table->Flush();
+  Status s = out.Close();
+  if (!s.ok()) return ReportError(kCmd, s);
+  if (run_filter && printed == 0 && limit > 0) {
+    return ReportError(kCmd, Status::NotFound("series '" + o.name + "' has no records of run " +
+                                              run_filter->ToString()));
+  }
+  return kExitOk;
+}
+
+}  // namespace runstore::cli

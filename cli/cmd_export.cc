@@ -1,0 +1,179 @@
+// `runstore export csv`: one CSV file per series, streamed batch by batch
+// from Snapshot::Scan so that memory stays bounded by one block plus the
+// output buffer, whatever the size of the series.
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "commands.h"
+#include "common.h"
+#include "progress.h"
+#include "value_format.h"
+
+namespace runstore::cli {
+namespace {
+
+using nlohmann::ordered_json;
+
+// Column names of the value: "value", or one per element in C order
+// ("value_0", "value_1_2", ...) when the shape is fixed and small.
+std::vector<std::string> ValueColumns(const SeriesInfo& info, int max_columns) {
+  if (info.variable_shape || IsVarLength(info.dtype) || info.shape.empty()) return {"value"};
+  int64_t n = 1;
+  for (int64_t d : info.shape) n *= d;
+  if (n < 1 || n > max_columns) return {"value"};
+  std::vector<std::string> cols;
+  std::vector<int64_t> idx(info.shape.size(), 0);
+  for (int64_t e = 0; e < n; ++e) {
+    std::string c = "value";
+    for (int64_t i : idx) c += "_" + std::to_string(i);
+    cols.push_back(std::move(c));
+    for (size_t d = idx.size(); d-- > 0;) {
+      if (++idx[d] < info.shape[d]) break;
+      idx[d] = 0;
+    }
+  }
+  return cols;
+}
+
+Status RenameInto(const std::string& from, const std::string& to) {
+  if (std::rename(from.c_str(), to.c_str()) != 0) {
+    const int e = errno;
+    return Status::IOError(to + ": cannot rename " + from + " into place: " + std::strerror(e), e);
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+int RunExportCsv(const ExportCsvOptions& o) {
+  constexpr std::string_view kCmd = "export csv";
+  namespace fs = std::filesystem;
+  auto store = OpenStoreReadOnly(o.store);
+  if (!store.ok()) return ReportError(kCmd, store.status());
+  auto snap = (*store)->GetSnapshot();
+
+  // Every named series must exist before anything is written.
+  std::vector<SeriesInfo> series;
+  if (o.names.empty()) {
+    auto all = snap->ListSeries(o.all);
+    if (!all.ok()) return ReportError(kCmd, all.status());
+    series = std::move(all).value();
+  } else {
+    std::set<std::string> seen;
+    for (const std::string& name : o.names) {
+      if (!seen.insert(name).second) continue;
+      auto info = snap->GetSeriesInfo(name);
+      if (!info.ok()) return ReportError(kCmd, info.status());
+      series.push_back(std::move(info).value());
+    }
+  }
+  std::error_code ec;
+  fs::create_directories(o.outdir, ec);
+  if (ec) {
+    return ReportError(
+        kCmd, Status::IOError(o.outdir + ": cannot create directory: " + ec.message(), ec.value()));
+  }
+
+  uint64_t total = 0;
+  for (const SeriesInfo& s : series) total += s.count;
+  Progress progress("export", total);
+  const std::string suffix = ".tmp-" + std::to_string(getpid());
+  ordered_json manifest = ordered_json::array();
+  uint64_t done = 0, bytes = 0;
+  std::string line, cell;
+  for (const SeriesInfo& info : series) {
+    const std::string file = SafeFileName(info.name) + ".csv";
+    const std::string path = (fs::path(o.outdir) / file).string();
+    const std::string tmp = path + suffix;
+    const std::vector<std::string> cols = ValueColumns(info, o.max_columns);
+    const bool split = cols.size() > 1 || cols[0] != "value";
+    auto fail = [&](const Status& s) {
+      progress.Finish();
+      std::remove(tmp.c_str());
+      return ReportError(kCmd, s.WithContext("series '" + info.name + "'"));
+    };
+
+    auto created = Output::Create(tmp, path);
+    if (!created.ok()) return fail(created.status());
+    Output& out = **created;
+    line = "run,step";
+    for (const std::string& c : cols) line += "," + c;
+    line += '\n';
+    out.Write(line);
+
+    auto scanner = snap->Scan(info.name);
+    if (!scanner.ok()) return fail(scanner.status());
+    ScanBatch batch;
+    uint64_t rows = 0;
+    while (true) {
+      auto more = (*scanner)->Next(&batch);
+      if (!more.ok()) return fail(more.status());
+      if (!*more) break;
+      for (size_t i = 0; i < batch.count; ++i) {
+        const Row row = GetRow(batch, i);
+        line.clear();
+        AppendRun(&line, row.run_is_string, row.run_int, row.run_str, OutFormat::kCsv);
+        line += ',';
+        line += std::to_string(row.step);
+        if (split) {
+          const size_t elem = DTypeSize(info.dtype);
+          for (size_t e = 0; e < cols.size(); ++e) {
+            line += ',';
+            AppendElement(&line, info.dtype, row.data + e * elem, OutFormat::kCsv);
+          }
+        } else {
+          line += ',';
+          cell.clear();
+          AppendValue(&cell, info.dtype, row.shape, row.data, row.nbytes, OutFormat::kCsv);
+          AppendCsvCell(&line, cell);
+        }
+        line += '\n';
+        out.Write(line);
+      }
+      rows += batch.count;
+      progress.Update(done + rows, bytes + out.bytes_written());
+      if (!out.status().ok()) break;
+    }
+    const uint64_t file_bytes = out.bytes_written();
+    Status s = out.Close();
+    if (s.ok()) s = RenameInto(tmp, path);
+    if (!s.ok()) return fail(s);
+    done += rows;
+    bytes += file_bytes;
+    manifest.push_back({{"series", info.name},
+                        {"file", file},
+                        {"dtype", DTypeName(info.dtype)},
+                        {"shape", info.shape},
+                        {"variable_shape", info.variable_shape},
+                        {"records", rows},
+                        {"columns", cols}});
+  }
+  progress.Finish();
+
+  // manifest.json maps file names back to series names (and cannot collide
+  // with a series' file: those all end in .csv).
+  const std::string mpath = (fs::path(o.outdir) / "manifest.json").string();
+  auto m = Output::Create(mpath + suffix, mpath);
+  if (!m.ok()) return ReportError(kCmd, m.status());
+  (*m)->Write(ordered_json{{"store", (*store)->path()}, {"series", manifest}}.dump(
+                  2, ' ', false, ordered_json::error_handler_t::replace) +
+              "\n");
+  Status s = (*m)->Close();
+  if (s.ok()) s = RenameInto(mpath + suffix, mpath);
+  if (!s.ok()) {
+    std::remove((mpath + suffix).c_str());
+    return ReportError(kCmd, s);
+  }
+  std::cout << "exported " << series.size() << " series (" << done << " records, "
+            << HumanBytes(bytes) << ") to " << o.outdir << "\n";
+  return kExitOk;
+}
+
+}  // namespace runstore::cli

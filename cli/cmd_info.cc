@@ -1,0 +1,184 @@
+// `runstore info` and `runstore ls`.
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "commands.h"
+#include "common.h"
+#include "value_format.h"
+
+namespace runstore::cli {
+namespace {
+
+using nlohmann::ordered_json;
+
+// Sum of the sizes of every regular file under `dir` (segments, marker,
+// caches, leftovers). Files that vanish meanwhile are skipped.
+uint64_t DiskBytes(const std::string& dir) {
+  namespace fs = std::filesystem;
+  uint64_t total = 0;
+  std::error_code ec;
+  for (fs::recursive_directory_iterator it(dir, fs::directory_options::skip_permission_denied, ec),
+       end;
+       !ec && it != end; it.increment(ec)) {
+    std::error_code fec;
+    if (it->is_regular_file(fec)) {
+      const uintmax_t n = it->file_size(fec);
+      if (!fec) total += n;
+    }
+  }
+  return total;
+}
+
+ordered_json RunToJson(const RunId& r) {
+  if (r.is_int()) return r.int_value();
+  return r.string_value();
+}
+
+void PrintTable(const std::vector<std::vector<std::string>>& rows,
+                const std::vector<bool>& right_align) {
+  std::vector<size_t> width(rows.empty() ? 0 : rows[0].size(), 0);
+  for (const auto& r : rows) {
+    for (size_t c = 0; c < r.size(); ++c) width[c] = std::max(width[c], r[c].size());
+  }
+  std::string out;
+  for (const auto& r : rows) {
+    std::string line;
+    for (size_t c = 0; c < r.size(); ++c) {
+      const bool last = c + 1 == r.size();
+      const std::string pad(width[c] - r[c].size(), ' ');
+      if (right_align[c]) {
+        line += pad + r[c];
+      } else {
+        line += r[c];
+        if (!last) line += pad;
+      }
+      if (!last) line += "  ";
+    }
+    out += line + "\n";
+  }
+  std::cout << out;
+}
+
+}  // namespace
+
+int RunInfo(const InfoOptions& o) {
+  constexpr std::string_view kCmd = "info";
+  auto store = OpenStoreReadOnly(o.store);
+  if (!store.ok()) return ReportError(kCmd, store.status());
+  auto snap = (*store)->GetSnapshot();
+
+  const std::vector<SegmentInfo> segments = snap->ListSegments();
+  std::set<std::string> writers;
+  uint64_t sealed = 0, committed = 0, segment_bytes = 0, commits = 0, blocks = 0;
+  for (const SegmentInfo& s : segments) {
+    writers.insert(s.writer_id);
+    sealed += s.sealed ? 1 : 0;
+    committed += s.committed_bytes;
+    segment_bytes += s.file_bytes;
+    commits += s.commits;
+    blocks += s.blocks;
+  }
+  auto series = snap->ListSeries(/*include_reserved=*/true);
+  if (!series.ok()) return ReportError(kCmd, series.status());
+  uint64_t user_series = 0, reserved_series = 0, records = 0;
+  for (const SeriesInfo& s : *series) {
+    if (!s.name.empty() && s.name[0] == '~') {
+      ++reserved_series;
+    } else {
+      ++user_series;
+      records += s.count;
+    }
+  }
+  auto runs = snap->ListRuns();
+  if (!runs.ok()) return ReportError(kCmd, runs.status());
+  const uint64_t disk = DiskBytes((*store)->path());
+  const uint32_t version = ReadMarkerFormatVersion((*store)->path());
+
+  if (o.json) {
+    ordered_json j;
+    j["store"] = (*store)->path();
+    j["format_version"] = version;
+    j["writers"] = writers.size();
+    j["segments"] = {
+        {"total", segments.size()}, {"sealed", sealed}, {"open", segments.size() - sealed}};
+    j["series"] = user_series;
+    j["reserved_series"] = reserved_series;
+    j["runs"] = runs->size();
+    j["records"] = records;
+    j["commits"] = commits;
+    j["blocks"] = blocks;
+    j["bytes_on_disk"] = disk;
+    j["segment_bytes"] = segment_bytes;
+    j["committed_bytes"] = committed;
+    std::cout << j.dump(2) << "\n";
+    return kExitOk;
+  }
+  auto bytes = [](uint64_t n) { return std::to_string(n) + " (" + HumanBytes(n) + ")"; };
+  std::vector<std::vector<std::string>> rows = {
+      {"store:", (*store)->path()},
+      {"format version:", version ? std::to_string(version) : "unknown"},
+      {"writers:", std::to_string(writers.size())},
+      {"segments:", std::to_string(segments.size()) + " (" + std::to_string(sealed) + " sealed, " +
+                        std::to_string(segments.size() - sealed) + " open)"},
+      {"series:",
+       std::to_string(user_series) + " (+" + std::to_string(reserved_series) + " reserved)"},
+      {"runs:", std::to_string(runs->size())},
+      {"records:", std::to_string(records)},
+      {"commits:", std::to_string(commits)},
+      {"blocks:", std::to_string(blocks)},
+      {"bytes on disk:", bytes(disk)},
+      {"segment bytes:", bytes(segment_bytes)},
+      {"committed bytes:", bytes(committed)},
+  };
+  PrintTable(rows, {false, false});
+  return kExitOk;
+}
+
+int RunLs(const LsOptions& o) {
+  constexpr std::string_view kCmd = "ls";
+  auto store = OpenStoreReadOnly(o.store);
+  if (!store.ok()) return ReportError(kCmd, store.status());
+  auto snap = (*store)->GetSnapshot();
+
+  if (o.runs) {
+    auto runs = snap->ListRuns();
+    if (!runs.ok()) return ReportError(kCmd, runs.status());
+    if (o.json) {
+      ordered_json j = ordered_json::array();
+      for (const RunId& r : *runs) j.push_back(RunToJson(r));
+      std::cout << j.dump(2, ' ', false, ordered_json::error_handler_t::replace) << "\n";
+    } else {
+      std::string out;
+      for (const RunId& r : *runs) out += r.ToString() + "\n";
+      std::cout << out;
+    }
+    return kExitOk;
+  }
+
+  auto series = snap->ListSeries(o.all);
+  if (!series.ok()) return ReportError(kCmd, series.status());
+  if (o.json) {
+    ordered_json j = ordered_json::array();
+    for (const SeriesInfo& s : *series) {
+      j.push_back({{"name", s.name},
+                   {"dtype", DTypeName(s.dtype)},
+                   {"shape", s.shape},
+                   {"variable_shape", s.variable_shape},
+                   {"count", s.count},
+                   {"stored_bytes", s.stored_bytes}});
+    }
+    std::cout << j.dump(2, ' ', false, ordered_json::error_handler_t::replace) << "\n";
+    return kExitOk;
+  }
+  std::vector<std::vector<std::string>> rows = {{"NAME", "DTYPE", "SHAPE", "COUNT", "BYTES"}};
+  for (const SeriesInfo& s : *series) {
+    rows.push_back({s.name, std::string(DTypeName(s.dtype)), ShapeText(s), std::to_string(s.count),
+                    std::to_string(s.stored_bytes)});
+  }
+  PrintTable(rows, {false, false, false, true, true});
+  return kExitOk;
+}
+
+}  // namespace runstore::cli

@@ -1,0 +1,96 @@
+// common.h: pieces shared by the runstore CLI's commands: the one mapping from
+// StatusCode to exit code, error reporting, opening a store read-only, parsing
+// run ids, buffered output with error checks, and byte counts for humans.
+//
+// Thread safety: none of this is meant for use from several threads.
+#ifndef RUNSTORE_CLI_COMMON_H_
+#define RUNSTORE_CLI_COMMON_H_
+
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "runstore/store.h"
+
+namespace runstore::cli {
+
+// Exit codes of the `runstore` program (documented in every --help).
+enum ExitCode : int {
+  kExitOk = 0,
+  kExitUsage = 1,       // bad command line (reported by CLI11)
+  kExitCorruption = 2,  // StatusCode::kCorruption
+  kExitNotFound = 3,    // StatusCode::kNotFound: store, series, run or key
+  kExitIOError = 4,     // StatusCode::kIOError, also failures writing output
+  kExitOther = 5,       // InvalidArgument, NotSupported, FailedPrecondition, ...
+};
+
+// The only place where library status codes become exit codes.
+int ExitCodeFor(const Status& status);
+
+// The text appended to every subcommand's --help.
+std::string ExitCodeHelp();
+
+// Prints "runstore: <command>: <status>" to stderr and returns its exit code.
+int ReportError(std::string_view command, const Status& status);
+
+// Opens the store at `path` read-only; never creates or writes anything.
+Result<std::unique_ptr<Store>> OpenStoreReadOnly(const std::string& path);
+
+// A run id from the command line: an integer when all of `text` parses as an
+// int64 (and !force_string), a string otherwise.
+RunId ParseRunArg(const std::string& text, bool force_string);
+
+// 1536 -> "1.5 KiB"; exact below 1 KiB.
+std::string HumanBytes(uint64_t bytes);
+
+// Reads the format version from the store's RUNSTORE marker; 0 if unreadable.
+uint32_t ReadMarkerFormatVersion(const std::string& store_path);
+
+// Buffered output to stdout or a file that reports write errors as IOError
+// (with errno) instead of losing them.
+class Output {
+ public:
+  // Writes to stdout; not closed.
+  Output();
+  ~Output();
+  Output(const Output&) = delete;
+  Output& operator=(const Output&) = delete;
+
+  // Creates (truncates) `path` for writing; IOError if that fails. Messages
+  // name `display` (default: `path`), e.g. the final name of a temporary.
+  static Result<std::unique_ptr<Output>> Create(const std::string& path,
+                                                const std::string& display = "");
+
+  void Write(std::string_view s) {
+    buf_.append(s);
+    if (buf_.size() >= kFlushBytes) FlushBuffer();
+  }
+  // Writes `n` bytes straight to the file, bypassing the buffer (after
+  // flushing it), for large zero-copy payloads.
+  void WriteDirect(const char* data, size_t n);
+  // Total bytes handed to Write/WriteDirect.
+  uint64_t bytes_written() const { return bytes_ + buf_.size(); }
+  // Flushes, and closes a file (without fsync). Returns the first error seen.
+  Status Close();
+  // The first error seen so far (writes after an error are dropped).
+  const Status& status() const { return status_; }
+
+ private:
+  static constexpr size_t kFlushBytes = 1 << 20;
+  Output(FILE* f, std::string path, bool owned);
+  void FlushBuffer();
+  void Fail(const char* what);
+
+  FILE* f_;
+  std::string path_;
+  bool owned_;
+  std::string buf_;
+  uint64_t bytes_ = 0;
+  Status status_;
+};
+
+}  // namespace runstore::cli
+
+#endif  // RUNSTORE_CLI_COMMON_H_

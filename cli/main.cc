@@ -1,0 +1,225 @@
+// runstore: the command-line tool for looking into runstore stores.
+//
+// Parses the command line with CLI11 and hands it to one of the commands in
+// commands.h. Every command opens the store read-only. Exit codes: common.h
+// (and every --help).
+#include <CLI/CLI.hpp>
+#include <filesystem>
+#include <iostream>
+#include <new>
+
+#include "commands.h"
+#include "common.h"
+#include "progress.h"
+
+namespace runstore::cli {
+namespace {
+
+// The text after a subcommand's options: what it does in detail, examples and
+// the exit codes. (The description passed to add_subcommand is one line, as
+// it also appears in the list of commands of `runstore --help`.)
+std::string Footer(const std::string& details, const std::string& examples) {
+  std::string s = "\n";
+  if (!details.empty()) s += details + "\n\n";
+  return s + "Examples:\n" + examples + "\n\n" + ExitCodeHelp();
+}
+
+int Main(int argc, char** argv) {
+  CLI::App app{
+      "runstore: inspect and export runstore stores (results of large parallel computations).\n"
+      "Every command opens the store read-only and never writes to it.",
+      "runstore"};
+  app.set_version_flag("--version", std::string("runstore ") + RUNSTORE_CLI_VERSION +
+                                        " (reads store format versions 1 to " +
+                                        std::to_string(kFormatVersion) + ")");
+  app.require_subcommand(1);
+  app.add_flag("--no-progress", g_progress_disabled,
+               "Never draw a progress bar (one is drawn on stderr only when it is a terminal)");
+  app.footer(Footer("",
+                    "  runstore info /scratch/sweep\n"
+                    "  runstore ls /scratch/sweep\n"
+                    "  runstore cat /scratch/sweep loss --format csv > loss.csv\n"
+                    "  runstore get /scratch/sweep 42 trace --step 3 -o trace.npy\n"
+                    "  runstore verify /scratch/sweep\n"
+                    "  runstore export csv /scratch/sweep out/\n"
+                    "Run 'runstore COMMAND --help' for the details of a command."));
+
+  // info
+  InfoOptions info;
+  auto* info_cmd =
+      app.add_subcommand("info", "Summarise a store: writers, segments, series, runs, bytes");
+  info_cmd->add_option("STORE", info.store, "Store directory")->required();
+  info_cmd->add_flag("--json", info.json, "Print one JSON object instead of text");
+  info_cmd->footer(Footer(
+      "Prints the store's format version, the number of writers (distinct writer ids), of\n"
+      "segments (sealed and open), series (and reserved '~' series), runs, visible records,\n"
+      "commits and blocks, the bytes on disk (every file under the store), the bytes of the\n"
+      "segment files, and the committed bytes (up to each segment's last valid commit).",
+      "  runstore info /scratch/sweep\n"
+      "  runstore info /scratch/sweep --json | jq .records"));
+
+  // ls
+  LsOptions ls;
+  auto* ls_cmd =
+      app.add_subcommand("ls", "List the series (or with --runs the run ids) of a store");
+  ls_cmd->add_option("STORE", ls.store, "Store directory")->required();
+  ls_cmd->add_flag("--runs", ls.runs, "List run ids instead of series");
+  ls_cmd->add_flag("--json", ls.json,
+                   "Print a JSON array: of objects {name, dtype, shape (a list, [] for scalars), "
+                   "variable_shape, count, stored_bytes}, or with --runs of run ids (numbers "
+                   "and strings)");
+  ls_cmd->add_flag("--all,-a", ls.all,
+                   "Include series reserved for runstore (names starting with '~')");
+  ls_cmd->footer(Footer(
+      "Lists every series with its dtype, the shape of each record (\"scalar\", \"[3, 4]\" or\n"
+      "\"variable\"), the number of visible records and the bytes its blocks take on disk,\n"
+      "sorted by name. With --runs, lists the run ids instead (integers first, then strings),\n"
+      "one per line.",
+      "  runstore ls /scratch/sweep\n"
+      "  runstore ls /scratch/sweep --runs | wc -l\n"
+      "  runstore ls /scratch/sweep --all --json"));
+
+  // cat
+  CatOptions cat;
+  auto* cat_cmd =
+      app.add_subcommand("cat", "Print the records of one series as text, CSV or JSON lines");
+  cat_cmd->add_option("STORE", cat.store, "Store directory")->required();
+  cat_cmd->add_option("NAME", cat.name, "Series name")->required();
+  auto* run_opt = cat_cmd->add_option(
+      "--run,-r", cat.run,
+      "Only records of this run: an integer if it parses as one, else a string");
+  auto* run_str_opt = cat_cmd->add_option("--run-str", cat.run,
+                                          "Only records of this run, always taken as a string");
+  run_opt->excludes(run_str_opt);
+  cat_cmd->add_option("--format,-f", cat.format, "Output format")
+      ->check(CLI::IsMember({"text", "csv", "jsonl"}))
+      ->capture_default_str();
+  cat_cmd->add_option("--limit,-n", cat.limit, "Print at most N records")
+      ->check(CLI::NonNegativeNumber);
+  cat_cmd->footer(Footer(
+      "Prints the records of one series with columns run, step, value, in storage order\n"
+      "(segment by segment, block by block; not sorted). Formats:\n"
+      "  text   aligned columns under a header line (the default)\n"
+      "  csv    a header line run,step,value; RFC 4180 quoting: a cell holding a comma, a\n"
+      "         quote, CR or LF is put in quotes, with quotes doubled; lines end in \\n\n"
+      "  jsonl  one JSON object per line: {\"run\":..,\"step\":..,\"value\":..}\n"
+      "Values: arrays are nested lists in C order ([[1, 2], [3, 4]]; compact JSON in csv);\n"
+      "floats are printed in the shortest form that reads back exactly; NaN and infinities\n"
+      "are nan, inf, -inf in text and csv and null in jsonl; strings are JSON-quoted in text\n"
+      "and jsonl and raw in csv; bytes are base64 (RFC 4648, padded), prefixed \"base64:\" in\n"
+      "text. String run ids are printed as they are in text and csv (quoted in jsonl).\n"
+      "Exit code 3 also when --run matches no record.",
+      "  runstore cat /scratch/sweep loss\n"
+      "  runstore cat /scratch/sweep loss --run 42 --format jsonl\n"
+      "  runstore cat /scratch/sweep label --run-str 007 -n 10"));
+
+  // get
+  GetOptions get;
+  auto* get_cmd = app.add_subcommand("get", "Write one value to a NumPy .npy file");
+  get_cmd->add_option("STORE", get.store, "Store directory")->required();
+  get_cmd->add_option("RUN", get.run, "Run id: an integer if it parses as one, else a string")
+      ->required();
+  get_cmd->add_option("NAME", get.name, "Series name")->required();
+  get_cmd->add_flag("--run-str", get.run_is_string,
+                    "Take RUN as a string even if it looks like an integer");
+  get_cmd->add_option("--step,-s", get.step, "Step of the record")->capture_default_str();
+  get_cmd->add_option("--output,-o", get.out, "Output .npy file ('-' for standard output)")
+      ->required();
+  get_cmd->footer(Footer(
+      "Writes the value of the record (RUN, NAME, step) to a NumPy .npy file (format 1.0,\n"
+      "data aligned to 64 bytes), streaming its bytes from the store without a copy. The file\n"
+      "is written under a temporary name and renamed into place when complete.\n"
+      "Numeric values keep their dtype and shape ('<f8', '|b1', '<i4', ...). A string value\n"
+      "becomes a 0-d '|S<n>' array of its UTF-8 bytes (np.load(f)[()].decode() gives the\n"
+      "str); a bytes value becomes a 1-d uint8 ('|u1') array of its length, which keeps\n"
+      "trailing NUL bytes that '|S' would drop.",
+      "  runstore get /scratch/sweep 42 trace --step 3 -o trace.npy\n"
+      "  runstore get /scratch/sweep exp-7 label --run-str -o label.npy\n"
+      "  python -c 'import numpy; print(numpy.load(\"trace.npy\").shape)'"));
+
+  // verify
+  VerifyOptions verify;
+  auto* verify_cmd =
+      app.add_subcommand("verify", "Check the checksum of every block of every segment");
+  verify_cmd->add_option("STORE", verify.store, "Store directory")->required();
+  verify_cmd->add_flag("--json", verify.json,
+                       "Print one JSON object {store, ok, segments, blocks, blocks_checked, "
+                       "error: {code, message}}");
+  verify_cmd->footer(Footer(
+      "Reads every block of every segment and checks every checksum, then prints the number\n"
+      "of segments and blocks checked. On corruption it prints the error, which names the\n"
+      "segment file and the offset, and exits with 2. A store with a damaged segment header\n"
+      "may fail to open at all: that is reported the same way (exit 2).",
+      "  runstore verify /scratch/sweep && echo clean\n"
+      "  runstore verify /scratch/sweep --json | jq .error.message"));
+
+  // export csv
+  auto* export_cmd = app.add_subcommand("export", "Export series to other formats (csv)");
+  export_cmd->require_subcommand(1);
+  export_cmd->footer(Footer("", "  runstore export csv /scratch/sweep out/"));
+  ExportCsvOptions exp;
+  auto* csv_cmd =
+      export_cmd->add_subcommand("csv", "Write one CSV file per series into a directory");
+  csv_cmd->add_option("STORE", exp.store, "Store directory")->required();
+  csv_cmd->add_option("OUTDIR", exp.outdir, "Output directory")->required();
+  csv_cmd->add_option("--names", exp.names, "Only these series (comma-separated or repeated)")
+      ->delimiter(',');
+  csv_cmd->add_flag("--all,-a", exp.all, "Include reserved '~' series when --names is not given");
+  csv_cmd
+      ->add_option("--max-columns", exp.max_columns,
+                   "Split fixed shapes of up to this many elements into columns (0: never)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  csv_cmd->footer(Footer(
+      "Writes one CSV file per series into OUTDIR (created if missing), streaming batch by\n"
+      "batch in bounded memory, and manifest.json, which maps file names to series names.\n"
+      "Columns: run, step, then the value. A fixed-shape numeric series with at most\n"
+      "--max-columns elements per record gets one column per element, in C order (value_0,\n"
+      "value_1, ...; value_0_0, value_0_1, ... for two dimensions); any other series gets one\n"
+      "'value' column holding a JSON list ([[1,2],[3,4]]), the string, or base64 for bytes.\n"
+      "Quoting follows RFC 4180; lines end in \\n; NaN and infinities are nan, inf, -inf.\n"
+      "File names are the series names with every byte outside [A-Za-z0-9._-] (and a leading\n"
+      "'.') escaped as %XX, plus .csv: 'qi/3_17' -> qi%2F3_17.csv. Names that escape to more\n"
+      "than 200 bytes are cut and end in '~' and a hash. Each file is written under a\n"
+      "temporary name and renamed into place when complete.",
+      "  runstore export csv /scratch/sweep out/\n"
+      "  runstore export csv /scratch/sweep out/ --names loss,reward"));
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? kExitOk : kExitUsage;
+  }
+
+  if (*info_cmd) return RunInfo(info);
+  if (*ls_cmd) return RunLs(ls);
+  if (*cat_cmd) {
+    cat.run_set = run_opt->count() > 0 || run_str_opt->count() > 0;
+    cat.run_is_string = run_str_opt->count() > 0;
+    return RunCat(cat);
+  }
+  if (*get_cmd) return RunGet(get);
+  if (*verify_cmd) return RunVerify(verify);
+  if (*csv_cmd) return RunExportCsv(exp);
+  return kExitUsage;
+}
+
+}  // namespace
+}  // namespace runstore::cli
+
+int main(int argc, char** argv) {
+  using runstore::cli::kExitOther;
+  try {
+    return runstore::cli::Main(argc, argv);
+  } catch (const std::filesystem::filesystem_error& e) {
+    return runstore::cli::ReportError("error",
+                                      runstore::Status::IOError(e.what(), e.code().value()));
+  } catch (const std::bad_alloc&) {
+    std::cerr << "runstore: error: out of memory\n";
+    return kExitOther;
+  } catch (const std::exception& e) {
+    std::cerr << "runstore: error: " << e.what() << "\n";
+    return kExitOther;
+  }
+}

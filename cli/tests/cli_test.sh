@@ -1,0 +1,433 @@
+#!/usr/bin/env bash
+# cli_test.sh: runs every subcommand of the `runstore` program on fixture
+# stores written by make_fixture and checks output, files and exit codes.
+#
+#   cli_test.sh path/to/runstore path/to/make_fixture
+#
+# Registered with ctest as cli_test (cli/CMakeLists.txt). Needs bash and
+# coreutils; if python3 with numpy is present, the .npy files are also loaded
+# with numpy.load.
+set -u
+shopt -s extglob
+
+RS=${1:?usage: cli_test.sh RUNSTORE MAKE_FIXTURE}
+MK=${2:?usage: cli_test.sh RUNSTORE MAKE_FIXTURE}
+T=$(mktemp -d "${TMPDIR:-/tmp}/runstore_cli_test.XXXXXX")
+trap 'rm -rf "$T"' EXIT
+
+failures=0
+checks=0
+fail() {
+  echo "FAIL [$test_name]: $*"
+  failures=$((failures + 1))
+}
+
+# run CMD...: runs CMD with stdout in $out, stderr in $err, exit code in $rc.
+run() {
+  "$@" >"$T/stdout" 2>"$T/stderr"
+  rc=$?
+  out=$(cat "$T/stdout")
+  err=$(cat "$T/stderr")
+}
+expect_rc() {
+  checks=$((checks + 1))
+  [[ $rc == "$1" ]] || fail "exit code $rc, expected $1 (stderr: $err)"
+}
+expect_out() {
+  checks=$((checks + 1))
+  [[ $out == "$1" ]] || fail "stdout differs; expected:
+$1
+--- got:
+$out"
+}
+expect_out_has() {
+  checks=$((checks + 1))
+  grep -qE -- "$1" <<<"$out" || fail "stdout lacks /$1/; got:
+$out"
+}
+expect_out_lacks() {
+  checks=$((checks + 1))
+  if grep -qE -- "$1" <<<"$out"; then fail "stdout has /$1/"; fi
+}
+expect_err_has() {
+  checks=$((checks + 1))
+  grep -qF -- "$1" <<<"$err" || fail "stderr lacks '$1'; got: $err"
+}
+expect_err_empty() {
+  checks=$((checks + 1))
+  [[ -z $err ]] || fail "stderr not empty: $err"
+}
+expect_file_eq() {  # path, expected contents
+  checks=$((checks + 1))
+  [[ -f $1 ]] || { fail "missing file $1"; return; }
+  [[ $(cat "$1") == "$2" ]] || fail "$1 differs; expected:
+$2
+--- got:
+$(cat "$1")"
+}
+# Bytes [offset, offset+n) of a file as space-separated hex.
+hex() { od -An -tx1 -j "$2" -N "$3" "$1" | tr -s ' \n' ' ' | sed 's/^ //; s/ $//'; }
+
+S=$T/good
+C=$T/corrupt
+H=$T/corrupt_header
+test_name=fixtures
+"$MK" good "$S" || { echo "FAIL: make_fixture good"; exit 1; }
+read -r corrupt_file corrupt_offset < <("$MK" corrupt "$C") || { echo "FAIL: make_fixture corrupt"; exit 1; }
+read -r header_file _ < <("$MK" corrupt-header "$H") || { echo "FAIL: make_fixture corrupt-header"; exit 1; }
+[[ $corrupt_file == segments/*.rss && -n $corrupt_offset ]] || fail "make_fixture corrupt printed '$corrupt_file $corrupt_offset'"
+# A fingerprint of the store, to check that no command writes to it.
+fingerprint() { (cd "$1" && find . -print0 | sort -z | xargs -0 ls -ld --time-style=+%s.%N && find . -type f -print0 | sort -z | xargs -0 cksum); }
+before=$(fingerprint "$S")
+
+# --- usage -------------------------------------------------------------------
+test_name=usage
+run "$RS"; expect_rc 1; expect_err_has "subcommand is required"
+run "$RS" frobnicate "$S"; expect_rc 1
+run "$RS" cat "$S"; expect_rc 1; expect_err_has "NAME is required"
+run "$RS" cat "$S" loss --format xml; expect_rc 1
+run "$RS" cat "$S" loss --run 1 --run-str 1; expect_rc 1
+run "$RS" cat "$S" loss --limit -2; expect_rc 1
+run "$RS" get "$S" 1 loss; expect_rc 1; expect_err_has "--output is required"
+run "$RS" export "$S"; expect_rc 1
+run "$RS" --help; expect_rc 0; expect_out_has "^Exit codes:"; expect_out_has "^  export "
+for cmd in info ls cat get verify "export csv"; do
+  # shellcheck disable=SC2086
+  run "$RS" $cmd --help
+  expect_rc 0; expect_out_has "^Examples:"; expect_out_has "^  2  corruption"
+  expect_out_has "^  3  not found"; expect_out_has "^  runstore $cmd "
+done
+run "$RS" --version; expect_rc 0; expect_out_has "^runstore [0-9]+\.[0-9]+\.[0-9]+"
+
+# --- missing and non-store paths ---------------------------------------------
+test_name=not_a_store
+run "$RS" info "$T/nowhere"; expect_rc 3; expect_err_has "runstore: info: NotFound:"
+mkdir -p "$T/plain_dir"; touch "$T/plain_dir/file"
+run "$RS" ls "$T/plain_dir"; expect_rc 5; expect_err_has "runstore: ls: InvalidArgument:"
+[[ ! -e $T/nowhere ]] || fail "info created the missing store"
+mkdir "$T/empty_dir"
+run "$RS" info "$T/empty_dir"; expect_rc 3
+[[ -z $(ls -A "$T/empty_dir") ]] || fail "info wrote into an empty directory"
+
+# --- info --------------------------------------------------------------------
+test_name=info
+run "$RS" info "$S"; expect_rc 0; expect_err_empty
+expect_out_has "^format version: +1$"
+expect_out_has "^writers: +3$"
+expect_out_has "^segments: +3 \(2 sealed, 1 open\)$"
+expect_out_has "^series: +13 \(\+1 reserved\)$"
+expect_out_has "^runs: +18$"
+expect_out_has "^records: +113$"
+expect_out_has "^bytes on disk: +[0-9]+ \("
+expect_out_has "^committed bytes: +[0-9]+ \("
+run "$RS" info "$S" --json; expect_rc 0
+expect_out_has '^  "writers": 3,$'
+expect_out_has '^    "sealed": 2,$'
+expect_out_has '^    "open": 1$'
+expect_out_has '^  "series": 13,$'
+expect_out_has '^  "runs": 18,$'
+expect_out_has '^  "records": 113,$'
+expect_out_has '^  "committed_bytes": [0-9]+$'
+
+# --- ls ----------------------------------------------------------------------
+test_name=ls
+run "$RS" ls "$S"; expect_rc 0
+expect_out_has "^NAME +DTYPE +SHAPE +COUNT +BYTES$"
+expect_out_has "^loss +float64 +scalar +50 +[0-9]+$"
+expect_out_has "^grid +float32 +\[3, 4\] +3 +[0-9]+$"
+expect_out_has "^vec +int64 +\[3\] +3 +[0-9]+$"
+expect_out_has "^trace +float64 +variable +3 +[0-9]+$"
+expect_out_has "^label +string +scalar +4 +[0-9]+$"
+expect_out_has "^blob +bytes +scalar +2 +[0-9]+$"
+expect_out_has "^qi/3_17 +float32 +scalar +10 +[0-9]+$"
+expect_out_lacks "~resume"
+[[ $(wc -l <<<"$out") == 14 ]] || fail "ls printed $(wc -l <<<"$out") lines, expected 14"
+run "$RS" ls "$S" --all; expect_rc 0; expect_out_has "^~resume +int64 +scalar +1 "
+run "$RS" ls "$S" --json; expect_rc 0
+expect_out_has '"name": "qi/3_17",'
+expect_out_has '"dtype": "bytes",'
+expect_out_has '"variable_shape": true,'
+run "$RS" ls "$S" --runs; expect_rc 0
+expect_out "0
+1
+2
+3
+4
+5
+6
+7
+8
+9
+100
+exp,b
+exp-a
+exp-b
+exp-c
+exp-d
+s1
+s2"
+run "$RS" ls "$S" --runs --json; expect_rc 0
+expect_out_has '^  100,$'; expect_out_has '^  "exp,b",$'; expect_out_has '^  "s2"$'
+
+# --- cat ---------------------------------------------------------------------
+test_name=cat_text
+run "$RS" cat "$S" loss -n 3; expect_rc 0; expect_err_empty
+expect_out "run  step  value
+  0     0  0
+  0     1  1
+  0     2  2"
+# The resume marker hides run 3's steps >= 2 of the first writer.
+run "$RS" cat "$S" loss --run 3
+expect_out "run  step  value
+  3     0  1.5
+  3     1  2.5
+  3     2  99"
+run "$RS" cat "$S" grid --run 1
+expect_out "run  step  value
+  1     0  [[100.5, 101.5, 102.5, 103.5], [104.5, 105.5, 106.5, 107.5], [108.5, 109.5, 110.5, 111.5]]"
+run "$RS" cat "$S" label
+expect_out "  run  step  value
+exp-a     0  \"plain\"
+exp,b     0  \"has, comma\"
+exp-c     0  \"say \\\"hi\\\"\\nnext line\"
+exp-d     0  \"héllo\\ttab\""
+run "$RS" cat "$S" blob
+expect_out "  run  step  value
+exp-a     0  base64:AAH/QQ==
+exp-b     0  base64:"
+run "$RS" cat "$S" special
+expect_out "run  step  value
+  0     0  nan
+  0     1  inf
+  0     2  -inf
+  0     3  0.1
+  0     4  -0
+  0     5  1e+300"
+run "$RS" cat "$S" loss --limit 0; expect_rc 0; expect_out "run  step  value"
+
+test_name=cat_csv
+run "$RS" cat "$S" label --format csv; expect_rc 0
+expect_out 'run,step,value
+exp-a,0,plain
+"exp,b",0,"has, comma"
+exp-c,0,"say ""hi""
+next line"
+exp-d,0,héllo	tab'
+run "$RS" cat "$S" blob -f csv
+expect_out 'run,step,value
+exp-a,0,AAH/QQ==
+exp-b,0,'
+run "$RS" cat "$S" trace -f csv
+expect_out 'run,step,value
+0,0,"[0,1]"
+1,0,"[0.25,1.25,2.25,3.25]"
+2,0,"[[0.5,1.5],[2.5,3.5],[4.5,5.5]]"'
+run "$RS" cat "$S" flag -f csv -n 2
+expect_out 'run,step,value
+0,0,true
+1,0,false'
+run "$RS" cat "$S" small -f csv --run 5
+expect_out 'run,step,value
+5,0,255'
+
+test_name=cat_jsonl
+run "$RS" cat "$S" label --format jsonl; expect_rc 0
+expect_out '{"run":"exp-a","step":0,"value":"plain"}
+{"run":"exp,b","step":0,"value":"has, comma"}
+{"run":"exp-c","step":0,"value":"say \"hi\"\nnext line"}
+{"run":"exp-d","step":0,"value":"héllo\ttab"}'
+run "$RS" cat "$S" special -f jsonl
+expect_out '{"run":0,"step":0,"value":null}
+{"run":0,"step":1,"value":null}
+{"run":0,"step":2,"value":null}
+{"run":0,"step":3,"value":0.1}
+{"run":0,"step":4,"value":-0}
+{"run":0,"step":5,"value":1e+300}'
+run "$RS" cat "$S" vec -f jsonl --run 1
+expect_out '{"run":1,"step":0,"value":[1,-1,1099511627776]}'
+run "$RS" cat "$S" blob -f jsonl --run exp-a
+expect_out '{"run":"exp-a","step":0,"value":"AAH/QQ=="}'
+run "$RS" cat "$S" loss -f jsonl --run s1
+expect_out '{"run":"s1","step":0,"value":1.5}'
+run "$RS" cat "$S" qi/3_17 -f jsonl --run 3
+expect_out '{"run":3,"step":0,"value":0.3}'
+
+test_name=cat_errors
+run "$RS" cat "$S" nope; expect_rc 3; expect_err_has "runstore: cat: NotFound: series 'nope'"
+run "$RS" cat "$S" loss --run-str 1; expect_rc 3; expect_err_has "no records of run 1"
+run "$RS" cat "$S" loss --run 12345; expect_rc 3
+run "$RS" cat "$C" big; expect_rc 2; expect_err_has "runstore: cat: Corruption: $corrupt_file"
+# A failed write of the output is an I/O error.
+if [[ -w /dev/full ]]; then
+  "$RS" cat "$S" loss >/dev/full 2>"$T/stderr"; rc=$?; err=$(cat "$T/stderr")
+  expect_rc 4; expect_err_has "runstore: cat: IOError:"
+fi
+
+# --- get ---------------------------------------------------------------------
+test_name=get
+# npy_check FILE DESCR_AND_SHAPE DATA_BYTES: magic, version, a header length
+# that puts the data at a multiple of 64, the dict, and the file size.
+npy_check() {
+  local f=$1 dict=$2 nbytes=$3
+  checks=$((checks + 1))
+  [[ -f $f ]] || { fail "no file $f"; return; }
+  [[ $(hex "$f" 0 8) == "93 4e 55 4d 50 59 01 00" ]] || fail "$f: bad magic/version: $(hex "$f" 0 8)"
+  local lo hi len
+  read -r lo hi <<<"$(od -An -tu1 -j 8 -N 2 "$f")"
+  len=$((lo + 256 * hi))
+  (((10 + len) % 64 == 0)) || fail "$f: data starts at $((10 + len)), not a multiple of 64"
+  local header
+  header=$(head -c $((10 + len - 1)) "$f" | tail -c $((len - 1)))
+  [[ $header == "{$dict, }" || $header == "{$dict, }"+(" ") ]] ||
+    fail "$f: header is '$header', expected '{$dict, }' and spaces"
+  [[ $(hex "$f" $((10 + len - 1)) 1) == "0a" ]] || fail "$f: header does not end in a newline"
+  [[ $(stat -c %s "$f") == $((10 + len + nbytes)) ]] || fail "$f: size $(stat -c %s "$f"), expected $((10 + len + nbytes))"
+}
+run "$RS" get "$S" 7 big -o "$T/big.npy"; expect_rc 0; expect_err_empty; expect_out ""
+npy_check "$T/big.npy" "'descr': '<f8', 'fortran_order': False, 'shape': (100, 200)" 160000
+# Element 1 is 0.25: 00 00 00 00 00 00 d0 3f.
+checks=$((checks + 1))
+[[ $(hex "$T/big.npy" 136 8) == "00 00 00 00 00 00 d0 3f" ]] || fail "big.npy element 1: $(hex "$T/big.npy" 136 8)"
+run "$RS" get "$S" 1 grid -o "$T/grid.npy"; expect_rc 0
+npy_check "$T/grid.npy" "'descr': '<f4', 'fortran_order': False, 'shape': (3, 4)" 48
+run "$RS" get "$S" 2 vec -o "$T/vec.npy"; expect_rc 0
+npy_check "$T/vec.npy" "'descr': '<i8', 'fortran_order': False, 'shape': (3,)" 24
+run "$RS" get "$S" 2 trace -o "$T/trace.npy"; expect_rc 0
+npy_check "$T/trace.npy" "'descr': '<f8', 'fortran_order': False, 'shape': (3, 2)" 48
+run "$RS" get "$S" 0 flag -o "$T/flag.npy"; expect_rc 0
+npy_check "$T/flag.npy" "'descr': '|b1', 'fortran_order': False, 'shape': ()" 1
+run "$RS" get "$S" 3 count -o "$T/count.npy"; expect_rc 0
+npy_check "$T/count.npy" "'descr': '<i4', 'fortran_order': False, 'shape': ()" 4
+run "$RS" get "$S" 5 small -o "$T/small.npy"; expect_rc 0
+npy_check "$T/small.npy" "'descr': '|u1', 'fortran_order': False, 'shape': ()" 1
+run "$RS" get "$S" 3 loss --step 1 -o "$T/loss.npy"; expect_rc 0
+npy_check "$T/loss.npy" "'descr': '<f8', 'fortran_order': False, 'shape': ()" 8
+run "$RS" get "$S" exp-c label -o "$T/label.npy"; expect_rc 0
+npy_check "$T/label.npy" "'descr': '|S18', 'fortran_order': False, 'shape': ()" 18
+run "$RS" get "$S" exp-a blob -o "$T/blob.npy"; expect_rc 0
+npy_check "$T/blob.npy" "'descr': '|u1', 'fortran_order': False, 'shape': (4,)" 4
+checks=$((checks + 1))
+[[ $(hex "$T/blob.npy" 128 4) == "00 01 ff 41" ]] || fail "blob.npy data: $(hex "$T/blob.npy" 128 4)"
+run "$RS" get "$S" exp-b blob -o "$T/empty_blob.npy"; expect_rc 0
+npy_check "$T/empty_blob.npy" "'descr': '|u1', 'fortran_order': False, 'shape': (0,)" 0
+"$RS" get "$S" 7 big -o - >"$T/big_stdout.npy"; rc=$?; expect_rc 0
+checks=$((checks + 1))
+cmp -s "$T/big.npy" "$T/big_stdout.npy" || fail "get -o - differs from get -o FILE"
+# --run-str: "1" as a string run does not exist.
+run "$RS" get "$S" 1 loss --run-str -o "$T/x.npy"; expect_rc 3
+run "$RS" get "$S" 42 loss -o "$T/missing.npy"; expect_rc 3
+expect_err_has "runstore: get: NotFound: no record for run 42"
+run "$RS" get "$S" 3 loss --step 4 -o "$T/hidden.npy"; expect_rc 3  # hidden by the resume
+run "$RS" get "$S" 1 nope -o "$T/missing.npy"; expect_rc 3
+checks=$((checks + 1))
+[[ -z $(find "$T" -maxdepth 1 -name '*.npy.tmp-*') && ! -e $T/missing.npy ]] || fail "get left files behind"
+run "$RS" get "$S" 1 loss -o "$T/no/such/dir/x.npy"; expect_rc 4; expect_err_has "runstore: get: IOError:"
+run "$RS" get "$C" 7 big -o "$T/corrupt.npy"; expect_rc 2
+expect_err_has "$corrupt_file"; expect_err_has "offset"
+if python3 -c "import numpy" 2>/dev/null; then
+  checks=$((checks + 1))
+  python3 - "$T" <<'EOF' || fail "numpy.load disagrees"
+import sys, numpy as np
+t = sys.argv[1]
+big = np.load(t + "/big.npy")
+assert big.dtype == np.float64 and big.shape == (100, 200), (big.dtype, big.shape)
+assert (big.ravel() == 0.25 * np.arange(20000)).all()
+g = np.load(t + "/grid.npy")
+assert g.dtype == np.float32 and g[2, 3] == 111.5, g
+assert np.load(t + "/vec.npy").tolist() == [2, -2, 1 << 40]
+assert np.load(t + "/trace.npy").tolist() == [[0.5, 1.5], [2.5, 3.5], [4.5, 5.5]]
+assert np.load(t + "/flag.npy")[()] == True
+assert np.load(t + "/count.npy")[()] == -3000
+assert np.load(t + "/small.npy")[()] == 255
+assert np.load(t + "/loss.npy")[()] == 2.5
+assert np.load(t + "/label.npy")[()].decode() == 'say "hi"\nnext line'
+assert np.load(t + "/blob.npy").tobytes() == b"\x00\x01\xffA"
+assert np.load(t + "/empty_blob.npy").size == 0
+EOF
+fi
+
+# --- verify ------------------------------------------------------------------
+test_name=verify
+run "$RS" verify "$S"; expect_rc 0; expect_err_empty
+expect_out_has "^ok: 3 segments, [0-9]+ blocks checked, no corruption$"
+run "$RS" verify "$S" --json; expect_rc 0
+expect_out_has '^  "ok": true,$'; expect_out_has '^  "segments": 3,$'
+run "$RS" verify "$C"; expect_rc 2
+expect_out_has "^CORRUPT: 1 segments, [0-9]+ of [0-9]+ blocks checked"
+expect_err_has "runstore: verify: Corruption: $corrupt_file"; expect_err_has "offset"
+run "$RS" verify "$C" --json; expect_rc 2
+expect_out_has '^  "ok": false,$'; expect_out_has '"code": "Corruption"'
+expect_out_has "\"message\": \"$corrupt_file: offset [0-9]+"
+# A damaged segment header: opening the store fails, reported the same way.
+run "$RS" verify "$H"; expect_rc 2
+expect_err_has "runstore: verify: Corruption: $header_file"; expect_err_has "offset"
+run "$RS" verify "$H" --json; expect_rc 2; expect_out_has '^  "ok": false,$'
+run "$RS" info "$H"; expect_rc 2; expect_err_has "$header_file"
+run "$RS" verify "$T/nowhere"; expect_rc 3
+
+# --- export csv --------------------------------------------------------------
+test_name=export_csv
+E=$T/export
+run "$RS" export csv "$S" "$E"; expect_rc 0; expect_err_empty
+expect_out_has "^exported 13 series \(113 records, .*\) to $E$"
+checks=$((checks + 1))
+[[ $(cd "$E" && ls | tr '\n' ' ') == "big.csv blob.csv count.csv flag.csv grid.csv label.csv late.csv loss.csv manifest.json qi%2F3_17.csv small.csv special.csv trace.csv vec.csv " ]] ||
+  fail "export files: $(cd "$E" && ls | tr '\n' ' ')"
+expect_file_eq "$E/label.csv" 'run,step,value
+exp-a,0,plain
+"exp,b",0,"has, comma"
+exp-c,0,"say ""hi""
+next line"
+exp-d,0,héllo	tab'
+expect_file_eq "$E/vec.csv" 'run,step,value_0,value_1,value_2
+0,0,0,0,1099511627776
+1,0,1,-1,1099511627776
+2,0,2,-2,1099511627776'
+expect_file_eq "$E/trace.csv" 'run,step,value
+0,0,"[0,1]"
+1,0,"[0.25,1.25,2.25,3.25]"
+2,0,"[[0.5,1.5],[2.5,3.5],[4.5,5.5]]"'
+expect_file_eq "$E/blob.csv" 'run,step,value
+exp-a,0,AAH/QQ==
+exp-b,0,'
+checks=$((checks + 1))
+[[ $(head -1 "$E/grid.csv") == "run,step,value_0_0,value_0_1,value_0_2,value_0_3,value_1_0,value_1_1,value_1_2,value_1_3,value_2_0,value_2_1,value_2_2,value_2_3" ]] ||
+  fail "grid.csv header: $(head -1 "$E/grid.csv")"
+checks=$((checks + 1))
+[[ $(sed -n 2p "$E/grid.csv") == "0,0,0.5,1.5,2.5,3.5,4.5,5.5,6.5,7.5,8.5,9.5,10.5,11.5" ]] || fail "grid.csv row: $(sed -n 2p "$E/grid.csv")"
+checks=$((checks + 1))
+[[ $(wc -l <"$E/loss.csv") == 51 && $(grep -c '^3,' "$E/loss.csv") == 3 ]] || fail "loss.csv rows"
+checks=$((checks + 1))
+grep -q '"series": "qi/3_17"' "$E/manifest.json" && grep -q '"file": "qi%2F3_17.csv"' "$E/manifest.json" ||
+  fail "manifest.json lacks qi/3_17"
+checks=$((checks + 1))
+[[ -z $(find "$E" -name '*.tmp-*') ]] || fail "export left temporary files"
+# The same records as cat --format csv, for a series that needs no splitting.
+"$RS" cat "$S" label -f csv >"$T/label_cat.csv"
+checks=$((checks + 1))
+cmp -s "$T/label_cat.csv" "$E/label.csv" || fail "export label.csv differs from cat --format csv"
+
+run "$RS" export csv "$S" "$T/export2" --names loss,qi/3_17 --names grid --max-columns 0; expect_rc 0
+checks=$((checks + 1))
+[[ $(cd "$T/export2" && ls | tr '\n' ' ') == "grid.csv loss.csv manifest.json qi%2F3_17.csv " ]] ||
+  fail "export --names files: $(cd "$T/export2" && ls | tr '\n' ' ')"
+checks=$((checks + 1))
+[[ $(head -1 "$T/export2/grid.csv") == "run,step,value" ]] || fail "--max-columns 0 still split grid"
+run "$RS" export csv "$S" "$T/export3" --all; expect_rc 0
+checks=$((checks + 1))
+[[ -f $T/export3/%7Eresume.csv ]] || fail "export --all lacks %7Eresume.csv"
+run "$RS" export csv "$S" "$T/export4" --names loss,nope; expect_rc 3
+expect_err_has "runstore: export csv: NotFound: series 'nope'"
+checks=$((checks + 1))
+[[ ! -e $T/export4 ]] || fail "export wrote files although a series was missing"
+touch "$T/a_file"
+run "$RS" export csv "$S" "$T/a_file"; expect_rc 4; expect_err_has "runstore: export csv: IOError:"
+run "$RS" export csv "$C" "$T/export5"; expect_rc 2; expect_err_has "$corrupt_file"
+
+# --- the store was never written ---------------------------------------------
+test_name=read_only
+checks=$((checks + 1))
+[[ $(fingerprint "$S") == "$before" ]] || fail "the store changed while the CLI read it"
+
+echo "cli_test: $checks checks, $failures failures"
+((failures == 0))
