@@ -17,6 +17,7 @@
 #define RUNSTORE_READER_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -72,6 +73,15 @@ struct ScanBatch {
   RunId run(size_t i) const;
 };
 
+// What Snapshot::VerifyAll found.
+struct VerifyReport {
+  uint64_t segments = 0;
+  uint64_t blocks_checked = 0;
+  uint64_t bytes_checked = 0;
+  // Every problem found, each a Corruption naming the file and the offset.
+  std::vector<Status> problems;
+};
+
 class SeriesScanner {
  public:
   virtual ~SeriesScanner() = default;
@@ -100,9 +110,15 @@ class Snapshot {
   // Scans every visible record of a series. NotFound for an unknown series.
   virtual Result<std::unique_ptr<SeriesScanner>> Scan(std::string_view name) const = 0;
 
-  // Reads every block of every segment and checks every checksum. Returns the
-  // first Corruption found (naming file and offset); *blocks_checked counts.
-  virtual Status Verify(uint64_t* blocks_checked = nullptr) const = 0;
+  // Reads every block of every segment and checks every checksum, frame
+  // header and payload layout, continuing past problems. `progress`, if set,
+  // is called after each block with the payload bytes checked so far and the
+  // total. Thread-compatible: call from one thread.
+  virtual VerifyReport VerifyAll(
+      const std::function<void(uint64_t done_bytes, uint64_t total_bytes)>& progress = {}) const = 0;
+  // VerifyAll, returning its first problem (a Corruption naming file and
+  // offset) or OK; *blocks_checked counts the blocks read.
+  Status Verify(uint64_t* blocks_checked = nullptr) const;
 };
 
 }  // namespace runstore

@@ -51,6 +51,8 @@ class Store {
   virtual ~Store() = default;
 
   virtual const std::string& path() const = 0;
+  // The format version in the store's marker file.
+  virtual uint32_t format_version() const = 0;
 
   // Creates a writer appending to this store. Fails with FailedPrecondition
   // for a read-only store and IOError if the directory is not writable.

@@ -106,6 +106,7 @@ Status Recover(const RandomAccessFile& file, const std::string& name, uint64_t f
       BlockInfo b;
       b.frame_offset = pos;
       b.payload_offset = payload_off;
+      b.header_len = frame.prefix.header_len;
       if (!DecodeBlockHeader(frame.header, &b.header).ok()) break;
       pending.push_back(std::move(b));
       digests.push_back(StoredHeaderChecksum(frame.header));
@@ -242,6 +243,7 @@ Status LoadFooter(const RandomAccessFile& file, const std::string& name, uint64_
       return bad(payload_off, "footer block entry " + std::to_string(i) + " is damaged");
     }
     b.payload_offset = PayloadOffset(b.frame_offset, prefix.header_len);
+    b.header_len = prefix.header_len;
     if (b.commit_index >= index->commits.size() || b.frame_offset < kSegmentHeaderSize ||
         b.payload_offset + b.header.payload_len > f.committed_end) {
       return bad(payload_off, "footer block entry " + std::to_string(i) + " points outside the file");
@@ -299,11 +301,22 @@ Status LoadSegmentIndex(const RandomAccessFile& file, const std::string& name, S
     if (complete && DecodeTrailer(got, &t)) {
       Status s = LoadFooter(file, name, size, t, index);
       if (s.ok() || s.code() != StatusCode::kCorruption) return s;
-      // A damaged footer: the frames before it are all committed, so recovery
-      // reads the same records.
+      // A damaged footer: every frame before it was committed and synced
+      // before the footer was written, so recovery must read up to the
+      // footer; stopping earlier means committed data is damaged.
       index->commits.clear();
       index->blocks.clear();
       index->committed_end = kSegmentHeaderSize;
+      RETURN_IF_ERROR(Recover(file, name, size, index));
+      if (index->committed_end != t.footer_offset) {
+        return Status::Corruption(At(name, index->committed_end) +
+                                  "sealed segment (footer at offset " +
+                                  std::to_string(t.footer_offset) +
+                                  ") is damaged here, before its footer; " + s.message());
+      }
+      index->sealed = true;
+      index->damage = s.message();
+      return Status::OK();
     }
   }
   return Recover(file, name, size, index);

@@ -26,6 +26,7 @@ struct BlockInfo {
   uint64_t frame_offset = 0;
   uint64_t payload_offset = 0;
   uint32_t commit_index = 0;  // into SegmentIndex::commits
+  uint16_t header_len = 0;
   BlockHeader header;
 };
 
@@ -36,6 +37,9 @@ struct SegmentIndex {
   uint64_t file_size = 0;      // when the index was read
   std::vector<CommitInfo> commits;
   std::vector<BlockInfo> blocks;
+  // Non-empty when a sealed segment's footer was damaged but recovery read
+  // every commit before it: the records are intact, the file is not.
+  std::string damage;
 };
 
 // Loads the index of the segment in `file`; `name` is used in messages.

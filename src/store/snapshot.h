@@ -60,7 +60,8 @@ class SnapshotImpl final : public Snapshot {
   std::vector<SegmentInfo> ListSegments() const override;
   Result<Value> Get(RunRef run, std::string_view name, int64_t step) const override;
   Result<std::unique_ptr<SeriesScanner>> Scan(std::string_view name) const override;
-  Status Verify(uint64_t* blocks_checked) const override;
+  VerifyReport VerifyAll(
+      const std::function<void(uint64_t, uint64_t)>& progress) const override;
 
   // The schema of every series, for writers' conflict checks.
   StoreSchema Schema() const;

@@ -19,8 +19,8 @@ std::string MarkerContents() {
   return "runstore store\nformat_version " + std::to_string(kFormatVersion) + "\n";
 }
 
-// Parses the marker; NotSupported for a newer version.
-Status CheckMarker(const std::string& path, const std::string& contents) {
+// Parses the marker into *version; NotSupported for a newer version.
+Status CheckMarker(const std::string& path, const std::string& contents, uint32_t* version) {
   const std::string key = "format_version ";
   size_t at = contents.find(key);
   if (contents.rfind("runstore store\n", 0) != 0 || at == std::string::npos) {
@@ -33,6 +33,7 @@ Status CheckMarker(const std::string& path, const std::string& contents) {
                                 " is newer than this build of runstore, which reads versions 1 to " +
                                 std::to_string(kFormatVersion) + "; upgrade runstore");
   }
+  *version = static_cast<uint32_t>(v);
   return Status::OK();
 }
 
@@ -45,10 +46,11 @@ std::string Parent(const std::string& path) {
 
 class StoreImpl final : public Store {
  public:
-  StoreImpl(Env* env, std::string path, StoreOptions options)
-      : env_(env), path_(std::move(path)), options_(options) {}
+  StoreImpl(Env* env, std::string path, StoreOptions options, uint32_t version)
+      : env_(env), path_(std::move(path)), options_(options), version_(version) {}
 
   const std::string& path() const override { return path_; }
+  uint32_t format_version() const override { return version_; }
 
   Result<std::unique_ptr<Writer>> NewWriter(const WriterOptions& options) override {
     if (options_.read_only) {
@@ -121,6 +123,7 @@ class StoreImpl final : public Store {
   Env* const env_;
   const std::string path_;
   const StoreOptions options_;
+  const uint32_t version_;
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<const LoadedSegment>> loaded_;
   std::shared_ptr<const Snapshot> current_;
@@ -156,6 +159,7 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& path_in, const Sto
   if (path_in.empty()) return Status::InvalidArgument("store path is empty");
   std::string path = path_in;
   while (path.size() > 1 && path.back() == '/') path.pop_back();
+  uint32_t version = kFormatVersion;
   auto is_dir = env->IsDirectory(path);
   if (!is_dir.ok()) {
     if (is_dir.status().code() != StatusCode::kNotFound) return is_dir.status();
@@ -170,7 +174,7 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& path_in, const Sto
     Status exists = env->FileExists(marker);
     if (exists.ok()) {
       ASSIGN_OR_RETURN(std::string contents, ReadFileToString(env, marker));
-      RETURN_IF_ERROR(CheckMarker(marker, contents));
+      RETURN_IF_ERROR(CheckMarker(marker, contents, &version));
       if (!env->IsDirectory(path + "/" + kSegmentsDir).ok()) {
         return Status::Corruption(path + ": store has a marker but no segments/ directory");
       }
@@ -188,7 +192,7 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& path_in, const Sto
       return exists;
     }
   }
-  auto store = std::make_unique<StoreImpl>(env, path, options);
+  auto store = std::make_unique<StoreImpl>(env, path, options, version);
   RETURN_IF_ERROR(store->Refresh().status());
   return std::unique_ptr<Store>(std::move(store));
 }

@@ -510,6 +510,54 @@ TEST_F(StoreTest, ForeignFileInSegmentsIsCorruption) {
   EXPECT_OK(Store::Open(StorePath(), {.read_only = true}).status());
 }
 
+namespace {
+void FlipByte(const std::string& path, uint64_t offset) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  char c;
+  f.seekg(static_cast<std::streamoff>(offset));
+  f.read(&c, 1);
+  c = static_cast<char>(c ^ 0x5a);
+  f.seekp(static_cast<std::streamoff>(offset));
+  f.write(&c, 1);
+}
+}  // namespace
+
+TEST_F(StoreTest, DamagedFooterIsReadByRecoveryAndReportedByVerify) {
+  auto store = Open();
+  ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter({.writer_id = "w"}));
+  for (int r = 0; r < 5; ++r) ASSERT_OK(w->Append(r, "loss", 0, 1.0 * r));
+  ASSERT_OK(w->Close());
+  const SegmentInfo seg = (*store->Refresh())->ListSegments().at(0);
+  const std::string file = StorePath() + "/" + seg.file;
+  FlipByte(file, seg.committed_bytes + 10);  // the footer frame header
+  ASSERT_OK_AND_ASSIGN(auto ro, Store::Open(StorePath(), {.read_only = true}));
+  auto snap = ro->GetSnapshot();
+  EXPECT_EQ(snap->Get(3, "loss", 0)->scalar<double>(), 3.0);
+  EXPECT_TRUE(snap->ListSegments().at(0).sealed);
+  EXPECT_THAT(snap->Verify(), StatusIsWith(StatusCode::kCorruption, "footer"));
+  // Damage before the footer as well: committed data is gone, and that is
+  // reported, not read as an empty segment.
+  FlipByte(file, 128 + 2);
+  EXPECT_THAT(Store::Open(StorePath(), {.read_only = true}),
+              StatusIsWith(StatusCode::kCorruption, "before its footer"));
+}
+
+TEST_F(StoreTest, VerifyChecksBlockHeadersOfSealedSegments) {
+  auto store = Open();
+  ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter({.writer_id = "w"}));
+  ASSERT_OK(w->Append(1, "loss", 0, 1.0));
+  ASSERT_OK(w->Close());
+  const SegmentInfo seg = (*store->Refresh())->ListSegments().at(0);
+  FlipByte(StorePath() + "/" + seg.file, 128 + 40);
+  ASSERT_OK_AND_ASSIGN(auto ro, Store::Open(StorePath(), {.read_only = true}));
+  EXPECT_EQ(ro->GetSnapshot()->Get(1, "loss", 0)->scalar<double>(), 1.0);  // via the footer's copy
+  VerifyReport r = ro->GetSnapshot()->VerifyAll();
+  ASSERT_EQ(r.problems.size(), 1u);
+  EXPECT_THAT(r.problems[0], StatusIsWith(StatusCode::kCorruption, "offset 128: block frame header"));
+  EXPECT_EQ(r.blocks_checked, 1u);
+  EXPECT_EQ(ro->format_version(), 1u);
+}
+
 TEST_F(StoreTest, ReadOnlyStoreRefusesWriters) {
   Open();
   ASSERT_OK_AND_ASSIGN(auto ro, Store::Open(StorePath(), {.read_only = true}));
