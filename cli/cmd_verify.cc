@@ -46,9 +46,10 @@ int RunVerify(const VerifyOptions& o) {
     report = snap->VerifyAll([&](uint64_t done, uint64_t total) {
       if (progress.enabled()) {
         char buf[160];
-        std::snprintf(buf, sizeof(buf), "%3.0f%% of %.1f MiB in %zu segments",
-                      total ? 100.0 * static_cast<double>(done) / static_cast<double>(total) : 100.0,
-                      static_cast<double>(total) / 1048576.0, segments.size());
+        std::snprintf(
+            buf, sizeof(buf), "%3.0f%% of %.1f MiB in %zu segments",
+            total ? 100.0 * static_cast<double>(done) / static_cast<double>(total) : 100.0,
+            static_cast<double>(total) / 1048576.0, segments.size());
         progress.Spin(buf);
       }
     });
@@ -57,12 +58,9 @@ int RunVerify(const VerifyOptions& o) {
   const Status status = report.problems.empty() ? Status::OK() : report.problems.front();
 
   if (o.json) {
-    ordered_json j = {{"store", (*store)->path()},
-                      {"ok", status.ok()},
-                      {"segments", segments.size()},
-                      {"blocks", blocks},
-                      {"blocks_checked", checked},
-                      {"bytes_checked", report.bytes_checked}};
+    ordered_json j = {{"store", (*store)->path()},   {"ok", status.ok()},
+                      {"segments", segments.size()}, {"blocks", blocks},
+                      {"blocks_checked", checked},   {"bytes_checked", report.bytes_checked}};
     if (!status.ok()) {
       j["error"] = ErrorJson(status);
       ordered_json all = ordered_json::array();

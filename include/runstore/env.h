@@ -29,7 +29,9 @@ class WritableFile {
   // where the platform allows). On failure the file's length is unspecified
   // between the old and the new length.
   virtual Status Append(std::span<const std::string_view> pieces) = 0;
-  Status Append(std::string_view data) { return Append(std::span<const std::string_view>(&data, 1)); }
+  Status Append(std::string_view data) {
+    return Append(std::span<const std::string_view>(&data, 1));
+  }
   // Makes everything appended so far durable (fdatasync).
   virtual Status Sync() = 0;
   // Closes the file; does not sync. Further calls fail.

@@ -39,7 +39,7 @@ struct SeriesInfo {
 };
 
 struct SegmentInfo {
-  std::string file;       // path relative to the store
+  std::string file;  // path relative to the store
   std::string writer_id;
   uint64_t sequence = 0;
   bool sealed = false;
@@ -115,7 +115,8 @@ class Snapshot {
   // is called after each block with the payload bytes checked so far and the
   // total. Thread-compatible: call from one thread.
   virtual VerifyReport VerifyAll(
-      const std::function<void(uint64_t done_bytes, uint64_t total_bytes)>& progress = {}) const = 0;
+      const std::function<void(uint64_t done_bytes, uint64_t total_bytes)>& progress = {})
+      const = 0;
   // VerifyAll, returning its first problem (a Corruption naming file and
   // offset) or OK; *blocks_checked counts the blocks read.
   Status Verify(uint64_t* blocks_checked = nullptr) const;

@@ -47,7 +47,9 @@ class [[nodiscard]] Status {
   static Status InvalidArgument(std::string msg) {
     return {StatusCode::kInvalidArgument, std::move(msg)};
   }
-  static Status NotSupported(std::string msg) { return {StatusCode::kNotSupported, std::move(msg)}; }
+  static Status NotSupported(std::string msg) {
+    return {StatusCode::kNotSupported, std::move(msg)};
+  }
   static Status AlreadyExists(std::string msg) {
     return {StatusCode::kAlreadyExists, std::move(msg)};
   }
@@ -81,7 +83,7 @@ class [[nodiscard]] Status {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : value_(std::move(value)) {}         // NOLINT: implicit by design
   Result(Status status) : status_(std::move(status)) {  // NOLINT
     assert(!status_.ok() && "Result constructed from an OK Status");
   }
@@ -118,10 +120,10 @@ class [[nodiscard]] Result {
 #define RUNSTORE_CONCAT_(a, b) RUNSTORE_CONCAT_INNER_(a, b)
 
 // Returns from the enclosing function if `expr` (a Status) is not OK.
-#define RETURN_IF_ERROR(expr)                         \
-  do {                                                \
-    ::runstore::Status _rs_status = (expr);           \
-    if (!_rs_status.ok()) return _rs_status;          \
+#define RETURN_IF_ERROR(expr)                \
+  do {                                       \
+    ::runstore::Status _rs_status = (expr);  \
+    if (!_rs_status.ok()) return _rs_status; \
   } while (0)
 
 // `ASSIGN_OR_RETURN(auto x, F())` declares x from a Result, or returns its Status.

@@ -50,17 +50,50 @@ inline bool IsVarLength(DType d) { return d == DType::kString || d == DType::kBy
 
 template <typename T>
 constexpr DType DTypeOf();
-template <> constexpr DType DTypeOf<bool>() { return DType::kBool; }
-template <> constexpr DType DTypeOf<int8_t>() { return DType::kInt8; }
-template <> constexpr DType DTypeOf<int16_t>() { return DType::kInt16; }
-template <> constexpr DType DTypeOf<int32_t>() { return DType::kInt32; }
-template <> constexpr DType DTypeOf<int64_t>() { return DType::kInt64; }
-template <> constexpr DType DTypeOf<uint8_t>() { return DType::kUInt8; }
-template <> constexpr DType DTypeOf<uint16_t>() { return DType::kUInt16; }
-template <> constexpr DType DTypeOf<uint32_t>() { return DType::kUInt32; }
-template <> constexpr DType DTypeOf<uint64_t>() { return DType::kUInt64; }
-template <> constexpr DType DTypeOf<float>() { return DType::kFloat32; }
-template <> constexpr DType DTypeOf<double>() { return DType::kFloat64; }
+template <>
+constexpr DType DTypeOf<bool>() {
+  return DType::kBool;
+}
+template <>
+constexpr DType DTypeOf<int8_t>() {
+  return DType::kInt8;
+}
+template <>
+constexpr DType DTypeOf<int16_t>() {
+  return DType::kInt16;
+}
+template <>
+constexpr DType DTypeOf<int32_t>() {
+  return DType::kInt32;
+}
+template <>
+constexpr DType DTypeOf<int64_t>() {
+  return DType::kInt64;
+}
+template <>
+constexpr DType DTypeOf<uint8_t>() {
+  return DType::kUInt8;
+}
+template <>
+constexpr DType DTypeOf<uint16_t>() {
+  return DType::kUInt16;
+}
+template <>
+constexpr DType DTypeOf<uint32_t>() {
+  return DType::kUInt32;
+}
+template <>
+constexpr DType DTypeOf<uint64_t>() {
+  return DType::kUInt64;
+}
+template <>
+constexpr DType DTypeOf<float>() {
+  return DType::kFloat32;
+}
+template <>
+constexpr DType DTypeOf<double>() {
+  return DType::kFloat64;
+}
 
 // Maximum rank of a value and limits on names and run ids (docs/format.md).
 inline constexpr int kMaxRank = 32;
@@ -72,9 +105,9 @@ inline constexpr size_t kMaxRunIdLength = 255;
 class RunId {
  public:
   RunId() : v_(int64_t{0}) {}
-  RunId(int64_t i) : v_(i) {}  // NOLINT
-  RunId(int i) : v_(int64_t{i}) {}  // NOLINT
-  RunId(std::string s) : v_(std::move(s)) {}  // NOLINT
+  RunId(int64_t i) : v_(i) {}                   // NOLINT
+  RunId(int i) : v_(int64_t{i}) {}              // NOLINT
+  RunId(std::string s) : v_(std::move(s)) {}    // NOLINT
   RunId(const char* s) : v_(std::string(s)) {}  // NOLINT
 
   bool is_int() const { return v_.index() == 0; }
@@ -92,12 +125,12 @@ class RunId {
 
 // A borrowed run id, cheap to pass on the append path.
 struct RunRef {
-  RunRef(int64_t i) : is_string(false), i(i) {}  // NOLINT
-  RunRef(int i) : is_string(false), i(i) {}  // NOLINT
-  RunRef(std::string_view s) : is_string(true), s(s) {}  // NOLINT
-  RunRef(const char* s) : is_string(true), s(s) {}  // NOLINT
+  RunRef(int64_t i) : is_string(false), i(i) {}            // NOLINT
+  RunRef(int i) : is_string(false), i(i) {}                // NOLINT
+  RunRef(std::string_view s) : is_string(true), s(s) {}    // NOLINT
+  RunRef(const char* s) : is_string(true), s(s) {}         // NOLINT
   RunRef(const std::string& s) : is_string(true), s(s) {}  // NOLINT
-  RunRef(const RunId& r)  // NOLINT
+  RunRef(const RunId& r)                                   // NOLINT
       : is_string(r.is_string()),
         i(r.is_int() ? r.int_value() : 0),
         s(r.is_string() ? std::string_view(r.string_value()) : std::string_view()) {}
@@ -117,18 +150,20 @@ struct ValueRef {
   size_t nbytes = 0;
 
   template <typename T>
-    requires std::is_arithmetic_v<T>
-  static ValueRef Scalar(const T& v) {
-    return ValueRef{DTypeOf<T>(), {}, &v, sizeof(T)};
-  }
+  requires std::is_arithmetic_v<T>
+  static ValueRef Scalar(const T& v) { return ValueRef{DTypeOf<T>(), {}, &v, sizeof(T)}; }
   template <typename T>
   static ValueRef Array(const T* data, std::span<const int64_t> shape) {
     size_t n = 1;
     for (int64_t d : shape) n *= static_cast<size_t>(d);
     return ValueRef{DTypeOf<T>(), shape, data, n * sizeof(T)};
   }
-  static ValueRef String(std::string_view s) { return ValueRef{DType::kString, {}, s.data(), s.size()}; }
-  static ValueRef Bytes(std::string_view b) { return ValueRef{DType::kBytes, {}, b.data(), b.size()}; }
+  static ValueRef String(std::string_view s) {
+    return ValueRef{DType::kString, {}, s.data(), s.size()};
+  }
+  static ValueRef Bytes(std::string_view b) {
+    return ValueRef{DType::kBytes, {}, b.data(), b.size()};
+  }
 };
 
 // A value read back. Either a view into a mapped segment (zero-copy; `owner`
@@ -163,7 +198,9 @@ class Value {
     return {reinterpret_cast<const T*>(data_), nbytes_ / sizeof(T)};
   }
   template <typename T>
-  T scalar() const { return *reinterpret_cast<const T*>(data_); }
+  T scalar() const {
+    return *reinterpret_cast<const T*>(data_);
+  }
   std::string_view str() const { return {data_, nbytes_}; }
 
  private:

@@ -66,8 +66,8 @@ struct SeriesOptions {
 
 struct WriterStats {
   uint64_t records_appended = 0;
-  uint64_t bytes_appended = 0;    // value bytes as given to Append
-  uint64_t bytes_written = 0;     // bytes written to segment files
+  uint64_t bytes_appended = 0;  // value bytes as given to Append
+  uint64_t bytes_written = 0;   // bytes written to segment files
   uint64_t commits = 0;
   uint64_t segments_sealed = 0;
   uint64_t backpressure_waits = 0;  // Appends that had to wait for buffer space
@@ -90,8 +90,8 @@ class Writer {
   // is invalid, or the dtype or shape conflicts with the series.
   virtual Status Append(RunRef run, std::string_view name, int64_t step, const ValueRef& value) = 0;
   template <typename T>
-    requires std::is_arithmetic_v<T>
-  Status Append(RunRef run, std::string_view name, int64_t step, T value) {
+  requires std::is_arithmetic_v<T> Status Append(RunRef run, std::string_view name, int64_t step,
+                                                 T value) {
     return Append(run, name, step, ValueRef::Scalar(value));
   }
 

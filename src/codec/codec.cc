@@ -21,7 +21,8 @@ Status Compress(Codec codec, int level, std::string_view input, std::string* out
       }
       int bound = LZ4_compressBound(static_cast<int>(input.size()));
       out->resize(static_cast<size_t>(bound));
-      int n = LZ4_compress_default(input.data(), out->data(), static_cast<int>(input.size()), bound);
+      int n =
+          LZ4_compress_default(input.data(), out->data(), static_cast<int>(input.size()), bound);
       if (n <= 0) return Status::IOError("lz4 compression failed");
       out->resize(static_cast<size_t>(n));
       return Status::OK();

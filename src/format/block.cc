@@ -265,7 +265,8 @@ std::string_view BlockView::value_bytes(uint32_t i) const {
 }
 
 std::vector<int64_t> BlockView::value_shape(uint32_t i) const {
-  if (!variable_shape_ || IsVarLength(dtype_)) return IsVarLength(dtype_) ? std::vector<int64_t>{} : dims_;
+  if (!variable_shape_ || IsVarLength(dtype_))
+    return IsVarLength(dtype_) ? std::vector<int64_t>{} : dims_;
   std::vector<int64_t> shape(ranks_[i]);
   for (uint8_t r = 0; r < ranks_[i]; ++r) {
     shape[r] = DecodeFixed<int64_t>(shape_dims_ + 8 * (dim_starts_[i] + r));
@@ -354,7 +355,8 @@ Status BlockView::Parse(const BlockHeader& h, std::string_view payload) {
     for (uint64_t i = 0; i < n; ++i) {
       uint64_t a = DecodeFixed<uint64_t>(value_offsets_ + 8 * i);
       uint64_t b = DecodeFixed<uint64_t>(value_offsets_ + 8 * (i + 1));
-      if ((i == 0 && a != 0) || a < prev || b < a || b > end) return bad("value offsets are not ascending");
+      if ((i == 0 && a != 0) || a < prev || b < a || b > end)
+        return bad("value offsets are not ascending");
       prev = a;
       if (!IsVarLength(h.dtype)) {
         uint64_t elems = 1;
@@ -372,7 +374,8 @@ Status BlockView::Parse(const BlockHeader& h, std::string_view payload) {
   } else {
     uint64_t rb = DTypeSize(h.dtype);
     for (int64_t d : h.dims) {
-      if (!MulWithin(rb, static_cast<uint64_t>(d), size, &rb)) return bad("record shape out of bounds");
+      if (!MulWithin(rb, static_cast<uint64_t>(d), size, &rb))
+        return bad("record shape out of bounds");
     }
     record_bytes_ = rb;
     if (!take(n, rb, &values_)) return bad("value column out of bounds");

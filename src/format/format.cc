@@ -159,11 +159,13 @@ Status DecodeBlockHeader(std::string_view header, BlockHeader* h) {
       !d.Get(&reserved) || !d.Get(&h->min_step) || !d.Get(&h->max_step)) {
     return Status::Corruption("block header truncated");
   }
-  if (!IsValidDType(dtype)) return Status::Corruption("block header: invalid dtype " + std::to_string(dtype));
+  if (!IsValidDType(dtype))
+    return Status::Corruption("block header: invalid dtype " + std::to_string(dtype));
   if (codec > 2) return Status::Corruption("block header: invalid codec " + std::to_string(codec));
   if (shape_kind > 1) return Status::Corruption("block header: invalid shape kind");
   if (run_enc > 2) return Status::Corruption("block header: invalid run encoding");
-  if (rank > kMaxRank) return Status::Corruption("block header: rank " + std::to_string(rank) + " exceeds 32");
+  if (rank > kMaxRank)
+    return Status::Corruption("block header: rank " + std::to_string(rank) + " exceeds 32");
   if (h->count == 0) return Status::Corruption("block header: zero records");
   h->dtype = static_cast<DType>(dtype);
   h->codec = static_cast<Codec>(codec);
@@ -268,7 +270,8 @@ uint64_t StoredHeaderChecksum(std::string_view header) {
 
 Status CheckFrameHeader(std::string_view header, FramePrefix* prefix) {
   uint16_t len = PeekHeaderLength(header);
-  if (len == 0 || len != header.size()) return Status::Corruption("bad frame magic or header length");
+  if (len == 0 || len != header.size())
+    return Status::Corruption("bad frame magic or header length");
   if (StoredHeaderChecksum(header) != Checksum(header.data(), header.size() - 8)) {
     return Status::Corruption("frame header checksum mismatch");
   }

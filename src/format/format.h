@@ -98,7 +98,7 @@ struct CommitRecord {
   int64_t time_ns = 0;              // strictly increasing per writer
   uint64_t first_frame_offset = 0;  // where this commit's frames begin
   uint32_t frame_count = 0;
-  uint64_t frames_digest = 0;       // XXH3 of the frames' header checksums
+  uint64_t frames_digest = 0;  // XXH3 of the frames' header checksums
 };
 std::string EncodeCommitRecord(const CommitRecord& c);
 Status DecodeCommitRecord(std::string_view header, CommitRecord* c);

@@ -40,7 +40,8 @@ TEST(FormatTest, SegmentHeaderRoundTripAndNewerVersionIsNotSupported) {
   EXPECT_THAT(DecodeSegmentHeader(EncodeSegmentHeader(h), "f.rss", &d),
               StatusIsWith(StatusCode::kNotSupported, "this build reads version 1"));
   b[50] ^= 1;
-  EXPECT_THAT(DecodeSegmentHeader(b, "f.rss", &d), StatusIsWith(StatusCode::kCorruption, "f.rss: offset 0"));
+  EXPECT_THAT(DecodeSegmentHeader(b, "f.rss", &d),
+              StatusIsWith(StatusCode::kCorruption, "f.rss: offset 0"));
   EXPECT_THAT(DecodeSegmentHeader("hello", "f.rss", &d), StatusIs(StatusCode::kCorruption));
 }
 
@@ -102,7 +103,8 @@ TEST(FormatTest, BlockPayloadColumnsAreAlignedAndParse) {
   EXPECT_EQ(h.min_key, (Key{RunId(int64_t{5}), 0}));
   EXPECT_EQ(h.max_key, (Key{RunId("x"), 1}));
   // A payload one byte short or long is refused.
-  EXPECT_THAT(v.Parse(h, std::string_view(raw).substr(0, raw.size() - 1)), StatusIs(StatusCode::kCorruption));
+  EXPECT_THAT(v.Parse(h, std::string_view(raw).substr(0, raw.size() - 1)),
+              StatusIs(StatusCode::kCorruption));
 }
 
 // The worked example of docs/format.md, byte for byte.
@@ -114,11 +116,12 @@ TEST(FormatTest, WorkedExampleOfTheSpec) {
   ASSERT_OK(w->Append(7, "loss", 0, 0.5));
   ASSERT_OK(w->Commit());
   ASSERT_OK(w->Close());
-  ASSERT_OK_AND_ASSIGN(std::string f, ReadFileToString(env.get(), "/s/store/segments/demo-00000001.rss"));
+  ASSERT_OK_AND_ASSIGN(std::string f,
+                       ReadFileToString(env.get(), "/s/store/segments/demo-00000001.rss"));
   ASSERT_EQ(f.size(), 864u);
   EXPECT_EQ(f.substr(0, 8), std::string("\x89RUNS\r\n\x1a", 8));
-  EXPECT_EQ(DecodeFixed<uint16_t>(f.data() + 128 + 6), 112);  // block header_len
-  EXPECT_EQ(DecodeFixed<uint64_t>(f.data() + 128 + 8), 136u);  // payload_len
+  EXPECT_EQ(DecodeFixed<uint16_t>(f.data() + 128 + 6), 112);    // block header_len
+  EXPECT_EQ(DecodeFixed<uint64_t>(f.data() + 128 + 8), 136u);   // payload_len
   EXPECT_EQ(DecodeFixed<int64_t>(f.data() + 256), 7);           // run column
   EXPECT_EQ(DecodeFixed<int64_t>(f.data() + 320), 0);           // step column
   EXPECT_EQ(DecodeFixed<double>(f.data() + 384), 0.5);          // value column

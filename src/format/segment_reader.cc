@@ -216,7 +216,8 @@ Status LoadFooter(const RandomAccessFile& file, const std::string& name, uint64_
     return bad(payload_off, "footer index checksum mismatch");
   }
   Decoder d(payload);
-  if (f.commit_count > payload.size() / 24) return bad(payload_off, "footer commit count too large");
+  if (f.commit_count > payload.size() / 24)
+    return bad(payload_off, "footer commit count too large");
   index->commits.clear();
   index->blocks.clear();
   for (uint64_t i = 0; i < f.commit_count; ++i) {
@@ -246,7 +247,8 @@ Status LoadFooter(const RandomAccessFile& file, const std::string& name, uint64_
     b.header_len = prefix.header_len;
     if (b.commit_index >= index->commits.size() || b.frame_offset < kSegmentHeaderSize ||
         b.payload_offset + b.header.payload_len > f.committed_end) {
-      return bad(payload_off, "footer block entry " + std::to_string(i) + " points outside the file");
+      return bad(payload_off,
+                 "footer block entry " + std::to_string(i) + " points outside the file");
     }
     index->blocks.push_back(std::move(b));
   }
@@ -263,21 +265,23 @@ Status CheckPayload(std::string_view stored, const BlockInfo& block, const std::
     return Status::Corruption(At(name, block.payload_offset) + "block payload truncated");
   }
   if (Checksum(stored) != block.header.payload_checksum) {
-    return Status::Corruption(At(name, block.payload_offset) + "block payload checksum mismatch (series '" +
-                              block.header.name + "', " + std::to_string(block.header.count) +
-                              " records)");
+    return Status::Corruption(At(name, block.payload_offset) +
+                              "block payload checksum mismatch (series '" + block.header.name +
+                              "', " + std::to_string(block.header.count) + " records)");
   }
   return Status::OK();
 }
 
-Status LoadSegmentIndex(const RandomAccessFile& file, const std::string& name, SegmentIndex* index) {
+Status LoadSegmentIndex(const RandomAccessFile& file, const std::string& name,
+                        SegmentIndex* index) {
   *index = SegmentIndex();
   ASSIGN_OR_RETURN(uint64_t size, file.Size());
   index->file_size = size;
   std::string buf;
   std::string_view got;
   bool complete;
-  RETURN_IF_ERROR(ReadAt(file, 0, std::min<uint64_t>(size, kSegmentHeaderSize), &buf, &got, &complete));
+  RETURN_IF_ERROR(
+      ReadAt(file, 0, std::min<uint64_t>(size, kSegmentHeaderSize), &buf, &got, &complete));
   Status hs = DecodeSegmentHeader(got, name, &index->header);
   if (hs.code() == StatusCode::kNotSupported) return hs;
   index->committed_end = kSegmentHeaderSize;

@@ -112,7 +112,8 @@ Status SegmentWriter::Commit(int64_t time_ns) {
 }
 
 Status SegmentWriter::Seal() {
-  if (has_uncommitted()) return Status::FailedPrecondition(path_ + ": seal with uncommitted blocks");
+  if (has_uncommitted())
+    return Status::FailedPrecondition(path_ + ": seal with uncommitted blocks");
   FooterHeader f;
   f.commit_count = commit_seq_;
   f.block_count = block_count_;

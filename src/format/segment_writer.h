@@ -54,7 +54,7 @@ class SegmentWriter {
   std::vector<uint64_t> pending_digests_;     // header checksums since last commit
   std::vector<std::string> pending_entries_;  // footer entries of those frames
   uint64_t commit_seq_ = 0;
-  std::string index_;  // footer payload: block entries so far
+  std::string index_;    // footer payload: block entries so far
   std::string commits_;  // footer payload: commit entries so far
   uint64_t block_count_ = 0;
   std::string scratch_;

@@ -373,9 +373,11 @@ Result<Value> SnapshotImpl::Get(RunRef run, std::string_view name, int64_t step)
   };
   // Candidates: blocks with min_key <= key, scanning back while the running
   // maximum of max_key still reaches the key.
-  size_t ub = std::partition_point(e.by_min_key.begin(), e.by_min_key.end(), [&](uint32_t b) {
-                return CompareKey(run, step, e.blocks[b].header->min_key) >= 0;
-              }) - e.by_min_key.begin();
+  size_t ub = std::partition_point(e.by_min_key.begin(), e.by_min_key.end(),
+                                   [&](uint32_t b) {
+                                     return CompareKey(run, step, e.blocks[b].header->min_key) >= 0;
+                                   }) -
+              e.by_min_key.begin();
   const BlockRef* best = nullptr;
   uint32_t best_row = 0;
   Payload best_payload;
@@ -397,7 +399,10 @@ Result<Value> SnapshotImpl::Get(RunRef run, std::string_view name, int64_t step)
       uint32_t lo = 0, hi = v.count();
       while (lo < hi) {
         uint32_t mid = lo + (hi - lo) / 2;
-        if (cmp(mid) < 0) lo = mid + 1; else hi = mid;
+        if (cmp(mid) < 0)
+          lo = mid + 1;
+        else
+          hi = mid;
       }
       if (lo < v.count() && cmp(lo) == 0) found = lo;
     } else {
@@ -474,10 +479,12 @@ class ScannerImpl final : public SeriesScanner {
       shape.insert(shape.end(), h.dims.begin(), h.dims.end());
       const size_t rb = v.record_bytes();
       if (item.all_rows) {
-        batch->values = Value(h.dtype, std::move(shape), v.fixed_values(), rb * n, p.owner, p.zero_copy);
+        batch->values =
+            Value(h.dtype, std::move(shape), v.fixed_values(), rb * n, p.owner, p.zero_copy);
       } else {
         auto buf = AlignedBuffer(rb * n);
-        for (size_t i = 0; i < n; ++i) std::memcpy(buf.get() + i * rb, v.fixed_values() + row(i) * rb, rb);
+        for (size_t i = 0; i < n; ++i)
+          std::memcpy(buf.get() + i * rb, v.fixed_values() + row(i) * rb, rb);
         const char* data = buf.get();
         batch->values = Value(h.dtype, std::move(shape), data, rb * n, std::move(buf), false);
       }

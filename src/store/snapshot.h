@@ -60,8 +60,7 @@ class SnapshotImpl final : public Snapshot {
   std::vector<SegmentInfo> ListSegments() const override;
   Result<Value> Get(RunRef run, std::string_view name, int64_t step) const override;
   Result<std::unique_ptr<SeriesScanner>> Scan(std::string_view name) const override;
-  VerifyReport VerifyAll(
-      const std::function<void(uint64_t, uint64_t)>& progress) const override;
+  VerifyReport VerifyAll(const std::function<void(uint64_t, uint64_t)>& progress) const override;
 
   // The schema of every series, for writers' conflict checks.
   StoreSchema Schema() const;
@@ -71,20 +70,20 @@ class SnapshotImpl final : public Snapshot {
     uint32_t segment;  // index into segments_
     uint32_t block;    // index into its index.blocks
     CommitOrder commit;
-    uint64_t offset;   // frame offset: orders blocks within a commit
+    uint64_t offset;  // frame offset: orders blocks within a commit
     const format::BlockHeader* header;
   };
   // A visible subset of one block's records, in block order.
   struct PlanItem {
-    uint32_t block;              // index into SeriesEntry::blocks
+    uint32_t block;  // index into SeriesEntry::blocks
     bool all_rows = true;
     std::vector<uint32_t> rows;  // when !all_rows
   };
   struct SeriesEntry {
     SeriesInfo info;
-    std::vector<BlockRef> blocks;           // sorted by (segment, offset)
-    std::vector<uint32_t> by_min_key;       // block indices sorted by min key
-    std::vector<format::Key> prefix_max;    // running max of max_key along by_min_key
+    std::vector<BlockRef> blocks;         // sorted by (segment, offset)
+    std::vector<uint32_t> by_min_key;     // block indices sorted by min key
+    std::vector<format::Key> prefix_max;  // running max of max_key along by_min_key
     mutable std::once_flag plan_once;
     mutable Status plan_status;
     mutable std::vector<PlanItem> plan;

@@ -29,9 +29,10 @@ Status CheckMarker(const std::string& path, const std::string& contents, uint32_
   uint64_t v = std::strtoull(contents.c_str() + at + key.size(), nullptr, 10);
   if (v == 0) return Status::Corruption(path + ": unreadable format version");
   if (v > kFormatVersion) {
-    return Status::NotSupported(path + ": store format version " + std::to_string(v) +
-                                " is newer than this build of runstore, which reads versions 1 to " +
-                                std::to_string(kFormatVersion) + "; upgrade runstore");
+    return Status::NotSupported(
+        path + ": store format version " + std::to_string(v) +
+        " is newer than this build of runstore, which reads versions 1 to " +
+        std::to_string(kFormatVersion) + "; upgrade runstore");
   }
   *version = static_cast<uint32_t>(v);
   return Status::OK();
@@ -154,7 +155,8 @@ Status CreateStore(Env* env, const std::string& path) {
 
 }  // namespace
 
-Result<std::unique_ptr<Store>> Store::Open(const std::string& path_in, const StoreOptions& options) {
+Result<std::unique_ptr<Store>> Store::Open(const std::string& path_in,
+                                           const StoreOptions& options) {
   Env* env = options.env ? options.env : Env::Default();
   if (path_in.empty()) return Status::InvalidArgument("store path is empty");
   std::string path = path_in;

@@ -1,13 +1,13 @@
 #include "runstore/store.h"
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <numeric>
 #include <random>
-
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "testing/test_util.h"
 
@@ -177,7 +177,8 @@ TEST_P(RoundTripTest, EveryDTypeShapeCodecAndRunKind) {
           EXPECT_EQ(reinterpret_cast<uintptr_t>(v.data()) % DTypeSize(e.dtype), 0u);
         }
         if (e.name == "big") {
-          EXPECT_EQ(reinterpret_cast<uintptr_t>(v.data()) % 64, 0u) << "large payloads are 64-byte aligned";
+          EXPECT_EQ(reinterpret_cast<uintptr_t>(v.data()) % 64, 0u)
+              << "large payloads are 64-byte aligned";
           if (c.codec == Codec::kNone) {
             EXPECT_TRUE(v.zero_copy());
           }
@@ -223,7 +224,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{Codec::kZstd, false, true}, Case{Codec::kZstd, true, false},
                       Case{Codec::kNone, false, false}, Case{Codec::kZstd, true, true}),
     [](const auto& info) {
-      return std::string(CodecName(info.param.codec)) + (info.param.string_runs ? "_MixedRuns" : "_IntRuns") +
+      return std::string(CodecName(info.param.codec)) +
+             (info.param.string_runs ? "_MixedRuns" : "_IntRuns") +
              (info.param.seal ? "_Sealed" : "_Unsealed");
     });
 
@@ -387,7 +389,8 @@ TEST_F(StoreTest, AppendIsSafeFromSeveralThreads) {
   ASSERT_OK_AND_ASSIGN(auto snap, store->Refresh());
   ASSERT_OK_AND_ASSIGN(SeriesInfo info, snap->GetSeriesInfo("x"));
   EXPECT_EQ(info.count, 80000u);
-  for (int t = 0; t < 4; ++t) EXPECT_EQ(snap->Get(t, "x", 19999)->scalar<double>(), t * 1000000 + 19999);
+  for (int t = 0; t < 4; ++t)
+    EXPECT_EQ(snap->Get(t, "x", 19999)->scalar<double>(), t * 1000000 + 19999);
 }
 
 TEST_F(StoreTest, MemoryIsBoundedByTheBuffer) {
@@ -397,14 +400,16 @@ TEST_F(StoreTest, MemoryIsBoundedByTheBuffer) {
   ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter(wo));
   std::vector<double> arr(1024);
   for (int i = 0; i < 20000; ++i) {
-    ASSERT_OK(w->Append(i, "v", 0, ValueRef::Array<double>(arr.data(), std::vector<int64_t>{1024})));
+    ASSERT_OK(
+        w->Append(i, "v", 0, ValueRef::Array<double>(arr.data(), std::vector<int64_t>{1024})));
     ASSERT_OK(w->Append(i, "s", 0, double(i)));
   }
   ASSERT_OK(w->Close());
   const WriterStats st = w->stats();
-  std::printf("[ figures  ] appended %.1f MiB through a 1 MiB buffer: peak buffered %.2f MiB, %llu waits\n",
-              st.bytes_appended / 1048576.0, st.peak_buffered_bytes / 1048576.0,
-              static_cast<unsigned long long>(st.backpressure_waits));
+  std::printf(
+      "[ figures  ] appended %.1f MiB through a 1 MiB buffer: peak buffered %.2f MiB, %llu waits\n",
+      st.bytes_appended / 1048576.0, st.peak_buffered_bytes / 1048576.0,
+      static_cast<unsigned long long>(st.backpressure_waits));
   EXPECT_LE(st.peak_buffered_bytes, wo.buffer_bytes + (64u << 10));
   EXPECT_GT(st.backpressure_waits, 0u);
 }
@@ -418,15 +423,19 @@ TEST_F(StoreTest, ConflictingDTypeOrShapeIsRefusedAndCommittedDataSurvives) {
     ASSERT_OK(w->Append(1, "loss", 0, 1.5));
     std::vector<float> a(6);
     ASSERT_OK(w->Append(1, "img", 0, ValueRef::Array<float>(a.data(), std::vector<int64_t>{2, 3})));
-    EXPECT_THAT(w->Append(2, "loss", 0, int32_t{3}), StatusIsWith(StatusCode::kInvalidArgument, "dtype float64"));
-    EXPECT_THAT(w->Append(2, "img", 0, ValueRef::Array<float>(a.data(), std::vector<int64_t>{3, 2})),
-                StatusIsWith(StatusCode::kInvalidArgument, "fixed-shape [2, 3]"));
-    EXPECT_THAT(w->Append(2, "img", 0, ValueRef{DType::kFloat32, std::vector<int64_t>{2, 3}, a.data(), 8}),
-                StatusIsWith(StatusCode::kInvalidArgument, "needs 24 bytes"));
+    EXPECT_THAT(w->Append(2, "loss", 0, int32_t{3}),
+                StatusIsWith(StatusCode::kInvalidArgument, "dtype float64"));
+    EXPECT_THAT(
+        w->Append(2, "img", 0, ValueRef::Array<float>(a.data(), std::vector<int64_t>{3, 2})),
+        StatusIsWith(StatusCode::kInvalidArgument, "fixed-shape [2, 3]"));
+    EXPECT_THAT(
+        w->Append(2, "img", 0, ValueRef{DType::kFloat32, std::vector<int64_t>{2, 3}, a.data(), 8}),
+        StatusIsWith(StatusCode::kInvalidArgument, "needs 24 bytes"));
     ASSERT_OK(w->Close());
   }
   ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter({}));
-  EXPECT_THAT(w->Append(3, "loss", 0, int64_t{3}), StatusIsWith(StatusCode::kInvalidArgument, "float64"));
+  EXPECT_THAT(w->Append(3, "loss", 0, int64_t{3}),
+              StatusIsWith(StatusCode::kInvalidArgument, "float64"));
   EXPECT_THAT(w->DefineSeries("loss", SeriesOptions{DType::kFloat32}),
               StatusIsWith(StatusCode::kInvalidArgument, "exists in the store"));
   ASSERT_OK(w->Append(3, "loss", 0, 2.5));
@@ -443,8 +452,10 @@ TEST_F(StoreTest, BadNamesAndRunIdsAreRefused) {
   EXPECT_THAT(w->Append(1, "", 0, 1.0), StatusIsWith(StatusCode::kInvalidArgument, "empty"));
   EXPECT_THAT(w->Append(1, std::string(256, 'n'), 0, 1.0),
               StatusIsWith(StatusCode::kInvalidArgument, "longer than the limit of 255"));
-  EXPECT_THAT(w->Append(1, "~secret", 0, 1.0), StatusIsWith(StatusCode::kInvalidArgument, "reserved"));
-  EXPECT_THAT(w->Append(1, std::string("a\xff", 2), 0, 1.0), StatusIsWith(StatusCode::kInvalidArgument, "UTF-8"));
+  EXPECT_THAT(w->Append(1, "~secret", 0, 1.0),
+              StatusIsWith(StatusCode::kInvalidArgument, "reserved"));
+  EXPECT_THAT(w->Append(1, std::string("a\xff", 2), 0, 1.0),
+              StatusIsWith(StatusCode::kInvalidArgument, "UTF-8"));
   EXPECT_THAT(w->Append(std::string(300, 'r'), "x", 0, 1.0),
               StatusIsWith(StatusCode::kInvalidArgument, "run id of 300 bytes"));
   EXPECT_OK(w->Append(std::string(255, 'r'), "x", 0, 1.0));
@@ -470,7 +481,8 @@ TEST_F(StoreTest, StorePathThatIsARegularFileIsRefused) {
 TEST_F(StoreTest, NewerFormatVersionIsRefused) {
   Open();
   std::ofstream(StorePath() + "/RUNSTORE", std::ios::trunc) << "runstore store\nformat_version 7\n";
-  EXPECT_THAT(Store::Open(StorePath(), {}), StatusIsWith(StatusCode::kNotSupported, "reads versions 1 to 1"));
+  EXPECT_THAT(Store::Open(StorePath(), {}),
+              StatusIsWith(StatusCode::kNotSupported, "reads versions 1 to 1"));
 }
 
 TEST_F(StoreTest, SegmentOfNewerVersionIsRefused) {
@@ -553,7 +565,8 @@ TEST_F(StoreTest, VerifyChecksBlockHeadersOfSealedSegments) {
   EXPECT_EQ(ro->GetSnapshot()->Get(1, "loss", 0)->scalar<double>(), 1.0);  // via the footer's copy
   VerifyReport r = ro->GetSnapshot()->VerifyAll();
   ASSERT_EQ(r.problems.size(), 1u);
-  EXPECT_THAT(r.problems[0], StatusIsWith(StatusCode::kCorruption, "offset 128: block frame header"));
+  EXPECT_THAT(r.problems[0],
+              StatusIsWith(StatusCode::kCorruption, "offset 128: block frame header"));
   EXPECT_EQ(r.blocks_checked, 1u);
   EXPECT_EQ(ro->format_version(), 1u);
 }
@@ -572,9 +585,10 @@ TEST_F(StoreTest, ReadOnlyDirectoryGivesIOError) {
   store.reset();
   // Root ignores permission bits, so the check runs in a child that drops to
   // an unprivileged user; the store is readable but not writable for it.
-  fs::permissions(dir_.path(), fs::perms::owner_all | fs::perms::others_read | fs::perms::others_exec);
-  fs::permissions(StorePath() + "/segments", fs::perms::owner_all | fs::perms::others_read |
-                                                 fs::perms::others_exec);
+  fs::permissions(dir_.path(),
+                  fs::perms::owner_all | fs::perms::others_read | fs::perms::others_exec);
+  fs::permissions(StorePath() + "/segments",
+                  fs::perms::owner_all | fs::perms::others_read | fs::perms::others_exec);
   pid_t pid = fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {

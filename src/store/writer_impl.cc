@@ -60,10 +60,9 @@ Status CheckValue(std::string_view name, const ValueRef& v) {
   }
   if (IsVarLength(v.dtype)) {
     if (!v.shape.empty()) {
-      return Status::InvalidArgument("series '" + std::string(name) + "': a " +
-                                     std::string(DTypeName(v.dtype)) +
-                                     " value is one string (rank 0), got shape " +
-                                     ShapeString(v.shape));
+      return Status::InvalidArgument(
+          "series '" + std::string(name) + "': a " + std::string(DTypeName(v.dtype)) +
+          " value is one string (rank 0), got shape " + ShapeString(v.shape));
     }
     if (v.nbytes > (1ull << 40)) return Status::InvalidArgument("value too large");
     return Status::OK();
@@ -75,8 +74,8 @@ Status CheckValue(std::string_view name, const ValueRef& v) {
   uint64_t n = DTypeSize(v.dtype);
   for (int64_t d : v.shape) {
     if (d < 0) {
-      return Status::InvalidArgument("series '" + std::string(name) + "': negative dimension in shape " +
-                                     ShapeString(v.shape));
+      return Status::InvalidArgument("series '" + std::string(name) +
+                                     "': negative dimension in shape " + ShapeString(v.shape));
     }
     if (d != 0 && n > (1ull << 48) / static_cast<uint64_t>(d)) {
       return Status::InvalidArgument("series '" + std::string(name) + "': shape " +
@@ -99,12 +98,11 @@ Status CheckValueAgainst(std::string_view name, const SeriesSchema& schema, cons
                                    std::string(DTypeName(schema.dtype)) + ", got " +
                                    std::string(DTypeName(v.dtype)));
   }
-  if (!schema.variable_shape && !std::equal(v.shape.begin(), v.shape.end(), schema.shape.begin(),
-                                            schema.shape.end())) {
-    return Status::InvalidArgument("series '" + std::string(name) + "' is fixed-shape " +
-                                   ShapeString(schema.shape) + ", got shape " +
-                                   ShapeString(v.shape) +
-                                   " (define it with variable_shape to mix shapes)");
+  if (!schema.variable_shape &&
+      !std::equal(v.shape.begin(), v.shape.end(), schema.shape.begin(), schema.shape.end())) {
+    return Status::InvalidArgument(
+        "series '" + std::string(name) + "' is fixed-shape " + ShapeString(schema.shape) +
+        ", got shape " + ShapeString(v.shape) + " (define it with variable_shape to mix shapes)");
   }
   return Status::OK();
 }
@@ -157,18 +155,21 @@ WriterImpl::WriterImpl(Env* env, std::string segments_dir, const WriterOptions& 
 WriterImpl::~WriterImpl() { (void)Close(); }
 
 Status WriterImpl::CheckUsableLocked() const {
-  if (closed_ || stopping_) return Status::FailedPrecondition("writer " + options_.writer_id + " is closed");
+  if (closed_ || stopping_)
+    return Status::FailedPrecondition("writer " + options_.writer_id + " is closed");
   return bg_error_;
 }
 
-Status WriterImpl::DefineSeriesLocked(std::string_view name, const SeriesSchema& schema, Codec codec) {
+Status WriterImpl::DefineSeriesLocked(std::string_view name, const SeriesSchema& schema,
+                                      Codec codec) {
   if (auto it = existing_.find(std::string(name)); it != existing_.end()) {
     const SeriesSchema& e = it->second;
     if (e.dtype != schema.dtype || e.variable_shape != schema.variable_shape ||
         (!e.variable_shape && e.shape != schema.shape)) {
       return Status::InvalidArgument(
           "series '" + std::string(name) + "' exists in the store as " +
-          std::string(DTypeName(e.dtype)) + (e.variable_shape ? " variable-shape" : " " + ShapeString(e.shape)) +
+          std::string(DTypeName(e.dtype)) +
+          (e.variable_shape ? " variable-shape" : " " + ShapeString(e.shape)) +
           ", conflicting with " + std::string(DTypeName(schema.dtype)) +
           (schema.variable_shape ? " variable-shape" : " " + ShapeString(schema.shape)));
     }
@@ -187,26 +188,31 @@ Status WriterImpl::DefineSeriesLocked(std::string_view name, const SeriesSchema&
 
 Status WriterImpl::DefineSeries(std::string_view name, const SeriesOptions& o) {
   RETURN_IF_ERROR(ValidateSeriesName(name, options_.allow_reserved_names));
-  SeriesSchema schema{o.dtype, o.variable_shape, o.variable_shape ? std::vector<int64_t>{} : o.shape};
+  SeriesSchema schema{o.dtype, o.variable_shape,
+                      o.variable_shape ? std::vector<int64_t>{} : o.shape};
   if (!IsValidDType(static_cast<uint8_t>(o.dtype))) return Status::InvalidArgument("invalid dtype");
   if (IsVarLength(o.dtype) && (!o.shape.empty() || o.variable_shape)) {
-    return Status::InvalidArgument("series '" + std::string(name) + "': " +
-                                   std::string(DTypeName(o.dtype)) + " values are rank 0");
+    return Status::InvalidArgument("series '" + std::string(name) +
+                                   "': " + std::string(DTypeName(o.dtype)) + " values are rank 0");
   }
   for (int64_t d : schema.shape) {
-    if (d < 0) return Status::InvalidArgument("series '" + std::string(name) + "': negative dimension");
+    if (d < 0)
+      return Status::InvalidArgument("series '" + std::string(name) + "': negative dimension");
   }
-  if (schema.shape.size() > static_cast<size_t>(kMaxRank)) return Status::InvalidArgument("rank exceeds 32");
+  if (schema.shape.size() > static_cast<size_t>(kMaxRank))
+    return Status::InvalidArgument("rank exceeds 32");
   std::lock_guard lk(mu_);
   RETURN_IF_ERROR(CheckUsableLocked());
   if (auto it = series_.find(std::string(name)); it != series_.end()) {
     const SeriesSchema& e = it->second->schema;
-    if (e.dtype == schema.dtype && e.variable_shape == schema.variable_shape && e.shape == schema.shape) {
+    if (e.dtype == schema.dtype && e.variable_shape == schema.variable_shape &&
+        e.shape == schema.shape) {
       it->second->codec = o.codec;
       return Status::OK();
     }
-    return Status::InvalidArgument("series '" + std::string(name) +
-                                   "' was already written by this writer with another dtype or shape");
+    return Status::InvalidArgument(
+        "series '" + std::string(name) +
+        "' was already written by this writer with another dtype or shape");
   }
   return DefineSeriesLocked(name, schema, o.codec);
 }
@@ -216,10 +222,12 @@ Result<WriterImpl::Series*> WriterImpl::GetSeriesLocked(std::string_view name,
   if (last_series_ != nullptr && last_series_->name == name) return last_series_;
   auto it = series_.find(std::string(name));
   if (it == series_.end()) {
-    RETURN_IF_ERROR(ValidateSeriesName(name, options_.allow_reserved_names || name == kResumeSeries));
+    RETURN_IF_ERROR(
+        ValidateSeriesName(name, options_.allow_reserved_names || name == kResumeSeries));
     SeriesSchema schema{first_value->dtype, false,
                         std::vector<int64_t>(first_value->shape.begin(), first_value->shape.end())};
-    if (auto e = existing_.find(std::string(name)); e != existing_.end() && e->second.variable_shape) {
+    if (auto e = existing_.find(std::string(name));
+        e != existing_.end() && e->second.variable_shape) {
       schema.variable_shape = true;  // adopt the store's variable-shape series
       schema.shape.clear();
     }
@@ -334,8 +342,8 @@ Status WriterImpl::AppendLarge(std::unique_lock<std::mutex>& lk, Series* s, cons
   // Keep the series' blocks in append order: a later record of the same key
   // must land later in the file (docs/format.md "Resolving keys").
   FlushSeriesLocked(s);
-  auto block = std::make_unique<format::BlockBuilder>(
-      format::BlockSchema{s->name, s->schema.dtype, s->schema.variable_shape, s->schema.shape, s->codec});
+  auto block = std::make_unique<format::BlockBuilder>(format::BlockSchema{
+      s->name, s->schema.dtype, s->schema.variable_shape, s->schema.shape, s->codec});
   block->AddBorrowed(run, step, value);
   const uint64_t ticket = ++borrowed_requested_;
   Task t{Task::kBlock, std::move(block), ticket, 0, true};
@@ -368,16 +376,18 @@ Status WriterImpl::AppendBatch(std::span<const RunRef> runs, std::string_view na
                                std::span<const int64_t> steps, const ValueRef& values) {
   const size_t n = runs.size();
   if (steps.size() != n) {
-    return Status::InvalidArgument("AppendBatch of '" + std::string(name) + "': " + std::to_string(n) +
-                                   " runs but " + std::to_string(steps.size()) + " steps");
+    return Status::InvalidArgument("AppendBatch of '" + std::string(name) +
+                                   "': " + std::to_string(n) + " runs but " +
+                                   std::to_string(steps.size()) + " steps");
   }
   if (IsVarLength(values.dtype)) {
     return Status::InvalidArgument("AppendBatch of '" + std::string(name) +
                                    "': string and bytes values are appended one by one");
   }
   if (values.shape.empty() || static_cast<size_t>(values.shape[0]) != n) {
-    return Status::InvalidArgument("AppendBatch of '" + std::string(name) + "': values need a first dimension of " +
-                                   std::to_string(n) + ", got shape " + ShapeString(values.shape));
+    return Status::InvalidArgument("AppendBatch of '" + std::string(name) +
+                                   "': values need a first dimension of " + std::to_string(n) +
+                                   ", got shape " + ShapeString(values.shape));
   }
   RETURN_IF_ERROR(CheckValue(name, values));
   for (const RunRef& r : runs) {
@@ -440,7 +450,8 @@ Status WriterImpl::EnsureSegment() {
   h.created_ns = env_->NowNanos();
   h.sequence = next_seq_;
   h.writer_id = options_.writer_id;
-  const std::string path = segments_dir_ + "/" + format::SegmentFileName(options_.writer_id, next_seq_);
+  const std::string path =
+      segments_dir_ + "/" + format::SegmentFileName(options_.writer_id, next_seq_);
   auto seg = format::SegmentWriter::Create(env_, path, h);
   if (!seg.ok()) {
     if (seg.status().code() == StatusCode::kAlreadyExists) {
@@ -496,8 +507,9 @@ void WriterImpl::BackgroundLoop() {
     if (queue_.empty()) {
       if (stopping_) break;
       if (first_uncommitted_ && options_.commit_every_s > 0) {
-        const auto deadline = *first_uncommitted_ + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                                        std::chrono::duration<double>(options_.commit_every_s));
+        const auto deadline =
+            *first_uncommitted_ + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                      std::chrono::duration<double>(options_.commit_every_s));
         if (cv_work_.wait_until(lk, deadline) == std::cv_status::timeout && queue_.empty() &&
             first_uncommitted_ && std::chrono::steady_clock::now() >= deadline) {
           EnqueueCommitLocked();
@@ -518,8 +530,9 @@ void WriterImpl::BackgroundLoop() {
           s = ProcessBlock(t.block.get());
           // Roll the segment at its size target, or when its index would hold
           // too much memory; the writer commits by itself to do so.
-          if (s.ok() && (segment_->size() >= options_.segment_bytes ||
-                         segment_->index_bytes() >= std::min<size_t>(options_.buffer_bytes / 8, 16u << 20))) {
+          if (s.ok() &&
+              (segment_->size() >= options_.segment_bytes ||
+               segment_->index_bytes() >= std::min<size_t>(options_.buffer_bytes / 8, 16u << 20))) {
             s = SealSegment();
           }
           break;
@@ -537,8 +550,9 @@ void WriterImpl::BackgroundLoop() {
       buffered_bytes_ -= t.bytes;
       if (t.borrowed) {
         borrowed_done_ = t.ticket;
-      } else if (t.block && buffered_bytes_ + pooled_bytes_ + t.block->memory_bytes() <=
-                                options_.buffer_bytes &&
+      } else if (t.block &&
+                 buffered_bytes_ + pooled_bytes_ + t.block->memory_bytes() <=
+                     options_.buffer_bytes &&
                  free_builders_.size() < 4) {
         pooled_bytes_ += t.block->memory_bytes();
         free_builders_.push_back(std::move(t.block));

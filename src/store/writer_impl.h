@@ -66,8 +66,8 @@ class WriterImpl final : public Writer {
   struct Task {
     enum Kind { kBlock, kCommit, kSeal } kind;
     std::unique_ptr<format::BlockBuilder> block;
-    uint64_t ticket = 0;      // commit ticket, or borrowed-block ticket
-    size_t bytes = 0;         // accounted in buffered_bytes_
+    uint64_t ticket = 0;  // commit ticket, or borrowed-block ticket
+    size_t bytes = 0;     // accounted in buffered_bytes_
     bool borrowed = false;
   };
 

@@ -94,7 +94,8 @@ std::string RunId::ToString() const {
 }
 
 std::strong_ordering operator<=>(const RunId& a, const RunId& b) {
-  if (a.is_int() != b.is_int()) return a.is_int() ? std::strong_ordering::less : std::strong_ordering::greater;
+  if (a.is_int() != b.is_int())
+    return a.is_int() ? std::strong_ordering::less : std::strong_ordering::greater;
   if (a.is_int()) return a.int_value() <=> b.int_value();
   int c = a.string_value().compare(b.string_value());
   return c < 0 ? std::strong_ordering::less
@@ -109,9 +110,12 @@ int64_t Value::size() const {
 
 std::string_view CodecName(Codec codec) {
   switch (codec) {
-    case Codec::kNone: return "none";
-    case Codec::kLz4: return "lz4";
-    case Codec::kZstd: return "zstd";
+    case Codec::kNone:
+      return "none";
+    case Codec::kLz4:
+      return "lz4";
+    case Codec::kZstd:
+      return "zstd";
   }
   return "invalid";
 }
@@ -127,10 +131,9 @@ Result<Codec> ParseCodec(std::string_view name) {
 Status ValidateSeriesName(std::string_view name, bool allow_reserved) {
   if (name.empty()) return Status::InvalidArgument("series name is empty");
   if (name.size() > kMaxNameLength) {
-    return Status::InvalidArgument("series name of " + std::to_string(name.size()) +
-                                   " bytes is longer than the limit of " +
-                                   std::to_string(kMaxNameLength) + ": '" +
-                                   std::string(name.substr(0, 40)) + "...'");
+    return Status::InvalidArgument(
+        "series name of " + std::to_string(name.size()) + " bytes is longer than the limit of " +
+        std::to_string(kMaxNameLength) + ": '" + std::string(name.substr(0, 40)) + "...'");
   }
   if (name.find('\0') != std::string_view::npos) {
     return Status::InvalidArgument("series name contains a NUL byte");

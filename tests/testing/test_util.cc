@@ -27,10 +27,10 @@ TempDir::~TempDir() {
 
 uint64_t TestSeed() {
   const char* env = std::getenv("RUNSTORE_SEED");
-  uint64_t seed = env ? std::strtoull(env, nullptr, 10)
-                      : static_cast<uint64_t>(
-                            std::chrono::steady_clock::now().time_since_epoch().count()) ^
-                            static_cast<uint64_t>(getpid());
+  uint64_t seed =
+      env ? std::strtoull(env, nullptr, 10)
+          : static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^
+                static_cast<uint64_t>(getpid());
   std::printf("[ seed     ] RUNSTORE_SEED=%llu\n", static_cast<unsigned long long>(seed));
   std::fflush(stdout);
   return seed;

@@ -34,22 +34,22 @@ MATCHER_P2(StatusIsWith, code, needle,
   return s.code() == code && s.message().find(needle) != std::string::npos;
 }
 
-#define ASSERT_OK(expr)                                                     \
-  do {                                                                      \
-    /* A copy: `expr` may be a temporary Result whose status() dangles. */  \
-    const ::runstore::Status _rs_s = ::runstore::testing::GetStatus(expr);  \
-    ASSERT_TRUE(_rs_s.ok()) << _rs_s.ToString();                               \
+#define ASSERT_OK(expr)                                                    \
+  do {                                                                     \
+    /* A copy: `expr` may be a temporary Result whose status() dangles. */ \
+    const ::runstore::Status _rs_s = ::runstore::testing::GetStatus(expr); \
+    ASSERT_TRUE(_rs_s.ok()) << _rs_s.ToString();                           \
   } while (0)
-#define EXPECT_OK(expr)                                                     \
-  do {                                                                      \
-    /* A copy: `expr` may be a temporary Result whose status() dangles. */  \
-    const ::runstore::Status _rs_s = ::runstore::testing::GetStatus(expr);  \
-    EXPECT_TRUE(_rs_s.ok()) << _rs_s.ToString();                               \
+#define EXPECT_OK(expr)                                                    \
+  do {                                                                     \
+    /* A copy: `expr` may be a temporary Result whose status() dangles. */ \
+    const ::runstore::Status _rs_s = ::runstore::testing::GetStatus(expr); \
+    EXPECT_TRUE(_rs_s.ok()) << _rs_s.ToString();                           \
   } while (0)
-#define ASSERT_OK_AND_ASSIGN(lhs, expr)                                              \
-  auto RUNSTORE_CONCAT_(_rs_r_, __LINE__) = (expr);                                  \
-  ASSERT_TRUE(RUNSTORE_CONCAT_(_rs_r_, __LINE__).ok())                               \
-      << RUNSTORE_CONCAT_(_rs_r_, __LINE__).status().ToString();                     \
+#define ASSERT_OK_AND_ASSIGN(lhs, expr)                          \
+  auto RUNSTORE_CONCAT_(_rs_r_, __LINE__) = (expr);              \
+  ASSERT_TRUE(RUNSTORE_CONCAT_(_rs_r_, __LINE__).ok())           \
+      << RUNSTORE_CONCAT_(_rs_r_, __LINE__).status().ToString(); \
   lhs = std::move(RUNSTORE_CONCAT_(_rs_r_, __LINE__)).value()
 
 // A fresh directory under $TMPDIR (or /tmp), removed with its contents when
