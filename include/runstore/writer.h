@@ -75,6 +75,12 @@ struct WriterStats {
   size_t peak_buffered_bytes = 0;
 };
 
+// A value under a series name, for Writer::AppendRecord.
+struct NamedValue {
+  std::string_view name;
+  ValueRef value;
+};
+
 class Writer {
  public:
   virtual ~Writer() = default;
@@ -94,6 +100,11 @@ class Writer {
                                                  T value) {
     return Append(run, name, step, ValueRef::Scalar(value));
   }
+
+  // Appends one record to each of several series under the same (run, step),
+  // e.g. every outcome of one experiment. Every value is checked before any
+  // is appended: on InvalidArgument nothing was appended.
+  virtual Status AppendRecord(RunRef run, int64_t step, std::span<const NamedValue> values) = 0;
 
   // Appends n records of one series at once: runs[i], steps[i] and the i-th
   // value of `values`, whose first dimension is n (for strings, pass n

@@ -173,6 +173,13 @@ void BlockBuilder::Add(const RunRef& run, int64_t step, const ValueRef& value) {
   AddValueBytes(value);
 }
 
+void BlockBuilder::AddFixed(std::span<const RunRef> runs, std::span<const int64_t> steps,
+                            const char* values, size_t record_bytes) {
+  for (size_t i = 0; i < runs.size(); ++i) AddKey(runs[i], steps[i]);
+  values_.append(values, runs.size() * record_bytes);
+  raw_bytes_ += runs.size() * record_bytes;
+}
+
 void BlockBuilder::AddBorrowed(const RunRef& run, int64_t step, const ValueRef& value) {
   assert(steps_.empty());
   AddKey(run, step);

@@ -39,6 +39,10 @@ class BlockBuilder {
   size_t raw_bytes() const { return raw_bytes_; }
 
   void Add(const RunRef& run, int64_t step, const ValueRef& value);
+  // Adds records of a fixed-shape numeric series: value i is the
+  // `record_bytes` at values + i * record_bytes.
+  void AddFixed(std::span<const RunRef> runs, std::span<const int64_t> steps, const char* values,
+                size_t record_bytes);
   // Adds one record whose value bytes are not copied: `value.data` must stay
   // valid until the pieces from Finish have been written. Only on an empty
   // builder, and the builder takes no more records.

@@ -466,6 +466,55 @@ TEST_F(StoreTest, BadNamesAndRunIdsAreRefused) {
   EXPECT_OK(snap->Get(std::string(255, 'r'), "x", 0).status());
 }
 
+TEST_F(StoreTest, FirstValueOfASeriesIsChecked) {
+  auto store = Open();
+  ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter({}));
+  std::vector<int64_t> rank33(33, 1);
+  double x = 1;
+  EXPECT_THAT(w->Append(1, "deep", 0, ValueRef{DType::kFloat64, rank33, &x, 8}),
+              StatusIsWith(StatusCode::kInvalidArgument, "rank 33 exceeds the limit of 32"));
+  std::vector<int64_t> neg{-1};
+  EXPECT_THAT(w->Append(1, "neg", 0, ValueRef{DType::kFloat64, neg, &x, 8}),
+              StatusIsWith(StatusCode::kInvalidArgument, "negative dimension"));
+  EXPECT_THAT(w->Append(1, "bad", 0, ValueRef{static_cast<DType>(99), {}, &x, 8}),
+              StatusIsWith(StatusCode::kInvalidArgument, "invalid dtype"));
+  ASSERT_OK(w->Append(1, "deep", 0, 2.0));  // the failed appends defined nothing
+  ASSERT_OK(w->Close());
+  ASSERT_OK_AND_ASSIGN(auto snap, store->Refresh());
+  EXPECT_OK(snap->Verify());
+  EXPECT_EQ(snap->Get(1, "deep", 0)->scalar<double>(), 2.0);
+}
+
+TEST_F(StoreTest, ReservedResumeSeriesIsNotWritableByUsers) {
+  auto store = Open();
+  ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter({}));
+  EXPECT_THAT(w->Append(1, "~resume", 0, int64_t{0}), StatusIsWith(StatusCode::kInvalidArgument, "reserved"));
+  ASSERT_OK(w->Resume(1, 5));  // now the writer has the series itself
+  EXPECT_THAT(w->Append(1, "~resume", 0, int64_t{0}), StatusIsWith(StatusCode::kInvalidArgument, "reserved"));
+  ASSERT_OK(w->Close());
+}
+
+TEST_F(StoreTest, AppendRecordChecksEveryValueBeforeAppendingAny) {
+  auto store = Open();
+  ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter({}));
+  const double loss = 0.5;
+  const int32_t epochs = 3;
+  std::vector<float> curve(100, 1.0f);
+  std::vector<int64_t> shape{100};
+  std::vector<NamedValue> rec = {{"loss", ValueRef::Scalar(loss)},
+                                 {"epochs", ValueRef::Scalar(epochs)},
+                                 {"curve", ValueRef::Array<float>(curve.data(), shape)},
+                                 {"label", ValueRef::String("ok")}};
+  ASSERT_OK(w->AppendRecord(7, 0, rec));
+  rec[1].value = ValueRef::Scalar(2.0);  // epochs is int32
+  EXPECT_THAT(w->AppendRecord(8, 0, rec), StatusIsWith(StatusCode::kInvalidArgument, "int32"));
+  ASSERT_OK(w->Close());
+  ASSERT_OK_AND_ASSIGN(auto snap, store->Refresh());
+  EXPECT_EQ(snap->Get(7, "curve", 0)->shape(), shape);
+  EXPECT_EQ(snap->Get(7, "label", 0)->str(), "ok");
+  EXPECT_THAT(snap->Get(8, "loss", 0), StatusIs(StatusCode::kNotFound)) << "nothing of run 8 appended";
+}
+
 TEST_F(StoreTest, StorePathThatIsARegularFileIsRefused) {
   std::ofstream(dir_.path() + "/file") << "hello";
   EXPECT_THAT(Store::Open(dir_.path() + "/file", {}),

@@ -218,12 +218,20 @@ Status WriterImpl::DefineSeries(std::string_view name, const SeriesOptions& o) {
 }
 
 Result<WriterImpl::Series*> WriterImpl::GetSeriesLocked(std::string_view name,
-                                                        const ValueRef* first_value) {
+                                                        const ValueRef* first_value,
+                                                        bool internal) {
+  // Reserved names are refused even when this writer already has the series
+  // (its own resume markers live in one).
+  if (!name.empty() && name[0] == '~' && !internal && !options_.allow_reserved_names) {
+    return ValidateSeriesName(name);
+  }
   if (last_series_ != nullptr && last_series_->name == name) return last_series_;
   auto it = series_.find(std::string(name));
   if (it == series_.end()) {
-    RETURN_IF_ERROR(
-        ValidateSeriesName(name, options_.allow_reserved_names || name == kResumeSeries));
+    RETURN_IF_ERROR(ValidateSeriesName(name, /*allow_reserved=*/true));
+    // The first value defines the series, so it must be valid by itself
+    // (the fast path below only compares later values with it).
+    RETURN_IF_ERROR(CheckValue(name, *first_value));
     SeriesSchema schema{first_value->dtype, false,
                         std::vector<int64_t>(first_value->shape.begin(), first_value->shape.end())};
     if (auto e = existing_.find(std::string(name));
@@ -361,15 +369,42 @@ Status WriterImpl::Append(RunRef run, std::string_view name, int64_t step, const
   std::unique_lock lk(mu_);
   RETURN_IF_ERROR(CheckUsableLocked());
   ASSIGN_OR_RETURN(Series * s, GetSeriesLocked(name, &value));
-  if (s->record_bytes != 0 && value.dtype == s->schema.dtype && value.nbytes == s->record_bytes &&
-      value.shape.size() == s->schema.shape.size() &&
-      std::equal(value.shape.begin(), value.shape.end(), s->schema.shape.begin())) {
-    // Fast path: a fixed-shape numeric value of the series' exact type.
-  } else {
-    RETURN_IF_ERROR(CheckValue(name, value));
-    RETURN_IF_ERROR(CheckValueAgainst(name, s->schema, value));
-  }
+  RETURN_IF_ERROR(CheckAgainstSeries(*s, name, value));
   return AppendLocked(lk, s, run, step, value);
+}
+
+Status WriterImpl::CheckAgainstSeries(const Series& s, std::string_view name,
+                                      const ValueRef& value) {
+  if (s.record_bytes != 0 && value.dtype == s.schema.dtype && value.nbytes == s.record_bytes &&
+      value.shape.size() == s.schema.shape.size() &&
+      std::equal(value.shape.begin(), value.shape.end(), s.schema.shape.begin())) {
+    return Status::OK();  // a fixed-shape numeric value of the series' exact type
+  }
+  RETURN_IF_ERROR(CheckValue(name, value));
+  return CheckValueAgainst(name, s.schema, value);
+}
+
+Status WriterImpl::AppendRecord(RunRef run, int64_t step, std::span<const NamedValue> values) {
+  if (run.is_string) RETURN_IF_ERROR(ValidateRunId(run));
+  std::unique_lock lk(mu_);
+  RETURN_IF_ERROR(CheckUsableLocked());
+  // Every value is checked before any is appended, so a bad one appends nothing.
+  Series* one[16];
+  std::vector<Series*> many;
+  Series** series = one;
+  if (values.size() > 16) {
+    many.resize(values.size());
+    series = many.data();
+  }
+  for (size_t i = 0; i < values.size(); ++i) {
+    ASSIGN_OR_RETURN(series[i], GetSeriesLocked(values[i].name, &values[i].value));
+    RETURN_IF_ERROR(CheckAgainstSeries(*series[i], values[i].name, values[i].value));
+  }
+  for (size_t i = 0; i < values.size(); ++i) {
+    RETURN_IF_ERROR(CheckUsableLocked());
+    RETURN_IF_ERROR(AppendLocked(lk, series[i], run, step, values[i].value));
+  }
+  return Status::OK();
 }
 
 Status WriterImpl::AppendBatch(std::span<const RunRef> runs, std::string_view name,
@@ -401,10 +436,31 @@ Status WriterImpl::AppendBatch(std::span<const RunRef> runs, std::string_view na
   ASSIGN_OR_RETURN(Series * s, GetSeriesLocked(name, &one));
   RETURN_IF_ERROR(CheckValueAgainst(name, s->schema, one));
   const char* base = static_cast<const char*>(values.data);
-  for (size_t i = 0; i < n; ++i) {
-    one.data = base + i * per;
+  if (s->record_bytes == 0 || per >= options_.large_value_bytes) {
+    for (size_t i = 0; i < n; ++i) {
+      one.data = base + i * per;
+      RETURN_IF_ERROR(CheckUsableLocked());
+      RETURN_IF_ERROR(AppendLocked(lk, s, runs[i], steps[i], one));
+    }
+    return Status::OK();
+  }
+  // Fixed-shape values: copy as many whole records as fit in the open block
+  // at once.
+  for (size_t i = 0; i < n;) {
     RETURN_IF_ERROR(CheckUsableLocked());
-    RETURN_IF_ERROR(AppendLocked(lk, s, runs[i], steps[i], one));
+    if (!s->builder) s->builder = NewBuilderLocked(*s);
+    format::BlockBuilder* b = s->builder.get();
+    const size_t room = options_.block_bytes > b->raw_bytes()
+                            ? (options_.block_bytes - b->raw_bytes()) / (per + 16) + 1
+                            : 1;
+    const size_t k = std::min(n - i, room);
+    const size_t before = b->raw_bytes();
+    b->AddFixed(runs.subspan(i, k), steps.subspan(i, k), base + i * per, per);
+    buffered_bytes_ += b->raw_bytes() - before;
+    if (b->raw_bytes() >= options_.block_bytes) FlushSeriesLocked(s);
+    stats_.records_appended += k - 1;  // AfterAppendLocked counts one
+    AfterAppendLocked(lk, k * per);
+    i += k;
   }
   return Status::OK();
 }
@@ -416,7 +472,7 @@ Status WriterImpl::Resume(RunRef run, int64_t step) {
   // everything appended so far is committed first.
   RETURN_IF_ERROR(CommitLocked(lk));
   const ValueRef marker = ValueRef::Scalar(step);
-  ASSIGN_OR_RETURN(Series * s, GetSeriesLocked(kResumeSeries, &marker));
+  ASSIGN_OR_RETURN(Series * s, GetSeriesLocked(kResumeSeries, &marker, /*internal=*/true));
   RETURN_IF_ERROR(AppendLocked(lk, s, run, step, marker));
   return CommitLocked(lk);
 }

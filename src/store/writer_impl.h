@@ -47,6 +47,7 @@ class WriterImpl final : public Writer {
 
   Status DefineSeries(std::string_view name, const SeriesOptions& options) override;
   Status Append(RunRef run, std::string_view name, int64_t step, const ValueRef& value) override;
+  Status AppendRecord(RunRef run, int64_t step, std::span<const NamedValue> values) override;
   Status AppendBatch(std::span<const RunRef> runs, std::string_view name,
                      std::span<const int64_t> steps, const ValueRef& values) override;
   Status Resume(RunRef run, int64_t step) override;
@@ -75,7 +76,11 @@ class WriterImpl final : public Writer {
              uint64_t next_seq);
 
   Status CheckUsableLocked() const;
-  Result<Series*> GetSeriesLocked(std::string_view name, const ValueRef* first_value);
+  Result<Series*> GetSeriesLocked(std::string_view name, const ValueRef* first_value,
+                                  bool internal = false);
+  // Checks `value` against series `s` (the fast path compares with the series'
+  // fixed record layout).
+  static Status CheckAgainstSeries(const Series& s, std::string_view name, const ValueRef& value);
   Status DefineSeriesLocked(std::string_view name, const SeriesSchema& schema, Codec codec);
   Status AppendLocked(std::unique_lock<std::mutex>& lk, Series* s, const RunRef& run, int64_t step,
                       const ValueRef& value);

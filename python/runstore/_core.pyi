@@ -1,0 +1,107 @@
+"""Type stubs for runstore._core, the compiled half of the runstore package."""
+
+from types import TracebackType
+from typing import Any, Literal, Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+_RunId = int | str
+_Value = (
+    bool | int | float | str | bytes | bytearray | np.generic | npt.NDArray[Any] | Sequence[Any]
+)
+_Codec = Literal["none", "lz4", "zstd"]
+
+FORMAT_VERSION: int
+DTYPES: tuple[str, ...]
+CODECS: tuple[str, ...]
+
+class CorruptionError(Exception):
+    """Stored bytes failed a check; the message names the segment file and the offset."""
+
+class UnsupportedFormatError(NotImplementedError):
+    """A store or segment of a format version this build cannot read."""
+
+class ArrayOwner:
+    """The base of every array returned by Store.get / Store.scan; keeps its bytes alive."""
+
+    @property
+    def zero_copy(self) -> bool: ...
+    @property
+    def address(self) -> int: ...
+    @property
+    def nbytes(self) -> int: ...
+    @property
+    def dtype(self) -> str: ...
+
+class Writer:
+    """Appends records to a store; made by Store.writer()."""
+
+    def log(self, run: _RunId, step: int = 0, **values: _Value) -> None:
+        """Appends one record per keyword: (run, name, step) -> value."""
+    def put(self, run: _RunId, name: str, value: _Value, step: int = 0) -> None:
+        """Appends one value (typically a large array) under (run, name, step)."""
+    def log_many(
+        self,
+        runs: Sequence[_RunId] | npt.NDArray[np.integer[Any]],
+        steps: int | Sequence[int] | npt.NDArray[np.integer[Any]] | None = None,
+        **columns: npt.ArrayLike,
+    ) -> None:
+        """Vectorised log: record i is (runs[i], name, steps[i]) -> columns[name][i]."""
+    def define(
+        self,
+        name: str,
+        dtype: str | type | np.dtype[Any],
+        shape: Sequence[int] | None = None,
+        variable_shape: bool = False,
+        codec: _Codec | None = None,
+    ) -> None:
+        """Declares a series before its first record (variable shape, codec)."""
+    def commit(self) -> None:
+        """Makes every record appended before the call durable and visible."""
+    def resume(self, run: _RunId, step: int) -> None:
+        """Hides this run's records at steps >= step written by earlier commits."""
+    def close(self) -> None:
+        """Commits, seals the open segment and stops the writer."""
+    def stats(self) -> dict[str, int | float]:
+        """Counters: records and bytes appended and written, commits, back-pressure waits."""
+    @property
+    def writer_id(self) -> str: ...
+    @property
+    def closed(self) -> bool: ...
+    def __enter__(self) -> Writer: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool: ...
+
+class Store:
+    """The C++ store; the runstore package wraps it in runstore.Store."""
+
+    def __init__(self, path: str, read_only: bool = False, create: bool = True) -> None: ...
+    @property
+    def path(self) -> str: ...
+    @property
+    def read_only(self) -> bool: ...
+    def writer(
+        self,
+        *,
+        writer_id: str | None = None,
+        buffer_bytes: int | None = None,
+        codec: _Codec | None = None,
+        zstd_level: int | None = None,
+        commit_every_s: float | None = None,
+        commit_every_bytes: int | None = None,
+        segment_bytes: int | None = None,
+    ) -> Writer: ...
+    def refresh(self) -> None: ...
+    def names(self, include_reserved: bool = False) -> list[str]: ...
+    def runs(self) -> list[_RunId]: ...
+    def series(self, include_reserved: bool = False) -> list[dict[str, Any]]: ...
+    def series_info(self, name: str) -> dict[str, Any]: ...
+    def segments(self) -> list[dict[str, Any]]: ...
+    def verify(self) -> int: ...
+    def get(self, run: _RunId, name: str, step: int = 0) -> npt.NDArray[Any] | str | bytes: ...
+    def scan(self, name: str) -> dict[str, npt.NDArray[Any]]: ...

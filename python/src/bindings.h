@@ -1,0 +1,92 @@
+// bindings.h: the classes of runstore._core. The Python package
+// (python/runstore) wraps Store; Writer is exported as it is, so that
+// Writer.log is one C++ call.
+//
+// GIL policy: the GIL is released around everything that may wait or touch
+// much memory: commit, resume, close, refresh, opening a writer, get, scans,
+// listing runs and series, verify, and appends whose values add up to at
+// least kReleaseGilBytes. A small append (one experiment's scalars) keeps the
+// GIL: releasing and re-taking it costs more than the append, and would hand
+// the GIL to busy threads on every call. If such an append has to wait for
+// buffer space (back-pressure), the writer releases the GIL for all its
+// appends during the next kPressureWindowNs, so that other threads go on.
+#ifndef RUNSTORE_PYTHON_BINDINGS_H_
+#define RUNSTORE_PYTHON_BINDINGS_H_
+
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "runstore/store.h"
+
+namespace runstore::python {
+
+namespace nb = nanobind;
+
+inline constexpr size_t kReleaseGilBytes = 64 << 10;
+// An append that held the GIL for longer than this waited for buffer space
+// (measured with a coarse clock: in effect max(this, 2 clock ticks)).
+inline constexpr int64_t kSlowAppendNs = 2'000'000;
+inline constexpr int64_t kPressureWindowNs = 2'000'000'000;
+
+class PyWriter {
+ public:
+  explicit PyWriter(std::unique_ptr<Writer> writer) : writer_(std::move(writer)) {}
+
+  void Log(nb::handle run, int64_t step, nb::kwargs values);
+  void Put(nb::handle run, nb::handle name, nb::handle value, int64_t step);
+  void LogMany(nb::handle runs, nb::handle steps, nb::kwargs columns);
+  void Define(nb::handle name, nb::handle dtype, nb::handle shape, bool variable_shape, nb::handle codec);
+  void Commit();
+  void Resume(nb::handle run, int64_t step);
+  void Close();
+  bool Exit(nb::handle exc_type, nb::handle exc, nb::handle tb);
+  nb::dict Stats() const;
+  const std::string& writer_id() const { return writer_->writer_id(); }
+  bool closed() const { return closed_.load(std::memory_order_relaxed); }
+
+ private:
+  // Runs `append` (a callable returning Status) with or without the GIL, by
+  // the policy above, and raises its error.
+  template <typename F>
+  void RunAppend(size_t bytes, F&& append);
+
+  std::unique_ptr<Writer> writer_;
+  std::atomic<int64_t> release_until_ns_{0};
+  std::atomic<bool> closed_{false};
+};
+
+class PyStore {
+ public:
+  PyStore(const std::string& path, bool read_only, bool create);
+
+  const std::string& path() const { return store_->path(); }
+  bool read_only() const { return read_only_; }
+  PyWriter* NewWriter(nb::handle writer_id, nb::handle buffer_bytes, nb::handle codec,
+                      nb::handle zstd_level, nb::handle commit_every_s, nb::handle commit_every_bytes,
+                      nb::handle segment_bytes);
+  void Refresh();
+  nb::list Names(bool include_reserved);
+  nb::list Runs();
+  nb::list Series(bool include_reserved);
+  nb::dict SeriesInfoOf(const std::string& name);
+  nb::list Segments();
+  uint64_t Verify();
+  nb::object Get(nb::handle run, const std::string& name, int64_t step);
+  nb::dict Scan(const std::string& name);
+
+ private:
+  std::unique_ptr<Store> store_;
+  bool read_only_;
+};
+
+void BindWriter(nb::module_& m);
+void BindStore(nb::module_& m);
+
+}  // namespace runstore::python
+
+#endif  // RUNSTORE_PYTHON_BINDINGS_H_

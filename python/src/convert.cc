@@ -1,0 +1,345 @@
+#include "convert.h"
+
+#include <cstring>
+
+#include "errors.h"
+#include "numpy_api.h"
+
+namespace runstore::python {
+namespace {
+
+constexpr const char* kSupported =
+    "runstore stores bool, int8..int64, uint8..uint64, float32, float64, str and bytes";
+
+// "complex128", "<U3", "datetime64[s]": str() of a numpy dtype.
+std::string DescrName(PyArray_Descr* d) {
+  nb::object s = nb::steal(PyObject_Str(reinterpret_cast<PyObject*>(d)));
+  if (!s.is_valid()) {
+    PyErr_Clear();
+    return "?";
+  }
+  Py_ssize_t n;
+  const char* c = PyUnicode_AsUTF8AndSize(s.ptr(), &n);
+  return c ? std::string(c, n) : "?";
+}
+
+std::string TypeName(PyObject* obj) { return Py_TYPE(obj)->tp_name; }
+
+// Maps a native-or-not numpy dtype to a numeric DType; false if unsupported.
+bool DTypeFromDescr(PyArray_Descr* d, DType* out) {
+  const npy_intp size = PyDataType_ELSIZE(d);
+  switch (d->kind) {
+    case 'b':
+      if (size == 1) return *out = DType::kBool, true;
+      return false;
+    case 'i':
+      switch (size) {
+        case 1: return *out = DType::kInt8, true;
+        case 2: return *out = DType::kInt16, true;
+        case 4: return *out = DType::kInt32, true;
+        case 8: return *out = DType::kInt64, true;
+      }
+      return false;
+    case 'u':
+      switch (size) {
+        case 1: return *out = DType::kUInt8, true;
+        case 2: return *out = DType::kUInt16, true;
+        case 4: return *out = DType::kUInt32, true;
+        case 8: return *out = DType::kUInt64, true;
+      }
+      return false;
+    case 'f':
+      if (size == 4) return *out = DType::kFloat32, true;
+      if (size == 8) return *out = DType::kFloat64, true;
+      return false;
+  }
+  return false;
+}
+
+[[noreturn]] void ThrowUnsupportedDType(std::string_view name, PyArray_Descr* d) {
+  Throw(PyExc_TypeError, "series '" + std::string(name) + "': dtype " + DescrName(d) +
+                             " is not supported (" + kSupported + ")");
+}
+
+}  // namespace
+
+std::string_view Utf8(PyObject* str, const char* what) {
+  if (!PyUnicode_Check(str)) {
+    Throw(PyExc_TypeError, std::string(what) + " must be a str, got " + TypeName(str));
+  }
+  Py_ssize_t n;
+  const char* s = PyUnicode_AsUTF8AndSize(str, &n);
+  if (s == nullptr) throw nb::python_error();
+  return {s, static_cast<size_t>(n)};
+}
+
+RunRef ToRunRef(PyObject* obj) {
+  if (PyLong_Check(obj)) {
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(obj, &overflow);
+    if (overflow != 0) {
+      Throw(PyExc_OverflowError, std::string("run id ") + nb::str(nb::handle(obj)).c_str() +
+                                     " does not fit a 64-bit signed integer");
+    }
+    if (v == -1 && PyErr_Occurred()) throw nb::python_error();
+    return RunRef(static_cast<int64_t>(v));
+  }
+  if (PyUnicode_Check(obj)) return RunRef(Utf8(obj, "run id"));
+  if (PyIndex_Check(obj)) {  // numpy integers
+    nb::object i = nb::steal(PyNumber_Index(obj));
+    if (!i.is_valid()) throw nb::python_error();
+    return ToRunRef(i.ptr());
+  }
+  Throw(PyExc_TypeError, "run id must be an int or a str, got " + TypeName(obj));
+}
+
+nb::object RunIdToPython(const RunId& run) {
+  if (run.is_int()) return nb::steal(PyLong_FromLongLong(run.int_value()));
+  const std::string& s = run.string_value();
+  return nb::steal(PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "surrogateescape"));
+}
+
+void ValueSlot::SetScalar(DType dtype, size_t nbytes) {
+  dtype_ = dtype;
+  is_scalar_ = true;
+  nbytes_ = nbytes;
+  data_ = nullptr;
+  shape_ = nullptr;
+  rank_ = 0;
+}
+
+void ValueSlot::Set(PyObject* obj, std::string_view name) {
+  keep_.reset();
+  PyTypeObject* type = Py_TYPE(obj);
+  // The common cases first, by exact type.
+  if (type == &PyFloat_Type) {
+    scalar_.d = PyFloat_AS_DOUBLE(obj);
+    return SetScalar(DType::kFloat64, 8);
+  }
+  if (type == &PyBool_Type) {
+    scalar_.b = obj == Py_True ? 1 : 0;
+    return SetScalar(DType::kBool, 1);
+  }
+  if (type == &PyLong_Type) {
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(obj, &overflow);
+    if (overflow != 0) {
+      Throw(PyExc_OverflowError, "series '" + std::string(name) + "': int " +
+                                     nb::str(nb::handle(obj)).c_str() +
+                                     " does not fit int64 (pass a numpy.uint64 for values up to 2**64-1)");
+    }
+    if (v == -1 && PyErr_Occurred()) throw nb::python_error();
+    scalar_.i = v;
+    return SetScalar(DType::kInt64, 8);
+  }
+  is_scalar_ = false;
+  shape_ = nullptr;
+  rank_ = 0;
+  if (PyUnicode_Check(obj)) {
+    std::string_view s = Utf8(obj, "value");
+    dtype_ = DType::kString;
+    data_ = s.data();
+    nbytes_ = s.size();
+    keep_ = nb::borrow(obj);
+    return;
+  }
+  if (PyBytes_Check(obj)) {
+    dtype_ = DType::kBytes;
+    data_ = PyBytes_AS_STRING(obj);
+    nbytes_ = static_cast<size_t>(PyBytes_GET_SIZE(obj));
+    keep_ = nb::borrow(obj);
+    return;
+  }
+  if (PyByteArray_Check(obj)) {
+    // A bytearray may be resized by another thread while the GIL is released:
+    // append an immutable copy.
+    keep_ = nb::steal(PyBytes_FromStringAndSize(PyByteArray_AS_STRING(obj), PyByteArray_GET_SIZE(obj)));
+    if (!keep_.is_valid()) throw nb::python_error();
+    dtype_ = DType::kBytes;
+    data_ = PyBytes_AS_STRING(keep_.ptr());
+    nbytes_ = static_cast<size_t>(PyBytes_GET_SIZE(keep_.ptr()));
+    return;
+  }
+  if (PyArray_Check(obj)) return SetArray(obj, name);
+  if (PyArray_IsScalar(obj, Generic)) return SetNumpyScalar(obj, name);
+  if (PyFloat_Check(obj)) {  // subclasses of float
+    double d = PyFloat_AsDouble(obj);
+    if (d == -1.0 && PyErr_Occurred()) throw nb::python_error();
+    scalar_.d = d;
+    return SetScalar(DType::kFloat64, 8);
+  }
+  if (PyLong_Check(obj)) {  // subclasses of int (IntEnum, ...)
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(obj, &overflow);
+    if (overflow != 0) Throw(PyExc_OverflowError, "series '" + std::string(name) + "': int does not fit int64");
+    if (v == -1 && PyErr_Occurred()) throw nb::python_error();
+    scalar_.i = v;
+    return SetScalar(DType::kInt64, 8);
+  }
+  if (obj == Py_None) {
+    Throw(PyExc_TypeError, "series '" + std::string(name) + "': None is not a value (" + kSupported + ")");
+  }
+  // Lists, tuples, memoryviews and objects with __array__ go through numpy.
+  PyObject* arr = PyArray_FromAny(obj, nullptr, 0, 0, 0, nullptr);
+  if (arr == nullptr) {
+    nb::python_error err;
+    Throw(PyExc_TypeError, "series '" + std::string(name) + "': cannot convert " + TypeName(obj) +
+                               " to an array: " + err.what());
+  }
+  nb::object holder = nb::steal(arr);
+  if (PyArray_DESCR(reinterpret_cast<PyArrayObject*>(arr))->kind == 'O') {
+    Throw(PyExc_TypeError, "series '" + std::string(name) + "': values of type " + TypeName(obj) +
+                               " are not supported (" + kSupported + ")");
+  }
+  SetArray(arr, name);
+}
+
+void ValueSlot::SetNumpyScalar(PyObject* obj, std::string_view name) {
+  nb::object descr_holder = nb::steal(reinterpret_cast<PyObject*>(PyArray_DescrFromScalar(obj)));
+  if (!descr_holder.is_valid()) throw nb::python_error();
+  auto* d = reinterpret_cast<PyArray_Descr*>(descr_holder.ptr());
+  DType dtype;
+  if (!DTypeFromDescr(d, &dtype)) ThrowUnsupportedDType(name, d);
+  PyArray_ScalarAsCtype(obj, scalar_.raw);
+  SetScalar(dtype, static_cast<size_t>(PyDataType_ELSIZE(d)));
+}
+
+void ValueSlot::SetArray(PyObject* obj, std::string_view name) {
+  auto* arr = reinterpret_cast<PyArrayObject*>(obj);
+  PyArray_Descr* d = PyArray_DESCR(arr);
+  DType dtype;
+  if (!DTypeFromDescr(d, &dtype)) {
+    if (PyArray_NDIM(arr) == 0 && (d->kind == 'U' || d->kind == 'S')) {
+      // A 0-d string array: its one element as str / bytes.
+      nb::object item = nb::steal(PyArray_ToScalar(PyArray_DATA(arr), arr));
+      if (!item.is_valid()) throw nb::python_error();
+      return Set(item.ptr(), name);
+    }
+    if (d->kind == 'U' || d->kind == 'S' || d->kind == 'O') {
+      Throw(PyExc_TypeError, "series '" + std::string(name) + "': numpy arrays of dtype " + DescrName(d) +
+                                 " are not supported: a str or bytes value is one record (use "
+                                 "log_many or a loop for many strings)");
+    }
+    ThrowUnsupportedDType(name, d);
+  }
+  nb::object keep = nb::borrow(obj);
+  if (!PyArray_ISNBO(d->byteorder)) {
+    PyArray_Descr* native = PyArray_DescrNewByteorder(d, NPY_NATIVE);
+    if (native == nullptr) throw nb::python_error();
+    // PyArray_FromAny steals `native`.
+    keep = nb::steal(PyArray_FromAny(obj, native, 0, 0, NPY_ARRAY_C_CONTIGUOUS, nullptr));
+    if (!keep.is_valid()) throw nb::python_error();
+  } else if (!PyArray_IS_C_CONTIGUOUS(arr)) {
+    keep = nb::steal(PyArray_NewCopy(arr, NPY_CORDER));
+    if (!keep.is_valid()) throw nb::python_error();
+  }
+  auto* c = reinterpret_cast<PyArrayObject*>(keep.ptr());
+  dtype_ = dtype;
+  data_ = PyArray_DATA(c);
+  nbytes_ = static_cast<size_t>(PyArray_NBYTES(c));
+  shape_ = reinterpret_cast<const int64_t*>(PyArray_DIMS(c));
+  rank_ = PyArray_NDIM(c);
+  keep_ = std::move(keep);
+}
+
+int NumpyTypeNum(DType dtype) {
+  switch (dtype) {
+    case DType::kBool: return NPY_BOOL;
+    case DType::kInt8: return NPY_INT8;
+    case DType::kInt16: return NPY_INT16;
+    case DType::kInt32: return NPY_INT32;
+    case DType::kInt64: return NPY_INT64;
+    case DType::kUInt8: return NPY_UINT8;
+    case DType::kUInt16: return NPY_UINT16;
+    case DType::kUInt32: return NPY_UINT32;
+    case DType::kUInt64: return NPY_UINT64;
+    case DType::kFloat32: return NPY_FLOAT32;
+    case DType::kFloat64: return NPY_FLOAT64;
+    case DType::kString:
+    case DType::kBytes: return NPY_OBJECT;
+  }
+  return NPY_OBJECT;
+}
+
+nb::object MakeArrayView(const Value& v) {
+  npy_intp dims[kMaxRank + 1];  // + 1: scan batches add the record axis
+  const int rank = v.rank();
+  if (rank > kMaxRank + 1) Throw(PyExc_ValueError, "rank " + std::to_string(rank) + " exceeds the limit");
+  for (int i = 0; i < rank; ++i) dims[i] = v.shape()[i];
+  PyArray_Descr* descr = PyArray_DescrFromType(NumpyTypeNum(v.dtype()));  // stolen below
+  PyObject* arr;
+  if (v.data() == nullptr || v.nbytes() == 0) {
+    arr = PyArray_Empty(rank, dims, descr, 0);
+    if (arr == nullptr) throw nb::python_error();
+    PyArray_CLEARFLAGS(reinterpret_cast<PyArrayObject*>(arr), NPY_ARRAY_WRITEABLE);
+    return nb::steal(arr);
+  }
+  // No NPY_ARRAY_WRITEABLE in the flags: the view is read-only.
+  arr = PyArray_NewFromDescr(&PyArray_Type, descr, rank, dims, nullptr, const_cast<char*>(v.data()), 0,
+                             nullptr);
+  if (arr == nullptr) throw nb::python_error();
+  nb::object result = nb::steal(arr);
+  nb::object owner = nb::cast(ArrayOwner{v}, nb::rv_policy::move);
+  if (PyArray_SetBaseObject(reinterpret_cast<PyArrayObject*>(arr), owner.release().ptr()) != 0) {
+    throw nb::python_error();
+  }
+  return result;
+}
+
+nb::object ValueToPython(const Value& v) {
+  if (v.dtype() == DType::kString) {
+    return nb::steal(PyUnicode_DecodeUTF8(v.data(), static_cast<Py_ssize_t>(v.nbytes()), "surrogateescape"));
+  }
+  if (v.dtype() == DType::kBytes) {
+    return nb::steal(PyBytes_FromStringAndSize(v.data(), static_cast<Py_ssize_t>(v.nbytes())));
+  }
+  return MakeArrayView(v);
+}
+
+DType ParseDTypeSpec(nb::handle spec) {
+  PyObject* obj = spec.ptr();
+  if (PyUnicode_Check(obj)) {
+    std::string_view s = Utf8(obj, "dtype");
+    if (s == "string" || s == "str") return DType::kString;
+    if (s == "bytes") return DType::kBytes;
+    Result<DType> r = ParseDType(s);
+    if (r.ok()) return *r;
+  }
+  if (obj == reinterpret_cast<PyObject*>(&PyUnicode_Type)) return DType::kString;
+  if (obj == reinterpret_cast<PyObject*>(&PyBytes_Type)) return DType::kBytes;
+  PyArray_Descr* d = nullptr;
+  if (!PyArray_DescrConverter(obj, &d)) {
+    nb::python_error err;
+    Throw(PyExc_TypeError, std::string("not a dtype: ") + err.what());
+  }
+  nb::object holder = nb::steal(reinterpret_cast<PyObject*>(d));
+  if (d->kind == 'U') return DType::kString;
+  if (d->kind == 'S') return DType::kBytes;
+  DType dtype;
+  if (!DTypeFromDescr(d, &dtype)) {
+    Throw(PyExc_TypeError, "dtype " + DescrName(d) + " is not supported (" + kSupported + ")");
+  }
+  return dtype;
+}
+
+void BindConvert(nb::module_& m) {
+  nb::class_<ArrayOwner>(m, "ArrayOwner",
+                         "Keeps the bytes of arrays returned by runstore alive: the base of every "
+                         "array that Store.get and Store.scan return. For uncompressed data it holds "
+                         "the memory mapping of the segment file, which stays valid after the Store "
+                         "is gone.")
+      .def_prop_ro("zero_copy", [](const ArrayOwner& o) { return o.value.zero_copy(); },
+                   "True if the bytes are a view into a memory-mapped segment file.")
+      .def_prop_ro("address", [](const ArrayOwner& o) { return reinterpret_cast<uintptr_t>(o.value.data()); },
+                   "Address of the first byte (for tests and debugging).")
+      .def_prop_ro("nbytes", [](const ArrayOwner& o) { return o.value.nbytes(); },
+                   "Number of bytes viewed.")
+      .def_prop_ro("dtype", [](const ArrayOwner& o) { return std::string(DTypeName(o.value.dtype())); },
+                   "runstore dtype name of the bytes.")
+      .def("__repr__", [](const ArrayOwner& o) {
+        return "<runstore.ArrayOwner " + std::string(DTypeName(o.value.dtype())) + " " +
+               std::to_string(o.value.nbytes()) + " bytes" + (o.value.zero_copy() ? ", zero-copy>" : ">");
+      });
+}
+
+}  // namespace runstore::python

@@ -1,0 +1,95 @@
+// convert.h: Python objects <-> runstore values, run ids and dtypes.
+//
+// Conversions follow the Python package's contract (python/runstore/__init__.py):
+//   int -> int64, float -> float64, bool -> bool, numpy scalars and 0-d arrays keep
+//   their dtype, numpy arrays (made C-contiguous and native-endian when needed) ->
+//   arrays, str -> string, bytes/bytearray -> bytes, lists -> numpy.asarray(list).
+// Unsupported dtypes raise TypeError naming the series and the dtype.
+//
+// Every function here needs the GIL, except ValueSlot::ref() and nbytes().
+#ifndef RUNSTORE_PYTHON_CONVERT_H_
+#define RUNSTORE_PYTHON_CONVERT_H_
+
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "runstore/types.h"
+
+namespace runstore::python {
+
+namespace nb = nanobind;
+
+// The UTF-8 bytes of a Python str; valid while the str lives. TypeError for
+// other types (`what` names the argument in the message).
+std::string_view Utf8(PyObject* str, const char* what);
+
+// A run id from a Python int (or anything with __index__) or str. A str run's
+// bytes are borrowed: keep `obj` alive while the RunRef is used.
+RunRef ToRunRef(PyObject* obj);
+nb::object RunIdToPython(const RunId& run);
+
+// A Python value converted for appending to series `name`. The slot keeps
+// alive whatever its ValueRef points at (a temporary contiguous copy, the
+// caller's array), so the ValueRef may be used with the GIL released. A slot
+// may be moved: ref() is computed on demand.
+class ValueSlot {
+ public:
+  ValueSlot() = default;
+  // Raises TypeError (unsupported type or dtype) or OverflowError (an int
+  // outside int64) through nb::python_error.
+  void Set(PyObject* obj, std::string_view name);
+
+  ValueRef ref() const {
+    return ValueRef{dtype_, {shape_, static_cast<size_t>(rank_)}, is_scalar_ ? scalar_.raw : data_,
+                    nbytes_};
+  }
+  size_t nbytes() const { return nbytes_; }
+  DType dtype() const { return dtype_; }
+
+ private:
+  void SetScalar(DType dtype, size_t nbytes);
+  void SetArray(PyObject* arr, std::string_view name);
+  void SetNumpyScalar(PyObject* obj, std::string_view name);
+
+  DType dtype_ = DType::kFloat64;
+  bool is_scalar_ = false;
+  union {
+    int64_t i;
+    double d;
+    uint8_t b;
+    char raw[16];
+  } scalar_{};
+  const void* data_ = nullptr;
+  size_t nbytes_ = 0;
+  const int64_t* shape_ = nullptr;
+  int rank_ = 0;
+  nb::object keep_;
+};
+
+// A read-only numpy array viewing `v`'s bytes (no copy); its base is an
+// ArrayOwner holding a copy of `v`, which keeps the mapping or buffer alive.
+nb::object MakeArrayView(const Value& v);
+// `v` as Python: str for strings (undecodable bytes become surrogate
+// escapes), bytes for bytes, otherwise MakeArrayView.
+nb::object ValueToPython(const Value& v);
+
+// numpy type number of a numeric dtype.
+int NumpyTypeNum(DType dtype);
+// Parses a dtype given as a runstore name ("float64", "string"), a numpy
+// dtype or dtype-like ("f8", np.int32) or a Python type (float, int, bool,
+// str, bytes). TypeError if runstore cannot store it.
+DType ParseDTypeSpec(nb::handle spec);
+
+// The base object of every array returned by MakeArrayView.
+struct ArrayOwner {
+  Value value;
+};
+void BindConvert(nb::module_& m);
+
+}  // namespace runstore::python
+
+#endif  // RUNSTORE_PYTHON_CONVERT_H_

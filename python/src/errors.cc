@@ -1,0 +1,65 @@
+#include "errors.h"
+
+namespace runstore::python {
+namespace {
+
+PyObject* corruption_error = nullptr;
+PyObject* unsupported_format_error = nullptr;
+
+PyObject* NewException(nb::module_& m, const char* name, PyObject* base, const char* doc) {
+  const std::string qualified = std::string("runstore.") + name;
+  PyObject* type = PyErr_NewExceptionWithDoc(qualified.c_str(), doc, base, nullptr);
+  if (type == nullptr) throw nb::python_error();
+  m.attr(name) = nb::borrow(type);  // the module keeps a reference; so does this file
+  return type;
+}
+
+}  // namespace
+
+void InitErrors(nb::module_& m) {
+  corruption_error = NewException(
+      m, "CorruptionError", PyExc_Exception,
+      "Stored bytes failed a check (checksum, length, magic). The message names the segment "
+      "file and the offset. Data committed elsewhere in the store is unaffected.");
+  unsupported_format_error = NewException(
+      m, "UnsupportedFormatError", PyExc_NotImplementedError,
+      "The store or segment uses a format version or feature this build of runstore cannot "
+      "read (e.g. a store written by a newer runstore). A subclass of NotImplementedError.");
+}
+
+void Throw(PyObject* type, const std::string& message) {
+  PyErr_SetString(type, message.c_str());
+  throw nb::python_error();
+}
+
+void ThrowStatus(const Status& s) {
+  const std::string& msg = s.message();
+  switch (s.code()) {
+    case StatusCode::kOk:
+      Throw(PyExc_SystemError, "runstore: ThrowStatus called with an OK status");
+    case StatusCode::kNotFound:
+      Throw(PyExc_KeyError, msg);
+    case StatusCode::kCorruption:
+      Throw(corruption_error, msg);
+    case StatusCode::kIOError:
+      if (s.sys_errno() != 0) {
+        // OSError(errno, message) picks the subclass (PermissionError, ...).
+        nb::object args = nb::steal(Py_BuildValue("(is)", s.sys_errno(), msg.c_str()));
+        if (!args.is_valid()) throw nb::python_error();
+        PyErr_SetObject(PyExc_OSError, args.ptr());
+        throw nb::python_error();
+      }
+      Throw(PyExc_OSError, msg);
+    case StatusCode::kInvalidArgument:
+      Throw(PyExc_ValueError, msg);
+    case StatusCode::kNotSupported:
+      Throw(unsupported_format_error, msg);
+    case StatusCode::kAlreadyExists:
+      Throw(PyExc_FileExistsError, msg);
+    case StatusCode::kFailedPrecondition:
+      Throw(PyExc_RuntimeError, msg);
+  }
+  Throw(PyExc_RuntimeError, s.ToString());
+}
+
+}  // namespace runstore::python

@@ -1,0 +1,48 @@
+// errors.h: runstore Status codes as Python exceptions.
+//
+//   InvalidArgument    -> ValueError
+//   NotFound           -> KeyError
+//   IOError            -> OSError (errno set, so e.g. PermissionError, when the Status has one)
+//   Corruption         -> runstore.CorruptionError (an Exception)
+//   NotSupported       -> runstore.UnsupportedFormatError (a NotImplementedError)
+//   AlreadyExists      -> FileExistsError
+//   FailedPrecondition -> RuntimeError
+//
+// Every function here needs the GIL.
+#ifndef RUNSTORE_PYTHON_ERRORS_H_
+#define RUNSTORE_PYTHON_ERRORS_H_
+
+#include <nanobind/nanobind.h>
+
+#include <string>
+#include <utility>
+
+#include "runstore/status.h"
+
+namespace runstore::python {
+
+namespace nb = nanobind;
+
+// Creates CorruptionError and UnsupportedFormatError and adds them to `m`.
+void InitErrors(nb::module_& m);
+
+// Sets the Python exception for `s` (not OK) and throws nb::python_error,
+// which nanobind hands back to Python.
+[[noreturn]] void ThrowStatus(const Status& s);
+
+// Throws `type(message)`.
+[[noreturn]] void Throw(PyObject* type, const std::string& message);
+
+inline void Check(const Status& s) {
+  if (!s.ok()) ThrowStatus(s);
+}
+
+template <typename T>
+T Unwrap(Result<T>&& r) {
+  if (!r.ok()) ThrowStatus(r.status());
+  return std::move(r).value();
+}
+
+}  // namespace runstore::python
+
+#endif  // RUNSTORE_PYTHON_ERRORS_H_

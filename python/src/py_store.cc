@@ -1,0 +1,355 @@
+// runstore._core.Store: opening a store and reading it.
+#include <cstring>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "bindings.h"
+#include "convert.h"
+#include "errors.h"
+#include "numpy_api.h"
+
+namespace runstore::python {
+namespace {
+
+using namespace nb::literals;
+
+nb::object ShapeTuple(const std::vector<int64_t>& shape) {
+  nb::list l;
+  for (int64_t d : shape) l.append(d);
+  return nb::tuple(l);
+}
+
+nb::dict SeriesDict(const SeriesInfo& s) {
+  nb::dict d;
+  d["name"] = s.name;
+  d["dtype"] = std::string(DTypeName(s.dtype));
+  d["variable_shape"] = s.variable_shape;
+  d["shape"] = s.variable_shape ? nb::none() : ShapeTuple(s.shape);
+  d["count"] = s.count;
+  d["stored_bytes"] = s.stored_bytes;
+  return d;
+}
+
+template <typename T>
+T OptionalCast(nb::handle h, T fallback) {
+  return h.is_none() ? fallback : nb::cast<T>(h);
+}
+
+// A new, uninitialised C-contiguous array.
+nb::object NewArray(int type_num, const std::vector<npy_intp>& dims) {
+  PyObject* a = PyArray_SimpleNew(static_cast<int>(dims.size()), const_cast<npy_intp*>(dims.data()), type_num);
+  if (a == nullptr) throw nb::python_error();
+  return nb::steal(a);
+}
+
+char* ArrayData(const nb::object& a) {
+  return static_cast<char*>(PyArray_DATA(reinterpret_cast<PyArrayObject*>(a.ptr())));
+}
+
+void MakeReadOnly(const nb::object& a) {
+  PyArray_CLEARFLAGS(reinterpret_cast<PyArrayObject*>(a.ptr()), NPY_ARRAY_WRITEABLE);
+}
+
+}  // namespace
+
+PyStore::PyStore(const std::string& path, bool read_only, bool create) : read_only_(read_only) {
+  StoreOptions o;
+  o.read_only = read_only;
+  o.create_if_missing = create && !read_only;
+  Result<std::unique_ptr<Store>> r = Status::NotFound("");
+  {
+    nb::gil_scoped_release nogil;
+    r = Store::Open(path, o);
+  }
+  if (!r.ok() && r.status().code() == StatusCode::kNotFound) {
+    nb::object args = nb::steal(Py_BuildValue("(iss)", ENOENT, r.status().message().c_str(), path.c_str()));
+    PyErr_SetObject(PyExc_FileNotFoundError, args.ptr());
+    throw nb::python_error();
+  }
+  store_ = Unwrap(std::move(r));
+}
+
+PyWriter* PyStore::NewWriter(nb::handle writer_id, nb::handle buffer_bytes, nb::handle codec,
+                             nb::handle zstd_level, nb::handle commit_every_s,
+                             nb::handle commit_every_bytes, nb::handle segment_bytes) {
+  WriterOptions o;
+  if (!writer_id.is_none()) o.writer_id = std::string(Utf8(writer_id.ptr(), "writer_id"));
+  o.buffer_bytes = OptionalCast<size_t>(buffer_bytes, o.buffer_bytes);
+  if (!codec.is_none()) o.codec = Unwrap(ParseCodec(Utf8(codec.ptr(), "codec")));
+  o.zstd_level = OptionalCast<int>(zstd_level, o.zstd_level);
+  o.commit_every_s = OptionalCast<double>(commit_every_s, o.commit_every_s);
+  o.commit_every_bytes = OptionalCast<uint64_t>(commit_every_bytes, o.commit_every_bytes);
+  o.segment_bytes = OptionalCast<uint64_t>(segment_bytes, o.segment_bytes);
+  Result<std::unique_ptr<Writer>> r = Status::NotFound("");
+  {
+    nb::gil_scoped_release nogil;
+    r = store_->NewWriter(o);
+  }
+  return new PyWriter(Unwrap(std::move(r)));
+}
+
+void PyStore::Refresh() {
+  Status s;
+  {
+    nb::gil_scoped_release nogil;
+    s = store_->Refresh().status();
+  }
+  Check(s);
+}
+
+nb::list PyStore::Names(bool include_reserved) {
+  auto snap = store_->GetSnapshot();
+  Result<std::vector<SeriesInfo>> r = Status::NotFound("");
+  {
+    nb::gil_scoped_release nogil;
+    r = snap->ListSeries(include_reserved);
+  }
+  nb::list out;
+  for (const SeriesInfo& s : Unwrap(std::move(r))) out.append(s.name);
+  return out;
+}
+
+nb::list PyStore::Series(bool include_reserved) {
+  auto snap = store_->GetSnapshot();
+  Result<std::vector<SeriesInfo>> r = Status::NotFound("");
+  {
+    nb::gil_scoped_release nogil;
+    r = snap->ListSeries(include_reserved);
+  }
+  nb::list out;
+  for (const SeriesInfo& s : Unwrap(std::move(r))) out.append(SeriesDict(s));
+  return out;
+}
+
+nb::dict PyStore::SeriesInfoOf(const std::string& name) {
+  auto snap = store_->GetSnapshot();
+  Result<SeriesInfo> r = Status::NotFound("");
+  {
+    nb::gil_scoped_release nogil;
+    r = snap->GetSeriesInfo(name);
+  }
+  return SeriesDict(Unwrap(std::move(r)));
+}
+
+nb::list PyStore::Runs() {
+  auto snap = store_->GetSnapshot();
+  Result<std::vector<RunId>> r = Status::NotFound("");
+  {
+    nb::gil_scoped_release nogil;
+    r = snap->ListRuns();
+  }
+  const std::vector<RunId>& runs = Unwrap(std::move(r));
+  nb::list out;
+  for (const RunId& id : runs) out.append(RunIdToPython(id));
+  return out;
+}
+
+nb::list PyStore::Segments() {
+  nb::list out;
+  for (const SegmentInfo& s : store_->GetSnapshot()->ListSegments()) {
+    nb::dict d;
+    d["file"] = s.file;
+    d["writer_id"] = s.writer_id;
+    d["sequence"] = s.sequence;
+    d["sealed"] = s.sealed;
+    d["committed_bytes"] = s.committed_bytes;
+    d["file_bytes"] = s.file_bytes;
+    d["commits"] = s.commits;
+    d["blocks"] = s.blocks;
+    d["created_ns"] = s.created_ns;
+    out.append(d);
+  }
+  return out;
+}
+
+uint64_t PyStore::Verify() {
+  auto snap = store_->GetSnapshot();
+  uint64_t blocks = 0;
+  Status s;
+  {
+    nb::gil_scoped_release nogil;
+    s = snap->Verify(&blocks);
+  }
+  Check(s);
+  return blocks;
+}
+
+nb::object PyStore::Get(nb::handle run, const std::string& name, int64_t step) {
+  const RunRef r = ToRunRef(run.ptr());  // borrows `run`, which the call keeps alive
+  auto snap = store_->GetSnapshot();
+  Result<Value> v = Status::NotFound("");
+  {
+    nb::gil_scoped_release nogil;
+    v = snap->Get(r, name, step);
+  }
+  return ValueToPython(Unwrap(std::move(v)));
+}
+
+// Concatenates every batch of the series into one array per column. With the
+// GIL released: planning, reading and decompressing blocks, and copying
+// numeric columns. A series held in one block comes back as views of it.
+nb::dict PyStore::Scan(const std::string& name) {
+  auto snap = store_->GetSnapshot();
+  Result<SeriesInfo> info_r = Status::NotFound("");
+  Result<std::unique_ptr<SeriesScanner>> scanner_r = Status::NotFound("");
+  ScanBatch first;
+  Result<bool> first_r = false;
+  {
+    nb::gil_scoped_release nogil;
+    info_r = snap->GetSeriesInfo(name);
+    if (info_r.ok()) scanner_r = snap->Scan(name);
+    if (scanner_r.ok()) first_r = (*scanner_r)->Next(&first);
+  }
+  const SeriesInfo info = Unwrap(std::move(info_r));
+  std::unique_ptr<SeriesScanner> scanner = Unwrap(std::move(scanner_r));
+  bool have = Unwrap(std::move(first_r));
+  const size_t total = info.count;
+  const bool fixed = !IsVarLength(info.dtype) && !info.variable_shape;
+  nb::dict out;
+
+  if (have && fixed && first.count == total && first.run_is_string.empty()) {
+    // One batch: views, no copy (zero-copy when the block is uncompressed).
+    const bool zc = first.values.zero_copy();
+    out["run"] = MakeArrayView(Value(DType::kInt64, {static_cast<int64_t>(total)},
+                                     reinterpret_cast<const char*>(first.int_runs.data()), total * 8,
+                                     first.owner, zc));
+    out["step"] = MakeArrayView(Value(DType::kInt64, {static_cast<int64_t>(total)},
+                                      reinterpret_cast<const char*>(first.steps.data()), total * 8,
+                                      first.owner, zc));
+    out["value"] = MakeArrayView(first.values);
+    return out;
+  }
+
+  nb::object runs = NewArray(NPY_INT64, {static_cast<npy_intp>(total)});
+  nb::object steps = NewArray(NPY_INT64, {static_cast<npy_intp>(total)});
+  std::vector<npy_intp> vdims{static_cast<npy_intp>(total)};
+  if (fixed) vdims.insert(vdims.end(), info.shape.begin(), info.shape.end());
+  nb::object values = NewArray(fixed ? NumpyTypeNum(info.dtype) : NPY_OBJECT, vdims);
+  auto* run_out = reinterpret_cast<int64_t*>(ArrayData(runs));
+  auto* step_out = reinterpret_cast<int64_t*>(ArrayData(steps));
+  char* value_out = ArrayData(values);
+  const size_t record_bytes = fixed ? PyArray_ITEMSIZE(reinterpret_cast<PyArrayObject*>(values.ptr())) *
+                                          (total ? PyArray_SIZE(reinterpret_cast<PyArrayObject*>(values.ptr())) / total : 0)
+                                    : 0;
+  std::vector<std::pair<size_t, std::string>> string_runs;
+  size_t pos = 0;
+  ScanBatch batch = std::move(first);
+  Status error;
+  // Copies the numeric columns of `batch` to row `pos` (GIL not needed).
+  auto copy_batch = [&]() -> Status {
+    if (pos + batch.count > total) {
+      return Status::Corruption("series '" + name + "': the scan returned more than its " +
+                                std::to_string(total) + " records");
+    }
+    std::memcpy(run_out + pos, batch.int_runs.data(), batch.count * 8);
+    std::memcpy(step_out + pos, batch.steps.data(), batch.count * 8);
+    if (fixed && batch.count > 0) {
+      std::memcpy(value_out + pos * record_bytes, batch.values.data(), batch.count * record_bytes);
+    }
+    for (size_t i = 0; i < batch.run_is_string.size(); ++i) {
+      if (batch.run_is_string[i]) string_runs.emplace_back(pos + i, std::move(batch.string_runs[i]));
+    }
+    return Status::OK();
+  };
+  while (have) {
+    if (fixed) {
+      nb::gil_scoped_release nogil;
+      // Copy this batch and read the next one without the GIL.
+      while (have) {
+        error = copy_batch();
+        if (!error.ok()) break;
+        pos += batch.count;
+        Result<bool> next = scanner->Next(&batch);
+        if (!next.ok()) {
+          error = next.status();
+          break;
+        }
+        have = *next;
+      }
+      break;
+    }
+    Check(copy_batch());
+    auto** objects = reinterpret_cast<PyObject**>(value_out);
+    for (size_t i = 0; i < batch.count; ++i) {
+      nb::object o = ValueToPython(batch.records[i]);
+      Py_XSETREF(objects[pos + i], o.release().ptr());
+    }
+    pos += batch.count;
+    Result<bool> next = false;
+    {
+      nb::gil_scoped_release nogil;
+      next = scanner->Next(&batch);
+    }
+    have = Unwrap(std::move(next));
+  }
+  Check(error);
+  if (pos != total) {
+    Throw(PyExc_RuntimeError, "series '" + name + "': the scan returned " + std::to_string(pos) +
+                                  " records, expected " + std::to_string(total));
+  }
+  if (!string_runs.empty()) {
+    // Mixed run ids: an object array of int and str.
+    nb::object mixed = NewArray(NPY_OBJECT, {static_cast<npy_intp>(total)});
+    auto** objects = reinterpret_cast<PyObject**>(ArrayData(mixed));
+    size_t k = 0;
+    for (size_t i = 0; i < total; ++i) {
+      nb::object o;
+      if (k < string_runs.size() && string_runs[k].first == i) {
+        const std::string& s = string_runs[k++].second;
+        o = nb::steal(PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "surrogateescape"));
+      } else {
+        o = nb::steal(PyLong_FromLongLong(run_out[i]));
+      }
+      if (!o.is_valid()) throw nb::python_error();
+      Py_XSETREF(objects[i], o.release().ptr());
+    }
+    runs = std::move(mixed);
+  }
+  MakeReadOnly(runs);
+  MakeReadOnly(steps);
+  MakeReadOnly(values);
+  out["run"] = runs;
+  out["step"] = steps;
+  out["value"] = values;
+  return out;
+}
+
+void BindStore(nb::module_& m) {
+  nb::class_<PyStore>(m, "Store", "A runstore store (the C++ runstore::Store); see runstore.Store.")
+      .def(nb::init<const std::string&, bool, bool>(), "path"_a, "read_only"_a = false, "create"_a = true,
+           "Opens the store at ``path``; creates it when missing if ``create`` and not ``read_only``. "
+           "FileNotFoundError if there is none, ValueError if the path is not a store, "
+           "UnsupportedFormatError for a newer format version, OSError for file-system errors.")
+      .def_prop_ro("path", &PyStore::path, "The store's directory.")
+      .def_prop_ro("read_only", &PyStore::read_only, "True if opened read-only.")
+      .def("writer", &PyStore::NewWriter, nb::kw_only(), "writer_id"_a = nb::none(),
+           "buffer_bytes"_a = nb::none(), "codec"_a = nb::none(), "zstd_level"_a = nb::none(),
+           "commit_every_s"_a = nb::none(), "commit_every_bytes"_a = nb::none(),
+           "segment_bytes"_a = nb::none(), nb::rv_policy::take_ownership,
+           nb::sig("def writer(self, *, writer_id: str | None = None, buffer_bytes: int | None = None, "
+                   "codec: str | None = None, zstd_level: int | None = None, "
+                   "commit_every_s: float | None = None, commit_every_bytes: int | None = None, "
+                   "segment_bytes: int | None = None) -> Writer"),
+           "Creates a Writer (see runstore.Store.writer). RuntimeError for a read-only store.")
+      .def("refresh", &PyStore::Refresh, "Takes a new snapshot including every commit made since the last one.")
+      .def("names", &PyStore::Names, "include_reserved"_a = false, "Names of the series with visible records, sorted.")
+      .def("runs", &PyStore::Runs, "Every run id with a visible record, sorted (ints first, then strs).")
+      .def("series", &PyStore::Series, "include_reserved"_a = false,
+           "One dict per series: name, dtype, shape (None if variable), variable_shape, count, stored_bytes.")
+      .def("series_info", &PyStore::SeriesInfoOf, "name"_a, "The series() dict of one series; KeyError if absent.")
+      .def("segments", &PyStore::Segments, "One dict per segment file of the snapshot.")
+      .def("verify", &PyStore::Verify,
+           "Reads every block and checks every checksum; returns the number of blocks. CorruptionError "
+           "(naming the file and offset) on the first bad one.")
+      .def("get", &PyStore::Get, "run"_a, "name"_a, "step"_a = 0,
+           nb::sig("def get(self, run: int | str, name: str, step: int = 0) -> numpy.ndarray | str | bytes"),
+           "The value under (run, name, step): a read-only numpy array (0-d for scalars; a view of the "
+           "mapped file when stored uncompressed), a str, or bytes. KeyError if there is none.")
+      .def("scan", &PyStore::Scan, "name"_a,
+           "Every visible record of a series as a dict of read-only numpy arrays 'run', 'step', 'value', in "
+           "storage order. KeyError for an unknown series.");
+}
+
+}  // namespace runstore::python

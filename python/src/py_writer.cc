@@ -1,0 +1,435 @@
+// runstore._core.Writer: appending from Python.
+#include <time.h>
+
+#include <algorithm>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "bindings.h"
+#include "convert.h"
+#include "errors.h"
+#include "numpy_api.h"
+
+namespace runstore::python {
+namespace {
+
+using namespace nb::literals;
+
+// A coarse clock (a few ns per read instead of ~25): it only has to notice
+// appends that waited for milliseconds.
+int64_t NowNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
+
+// An append that held the GIL for this long waited for buffer space: twice
+// the coarse clock's resolution, and at least kSlowAppendNs.
+int64_t SlowAppendNs() {
+  static const int64_t ns = [] {
+    timespec res;
+    clock_getres(CLOCK_MONOTONIC_COARSE, &res);
+    return std::max<int64_t>(kSlowAppendNs, 2 * (int64_t{res.tv_sec} * 1'000'000'000 + res.tv_nsec));
+  }();
+  return ns;
+}
+
+std::string ShapeString(const ValueRef& v) {
+  if (IsVarLength(v.dtype)) return std::string(DTypeName(v.dtype));
+  std::string s = "(";
+  for (size_t i = 0; i < v.shape.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(v.shape[i]);
+  }
+  return s + (v.shape.size() == 1 ? ",)" : ")");
+}
+
+// Run ids of log_many: borrowed RunRefs and what keeps their strings alive.
+struct Runs {
+  std::vector<RunRef> refs;
+  nb::object keep;
+};
+
+Runs ParseRuns(nb::handle runs_obj) {
+  Runs out;
+  PyObject* obj = runs_obj.ptr();
+  if (PyArray_Check(obj)) {
+    auto* arr = reinterpret_cast<PyArrayObject*>(obj);
+    const char kind = PyArray_DESCR(arr)->kind;
+    if (PyArray_NDIM(arr) != 1) {
+      Throw(PyExc_ValueError, "log_many: runs must be one-dimensional, got " +
+                                  std::to_string(PyArray_NDIM(arr)) + " dimensions");
+    }
+    if (kind == 'i' || kind == 'u') {
+      // Fast path: an integer array, cast to int64 (safe casts only).
+      out.keep = nb::steal(PyArray_FromAny(obj, PyArray_DescrFromType(NPY_INT64), 1, 1,
+                                           NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED, nullptr));
+      if (!out.keep.is_valid()) throw nb::python_error();
+      auto* a = reinterpret_cast<PyArrayObject*>(out.keep.ptr());
+      const auto* data = static_cast<const int64_t*>(PyArray_DATA(a));
+      const size_t n = static_cast<size_t>(PyArray_DIM(a, 0));
+      out.refs.reserve(n);
+      for (size_t i = 0; i < n; ++i) out.refs.emplace_back(data[i]);
+      return out;
+    }
+    if (kind != 'U' && kind != 'O') {
+      Throw(PyExc_TypeError, "log_many: runs must hold ints or strs, got an array of " +
+                                 std::string(nb::str(nb::handle(reinterpret_cast<PyObject*>(
+                                                         PyArray_DESCR(arr)))).c_str()));
+    }
+    out.keep = nb::steal(PyObject_CallMethod(runs_obj.ptr(), "tolist", nullptr));
+    if (!out.keep.is_valid()) throw nb::python_error();
+    out.keep = nb::steal(PySequence_Tuple(out.keep.ptr()));
+    if (!out.keep.is_valid()) throw nb::python_error();
+  } else {
+    // A tuple copy: immutable, so its strings stay alive with the GIL released.
+    out.keep = nb::steal(PySequence_Tuple(obj));
+    if (!out.keep.is_valid()) {
+      nb::python_error err;
+      Throw(PyExc_TypeError, std::string("log_many: runs must be a sequence of ints or strs: ") + err.what());
+    }
+  }
+  const Py_ssize_t n = PyTuple_GET_SIZE(out.keep.ptr());
+  out.refs.reserve(static_cast<size_t>(n));
+  for (Py_ssize_t i = 0; i < n; ++i) out.refs.push_back(ToRunRef(PyTuple_GET_ITEM(out.keep.ptr(), i)));
+  return out;
+}
+
+// Steps of log_many: None (all 0), one int for all, or an integer array of n.
+struct Steps {
+  std::vector<int64_t> own;
+  const int64_t* data = nullptr;
+  nb::object keep;
+};
+
+Steps ParseSteps(nb::handle steps_obj, size_t n) {
+  Steps out;
+  PyObject* obj = steps_obj.ptr();
+  if (obj == Py_None || PyLong_Check(obj) || (PyIndex_Check(obj) && !PyArray_Check(obj))) {
+    int64_t step = 0;
+    if (obj != Py_None) {
+      nb::object i = nb::steal(PyNumber_Index(obj));
+      if (!i.is_valid()) throw nb::python_error();
+      step = PyLong_AsLongLong(i.ptr());
+      if (step == -1 && PyErr_Occurred()) throw nb::python_error();
+    }
+    out.own.assign(n, step);
+    out.data = out.own.data();
+    return out;
+  }
+  out.keep = nb::steal(PyArray_FromAny(obj, PyArray_DescrFromType(NPY_INT64), 1, 1,
+                                       NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED, nullptr));
+  if (!out.keep.is_valid()) {
+    nb::python_error err;
+    Throw(PyExc_TypeError, std::string("log_many: steps must be None, an int or a 1-d array of ints: ") +
+                               err.what());
+  }
+  auto* a = reinterpret_cast<PyArrayObject*>(out.keep.ptr());
+  if (static_cast<size_t>(PyArray_DIM(a, 0)) != n) {
+    Throw(PyExc_ValueError, "log_many: " + std::to_string(n) + " runs but " +
+                                std::to_string(PyArray_DIM(a, 0)) + " steps");
+  }
+  out.data = static_cast<const int64_t*>(PyArray_DATA(a));
+  return out;
+}
+
+// One column of log_many: a numeric array appended with AppendBatch, or one
+// value per record (strings, bytes, arrays of differing shapes).
+struct Column {
+  std::string_view name;
+  bool batch = true;
+  ValueSlot values;
+  std::vector<ValueSlot> records;
+  nb::object keep;
+  size_t bytes = 0;
+};
+
+bool IsPerRecordItem(PyObject* item) {
+  return PyUnicode_Check(item) || PyBytes_Check(item) || PyByteArray_Check(item) || PyArray_Check(item);
+}
+
+void ParseColumn(Column* c, PyObject* col, size_t n) {
+  PyObject* items = nullptr;
+  if (PyArray_Check(col)) {
+    const char kind = PyArray_DESCR(reinterpret_cast<PyArrayObject*>(col))->kind;
+    if ((kind == 'U' || kind == 'S' || kind == 'O') && PyArray_NDIM(reinterpret_cast<PyArrayObject*>(col)) == 1) {
+      c->keep = nb::steal(PyObject_CallMethod(col, "tolist", nullptr));
+      if (!c->keep.is_valid()) throw nb::python_error();
+      items = c->keep.ptr();
+    }
+  } else if (PyList_Check(col) || PyTuple_Check(col)) {
+    if (PySequence_Size(col) > 0) {
+      nb::object first = nb::steal(PySequence_GetItem(col, 0));
+      if (!first.is_valid()) throw nb::python_error();
+      if (IsPerRecordItem(first.ptr())) items = col;
+    }
+  }
+  if (items == nullptr) {
+    c->batch = true;
+    c->values.Set(col, c->name);
+    const ValueRef v = c->values.ref();
+    if (IsVarLength(v.dtype) || v.shape.empty() || static_cast<size_t>(v.shape[0]) != n) {
+      Throw(PyExc_ValueError, "log_many: column '" + std::string(c->name) + "' needs a first axis of " +
+                                  std::to_string(n) + " (one entry per run), got shape " + ShapeString(v));
+    }
+    c->bytes = v.nbytes;
+    return;
+  }
+  c->batch = false;
+  nb::object tuple = nb::steal(PySequence_Tuple(items));
+  if (!tuple.is_valid()) throw nb::python_error();
+  const size_t len = static_cast<size_t>(PyTuple_GET_SIZE(tuple.ptr()));
+  if (len != n) {
+    Throw(PyExc_ValueError, "log_many: column '" + std::string(c->name) + "' has " + std::to_string(len) +
+                                " entries for " + std::to_string(n) + " runs");
+  }
+  c->records.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    c->records[i].Set(PyTuple_GET_ITEM(tuple.ptr(), i), c->name);
+    c->bytes += c->records[i].nbytes();
+  }
+  c->keep = std::move(tuple);
+}
+
+Codec ParseCodecArg(nb::handle codec) {
+  if (codec.is_none()) return Codec::kNone;
+  return Unwrap(ParseCodec(Utf8(codec.ptr(), "codec")));
+}
+
+}  // namespace
+
+template <typename F>
+void PyWriter::RunAppend(size_t bytes, F&& append) {
+  Status s;
+  int64_t until = release_until_ns_.load(std::memory_order_relaxed);
+  bool release = bytes >= kReleaseGilBytes;
+  if (!release && until != 0) {
+    if (NowNs() < until) {
+      release = true;
+    } else {
+      release_until_ns_.store(0, std::memory_order_relaxed);
+    }
+  }
+  if (release) {
+    nb::gil_scoped_release nogil;
+    s = append();
+  } else {
+    const int64_t t0 = NowNs();
+    s = append();
+    const int64_t t1 = NowNs();
+    if (t1 - t0 >= SlowAppendNs()) release_until_ns_.store(t1 + kPressureWindowNs, std::memory_order_relaxed);
+  }
+  Check(s);
+}
+
+void PyWriter::Log(nb::handle run, int64_t step, nb::kwargs values) {
+  const RunRef r = ToRunRef(run.ptr());
+  PyObject* dict = values.ptr();
+  const size_t n = static_cast<size_t>(PyDict_GET_SIZE(dict));
+  struct Item {
+    std::string_view name;
+    ValueSlot slot;
+  };
+  // Every value is converted before any is appended, so a TypeError appends nothing.
+  std::vector<Item> items(n);
+  Py_ssize_t pos = 0;
+  PyObject *key, *value;
+  size_t i = 0, bytes = 0;
+  while (PyDict_Next(dict, &pos, &key, &value)) {
+    items[i].name = Utf8(key, "series name");
+    items[i].slot.Set(value, items[i].name);
+    bytes += items[i].slot.nbytes();
+    ++i;
+  }
+  // One call under one lock; the core checks every value before appending
+  // any, so a dtype conflict appends nothing either.
+  std::vector<NamedValue> named(n);
+  for (size_t k = 0; k < n; ++k) named[k] = NamedValue{items[k].name, items[k].slot.ref()};
+  Writer* w = writer_.get();
+  RunAppend(bytes, [&] { return w->AppendRecord(r, step, named); });
+}
+
+void PyWriter::Put(nb::handle run, nb::handle name, nb::handle value, int64_t step) {
+  const RunRef r = ToRunRef(run.ptr());
+  const std::string_view n = Utf8(name.ptr(), "series name");
+  ValueSlot slot;
+  slot.Set(value.ptr(), n);
+  Writer* w = writer_.get();
+  RunAppend(slot.nbytes(), [&] { return w->Append(r, n, step, slot.ref()); });
+}
+
+void PyWriter::LogMany(nb::handle runs_obj, nb::handle steps_obj, nb::kwargs columns) {
+  Runs runs = ParseRuns(runs_obj);
+  const size_t n = runs.refs.size();
+  Steps steps = ParseSteps(steps_obj, n);
+  PyObject* dict = columns.ptr();
+  std::vector<Column> cols(static_cast<size_t>(PyDict_GET_SIZE(dict)));
+  Py_ssize_t pos = 0;
+  PyObject *key, *value;
+  size_t i = 0, bytes = n * 16;
+  while (PyDict_Next(dict, &pos, &key, &value)) {
+    cols[i].name = Utf8(key, "series name");
+    ParseColumn(&cols[i], value, n);
+    bytes += cols[i].bytes;
+    ++i;
+  }
+  Writer* w = writer_.get();
+  const std::span<const RunRef> run_span(runs.refs);
+  const std::span<const int64_t> step_span(steps.data, n);
+  RunAppend(bytes, [&] {
+    for (const Column& c : cols) {
+      if (c.batch) {
+        RETURN_IF_ERROR(w->AppendBatch(run_span, c.name, step_span, c.values.ref()));
+      } else {
+        for (size_t k = 0; k < n; ++k) {
+          RETURN_IF_ERROR(w->Append(run_span[k], c.name, step_span[k], c.records[k].ref()));
+        }
+      }
+    }
+    return Status::OK();
+  });
+}
+
+void PyWriter::Define(nb::handle name, nb::handle dtype, nb::handle shape, bool variable_shape,
+                      nb::handle codec) {
+  SeriesOptions o;
+  const std::string_view n = Utf8(name.ptr(), "series name");
+  o.dtype = ParseDTypeSpec(dtype);
+  if (!shape.is_none()) {
+    for (nb::handle d : nb::iter(shape)) o.shape.push_back(nb::cast<int64_t>(d));
+  }
+  o.variable_shape = variable_shape;
+  o.codec = ParseCodecArg(codec);
+  Check(writer_->DefineSeries(n, o));
+}
+
+void PyWriter::Commit() {
+  Status s;
+  {
+    nb::gil_scoped_release nogil;
+    s = writer_->Commit();
+  }
+  Check(s);
+}
+
+void PyWriter::Resume(nb::handle run, int64_t step) {
+  const RunRef r = ToRunRef(run.ptr());
+  Status s;
+  {
+    nb::gil_scoped_release nogil;
+    s = writer_->Resume(r, step);
+  }
+  Check(s);
+}
+
+void PyWriter::Close() {
+  Status s;
+  {
+    nb::gil_scoped_release nogil;
+    s = writer_->Close();
+  }
+  closed_.store(true, std::memory_order_relaxed);
+  Check(s);
+}
+
+bool PyWriter::Exit(nb::handle exc_type, nb::handle exc, nb::handle) {
+  Status s;
+  {
+    nb::gil_scoped_release nogil;
+    s = writer_->Close();  // commits what was appended, even when the block raised
+  }
+  closed_.store(true, std::memory_order_relaxed);
+  if (exc_type.is_none()) {
+    Check(s);
+  } else if (!s.ok() && !exc.is_none()) {
+    // Keep the original exception; say that its records could not be committed.
+    nb::object note = nb::str(("runstore: committing the writer's records on exit failed: " + s.ToString()).c_str());
+    PyObject* r = PyObject_CallMethod(exc.ptr(), "add_note", "O", note.ptr());
+    if (r == nullptr) PyErr_Clear();
+    Py_XDECREF(r);
+  }
+  return false;  // never swallow the exception
+}
+
+nb::dict PyWriter::Stats() const {
+  const WriterStats s = writer_->stats();
+  nb::dict d;
+  d["records_appended"] = s.records_appended;
+  d["bytes_appended"] = s.bytes_appended;
+  d["bytes_written"] = s.bytes_written;
+  d["commits"] = s.commits;
+  d["segments_sealed"] = s.segments_sealed;
+  d["backpressure_waits"] = s.backpressure_waits;
+  d["backpressure_seconds"] = s.backpressure_seconds;
+  d["peak_buffered_bytes"] = s.peak_buffered_bytes;
+  return d;
+}
+
+void BindWriter(nb::module_& m) {
+  nb::class_<PyWriter>(m, "Writer",
+                       "Appends records to a store; made by Store.writer(). Use it as a context manager: "
+                       "leaving the block commits and closes (also when the block raised).\n\n"
+                       "A writer writes only its own segment files, so any number of writers (threads, "
+                       "processes, nodes) may append to one store at once. Its methods may be called from "
+                       "several threads.")
+      .def("log", &PyWriter::Log, "run"_a, "step"_a = 0, "values"_a,
+           nb::sig("def log(self, run: int | str, step: int = 0, **values: object) -> None"),
+           "Appends one record per keyword: (run, name, step) -> value. ``run`` is an int or a str. "
+           "Values: int -> int64, float -> float64, bool -> bool, numpy scalars keep their dtype, numpy "
+           "arrays (any shape; copied, made C-contiguous) -> arrays, str -> string, bytes -> bytes, lists "
+           "-> numpy.asarray(list).\n\n"
+           "Raises TypeError for an unsupported type or dtype (nothing is appended) and ValueError when a "
+           "value conflicts with its series' dtype or shape (values before it in keyword order stay "
+           "appended). Records are durable after commit().")
+      .def("put", &PyWriter::Put, "run"_a, "name"_a, "value"_a, "step"_a = 0,
+           nb::sig("def put(self, run: int | str, name: str, value: object, step: int = 0) -> None"),
+           "Appends one value (typically a large array) under (run, name, step). Arrays of 1 MiB or more "
+           "are written straight from the caller's memory into a block of their own, 64-byte aligned, "
+           "with the GIL released.")
+      .def("log_many", &PyWriter::LogMany, "runs"_a, "steps"_a = nb::none(), "columns"_a,
+           nb::sig("def log_many(self, runs: typing.Sequence[int | str] | numpy.ndarray, "
+                   "steps: int | typing.Sequence[int] | numpy.ndarray | None = None, "
+                   "**columns: object) -> None"),
+           "Vectorised log: record i is (runs[i], name, steps[i]) -> columns[name][i]. ``runs`` is a "
+           "sequence or 1-d array of ints/strs (an integer array is the fast path); ``steps`` is None (all "
+           "0), an int, or an integer array of len(runs). A numeric column is an array whose first axis has "
+           "len(runs) entries; a column of str, bytes or arrays of differing shapes is a list with one "
+           "entry per run.")
+      .def("define", &PyWriter::Define, "name"_a, "dtype"_a, "shape"_a = nb::none(),
+           "variable_shape"_a = false, "codec"_a = nb::none(),
+           nb::sig("def define(self, name: str, dtype: str | type | numpy.dtype, "
+                   "shape: typing.Sequence[int] | None = None, variable_shape: bool = False, "
+                   "codec: str | None = None) -> None"),
+           "Declares a series before its first record: needed for variable-shape series and to give it a "
+           "codec ('none', 'lz4', 'zstd') other than the writer's. ``dtype``: a runstore name ('float64', "
+           "'string', 'bytes'), a numpy dtype, or float/int/bool/str/bytes. Raises ValueError if it "
+           "conflicts with the series as it exists.")
+      .def("commit", &PyWriter::Commit,
+           "Makes every record appended before the call durable (fsync) and visible to readers that "
+           "refresh. Raises OSError if the data could not be written.")
+      .def("resume", &PyWriter::Resume, "run"_a, "step"_a,
+           nb::sig("def resume(self, run: int | str, step: int) -> None"),
+           "Hides this run's records at steps >= step written by earlier commits (of any writer), for a "
+           "run restarted from a checkpoint taken at ``step``. Commits what was appended before it; "
+           "records appended after it are not hidden.")
+      .def("close", &PyWriter::Close,
+           "Commits, seals the open segment and stops the writer. Further appends raise RuntimeError. "
+           "Closing twice is harmless.")
+      .def("stats", &PyWriter::Stats,
+           "Counters: records_appended, bytes_appended, bytes_written, commits, segments_sealed, "
+           "backpressure_waits, backpressure_seconds, peak_buffered_bytes.")
+      .def_prop_ro("writer_id", &PyWriter::writer_id, "This writer's id; its segment files are named after it.")
+      .def_prop_ro("closed", &PyWriter::closed, "True after close() or the end of a with-block.")
+      .def("__enter__", [](nb::handle self) { return self; }, "Returns the writer itself.")
+      .def("__exit__", &PyWriter::Exit, "exc_type"_a.none(), "exc"_a.none(), "tb"_a.none(),
+           nb::sig("def __exit__(self, exc_type: type[BaseException] | None, "
+                   "exc: BaseException | None, tb: types.TracebackType | None) -> bool"),
+           "Commits and closes. If the block raised, what was logged before is still committed and the "
+           "original exception propagates (with a note if committing failed).")
+      .def("__repr__", [](const PyWriter& w) {
+        return "<runstore.Writer " + w.writer_id() + (w.closed() ? " (closed)>" : ">");
+      });
+}
+
+}  // namespace runstore::python

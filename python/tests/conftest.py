@@ -1,0 +1,53 @@
+"""Shared fixtures of the runstore Python tests.
+
+Randomness: tests that use numpy's generator take the `rng` fixture, seeded from
+RUNSTORE_TEST_SEED (default: a fresh seed), which the session header prints. Hypothesis
+prints the falsifying example and how to reproduce it; the profile is chosen with
+RUNSTORE_HYPOTHESIS_PROFILE (default "dev": 100 examples per test; "thorough": 500).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, settings
+
+import runstore
+
+SEED = int(os.environ.get("RUNSTORE_TEST_SEED", random.SystemRandom().randrange(2**32)))
+
+_common = dict(
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+settings.register_profile("dev", max_examples=100, **_common)
+settings.register_profile("thorough", max_examples=500, **_common)
+settings.load_profile(os.environ.get("RUNSTORE_HYPOTHESIS_PROFILE", "dev"))
+
+
+def pytest_report_header(config):
+    return (
+        f"runstore {runstore.__version__} from {Path(runstore.__file__).parent}; "
+        f"RUNSTORE_TEST_SEED={SEED}; hypothesis profile "
+        f"{os.environ.get('RUNSTORE_HYPOTHESIS_PROFILE', 'dev')}"
+    )
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    return np.random.default_rng(SEED)
+
+
+@pytest.fixture
+def store_path(tmp_path: Path) -> Path:
+    return tmp_path / "store"
+
+
+@pytest.fixture
+def store(store_path: Path) -> runstore.Store:
+    return runstore.open(store_path)

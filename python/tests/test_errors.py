@@ -1,0 +1,190 @@
+"""runstore errors arrive as the documented Python exceptions, with the C++ message."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+import runstore
+
+
+def segment_files(path):
+    return sorted((path / "segments").glob("*.rss"))
+
+
+def test_dtype_conflict_in_one_writer(store):
+    with store.writer() as w:
+        w.log(1, x=1.0)
+        with pytest.raises(ValueError, match="series 'x' has dtype float64, got int64"):
+            w.log(2, x=3)
+
+
+def test_dtype_conflict_with_the_store(store):
+    with store.writer() as w:
+        w.log(1, x=1.0, arr=np.zeros(3))
+    with store.writer() as w:
+        with pytest.raises(ValueError, match="'x'"):
+            w.log(2, x="text")
+        with pytest.raises(ValueError, match="'arr'.*float64 \\[3\\]"):
+            w.log(2, arr=np.zeros(4))
+        with pytest.raises(ValueError, match="'arr'"):
+            w.define("arr", "float64", variable_shape=True)
+
+
+def test_log_many_bad_shapes(store):
+    with store.writer() as w:
+        with pytest.raises(ValueError, match="'x' needs a first axis of 3"):
+            w.log_many([1, 2, 3], x=np.zeros(2))
+        with pytest.raises(ValueError, match="3 runs but 2 steps"):
+            w.log_many([1, 2, 3], steps=[0, 1], x=np.zeros(3))
+        with pytest.raises(ValueError, match="'s' has 2 entries for 3 runs"):
+            w.log_many([1, 2, 3], s=["a", "b"])
+        with pytest.raises(ValueError, match="first axis"):
+            w.log_many([1, 2, 3], x=5.0)
+        with pytest.raises(TypeError, match="steps"):
+            w.log_many([1, 2, 3], steps=np.array([0.5, 1, 2]), x=np.zeros(3))
+
+
+def test_missing_record_and_series_raise_key_error(store):
+    with store.writer() as w:
+        w.log(1, x=1.0)
+    store.refresh()
+    with pytest.raises(KeyError, match="run 2"):
+        store.get(2, "x")
+    with pytest.raises(KeyError, match="step 1"):
+        store.get(1, "x", step=1)
+    with pytest.raises(KeyError, match="series 'nope'"):
+        store.get(1, "nope")
+    with pytest.raises(KeyError):
+        store.scan("nope")
+    with pytest.raises(KeyError):
+        store.series_info("nope")
+    with pytest.raises(KeyError):
+        store.to_pandas(["nope"])
+
+
+def test_read_only_store_refuses_writers(store_path):
+    runstore.open(store_path)  # create
+    ro = runstore.open(store_path, mode="r")
+    assert ro.read_only
+    with pytest.raises(RuntimeError, match="read-only"):
+        ro.writer()
+
+
+def test_open_errors(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        runstore.open(tmp_path / "missing", mode="r")
+    with pytest.raises(FileNotFoundError):
+        runstore.open(tmp_path / "missing", mode="r+")
+    assert not (tmp_path / "missing").exists()
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ValueError, match="regular file"):
+        runstore.open(tmp_path / "file")
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "dir" / "other").write_text("x")
+    with pytest.raises(ValueError, match="not a runstore store"):
+        runstore.open(tmp_path / "dir")
+    with pytest.raises(ValueError, match="mode"):
+        runstore.open(tmp_path / "s", mode="w")
+
+
+def test_newer_format_version_is_unsupported(store_path):
+    runstore.open(store_path)
+    (store_path / "RUNSTORE").write_text("runstore store\nformat_version 99\n")
+    with pytest.raises(runstore.UnsupportedFormatError, match="99") as e:
+        runstore.open(store_path)
+    assert isinstance(e.value, NotImplementedError)
+
+
+def test_bad_names_and_options(store):
+    with store.writer() as w:
+        with pytest.raises(ValueError, match="reserved"):
+            w.log(1, **{"~mine": 1.0})
+        with pytest.raises(ValueError, match="longer than"):
+            w.log(1, **{"n" * 300: 1.0})
+        with pytest.raises(ValueError, match="empty"):
+            w.put(1, "", 1.0)
+    with pytest.raises(ValueError, match="writer id"):
+        store.writer(writer_id="bad id!")
+    with pytest.raises(ValueError, match="buffer_bytes"):
+        store.writer(buffer_bytes=10)
+    with pytest.raises(ValueError, match="codec"):
+        store.writer(codec="gzip")
+
+
+def test_closed_writer_raises_runtime_error(store):
+    w = store.writer()
+    w.log(1, x=1.0)
+    w.close()
+    assert w.closed
+    w.close()  # harmless
+    with pytest.raises(RuntimeError, match="closed"):
+        w.log(2, x=1.0)
+    with pytest.raises(RuntimeError, match="closed"):
+        w.commit()
+
+
+def test_writer_id_in_use_raises_file_exists_error(store):
+    # Two live writers with one id, both opened before either created its segment file.
+    a = store.writer(writer_id="same")
+    b = store.writer(writer_id="same")
+    a.log(1, x=1.0)
+    a.commit()
+    b.log(2, x=2.0)
+    with pytest.raises(FileExistsError, match="same"):
+        b.commit()
+    a.close()
+    with pytest.raises(FileExistsError):
+        b.close()
+
+
+def flip_payload_byte(path, needle: bytes) -> None:
+    data = bytearray(path.read_bytes())
+    at = data.find(needle)
+    assert at > 0, "payload not found in the segment"
+    data[at + len(needle) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def test_corrupted_sealed_segment_raises_corruption_error(store_path):
+    pattern = np.full(4096, 12345.678)
+    with runstore.open(store_path).writer(writer_id="w1") as w:
+        w.put(1, "pattern", pattern)
+        w.log(1, x=1.0)
+    (seg,) = segment_files(store_path)
+    flip_payload_byte(seg, pattern.tobytes()[:4096])
+    store = runstore.open(store_path, mode="r")
+    assert store.get(1, "x") == 1.0  # the other block is intact
+    with pytest.raises(runstore.CorruptionError) as e:
+        store.get(1, "pattern")
+    assert seg.name in str(e.value) and "offset" in str(e.value)
+    assert not isinstance(e.value, (OSError, ValueError))
+    with pytest.raises(runstore.CorruptionError, match=seg.name):
+        store.verify()
+    with pytest.raises(runstore.CorruptionError, match=seg.name):
+        store.scan("pattern")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores file permissions")
+def test_unwritable_store_raises_permission_error(store_path):
+    runstore.open(store_path)
+    os.chmod(store_path / "segments", 0o500)
+    try:
+        with pytest.raises(PermissionError) as e:
+            runstore.open(store_path).writer()
+        assert e.value.errno is not None
+    finally:
+        os.chmod(store_path / "segments", 0o700)
+
+
+def test_io_error_carries_errno(store_path):
+    """An OSError made from a runstore IOError has errno and strerror set."""
+    runstore.open(store_path)
+    os.rename(store_path / "segments", store_path / "moved")
+    os.symlink("/proc/self/nonexistent", store_path / "segments")
+    with pytest.raises((OSError, runstore.CorruptionError)) as e:
+        runstore.open(store_path).writer()
+    if isinstance(e.value, OSError):
+        assert e.value.errno is not None

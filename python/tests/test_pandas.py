@@ -1,0 +1,92 @@
+"""Store.to_pandas: one row per (run, step), one column per scalar series."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import runstore
+
+
+def test_sweep_table(store):
+    with store.writer() as w:
+        for i in (3, 1, 2):
+            w.log(i, lr=0.1 * i, layers=i, ok=i % 2 == 0, note=f"run {i}", trace=np.zeros(5))
+    store.refresh()
+    df = store.to_pandas()
+    assert list(df.columns) == ["run", "step", "layers", "lr", "note", "ok"]  # trace is not scalar
+    assert df["run"].tolist() == [1, 2, 3] and df["step"].tolist() == [0, 0, 0]
+    assert df["run"].dtype == np.int64 and df["layers"].dtype == np.int64
+    assert df["ok"].dtype == bool and df["lr"].dtype == np.float64
+    assert df["note"].tolist() == ["run 1", "run 2", "run 3"]
+    np.testing.assert_allclose(df["lr"], [0.1, 0.2, 0.3])
+
+
+def test_names_selection_and_errors(store):
+    with store.writer() as w:
+        w.log(1, a=1.0, b=2.0, v=np.zeros(3))
+    store.refresh()
+    assert list(store.to_pandas(["b"]).columns) == ["run", "step", "b"]
+    assert list(store.to_pandas("a").columns) == ["run", "step", "a"]
+    with pytest.raises(ValueError, match="'v' is not scalar"):
+        store.to_pandas(["v"])
+    with pytest.raises(KeyError):
+        store.to_pandas(["nope"])
+
+
+def test_gaps_use_nullable_dtypes_and_nan(store):
+    with store.writer() as w:
+        for step in range(4):
+            w.log(1, step=step, loss=float(step), epoch=step)
+        w.log(1, step=10, loss=9.0)  # no epoch here
+        w.log(2, step=0, flag=True, count=np.uint8(3))
+    store.refresh()
+    df = store.to_pandas()
+    assert list(zip(df["run"], df["step"])) == [(1, 0), (1, 1), (1, 2), (1, 3), (1, 10), (2, 0)]
+    assert str(df["epoch"].dtype) == "Int64" and df["epoch"].isna().tolist() == [False] * 4 + [True] * 2
+    assert df["epoch"].iloc[3] == 3
+    assert np.isnan(df["loss"].iloc[5]) and df["loss"].dtype == np.float64
+    assert str(df["flag"].dtype) == "boolean" and bool(df["flag"].iloc[5]) and df["flag"].isna().sum() == 5
+    assert str(df["count"].dtype) == "UInt8" and df["count"].iloc[5] == 3
+
+
+def test_mixed_run_ids(store):
+    with store.writer() as w:
+        w.log("b", x=1.0)
+        w.log(5, x=2.0)
+        w.log("a", x=3.0, y=1)
+        w.log(-1, x=4.0)
+    store.refresh()
+    df = store.to_pandas()
+    assert df["run"].tolist() == [-1, 5, "a", "b"]  # ints first, then strs
+    assert df["x"].tolist() == [4.0, 2.0, 3.0, 1.0]
+    assert df["y"].isna().tolist() == [True, True, False, True]
+
+
+def test_empty_store(store):
+    df = store.to_pandas()
+    assert list(df.columns) == ["run", "step"] and len(df) == 0
+
+
+def test_large_frame_is_fast(store):
+    n = 100_000
+    runs = np.arange(n)
+    with store.writer() as w:
+        for start in range(0, n, 10_000):
+            r = runs[start:start + 10_000][::-1].copy()  # stored out of order
+            w.log_many(r, **{f"p{j}": r * (j + 1.0) for j in range(5)})
+    store.refresh()
+    df = store.to_pandas()
+    assert len(df) == n and df["run"].is_monotonic_increasing
+    np.testing.assert_array_equal(df["p2"].to_numpy(), runs * 3.0)
+
+
+def test_to_arrow(store):
+    pa = pytest.importorskip("pyarrow")
+    with store.writer() as w:
+        w.log(1, x=1.0)
+    store.refresh()
+    t = store.to_arrow()
+    assert isinstance(t, pa.Table) and t.column_names == ["run", "step", "x"]
+    assert isinstance(store.to_pandas(), pd.DataFrame)

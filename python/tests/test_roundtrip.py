@@ -1,0 +1,202 @@
+"""Property-based round trips: what is written is what is read, for every dtype, shape kind,
+run-id kind and codec, through log, put and log_many."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+import runstore
+
+NUMERIC = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+           "float32", "float64"]
+CODECS = ["none", "lz4", "zstd"]
+
+int_runs = st.integers(-(2**63), 2**63 - 1) | st.integers(0, 3)
+str_runs = st.text(max_size=12) | st.sampled_from(["a", "b", "run-1"])
+steps = st.integers(0, 3) | st.integers(-(2**63), 2**63 - 1)
+
+
+def runs_of(kind: str) -> st.SearchStrategy:
+    return {"int": int_runs, "str": str_runs, "mixed": int_runs | str_runs}[kind]
+
+
+def same(a, b) -> bool:
+    """Bit-exact equality of two values as runstore returns them."""
+    if isinstance(b, (str, bytes)):
+        return type(a) is type(b) and a == b
+    a = np.asarray(a)
+    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+def check_store(path: Path, name: str, model: dict) -> None:
+    """Reads `name` back through get and scan and compares it with model {(run, step): value}."""
+    store = runstore.open(path, mode="r")
+    for (run, step), value in model.items():
+        got = store.get(run, name, step)
+        assert same(value, got), (run, step, value, got)
+        if isinstance(got, np.ndarray):
+            assert not got.flags.writeable
+    if not model:
+        return
+    d = store.scan(name)
+    assert len(d["run"]) == len(d["step"]) == len(d["value"]) == len(model)
+    seen = {}
+    for run, step, value in zip(d["run"].tolist(), d["step"].tolist(), d["value"]):
+        key = (run, step)
+        assert key not in seen, f"duplicate key {key} in scan"
+        seen[key] = value
+    assert seen.keys() == model.keys()
+    for key, value in model.items():
+        assert same(value, seen[key]), (key, value, seen[key])
+    if all(isinstance(r, int) for r, _ in model):
+        assert d["run"].dtype == np.int64
+    info = store.series_info(name)
+    assert info.count == len(model)
+
+
+@st.composite
+def numeric_case(draw):
+    dtype = np.dtype(draw(st.sampled_from(NUMERIC)))
+    shape = draw(st.sampled_from([(), (1,), (3,), (2, 3), (0,), (2, 1, 2)]))
+    run_kind = draw(st.sampled_from(["int", "str", "mixed"]))
+    codec = draw(st.sampled_from(CODECS))
+    method = draw(st.sampled_from(["log", "put", "log_many"]))
+    n_commits = draw(st.integers(1, 3))
+    commits = []
+    for _ in range(n_commits):
+        records = draw(st.lists(
+            st.tuples(runs_of(run_kind), steps, hnp.arrays(dtype, shape)), min_size=0, max_size=12))
+        commits.append(records)
+    return dtype, shape, codec, method, commits
+
+
+@given(numeric_case())
+def test_numeric_round_trip(case):
+    dtype, shape, codec, method, commits = case
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "s"
+        store = runstore.open(path)
+        model = {}
+        with store.writer(codec=codec) as w:
+            for records in commits:
+                if method == "log_many" and records:
+                    # One call per group of distinct keys, so that the order of duplicates is clear.
+                    w.log_many([r for r, _, _ in records], steps=np.array([s for _, s, _ in records]),
+                               x=np.stack([v for _, _, v in records]))
+                else:
+                    for run, step, value in records:
+                        # Scalars as numpy scalars, so that the dtype is kept.
+                        v = value[()] if shape == () else value
+                        if method == "log":
+                            w.log(run, step=step, x=v)
+                        else:
+                            w.put(run, "x", v, step=step)
+                for run, step, value in records:
+                    model[(run, step)] = value
+                w.commit()
+        check_store(path, "x", model)
+
+
+@given(
+    kind=st.sampled_from(["string", "bytes"]),
+    run_kind=st.sampled_from(["int", "str", "mixed"]),
+    codec=st.sampled_from(CODECS),
+    method=st.sampled_from(["log", "put", "log_many"]),
+    data=st.data(),
+)
+def test_string_and_bytes_round_trip(kind, run_kind, codec, method, data):
+    values = st.text(max_size=40) if kind == "string" else st.binary(max_size=40)
+    records = data.draw(st.lists(st.tuples(runs_of(run_kind), steps, values), max_size=15))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "s"
+        model = {}
+        with runstore.open(path).writer(codec=codec) as w:
+            if method == "log_many":
+                if records:
+                    # Distinct keys per call: within one call the later entry wins as well.
+                    w.log_many([r for r, _, _ in records], steps=[s for _, s, _ in records],
+                               x=[v for _, _, v in records])
+            else:
+                for run, step, value in records:
+                    if method == "log":
+                        w.log(run, step=step, x=value)
+                    else:
+                        w.put(run, "x", value, step=step)
+            for run, step, value in records:
+                model[(run, step)] = value
+        check_store(path, "x", model)
+
+
+@given(
+    dtype=st.sampled_from(NUMERIC),
+    codec=st.sampled_from(CODECS),
+    data=st.data(),
+)
+def test_variable_shape_round_trip(dtype, codec, data):
+    shapes = hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=4)
+    records = data.draw(st.lists(
+        st.tuples(int_runs | str_runs, steps, hnp.arrays(np.dtype(dtype), shapes)), max_size=12))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "s"
+        model = {}
+        with runstore.open(path).writer() as w:
+            w.define("x", dtype, variable_shape=True, codec=codec)
+            for run, step, value in records:
+                w.put(run, "x", value, step=step)
+                model[(run, step)] = value
+        check_store(path, "x", model)
+        if records:
+            info = runstore.open(path, mode="r").series_info("x")
+            assert info.variable_shape and info.shape is None
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_large_arrays_every_codec(store_path, rng, codec):
+    """Arrays above the large-value threshold (1 MiB) take the borrowed, aligned path."""
+    big = rng.standard_normal((512, 300))  # 1.2 MB
+    ints = rng.integers(0, 1000, size=(300_000,), dtype=np.int32)
+    with runstore.open(store_path).writer(codec=codec) as w:
+        w.put(0, "big", big)
+        w.put("r", "big", big * 2, step=5)
+        w.put(1, "ints", ints)
+    store = runstore.open(store_path, mode="r")
+    np.testing.assert_array_equal(store.get(0, "big"), big)
+    np.testing.assert_array_equal(store.get("r", "big", 5), big * 2)
+    np.testing.assert_array_equal(store.get(1, "ints"), ints)
+    assert store.get(0, "big").ctypes.data % 64 == 0 or codec != "none"
+
+
+def test_many_records_span_blocks_and_segments(store_path):
+    """Enough records for several blocks and (with a small segment size) several segments."""
+    n = 50_000
+    with runstore.open(store_path).writer(segment_bytes=1 << 20, buffer_bytes=1 << 20) as w:
+        for start in range(0, n, 5000):
+            runs = np.arange(start, start + 5000)
+            w.log_many(runs, v=runs * 0.5, t=np.repeat(runs[:, None], 4, axis=1))
+            w.commit()
+    store = runstore.open(store_path, mode="r")
+    assert len(store.segments()) > 1
+    d = store.scan("v")
+    order = np.argsort(d["run"])
+    np.testing.assert_array_equal(d["run"][order], np.arange(n))
+    np.testing.assert_array_equal(d["value"][order], np.arange(n) * 0.5)
+    t = store.scan("t")
+    assert t["value"].shape == (n, 4)
+    np.testing.assert_array_equal(t["value"][np.argsort(t["run"])][:, 2], np.arange(n))
+    assert store.get(49_999, "v") == 49_999 * 0.5
+
+
+def test_unicode_names_and_runs(store_path):
+    with runstore.open(store_path).writer() as w:
+        w.log("überlauf", **{"qi/3_17": 1.0, "ñame ☃": 2})
+    store = runstore.open(store_path, mode="r")
+    assert store.names() == sorted(["qi/3_17", "ñame ☃"])
+    assert store.get("überlauf", "ñame ☃") == 2
+    assert store.runs() == ["überlauf"]

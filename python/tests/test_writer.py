@@ -1,0 +1,235 @@
+"""Writer semantics: commits, the with-block, refresh, resume, later commits winning."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+import runstore
+
+
+class Boom(Exception):
+    pass
+
+
+def test_with_block_commits_and_closes(store):
+    with store.writer() as w:
+        w.log(1, x=1.0)
+    assert w.closed
+    store.refresh()
+    assert store.get(1, "x") == 1.0
+
+
+def test_exception_in_with_block_still_commits_then_reraises(store):
+    with pytest.raises(Boom):
+        with store.writer() as w:
+            w.log(1, x=1.0)
+            w.log(2, x=2.0)
+            raise Boom("task failed")
+    assert w.closed
+    store.refresh()
+    assert store.get(1, "x") == 1.0 and store.get(2, "x") == 2.0
+
+
+def test_commit_failure_on_exit_keeps_the_original_exception(store):
+    a = store.writer(writer_id="dup")
+    with pytest.raises(Boom) as e:
+        with store.writer(writer_id="dup") as b:
+            a.log(1, x=1.0)
+            a.commit()  # takes dup-00000001.rss, which b meant to create
+            b.log(2, x=2.0)
+            raise Boom("original")
+    assert str(e.value) == "original"
+    assert any("committing" in n for n in getattr(e.value, "__notes__", []))
+    a.close()
+
+
+def test_nothing_is_visible_before_commit_and_refresh(store_path):
+    store = runstore.open(store_path)
+    w = store.writer()
+    w.log(1, x=1.0)
+    reader = runstore.open(store_path, mode="r")
+    assert reader.names() == []
+    w.commit()
+    assert reader.names() == []  # the snapshot is repeatable
+    assert reader.refresh().names() == ["x"]
+    assert reader.get(1, "x") == 1.0
+    w.close()
+
+
+def test_refresh_sees_another_writers_commits(store_path):
+    reader = runstore.open(store_path)
+    other = runstore.open(store_path)
+    with other.writer() as w:
+        w.log("a", loss=0.5)
+        w.commit()
+        reader.refresh()
+        assert reader.get("a", "loss") == 0.5
+        w.log("b", loss=0.25)
+    with pytest.raises(KeyError):
+        reader.get("b", "loss")
+    reader.refresh()
+    assert reader.get("b", "loss") == 0.25
+    assert reader.runs() == ["a", "b"]
+
+
+def test_resume_hides_later_steps(store):
+    with store.writer() as w:
+        for step in range(10):
+            w.log(7, step=step, loss=float(step))
+        w.log(8, step=5, loss=-1.0)
+    with store.writer() as w:
+        w.resume(7, 4)  # the run restarts from its checkpoint at step 4
+        w.log(7, step=4, loss=40.0)
+        w.log(7, step=5, loss=50.0)
+    store.refresh()
+    d = store.scan("loss")
+    got = {(r, s): v for r, s, v in zip(d["run"].tolist(), d["step"].tolist(), d["value"].tolist())}
+    assert got == {**{(7, s): float(s) for s in range(4)}, (7, 4): 40.0, (7, 5): 50.0, (8, 5): -1.0}
+    with pytest.raises(KeyError):
+        store.get(7, "loss", 6)
+    assert store.get(7, "loss", 3) == 3.0 and store.get(8, "loss", 5) == -1.0
+    df = store.to_pandas()
+    assert len(df) == 7
+    assert "~resume" not in store.names()
+
+
+def test_same_key_twice_later_commit_wins(store_path):
+    store = runstore.open(store_path)
+    with store.writer() as w:
+        w.log(1, x=1.0, s="first")
+        w.commit()
+        w.log(1, x=2.0, s="second")
+    # A second writer, committing later still.
+    time.sleep(0.002)
+    with store.writer() as w:
+        w.log(1, x=3.0)
+    store.refresh()
+    assert store.get(1, "x") == 3.0
+    assert store.get(1, "s") == "second"
+    assert store.series_info("x").count == 1
+    d = store.scan("x")
+    assert d["value"].tolist() == [3.0]
+
+
+def test_log_many_variants(store, rng):
+    n = 6
+    ints = np.arange(n)
+    with store.writer() as w:
+        w.log_many(ints, a=ints * 1.5)                                      # int array, steps None
+        w.log_many(list(ints), steps=3, b=ints.astype(np.int32))            # list, one step for all
+        w.log_many(ints.astype(np.uint16), steps=ints * 10, c=np.ones((n, 2, 2)))  # steps array
+        w.log_many([f"r{i}" for i in range(n)], d=[f"text {i}" for i in range(n)])  # str runs, strs
+        w.log_many([0, "x", 1], e=[b"a", b"", b"c"])                        # mixed runs, bytes
+        w.log_many(np.array(["p", "q"]), f=np.array(["u", "v"]))            # numpy str arrays
+        w.log_many(range(3), g=[1.0, 2.0, 3.0])                            # a list of floats
+        w.log_many([], h=np.zeros(0))                                       # nothing
+        w.define("var", "float32", variable_shape=True)
+        w.log_many([0, 1], var=[np.zeros(3, np.float32), np.ones((2, 2), np.float32)])
+    store.refresh()
+    assert store.get(5, "a") == 7.5
+    assert store.get(2, "b", 3) == 2 and store.get(2, "b", 3).dtype == np.int32
+    assert store.get(4, "c", 40).shape == (2, 2)
+    assert store.get("r3", "d") == "text 3"
+    assert store.get("x", "e") == b"" and store.get(1, "e") == b"c"
+    assert store.get("q", "f") == "v"
+    assert store.get(2, "g") == 3.0
+    assert "h" not in store.names()
+    assert store.get(1, "var").shape == (2, 2)
+    d = store.scan("e")
+    assert d["run"].dtype == object and sorted(map(str, d["run"].tolist())) == ["0", "1", "x"]
+
+
+def test_define_variable_shape_and_codec(store):
+    with store.writer() as w:
+        w.define("img", np.uint8, variable_shape=True, codec="zstd")
+        w.define("vec", "float64", shape=(3,))
+        w.log(1, img=np.zeros((4, 5), np.uint8), vec=np.ones(3))
+        w.log(2, img=np.zeros(7, np.uint8))
+        with pytest.raises(ValueError):
+            w.log(3, vec=np.ones(4))
+    store.refresh()
+    info = store.series()
+    assert info["img"].variable_shape and info["img"].shape is None
+    assert info["vec"].shape == (3,)
+    assert store.get(1, "img").shape == (4, 5) and store.get(2, "img").shape == (7,)
+    assert not store.get(1, "img").base.zero_copy
+    d = store.scan("img")
+    assert d["value"].dtype == object
+    assert sorted(v.shape for v in d["value"]) == [(4, 5), (7,)]
+
+
+def test_stats_and_auto_commit(store_path):
+    store = runstore.open(store_path)
+    reader = runstore.open(store_path, mode="r")
+    with store.writer(commit_every_bytes=1000, buffer_bytes=1 << 20) as w:
+        for i in range(500):
+            w.log(i, x=float(i))
+        deadline = time.time() + 5
+        while reader.refresh().names() == [] and time.time() < deadline:
+            time.sleep(0.01)
+        assert reader.names() == ["x"]  # auto-committed without a commit() call
+        s = w.stats()
+        assert s["records_appended"] == 500 and s["commits"] >= 1
+        assert set(s) >= {"bytes_appended", "bytes_written", "backpressure_waits", "peak_buffered_bytes"}
+    assert "Writer" in repr(w) and "closed" in repr(w)
+
+
+def test_commit_every_s(store_path):
+    store = runstore.open(store_path)
+    reader = runstore.open(store_path, mode="r")
+    with store.writer(commit_every_s=0.05) as w:
+        w.log(1, x=1.0)
+        deadline = time.time() + 5
+        while reader.refresh().names() == [] and time.time() < deadline:
+            time.sleep(0.01)
+        assert reader.get(1, "x") == 1.0
+
+
+def test_back_pressure_keeps_memory_bounded(store_path):
+    buffer = 1 << 20
+    with runstore.open(store_path).writer(buffer_bytes=buffer) as w:
+        block = np.zeros((1000, 100))
+        for i in range(40):  # 32 MB through a 1 MiB buffer
+            w.log_many(np.arange(i * 1000, (i + 1) * 1000), t=block)
+        s = w.stats()
+    assert s["peak_buffered_bytes"] <= 2 * buffer
+    assert runstore.open(store_path, mode="r").series_info("t").count == 40_000
+
+
+def test_store_info_segments_and_verify(store):
+    with store.writer(writer_id="w1") as w:
+        w.log(1, x=1.0, t=np.zeros(10))
+    store.refresh()
+    info = store.info()
+    assert info["series"] == 2 and info["records"] == 2 and info["segments"] == 1
+    (seg,) = store.segments()
+    assert seg.writer_id == "w1" and seg.sealed and seg.file.startswith("segments/w1-")
+    assert store.verify() >= 2
+
+
+def test_store_pickles_by_path(store_path):
+    import pickle
+
+    store = runstore.open(store_path)
+    with store.writer() as w:
+        w.log(1, x=1.0)
+    clone = pickle.loads(pickle.dumps(runstore.open(store_path, mode="r")))
+    assert clone.mode == "r" and clone.path == store.path and clone.get(1, "x") == 1.0
+    with pytest.raises(TypeError):
+        pickle.dumps(store.writer())
+
+
+def test_log_with_a_conflicting_value_appends_nothing_of_that_call(store):
+    with store.writer() as w:
+        w.log(1, loss=0.5, epochs=np.int32(3))
+        with pytest.raises(ValueError, match="int32"):
+            w.log(2, loss=0.25, epochs=2.5)  # epochs is int32: loss must not be appended either
+        with pytest.raises(ValueError, match="reserved"):
+            w.log(3, **{"~resume": 1})
+    store.refresh()
+    assert store.get(1, "loss") == 0.5
+    with pytest.raises(KeyError):
+        store.get(2, "loss")

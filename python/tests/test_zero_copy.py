@@ -1,0 +1,107 @@
+"""Uncompressed arrays come back as read-only views of the mapped segment file."""
+
+from __future__ import annotations
+
+import gc
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import runstore
+
+
+def mappings_of(path: Path) -> list[tuple[int, int]]:
+    """Address ranges at which this process maps the file `path` (from /proc/self/maps)."""
+    ranges = []
+    target = str(path.resolve())
+    with open("/proc/self/maps") as f:
+        for line in f:
+            parts = line.split(maxsplit=5)
+            if len(parts) == 6 and parts[5].strip() == target:
+                lo, hi = (int(x, 16) for x in parts[0].split("-"))
+                ranges.append((lo, hi))
+    return ranges
+
+
+def segment_files(path):
+    return sorted((path / "segments").glob("*.rss"))
+
+
+def test_get_returns_a_view_into_the_mapped_segment(store_path, rng):
+    matrix = rng.standard_normal((1024, 1024))  # 8 MiB
+    with runstore.open(store_path).writer() as w:
+        w.put("m", "matrix", matrix)
+    store = runstore.open(store_path, mode="r")
+    arr = store.get("m", "matrix")
+    (seg,) = segment_files(store_path)
+    addr = arr.__array_interface__["data"][0]
+    assert any(lo <= addr and addr + arr.nbytes <= hi for lo, hi in mappings_of(seg)), \
+        "the array does not lie inside the mapping of the segment file"
+    assert not arr.flags.owndata and not arr.flags.writeable
+    assert arr.flags.c_contiguous and arr.flags.aligned
+    assert addr % 64 == 0  # large payloads are 64-byte aligned
+    assert isinstance(arr.base, runstore.ArrayOwner)
+    assert arr.base.zero_copy and arr.base.address == addr and arr.base.nbytes == matrix.nbytes
+    with pytest.raises(ValueError, match="read-only"):
+        arr[0, 0] = 1.0
+    # Two gets share the same bytes.
+    assert store.get("m", "matrix").__array_interface__["data"][0] == addr
+    # The owner keeps the mapping alive after the store is gone.
+    del store
+    gc.collect()
+    assert mappings_of(seg)
+    np.testing.assert_array_equal(arr, matrix)
+    del arr
+    gc.collect()
+    assert not mappings_of(seg), "the mapping outlived every array"
+
+
+def test_small_values_are_views_too(store_path):
+    with runstore.open(store_path).writer() as w:
+        w.log(1, x=2.5, v=np.arange(4.0))
+    store = runstore.open(store_path, mode="r")
+    (seg,) = segment_files(store_path)
+    for name in ("x", "v"):
+        arr = store.get(1, name)
+        addr = arr.__array_interface__["data"][0]
+        assert arr.base.zero_copy
+        assert any(lo <= addr < hi for lo, hi in mappings_of(seg))
+
+
+@pytest.mark.parametrize("codec", ["lz4", "zstd"])
+def test_compressed_values_are_owned_copies(store_path, codec):
+    data = np.arange(100_000, dtype=np.int64)
+    with runstore.open(store_path).writer(codec=codec) as w:
+        w.put(1, "x", data)
+    store = runstore.open(store_path, mode="r")
+    arr = store.get(1, "x")
+    assert not arr.base.zero_copy and not arr.flags.writeable
+    (seg,) = segment_files(store_path)
+    addr = arr.__array_interface__["data"][0]
+    assert not any(lo <= addr < hi for lo, hi in mappings_of(seg))
+    del store
+    gc.collect()
+    np.testing.assert_array_equal(arr, data)
+
+
+def test_scan_of_one_block_is_a_view(store_path):
+    runs = np.arange(1000)
+    with runstore.open(store_path).writer() as w:
+        w.log_many(runs, v=runs * 2.0)
+    store = runstore.open(store_path, mode="r")
+    d = store.scan("v")
+    (seg,) = segment_files(store_path)
+    for col in ("run", "step", "value"):
+        addr = d[col].__array_interface__["data"][0]
+        assert any(lo <= addr < hi for lo, hi in mappings_of(seg)), col
+        assert not d[col].flags.writeable
+    np.testing.assert_array_equal(d["value"], runs * 2.0)
+
+
+def test_writable_copy(store_path):
+    with runstore.open(store_path).writer() as w:
+        w.put(1, "x", np.zeros(3))
+    arr = np.array(runstore.open(store_path, mode="r").get(1, "x"))
+    arr[0] = 1
+    assert arr.flags.owndata and arr[0] == 1
