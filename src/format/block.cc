@@ -1,6 +1,8 @@
 #include "format/block.h"
 
+#include <algorithm>
 #include <cstring>
+#include <new>
 
 #include "util/coding.h"
 
@@ -33,37 +35,35 @@ bool MulWithin(uint64_t n, uint64_t size, uint64_t limit, uint64_t* out) {
 
 }  // namespace
 
+void Column::Grow(size_t need) {
+  size_t cap = std::max<size_t>({need, 2 * capacity_, 256});
+  char* p = static_cast<char*>(std::realloc(data_, cap));
+  if (p == nullptr) throw std::bad_alloc();
+  *memory_ += cap - capacity_;
+  data_ = p;
+  capacity_ = cap;
+}
+
 BlockBuilder::BlockBuilder(BlockSchema schema) { Reset(std::move(schema)); }
 
 void BlockBuilder::Reset(BlockSchema schema) {
   schema_ = std::move(schema);
-  record_bytes_ = DTypeSize(schema_.dtype);
-  for (int64_t d : schema_.dims) record_bytes_ *= static_cast<size_t>(d);
-  runs_int_.clear();
-  run_is_string_.clear();
-  run_str_offsets_.clear();
-  run_str_bytes_.clear();
+  count_ = 0;
+  for (Column* c : {&runs_int_, &run_is_string_, &run_str_offsets_, &run_str_bytes_, &steps_,
+                    &values_, &value_offsets_, &ranks_, &shape_dims_}) {
+    c->clear();
+  }
   any_int_run_ = any_string_run_ = false;
-  steps_.clear();
-  values_.clear();
-  value_offsets_.clear();
-  ranks_.clear();
-  shape_dims_.clear();
   borrowed_ = nullptr;
   borrowed_len_ = 0;
   raw_bytes_ = 0;
   ascending_ = true;
-}
-
-size_t BlockBuilder::memory_bytes() const {
-  return runs_int_.capacity() * 8 + run_is_string_.capacity() + run_str_offsets_.capacity() * 4 +
-         run_str_bytes_.capacity() + steps_.capacity() * 8 + values_.capacity() +
-         value_offsets_.capacity() * 8 + ranks_.capacity() + shape_dims_.capacity() * 8;
+  int_keys_ = true;
 }
 
 namespace {
 
-// Compares the key of record i of a builder's columns with key k.
+// Compares two keys given as (is_string, int, string, step).
 struct KeyRef {
   bool is_string;
   int64_t i;
@@ -91,79 +91,103 @@ Key ToKey(const RunRef& run, int64_t step) { return Key{run.ToRunId(), step}; }
 }  // namespace
 
 void BlockBuilder::AddKey(const RunRef& run, int64_t step) {
-  const bool first = steps_.empty();
+  const bool first = count_ == 0;
+  ++count_;
+  steps_.push<int64_t>(step);
+  raw_bytes_ += 16;
   if (!run.is_string) {
-    runs_int_.push_back(run.i);
+    runs_int_.push<int64_t>(run.i);
     any_int_run_ = true;
     if (any_string_run_) {
-      run_is_string_.push_back(0);
-      run_str_offsets_.push_back(static_cast<uint32_t>(run_str_bytes_.size()));
+      run_is_string_.push<uint8_t>(0);
+      run_str_offsets_.push<uint32_t>(static_cast<uint32_t>(run_str_bytes_.size()));
     }
-    raw_bytes_ += 8;
   } else {
     if (!any_string_run_) {
       any_string_run_ = true;
-      run_is_string_.assign(runs_int_.size(), 0);
-      run_str_offsets_.assign(runs_int_.size() + 1, 0);
+      run_is_string_.resize_zero(count_ - 1);
+      run_str_offsets_.resize_zero(4ull * count_);
     }
-    runs_int_.push_back(0);
-    run_is_string_.push_back(1);
-    run_str_bytes_.append(run.s);
-    run_str_offsets_.push_back(static_cast<uint32_t>(run_str_bytes_.size()));
-    raw_bytes_ += 13 + run.s.size();
+    runs_int_.push<int64_t>(0);
+    run_is_string_.push<uint8_t>(1);
+    run_str_bytes_.append(run.s.data(), run.s.size());
+    run_str_offsets_.push<uint32_t>(static_cast<uint32_t>(run_str_bytes_.size()));
+    raw_bytes_ += 5 + run.s.size();
   }
-  steps_.push_back(step);
-  raw_bytes_ += 8;
 
-  KeyRef k{run.is_string, run.i, run.s, step};
   if (first) {
-    min_key_ = max_key_ = last_key_ = ToKey(run, step);
     min_step_ = max_step_ = step;
+    if (!run.is_string) {
+      last_run_ = min_run_ = max_run_ = run.i;
+      last_step_ = min_run_step_ = max_run_step_ = step;
+    } else {
+      int_keys_ = false;
+      min_key_ = max_key_ = last_key_ = ToKey(run, step);
+    }
     return;
   }
   if (step < min_step_) min_step_ = step;
   if (step > max_step_) max_step_ = step;
-  // Fast path for integer runs: compare in place without building Keys.
-  if (!run.is_string && last_key_.run.is_int()) {
-    const int64_t lr = last_key_.run.int_value();
-    if (run.i < lr || (run.i == lr && step <= last_key_.step)) ascending_ = false;
-  } else if (CompareKeys(k, ToKeyRef(last_key_)) <= 0) {
-    ascending_ = false;
-  }
-  if (ascending_) {
-    // Ascending keys: the new key is the maximum, the minimum is unchanged.
-    if (!run.is_string && max_key_.run.is_int()) {
-      max_key_.run = RunId(run.i);
-      max_key_.step = step;
+  if (int_keys_ && !run.is_string) {
+    // The hot path: integer runs, keys compared as integer pairs.
+    const int64_t r = run.i;
+    if (r < last_run_ || (r == last_run_ && step <= last_step_)) ascending_ = false;
+    if (ascending_) {
+      max_run_ = r;
+      max_run_step_ = step;
     } else {
-      max_key_ = ToKey(run, step);
+      if (r < min_run_ || (r == min_run_ && step < min_run_step_)) {
+        min_run_ = r;
+        min_run_step_ = step;
+      }
+      if (r > max_run_ || (r == max_run_ && step > max_run_step_)) {
+        max_run_ = r;
+        max_run_step_ = step;
+      }
     }
+    last_run_ = r;
+    last_step_ = step;
+    return;
+  }
+  if (int_keys_) {
+    // The first string run: switch to general keys.
+    int_keys_ = false;
+    min_key_ = Key{RunId(min_run_), min_run_step_};
+    max_key_ = Key{RunId(max_run_), max_run_step_};
+    last_key_ = Key{RunId(last_run_), last_step_};
+  }
+  AddKeyGeneral(run, step);
+}
+
+void BlockBuilder::AddKeyGeneral(const RunRef& run, int64_t step) {
+  KeyRef k{run.is_string, run.i, run.s, step};
+  if (CompareKeys(k, ToKeyRef(last_key_)) <= 0) ascending_ = false;
+  if (ascending_) {
+    max_key_ = ToKey(run, step);
   } else {
     if (CompareKeys(k, ToKeyRef(min_key_)) < 0) min_key_ = ToKey(run, step);
     if (CompareKeys(k, ToKeyRef(max_key_)) > 0) max_key_ = ToKey(run, step);
   }
-  if (!run.is_string && last_key_.run.is_int()) {
-    last_key_.run = RunId(run.i);
-    last_key_.step = step;
-  } else {
-    last_key_ = ToKey(run, step);
-  }
+  last_key_ = ToKey(run, step);
 }
 
 void BlockBuilder::AddValueBytes(const ValueRef& value) {
   if (IsVarLength(schema_.dtype)) {
-    value_offsets_.push_back(values_.size());
-    values_.append(static_cast<const char*>(value.data), value.nbytes);
+    value_offsets_.push<uint64_t>(values_.size());
+    values_.append(value.data, value.nbytes);
     raw_bytes_ += value.nbytes + 8;
   } else if (schema_.variable_shape) {
-    values_.resize(AlignUp(values_.size(), 8), '\0');
-    value_offsets_.push_back(values_.size());
-    values_.append(static_cast<const char*>(value.data), value.nbytes);
-    ranks_.push_back(static_cast<uint8_t>(value.shape.size()));
-    shape_dims_.insert(shape_dims_.end(), value.shape.begin(), value.shape.end());
+    values_.resize_zero(AlignUp(values_.size(), 8));
+    value_offsets_.push<uint64_t>(values_.size());
+    values_.append(value.data, value.nbytes);
+    ranks_.push<uint8_t>(static_cast<uint8_t>(value.shape.size()));
+    shape_dims_.append(value.shape.data(), 8 * value.shape.size());
     raw_bytes_ += AlignUp(value.nbytes, 8) + 9 + 8 * value.shape.size();
+  } else if (value.nbytes == 8) {
+    values_.push<uint64_t>(*static_cast<const uint64_t*>(value.data));
+    raw_bytes_ += 8;
   } else {
-    values_.append(static_cast<const char*>(value.data), value.nbytes);
+    values_.append(value.data, value.nbytes);
     raw_bytes_ += value.nbytes;
   }
 }
@@ -181,17 +205,17 @@ void BlockBuilder::AddFixed(std::span<const RunRef> runs, std::span<const int64_
 }
 
 void BlockBuilder::AddBorrowed(const RunRef& run, int64_t step, const ValueRef& value) {
-  assert(steps_.empty());
+  assert(count_ == 0);
   AddKey(run, step);
   borrowed_ = static_cast<const char*>(value.data);
   borrowed_len_ = value.nbytes;
   raw_bytes_ += value.nbytes;
   if (IsVarLength(schema_.dtype)) {
-    value_offsets_.push_back(0);
+    value_offsets_.push<uint64_t>(0);
   } else if (schema_.variable_shape) {
-    value_offsets_.push_back(0);
-    ranks_.push_back(static_cast<uint8_t>(value.shape.size()));
-    shape_dims_.insert(shape_dims_.end(), value.shape.begin(), value.shape.end());
+    value_offsets_.push<uint64_t>(0);
+    ranks_.push<uint8_t>(static_cast<uint8_t>(value.shape.size()));
+    shape_dims_.append(value.shape.data(), 8 * value.shape.size());
   }
 }
 
@@ -207,8 +231,13 @@ void BlockBuilder::Finish(BlockHeader* h, std::vector<std::string_view>* pieces)
   h->flags = ascending_ ? kBlockKeysAscending : 0;
   h->min_step = min_step_;
   h->max_step = max_step_;
-  h->min_key = min_key_;
-  h->max_key = max_key_;
+  if (int_keys_) {
+    h->min_key = Key{RunId(min_run_), min_run_step_};
+    h->max_key = Key{RunId(max_run_), max_run_step_};
+  } else {
+    h->min_key = min_key_;
+    h->max_key = max_key_;
+  }
   h->run_encoding = !any_string_run_ ? RunEncoding::kInt
                     : !any_int_run_  ? RunEncoding::kString
                                      : RunEncoding::kMixed;
@@ -239,9 +268,9 @@ void BlockBuilder::Finish(BlockHeader* h, std::vector<std::string_view>* pieces)
     if (schema_.variable_shape && !IsVarLength(schema_.dtype)) {
       AddPiece(pieces, &pos, ranks_.data(), n);
       Pad(pieces, &pos, 8);
-      AddPiece(pieces, &pos, shape_dims_.data(), 8 * shape_dims_.size());
+      AddPiece(pieces, &pos, shape_dims_.data(), shape_dims_.size());
     }
-    value_offsets_.push_back(data_len);  // the end offset; Reset clears it
+    value_offsets_.push<uint64_t>(data_len);  // the end offset; Reset clears it
     AddPiece(pieces, &pos, value_offsets_.data(), 8ull * (n + 1));
     if (schema_.variable_shape && !IsVarLength(schema_.dtype)) Pad(pieces, &pos, kFrameAlign);
   }

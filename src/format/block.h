@@ -5,6 +5,8 @@
 #define RUNSTORE_FORMAT_BLOCK_H_
 
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <span>
 #include <string>
 #include <string_view>
@@ -25,6 +27,56 @@ struct BlockSchema {
   Codec codec = Codec::kNone;
 };
 
+// A growable column of plain bytes. Grows geometrically like std::vector,
+// but adds every change of its capacity to the owner's counter, so the writer
+// can bound what is really allocated (capacity, not size).
+class Column {
+ public:
+  explicit Column(size_t* memory) : memory_(memory) {}
+  ~Column() { std::free(data_); }
+  Column(const Column&) = delete;
+  Column& operator=(const Column&) = delete;
+
+  const char* data() const { return data_; }
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  void clear() { size_ = 0; }
+
+  void append(const void* p, size_t n) {
+    if (size_ + n > capacity_) Grow(size_ + n);
+    std::memcpy(data_ + size_, p, n);
+    size_ += n;
+  }
+  // Appends one fixed-size value (a constant-size copy the compiler inlines).
+  template <typename T>
+  void push(T v) {
+    if (size_ + sizeof(T) > capacity_) Grow(size_ + sizeof(T));
+    std::memcpy(data_ + size_, &v, sizeof(T));
+    size_ += sizeof(T);
+  }
+  // Appends zero bytes up to a size of n.
+  void resize_zero(size_t n) {
+    if (n > capacity_) Grow(n);
+    if (n > size_) std::memset(data_ + size_, 0, n - size_);
+    size_ = n;
+  }
+  template <typename T>
+  const T* as() const {
+    return reinterpret_cast<const T*>(data_);
+  }
+  template <typename T>
+  T* mutable_as() {
+    return reinterpret_cast<T*>(data_);
+  }
+
+ private:
+  void Grow(size_t need);
+  char* data_ = nullptr;
+  size_t size_ = 0;
+  size_t capacity_ = 0;
+  size_t* memory_;
+};
+
 // Accumulates records column-wise and lays them out as a payload. Used by one
 // thread at a time. Values must already match the schema (the writer checks).
 class BlockBuilder {
@@ -32,9 +84,9 @@ class BlockBuilder {
   explicit BlockBuilder(BlockSchema schema);
 
   const BlockSchema& schema() const { return schema_; }
-  uint32_t count() const { return static_cast<uint32_t>(steps_.size()); }
-  // Bytes of memory the columns hold (capacity, for the writer's budget).
-  size_t memory_bytes() const;
+  uint32_t count() const { return count_; }
+  // Bytes of memory the columns hold (their capacity), for the writer's budget.
+  size_t memory_bytes() const { return memory_; }
   // Bytes of the raw payload so far (approximately: without padding).
   size_t raw_bytes() const { return raw_bytes_; }
 
@@ -57,26 +109,33 @@ class BlockBuilder {
 
  private:
   void AddKey(const RunRef& run, int64_t step);
+  void AddKeyGeneral(const RunRef& run, int64_t step);
   void AddValueBytes(const ValueRef& value);
 
   BlockSchema schema_;
-  size_t record_bytes_ = 0;  // fixed-shape numeric: bytes per record
-  std::vector<int64_t> runs_int_;
+  size_t memory_ = 0;  // capacity of all columns; declared before them
+  uint32_t count_ = 0;
+  Column runs_int_{&memory_};  // i64 per record (0 for string runs)
   // Filled only once a string run id appears (from then on, for every record).
-  std::vector<uint8_t> run_is_string_;
-  std::vector<uint32_t> run_str_offsets_;
-  std::string run_str_bytes_;
+  Column run_is_string_{&memory_};    // u8
+  Column run_str_offsets_{&memory_};  // u32, count + 1
+  Column run_str_bytes_{&memory_};
   bool any_int_run_ = false;
   bool any_string_run_ = false;
-  std::vector<int64_t> steps_;
-  std::string values_;
-  std::vector<uint64_t> value_offsets_;  // var-length dtypes and variable shapes
-  std::vector<uint8_t> ranks_;           // variable shapes
-  std::vector<int64_t> shape_dims_;      // variable shapes
+  Column steps_{&memory_};  // i64
+  Column values_{&memory_};
+  Column value_offsets_{&memory_};  // u64: var-length dtypes and variable shapes
+  Column ranks_{&memory_};          // u8: variable shapes
+  Column shape_dims_{&memory_};     // i64: variable shapes
   const char* borrowed_ = nullptr;
   size_t borrowed_len_ = 0;
   size_t raw_bytes_ = 0;
   bool ascending_ = true;
+  // Key tracking. While every run is an integer the keys are kept as plain
+  // integers (the append hot path); the first string run switches to Keys.
+  bool int_keys_ = true;
+  int64_t last_run_ = 0, last_step_ = 0;
+  int64_t min_run_ = 0, min_run_step_ = 0, max_run_ = 0, max_run_step_ = 0;
   Key min_key_, max_key_, last_key_;
   int64_t min_step_ = 0, max_step_ = 0;
 };

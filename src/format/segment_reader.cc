@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "util/coding.h"
 #include "util/hash.h"
@@ -67,7 +68,8 @@ Status FindLaterCommit(const RandomAccessFile& file, uint64_t from, uint64_t fil
     RETURN_IF_ERROR(ReadAt(file, base, n, &buf, &got, &complete));
     for (size_t off = 0; off + 8 <= got.size(); off += kFrameAlign) {
       if (DecodeFixed<uint32_t>(got.data() + off) != kFrameMagic ||
-          got[off + 4] != static_cast<char>(FrameKind::kCommit)) {
+          (got[off + 4] != static_cast<char>(FrameKind::kCommit) &&
+           got[off + 4] != static_cast<char>(FrameKind::kFooter))) {
         continue;
       }
       FrameAt frame;
@@ -76,6 +78,14 @@ Status FindLaterCommit(const RandomAccessFile& file, uint64_t from, uint64_t fil
       if (frame.valid && frame.prefix.kind == FrameKind::kCommit &&
           DecodeCommitRecord(frame.header, &c).ok() && c.sequence > *max_seq) {
         *max_seq = c.sequence;
+        *at = base + off;
+      }
+      // A valid footer is written only after every commit before it was
+      // synced: whatever damage precedes it is not a torn tail.
+      FooterHeader f;
+      if (frame.valid && frame.prefix.kind == FrameKind::kFooter &&
+          DecodeFooterHeader(frame.header, &f).ok() && f.committed_end == base + off) {
+        *max_seq = std::numeric_limits<uint64_t>::max() / 2;
         *at = base + off;
       }
     }
@@ -152,6 +162,11 @@ Status Recover(const RandomAccessFile& file, const std::string& name, uint64_t f
         torn = true;
         break;
       }
+    }
+    if (torn && saw_footer) {
+      return Status::Corruption(
+          At(name, index->blocks.back().payload_offset) +
+          "payload of the last commit is damaged, but a valid footer follows");
     }
     if (torn) {
       while (!index->blocks.empty() && index->blocks.back().commit_index == last) {
@@ -297,6 +312,9 @@ Status LoadSegmentIndex(const RandomAccessFile& file, const std::string& name,
       if (later_seq > 0) return hs;
     }
     index->file_size = size;
+    // Nothing is committed; committed_end must not name bytes the file lacks
+    // (the store maps [0, committed_end)).
+    index->committed_end = std::min<uint64_t>(size, kSegmentHeaderSize);
     return Status::OK();
   }
   if (size >= kSegmentHeaderSize + kTrailerSize) {
@@ -346,6 +364,9 @@ Status RefreshSegmentIndex(const RandomAccessFile& file, const std::string& name
         *index = std::move(sealed);
         return Status::OK();
       }
+      // A damaged footer behind a valid trailer: the rule of a fresh load
+      // (recovery must reach the footer), not a torn-tail recovery.
+      return LoadSegmentIndex(file, name, index);
     }
   }
   return Recover(file, name, size, index);

@@ -21,6 +21,10 @@ Result<std::unique_ptr<SegmentWriter>> SegmentWriter::Create(Env* env, const std
   std::unique_ptr<SegmentWriter> w(new SegmentWriter(std::move(file), path));
   std::string h = EncodeSegmentHeader(header);
   RETURN_IF_ERROR(w->file_->Append(h));
+  // The header is durable before the name is (EnsureSegment syncs the
+  // directory next), so a power cut never leaves a durable name in front of a
+  // torn header, which readers would take for a foreign file.
+  RETURN_IF_ERROR(w->file_->Sync());
   w->offset_ = h.size();
   w->commit_start_ = w->offset_;
   return w;

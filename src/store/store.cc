@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
+#include <random>
 
 #include "format/format.h"
 #include "format/segment_reader.h"
@@ -148,7 +149,21 @@ Status CreateStore(Env* env, const std::string& path) {
   if (!s.ok() && s.code() != StatusCode::kAlreadyExists) return s.WithContext("creating store");
   // segments/ must exist before the marker says this is a store.
   RETURN_IF_ERROR(env->SyncDir(path));
-  RETURN_IF_ERROR(WriteFileAtomically(env, path + "/" + kMarkerName, MarkerContents()));
+  // Several processes may create the store at once (every rank of a job):
+  // each writes its own temporary file, and the atomic renames all install
+  // the same bytes. A fixed temporary name would let one process rename the
+  // file another is still writing.
+  std::random_device rd;
+  const std::string tmp =
+      path + "/" + kMarkerName + ".tmp." + std::to_string(rd()) + std::to_string(env->NowNanos());
+  {
+    ASSIGN_OR_RETURN(auto f, env->NewWritableFile(tmp, /*exclusive=*/true));
+    RETURN_IF_ERROR(f->Append(MarkerContents()));
+    RETURN_IF_ERROR(f->Sync());
+    RETURN_IF_ERROR(f->Close());
+  }
+  RETURN_IF_ERROR(env->RenameFile(tmp, path + "/" + kMarkerName));
+  RETURN_IF_ERROR(env->SyncDir(path));
   if (!missing.empty()) RETURN_IF_ERROR(env->SyncDir(Parent(path)));
   return Status::OK();
 }
@@ -182,14 +197,27 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& path_in,
       }
     } else if (exists.code() == StatusCode::kNotFound) {
       ASSIGN_OR_RETURN(auto children, env->GetChildren(path));
-      if (!children.empty()) {
+      // What an interrupted or concurrent creation leaves -- segments/ with no
+      // segment in it, marker temporaries -- is not somebody else's data.
+      std::erase_if(children, [&](const std::string& c) {
+        if (c.rfind(std::string(kMarkerName) + ".tmp", 0) == 0) return true;
+        if (c != kSegmentsDir) return false;
+        auto segs = env->GetChildren(path + "/" + kSegmentsDir);
+        return segs.ok() && segs->empty();
+      });
+      if (!children.empty() && !env->FileExists(marker).ok()) {
         return Status::InvalidArgument(path + " is a directory that is not a runstore store (no " +
                                        kMarkerName + " marker) and is not empty");
       }
-      if (options.read_only || !options.create_if_missing) {
+      if (env->FileExists(marker).ok()) {
+        // Created meanwhile by another process: check it like any marker.
+        ASSIGN_OR_RETURN(std::string contents, ReadFileToString(env, marker));
+        RETURN_IF_ERROR(CheckMarker(marker, contents, &version));
+      } else if (options.read_only || !options.create_if_missing) {
         return Status::NotFound(path + ": empty directory, no store here");
+      } else {
+        RETURN_IF_ERROR(CreateStore(env, path));
       }
-      RETURN_IF_ERROR(CreateStore(env, path));
     } else {
       return exists;
     }

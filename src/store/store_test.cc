@@ -488,9 +488,11 @@ TEST_F(StoreTest, FirstValueOfASeriesIsChecked) {
 TEST_F(StoreTest, ReservedResumeSeriesIsNotWritableByUsers) {
   auto store = Open();
   ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter({}));
-  EXPECT_THAT(w->Append(1, "~resume", 0, int64_t{0}), StatusIsWith(StatusCode::kInvalidArgument, "reserved"));
+  EXPECT_THAT(w->Append(1, "~resume", 0, int64_t{0}),
+              StatusIsWith(StatusCode::kInvalidArgument, "reserved"));
   ASSERT_OK(w->Resume(1, 5));  // now the writer has the series itself
-  EXPECT_THAT(w->Append(1, "~resume", 0, int64_t{0}), StatusIsWith(StatusCode::kInvalidArgument, "reserved"));
+  EXPECT_THAT(w->Append(1, "~resume", 0, int64_t{0}),
+              StatusIsWith(StatusCode::kInvalidArgument, "reserved"));
   ASSERT_OK(w->Close());
 }
 
@@ -512,7 +514,8 @@ TEST_F(StoreTest, AppendRecordChecksEveryValueBeforeAppendingAny) {
   ASSERT_OK_AND_ASSIGN(auto snap, store->Refresh());
   EXPECT_EQ(snap->Get(7, "curve", 0)->shape(), shape);
   EXPECT_EQ(snap->Get(7, "label", 0)->str(), "ok");
-  EXPECT_THAT(snap->Get(8, "loss", 0), StatusIs(StatusCode::kNotFound)) << "nothing of run 8 appended";
+  EXPECT_THAT(snap->Get(8, "loss", 0), StatusIs(StatusCode::kNotFound))
+      << "nothing of run 8 appended";
 }
 
 TEST_F(StoreTest, StorePathThatIsARegularFileIsRefused) {

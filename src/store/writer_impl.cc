@@ -155,6 +155,7 @@ WriterImpl::WriterImpl(Env* env, std::string segments_dir, const WriterOptions& 
 WriterImpl::~WriterImpl() { (void)Close(); }
 
 Status WriterImpl::CheckUsableLocked() const {
+  if (!closed_ && !stopping_ && bg_error_.ok()) return Status::OK();  // no Status copy
   if (closed_ || stopping_)
     return Status::FailedPrecondition("writer " + options_.writer_id + " is closed");
   return bg_error_;
@@ -252,6 +253,7 @@ std::unique_ptr<format::BlockBuilder> WriterImpl::NewBuilderLocked(const Series&
     auto b = std::move(free_builders_.back());
     free_builders_.pop_back();
     pooled_bytes_ -= b->memory_bytes();
+    buffered_bytes_ += b->memory_bytes();  // its capacity is in use again
     b->Reset(std::move(bs));
     return b;
   }
@@ -261,10 +263,7 @@ std::unique_ptr<format::BlockBuilder> WriterImpl::NewBuilderLocked(const Series&
 void WriterImpl::FlushSeriesLocked(Series* s) {
   if (!s->builder || s->builder->count() == 0) return;
   Task t{Task::kBlock, std::move(s->builder)};
-  // The queued block is accounted at its real footprint (capacity).
-  const size_t mem = t.block->memory_bytes();
-  buffered_bytes_ += mem - std::min(mem, t.block->raw_bytes());
-  t.bytes = mem;
+  t.bytes = t.block->memory_bytes();  // counted in buffered_bytes_ as it grew
   queue_.push_back(std::move(t));
   cv_work_.notify_one();
 }
@@ -319,11 +318,17 @@ void WriterImpl::AfterAppendLocked(std::unique_lock<std::mutex>& lk, size_t valu
   ++stats_.records_appended;
   stats_.bytes_appended += value_bytes;
   bytes_since_commit_ += value_bytes;
+  if (buffered_bytes_ > stats_.peak_buffered_bytes) stats_.peak_buffered_bytes = buffered_bytes_;
+  // The common case: nothing to do (one branch on the append path).
+  if (buffered_bytes_ + pooled_bytes_ <= options_.buffer_bytes &&
+      (options_.commit_every_bytes == 0 || bytes_since_commit_ < options_.commit_every_bytes) &&
+      (first_uncommitted_ || options_.commit_every_s <= 0)) {
+    return;
+  }
   if (!first_uncommitted_ && options_.commit_every_s > 0) {
     first_uncommitted_ = std::chrono::steady_clock::now();
     cv_work_.notify_one();  // the background thread arms its timer
   }
-  stats_.peak_buffered_bytes = std::max(stats_.peak_buffered_bytes, buffered_bytes_);
   if (options_.commit_every_bytes > 0 && bytes_since_commit_ >= options_.commit_every_bytes) {
     EnqueueCommitLocked();  // asynchronous: the appender does not wait for it
   }
@@ -337,9 +342,10 @@ Status WriterImpl::AppendLocked(std::unique_lock<std::mutex>& lk, Series* s, con
     s->builder = NewBuilderLocked(*s);
   }
   format::BlockBuilder* b = s->builder.get();
-  const size_t before = b->raw_bytes();
+  // The budget counts what is allocated (column capacity), not what is used.
+  const size_t before = b->memory_bytes();
   b->Add(run, step, value);
-  buffered_bytes_ += b->raw_bytes() - before;
+  buffered_bytes_ += b->memory_bytes() - before;
   if (b->raw_bytes() >= options_.block_bytes || b->count() >= (1u << 24)) FlushSeriesLocked(s);
   AfterAppendLocked(lk, value.nbytes);
   return Status::OK();
@@ -354,7 +360,9 @@ Status WriterImpl::AppendLarge(std::unique_lock<std::mutex>& lk, Series* s, cons
       s->name, s->schema.dtype, s->schema.variable_shape, s->schema.shape, s->codec});
   block->AddBorrowed(run, step, value);
   const uint64_t ticket = ++borrowed_requested_;
-  Task t{Task::kBlock, std::move(block), ticket, 0, true};
+  const size_t mem = block->memory_bytes();  // the keys; the value stays the caller's
+  buffered_bytes_ += mem;
+  Task t{Task::kBlock, std::move(block), ticket, mem, true};
   queue_.push_back(std::move(t));
   cv_work_.notify_one();
   // The value is written straight from the caller's memory: wait until it is.
@@ -454,9 +462,9 @@ Status WriterImpl::AppendBatch(std::span<const RunRef> runs, std::string_view na
                             ? (options_.block_bytes - b->raw_bytes()) / (per + 16) + 1
                             : 1;
     const size_t k = std::min(n - i, room);
-    const size_t before = b->raw_bytes();
+    const size_t before = b->memory_bytes();
     b->AddFixed(runs.subspan(i, k), steps.subspan(i, k), base + i * per, per);
-    buffered_bytes_ += b->raw_bytes() - before;
+    buffered_bytes_ += b->memory_bytes() - before;
     if (b->raw_bytes() >= options_.block_bytes) FlushSeriesLocked(s);
     stats_.records_appended += k - 1;  // AfterAppendLocked counts one
     AfterAppendLocked(lk, k * per);

@@ -1,0 +1,470 @@
+// Real processes, kill -9 (DESIGN.md invariant 2; STYLE.md "Tests that try to
+// break it"). A supervisor runs several kill9_writer processes on one store,
+// SIGKILLs a random one at a random moment, round after round, and starts it
+// again as a new life. Each writer reports "ACK <n> <first seq> <last seq>"
+// after every Commit() that returned OK. In the end every writer is killed and
+// the store is read back: every acknowledged record must be there byte for
+// byte, no key twice, nothing the writers would not have written, and for each
+// writer life the records present must be whole commits, in order, with at
+// most one commit beyond the last acknowledged one (committed, but killed
+// before its ACK was written).
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "programs/kill9_pattern.h"
+#include "runstore/store.h"
+#include "testing/test_util.h"
+
+namespace runstore {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using ::runstore::testing::TempDir;
+using ::runstore::testing::TestSeed;
+
+constexpr int kWriters = 6;
+constexpr int kRounds = 100;               // at least 50 kills
+constexpr int kMaxSleepMs = 100;           // between kills
+constexpr double kWallBudgetSeconds = 45;  // stop killing early past this
+
+std::string HelperPath(const char* name) {
+  char buf[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return name;
+  std::string self(buf, static_cast<size_t>(n));
+  return self.substr(0, self.rfind('/') + 1) + name;
+}
+
+// What one life of one writer acknowledged.
+struct Life {
+  int index = 0;
+  int life = 0;
+  bool opened = false;
+  uint64_t commits = 0;   // ACK lines
+  int64_t acked_end = 0;  // seqs [0, acked_end) are acknowledged
+  std::string problems;   // malformed or inconsistent ACK lines
+};
+
+struct Child {
+  pid_t pid = -1;
+  int fd = -1;
+  int index = 0;
+  int life = 0;
+  std::string buf;
+};
+
+class Supervisor {
+ public:
+  Supervisor(std::string store, std::string program)
+      : store_(std::move(store)), program_(std::move(program)) {}
+  // No writer outlives the test, even one that stops at a failed ASSERT.
+  ~Supervisor() { KillAll(); }
+
+  // Starts writer `index` as life `life`; `extra` are further arguments.
+  void Spawn(int index, int life, const std::vector<std::string>& extra = {}) {
+    int fds[2];
+    ASSERT_EQ(::pipe2(fds, O_CLOEXEC), 0) << std::strerror(errno);
+    std::vector<std::string> args{program_, store_, std::to_string(index), std::to_string(life)};
+    args.insert(args.end(), extra.begin(), extra.end());
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0) << std::strerror(errno);
+    if (pid == 0) {
+      ::dup2(fds[1], 1);  // dup2 clears FD_CLOEXEC on the copy
+      ::execv(program_.c_str(), argv.data());
+      ::_exit(127);
+    }
+    ::close(fds[1]);
+    Child c;
+    c.pid = pid;
+    c.fd = fds[0];
+    c.index = index;
+    c.life = life;
+    children_[index] = std::move(c);
+    Life& l = lives_[{index, life}];
+    l.index = index;
+    l.life = life;
+  }
+
+  // Reads what the writers have written, for up to `ms` milliseconds.
+  void Pump(int ms) {
+    const auto until = Clock::now() + std::chrono::milliseconds(ms);
+    while (true) {
+      const int left = static_cast<int>(
+          std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()).count());
+      std::vector<pollfd> pfds;
+      std::vector<int> owners;
+      for (auto& [index, c] : children_) {
+        if (c.fd >= 0) {
+          pfds.push_back(pollfd{c.fd, POLLIN, 0});
+          owners.push_back(index);
+        }
+      }
+      const int r = ::poll(pfds.data(), pfds.size(), std::max(left, 0));
+      if (r > 0) {
+        for (size_t i = 0; i < pfds.size(); ++i) {
+          if (pfds[i].revents & (POLLIN | POLLHUP)) ReadSome(children_[owners[i]]);
+        }
+      }
+      CheckForUnexpectedExits();
+      if (left <= 0) break;
+    }
+  }
+
+  // SIGKILLs the writer `index` (unless it already died, which
+  // CheckForUnexpectedExits reported), reaps it and reads every line it wrote.
+  void Kill(int index) {
+    Child& c = children_[index];
+    // Only ever signal a child of ours: kill(-1, ...) would signal every
+    // process we may signal, and kill(0, ...) our own process group.
+    if (c.pid > 0) {
+      ::kill(c.pid, SIGKILL);
+      int status = 0;
+      if (::waitpid(c.pid, &status, 0) == c.pid &&
+          !(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)) {
+        Unexpected(c, status);
+      }
+      c.pid = -1;
+      ++kills_;
+    }
+    while (c.fd >= 0) ReadSome(c);  // to end of file: the pipe has no other writer
+  }
+
+  // Waits for writer `index` to exit by itself; returns its wait status.
+  int Reap(int index) {
+    Child& c = children_[index];
+    int status = 0;
+    if (c.pid > 0) ::waitpid(c.pid, &status, 0);
+    c.pid = -1;
+    while (c.fd >= 0) ReadSome(c);
+    return status;
+  }
+
+  void KillAll() {
+    for (auto& [index, c] : children_) {
+      if (c.pid > 0) Kill(index);
+    }
+  }
+
+  const std::map<std::pair<int, int>, Life>& lives() const { return lives_; }
+  int kills() const { return kills_; }
+  const std::string& failures() const { return failures_; }
+
+ private:
+  void ReadSome(Child& c) {
+    char buf[4096];
+    const ssize_t n = ::read(c.fd, buf, sizeof buf);
+    if (n <= 0) {
+      if (n < 0 && errno == EINTR) return;
+      ::close(c.fd);
+      c.fd = -1;
+      return;
+    }
+    c.buf.append(buf, static_cast<size_t>(n));
+    size_t nl;
+    while ((nl = c.buf.find('\n')) != std::string::npos) {
+      Line(lives_[{c.index, c.life}], c.buf.substr(0, nl));
+      c.buf.erase(0, nl + 1);
+    }
+  }
+
+  // Checks an ACK line against the pattern: commits are numbered 1, 2, ...,
+  // cover consecutive seqs, and end exactly where the pattern commits.
+  static void Line(Life& l, const std::string& line) {
+    if (line == "OPEN") {
+      l.opened = true;
+      return;
+    }
+    std::istringstream in(line);
+    std::string word;
+    uint64_t n = 0;
+    int64_t first = -1, last = -1;
+    in >> word >> n >> first >> last;
+    if (word != "ACK" || in.fail()) {
+      l.problems += "malformed line '" + line + "'; ";
+      return;
+    }
+    bool ok = n == l.commits + 1 && first == l.acked_end && last >= first &&
+              kill9::CommitsAfter(l.index, l.life, last);
+    for (int64_t s = first; ok && s < last; ++s) ok = !kill9::CommitsAfter(l.index, l.life, s);
+    if (!ok) l.problems += "ACK '" + line + "' does not follow the pattern; ";
+    l.commits = n;
+    l.acked_end = last + 1;
+  }
+
+  void CheckForUnexpectedExits() {
+    for (auto& [index, c] : children_) {
+      if (c.pid <= 0) continue;
+      int status = 0;
+      if (::waitpid(c.pid, &status, WNOHANG) == c.pid) {
+        Unexpected(c, status);
+        c.pid = -1;
+        while (c.fd >= 0) ReadSome(c);
+      }
+    }
+  }
+
+  void Unexpected(const Child& c, int status) {
+    failures_ += "writer w" + std::to_string(c.index) + "-" + std::to_string(c.life) + " " +
+                 (WIFEXITED(status) ? "exited with status " + std::to_string(WEXITSTATUS(status))
+                                    : "died of signal " + std::to_string(WTERMSIG(status))) +
+                 " (its stderr is above); ";
+  }
+
+  const std::string store_;
+  const std::string program_;
+  std::map<int, Child> children_;
+  std::map<std::pair<int, int>, Life> lives_;
+  int kills_ = 0;
+  std::string failures_;
+};
+
+TEST(Kill9Test, EveryAcknowledgedCommitSurvivesSigkillOfConcurrentWriters) {
+  const uint64_t seed = TestSeed();
+  std::mt19937_64 rng(seed);
+  const std::string program = HelperPath("kill9_writer");
+  ASSERT_EQ(::access(program.c_str(), X_OK), 0)
+      << program << " is missing: build the kill9_writer target";
+  TempDir dir;
+  const std::string path = dir.path() + "/store";
+  ASSERT_OK(Store::Open(path, {}).status());  // created once, before the writers race
+
+  const auto start = Clock::now();
+  Supervisor sup(path, program);
+  std::map<int, int> life_of;
+  for (int i = 0; i < kWriters; ++i) {
+    ASSERT_NO_FATAL_FAILURE(sup.Spawn(i, 0));
+    life_of[i] = 0;
+  }
+  int rounds = 0;
+  for (; rounds < kRounds; ++rounds) {
+    sup.Pump(static_cast<int>(rng() % (kMaxSleepMs + 1)));
+    const int victim = static_cast<int>(rng() % kWriters);
+    sup.Kill(victim);
+    ASSERT_NO_FATAL_FAILURE(sup.Spawn(victim, ++life_of[victim]));
+    if (rounds >= 50 &&
+        std::chrono::duration<double>(Clock::now() - start).count() > kWallBudgetSeconds) {
+      ++rounds;
+      break;
+    }
+  }
+  sup.Pump(static_cast<int>(rng() % (kMaxSleepMs + 1)));
+  sup.KillAll();
+  const double writing_s = std::chrono::duration<double>(Clock::now() - start).count();
+  EXPECT_EQ(sup.failures(), "") << "writers must only ever die of SIGKILL";
+  for (const auto& [key, l] : sup.lives())
+    EXPECT_EQ(l.problems, "") << "w" << l.index << "-" << l.life;
+
+  // Read everything back.
+  ASSERT_OK_AND_ASSIGN(auto store, Store::Open(path, {.read_only = true}));
+  auto snap = store->GetSnapshot();
+  ASSERT_OK_AND_ASSIGN(auto series, snap->ListSeries());
+  std::map<std::pair<int, int>, std::map<int64_t, int>> present;  // life -> seq -> times seen
+  std::map<std::string, uint64_t> per_series;
+  uint64_t total = 0, strangers = 0, wrong = 0, duplicates = 0;
+  for (const SeriesInfo& info : series) {
+    auto kind = kill9::KindOfName(info.name);
+    if (!kind) {
+      ADD_FAILURE() << "a series no writer writes: '" << info.name << "'";
+      continue;
+    }
+    ASSERT_OK_AND_ASSIGN(auto scanner, snap->Scan(info.name));
+    ScanBatch b;
+    while (true) {
+      ASSERT_OK_AND_ASSIGN(bool more, scanner->Next(&b));
+      if (!more) break;
+      for (size_t i = 0; i < b.count; ++i) {
+        ++total;
+        ++per_series[info.name];
+        const RunId run = b.run(i);
+        const int64_t seq = b.steps[i];
+        int index = -1, life = -1;
+        const bool ours =
+            *kind == kill9::Kind::kText
+                ? run.is_string() && kill9::ParseStringRun(run.string_value(), &index, &life)
+                : run.is_int() && kill9::ParseIntRun(run.int_value(), &index, &life);
+        if (!ours || !sup.lives().count({index, life}) || seq < 0 ||
+            kill9::KindOf(index, life, seq) != *kind) {
+          if (strangers++ < 5) {
+            ADD_FAILURE() << "a record no writer would write: run " << run.ToString() << ", '"
+                          << info.name << "', step " << seq;
+          }
+          continue;
+        }
+        std::string_view got;
+        if (b.records.empty()) {
+          const size_t rb = b.values.nbytes() / b.count;
+          got = std::string_view(b.values.data() + i * rb, rb);
+        } else {
+          got = std::string_view(b.records[i].data(), b.records[i].nbytes());
+        }
+        if (got != kill9::ValueBytes(*kind, index, life, seq)) {
+          if (wrong++ < 5)
+            ADD_FAILURE() << "wrong value for run " << run.ToString() << ", step " << seq;
+        }
+        if (++present[{index, life}][seq] == 2 && duplicates++ < 5) {
+          ADD_FAILURE() << "key (" << run.ToString() << ", '" << info.name << "', " << seq
+                        << ") appears twice";
+        }
+      }
+    }
+  }
+
+  // Per life: whole commits, in order, all acknowledged ones, at most one more.
+  uint64_t acked_commits = 0, verified = 0, lost = 0, unacked_present = 0, unacked_commits = 0;
+  uint64_t lives_opened = 0, big_verified = 0;
+  for (const auto& [key, l] : sup.lives()) {
+    acked_commits += l.commits;
+    lives_opened += l.opened;
+    const auto it = present.find(key);
+    const std::map<int64_t, int> none;
+    const std::map<int64_t, int>& seqs = it == present.end() ? none : it->second;
+    const int64_t p = static_cast<int64_t>(seqs.size());
+    const std::string who = "w" + std::to_string(l.index) + "-" + std::to_string(l.life);
+    const bool prefix = seqs.empty() || (seqs.begin()->first == 0 && seqs.rbegin()->first == p - 1);
+    EXPECT_TRUE(prefix) << who << ": the records present are not a prefix of its sequence";
+    EXPECT_TRUE(p == 0 || kill9::CommitsAfter(l.index, l.life, p - 1))
+        << who << ": " << p << " records present end inside a commit: a commit is partly visible";
+    for (int64_t s = 0; s < l.acked_end; ++s) {
+      if (seqs.count(s)) {
+        ++verified;
+      } else if (lost++ < 5) {
+        ADD_FAILURE() << who << ": acknowledged record " << s << " is missing";
+      }
+    }
+    if (p > l.acked_end) {
+      unacked_present += static_cast<uint64_t>(p - l.acked_end);
+      int boundaries = 0;
+      for (int64_t s = l.acked_end; s < p; ++s)
+        boundaries += kill9::CommitsAfter(l.index, l.life, s);
+      unacked_commits += static_cast<uint64_t>(boundaries);
+      EXPECT_LE(boundaries, 1)
+          << who << ": " << boundaries
+          << " unacknowledged commits are visible; only the one in flight may be";
+    }
+    // Get agrees with Scan for every acknowledged record.
+    for (int64_t s = 0; s < l.acked_end; ++s) {
+      const kill9::Kind kind = kill9::KindOf(l.index, l.life, s);
+      const RunId run = kind == kill9::Kind::kText ? RunId(kill9::StringRun(l.index, l.life))
+                                                   : RunId(kill9::IntRun(l.index, l.life));
+      auto v = snap->Get(run, kill9::NameOf(kind), s);
+      if (!v.ok()) {
+        ADD_FAILURE() << who << ": Get of acknowledged record " << s << ": "
+                      << v.status().ToString();
+        continue;
+      }
+      if (std::string_view(v->data(), v->nbytes()) != kill9::ValueBytes(kind, l.index, l.life, s)) {
+        ADD_FAILURE() << who << ": Get returns a wrong value for record " << s;
+      }
+      big_verified += kind == kill9::Kind::kBig;
+    }
+  }
+  uint64_t blocks = 0;
+  EXPECT_OK(snap->Verify(&blocks));
+  uint64_t store_bytes = 0;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(path)) {
+    if (e.is_regular_file()) store_bytes += e.file_size();
+  }
+  const double total_s = std::chrono::duration<double>(Clock::now() - start).count();
+  std::printf(
+      "[ figures  ] seed=%llu rounds=%d kills=%d writer lives=%zu (opened %llu) acknowledged "
+      "commits=%llu records verified=%llu (256 KiB arrays %llu) records lost=%llu "
+      "unacknowledged-but-present records=%llu (in %llu commits) records in store=%llu "
+      "duplicates=%llu strangers=%llu wrong values=%llu; segments=%zu, %.1f MiB, blocks "
+      "verified=%llu; "
+      "writing %.1f s, total %.1f s\n",
+      static_cast<unsigned long long>(seed), rounds, sup.kills(), sup.lives().size(),
+      static_cast<unsigned long long>(lives_opened), static_cast<unsigned long long>(acked_commits),
+      static_cast<unsigned long long>(verified), static_cast<unsigned long long>(big_verified),
+      static_cast<unsigned long long>(lost), static_cast<unsigned long long>(unacked_present),
+      static_cast<unsigned long long>(unacked_commits), static_cast<unsigned long long>(total),
+      static_cast<unsigned long long>(duplicates), static_cast<unsigned long long>(strangers),
+      static_cast<unsigned long long>(wrong), snap->ListSegments().size(), store_bytes / 1048576.0,
+      static_cast<unsigned long long>(blocks), writing_s, total_s);
+  std::fflush(stdout);
+  EXPECT_GE(rounds, 50);
+  EXPECT_EQ(lost, 0u);
+  EXPECT_EQ(duplicates, 0u);
+  EXPECT_EQ(strangers, 0u);
+  EXPECT_EQ(wrong, 0u);
+  EXPECT_GT(verified, 1000u) << "the writers acknowledged too little for the test to mean much";
+}
+
+// An MPI job's ranks all open the same new store at the same moment, each
+// with create_if_missing: every one of them must succeed, whichever creates
+// the directory, segments/ and the RUNSTORE marker, and whatever the others
+// see half-made meanwhile (DESIGN.md: 1 to 10,000 writers; no locks).
+TEST(Kill9Test, ManyProcessesCreatingOneStoreAtOnceAllSucceed) {
+  const std::string program = HelperPath("kill9_writer");
+  ASSERT_EQ(::access(program.c_str(), X_OK), 0)
+      << program << " is missing: build the kill9_writer target";
+  constexpr int kProcesses = 8, kTrials = 20;
+  TempDir dir;
+  int failed_processes = 0, failed_trials = 0;
+  uint64_t acked = 0;
+  std::string first_failure;
+  for (int trial = 0; trial < kTrials; ++trial) {
+    const std::string path = dir.path() + "/store" + std::to_string(trial);
+    Supervisor sup(path, program);
+    // All start 150 ms from now, long enough for every exec to finish.
+    const auto at = std::chrono::system_clock::now() + std::chrono::milliseconds(150);
+    const std::string at_ns = std::to_string(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(at.time_since_epoch()).count());
+    for (int i = 0; i < kProcesses; ++i) ASSERT_NO_FATAL_FAILURE(sup.Spawn(i, 0, {"0.02", at_ns}));
+    int failed_here = 0;
+    for (int i = 0; i < kProcesses; ++i) {
+      const int status = sup.Reap(i);
+      if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+        ++failed_here;
+        if (first_failure.empty()) {
+          first_failure = "trial " + std::to_string(trial) + ", process " + std::to_string(i) +
+                          ": wait status " + std::to_string(status) + " (its stderr is above)";
+        }
+      }
+    }
+    failed_processes += failed_here;
+    failed_trials += failed_here > 0;
+    // Whatever failed, what the others acknowledged is in the store.
+    auto store = Store::Open(path, {.read_only = true});
+    ASSERT_TRUE(store.ok()) << "trial " << trial << ": " << store.status().ToString();
+    auto snap = (*store)->GetSnapshot();
+    for (const auto& [key, l] : sup.lives()) {
+      for (int64_t s = 0; s < l.acked_end; ++s) {
+        const kill9::Kind kind = kill9::KindOf(l.index, l.life, s);
+        const RunId run = kind == kill9::Kind::kText ? RunId(kill9::StringRun(l.index, l.life))
+                                                     : RunId(kill9::IntRun(l.index, l.life));
+        auto v = snap->Get(run, kill9::NameOf(kind), s);
+        ASSERT_TRUE(v.ok()) << "trial " << trial << ": " << v.status().ToString();
+        EXPECT_EQ(std::string_view(v->data(), v->nbytes()),
+                  kill9::ValueBytes(kind, l.index, l.life, s));
+        ++acked;
+      }
+    }
+  }
+  std::printf(
+      "[ figures  ] concurrent creation: trials=%d processes per trial=%d failed processes=%d "
+      "failed trials=%d acknowledged records verified=%llu\n",
+      kTrials, kProcesses, failed_processes, failed_trials, static_cast<unsigned long long>(acked));
+  EXPECT_EQ(failed_processes, 0) << "first: " << first_failure;
+}
+
+}  // namespace
+}  // namespace runstore
