@@ -118,7 +118,12 @@ class Writer {
   // are not hidden. Use when a run restarts from a checkpoint taken at `step`.
   virtual Status Resume(RunRef run, int64_t step) = 0;
 
-  // Makes everything appended before the call durable and visible.
+  // Makes everything appended before the call durable and visible. A commit is
+  // all-or-nothing for readers. The writer also commits by itself (auto-commit
+  // by bytes or seconds, and before sealing a segment that reached
+  // segment_bytes), so records appended between two Commit() calls may
+  // become visible in more than one commit; they are never half-visible
+  // within one.
   virtual Status Commit() = 0;
 
   // Commits, seals the open segment and stops the background thread. The
