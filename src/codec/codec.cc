@@ -41,6 +41,24 @@ Status Compress(Codec codec, int level, std::string_view input, std::string* out
   return Status::InvalidArgument("unknown codec " + std::to_string(static_cast<int>(codec)));
 }
 
+Compressor::~Compressor() { ZSTD_freeCCtx(static_cast<ZSTD_CCtx*>(zstd_ctx_)); }
+
+Status Compressor::Compress(Codec codec, int level, std::string_view input, std::string* out) {
+  if (codec != Codec::kZstd) return runstore::Compress(codec, level, input, out);
+  if (zstd_ctx_ == nullptr) {
+    zstd_ctx_ = ZSTD_createCCtx();
+    if (zstd_ctx_ == nullptr) return Status::IOError("zstd: cannot create a compression context");
+  }
+  out->resize(ZSTD_compressBound(input.size()));
+  size_t n = ZSTD_compressCCtx(static_cast<ZSTD_CCtx*>(zstd_ctx_), out->data(), out->size(),
+                               input.data(), input.size(), level);
+  if (ZSTD_isError(n)) {
+    return Status::IOError(std::string("zstd compression failed: ") + ZSTD_getErrorName(n));
+  }
+  out->resize(n);
+  return Status::OK();
+}
+
 Status Decompress(Codec codec, std::string_view input, char* out, size_t raw_size) {
   switch (codec) {
     case Codec::kNone:

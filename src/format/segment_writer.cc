@@ -52,11 +52,12 @@ Status SegmentWriter::AddBlock(BlockHeader* h, const std::vector<std::string_vie
   const uint64_t frame_offset = offset_;
   std::vector<std::string_view> stored = raw;
   if (h->codec != Codec::kNone) {
-    std::string joined;
-    joined.reserve(h->raw_len);
-    for (auto p : raw) joined.append(p);
-    RETURN_IF_ERROR(Compress(h->codec, zstd_level, joined, &scratch_));
-    if (scratch_.size() >= joined.size()) {
+    // Scratch buffers are reused from block to block (their size is bounded
+    // by the block size).
+    joined_.clear();
+    for (auto p : raw) joined_.append(p);
+    RETURN_IF_ERROR(compressor_.Compress(h->codec, zstd_level, joined_, &scratch_));
+    if (scratch_.size() >= joined_.size()) {
       h->codec = Codec::kNone;  // incompressible: store raw so that reads are zero-copy
     } else {
       stored.assign(1, scratch_);

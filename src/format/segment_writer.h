@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "codec/codec.h"
 #include "format/format.h"
 #include "runstore/env.h"
 #include "runstore/status.h"
@@ -58,6 +59,8 @@ class SegmentWriter {
   std::string commits_;  // footer payload: commit entries so far
   uint64_t block_count_ = 0;
   std::string scratch_;
+  std::string joined_;
+  Compressor compressor_;
 };
 
 }  // namespace runstore::format
