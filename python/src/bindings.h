@@ -68,7 +68,7 @@ class PyStore {
   bool read_only() const { return read_only_; }
   PyWriter* NewWriter(nb::handle writer_id, nb::handle buffer_bytes, nb::handle codec,
                       nb::handle zstd_level, nb::handle commit_every_s, nb::handle commit_every_bytes,
-                      nb::handle segment_bytes, bool allow_reserved);
+                      nb::handle segment_bytes);
   void Refresh();
   nb::list Names(bool include_reserved);
   nb::list Runs();

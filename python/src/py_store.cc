@@ -73,12 +73,8 @@ PyStore::PyStore(const std::string& path, bool read_only, bool create) : read_on
 
 PyWriter* PyStore::NewWriter(nb::handle writer_id, nb::handle buffer_bytes, nb::handle codec,
                              nb::handle zstd_level, nb::handle commit_every_s,
-                             nb::handle commit_every_bytes, nb::handle segment_bytes,
-                             bool allow_reserved) {
+                             nb::handle commit_every_bytes, nb::handle segment_bytes) {
   WriterOptions o;
-  // Private: lets the runstore package write its '~design/...' and
-  // '~status/...' records (docs/experiments.md); not documented for users.
-  o.allow_reserved_names = allow_reserved;
   if (!writer_id.is_none()) o.writer_id = std::string(Utf8(writer_id.ptr(), "writer_id"));
   o.buffer_bytes = OptionalCast<size_t>(buffer_bytes, o.buffer_bytes);
   if (!codec.is_none()) o.codec = Unwrap(ParseCodec(Utf8(codec.ptr(), "codec")));
@@ -331,11 +327,11 @@ void BindStore(nb::module_& m) {
       .def("writer", &PyStore::NewWriter, nb::kw_only(), "writer_id"_a = nb::none(),
            "buffer_bytes"_a = nb::none(), "codec"_a = nb::none(), "zstd_level"_a = nb::none(),
            "commit_every_s"_a = nb::none(), "commit_every_bytes"_a = nb::none(),
-           "segment_bytes"_a = nb::none(), "allow_reserved"_a = false, nb::rv_policy::take_ownership,
+           "segment_bytes"_a = nb::none(), nb::rv_policy::take_ownership,
            nb::sig("def writer(self, *, writer_id: str | None = None, buffer_bytes: int | None = None, "
                    "codec: str | None = None, zstd_level: int | None = None, "
                    "commit_every_s: float | None = None, commit_every_bytes: int | None = None, "
-                   "segment_bytes: int | None = None, allow_reserved: bool = False) -> Writer"),
+                   "segment_bytes: int | None = None) -> Writer"),
            "Creates a Writer (see runstore.Store.writer). RuntimeError for a read-only store.")
       .def("refresh", &PyStore::Refresh, "Takes a new snapshot including every commit made since the last one.")
       .def("names", &PyStore::Names, "include_reserved"_a = false, "Names of the series with visible records, sorted.")
