@@ -1,8 +1,5 @@
 #include "format/segment_writer.h"
 
-#define XXH_INLINE_ALL
-#include <xxhash.h>
-
 #include "codec/codec.h"
 #include "util/coding.h"
 #include "util/hash.h"
@@ -63,15 +60,14 @@ Status SegmentWriter::AddBlock(BlockHeader* h, const std::vector<std::string_vie
       stored.assign(1, scratch_);
     }
   }
-  XXH3_state_t state;
-  XXH3_64bits_reset(&state);
+  ChecksumStream checksum;
   uint64_t len = 0;
   for (auto p : stored) {
-    XXH3_64bits_update(&state, p.data(), p.size());
+    checksum.Update(p.data(), p.size());
     len += p.size();
   }
   h->payload_len = len;
-  h->payload_checksum = XXH3_64bits_digest(&state);
+  h->payload_checksum = checksum.Digest();
   std::string header = EncodeBlockHeader(*h);
   RETURN_IF_ERROR(WriteFrame(header, stored, len));
   pending_digests_.push_back(StoredHeaderChecksum(header));

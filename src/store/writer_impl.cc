@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <random>
 
 #include "format/format.h"
@@ -375,6 +376,24 @@ Status WriterImpl::AppendLarge(std::unique_lock<std::mutex>& lk, Series* s, cons
 Status WriterImpl::Append(RunRef run, std::string_view name, int64_t step, const ValueRef& value) {
   if (run.is_string) RETURN_IF_ERROR(ValidateRunId(run));
   std::unique_lock lk(mu_);
+  // The hot path: another small fixed-shape value of the series appended
+  // last, into its open block, on a healthy writer.
+  if (Series* s = last_series_;
+      s != nullptr && s->builder != nullptr && s->record_bytes != 0 &&
+      value.nbytes == s->record_bytes && value.dtype == s->schema.dtype &&
+      value.nbytes < options_.large_value_bytes && !closed_ && !stopping_ && bg_error_.ok() &&
+      s->name.size() == name.size() && std::memcmp(s->name.data(), name.data(), name.size()) == 0 &&
+      (s->name[0] != '~' || options_.allow_reserved_names) &&
+      value.shape.size() == s->schema.shape.size() &&
+      std::equal(value.shape.begin(), value.shape.end(), s->schema.shape.begin())) {
+    format::BlockBuilder* b = s->builder.get();
+    const size_t before = b->memory_bytes();
+    b->Add(run, step, value);
+    buffered_bytes_ += b->memory_bytes() - before;
+    if (b->raw_bytes() >= options_.block_bytes || b->count() >= (1u << 24)) FlushSeriesLocked(s);
+    AfterAppendLocked(lk, value.nbytes);
+    return Status::OK();
+  }
   RETURN_IF_ERROR(CheckUsableLocked());
   ASSIGN_OR_RETURN(Series * s, GetSeriesLocked(name, &value));
   RETURN_IF_ERROR(CheckAgainstSeries(*s, name, value));
