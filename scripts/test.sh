@@ -13,7 +13,7 @@ jobs=$(nproc)
 
 bash scripts/install-deps.sh
 
-step() { printf '\n==== %s ====\n' "$*"; }
+step() { printf '\n==== %s (at %ds) ====\n' "$*" "$SECONDS"; }
 
 step "C++ build (release) and tests"
 cmake --preset release -DRUNSTORE_BUILD_BENCHMARKS=ON > build-release-configure.log 2>&1 \
@@ -46,3 +46,4 @@ if command -v clang-format > /dev/null && [ -n "$files" ]; then
   clang-format --dry-run --Werror $files
   echo "clang-format: clean"
 fi
+echo; echo "all tests passed in ${SECONDS}s"
