@@ -1,15 +1,19 @@
 // `runstore export csv`: one CSV file per series, streamed batch by batch
 // from Snapshot::Scan so that memory stays bounded by one block plus the
 // output buffer, whatever the size of the series.
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "commands.h"
 #include "common.h"
@@ -174,6 +178,67 @@ int RunExportCsv(const ExportCsvOptions& o) {
   std::cout << "exported " << series.size() << " series (" << done << " records, "
             << HumanBytes(bytes) << ") to " << o.outdir << "\n";
   return kExitOk;
+}
+
+// `runstore export tar` and `runstore export parquet`: the experiment-table
+// exports live in the Python package (they need its CSV, tar and Arrow
+// writers), so these commands run `python -m runstore export ...` with the
+// Python of $RUNSTORE_PYTHON (default python3), after checking that it can
+// import runstore.
+namespace {
+
+// Runs `argv` and waits; its exit code, or -1 if it could not be started or
+// did not exit normally. Its output goes to /dev/null.
+int RunQuietly(const std::vector<std::string>& argv) {
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  const pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    FILE* null = std::fopen("/dev/null", "w");
+    if (null != nullptr) {
+      dup2(fileno(null), STDOUT_FILENO);
+      dup2(fileno(null), STDERR_FILENO);
+    }
+    execvp(args[0], args.data());
+    _exit(127);
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) return -1;
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+}  // namespace
+
+int RunExportPython(const std::string& format, const std::string& store, const std::string& out,
+                    const std::vector<std::string>& extra) {
+  const std::string cmd = "export " + format;
+  const char* env = std::getenv("RUNSTORE_PYTHON");
+  const std::string python = env != nullptr && *env != '\0' ? env : "python3";
+  if (RunQuietly({python, "-c", "import runstore._core"}) != 0) {
+    std::cerr << "runstore: " << cmd << ": this command needs the runstore Python package, and '"
+              << python << "' cannot import it.\n"
+              << "  Install it into that Python:  " << python << " -m pip install /path/to/runstore"
+              << (format == "parquet" ? "[arrow]" : "") << "\n"
+              << "  or point RUNSTORE_PYTHON at a Python that has it, e.g. the project's "
+                 "virtual environment:\n"
+              << "    RUNSTORE_PYTHON=/path/to/runstore/.venv/bin/python runstore " << cmd
+              << " ...\n";
+    return kExitOther;
+  }
+  std::vector<std::string> argv = {python, "-m", "runstore", "export", format, store, out};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  std::cout.flush();
+  std::cerr.flush();
+  execvp(args[0], args.data());  // returns only on failure
+  const int e = errno;
+  return ReportError(cmd, Status::IOError("cannot run " + python + ": " + std::strerror(e), e));
 }
 
 }  // namespace runstore::cli

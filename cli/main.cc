@@ -7,12 +7,23 @@
 #include <filesystem>
 #include <iostream>
 #include <new>
+#include <string>
+#include <vector>
 
 #include "commands.h"
 #include "common.h"
 #include "progress.h"
 
 namespace runstore::cli {
+
+// `runstore export tar|parquet` (cmd_export.cc): runs `python -m runstore export
+// FORMAT STORE OUT EXTRA...` with $RUNSTORE_PYTHON (default python3), or says how
+// to install the package if that Python cannot import it. Returns only on
+// failure (otherwise the process becomes Python, whose exit code is the
+// command's).
+int RunExportPython(const std::string& format, const std::string& store, const std::string& out,
+                    const std::vector<std::string>& extra);
+
 namespace {
 
 // The text after a subcommand's options: what it does in detail, examples and
@@ -42,6 +53,7 @@ int Main(int argc, char** argv) {
                     "  runstore get /scratch/sweep 42 trace --step 3 -o trace.npy\n"
                     "  runstore verify /scratch/sweep\n"
                     "  runstore export csv /scratch/sweep out/\n"
+                    "  runstore export tar /scratch/sweep results.tar.gz\n"
                     "Run 'runstore COMMAND --help' for the details of a command."));
 
   // info
@@ -154,9 +166,13 @@ int Main(int argc, char** argv) {
       "  runstore verify /scratch/sweep --json | jq .error.message"));
 
   // export csv
-  auto* export_cmd = app.add_subcommand("export", "Export series to other formats (csv)");
+  auto* export_cmd = app.add_subcommand(
+      "export", "Export series or experiments to other formats (csv, tar, parquet)");
   export_cmd->require_subcommand(1);
-  export_cmd->footer(Footer("", "  runstore export csv /scratch/sweep out/"));
+  export_cmd->footer(Footer("",
+                            "  runstore export csv /scratch/sweep out/\n"
+                            "  runstore export tar /scratch/sweep results.tar.gz\n"
+                            "  runstore export parquet /scratch/sweep results.parquet"));
   ExportCsvOptions exp;
   auto* csv_cmd =
       export_cmd->add_subcommand("csv", "Write one CSV file per series into a directory");
@@ -185,6 +201,49 @@ int Main(int argc, char** argv) {
       "  runstore export csv /scratch/sweep out/\n"
       "  runstore export csv /scratch/sweep out/ --names loss,reward"));
 
+  // export tar / export parquet: the experiment table, through the Python package.
+  std::string py_store, py_out;
+  int chunk_rows = 10000, compresslevel = 1, row_group_rows = 10000;
+  auto* tar_cmd = export_cmd->add_subcommand(
+      "tar", "Write experiments and outcomes as a .tar.gz of CSVs (and .npy) for spreadsheets");
+  tar_cmd->add_option("STORE", py_store, "Store directory")->required();
+  tar_cmd->add_option("OUT", py_out, "Output .tar.gz")->required();
+  tar_cmd->add_option("--chunk-rows", chunk_rows, "Experiments formatted at a time")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  tar_cmd->add_option("--compresslevel", compresslevel, "gzip level")
+      ->check(CLI::Range(0, 9))
+      ->capture_default_str();
+  tar_cmd->footer(Footer(
+      "Writes metadata.json (every column's and outcome's dtype and shape, and the member file\n"
+      "of each outcome), experiments.csv (experiment id, parameters, status: state, error,\n"
+      "host, started, finished, seconds, attempt), one CSV per outcome of up to two dimensions\n"
+      "(rows in experiment order; one column per element, '<name>_i_j' for 2-d), and .npy for\n"
+      "outcomes of three or more dimensions (with a .mask.npy of absent rows). Streamed in\n"
+      "bounded memory; written under a temporary name and renamed into place. A store without\n"
+      "a design exports its runs as the experiments. runstore.import_tar (Python) reads it back\n"
+      "with dtypes intact; docs/experiments.md specifies the layout.\n"
+      "Runs `python -m runstore export tar` with the Python of $RUNSTORE_PYTHON (default\n"
+      "python3), which must have the runstore package installed.",
+      "  runstore export tar /scratch/sweep results.tar.gz\n"
+      "  RUNSTORE_PYTHON=.venv/bin/python runstore export tar /scratch/sweep results.tar.gz"));
+  auto* parquet_cmd = export_cmd->add_subcommand(
+      "parquet",
+      "Write one Parquet file with a row per experiment (pandas, polars, DuckDB, Spark)");
+  parquet_cmd->add_option("STORE", py_store, "Store directory")->required();
+  parquet_cmd->add_option("OUT", py_out, "Output .parquet")->required();
+  parquet_cmd->add_option("--row-group-rows", row_group_rows, "Rows per row group")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  parquet_cmd->footer(Footer(
+      "Writes one row per experiment in design order: experiment, parameters, status columns\n"
+      "and every outcome (scalars as columns, fixed-shape arrays as fixed-size lists), row\n"
+      "group by row group in bounded memory. A store without a design writes its records as\n"
+      "run, step and one column per series. Needs the runstore Python package with pyarrow\n"
+      "(runstore[arrow]) in $RUNSTORE_PYTHON (default python3).",
+      "  runstore export parquet /scratch/sweep results.parquet\n"
+      "  duckdb -c \"SELECT state, count(*) FROM 'results.parquet' GROUP BY state\""));
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -202,6 +261,15 @@ int Main(int argc, char** argv) {
   if (*get_cmd) return RunGet(get);
   if (*verify_cmd) return RunVerify(verify);
   if (*csv_cmd) return RunExportCsv(exp);
+  if (*tar_cmd) {
+    return RunExportPython("tar", py_store, py_out,
+                           {"--chunk-rows", std::to_string(chunk_rows), "--compresslevel",
+                            std::to_string(compresslevel)});
+  }
+  if (*parquet_cmd) {
+    return RunExportPython("parquet", py_store, py_out,
+                           {"--row-group-rows", std::to_string(row_group_rows)});
+  }
   return kExitUsage;
 }
 

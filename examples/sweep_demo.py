@@ -1,21 +1,25 @@
-"""A parameter sweep of a stochastic epidemic model, streamed into a runstore store.
+"""A parameter sweep of a stochastic epidemic model, run and stored with runstore.
 
-Every worker process simulates its share of the experiments and logs each outcome the
-moment it is known: three scalars and a 100-day time series per experiment. Nothing is
-collected in memory, nothing is sent back to the parent, and a crash loses at most the
-experiments since a worker's last commit. The parent then reads the store back.
+The whole workflow in four calls:
 
-    python examples/sweep_demo.py [--experiments 10000] [--workers N] [--store PATH]
+    store.define_experiments(runstore.grid(...))   # the design table, stored
+    runstore.run_experiments(store, simulate)      # every pending experiment, on all cores
+    runstore.load_results(store)                   # a DataFrame + one numpy array per outcome
+    store.export_tar("results.tar.gz")             # CSVs for a spreadsheet (optional)
+
+Every worker process streams each experiment's outcomes (three scalars and a 100-day time
+series) into the store the moment it finishes, together with its status. Nothing is collected in
+the parent. Kill it (Ctrl-C, or kill -9 of everything) and run the same command again with
+--store: only the experiments that are not done run.
+
+    python examples/sweep_demo.py [--experiments 10000] [--workers N] [--store PATH] [--tar OUT]
 """
 
 from __future__ import annotations
 
 import argparse
-import multiprocessing as mp
 import os
-import shutil
 import tempfile
-import time
 
 import numpy as np
 
@@ -26,15 +30,10 @@ DAYS = 100
 
 def design(n_experiments: int) -> list[dict]:
     """A grid of infection and recovery rates, replicated over random seeds."""
-    betas = np.linspace(0.10, 0.60, 20)
-    gammas = np.linspace(0.05, 0.25, 10)
-    reps = max(1, n_experiments // (len(betas) * len(gammas)))
-    rows = []
-    for beta in betas:
-        for gamma in gammas:
-            for seed in range(reps):
-                rows.append({"beta": float(beta), "gamma": float(gamma), "seed": seed})
-    return rows[:n_experiments]
+    betas = np.round(np.linspace(0.10, 0.60, 20), 4)
+    gammas = np.round(np.linspace(0.05, 0.25, 10), 4)
+    reps = max(1, -(-n_experiments // (len(betas) * len(gammas))))
+    return runstore.grid(beta=betas, gamma=gammas, seed=range(reps))[:n_experiments]
 
 
 def simulate(beta: float, gamma: float, seed: int, population: int = 10_000) -> dict:
@@ -55,58 +54,57 @@ def simulate(beta: float, gamma: float, seed: int, population: int = 10_000) -> 
     }
 
 
-def worker(store_path: str, rows: list[tuple[int, dict]], commit_every: int) -> int:
-    """Runs a share of the experiments; each process owns its own writer."""
-    store = runstore.open(store_path)
-    with store.writer(commit_every_s=5.0) as w:
-        for k, (exp_id, params) in enumerate(rows, 1):
-            outcome = simulate(**params)
-            w.log(exp_id, **params, **outcome)
-            if k % commit_every == 0:
-                w.commit()  # durable: a crash from here on loses none of these
-    return len(rows)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--experiments", type=int, default=10_000)
-    ap.add_argument("--workers", type=int, default=os.cpu_count())
+    ap.add_argument("--workers", type=int, default=None, help="processes (default: all cores)")
     ap.add_argument("--store", default=None, help="store directory (default: a fresh temporary one)")
-    ap.add_argument("--commit-every", type=int, default=500)
+    ap.add_argument("--commit-every", type=int, default=10,
+                    help="experiments per commit (1: each one durable as it finishes; a crash redoes "
+                         "at most N-1 finished ones per worker)")
+    ap.add_argument("--tar", default=None, help="also export the results to this .tar.gz")
     args = ap.parse_args()
 
     path = args.store or os.path.join(tempfile.mkdtemp(prefix="runstore-demo-"), "sweep")
-    rows = list(enumerate(design(args.experiments)))
-    shares = [rows[k :: args.workers] for k in range(args.workers)]
-    print(f"runstore demo: {len(rows):,} SIR epidemics on {args.workers} processes -> {path}")
+    store = runstore.open(path)
+    store.define_experiments(design(args.experiments))  # a no-op for rows already defined
+    todo = len(store.pending())
+    print(f"runstore demo: {len(store.design()):,} SIR epidemics ({todo:,} to run) -> {path}")
 
-    t0 = time.perf_counter()
-    ctx = mp.get_context("spawn")
-    with ctx.Pool(args.workers) as pool:
-        done = sum(pool.starmap(worker, [(path, share, args.commit_every) for share in shares]))
-    wall = time.perf_counter() - t0
-
-    store = runstore.open(path, mode="r")
-    df = store.to_pandas(["beta", "gamma", "seed", "peak_infected", "peak_day", "final_size"])
-    curves = store.scan("infected")
+    summary = runstore.run_experiments(store, simulate, workers=args.workers, commit_every=args.commit_every)
+    rate = summary.done / summary.seconds if summary.seconds else 0.0
     on_disk = sum(e.stat().st_size for e in os.scandir(os.path.join(path, "segments")))
+    print(f"\nran {summary} on {summary.workers} processes ({rate:,.0f} experiments/s), "
+          f"{on_disk / 2**20:.1f} MiB on disk")
 
-    print(f"\nsimulated and stored {done:,} experiments in {wall:.1f} s "
-          f"({done / wall:,.0f} experiments/s), {on_disk / 2**20:.1f} MiB on disk")
-    print(f"read back: {len(df):,} rows x {len(df.columns)} columns, "
-          f"{len(curves['run']):,} time series of {DAYS} days\n")
+    experiments, outcomes = runstore.load_results(store)
+    print(f"read back: {len(experiments):,} experiments x {len(experiments.columns)} columns "
+          f"(parameters and status), outcomes {', '.join(f'{k} {v.shape}' for k, v in outcomes.items())}\n")
+    df = experiments[["beta", "gamma", "seed", "state"]].copy()
+    for name in ("peak_infected", "peak_day", "final_size"):
+        df[name] = outcomes[name]
     df["R0"] = (df["beta"] / df["gamma"]).round(0)
-    summary = df.groupby("R0").agg(experiments=("run", "size"), final_size=("final_size", "mean"),
-                                   peak_infected=("peak_infected", "mean"), peak_day=("peak_day", "median"))
+    table = df.groupby("R0").agg(experiments=("seed", "size"), final_size=("final_size", "mean"),
+                                 peak_infected=("peak_infected", "mean"), peak_day=("peak_day", "median"))
     print("mean outcome by basic reproduction number R0 = beta / gamma:")
-    print(summary.head(12).to_string(float_format=lambda v: f"{v:.3f}"))
-    worst = df.loc[df["peak_infected"].idxmax()]
-    curve = store.get(int(worst["run"]), "infected")
-    print(f"\nworst epidemic: experiment {int(worst['run'])} (beta={worst['beta']:.2f}, gamma={worst['gamma']:.2f}): "
-          f"{worst['peak_infected']:.0%} infected at once on day {int(worst['peak_day'])}; "
+    print(table.head(12).to_string(float_format=lambda v: f"{v:.3f}"))
+    worst = int(np.nanargmax(outcomes["peak_infected"]))
+    row = experiments.iloc[worst]
+    curve = store.get(row["experiment"], "infected")
+    print(f"\nworst epidemic: experiment {row['experiment']} (beta={row['beta']:.2f}, gamma={row['gamma']:.2f}): "
+          f"{outcomes['peak_infected'][worst]:.0%} infected at once on day {outcomes['peak_day'][worst]}; "
           f"its curve comes back zero-copy: {curve.shape} {curve.dtype}, read-only={not curve.flags.writeable}")
+    failed = experiments[experiments["state"] == "failed"]
+    if len(failed):
+        print(f"\n{len(failed)} experiments failed; the first error:\n{failed['error'].iloc[0]}")
+
+    if args.tar:
+        r = store.export_tar(args.tar)
+        print(f"\nexported {r['experiments']:,} experiments to {r['path']} ({r['bytes'] / 2**20:.1f} MiB)")
     print(f"\nthe store is at {path}")
     print(f"  look at it:  runstore ls {path}    runstore cat {path} final_size --limit 5")
+    print(f"  resume it:   python examples/sweep_demo.py --store {path}   (runs only what is not done)")
+    print(f"  export it:   runstore export tar {path} results.tar.gz")
     if args.store is None:
         print(f"  remove it:   rm -r {os.path.dirname(path)}")
 

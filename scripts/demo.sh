@@ -10,4 +10,5 @@ cmake --preset release -DRUNSTORE_BUILD_TESTS=OFF -DRUNSTORE_BUILD_BENCHMARKS=OF
 cmake --build build/release -j "$(nproc)" --target runstore_cli
 "$root/.venv/bin/python" -m pip install -q --no-build-isolation "$root"
 export PATH="$root/build/release/cli:$PATH"
+export RUNSTORE_PYTHON="$root/.venv/bin/python"  # `runstore export tar|parquet` runs the package
 exec "$root/.venv/bin/python" examples/sweep_demo.py "$@"

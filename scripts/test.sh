@@ -15,6 +15,10 @@ bash scripts/install-deps.sh
 
 step() { printf '\n==== %s (at %ds) ====\n' "$*" "$SECONDS"; }
 
+step "Python package (into .venv; the CLI test's export checks use it)"
+"$root/.venv/bin/python" -m pip install -q --no-build-isolation "$root"
+export RUNSTORE_PYTHON="$root/.venv/bin/python"
+
 step "C++ build (release) and tests"
 cmake --preset release -DRUNSTORE_BUILD_BENCHMARKS=ON > build-release-configure.log 2>&1 \
   || { cat build-release-configure.log; exit 1; }
@@ -34,8 +38,7 @@ if [ "${SKIP_ASAN:-0}" != 1 ]; then
   done
 fi
 
-step "Python package and tests"
-"$root/.venv/bin/python" -m pip install -q --no-build-isolation "$root"
+step "Python tests"
 cd "$root/python/tests"
 "$root/.venv/bin/python" -m pytest -q -p no:cacheprovider "$root/python/tests"
 cd "$root"

@@ -424,6 +424,42 @@ touch "$T/a_file"
 run "$RS" export csv "$S" "$T/a_file"; expect_rc 4; expect_err_has "runstore: export csv: IOError:"
 run "$RS" export csv "$C" "$T/export5"; expect_rc 2; expect_err_has "$corrupt_file"
 
+# --- export tar / export parquet: through the Python package -------------------
+# These run `python -m runstore`, so they need a Python that has the package:
+# $RUNSTORE_PYTHON, else the project's .venv (scripts/test.sh installs it there).
+test_name=export_python
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+PY=${RUNSTORE_PYTHON:-}
+[[ -z $PY && -x $root/.venv/bin/python ]] && PY=$root/.venv/bin/python
+if [[ -n $PY ]] && "$PY" -c "import runstore._core" 2>/dev/null; then
+  run env RUNSTORE_PYTHON="$PY" "$RS" export tar "$S" "$T/store.tar.gz"; expect_rc 0
+  expect_out_has "experiments, [0-9]+ members"
+  expect_err_has "are not part of the table: loss"  # records at steps other than 0
+  checks=$((checks + 1))
+  members=$(tar tzf "$T/store.tar.gz" | head -2 | tr '\n' ' ')
+  [[ $members == "metadata.json experiments.csv " ]] || fail "tarball starts with: $members"
+  checks=$((checks + 1))
+  tar tzf "$T/store.tar.gz" | grep -qx 'outcomes/qi%2F3_17.csv' || fail "no outcomes/qi%2F3_17.csv"
+  run env RUNSTORE_PYTHON="$PY" "$RS" export tar "$T/no-store" "$T/none.tar.gz"; expect_rc 3
+  expect_err_has "runstore: export tar: NotFound:"
+  run env RUNSTORE_PYTHON="$PY" "$RS" export tar "$C" "$T/none.tar.gz"; expect_rc 2
+  expect_err_has "$corrupt_file"
+  checks=$((checks + 1))
+  [[ ! -e $T/none.tar.gz ]] || fail "a failed export left its output behind"
+  if "$PY" -c "import pyarrow" 2>/dev/null; then
+    run env RUNSTORE_PYTHON="$PY" "$RS" export parquet "$S" "$T/store.parquet"; expect_rc 0
+    checks=$((checks + 1))
+    rows=$("$PY" -c "import pyarrow.parquet as pq, sys; print(pq.read_metadata(sys.argv[1]).num_rows)" \
+      "$T/store.parquet")
+    [[ $rows -gt 0 ]] || fail "export parquet wrote $rows rows"
+  fi
+else
+  echo "cli_test: export tar/parquet checks skipped: no Python with the runstore package" \
+    "(set RUNSTORE_PYTHON, or install it into .venv)"
+fi
+run env RUNSTORE_PYTHON="$T/no-such-python" "$RS" export tar "$S" "$T/none.tar.gz"; expect_rc 5
+expect_err_has "needs the runstore Python package"
+
 # --- the store was never written ---------------------------------------------
 test_name=read_only
 checks=$((checks + 1))

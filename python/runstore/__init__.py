@@ -12,6 +12,14 @@ to one store at once, in bounded memory and crash-safe; readers get them back as
     store.get(17, "loss")                         # array(0.25): a 0-d, read-only array
     store.to_pandas()                             # run, step, one column per scalar series
 
+Experiments (docs/experiments.md): a design table, a process pool that runs what is not done,
+and the results as numpy arrays:
+
+    store.define_experiments(runstore.grid(lr=[0.1, 0.01], seed=range(10)))
+    summary = runstore.run_experiments(store, train)   # train(lr, seed) -> dict of outcomes
+    experiments, outcomes = runstore.load_results(store)
+    store.export_tar("results.tar.gz")                  # CSVs for spreadsheets, streamed
+
 Errors: ``ValueError`` (bad input, e.g. a dtype that conflicts with an existing series),
 ``KeyError`` (no such record or series), ``OSError`` (file-system errors, with errno),
 ``CorruptionError`` (a checksum failed; the message names the file and offset),
@@ -22,6 +30,10 @@ read-only store or a closed writer).
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
 from ._core import (
     CODECS,
     DTYPES,
@@ -31,12 +43,99 @@ from ._core import (
     UnsupportedFormatError,
     Writer,
 )
+from ._experiments import experiment_id, grid
+from ._runner import RunSummary
 from ._store import SegmentInfo, SeriesInfo, Store, open
 
 __version__ = "0.1.0"
 
+
+def run_experiments(
+    store: Store | str | os.PathLike[str],
+    fn: Callable[..., Mapping[str, Any] | None],
+    workers: int | None = None,
+    retry_failed: bool = True,
+    progress: bool = True,
+    *,
+    commit_every: int = 1,
+    start_method: str = "spawn",
+) -> RunSummary:
+    """Runs every experiment of the store's design that is not done, on worker processes.
+
+    Calls ``fn(**params)`` for each pending experiment (in design order, pulled from a queue by
+    ``workers`` processes; default: every core this process may use; 0 runs them in this
+    process). ``fn`` returns a dict of outcomes (numbers, numpy scalars and arrays, str,
+    bytes; None values are left out) or None, and must be picklable (a module-level function).
+
+    Each worker process opens its own writer; an experiment's outcomes and its status "done"
+    are committed together when it finishes (every ``commit_every`` experiments: 1 by default,
+    one fsync each; a larger value batches tiny experiments, and a crash then redoes up to
+    ``commit_every - 1`` finished ones, never twice in the results because the later commit
+    wins). An exception in fn marks that experiment "failed", with its message and traceback
+    in ``store.status()``, and the others go on; a worker process that dies (a segfault, the
+    OOM killer) is replaced and its experiment marked failed.
+
+    Ctrl-C (or SIGTERM) stops the workers cleanly: what finished is committed, the interrupted
+    experiments are set back to pending, and KeyboardInterrupt (SystemExit(143) for SIGTERM)
+    propagates. After that, or after a ``kill -9`` of everything, the same call again runs only
+    what is not done (failed ones too unless ``retry_failed=False``).
+
+    A progress line goes to stderr when it is a terminal and ``progress`` is true.
+    ``start_method``: "spawn" (default) or "forkserver"; "fork" only if this process holds no
+    open writer. Scripts that use "spawn" need the usual ``if __name__ == "__main__":`` guard.
+
+    Returns a :class:`RunSummary`: done, failed, skipped, seconds, workers, not_run.
+    """
+    from ._runner import run_experiments as _run
+
+    return _run(store, fn, workers, retry_failed, progress, commit_every=commit_every, start_method=start_method)
+
+
+def load_results(
+    store: Store | str | os.PathLike[str], names: Iterable[str] | str | None = None
+) -> tuple[pandas.DataFrame, dict[str, np.ndarray]]:
+    """The results of a sweep: ``(experiments, outcomes)``.
+
+    ``experiments`` is a DataFrame with one row per experiment in design order: ``experiment``,
+    the parameters, then the status columns of :meth:`Store.status` (state, error, host,
+    started, finished, seconds, attempt; a status column whose name a parameter already has
+    is called ``status.<name>``). ``outcomes`` maps each outcome name (``names``, default every
+    non-reserved series) to an array of shape ``(n_experiments, *outcome_shape)`` in the
+    DataFrame's row order, read from step-0 records. Where an experiment has no value (failed,
+    pending): NaN in float arrays; int, bool, str and bytes outcomes with gaps come back as
+    ``numpy.ma`` masked arrays (mask True where absent), otherwise as plain arrays. Str and
+    bytes outcomes and variable-shape ones are object arrays.
+
+    Refreshes the store first. Raises KeyError for an unknown name.
+    """
+    from ._experiments import load_results as _load
+
+    if not isinstance(store, Store):
+        store = Store(store, "r")
+    return _load(store, names)
+
+
+def import_tar(
+    path: str | os.PathLike[str], store_path: str | os.PathLike[str], *, chunk_rows: int = 10_000
+) -> Store:
+    """Rebuilds a store from a tarball of :meth:`Store.export_tar`: design, status and
+    outcomes with their dtypes and shapes. See :func:`runstore._export.import_tar`."""
+    from ._export import import_tar as _import
+
+    return _import(path, store_path, chunk_rows=chunk_rows)
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pandas
+
 __all__ = [
     "open",
+    "grid",
+    "run_experiments",
+    "load_results",
+    "import_tar",
+    "experiment_id",
+    "RunSummary",
     "Store",
     "Writer",
     "SeriesInfo",

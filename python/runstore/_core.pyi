@@ -1,7 +1,7 @@
 """Type stubs for runstore._core, the compiled half of the runstore package."""
 
 from types import TracebackType
-from typing import Any, Literal, Sequence
+from typing import Any, Callable, Literal, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -95,6 +95,7 @@ class Store:
         commit_every_s: float | None = None,
         commit_every_bytes: int | None = None,
         segment_bytes: int | None = None,
+        allow_reserved: bool = False,
     ) -> Writer: ...
     def refresh(self) -> None: ...
     def names(self, include_reserved: bool = False) -> list[str]: ...
@@ -105,3 +106,10 @@ class Store:
     def verify(self) -> int: ...
     def get(self, run: _RunId, name: str, step: int = 0) -> npt.NDArray[Any] | str | bytes: ...
     def scan(self, name: str) -> dict[str, npt.NDArray[Any]]: ...
+
+def csv_rows(
+    columns: Sequence[npt.NDArray[Any]],
+    missing: Sequence[npt.NDArray[np.bool_] | None],
+    write: Callable[[bytes], object] | None = None,
+) -> bytes | int:
+    """CSV lines of equal-length columns (private; used by Store.export_tar)."""

@@ -111,6 +111,7 @@ class Store:
         writer_id: str | None = None,
         zstd_level: int | None = None,
         segment_bytes: int | None = None,
+        _allow_reserved: bool = False,
     ) -> Writer:
         """Creates a writer that appends to this store.
 
@@ -141,7 +142,109 @@ class Store:
             commit_every_s=commit_every_s,
             commit_every_bytes=commit_every_bytes,
             segment_bytes=segment_bytes,
+            allow_reserved=_allow_reserved,
         )
+
+    # -- experiments --------------------------------------------------------------------------
+
+    def define_experiments(self, design: Any) -> pandas.DataFrame:
+        """Adds experiments to the store's design table; returns the design with their ids.
+
+        ``design`` is a DataFrame or a list of dicts (e.g. :func:`runstore.grid`), one row per
+        experiment, one column per parameter. Parameter values are bool, int, float or str
+        (numpy scalars and DataFrame columns keep their dtype); a row may lack a parameter
+        (absent key, None or pd.NA), and then fn is called without it.
+
+        Ids: from an ``"experiment"`` column (ints or strs) if there is one, otherwise derived
+        from the parameters: ``"e"`` + 16 hex digits of the SHA-256 of the row's canonical JSON
+        (docs/experiments.md), so the same parameters always get the same id, and two rows with
+        identical parameters are refused (ValueError: add a seed or replicate column).
+
+        Defining rows the store already has (same id, same parameters) changes nothing; new
+        rows are added after the existing ones; an id whose parameters differ from the stored
+        ones raises ValueError, and then nothing is written. A parameter's values are cast to
+        the dtype it already has in the store when no value changes (ints to float64, say),
+        otherwise ValueError.
+
+        Returns a DataFrame: ``experiment`` then the parameters, in the order of ``design``.
+        """
+        from ._experiments import define_experiments
+
+        return define_experiments(self, design)
+
+    def design(self) -> pandas.DataFrame:
+        """The design table: column ``experiment`` (the id), then one column per parameter.
+
+        Rows in definition order; dtypes as stored (int64, float64, bool, str, ...). Where a row
+        lacks a parameter: NaN in float columns, pd.NA in int/bool columns (pandas nullable
+        dtypes), None in str columns. Reads the current snapshot (see :meth:`refresh`).
+        """
+        from ._experiments import design_frame
+
+        return design_frame(self)
+
+    def status(self) -> pandas.DataFrame:
+        """One row per experiment, in design order: its state and how it ran.
+
+        Columns: ``experiment``; ``state`` ("pending", "running", "done" or "failed");
+        ``error`` (message and traceback of a failure, else None); ``host``; ``started`` and
+        ``finished`` (unix time in seconds, float; ``pd.to_datetime(df.started, unit="s")``
+        for datetimes); ``seconds`` (run time of fn); ``attempt`` (how many times it was
+        started, 0 if never). "running" is committed only for experiments that ran longer than
+        a few seconds; a "running" experiment whose sweep was killed stays "running" until it
+        runs again. Reads the current snapshot (see :meth:`refresh`).
+        """
+        from ._experiments import status_frame
+
+        return status_frame(self)
+
+    def pending(self, retry_failed: bool = True) -> list[RunId]:
+        """Ids of the experiments that are not done, in design order; failed ones included
+        unless ``retry_failed=False``. Reads the current snapshot (see :meth:`refresh`)."""
+        from ._experiments import pending_ids
+
+        return pending_ids(self, retry_failed)
+
+    # -- export -------------------------------------------------------------------------------
+
+    def export_tar(
+        self, path: str | os.PathLike[str], *, chunk_rows: int = 10_000, compresslevel: int = 1
+    ) -> dict[str, Any]:
+        """Writes the experiments and their outcomes to a .tar.gz that opens in a spreadsheet.
+
+        Members: ``metadata.json`` (every dtype and shape, member file names), then
+        ``experiments.csv`` (id, parameters, status), one CSV per outcome of up to two
+        dimensions (rows in experiment order; a 1-d outcome gets one column per element, a 2-d
+        one columns ``<name>_i_j``), and ``.npy`` files for outcomes of three or more
+        dimensions. :func:`runstore.import_tar` reads it back with dtypes intact. The layout is
+        specified in docs/experiments.md.
+
+        Streamed: rows are formatted ``chunk_rows`` at a time and each member goes through a
+        temporary file, so memory does not grow with the outcomes' size. gzip ``compresslevel``
+        1 (default) compresses CSVs of floats almost as well as 6 and several times faster. The
+        file is written under a temporary name and renamed into place. Returns a summary:
+        path, experiments, members, bytes, seconds, and left_out: the number of records per
+        outcome that are not in the table (records at steps other than 0, or of run ids that
+        are not experiments; ``runstore export csv`` writes every record).
+        A store without a design exports its runs (every run id with step-0 records) as the
+        experiments.
+        """
+        from ._export import export_tar
+
+        return export_tar(self, path, chunk_rows=chunk_rows, compresslevel=compresslevel)
+
+    def export_parquet(
+        self, path: str | os.PathLike[str], *, row_group_rows: int = 10_000, compression: str = "zstd"
+    ) -> dict[str, Any]:
+        """Writes one Parquet file: one row per experiment (design order) with the id, the
+        parameters, the status columns and every outcome (step 0): scalars as columns,
+        fixed-shape arrays as (nested) fixed-size lists. Written row group by row group of
+        ``row_group_rows`` rows, in bounded memory. pandas, polars, DuckDB and Spark read it
+        without runstore. A store without a design writes :meth:`to_arrow`'s table instead.
+        Needs pyarrow (the ``arrow`` extra)."""
+        from ._export import export_parquet
+
+        return export_parquet(self, path, row_group_rows=row_group_rows, compression=compression)
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -243,10 +346,21 @@ class Store:
         return to_pandas(self, names)
 
     def to_arrow(self, names: Iterable[str] | str | None = None) -> pyarrow.Table:
-        """:meth:`to_pandas` as a pyarrow Table (needs the ``arrow`` extra: pyarrow)."""
-        import pyarrow as pa
+        """The store's records as a pyarrow Table (needs the ``arrow`` extra: pyarrow).
 
-        return pa.Table.from_pandas(self.to_pandas(names), preserve_index=False)
+        Rows and order as :meth:`to_pandas`: one per (run, step), sorted. Columns ``run``,
+        ``step``, then one per series in ``names`` (default: every scalar and fixed-shape
+        numeric series): scalars as plain columns (strings as ``string``, bytes as
+        ``binary``), fixed-shape arrays as fixed-size lists (nested for two or more
+        dimensions). Absent values are nulls. Where a series' records are already in that order
+        and stored uncompressed in one block, its column is zero-copy: an Arrow buffer over the
+        read-only numpy view of the mapped file, which keeps the mapping alive.
+
+        Raises KeyError for an unknown name and ValueError for a variable-shape series.
+        """
+        from ._export import to_arrow
+
+        return to_arrow(self, names)
 
     # -- protocol -----------------------------------------------------------------------------
 

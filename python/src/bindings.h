@@ -40,7 +40,8 @@ class PyWriter {
   void Log(nb::handle run, int64_t step, nb::kwargs values);
   void Put(nb::handle run, nb::handle name, nb::handle value, int64_t step);
   void LogMany(nb::handle runs, nb::handle steps, nb::kwargs columns);
-  void Define(nb::handle name, nb::handle dtype, nb::handle shape, bool variable_shape, nb::handle codec);
+  void Define(nb::handle name, nb::handle dtype, nb::handle shape, bool variable_shape,
+              nb::handle codec);
   void Commit();
   void Resume(nb::handle run, int64_t step);
   void Close();
@@ -67,8 +68,8 @@ class PyStore {
   const std::string& path() const { return store_->path(); }
   bool read_only() const { return read_only_; }
   PyWriter* NewWriter(nb::handle writer_id, nb::handle buffer_bytes, nb::handle codec,
-                      nb::handle zstd_level, nb::handle commit_every_s, nb::handle commit_every_bytes,
-                      nb::handle segment_bytes);
+                      nb::handle zstd_level, nb::handle commit_every_s,
+                      nb::handle commit_every_bytes, nb::handle segment_bytes, bool allow_reserved);
   void Refresh();
   nb::list Names(bool include_reserved);
   nb::list Runs();

@@ -1,6 +1,11 @@
 #include "convert.h"
 
+#include <charconv>
+#include <cmath>
 #include <cstring>
+#include <string>
+#include <type_traits>
+#include <vector>
 
 #include "errors.h"
 #include "numpy_api.h"
@@ -34,18 +39,26 @@ bool DTypeFromDescr(PyArray_Descr* d, DType* out) {
       return false;
     case 'i':
       switch (size) {
-        case 1: return *out = DType::kInt8, true;
-        case 2: return *out = DType::kInt16, true;
-        case 4: return *out = DType::kInt32, true;
-        case 8: return *out = DType::kInt64, true;
+        case 1:
+          return *out = DType::kInt8, true;
+        case 2:
+          return *out = DType::kInt16, true;
+        case 4:
+          return *out = DType::kInt32, true;
+        case 8:
+          return *out = DType::kInt64, true;
       }
       return false;
     case 'u':
       switch (size) {
-        case 1: return *out = DType::kUInt8, true;
-        case 2: return *out = DType::kUInt16, true;
-        case 4: return *out = DType::kUInt32, true;
-        case 8: return *out = DType::kUInt64, true;
+        case 1:
+          return *out = DType::kUInt8, true;
+        case 2:
+          return *out = DType::kUInt16, true;
+        case 4:
+          return *out = DType::kUInt32, true;
+        case 8:
+          return *out = DType::kUInt64, true;
       }
       return false;
     case 'f':
@@ -96,7 +109,8 @@ RunRef ToRunRef(PyObject* obj) {
 nb::object RunIdToPython(const RunId& run) {
   if (run.is_int()) return nb::steal(PyLong_FromLongLong(run.int_value()));
   const std::string& s = run.string_value();
-  return nb::steal(PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "surrogateescape"));
+  return nb::steal(
+      PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "surrogateescape"));
 }
 
 void ValueSlot::SetScalar(DType dtype, size_t nbytes) {
@@ -124,9 +138,9 @@ void ValueSlot::Set(PyObject* obj, std::string_view name) {
     int overflow = 0;
     long long v = PyLong_AsLongLongAndOverflow(obj, &overflow);
     if (overflow != 0) {
-      Throw(PyExc_OverflowError, "series '" + std::string(name) + "': int " +
-                                     nb::str(nb::handle(obj)).c_str() +
-                                     " does not fit int64 (pass a numpy.uint64 for values up to 2**64-1)");
+      Throw(PyExc_OverflowError,
+            "series '" + std::string(name) + "': int " + nb::str(nb::handle(obj)).c_str() +
+                " does not fit int64 (pass a numpy.uint64 for values up to 2**64-1)");
     }
     if (v == -1 && PyErr_Occurred()) throw nb::python_error();
     scalar_.i = v;
@@ -153,7 +167,8 @@ void ValueSlot::Set(PyObject* obj, std::string_view name) {
   if (PyByteArray_Check(obj)) {
     // A bytearray may be resized by another thread while the GIL is released:
     // append an immutable copy.
-    keep_ = nb::steal(PyBytes_FromStringAndSize(PyByteArray_AS_STRING(obj), PyByteArray_GET_SIZE(obj)));
+    keep_ =
+        nb::steal(PyBytes_FromStringAndSize(PyByteArray_AS_STRING(obj), PyByteArray_GET_SIZE(obj)));
     if (!keep_.is_valid()) throw nb::python_error();
     dtype_ = DType::kBytes;
     data_ = PyBytes_AS_STRING(keep_.ptr());
@@ -171,13 +186,15 @@ void ValueSlot::Set(PyObject* obj, std::string_view name) {
   if (PyLong_Check(obj)) {  // subclasses of int (IntEnum, ...)
     int overflow = 0;
     long long v = PyLong_AsLongLongAndOverflow(obj, &overflow);
-    if (overflow != 0) Throw(PyExc_OverflowError, "series '" + std::string(name) + "': int does not fit int64");
+    if (overflow != 0)
+      Throw(PyExc_OverflowError, "series '" + std::string(name) + "': int does not fit int64");
     if (v == -1 && PyErr_Occurred()) throw nb::python_error();
     scalar_.i = v;
     return SetScalar(DType::kInt64, 8);
   }
   if (obj == Py_None) {
-    Throw(PyExc_TypeError, "series '" + std::string(name) + "': None is not a value (" + kSupported + ")");
+    Throw(PyExc_TypeError,
+          "series '" + std::string(name) + "': None is not a value (" + kSupported + ")");
   }
   // Lists, tuples, memoryviews and objects with __array__ go through numpy.
   PyObject* arr = PyArray_FromAny(obj, nullptr, 0, 0, 0, nullptr);
@@ -216,7 +233,8 @@ void ValueSlot::SetArray(PyObject* obj, std::string_view name) {
       return Set(item.ptr(), name);
     }
     if (d->kind == 'U' || d->kind == 'S' || d->kind == 'O') {
-      Throw(PyExc_TypeError, "series '" + std::string(name) + "': numpy arrays of dtype " + DescrName(d) +
+      Throw(PyExc_TypeError, "series '" + std::string(name) + "': numpy arrays of dtype " +
+                                 DescrName(d) +
                                  " are not supported: a str or bytes value is one record (use "
                                  "log_many or a loop for many strings)");
     }
@@ -244,19 +262,31 @@ void ValueSlot::SetArray(PyObject* obj, std::string_view name) {
 
 int NumpyTypeNum(DType dtype) {
   switch (dtype) {
-    case DType::kBool: return NPY_BOOL;
-    case DType::kInt8: return NPY_INT8;
-    case DType::kInt16: return NPY_INT16;
-    case DType::kInt32: return NPY_INT32;
-    case DType::kInt64: return NPY_INT64;
-    case DType::kUInt8: return NPY_UINT8;
-    case DType::kUInt16: return NPY_UINT16;
-    case DType::kUInt32: return NPY_UINT32;
-    case DType::kUInt64: return NPY_UINT64;
-    case DType::kFloat32: return NPY_FLOAT32;
-    case DType::kFloat64: return NPY_FLOAT64;
+    case DType::kBool:
+      return NPY_BOOL;
+    case DType::kInt8:
+      return NPY_INT8;
+    case DType::kInt16:
+      return NPY_INT16;
+    case DType::kInt32:
+      return NPY_INT32;
+    case DType::kInt64:
+      return NPY_INT64;
+    case DType::kUInt8:
+      return NPY_UINT8;
+    case DType::kUInt16:
+      return NPY_UINT16;
+    case DType::kUInt32:
+      return NPY_UINT32;
+    case DType::kUInt64:
+      return NPY_UINT64;
+    case DType::kFloat32:
+      return NPY_FLOAT32;
+    case DType::kFloat64:
+      return NPY_FLOAT64;
     case DType::kString:
-    case DType::kBytes: return NPY_OBJECT;
+    case DType::kBytes:
+      return NPY_OBJECT;
   }
   return NPY_OBJECT;
 }
@@ -264,7 +294,8 @@ int NumpyTypeNum(DType dtype) {
 nb::object MakeArrayView(const Value& v) {
   npy_intp dims[kMaxRank + 1];  // + 1: scan batches add the record axis
   const int rank = v.rank();
-  if (rank > kMaxRank + 1) Throw(PyExc_ValueError, "rank " + std::to_string(rank) + " exceeds the limit");
+  if (rank > kMaxRank + 1)
+    Throw(PyExc_ValueError, "rank " + std::to_string(rank) + " exceeds the limit");
   for (int i = 0; i < rank; ++i) dims[i] = v.shape()[i];
   PyArray_Descr* descr = PyArray_DescrFromType(NumpyTypeNum(v.dtype()));  // stolen below
   PyObject* arr;
@@ -275,8 +306,8 @@ nb::object MakeArrayView(const Value& v) {
     return nb::steal(arr);
   }
   // No NPY_ARRAY_WRITEABLE in the flags: the view is read-only.
-  arr = PyArray_NewFromDescr(&PyArray_Type, descr, rank, dims, nullptr, const_cast<char*>(v.data()), 0,
-                             nullptr);
+  arr = PyArray_NewFromDescr(&PyArray_Type, descr, rank, dims, nullptr, const_cast<char*>(v.data()),
+                             0, nullptr);
   if (arr == nullptr) throw nb::python_error();
   nb::object result = nb::steal(arr);
   nb::object owner = nb::cast(ArrayOwner{v}, nb::rv_policy::move);
@@ -288,7 +319,8 @@ nb::object MakeArrayView(const Value& v) {
 
 nb::object ValueToPython(const Value& v) {
   if (v.dtype() == DType::kString) {
-    return nb::steal(PyUnicode_DecodeUTF8(v.data(), static_cast<Py_ssize_t>(v.nbytes()), "surrogateescape"));
+    return nb::steal(
+        PyUnicode_DecodeUTF8(v.data(), static_cast<Py_ssize_t>(v.nbytes()), "surrogateescape"));
   }
   if (v.dtype() == DType::kBytes) {
     return nb::steal(PyBytes_FromStringAndSize(v.data(), static_cast<Py_ssize_t>(v.nbytes())));
@@ -322,23 +354,315 @@ DType ParseDTypeSpec(nb::handle spec) {
   return dtype;
 }
 
+// -- csv_rows: numpy columns -> CSV text ---------------------------------------------------
+//
+// The hot loop of Store.export_tar: formatting numbers as text costs far more
+// than reading them, so it is done here rather than in Python. The choices
+// match the CLI's (cli/value_format.h): integers exactly, floats in the
+// shortest form that reads back to the same float32/float64, nan / inf /
+// -inf, bool as true / false, strings quoted per RFC 4180 when they hold a
+// comma, a quote, CR or LF, bytes as standard base64.
+namespace {
+
+void AppendQuotedCell(std::string* out, std::string_view s) {
+  if (s.find_first_of(",\"\r\n") == std::string_view::npos) {
+    out->append(s);
+    return;
+  }
+  out->push_back('"');
+  for (char c : s) {
+    if (c == '"') out->push_back('"');
+    out->push_back(c);
+  }
+  out->push_back('"');
+}
+
+void AppendBase64Cell(std::string* out, const unsigned char* p, size_t n) {
+  static constexpr char kAlphabet[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  size_t i = 0;
+  for (; i + 3 <= n; i += 3) {
+    const uint32_t v = (uint32_t{p[i]} << 16) | (uint32_t{p[i + 1]} << 8) | p[i + 2];
+    out->push_back(kAlphabet[(v >> 18) & 63]);
+    out->push_back(kAlphabet[(v >> 12) & 63]);
+    out->push_back(kAlphabet[(v >> 6) & 63]);
+    out->push_back(kAlphabet[v & 63]);
+  }
+  if (i < n) {
+    uint32_t v = uint32_t{p[i]} << 16;
+    if (i + 1 < n) v |= uint32_t{p[i + 1]} << 8;
+    out->push_back(kAlphabet[(v >> 18) & 63]);
+    out->push_back(kAlphabet[(v >> 12) & 63]);
+    out->push_back(i + 1 < n ? kAlphabet[(v >> 6) & 63] : '=');
+    out->push_back('=');
+  }
+}
+
+template <typename T>
+void AppendNumber(std::string* out, T v) {
+  if constexpr (std::is_floating_point_v<T>) {
+    if (std::isnan(v)) {
+      out->append("nan");
+      return;
+    }
+    if (std::isinf(v)) {
+      out->append(v < 0 ? "-inf" : "inf");
+      return;
+    }
+  }
+  char buf[64];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), v);  // shortest round trip for floats
+  out->append(buf, end);
+}
+
+void AppendElementCell(std::string* out, DType dtype, const char* p) {
+  switch (dtype) {
+    case DType::kBool:
+      out->append(*p ? "true" : "false");
+      return;
+    case DType::kInt8: {
+      int8_t v;
+      std::memcpy(&v, p, 1);
+      AppendNumber(out, v);
+      return;
+    }
+    case DType::kInt16: {
+      int16_t v;
+      std::memcpy(&v, p, 2);
+      AppendNumber(out, v);
+      return;
+    }
+    case DType::kInt32: {
+      int32_t v;
+      std::memcpy(&v, p, 4);
+      AppendNumber(out, v);
+      return;
+    }
+    case DType::kInt64: {
+      int64_t v;
+      std::memcpy(&v, p, 8);
+      AppendNumber(out, v);
+      return;
+    }
+    case DType::kUInt8: {
+      uint8_t v;
+      std::memcpy(&v, p, 1);
+      AppendNumber(out, v);
+      return;
+    }
+    case DType::kUInt16: {
+      uint16_t v;
+      std::memcpy(&v, p, 2);
+      AppendNumber(out, v);
+      return;
+    }
+    case DType::kUInt32: {
+      uint32_t v;
+      std::memcpy(&v, p, 4);
+      AppendNumber(out, v);
+      return;
+    }
+    case DType::kUInt64: {
+      uint64_t v;
+      std::memcpy(&v, p, 8);
+      AppendNumber(out, v);
+      return;
+    }
+    case DType::kFloat32: {
+      float v;
+      std::memcpy(&v, p, 4);
+      AppendNumber(out, v);
+      return;
+    }
+    case DType::kFloat64: {
+      double v;
+      std::memcpy(&v, p, 8);
+      AppendNumber(out, v);
+      return;
+    }
+    default:
+      return;
+  }
+}
+
+void AppendObjectCell(std::string* out, PyObject* o, size_t column) {
+  if (o == Py_None) return;
+  if (PyUnicode_Check(o)) {
+    Py_ssize_t n;
+    const char* s = PyUnicode_AsUTF8AndSize(o, &n);
+    if (s == nullptr) throw nb::python_error();
+    AppendQuotedCell(out, {s, static_cast<size_t>(n)});
+  } else if (PyBool_Check(o)) {
+    out->append(o == Py_True ? "true" : "false");
+  } else if (PyLong_Check(o)) {
+    nb::object t = nb::steal(PyObject_Str(o));
+    if (!t.is_valid()) throw nb::python_error();
+    out->append(Utf8(t.ptr(), "int"));
+  } else if (PyFloat_Check(o)) {
+    AppendNumber(out, PyFloat_AS_DOUBLE(o));
+  } else if (PyBytes_Check(o)) {
+    AppendBase64Cell(out, reinterpret_cast<const unsigned char*>(PyBytes_AS_STRING(o)),
+                     static_cast<size_t>(PyBytes_GET_SIZE(o)));
+  } else {
+    Throw(PyExc_TypeError, "csv_rows: column " + std::to_string(column) + " holds a " +
+                               TypeName(o) +
+                               " (object columns hold str, bytes, int, float, bool or None)");
+  }
+}
+
+struct CsvColumn {
+  nb::object array;  // C-contiguous, aligned, native byte order
+  bool is_object = false;
+  DType dtype = DType::kFloat64;
+  size_t cells = 1;  // cells per row
+  size_t row_bytes = 0;
+  const char* data = nullptr;
+  nb::object missing;  // bool array of n, or invalid
+  const npy_bool* missing_data = nullptr;
+};
+
+// Text handed to `write` at a time when CsvRows streams.
+constexpr size_t kCsvPieceBytes = 1 << 20;
+
+nb::object CsvRows(nb::handle columns_obj, nb::handle missing_obj, nb::handle write) {
+  nb::object columns = nb::steal(PySequence_Tuple(columns_obj.ptr()));
+  if (!columns.is_valid()) throw nb::python_error();
+  nb::object missing = nb::steal(PySequence_Tuple(missing_obj.ptr()));
+  if (!missing.is_valid()) throw nb::python_error();
+  const Py_ssize_t ncols = PyTuple_GET_SIZE(columns.ptr());
+  if (!write.is_none() && !PyCallable_Check(write.ptr())) {
+    Throw(PyExc_TypeError, "csv_rows: write must be callable (e.g. a file's write method)");
+  }
+  if (PyTuple_GET_SIZE(missing.ptr()) != ncols) {
+    Throw(PyExc_ValueError, "csv_rows: one missing mask (or None) per column is needed");
+  }
+  std::vector<CsvColumn> cols(static_cast<size_t>(ncols));
+  npy_intp rows = -1;
+  for (Py_ssize_t c = 0; c < ncols; ++c) {
+    CsvColumn& col = cols[c];
+    PyObject* a = PyArray_FromAny(PyTuple_GET_ITEM(columns.ptr(), c), nullptr, 1, 0,
+                                  NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED, nullptr);
+    if (a == nullptr) throw nb::python_error();
+    col.array = nb::steal(a);
+    auto* arr = reinterpret_cast<PyArrayObject*>(a);
+    PyArray_Descr* d = PyArray_DESCR(arr);
+    if (rows < 0) rows = PyArray_DIM(arr, 0);
+    if (PyArray_DIM(arr, 0) != rows) {
+      Throw(PyExc_ValueError, "csv_rows: columns differ in length");
+    }
+    col.data = static_cast<const char*>(PyArray_DATA(arr));
+    for (int k = 1; k < PyArray_NDIM(arr); ++k)
+      col.cells *= static_cast<size_t>(PyArray_DIM(arr, k));
+    if (d->kind == 'O') {
+      if (PyArray_NDIM(arr) != 1) Throw(PyExc_ValueError, "csv_rows: object columns must be 1-d");
+      col.is_object = true;
+    } else {
+      if (!PyArray_ISNBO(d->byteorder) || !DTypeFromDescr(d, &col.dtype)) {
+        Throw(PyExc_TypeError,
+              "csv_rows: column " + std::to_string(c) + " has dtype " + DescrName(d));
+      }
+      col.row_bytes = col.cells * static_cast<size_t>(PyDataType_ELSIZE(d));
+    }
+    PyObject* m = PyTuple_GET_ITEM(missing.ptr(), c);
+    if (m != Py_None) {
+      PyObject* ma = PyArray_FromAny(
+          m, PyArray_DescrFromType(NPY_BOOL), 1, 1,
+          NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED | NPY_ARRAY_FORCECAST, nullptr);
+      if (ma == nullptr) throw nb::python_error();
+      col.missing = nb::steal(ma);
+      if (PyArray_DIM(reinterpret_cast<PyArrayObject*>(ma), 0) != rows) {
+        Throw(PyExc_ValueError, "csv_rows: a missing mask differs in length from its column");
+      }
+      col.missing_data =
+          static_cast<const npy_bool*>(PyArray_DATA(reinterpret_cast<PyArrayObject*>(ma)));
+    }
+  }
+  const bool streaming = !write.is_none();
+  uint64_t written = 0;
+  std::string out;
+  // Hands the text so far to `write` (streaming) and starts again.
+  auto flush = [&] {
+    nb::object piece =
+        nb::steal(PyBytes_FromStringAndSize(out.data(), static_cast<Py_ssize_t>(out.size())));
+    if (!piece.is_valid()) throw nb::python_error();
+    written += out.size();
+    out.clear();
+    write(piece);
+  };
+  if (streaming) out.reserve(kCsvPieceBytes + (64 << 10));
+  for (npy_intp r = 0; r < rows; ++r) {
+    if (r == 1 && !streaming) {
+      // Sized from the first row (plus a margin), so that the text is not
+      // reallocated, and with it copied, as it grows.
+      out.reserve(out.size() * static_cast<size_t>(rows) * 5 / 4 + 64);
+    }
+    if (streaming && out.size() >= kCsvPieceBytes) flush();
+    bool first = true;
+    for (size_t c = 0; c < cols.size(); ++c) {
+      const CsvColumn& col = cols[c];
+      const bool absent = col.missing_data != nullptr && col.missing_data[r];
+      if (col.is_object) {
+        if (!first) out.push_back(',');
+        first = false;
+        if (!absent) {
+          PyObject* o = reinterpret_cast<PyObject* const*>(col.data)[r];
+          AppendObjectCell(&out, o, c);
+        }
+        continue;
+      }
+      const size_t elsize = col.cells ? col.row_bytes / col.cells : 0;
+      const char* p = col.data + static_cast<size_t>(r) * col.row_bytes;
+      for (size_t e = 0; e < col.cells; ++e) {
+        if (!first) out.push_back(',');
+        first = false;
+        if (!absent) AppendElementCell(&out, col.dtype, p + e * elsize);
+      }
+    }
+    out.push_back('\n');
+  }
+  if (!streaming) return nb::bytes(out.data(), out.size());
+  if (!out.empty()) flush();
+  return nb::int_(written);
+}
+
+}  // namespace
+
 void BindConvert(nb::module_& m) {
-  nb::class_<ArrayOwner>(m, "ArrayOwner",
-                         "Keeps the bytes of arrays returned by runstore alive: the base of every "
-                         "array that Store.get and Store.scan return. For uncompressed data it holds "
-                         "the memory mapping of the segment file, which stays valid after the Store "
-                         "is gone.")
-      .def_prop_ro("zero_copy", [](const ArrayOwner& o) { return o.value.zero_copy(); },
-                   "True if the bytes are a view into a memory-mapped segment file.")
-      .def_prop_ro("address", [](const ArrayOwner& o) { return reinterpret_cast<uintptr_t>(o.value.data()); },
-                   "Address of the first byte (for tests and debugging).")
-      .def_prop_ro("nbytes", [](const ArrayOwner& o) { return o.value.nbytes(); },
-                   "Number of bytes viewed.")
-      .def_prop_ro("dtype", [](const ArrayOwner& o) { return std::string(DTypeName(o.value.dtype())); },
-                   "runstore dtype name of the bytes.")
+  m.def("csv_rows", &CsvRows, nb::arg("columns"), nb::arg("missing"), nb::arg("write") = nb::none(),
+        nb::sig("def csv_rows(columns: typing.Sequence[numpy.ndarray], "
+                "missing: typing.Sequence[numpy.ndarray | None], "
+                "write: typing.Callable[[bytes], object] | None = None) -> bytes | int"),
+        "CSV lines (UTF-8, each ending in \\n) of equal-length columns, side by side: a numeric "
+        "column of shape (n, *shape) gives prod(shape) cells per row (C order), a 1-d object "
+        "column one cell of str (RFC 4180 quoting), bytes (base64), int, float or bool, None "
+        "giving an empty cell. missing[i] (None or a bool array of n) empties every cell of "
+        "column i in the rows where it is True. Floats are written in the shortest form that "
+        "reads back exactly; NaN and infinities as nan, inf, -inf; bool as true / false. With "
+        "``write`` (e.g. a file's write method), the text is passed to it in pieces of about 1 MiB "
+        "and the number of bytes is returned, so that it is never held whole. Used by "
+        "Store.export_tar (private).");
+  nb::class_<ArrayOwner>(
+      m, "ArrayOwner",
+      "Keeps the bytes of arrays returned by runstore alive: the base of every "
+      "array that Store.get and Store.scan return. For uncompressed data it holds "
+      "the memory mapping of the segment file, which stays valid after the Store "
+      "is gone.")
+      .def_prop_ro(
+          "zero_copy", [](const ArrayOwner& o) { return o.value.zero_copy(); },
+          "True if the bytes are a view into a memory-mapped segment file.")
+      .def_prop_ro(
+          "address",
+          [](const ArrayOwner& o) { return reinterpret_cast<uintptr_t>(o.value.data()); },
+          "Address of the first byte (for tests and debugging).")
+      .def_prop_ro(
+          "nbytes", [](const ArrayOwner& o) { return o.value.nbytes(); }, "Number of bytes viewed.")
+      .def_prop_ro(
+          "dtype", [](const ArrayOwner& o) { return std::string(DTypeName(o.value.dtype())); },
+          "runstore dtype name of the bytes.")
       .def("__repr__", [](const ArrayOwner& o) {
         return "<runstore.ArrayOwner " + std::string(DTypeName(o.value.dtype())) + " " +
-               std::to_string(o.value.nbytes()) + " bytes" + (o.value.zero_copy() ? ", zero-copy>" : ">");
+               std::to_string(o.value.nbytes()) + " bytes" +
+               (o.value.zero_copy() ? ", zero-copy>" : ">");
       });
 }
 

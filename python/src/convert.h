@@ -44,8 +44,8 @@ class ValueSlot {
   void Set(PyObject* obj, std::string_view name);
 
   ValueRef ref() const {
-    return ValueRef{dtype_, {shape_, static_cast<size_t>(rank_)}, is_scalar_ ? scalar_.raw : data_,
-                    nbytes_};
+    return ValueRef{
+        dtype_, {shape_, static_cast<size_t>(rank_)}, is_scalar_ ? scalar_.raw : data_, nbytes_};
   }
   size_t nbytes() const { return nbytes_; }
   DType dtype() const { return dtype_; }

@@ -4,11 +4,10 @@
 #include <nanobind/stl/string.h>
 
 #define RUNSTORE_NUMPY_IMPORT
-#include "numpy_api.h"
-
 #include "bindings.h"
 #include "convert.h"
 #include "errors.h"
+#include "numpy_api.h"
 #include "runstore/store.h"
 
 namespace nb = nanobind;

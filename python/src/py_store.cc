@@ -39,7 +39,8 @@ T OptionalCast(nb::handle h, T fallback) {
 
 // A new, uninitialised C-contiguous array.
 nb::object NewArray(int type_num, const std::vector<npy_intp>& dims) {
-  PyObject* a = PyArray_SimpleNew(static_cast<int>(dims.size()), const_cast<npy_intp*>(dims.data()), type_num);
+  PyObject* a = PyArray_SimpleNew(static_cast<int>(dims.size()), const_cast<npy_intp*>(dims.data()),
+                                  type_num);
   if (a == nullptr) throw nb::python_error();
   return nb::steal(a);
 }
@@ -64,7 +65,8 @@ PyStore::PyStore(const std::string& path, bool read_only, bool create) : read_on
     r = Store::Open(path, o);
   }
   if (!r.ok() && r.status().code() == StatusCode::kNotFound) {
-    nb::object args = nb::steal(Py_BuildValue("(iss)", ENOENT, r.status().message().c_str(), path.c_str()));
+    nb::object args =
+        nb::steal(Py_BuildValue("(iss)", ENOENT, r.status().message().c_str(), path.c_str()));
     PyErr_SetObject(PyExc_FileNotFoundError, args.ptr());
     throw nb::python_error();
   }
@@ -73,8 +75,12 @@ PyStore::PyStore(const std::string& path, bool read_only, bool create) : read_on
 
 PyWriter* PyStore::NewWriter(nb::handle writer_id, nb::handle buffer_bytes, nb::handle codec,
                              nb::handle zstd_level, nb::handle commit_every_s,
-                             nb::handle commit_every_bytes, nb::handle segment_bytes) {
+                             nb::handle commit_every_bytes, nb::handle segment_bytes,
+                             bool allow_reserved) {
   WriterOptions o;
+  // Private: lets the runstore package write its '~design/...' and
+  // '~status/...' records (docs/experiments.md); not documented for users.
+  o.allow_reserved_names = allow_reserved;
   if (!writer_id.is_none()) o.writer_id = std::string(Utf8(writer_id.ptr(), "writer_id"));
   o.buffer_bytes = OptionalCast<size_t>(buffer_bytes, o.buffer_bytes);
   if (!codec.is_none()) o.codec = Unwrap(ParseCodec(Utf8(codec.ptr(), "codec")));
@@ -213,8 +219,8 @@ nb::dict PyStore::Scan(const std::string& name) {
     // One batch: views, no copy (zero-copy when the block is uncompressed).
     const bool zc = first.values.zero_copy();
     out["run"] = MakeArrayView(Value(DType::kInt64, {static_cast<int64_t>(total)},
-                                     reinterpret_cast<const char*>(first.int_runs.data()), total * 8,
-                                     first.owner, zc));
+                                     reinterpret_cast<const char*>(first.int_runs.data()),
+                                     total * 8, first.owner, zc));
     out["step"] = MakeArrayView(Value(DType::kInt64, {static_cast<int64_t>(total)},
                                       reinterpret_cast<const char*>(first.steps.data()), total * 8,
                                       first.owner, zc));
@@ -230,9 +236,10 @@ nb::dict PyStore::Scan(const std::string& name) {
   auto* run_out = reinterpret_cast<int64_t*>(ArrayData(runs));
   auto* step_out = reinterpret_cast<int64_t*>(ArrayData(steps));
   char* value_out = ArrayData(values);
-  const size_t record_bytes = fixed ? PyArray_ITEMSIZE(reinterpret_cast<PyArrayObject*>(values.ptr())) *
-                                          (total ? PyArray_SIZE(reinterpret_cast<PyArrayObject*>(values.ptr())) / total : 0)
-                                    : 0;
+  const size_t record_bytes =
+      fixed ? PyArray_ITEMSIZE(reinterpret_cast<PyArrayObject*>(values.ptr())) *
+                  (total ? PyArray_SIZE(reinterpret_cast<PyArrayObject*>(values.ptr())) / total : 0)
+            : 0;
   std::vector<std::pair<size_t, std::string>> string_runs;
   size_t pos = 0;
   ScanBatch batch = std::move(first);
@@ -249,7 +256,8 @@ nb::dict PyStore::Scan(const std::string& name) {
       std::memcpy(value_out + pos * record_bytes, batch.values.data(), batch.count * record_bytes);
     }
     for (size_t i = 0; i < batch.run_is_string.size(); ++i) {
-      if (batch.run_is_string[i]) string_runs.emplace_back(pos + i, std::move(batch.string_runs[i]));
+      if (batch.run_is_string[i])
+        string_runs.emplace_back(pos + i, std::move(batch.string_runs[i]));
     }
     return Status::OK();
   };
@@ -298,7 +306,8 @@ nb::dict PyStore::Scan(const std::string& name) {
       nb::object o;
       if (k < string_runs.size() && string_runs[k].first == i) {
         const std::string& s = string_runs[k++].second;
-        o = nb::steal(PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "surrogateescape"));
+        o = nb::steal(
+            PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "surrogateescape"));
       } else {
         o = nb::steal(PyLong_FromLongLong(run_out[i]));
       }
@@ -318,8 +327,10 @@ nb::dict PyStore::Scan(const std::string& name) {
 
 void BindStore(nb::module_& m) {
   nb::class_<PyStore>(m, "Store", "A runstore store (the C++ runstore::Store); see runstore.Store.")
-      .def(nb::init<const std::string&, bool, bool>(), "path"_a, "read_only"_a = false, "create"_a = true,
-           "Opens the store at ``path``; creates it when missing if ``create`` and not ``read_only``. "
+      .def(nb::init<const std::string&, bool, bool>(), "path"_a, "read_only"_a = false,
+           "create"_a = true,
+           "Opens the store at ``path``; creates it when missing if ``create`` and not "
+           "``read_only``. "
            "FileNotFoundError if there is none, ValueError if the path is not a store, "
            "UnsupportedFormatError for a newer format version, OSError for file-system errors.")
       .def_prop_ro("path", &PyStore::path, "The store's directory.")
@@ -327,28 +338,39 @@ void BindStore(nb::module_& m) {
       .def("writer", &PyStore::NewWriter, nb::kw_only(), "writer_id"_a = nb::none(),
            "buffer_bytes"_a = nb::none(), "codec"_a = nb::none(), "zstd_level"_a = nb::none(),
            "commit_every_s"_a = nb::none(), "commit_every_bytes"_a = nb::none(),
-           "segment_bytes"_a = nb::none(), nb::rv_policy::take_ownership,
-           nb::sig("def writer(self, *, writer_id: str | None = None, buffer_bytes: int | None = None, "
-                   "codec: str | None = None, zstd_level: int | None = None, "
-                   "commit_every_s: float | None = None, commit_every_bytes: int | None = None, "
-                   "segment_bytes: int | None = None) -> Writer"),
+           "segment_bytes"_a = nb::none(), "allow_reserved"_a = false,
+           nb::rv_policy::take_ownership,
+           nb::sig(
+               "def writer(self, *, writer_id: str | None = None, buffer_bytes: int | None = None, "
+               "codec: str | None = None, zstd_level: int | None = None, "
+               "commit_every_s: float | None = None, commit_every_bytes: int | None = None, "
+               "segment_bytes: int | None = None, allow_reserved: bool = False) -> Writer"),
            "Creates a Writer (see runstore.Store.writer). RuntimeError for a read-only store.")
-      .def("refresh", &PyStore::Refresh, "Takes a new snapshot including every commit made since the last one.")
-      .def("names", &PyStore::Names, "include_reserved"_a = false, "Names of the series with visible records, sorted.")
-      .def("runs", &PyStore::Runs, "Every run id with a visible record, sorted (ints first, then strs).")
+      .def("refresh", &PyStore::Refresh,
+           "Takes a new snapshot including every commit made since the last one.")
+      .def("names", &PyStore::Names, "include_reserved"_a = false,
+           "Names of the series with visible records, sorted.")
+      .def("runs", &PyStore::Runs,
+           "Every run id with a visible record, sorted (ints first, then strs).")
       .def("series", &PyStore::Series, "include_reserved"_a = false,
-           "One dict per series: name, dtype, shape (None if variable), variable_shape, count, stored_bytes.")
-      .def("series_info", &PyStore::SeriesInfoOf, "name"_a, "The series() dict of one series; KeyError if absent.")
+           "One dict per series: name, dtype, shape (None if variable), variable_shape, count, "
+           "stored_bytes.")
+      .def("series_info", &PyStore::SeriesInfoOf, "name"_a,
+           "The series() dict of one series; KeyError if absent.")
       .def("segments", &PyStore::Segments, "One dict per segment file of the snapshot.")
       .def("verify", &PyStore::Verify,
-           "Reads every block and checks every checksum; returns the number of blocks. CorruptionError "
+           "Reads every block and checks every checksum; returns the number of blocks. "
+           "CorruptionError "
            "(naming the file and offset) on the first bad one.")
       .def("get", &PyStore::Get, "run"_a, "name"_a, "step"_a = 0,
-           nb::sig("def get(self, run: int | str, name: str, step: int = 0) -> numpy.ndarray | str | bytes"),
-           "The value under (run, name, step): a read-only numpy array (0-d for scalars; a view of the "
+           nb::sig("def get(self, run: int | str, name: str, step: int = 0) -> numpy.ndarray | str "
+                   "| bytes"),
+           "The value under (run, name, step): a read-only numpy array (0-d for scalars; a view of "
+           "the "
            "mapped file when stored uncompressed), a str, or bytes. KeyError if there is none.")
       .def("scan", &PyStore::Scan, "name"_a,
-           "Every visible record of a series as a dict of read-only numpy arrays 'run', 'step', 'value', in "
+           "Every visible record of a series as a dict of read-only numpy arrays 'run', 'step', "
+           "'value', in "
            "storage order. KeyError for an unknown series.");
 }
 

@@ -30,7 +30,8 @@ int64_t SlowAppendNs() {
   static const int64_t ns = [] {
     timespec res;
     clock_getres(CLOCK_MONOTONIC_COARSE, &res);
-    return std::max<int64_t>(kSlowAppendNs, 2 * (int64_t{res.tv_sec} * 1'000'000'000 + res.tv_nsec));
+    return std::max<int64_t>(kSlowAppendNs,
+                             2 * (int64_t{res.tv_sec} * 1'000'000'000 + res.tv_nsec));
   }();
   return ns;
 }
@@ -74,9 +75,10 @@ Runs ParseRuns(nb::handle runs_obj) {
       return out;
     }
     if (kind != 'U' && kind != 'O') {
-      Throw(PyExc_TypeError, "log_many: runs must hold ints or strs, got an array of " +
-                                 std::string(nb::str(nb::handle(reinterpret_cast<PyObject*>(
-                                                         PyArray_DESCR(arr)))).c_str()));
+      Throw(PyExc_TypeError,
+            "log_many: runs must hold ints or strs, got an array of " +
+                std::string(
+                    nb::str(nb::handle(reinterpret_cast<PyObject*>(PyArray_DESCR(arr)))).c_str()));
     }
     out.keep = nb::steal(PyObject_CallMethod(runs_obj.ptr(), "tolist", nullptr));
     if (!out.keep.is_valid()) throw nb::python_error();
@@ -87,12 +89,14 @@ Runs ParseRuns(nb::handle runs_obj) {
     out.keep = nb::steal(PySequence_Tuple(obj));
     if (!out.keep.is_valid()) {
       nb::python_error err;
-      Throw(PyExc_TypeError, std::string("log_many: runs must be a sequence of ints or strs: ") + err.what());
+      Throw(PyExc_TypeError,
+            std::string("log_many: runs must be a sequence of ints or strs: ") + err.what());
     }
   }
   const Py_ssize_t n = PyTuple_GET_SIZE(out.keep.ptr());
   out.refs.reserve(static_cast<size_t>(n));
-  for (Py_ssize_t i = 0; i < n; ++i) out.refs.push_back(ToRunRef(PyTuple_GET_ITEM(out.keep.ptr(), i)));
+  for (Py_ssize_t i = 0; i < n; ++i)
+    out.refs.push_back(ToRunRef(PyTuple_GET_ITEM(out.keep.ptr(), i)));
   return out;
 }
 
@@ -122,8 +126,9 @@ Steps ParseSteps(nb::handle steps_obj, size_t n) {
                                        NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED, nullptr));
   if (!out.keep.is_valid()) {
     nb::python_error err;
-    Throw(PyExc_TypeError, std::string("log_many: steps must be None, an int or a 1-d array of ints: ") +
-                               err.what());
+    Throw(
+        PyExc_TypeError,
+        std::string("log_many: steps must be None, an int or a 1-d array of ints: ") + err.what());
   }
   auto* a = reinterpret_cast<PyArrayObject*>(out.keep.ptr());
   if (static_cast<size_t>(PyArray_DIM(a, 0)) != n) {
@@ -146,14 +151,16 @@ struct Column {
 };
 
 bool IsPerRecordItem(PyObject* item) {
-  return PyUnicode_Check(item) || PyBytes_Check(item) || PyByteArray_Check(item) || PyArray_Check(item);
+  return PyUnicode_Check(item) || PyBytes_Check(item) || PyByteArray_Check(item) ||
+         PyArray_Check(item);
 }
 
 void ParseColumn(Column* c, PyObject* col, size_t n) {
   PyObject* items = nullptr;
   if (PyArray_Check(col)) {
     const char kind = PyArray_DESCR(reinterpret_cast<PyArrayObject*>(col))->kind;
-    if ((kind == 'U' || kind == 'S' || kind == 'O') && PyArray_NDIM(reinterpret_cast<PyArrayObject*>(col)) == 1) {
+    if ((kind == 'U' || kind == 'S' || kind == 'O') &&
+        PyArray_NDIM(reinterpret_cast<PyArrayObject*>(col)) == 1) {
       c->keep = nb::steal(PyObject_CallMethod(col, "tolist", nullptr));
       if (!c->keep.is_valid()) throw nb::python_error();
       items = c->keep.ptr();
@@ -170,8 +177,9 @@ void ParseColumn(Column* c, PyObject* col, size_t n) {
     c->values.Set(col, c->name);
     const ValueRef v = c->values.ref();
     if (IsVarLength(v.dtype) || v.shape.empty() || static_cast<size_t>(v.shape[0]) != n) {
-      Throw(PyExc_ValueError, "log_many: column '" + std::string(c->name) + "' needs a first axis of " +
-                                  std::to_string(n) + " (one entry per run), got shape " + ShapeString(v));
+      Throw(PyExc_ValueError, "log_many: column '" + std::string(c->name) +
+                                  "' needs a first axis of " + std::to_string(n) +
+                                  " (one entry per run), got shape " + ShapeString(v));
     }
     c->bytes = v.nbytes;
     return;
@@ -181,8 +189,9 @@ void ParseColumn(Column* c, PyObject* col, size_t n) {
   if (!tuple.is_valid()) throw nb::python_error();
   const size_t len = static_cast<size_t>(PyTuple_GET_SIZE(tuple.ptr()));
   if (len != n) {
-    Throw(PyExc_ValueError, "log_many: column '" + std::string(c->name) + "' has " + std::to_string(len) +
-                                " entries for " + std::to_string(n) + " runs");
+    Throw(PyExc_ValueError, "log_many: column '" + std::string(c->name) + "' has " +
+                                std::to_string(len) + " entries for " + std::to_string(n) +
+                                " runs");
   }
   c->records.resize(n);
   for (size_t i = 0; i < n; ++i) {
@@ -218,7 +227,8 @@ void PyWriter::RunAppend(size_t bytes, F&& append) {
     const int64_t t0 = NowNs();
     s = append();
     const int64_t t1 = NowNs();
-    if (t1 - t0 >= SlowAppendNs()) release_until_ns_.store(t1 + kPressureWindowNs, std::memory_order_relaxed);
+    if (t1 - t0 >= SlowAppendNs())
+      release_until_ns_.store(t1 + kPressureWindowNs, std::memory_order_relaxed);
   }
   Check(s);
 }
@@ -344,7 +354,8 @@ bool PyWriter::Exit(nb::handle exc_type, nb::handle exc, nb::handle) {
     Check(s);
   } else if (!s.ok() && !exc.is_none()) {
     // Keep the original exception; say that its records could not be committed.
-    nb::object note = nb::str(("runstore: committing the writer's records on exit failed: " + s.ToString()).c_str());
+    nb::object note = nb::str(
+        ("runstore: committing the writer's records on exit failed: " + s.ToString()).c_str());
     PyObject* r = PyObject_CallMethod(exc.ptr(), "add_note", "O", note.ptr());
     if (r == nullptr) PyErr_Clear();
     Py_XDECREF(r);
@@ -367,65 +378,87 @@ nb::dict PyWriter::Stats() const {
 }
 
 void BindWriter(nb::module_& m) {
-  nb::class_<PyWriter>(m, "Writer",
-                       "Appends records to a store; made by Store.writer(). Use it as a context manager: "
-                       "leaving the block commits and closes (also when the block raised).\n\n"
-                       "A writer writes only its own segment files, so any number of writers (threads, "
-                       "processes, nodes) may append to one store at once. Its methods may be called from "
-                       "several threads.")
-      .def("log", &PyWriter::Log, "run"_a, "step"_a = 0, "values"_a,
-           nb::sig("def log(self, run: int | str, step: int = 0, **values: object) -> None"),
-           "Appends one record per keyword: (run, name, step) -> value. ``run`` is an int or a str. "
-           "Values: int -> int64, float -> float64, bool -> bool, numpy scalars keep their dtype, numpy "
-           "arrays (any shape; copied, made C-contiguous) -> arrays, str -> string, bytes -> bytes, lists "
-           "-> numpy.asarray(list).\n\n"
-           "Raises TypeError for an unsupported type or dtype (nothing is appended) and ValueError when a "
-           "value conflicts with its series' dtype or shape (values before it in keyword order stay "
-           "appended). Records are durable after commit().")
-      .def("put", &PyWriter::Put, "run"_a, "name"_a, "value"_a, "step"_a = 0,
-           nb::sig("def put(self, run: int | str, name: str, value: object, step: int = 0) -> None"),
-           "Appends one value (typically a large array) under (run, name, step). Arrays of 1 MiB or more "
-           "are written straight from the caller's memory into a block of their own, 64-byte aligned, "
-           "with the GIL released.")
+  nb::class_<PyWriter>(
+      m, "Writer",
+      "Appends records to a store; made by Store.writer(). Use it as a context manager: "
+      "leaving the block commits and closes (also when the block raised).\n\n"
+      "A writer writes only its own segment files, so any number of writers (threads, "
+      "processes, nodes) may append to one store at once. Its methods may be called from "
+      "several threads.")
+      .def(
+          "log", &PyWriter::Log, "run"_a, "step"_a = 0, "values"_a,
+          nb::sig("def log(self, run: int | str, step: int = 0, **values: object) -> None"),
+          "Appends one record per keyword: (run, name, step) -> value. ``run`` is an int or a str. "
+          "Values: int -> int64, float -> float64, bool -> bool, numpy scalars keep their dtype, "
+          "numpy "
+          "arrays (any shape; copied, made C-contiguous) -> arrays, str -> string, bytes -> bytes, "
+          "lists "
+          "-> numpy.asarray(list).\n\n"
+          "Raises TypeError for an unsupported type or dtype (nothing is appended) and ValueError "
+          "when a "
+          "value conflicts with its series' dtype or shape (values before it in keyword order stay "
+          "appended). Records are durable after commit().")
+      .def(
+          "put", &PyWriter::Put, "run"_a, "name"_a, "value"_a, "step"_a = 0,
+          nb::sig("def put(self, run: int | str, name: str, value: object, step: int = 0) -> None"),
+          "Appends one value (typically a large array) under (run, name, step). Arrays of 1 MiB or "
+          "more "
+          "are written straight from the caller's memory into a block of their own, 64-byte "
+          "aligned, "
+          "with the GIL released.")
       .def("log_many", &PyWriter::LogMany, "runs"_a, "steps"_a = nb::none(), "columns"_a,
            nb::sig("def log_many(self, runs: typing.Sequence[int | str] | numpy.ndarray, "
                    "steps: int | typing.Sequence[int] | numpy.ndarray | None = None, "
                    "**columns: object) -> None"),
-           "Vectorised log: record i is (runs[i], name, steps[i]) -> columns[name][i]. ``runs`` is a "
-           "sequence or 1-d array of ints/strs (an integer array is the fast path); ``steps`` is None (all "
-           "0), an int, or an integer array of len(runs). A numeric column is an array whose first axis has "
-           "len(runs) entries; a column of str, bytes or arrays of differing shapes is a list with one "
+           "Vectorised log: record i is (runs[i], name, steps[i]) -> columns[name][i]. ``runs`` is "
+           "a "
+           "sequence or 1-d array of ints/strs (an integer array is the fast path); ``steps`` is "
+           "None (all "
+           "0), an int, or an integer array of len(runs). A numeric column is an array whose first "
+           "axis has "
+           "len(runs) entries; a column of str, bytes or arrays of differing shapes is a list with "
+           "one "
            "entry per run.")
-      .def("define", &PyWriter::Define, "name"_a, "dtype"_a, "shape"_a = nb::none(),
-           "variable_shape"_a = false, "codec"_a = nb::none(),
-           nb::sig("def define(self, name: str, dtype: str | type | numpy.dtype, "
-                   "shape: typing.Sequence[int] | None = None, variable_shape: bool = False, "
-                   "codec: str | None = None) -> None"),
-           "Declares a series before its first record: needed for variable-shape series and to give it a "
-           "codec ('none', 'lz4', 'zstd') other than the writer's. ``dtype``: a runstore name ('float64', "
-           "'string', 'bytes'), a numpy dtype, or float/int/bool/str/bytes. Raises ValueError if it "
-           "conflicts with the series as it exists.")
-      .def("commit", &PyWriter::Commit,
-           "Makes every record appended before the call durable (fsync) and visible to readers that "
-           "refresh. Raises OSError if the data could not be written.")
-      .def("resume", &PyWriter::Resume, "run"_a, "step"_a,
-           nb::sig("def resume(self, run: int | str, step: int) -> None"),
-           "Hides this run's records at steps >= step written by earlier commits (of any writer), for a "
-           "run restarted from a checkpoint taken at ``step``. Commits what was appended before it; "
-           "records appended after it are not hidden.")
+      .def(
+          "define", &PyWriter::Define, "name"_a, "dtype"_a, "shape"_a = nb::none(),
+          "variable_shape"_a = false, "codec"_a = nb::none(),
+          nb::sig("def define(self, name: str, dtype: str | type | numpy.dtype, "
+                  "shape: typing.Sequence[int] | None = None, variable_shape: bool = False, "
+                  "codec: str | None = None) -> None"),
+          "Declares a series before its first record: needed for variable-shape series and to give "
+          "it a "
+          "codec ('none', 'lz4', 'zstd') other than the writer's. ``dtype``: a runstore name "
+          "('float64', "
+          "'string', 'bytes'), a numpy dtype, or float/int/bool/str/bytes. Raises ValueError if it "
+          "conflicts with the series as it exists.")
+      .def(
+          "commit", &PyWriter::Commit,
+          "Makes every record appended before the call durable (fsync) and visible to readers that "
+          "refresh. Raises OSError if the data could not be written.")
+      .def(
+          "resume", &PyWriter::Resume, "run"_a, "step"_a,
+          nb::sig("def resume(self, run: int | str, step: int) -> None"),
+          "Hides this run's records at steps >= step written by earlier commits (of any writer), "
+          "for a "
+          "run restarted from a checkpoint taken at ``step``. Commits what was appended before it; "
+          "records appended after it are not hidden.")
       .def("close", &PyWriter::Close,
-           "Commits, seals the open segment and stops the writer. Further appends raise RuntimeError. "
+           "Commits, seals the open segment and stops the writer. Further appends raise "
+           "RuntimeError. "
            "Closing twice is harmless.")
       .def("stats", &PyWriter::Stats,
            "Counters: records_appended, bytes_appended, bytes_written, commits, segments_sealed, "
            "backpressure_waits, backpressure_seconds, peak_buffered_bytes.")
-      .def_prop_ro("writer_id", &PyWriter::writer_id, "This writer's id; its segment files are named after it.")
+      .def_prop_ro("writer_id", &PyWriter::writer_id,
+                   "This writer's id; its segment files are named after it.")
       .def_prop_ro("closed", &PyWriter::closed, "True after close() or the end of a with-block.")
-      .def("__enter__", [](nb::handle self) { return self; }, "Returns the writer itself.")
+      .def(
+          "__enter__", [](nb::handle self) { return self; }, "Returns the writer itself.")
       .def("__exit__", &PyWriter::Exit, "exc_type"_a.none(), "exc"_a.none(), "tb"_a.none(),
            nb::sig("def __exit__(self, exc_type: type[BaseException] | None, "
                    "exc: BaseException | None, tb: types.TracebackType | None) -> bool"),
-           "Commits and closes. If the block raised, what was logged before is still committed and the "
+           "Commits and closes. If the block raised, what was logged before is still committed and "
+           "the "
            "original exception propagates (with a note if committing failed).")
       .def("__repr__", [](const PyWriter& w) {
         return "<runstore.Writer " + w.writer_id() + (w.closed() ? " (closed)>" : ">");

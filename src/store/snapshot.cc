@@ -197,7 +197,9 @@ Status SnapshotImpl::EnsurePlan(const SeriesEntry& e) const {
 // resume marker can touch pass through whole (and zero-copy); the others are
 // resolved record by record.
 Status SnapshotImpl::ComputePlan(const SeriesEntry& e) const {
-  const bool reserved = e.info.name == kResumeSeries;
+  // Resume markers hide user records only: runstore's own '~' series (the
+  // markers themselves, experiment designs and status) are never hidden.
+  const bool reserved = !e.info.name.empty() && e.info.name[0] == '~';
   std::vector<PlanItem> plan;
   uint64_t count = 0;
   const size_t n = e.by_min_key.size();
@@ -419,7 +421,7 @@ Result<Value> SnapshotImpl::Get(RunRef run, std::string_view name, int64_t step)
     best_payload = std::move(p);
   }
   if (!best) return not_found();
-  if (name != kResumeSeries && HiddenByResume(run, step, best->commit)) return not_found();
+  if (name[0] != '~' && HiddenByResume(run, step, best->commit)) return not_found();
   return MakeRecordValue(*best->header, best_payload, best_row);
 }
 

@@ -336,6 +336,20 @@ TEST_F(StoreTest, ResumeHidesLaterSteps) {
   EXPECT_EQ(names.size(), 1u) << "the reserved ~resume series is not listed";
 }
 
+TEST_F(StoreTest, ResumeNeverHidesReservedSeries) {
+  auto store = Open();
+  ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter({.allow_reserved_names = true}));
+  ASSERT_OK(w->Append("exp", "~design/lr", 0, 0.1));
+  ASSERT_OK(w->Append("exp", "loss", 0, 1.0));
+  ASSERT_OK(w->Resume("exp", 0));
+  ASSERT_OK(w->Close());
+  ASSERT_OK_AND_ASSIGN(auto snap, store->Refresh());
+  EXPECT_EQ(snap->Get("exp", "~design/lr", 0)->scalar<double>(), 0.1);
+  EXPECT_THAT(snap->Get("exp", "loss", 0), StatusIs(StatusCode::kNotFound));
+  ASSERT_OK_AND_ASSIGN(SeriesInfo info, snap->GetSeriesInfo("~design/lr"));
+  EXPECT_EQ(info.count, 1u);
+}
+
 TEST_F(StoreTest, SegmentsRollAtTheirSizeTarget) {
   auto store = Open();
   WriterOptions wo;

@@ -1,0 +1,99 @@
+"""python -m runstore: the commands of the runstore package that need Python.
+
+    python -m runstore export tar STORE OUT.tar.gz [--chunk-rows N] [--compresslevel L]
+    python -m runstore export parquet STORE OUT.parquet [--row-group-rows N]
+    python -m runstore import tar ARCHIVE.tar.gz STORE
+
+The C++ `runstore` tool runs the export commands through this module. Exit codes are the
+CLI's: 0 ok, 1 bad command line, 2 corruption, 3 not found, 4 I/O error, 5 anything else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+EXIT_OK, EXIT_USAGE, EXIT_CORRUPTION, EXIT_NOT_FOUND, EXIT_IO, EXIT_OTHER = 0, 1, 2, 3, 4, 5
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m runstore", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="command", required=True)
+    exp = sub.add_parser("export", help="export a store's experiments")
+    exp_sub = exp.add_subparsers(dest="format", required=True)
+    tar = exp_sub.add_parser(
+        "tar", help="a .tar.gz of CSVs (and .npy) that opens in a spreadsheet",
+        description="Writes experiments.csv (id, parameters, status), one CSV per outcome of up to "
+                    "two dimensions, .npy for more, and metadata.json with every dtype and shape, "
+                    "streamed in bounded memory. Read it back with `python -m runstore import tar`.")
+    tar.add_argument("store")
+    tar.add_argument("out")
+    tar.add_argument("--chunk-rows", type=int, default=10_000, help="experiments formatted at a time")
+    tar.add_argument("--compresslevel", type=int, default=1, choices=range(0, 10), metavar="0-9",
+                     help="gzip level (default 1)")
+    pq = exp_sub.add_parser(
+        "parquet", help="one Parquet file: a row per experiment",
+        description="Writes one row per experiment (id, parameters, status, outcomes; arrays as "
+                    "fixed-size lists), row group by row group, for pandas, polars, DuckDB, Spark.")
+    pq.add_argument("store")
+    pq.add_argument("out")
+    pq.add_argument("--row-group-rows", type=int, default=10_000, help="rows per row group")
+    pq.add_argument("--compression", default="zstd", help="Parquet codec (default zstd)")
+    imp = sub.add_parser("import", help="rebuild a store from an export")
+    imp_sub = imp.add_subparsers(dest="format", required=True)
+    itar = imp_sub.add_parser("tar", help="from a tarball of `export tar`")
+    itar.add_argument("archive")
+    itar.add_argument("store")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    import runstore
+
+    what = f"{args.command} {args.format}"
+    try:
+        if args.command == "export":
+            store = runstore.open(args.store, mode="r")
+            if args.format == "tar":
+                r = store.export_tar(args.out, chunk_rows=args.chunk_rows, compresslevel=args.compresslevel)
+                print(f"{r['path']}: {r['experiments']:,} experiments, {len(r['members'])} members, "
+                      f"{r['bytes']:,} bytes in {r['seconds']:.1f} s")
+                if r["left_out"]:
+                    print(f"note: {sum(r['left_out'].values()):,} records at steps other than 0 (or of runs "
+                          f"that are not experiments) are not part of the table: "
+                          f"{', '.join(f'{k} ({v:,})' for k, v in r['left_out'].items())}; "
+                          "`runstore export csv` writes every record", file=sys.stderr)
+            else:
+                r = store.export_parquet(args.out, row_group_rows=args.row_group_rows,
+                                         compression=args.compression)
+                print(f"{r['path']}: {r['rows']:,} rows, {r['bytes']:,} bytes in {r['seconds']:.1f} s")
+        else:
+            store = runstore.import_tar(args.archive, args.store)
+            print(f"{store.path}: {len(store.design()):,} experiments imported")
+    except runstore.CorruptionError as e:
+        return _fail(what, "Corruption", e, EXIT_CORRUPTION)
+    except (FileNotFoundError, KeyError) as e:
+        return _fail(what, "NotFound", e, EXIT_NOT_FOUND)
+    except OSError as e:
+        return _fail(what, "IOError", e, EXIT_IO)
+    except ImportError as e:
+        return _fail(what, "NotSupported", f"{e} (pip install pyarrow, or runstore[arrow])", EXIT_OTHER)
+    except (ValueError, TypeError, RuntimeError, NotImplementedError) as e:
+        return _fail(what, type(e).__name__, e, EXIT_OTHER)
+    return EXIT_OK
+
+
+def _fail(what: str, kind: str, e: object, code: int) -> int:
+    msg: object = e
+    if isinstance(e, KeyError) and e.args:
+        msg = e.args[0]
+    elif isinstance(e, OSError) and e.strerror:
+        msg = e.strerror if e.filename is None or str(e.filename) in e.strerror else f"{e.filename}: {e.strerror}"
+    print(f"runstore: {what}: {kind}: {msg}", file=sys.stderr)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,733 @@
+"""Experiments: a design table, per-experiment status and outcomes, all stored as records.
+
+Layout (docs/experiments.md): every experiment is a run id. Its parameters are records
+``(id, "~design/<param>", 0)``, its definition order ``(id, "~design/~row", 0)`` (int64), its
+status ``(id, "~status/<field>", 0)``; its outcomes are ordinary series ``(id, name, 0)``. The
+order of the parameter columns is one record ``(0, "~design/~params", 0)`` holding a JSON list.
+When a key is written again the later commit wins, so a retried experiment's "done" replaces its
+"failed", and defining the same rows twice changes nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import pandas
+
+    from ._store import Store
+
+RunId = int | str
+
+DESIGN = "~design/"
+ROW = "~design/~row"
+PARAMS = "~design/~params"
+STATUS = "~status/"
+STATE = "~status/state"
+ERROR = "~status/error"
+HOST = "~status/host"
+STARTED = "~status/started"
+FINISHED = "~status/finished"
+SECONDS = "~status/seconds"
+ATTEMPT = "~status/attempt"
+
+#: Status columns of Store.status(), in order, with the series each comes from.
+STATUS_COLUMNS = {
+    "state": STATE,
+    "error": ERROR,
+    "host": HOST,
+    "started": STARTED,
+    "finished": FINISHED,
+    "seconds": SECONDS,
+    "attempt": ATTEMPT,
+}
+STATES = ("pending", "running", "done", "failed")
+ID_COLUMN = "experiment"
+
+# numpy dtype name -> pandas nullable dtype, for int/uint/bool columns with gaps.
+_NULLABLE = {
+    "bool": "boolean",
+    "int8": "Int8",
+    "int16": "Int16",
+    "int32": "Int32",
+    "int64": "Int64",
+    "uint8": "UInt8",
+    "uint16": "UInt16",
+    "uint32": "UInt32",
+    "uint64": "UInt64",
+}
+
+
+# -- columns with gaps ---------------------------------------------------------------------------
+
+
+@dataclass
+class Column:
+    """One column of a table in experiment order: values and which rows have one.
+
+    ``values`` has shape (n, *shape): numeric dtypes for fixed-shape numeric series (NaN or 0
+    where absent), an object array (str, bytes, arrays; None where absent) otherwise.
+    ``dtype`` is the runstore dtype name ("float64", "string", ...).
+    """
+
+    values: np.ndarray
+    present: np.ndarray
+    dtype: str
+
+    @property
+    def complete(self) -> bool:
+        return bool(self.present.all())
+
+    def take(self, rows: np.ndarray | slice) -> Column:
+        return Column(self.values[rows], self.present[rows], self.dtype)
+
+    def to_pandas(self) -> Any:
+        """The column for a DataFrame: NaN where floats are absent, pandas nullable dtypes for
+        int/uint/bool columns with gaps, None in object columns."""
+        if self.values.ndim != 1:
+            raise ValueError("only 1-d columns go into a DataFrame")
+        if self.complete or self.values.dtype == object:
+            return self.values
+        if self.values.dtype.kind == "f":
+            out = self.values.copy()
+            out[~self.present] = np.nan
+            return out
+        return _nullable(self.values, self.present)
+
+    def masked(self) -> np.ndarray:
+        """numpy view of the column: NaN where float values are absent; a numpy.ma masked array
+        for other dtypes with gaps; a plain array when nothing is absent."""
+        if self.complete or self.values.dtype.kind == "f":
+            return self.values
+        mask = np.broadcast_to(
+            (~self.present).reshape((-1,) + (1,) * (self.values.ndim - 1)), self.values.shape
+        )
+        return np.ma.masked_array(self.values, mask=mask.copy())
+
+
+def _nullable(values: np.ndarray, present: np.ndarray) -> Any:
+    import pandas as pd
+
+    dtype = _NULLABLE[values.dtype.name]
+    arr_type = pd.api.types.pandas_dtype(dtype).construct_array_type()
+    return arr_type(values.copy(), ~present)
+
+
+def empty_column(n: int, dtype: str, shape: tuple[int, ...] | None) -> Column:
+    """A column of n absent values of a runstore dtype and record shape (None: variable)."""
+    if dtype in ("string", "bytes") or shape is None:
+        values = np.full(n, None, dtype=object)
+    else:
+        values = np.zeros((n,) + tuple(shape), dtype=np.dtype(dtype))
+        if values.dtype.kind == "f":
+            values.fill(np.nan)
+    return Column(values, np.zeros(n, dtype=bool), dtype)
+
+
+# -- the experiment index ------------------------------------------------------------------------
+
+
+class ExperimentIndex:
+    """The experiment ids of a store in definition order, and where a run id's row is.
+
+    Built with numpy (int ids: a sorted copy and searchsorted) or a dict (str or mixed ids),
+    not pandas: the export path stays free of pandas and its memory."""
+
+    def __init__(self, ids: np.ndarray) -> None:
+        self.ids = ids
+        self._order: np.ndarray | None = None
+        self._sorted: np.ndarray | None = None
+        self._dict: dict[Any, int] | None = None
+        if ids.dtype != object:
+            self._order = np.argsort(ids, kind="stable")
+            self._sorted = ids[self._order]
+        else:
+            self._dict = {e: i for i, e in enumerate(ids.tolist())}
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def positions(self, runs: np.ndarray | list[Any]) -> np.ndarray:
+        """Row of each run id; -1 for runs that are not experiments."""
+        runs = runs if isinstance(runs, np.ndarray) else np.array(runs, dtype=object)
+        if len(self.ids) == 0 or len(runs) == 0:
+            return np.full(len(runs), -1, dtype=np.intp)
+        if self._dict is not None:
+            d = self._dict
+            return np.fromiter((d.get(r, -1) for r in runs.tolist()), np.intp, len(runs))
+        assert self._sorted is not None and self._order is not None
+        if runs.dtype == object:  # some str runs: only the int ones can match
+            is_int = np.fromiter((isinstance(r, int) for r in runs.tolist()), bool, len(runs))
+            pos = np.full(len(runs), -1, dtype=np.intp)
+            if is_int.any():
+                pos[is_int] = self.positions(runs[is_int].astype(np.int64))
+            return pos
+        k = np.searchsorted(self._sorted, runs)
+        k[k == len(self._sorted)] = 0
+        found = self._sorted[k] == runs
+        return np.where(found, self._order[k], -1).astype(np.intp, copy=False)
+
+
+def reserved_series(store: Store) -> dict[str, dict[str, Any]]:
+    """Every series including reserved ones, by name (the _core series() dicts)."""
+    return {d["name"]: d for d in store._core.series(include_reserved=True)}
+
+
+def load_index(store: Store, infos: dict[str, dict[str, Any]] | None = None) -> ExperimentIndex:
+    """The experiment ids in definition order (~design/~row; ties in storage order)."""
+    infos = reserved_series(store) if infos is None else infos
+    if ROW not in infos:
+        return ExperimentIndex(np.empty(0, dtype=np.int64))
+    d = store._core.scan(ROW)
+    keep = d["step"] == 0
+    runs, rows = d["run"][keep], d["value"][keep]
+    order = np.argsort(rows, kind="stable")
+    ids = runs[order]
+    return ExperimentIndex(np.array(ids, copy=True))
+
+
+def read_column(
+    store: Store,
+    name: str,
+    index: ExperimentIndex,
+    info: dict[str, Any] | None = None,
+) -> Column:
+    """Series ``name``'s step-0 records placed in experiment order (a vectorised scan)."""
+    info = store._core.series_info(name) if info is None else info
+    shape = None if info["variable_shape"] else tuple(info["shape"])
+    col = empty_column(len(index), info["dtype"], shape)
+    if len(index) == 0:
+        return col
+    d = store._core.scan(name)
+    steps = d["step"]
+    pos = index.positions(d["run"])
+    keep = (pos >= 0) & (steps == 0)
+    if not keep.all():
+        pos, values = pos[keep], d["value"][keep]
+    else:
+        values = d["value"]
+    if info["dtype"] == "string" and values.dtype == object:
+        # One str object per distinct value (states, hosts repeat): a fraction of the memory.
+        seen: dict[str, str] = {}
+        col.values[pos] = [seen.setdefault(v, v) for v in values.tolist()]
+    else:
+        col.values[pos] = values
+    col.present[pos] = True
+    return col
+
+
+def design_columns(store: Store, infos: dict[str, dict[str, Any]]) -> list[str]:
+    """Parameter names in the order they were first defined."""
+    names = [n[len(DESIGN):] for n in infos if n.startswith(DESIGN) and n not in (ROW, PARAMS)]
+    order: list[str] = []
+    if PARAMS in infos:
+        try:
+            order = json.loads(store._core.get(0, PARAMS, 0))
+        except (KeyError, ValueError):
+            order = []
+    present = set(names)
+    ordered = [p for p in order if p in present]
+    return ordered + sorted(present.difference(ordered))
+
+
+def load_design(store: Store) -> tuple[ExperimentIndex, dict[str, Column]]:
+    """The experiment index and one Column per parameter."""
+    infos = reserved_series(store)
+    index = load_index(store, infos)
+    cols = {p: read_column(store, DESIGN + p, index, infos[DESIGN + p]) for p in design_columns(store, infos)}
+    return index, cols
+
+
+def load_status(
+    store: Store,
+    index: ExperimentIndex,
+    infos: dict[str, dict[str, Any]] | None = None,
+    after_each: Callable[[], Any] | None = None,
+) -> dict[str, Column]:
+    """One Column per status field (state, error, host, started, finished, seconds, attempt).
+    ``after_each`` is called after each series is read."""
+    infos = reserved_series(store) if infos is None else infos
+    n = len(index)
+    out: dict[str, Column] = {}
+    for col, series in STATUS_COLUMNS.items():
+        if series in infos:
+            out[col] = read_column(store, series, index, infos[series])
+            if after_each is not None:
+                after_each()
+        elif col == "attempt":
+            out[col] = empty_column(n, "int64", ())
+        elif col in ("started", "finished", "seconds"):
+            out[col] = empty_column(n, "float64", ())
+        else:
+            out[col] = empty_column(n, "string", ())
+    return out
+
+
+def status_frame_columns(status: dict[str, Column]) -> dict[str, Any]:
+    """The status columns as they appear in Store.status(): "pending" where there is no state,
+    None where there is no error (or an empty one), 0 attempts where never started."""
+    state = status["state"].values.copy()
+    state[~status["state"].present] = "pending"
+    error = status["error"].values.copy()
+    if len(error):
+        error[np.equal(error, "")] = None
+    attempt = status["attempt"].values.astype(np.int64, copy=True)
+    attempt[~status["attempt"].present] = 0
+    return {
+        "state": state,
+        "error": error,
+        "host": status["host"].values,
+        "started": status["started"].values.astype(np.float64, copy=False),
+        "finished": status["finished"].values.astype(np.float64, copy=False),
+        "seconds": status["seconds"].values.astype(np.float64, copy=False),
+        "attempt": attempt,
+    }
+
+
+def status_names(params: Iterable[str]) -> dict[str, str]:
+    """Status column -> its column name next to the parameters: "state", ... or, where a
+    parameter has that name, "status.state"."""
+    taken = set(params) | {ID_COLUMN}
+    return {c: (f"status.{c}" if c in taken else c) for c in STATUS_COLUMNS}
+
+
+def ids_frame_column(index: ExperimentIndex) -> np.ndarray:
+    return index.ids
+
+
+def design_frame(store: Store) -> pandas.DataFrame:
+    import pandas as pd
+
+    index, cols = load_design(store)
+    data: dict[str, Any] = {ID_COLUMN: index.ids}
+    for p, c in cols.items():
+        data[p] = c.to_pandas()
+    return pd.DataFrame(data)
+
+
+def status_frame(store: Store) -> pandas.DataFrame:
+    import pandas as pd
+
+    infos = reserved_series(store)
+    index = load_index(store, infos)
+    data: dict[str, Any] = {ID_COLUMN: index.ids}
+    data.update(status_frame_columns(load_status(store, index, infos)))
+    return pd.DataFrame(data)
+
+
+def pending_ids(store: Store, retry_failed: bool = True) -> list[RunId]:
+    infos = reserved_series(store)
+    index = load_index(store, infos)
+    state = status_frame_columns(load_status(store, index, infos))["state"]
+    todo = state != "done"
+    if not retry_failed:
+        todo &= state != "failed"
+    return index.ids[todo].tolist()
+
+
+# -- outcomes ------------------------------------------------------------------------------------
+
+
+def outcome_names(store: Store) -> list[str]:
+    return [n for n in store._core.names() if not n.startswith("~")]
+
+
+def load_results(
+    store: Store, names: Iterable[str] | str | None = None
+) -> tuple[pandas.DataFrame, dict[str, np.ndarray]]:
+    import pandas as pd
+
+    store.refresh()
+    infos = reserved_series(store)
+    index = load_index(store, infos)
+    params = design_columns(store, infos)
+    data: dict[str, Any] = {ID_COLUMN: index.ids}
+    for p in params:
+        data[p] = read_column(store, DESIGN + p, index, infos[DESIGN + p]).to_pandas()
+    snames = status_names(params)
+    for c, v in status_frame_columns(load_status(store, index, infos)).items():
+        data[snames[c]] = v
+    experiments = pd.DataFrame(data)
+
+    if names is None:
+        selected = outcome_names(store)
+    else:
+        selected = [names] if isinstance(names, str) else list(names)
+        for n in selected:
+            if n not in infos:
+                raise KeyError(f"series {n!r} not found")
+    outcomes = {n: read_column(store, n, index, infos[n]).masked() for n in selected}
+    return experiments, outcomes
+
+
+# -- defining experiments ------------------------------------------------------------------------
+
+
+def grid(axes: Mapping[str, Iterable[Any]] | None = None, /, **kwargs: Iterable[Any]) -> list[dict[str, Any]]:
+    """The Cartesian product of parameter values, as a list of dicts.
+
+    ``grid(lr=[0.1, 0.01], seed=range(3))`` gives 6 dicts, the first parameter varying slowest:
+    ``{"lr": 0.1, "seed": 0}, {"lr": 0.1, "seed": 1}, ...``. Parameter names that are not Python
+    identifiers go in a mapping: ``grid({"opt/lr": [0.1, 0.01]}, seed=range(3))``.
+    """
+    all_axes: dict[str, list[Any]] = {}
+    for source in (axes or {}, kwargs):
+        for name, values in source.items():
+            if name in all_axes:
+                raise ValueError(f"grid: parameter {name!r} given twice")
+            if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+                raise TypeError(
+                    f"grid: parameter {name!r} needs a list of values, got {type(values).__name__} "
+                    f"(write [{values!r}] for a single value)"
+                )
+            all_axes[name] = list(values)
+    names = list(all_axes)
+    return [dict(zip(names, combo)) for combo in itertools.product(*(all_axes[n] for n in names))]
+
+
+@dataclass
+class _Param:
+    name: str
+    values: np.ndarray  # numeric dtype, or object array of str
+    present: np.ndarray
+
+
+def _kind(v: Any) -> str:
+    if isinstance(v, (bool, np.bool_)):
+        return "bool"
+    if isinstance(v, (int, np.integer)):
+        return "int"
+    if isinstance(v, (float, np.floating)):
+        return "float"
+    if isinstance(v, str):
+        return "str"
+    return type(v).__name__
+
+
+def _infer(name: str, values: list[Any], present: np.ndarray) -> np.ndarray:
+    """A typed array for one parameter's values (entries where not present are placeholders)."""
+    live = [v for v, p in zip(values, present) if p]
+    kinds = {_kind(v) for v in live}
+    if not kinds:
+        return np.zeros(len(values), dtype=np.float64)
+    if kinds == {"str"}:
+        return np.array([v if p else None for v, p in zip(values, present)], dtype=object)
+    bad = kinds - {"bool", "int", "float"}
+    if bad or ("bool" in kinds and len(kinds) > 1):
+        raise TypeError(
+            f"parameter {name!r} mixes or uses unsupported types ({', '.join(sorted(kinds))}); a "
+            "parameter is all bool, all numbers (int and float) or all str"
+        )
+    np_types = {np.asarray(v).dtype for v in live if isinstance(v, np.generic)}
+    if kinds == {"bool"}:
+        dtype = np.dtype(bool)
+    elif kinds == {"int"}:
+        all_numpy = all(isinstance(v, np.generic) for v in live)
+        dtype = np_types.pop() if len(np_types) == 1 and all_numpy else None
+        if dtype is None:
+            try:
+                dtype = np.asarray(live).dtype
+            except OverflowError as e:
+                raise ValueError(f"parameter {name!r}: {e}") from None
+            if dtype.kind not in "iu":
+                raise ValueError(f"parameter {name!r}: integers outside the int64 and uint64 range")
+    else:
+        dtype = np.dtype(np.float32) if np_types == {np.dtype(np.float32)} and all(
+            isinstance(v, np.float32) for v in live
+        ) else np.dtype(np.float64)
+    fill = dtype.type(0)
+    return np.array([v if p else fill for v, p in zip(values, present)], dtype=dtype)
+
+
+def _normalise(design: Any) -> tuple[list[Any] | None, list[_Param]]:
+    """(explicit ids or None, parameters) of a DataFrame or a list of dicts."""
+    import pandas as pd
+
+    if isinstance(design, pd.DataFrame):
+        if not all(isinstance(c, str) for c in design.columns):
+            raise TypeError("design: column names must be str")
+        if design.columns.duplicated().any():
+            raise ValueError(f"design: duplicate columns {list(design.columns[design.columns.duplicated()])}")
+        ids = None
+        params = []
+        n = len(design)
+        for c in design.columns:
+            s = design[c]
+            if c == ID_COLUMN:
+                ids = s.tolist()
+                continue
+            if isinstance(s.dtype, pd.CategoricalDtype):
+                s = s.astype(object)
+            kind = s.dtype.kind
+            missing = s.isna().to_numpy() if kind not in "biuf" or not isinstance(s.dtype, np.dtype) else None
+            if isinstance(s.dtype, np.dtype) and kind in "biuf":
+                params.append(_Param(c, s.to_numpy(copy=True), np.ones(n, dtype=bool)))
+            elif not isinstance(s.dtype, np.dtype) and kind in "biuf":  # pandas nullable
+                present = ~missing
+                np_dtype = np.dtype(s.dtype.numpy_dtype)
+                params.append(_Param(c, s.to_numpy(dtype=np_dtype, na_value=np_dtype.type(0)), present))
+            else:
+                present = ~missing
+                vals = s.tolist()
+                params.append(_Param(c, _infer(c, vals, present), present))
+        return ids, params
+    if isinstance(design, Mapping):
+        raise TypeError("design: a DataFrame or a list of dicts (one dict per experiment), got a dict")
+    rows = list(design)
+    for i, r in enumerate(rows):
+        if not isinstance(r, Mapping):
+            raise TypeError(f"design: row {i} is a {type(r).__name__}, not a dict")
+    names: dict[str, None] = {}
+    for r in rows:
+        for k in r:
+            if not isinstance(k, str):
+                raise TypeError(f"design: parameter names must be str, got {k!r}")
+            names.setdefault(k, None)
+    ids = None
+    params = []
+    for name in names:
+        vals = [r.get(name) for r in rows]
+        present = np.fromiter((v is not None for v in vals), bool, len(vals))
+        if name == ID_COLUMN:
+            ids = vals
+            continue
+        params.append(_Param(name, _infer(name, vals, present), present))
+    return ids, params
+
+
+def _check_param_name(name: str) -> None:
+    if not name:
+        raise ValueError("design: a parameter name is empty")
+    if name.startswith("~"):
+        raise ValueError(f"design: parameter {name!r} starts with '~', which is reserved for runstore")
+    if len((DESIGN + name).encode()) > 255:
+        raise ValueError(f"design: parameter name {name[:40]!r}... is longer than {255 - len(DESIGN)} bytes")
+
+
+def _check_ids(ids: list[Any]) -> np.ndarray:
+    out = []
+    for i, e in enumerate(ids):
+        if isinstance(e, (bool, np.bool_)) or e is None or (isinstance(e, float) and math.isnan(e)):
+            raise ValueError(f"design: row {i} has experiment id {e!r}; ids are ints or non-empty strs")
+        if isinstance(e, (int, np.integer)):
+            e = int(e)
+            if not -(2**63) <= e < 2**63:
+                raise ValueError(f"design: experiment id {e} is outside int64")
+        elif isinstance(e, float) and e.is_integer():
+            e = int(e)
+        elif isinstance(e, str):
+            if not e or len(e.encode()) > 255:
+                raise ValueError(f"design: experiment id {e[:40]!r} must be 1 to 255 bytes of UTF-8")
+        else:
+            raise TypeError(f"design: row {i} has experiment id {e!r}; ids are ints or strs")
+        out.append(e)
+    if out and all(isinstance(e, int) for e in out):
+        return np.array(out, dtype=np.int64)
+    arr = np.empty(len(out), dtype=object)
+    arr[:] = out
+    return arr
+
+
+def canonical_params(params: Mapping[str, Any]) -> str:
+    """The text a derived experiment id hashes: compact JSON with sorted keys, floats in
+    Python's repr form (shortest round trip), NaN and infinities as NaN/Infinity."""
+    return json.dumps(
+        {k: (v.item() if isinstance(v, np.generic) else v) for k, v in params.items()},
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+        allow_nan=True,
+    )
+
+
+def experiment_id(params: Mapping[str, Any]) -> str:
+    """The id runstore derives for a parameter row without an "experiment" column:
+    "e" + the first 16 hex digits of the SHA-256 of :func:`canonical_params`."""
+    return "e" + hashlib.sha256(canonical_params(params).encode()).hexdigest()[:16]
+
+
+def _row_dicts(params: list[_Param], n: int) -> list[dict[str, Any]]:
+    cols = [(p.name, p.values.tolist(), p.present) for p in params]
+    rows: list[dict[str, Any]] = [{} for _ in range(n)]
+    for name, vals, present in cols:
+        if present.all():
+            for r, v in zip(rows, vals):
+                r[name] = v
+        else:
+            for r, v, ok in zip(rows, vals, present.tolist()):
+                if ok:
+                    r[name] = v
+    return rows
+
+
+def _coerce(p: _Param, stored_dtype: str) -> None:
+    """Casts p's values to the dtype its series has in the store, if no value changes."""
+    have = "string" if p.values.dtype == object else p.values.dtype.name
+    if have == stored_dtype or not p.present.any():
+        if have != stored_dtype:  # only absent values: any placeholder of the stored dtype
+            p.values = np.full(len(p.values), None, dtype=object) if stored_dtype == "string" else np.zeros(
+                len(p.values), dtype=np.dtype(stored_dtype)
+            )
+        return
+    err = ValueError(
+        f"parameter {p.name!r} is stored as {stored_dtype}; the design's values are {have} and "
+        f"do not all convert to {stored_dtype} exactly"
+    )
+    text = have == "string" or stored_dtype in ("string", "bytes")
+    if text or (have == "bool") != (stored_dtype == "bool"):
+        raise err
+    target = np.dtype(stored_dtype)
+    live = p.values[p.present]
+    with np.errstate(all="ignore"):
+        if target.kind in "iu" and live.dtype.kind == "f" and not np.isfinite(live).all():
+            raise err
+        cast = live.astype(target)
+        back = cast.astype(live.dtype)
+    if not np.array_equal(back, live, equal_nan=live.dtype.kind == "f"):
+        raise err
+    if target.kind in "iu" and live.dtype.kind in "iu":
+        if not np.array_equal(cast.astype(object), live.astype(object)):
+            raise err
+    out = np.zeros(len(p.values), dtype=target)
+    out[p.present] = cast
+    p.values = out
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Elementwise equality with NaN equal to NaN."""
+    if a.dtype == object or b.dtype == object:
+        return np.fromiter((x == y for x, y in zip(a.tolist(), b.tolist())), bool, len(a))
+    eq = a == b
+    if a.dtype.kind == "f" and b.dtype.kind == "f":
+        eq |= np.isnan(a) & np.isnan(b)
+    return eq
+
+
+def define_experiments(store: Store, design: Any) -> pandas.DataFrame:
+    explicit_ids, params = _normalise(design)
+    if params:
+        n = len(params[0].values)
+    elif explicit_ids is not None:
+        n = len(explicit_ids)
+    else:
+        n = len(design)
+        if n:
+            raise ValueError("design: the rows have no parameters; give them an 'experiment' column")
+    return define_columns(store, explicit_ids, params, n)
+
+
+def define_columns(
+    store: Store, explicit_ids: list[Any] | None, params: list[_Param], n: int
+) -> pandas.DataFrame:
+    """define_experiments on columns: explicit ids (or None) and typed parameter columns."""
+    import pandas as pd
+
+    for p in params:
+        _check_param_name(p.name)
+
+    store.refresh()
+    infos = reserved_series(store)
+    for p in params:
+        info = infos.get(DESIGN + p.name)
+        if info is not None:
+            _coerce(p, info["dtype"])
+
+    if explicit_ids is not None:
+        ids = _check_ids(explicit_ids)
+        if len(ids) != len(set(ids.tolist())):
+            seen: dict[Any, int] = {}
+            for i, e in enumerate(ids.tolist()):
+                if e in seen:
+                    raise ValueError(f"design: experiment id {e!r} is in rows {seen[e]} and {i}")
+                seen[e] = i
+    else:
+        rows = _row_dicts(params, n)
+        texts = [canonical_params(r) for r in rows]
+        first: dict[str, int] = {}
+        for i, t in enumerate(texts):
+            j = first.setdefault(t, i)
+            if j != i:
+                raise ValueError(
+                    f"design: rows {j} and {i} have the same parameters {rows[i]}, so they would get "
+                    "the same experiment id; add a parameter that tells them apart (a seed or a "
+                    "replicate number) or give an 'experiment' column"
+                )
+        ids = np.empty(n, dtype=object)
+        ids[:] = ["e" + hashlib.sha256(t.encode()).hexdigest()[:16] for t in texts]
+        if len(set(ids.tolist())) != n:  # two different rows with one 64-bit hash prefix
+            raise ValueError("design: two different parameter rows hash to the same experiment id")
+
+    # Compare with what the store holds for ids it already has.
+    index = load_index(store, infos)
+    pos = index.positions(ids)
+    existing = pos >= 0
+    stored_params = design_columns(store, infos)
+    if existing.any():
+        given = {p.name: p for p in params}
+        e_rows = np.flatnonzero(existing)
+        e_pos = pos[existing]
+        for name in dict.fromkeys(stored_params + list(given)):
+            if name in stored_params:
+                col = read_column(store, DESIGN + name, index, infos[DESIGN + name])
+                s_present, s_values = col.present[e_pos], col.values[e_pos]
+            else:
+                s_present = np.zeros(len(e_pos), dtype=bool)
+                s_values = np.zeros(len(e_pos))
+            if name in given:
+                g_present, g_values = given[name].present[e_rows], given[name].values[e_rows]
+            else:
+                g_present = np.zeros(len(e_rows), dtype=bool)
+                g_values = np.zeros(len(e_rows))
+            differ = s_present != g_present
+            both = s_present & g_present
+            if both.any():
+                differ[both] |= ~_same(s_values[both], g_values[both])
+            if differ.any():
+                k = int(np.flatnonzero(differ)[0])
+                sv = s_values[k] if s_present[k] else "(none)"
+                gv = g_values[k] if g_present[k] else "(none)"
+                sv = sv.item() if isinstance(sv, np.generic) else sv
+                gv = gv.item() if isinstance(gv, np.generic) else gv
+                eid = ids[e_rows[k]]
+                eid = eid.item() if isinstance(eid, np.generic) else eid
+                raise ValueError(
+                    f"experiment {eid!r} is already defined with {name}={sv!r}; the design "
+                    f"gives {name}={gv!r} ({int(differ.sum())} experiment(s) differ in {name!r}). "
+                    "Give changed experiments new ids"
+                )
+
+    new = ~existing
+    if new.any():
+        new_ids = ids[new]
+        runs = new_ids if new_ids.dtype != object else new_ids.tolist()
+        first_row = 0
+        if ROW in infos:
+            r = store._core.scan(ROW)["value"]
+            first_row = int(r.max()) + 1 if len(r) else 0
+        order = stored_params + [p.name for p in params if p.name not in stored_params]
+        with store.writer(_allow_reserved=True) as w:
+            for p in params:
+                keep = p.present[new]
+                if not keep.any():
+                    continue
+                vals = p.values[new][keep]
+                rr = new_ids[keep]
+                rr = rr if rr.dtype != object else rr.tolist()
+                w.log_many(rr, **{DESIGN + p.name: vals.tolist() if vals.dtype == object else vals})
+            w.log_many(runs, **{ROW: np.arange(first_row, first_row + int(new.sum()), dtype=np.int64)})
+            if order != stored_params:
+                w.put(0, PARAMS, json.dumps(order, ensure_ascii=False))
+        store.refresh()
+
+    data: dict[str, Any] = {ID_COLUMN: ids}
+    for p in params:
+        data[p.name] = Column(p.values, p.present, "").to_pandas()
+    return pd.DataFrame(data)

@@ -1,0 +1,631 @@
+"""run_experiments: every pending experiment of a store's design, on a pool of processes.
+
+Each worker process opens its own writer. For each experiment it appends the status "running"
+(made visible by a time-based auto-commit if the experiment runs long), calls fn(**params), then
+appends the outcomes and the status "done" (or "failed" with the traceback) in one call and
+commits: so an experiment is done exactly when its outcomes are committed. The parent only hands
+out experiment ids and parameters through a queue and counts small receipts; it never sees
+outcomes.
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing as mp
+import multiprocessing.connection
+import os
+import pickle
+import queue
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from . import _experiments as ex
+
+if TYPE_CHECKING:
+    from ._store import Store
+
+#: Seconds after which a running experiment's "running" status is committed (auto-commit).
+RUNNING_VISIBLE_S = 10.0
+#: Longest error text kept per experiment; longer tracebacks keep their start and end.
+MAX_ERROR_CHARS = 64 * 1024
+#: Seconds the workers get to stop after Ctrl-C before they are killed.
+STOP_GRACE_S = 10.0
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """What one run_experiments call did."""
+
+    #: Experiments that finished and were committed as done in this call.
+    done: int
+    #: Experiments that raised in this call (their status holds the message and traceback).
+    failed: int
+    #: Experiments not run because they were done already (and failed ones, with
+    #: retry_failed=False).
+    skipped: int
+    #: Wall-clock seconds of the call.
+    seconds: float
+    #: Worker processes used (0: ran in the calling process).
+    workers: int = 0
+    #: Experiments left not done by this call although it meant to run them (interrupted, or
+    #: their worker process died before it started them). A later call runs them.
+    not_run: int = 0
+    #: Ids of the experiments that failed in this call.
+    failed_ids: list[Any] = field(default_factory=list, repr=False)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "done": self.done,
+            "failed": self.failed,
+            "skipped": self.skipped,
+            "seconds": self.seconds,
+            "workers": self.workers,
+            "not_run": self.not_run,
+        }
+
+    def __str__(self) -> str:
+        s = f"{self.done:,} done, {self.failed:,} failed, {self.skipped:,} skipped in {self.seconds:.1f} s"
+        return s + (f", {self.not_run:,} not run" if self.not_run else "")
+
+
+class _Stop(BaseException):
+    """Raised inside fn when the worker is told to stop (SIGTERM); never caught by fn's
+    ``except Exception``."""
+
+
+class _Flags:
+    stop = False
+    in_fn = False
+
+
+def _format_error(e: BaseException) -> str:
+    tb = e.__traceback__
+    # Leave out the runner's own frame: the traceback starts in fn.
+    if tb is not None and tb.tb_frame.f_code is _Runner.run_one.__code__:
+        tb = tb.tb_next
+    text = "".join(traceback.format_exception(type(e), e, tb))
+    if len(text) > MAX_ERROR_CHARS:
+        head, tail = MAX_ERROR_CHARS // 4, MAX_ERROR_CHARS - MAX_ERROR_CHARS // 4
+        text = text[:head] + f"\n[... {len(text) - head - tail:,} characters cut ...]\n" + text[-tail:]
+    return text
+
+
+class _Runner:
+    """Runs experiments and writes their status and outcomes with one writer."""
+
+    def __init__(
+        self, store: Store, fn: Callable[..., Any], commit_every_s: float = RUNNING_VISIBLE_S
+    ) -> None:
+        self.fn = fn
+        self.writer = store.writer(_allow_reserved=True, commit_every_s=commit_every_s)
+        self.host = socket.gethostname()
+
+    def run_one(self, eid: Any, params: dict[str, Any], attempt: int) -> bool:
+        """Runs one experiment and appends its records (not committed). True if done."""
+        w = self.writer
+        started = time.time()
+        w.log(eid, **{ex.STATE: "running", ex.HOST: self.host, ex.STARTED: started, ex.ATTEMPT: attempt})
+        t0 = time.perf_counter()
+        error = None
+        try:
+            _Flags.in_fn = True
+            if _Flags.stop:
+                raise _Stop()
+            out = self.fn(**params)
+        except (Exception, SystemExit) as e:
+            error = _format_error(e)
+            out = None
+        finally:
+            _Flags.in_fn = False
+        seconds = time.perf_counter() - t0
+        status = {ex.HOST: self.host, ex.FINISHED: time.time(), ex.SECONDS: seconds, ex.ATTEMPT: attempt}
+        if error is None:
+            try:
+                values = _outcomes(out)
+                odd = {k: values.pop(k) for k in ("run", "step") if k in values}
+                # Outcomes and status in one call: a (time-based) auto-commit never separates
+                # them, and a value the store refuses appends nothing.
+                w.log(eid, **values, **status, **{ex.STATE: "done", ex.ERROR: ""})
+                for k, v in odd.items():
+                    w.put(eid, k, v)
+                return True
+            except (TypeError, ValueError, OverflowError) as e:
+                error = f"{type(e).__name__}: the outcomes could not be stored: {e}\n"
+        w.log(eid, **status, **{ex.STATE: "failed", ex.ERROR: error})
+        return False
+
+    def run_chunk(self, chunk: list[tuple[Any, dict[str, Any], int]]) -> tuple[list[Any], list[Any]]:
+        """Runs the experiments of a chunk, then commits. Returns (done ids, failed ids).
+
+        On _Stop or KeyboardInterrupt the interrupted experiment is set back to pending, what
+        finished is committed, and the exception propagates."""
+        done: list[Any] = []
+        failed: list[Any] = []
+        for eid, params, attempt in chunk:
+            if _Flags.stop:
+                break
+            try:
+                ok = self.run_one(eid, params, attempt)
+            except BaseException:
+                self.writer.log(eid, **{ex.STATE: "pending"})
+                self.writer.commit()
+                raise
+            (done if ok else failed).append(eid)
+        self.writer.commit()
+        return done, failed
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+def _outcomes(out: Any) -> dict[str, Any]:
+    if out is None:
+        return {}
+    if not isinstance(out, Mapping):
+        raise TypeError(f"fn must return a dict of outcomes (or None), got {type(out).__name__}")
+    values = {}
+    for k, v in out.items():
+        if not isinstance(k, str):
+            raise TypeError(f"outcome names must be str, got {k!r}")
+        if not k:
+            raise ValueError("an outcome name is empty")
+        if k.startswith("~"):
+            raise ValueError(f"outcome {k!r} starts with '~', which is reserved for runstore")
+        if v is not None:  # None: no value for this outcome
+            values[k] = v
+    return values
+
+
+# -- worker processes ----------------------------------------------------------------------------
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    _Flags.stop = True
+    if _Flags.in_fn:
+        raise _Stop()
+
+
+def _worker_main(widx: int, store_path: str, fn_bytes: bytes, task_q: Any, conn: Any, parent: int) -> None:
+    """A worker process: pulls chunks of experiments until it gets None.
+
+    Receipts go to the parent through ``conn``, a pipe of its own written synchronously, so a
+    receipt sent before the process dies is never lost in a buffer."""
+    # Ctrl-C reaches every process of the terminal's foreground group: the parent decides.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _on_sigterm)
+
+    def send(*msg: Any) -> None:
+        try:
+            conn.send(msg)
+        except OSError:  # the parent is gone (EPIPE): finish the current chunk and stop
+            _Flags.stop = True
+
+    try:
+        from ._store import Store
+
+        fn = pickle.loads(fn_bytes)
+        runner = _Runner(Store(store_path, "r+"), fn)
+    except BaseException:
+        send("fatal", widx, traceback.format_exc())
+        return
+    try:
+        while not _Flags.stop:
+            try:
+                item = task_q.get(timeout=0.5)
+            except queue.Empty:
+                if os.getppid() != parent:  # the parent is gone: stop
+                    break
+                continue
+            if item is None:
+                break
+            seq, chunk = item
+            send("begin", widx, seq)
+            try:
+                done, failed = runner.run_chunk(chunk)
+            except _Stop:
+                send("stopped", widx, seq)
+                break
+            send("end", widx, seq, done, failed)
+    finally:
+        try:
+            runner.close()
+        finally:
+            send("exit", widx)
+            conn.close()
+
+
+# -- the parent ----------------------------------------------------------------------------------
+
+
+class _Progress:
+    def __init__(self, total: int, enabled: bool) -> None:
+        self.total = total
+        self.enabled = enabled and total > 0 and sys.stderr.isatty()
+        self.t0 = time.perf_counter()
+        self.last = 0.0
+
+    def update(self, done: int, failed: int, force: bool = False) -> None:
+        if not self.enabled:
+            return
+        now = time.perf_counter()
+        if not force and now - self.last < 0.2:
+            return
+        self.last = now
+        n = done + failed
+        el = now - self.t0
+        rate = n / el if el > 0 else 0.0
+        eta = (self.total - n) / rate if rate > 0 else math.inf
+        eta_s = "?" if not math.isfinite(eta) else time.strftime("%H:%M:%S", time.gmtime(eta))
+        sys.stderr.write(
+            f"\rrunstore: {n:,}/{self.total:,} experiments, {failed:,} failed, "
+            f"{rate:,.1f}/s, ETA {eta_s}   "
+        )
+        sys.stderr.flush()
+
+    def close(self, done: int, failed: int) -> None:
+        if self.enabled:
+            self.update(done, failed, force=True)
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+
+
+def _default_workers() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def _plan(
+    store: Store, retry_failed: bool
+) -> tuple[ex.ExperimentIndex, dict[str, ex.Column], np.ndarray, np.ndarray, int]:
+    """(index, params, rows to run, attempts so far, skipped)."""
+    infos = ex.reserved_series(store)
+    index = ex.load_index(store, infos)
+    params = {
+        p: ex.read_column(store, ex.DESIGN + p, index, infos[ex.DESIGN + p])
+        for p in ex.design_columns(store, infos)
+    }
+    status = ex.status_frame_columns(ex.load_status(store, index, infos))
+    state = status["state"]
+    todo = state != "done"
+    if not retry_failed:
+        todo &= state != "failed"
+    rows = np.flatnonzero(todo)
+    return index, params, rows, status["attempt"], len(index) - len(rows)
+
+
+def _chunks(
+    index: ex.ExperimentIndex, params: dict[str, ex.Column], rows: np.ndarray, attempts: np.ndarray, size: int
+):
+    """Yields lists of (id, params, attempt), built lazily."""
+    for start in range(0, len(rows), size):
+        r = rows[start : start + size]
+        ids = index.ids[r].tolist()
+        cols = [(name, c.values[r].tolist(), c.present[r].tolist()) for name, c in params.items()]
+        att = (attempts[r] + 1).tolist()
+        chunk = []
+        for k, eid in enumerate(ids):
+            p = {name: vals[k] for name, vals, present in cols if present[k]}
+            chunk.append((eid, p, att[k]))
+        yield chunk
+
+
+def run_experiments(
+    store: Store | str | os.PathLike[str],
+    fn: Callable[..., Mapping[str, Any] | None],
+    workers: int | None = None,
+    retry_failed: bool = True,
+    progress: bool = True,
+    *,
+    commit_every: int = 1,
+    start_method: str = "spawn",
+) -> RunSummary:
+    from ._store import Store
+
+    if not isinstance(store, Store):
+        store = Store(store)
+    if store.read_only:
+        raise RuntimeError(f"run_experiments: the store {store.path} is open read-only")
+    if commit_every < 1:
+        raise ValueError("commit_every must be at least 1")
+    t0 = time.perf_counter()
+    store.refresh()
+    index, params, rows, attempts, skipped = _plan(store, retry_failed)
+    n_workers = _default_workers() if workers is None else int(workers)
+    if n_workers < 0:
+        raise ValueError("workers must be >= 0 (0: run in this process)")
+    n_workers = min(n_workers, len(rows))
+    if len(rows) == 0:
+        return RunSummary(0, 0, skipped, time.perf_counter() - t0, 0, 0)
+    # Chunks of at most commit_every experiments (a worker commits after each chunk), small
+    # enough that every worker gets several: workers pull them from a queue, so slow and
+    # failing experiments balance out.
+    size = max(1, min(commit_every, math.ceil(len(rows) / max(1, 4 * n_workers))))
+    chunks = _chunks(index, params, rows, attempts, size)
+    bar = _Progress(len(rows), progress)
+    if n_workers == 0:
+        return _run_here(store, fn, chunks, len(rows), skipped, t0, bar)
+    try:
+        fn_bytes = pickle.dumps(fn)
+    except Exception as e:
+        raise TypeError(
+            f"run_experiments: fn must be picklable to reach the worker processes (a function "
+            f"defined at the top level of a module, not a lambda or a nested function): {e}"
+        ) from e
+    return _Pool(store, fn_bytes, n_workers, start_method, chunks, len(rows), skipped, t0, bar).run()
+
+
+def _run_here(
+    store: Store, fn: Callable[..., Any], chunks: Any, total: int, skipped: int, t0: float, bar: _Progress
+) -> RunSummary:
+    done = failed = 0
+    failed_ids: list[Any] = []
+    runner = _Runner(store, fn)
+    try:
+        for chunk in chunks:
+            d, f = runner.run_chunk(chunk)
+            done += len(d)
+            failed += len(f)
+            failed_ids += f
+            bar.update(done, failed)
+    finally:
+        bar.close(done, failed)
+        runner.close()
+        store.refresh()
+    return RunSummary(done, failed, skipped, time.perf_counter() - t0, 0, total - done - failed, failed_ids)
+
+
+class _Pool:
+    """Worker processes fed through a bounded queue; replaces workers that die."""
+
+    def __init__(self, store: Store, fn_bytes: bytes, n: int, start_method: str, chunks: Any, total: int,
+                 skipped: int, t0: float, bar: _Progress) -> None:
+        self.store = store
+        self.fn_bytes = fn_bytes
+        self.n = n
+        self.ctx = mp.get_context(start_method)
+        self.chunks = chunks
+        self.total = total
+        self.skipped = skipped
+        self.t0 = t0
+        self.bar = bar
+        self.task_q = self.ctx.Queue(maxsize=2 * n)
+        self.conns: dict[int, Any] = {}  # worker -> read end of its receipt pipe
+        self.procs: dict[int, Any] = {}
+        self.exited: set[int] = set()
+        self.current: dict[int, int] = {}  # worker -> chunk seq it runs
+        self.outstanding: dict[int, list[Any]] = {}  # seq -> ids, handed out, not finished
+        self.next_seq = 0
+        self.pending_item: Any = None
+        self.chunks_done = False
+        self.sentinels = 0
+        self.started = 0
+        self.done = 0
+        self.failed = 0
+        self.failed_ids: list[Any] = []
+        self.fatal: str | None = None
+        self.began_any: set[int] = set()
+        self._failure_writer = None
+
+    def _start(self) -> None:
+        widx = self.started
+        self.started += 1
+        r, w = self.ctx.Pipe(duplex=False)
+        p = self.ctx.Process(
+            target=_worker_main,
+            args=(widx, self.store.path, self.fn_bytes, self.task_q, w, os.getpid()),
+            name=f"runstore-worker-{widx}",
+            # Not daemonic: fn may start processes of its own (a DataLoader, a Pool), which
+            # daemonic processes may not. run() stops and joins every worker itself.
+            daemon=False,
+        )
+        p.start()
+        w.close()  # the worker holds the write end: EOF when it exits
+        self.procs[widx] = p
+        self.conns[widx] = r
+
+    def _feed(self) -> None:
+        while True:
+            if self.pending_item is None:
+                if self.chunks_done:
+                    if self.sentinels < self.started:
+                        self.pending_item = ("sentinel",)
+                    else:
+                        return
+                else:
+                    chunk = next(self.chunks, None)
+                    if chunk is None:
+                        self.chunks_done = True
+                        continue
+                    self.pending_item = (self.next_seq, chunk)
+                    self.next_seq += 1
+            item = None if self.pending_item[0] == "sentinel" else self.pending_item
+            try:
+                self.task_q.put_nowait(item)
+            except queue.Full:
+                return
+            if item is None:
+                self.sentinels += 1
+            else:
+                self.outstanding[item[0]] = [e for e, _, _ in item[1]]
+            self.pending_item = None
+
+    def _handle(self, msg: tuple[Any, ...]) -> None:
+        kind, widx = msg[0], msg[1]
+        if kind == "begin":
+            self.current[widx] = msg[2]
+            self.began_any.add(widx)
+        elif kind == "end":
+            _, _, seq, d, f = msg
+            self.current.pop(widx, None)
+            self.outstanding.pop(seq, None)
+            self.done += len(d)
+            self.failed += len(f)
+            self.failed_ids += f
+            self.bar.update(self.done, self.failed)
+        elif kind == "stopped":
+            self.current.pop(widx, None)
+        elif kind == "exit":
+            self.exited.add(widx)
+        elif kind == "fatal":
+            self.fatal = msg[2]
+            self.exited.add(widx)
+
+    def _drain(self, timeout: float) -> None:
+        """Reads the receipts that arrive within ``timeout`` (or until a worker exits)."""
+        waitables = list(self.conns.values()) + [p.sentinel for p in self.procs.values()]
+        if not waitables:
+            return
+        mp.connection.wait(waitables, timeout)
+        for widx, c in list(self.conns.items()):
+            self._read(widx, c)
+
+    def _read(self, widx: int, c: Any) -> None:
+        try:
+            while c.poll():
+                self._handle(c.recv())
+        except (EOFError, OSError):  # the worker exited and everything it sent was read
+            c.close()
+            del self.conns[widx]
+
+    def _work_left(self) -> bool:
+        """True while some chunk has not been taken by a worker that started it."""
+        if not self.chunks_done or (self.pending_item is not None and self.pending_item[0] != "sentinel"):
+            return True
+        return bool(set(self.outstanding) - set(self.current.values()))
+
+    def _reap(self) -> None:
+        for widx, p in list(self.procs.items()):
+            if p.is_alive():
+                continue
+            p.join()
+            del self.procs[widx]
+            if widx in self.conns:  # receipts it sent before exiting are still in the pipe
+                self._read(widx, self.conns[widx])
+            if widx in self.exited and p.exitcode == 0:
+                continue
+            # It died (killed, out of memory, a segfault or os._exit in fn).
+            if widx not in self.began_any and self.fatal is None:
+                self.fatal = (
+                    f"worker process {p.name} exited with code {p.exitcode} before it ran anything "
+                    "(see its error output above)"
+                )
+            seq = self.current.pop(widx, None)
+            if seq is not None and seq in self.outstanding:
+                self._mark_crashed(self.outstanding.pop(seq), p.exitcode)
+            if self.fatal is None and self._work_left():
+                self._start()  # _feed gives it a sentinel of its own
+
+    def _mark_crashed(self, ids: list[Any], exitcode: int | None) -> None:
+        """Marks the experiments a dead worker was running (and not committed) as failed."""
+        self.store.refresh()
+        str_ids = any(isinstance(i, str) for i in ids)
+        index = ex.ExperimentIndex(np.array(ids, dtype=object if str_ids else np.int64))
+        state = None
+        if ex.STATE in ex.reserved_series(self.store):
+            state = ex.read_column(self.store, ex.STATE, index)
+        if exitcode is not None and exitcode < 0:
+            how = f"was killed by signal {signal.Signals(-exitcode).name}"
+        else:
+            how = f"exited with code {exitcode}"
+        if self._failure_writer is None:
+            self._failure_writer = self.store.writer(_allow_reserved=True)
+        w = self._failure_writer
+        for k, eid in enumerate(ids):
+            if state is not None and state.present[k] and state.values[k] == "done":
+                self.done += 1  # committed before the worker died
+                continue
+            w.log(eid, **{
+                ex.STATE: "failed",
+                ex.ERROR: f"the worker process running this experiment {how} (the experiment may have "
+                          f"crashed it, or it ran in the same batch of {len(ids)} as one that did)\n",
+                ex.FINISHED: time.time(),
+            })
+            self.failed += 1
+            self.failed_ids.append(eid)
+        w.commit()
+
+    def run(self) -> RunSummary:
+        old_term = None
+        in_main = threading.current_thread() is threading.main_thread()
+        stop_signal: list[int] = []
+        if in_main:
+            def on_term(signum: int, frame: Any) -> None:
+                stop_signal.append(signum)
+                raise KeyboardInterrupt
+            old_term = signal.signal(signal.SIGTERM, on_term)
+        interrupted = False
+        try:
+            for _ in range(self.n):
+                self._start()
+            while self.procs:
+                self._feed()
+                self._drain(0.05)
+                self._reap()
+                if self.fatal is not None:
+                    break
+        except KeyboardInterrupt:
+            interrupted = True
+        finally:
+            try:
+                self._stop(kill=self.fatal is not None)
+            finally:
+                if in_main:
+                    signal.signal(signal.SIGTERM, old_term)
+                self.bar.close(self.done, self.failed)
+                if self._failure_writer is not None:
+                    self._failure_writer.close()
+                self.task_q.cancel_join_thread()
+                self.task_q.close()
+                for c in self.conns.values():
+                    c.close()
+                self.store.refresh()
+        if self.fatal is not None:
+            raise RuntimeError(f"run_experiments: a worker process failed:\n{self.fatal}")
+        summary = RunSummary(
+            self.done, self.failed, self.skipped, time.perf_counter() - self.t0, self.n,
+            self.total - self.done - self.failed, self.failed_ids,
+        )
+        if interrupted:
+            print(
+                f"\nrunstore: interrupted; {summary.done:,} done and {summary.failed:,} failed in this "
+                f"call, {summary.not_run:,} not run. Run again to continue: done experiments are kept.",
+                file=sys.stderr,
+            )
+            if stop_signal:
+                raise SystemExit(128 + stop_signal[0])
+            raise KeyboardInterrupt
+        return summary
+
+    def _stop(self, kill: bool) -> None:
+        """Tells every live worker to stop (SIGTERM), waits for them, kills stragglers."""
+        live = [p for p in self.procs.values() if p.is_alive()]
+        if not live:
+            self._drain(0)
+            return
+        for p in live:
+            if kill:
+                p.kill()
+            else:
+                p.terminate()
+        deadline = time.monotonic() + STOP_GRACE_S
+        try:
+            while any(p.is_alive() for p in live) and time.monotonic() < deadline:
+                self._drain(0.05)
+        except KeyboardInterrupt:  # a second Ctrl-C: do not wait
+            pass
+        for p in live:
+            if p.is_alive():
+                p.kill()
+            p.join()
+        self._drain(0)

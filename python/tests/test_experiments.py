@@ -1,0 +1,454 @@
+"""Experiments: the design table, run_experiments, status, load_results, crash and resume.
+
+The crash tests run real processes: a sweep whose parent and workers are all SIGKILLed part way
+(then rerun), a sweep stopped with Ctrl-C (SIGINT to its process group, as a terminal sends
+it), and a per-step run killed after its checkpoint and resumed with Writer.resume.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import runstore
+from runstore import _experiments as ex
+
+HERE = Path(__file__).parent
+
+
+# -- functions run by the workers (importable: spawned workers unpickle them from this module) ----
+
+
+def square(x, seed=0):
+    return {"y": x * x + seed, "curve": np.full(4, float(x)), "label": f"x={x}", "pid": os.getpid()}
+
+
+def fails_on_odd_x(x, seed=0):
+    if x % 2:
+        raise RuntimeError(f"odd x={x} is not supported")
+    return {"y": x * x + seed}
+
+
+def fails_unless_flag(x, flag_dir):
+    if not os.path.exists(os.path.join(flag_dir, "fixed")) and x == 3:
+        raise ValueError("x=3 needs the fix")
+    return {"y": float(x)}
+
+
+def returns_unstorable(x):
+    return {"y": float(x), "z": 1j} if x == 1 else {"y": float(x), "z": 0.5}
+
+
+def crashes_on_two(x):
+    if x == 2:
+        os._exit(3)  # the worker process dies without a word
+    return {"y": x}
+
+
+def slow(x):
+    time.sleep(0.05)
+    return {"y": x}
+
+
+# -- the design ----------------------------------------------------------------------------------
+
+
+def test_grid_is_the_cartesian_product_first_axis_slowest():
+    g = runstore.grid(lr=[0.1, 0.01], seed=range(3))
+    assert g == [
+        {"lr": 0.1, "seed": 0}, {"lr": 0.1, "seed": 1}, {"lr": 0.1, "seed": 2},
+        {"lr": 0.01, "seed": 0}, {"lr": 0.01, "seed": 1}, {"lr": 0.01, "seed": 2},
+    ]
+    assert runstore.grid({"opt/lr": [1, 2]}, seed=[0]) == [{"opt/lr": 1, "seed": 0}, {"opt/lr": 2, "seed": 0}]
+    with pytest.raises(TypeError, match="list of values"):
+        runstore.grid(lr=0.1)
+
+
+def test_define_is_idempotent_and_adds_new_rows(store):
+    d1 = store.define_experiments(runstore.grid(lr=[0.1, 0.01], seed=range(3)))
+    assert list(d1.columns) == ["experiment", "lr", "seed"] and len(d1) == 6
+    before = store.segments()
+    d2 = store.define_experiments(runstore.grid(lr=[0.1, 0.01], seed=range(3)))
+    pd.testing.assert_frame_equal(d1, d2)
+    assert store.segments() == before  # nothing written
+    store.define_experiments(runstore.grid(lr=[0.1, 0.01, 0.001], seed=range(3)))
+    design = store.design()
+    assert len(design) == 9
+    # Old rows keep their place; new ones follow in the order given.
+    assert design["experiment"].tolist()[:6] == d1["experiment"].tolist()
+    assert design["lr"].tolist()[6:] == [0.001] * 3
+    assert store.pending() == design["experiment"].tolist()
+
+
+def test_define_conflicting_parameters_is_a_value_error_and_writes_nothing(store):
+    store.define_experiments([{"experiment": 1, "lr": 0.1}, {"experiment": 2, "lr": 0.2}])
+    before = store.segments()
+    conflict = r"experiment 2 is already defined with lr=0.2; the design gives lr=0.3"
+    with pytest.raises(ValueError, match=conflict):
+        store.define_experiments([{"experiment": 3, "lr": 0.5}, {"experiment": 2, "lr": 0.3}])
+    with pytest.raises(ValueError, match="already defined"):
+        store.define_experiments([{"experiment": 1, "lr": 0.1, "extra": 5}])
+    assert store.segments() == before
+    assert store.design()["experiment"].tolist() == [1, 2]
+
+
+def test_duplicate_rows_in_one_design_are_refused(store):
+    with pytest.raises(ValueError, match="rows 0 and 2 have the same parameters"):
+        store.define_experiments([{"a": 1}, {"a": 2}, {"a": 1}])
+    with pytest.raises(ValueError, match="experiment id 'x' is in rows 0 and 1"):
+        store.define_experiments([{"experiment": "x", "a": 1}, {"experiment": "x", "a": 2}])
+    assert store.design().empty
+
+
+def test_derived_ids_are_the_documented_hash_and_do_not_depend_on_order(store):
+    d = store.define_experiments([{"seed": 3, "lr": 0.1, "name": "adam"}])
+    canonical = '{"lr":0.1,"name":"adam","seed":3}'
+    expected = "e" + hashlib.sha256(canonical.encode()).hexdigest()[:16]
+    assert ex.canonical_params({"seed": 3, "lr": 0.1, "name": "adam"}) == canonical
+    assert d["experiment"][0] == expected == runstore.experiment_id({"name": "adam", "lr": 0.1, "seed": 3})
+
+
+def test_design_keeps_dtypes_and_absent_parameters(store):
+    df = pd.DataFrame({
+        "experiment": [10, 11, 12],
+        "i8": np.array([1, -2, 3], np.int8),
+        "f32": np.array([0.5, 1.5, np.nan], np.float32),
+        "u64": np.array([2**64 - 1, 0, 1], np.uint64),
+        "flag": [True, False, True],
+        "name": ["a,b", 'q"uote', "new\nline"],
+        "opt": pd.array([1, None, 3], dtype="Int64"),
+    })
+    store.define_experiments(df)
+    d = store.design()
+    assert d["experiment"].tolist() == [10, 11, 12]
+    assert d["i8"].dtype == np.int8 and d["f32"].dtype == np.float32 and d["u64"].dtype == np.uint64
+    assert d["flag"].dtype == bool and d["u64"][0] == 2**64 - 1 and np.isnan(d["f32"][2])
+    assert d["name"].tolist() == ["a,b", 'q"uote', "new\nline"]
+    assert str(d["opt"].dtype) == "Int64" and d["opt"].isna().tolist() == [False, True, False]
+    # A list of dicts may leave parameters out (a ragged design); fn is called without them.
+    store2 = runstore.open(store.path + "2")
+    store2.define_experiments([{"model": "a", "depth": 3}, {"model": "b"}])
+    d2 = store2.design()
+    assert d2["model"].tolist() == ["a", "b"] and d2["depth"].isna().tolist() == [False, True]
+    assert str(d2["depth"].dtype) == "Int64"
+
+
+def test_values_are_cast_to_the_stored_dtype_when_nothing_changes(store):
+    store.define_experiments(runstore.grid(x=[0.5, 1.5]))
+    store.define_experiments(runstore.grid(x=[2]))  # an int for a float64 parameter
+    assert store.design()["x"].tolist() == [0.5, 1.5, 2.0]
+    assert store.design()["x"].dtype == np.float64
+    store.define_experiments(runstore.grid(x=[2.0]))  # the same experiment: a no-op
+    assert len(store.design()) == 3
+    with pytest.raises(ValueError, match="stored as float64"):
+        store.define_experiments(runstore.grid(x=["text"]))
+
+
+def test_bad_designs_get_clear_errors(store):
+    with pytest.raises(TypeError, match="a DataFrame or a list of dicts"):
+        store.define_experiments({"a": [1, 2]})
+    with pytest.raises(TypeError, match="mixes"):
+        store.define_experiments([{"a": 1}, {"a": "x"}])
+    with pytest.raises(ValueError, match="reserved"):
+        store.define_experiments([{"~a": 1}])
+    with pytest.raises(ValueError, match="ids are ints or non-empty strs"):
+        store.define_experiments([{"experiment": None, "a": 1}])
+
+
+# -- running -------------------------------------------------------------------------------------
+
+
+def test_status_before_anything_ran(store):
+    store.define_experiments(runstore.grid(x=range(3)))
+    st = store.status()
+    assert st["state"].tolist() == ["pending"] * 3 and st["attempt"].tolist() == [0] * 3
+    assert st["error"].isna().all() and st["started"].isna().all()
+    experiments, outcomes = runstore.load_results(store)
+    assert outcomes == {} and experiments["state"].tolist() == ["pending"] * 3
+
+
+def test_sweep_runs_every_experiment_on_worker_processes(store):
+    store.define_experiments(runstore.grid(x=range(20), seed=[0, 100]))
+    s = runstore.run_experiments(store, square, workers=2, progress=False)
+    assert (s.done, s.failed, s.skipped, s.not_run, s.workers) == (40, 0, 0, 0, 2)
+    experiments, outcomes = runstore.load_results(store)
+    assert (experiments["state"] == "done").all() and (experiments["attempt"] == 1).all()
+    assert len(set(experiments["host"])) == 1 and (experiments["finished"] >= experiments["started"]).all()
+    np.testing.assert_array_equal(outcomes["y"], experiments["x"] ** 2 + experiments["seed"])
+    assert outcomes["curve"].shape == (40, 4) and outcomes["curve"].dtype == np.float64
+    np.testing.assert_array_equal(outcomes["curve"][:, 2], experiments["x"].astype(float))
+    assert outcomes["label"].tolist() == [f"x={x}" for x in experiments["x"]]
+    # Every experiment ran in one of (at most) two worker processes, none in this one.
+    assert os.getpid() not in set(outcomes["pid"].tolist()) and len(set(outcomes["pid"].tolist())) <= 2
+    # Done is done: a second call runs nothing.
+    again = runstore.run_experiments(store, square, workers=2, progress=False)
+    assert (again.done, again.skipped) == (0, 40)
+
+
+def test_failures_keep_their_traceback_and_the_rest_completes(store):
+    store.define_experiments(runstore.grid(x=range(10)))
+    s = runstore.run_experiments(store, fails_on_odd_x, workers=2, progress=False)
+    assert (s.done, s.failed) == (5, 5)
+    st = store.status()
+    failed = st[st["state"] == "failed"]
+    assert sorted(store.design().set_index("experiment").loc[failed["experiment"], "x"]) == [1, 3, 5, 7, 9]
+    for err, x in zip(failed["error"], store.design().set_index("experiment").loc[failed["experiment"], "x"]):
+        assert err.startswith("Traceback (most recent call last):")
+        assert "in fails_on_odd_x" in err and f"RuntimeError: odd x={x} is not supported" in err
+    assert st[st["state"] == "done"]["error"].isna().all()
+    experiments, outcomes = runstore.load_results(store)
+    y = outcomes["y"]
+    assert isinstance(y, np.ma.MaskedArray) and y.dtype == np.int64  # ints with gaps: masked
+    assert y.mask.tolist() == [bool(x % 2) for x in experiments["x"]]
+    assert store.pending(retry_failed=False) == []
+    assert len(store.pending()) == 5
+
+
+def test_retry_failed(tmp_path, store):
+    store.define_experiments([{"x": x, "flag_dir": str(tmp_path)} for x in range(5)])
+    s = runstore.run_experiments(store, fails_unless_flag, workers=0, progress=False)
+    assert (s.done, s.failed) == (4, 1)
+    s = runstore.run_experiments(store, fails_unless_flag, workers=0, retry_failed=False, progress=False)
+    assert (s.done, s.failed, s.skipped) == (0, 0, 5)
+    (tmp_path / "fixed").touch()
+    s = runstore.run_experiments(store, fails_unless_flag, workers=0, progress=False)
+    assert (s.done, s.failed, s.skipped) == (1, 0, 4)
+    st = store.status()
+    assert (st["state"] == "done").all() and st["error"].isna().all()  # "done" replaced "failed"
+    assert sorted(st["attempt"]) == [1, 1, 1, 1, 2]
+    assert runstore.load_results(store)[1]["y"].tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]
+
+
+def test_an_outcome_the_store_refuses_fails_that_experiment_only(store):
+    store.define_experiments(runstore.grid(x=range(3)))
+    s = runstore.run_experiments(store, returns_unstorable, workers=0, progress=False)
+    assert (s.done, s.failed) == (2, 1)
+    err = store.status()["error"].dropna().tolist()
+    assert len(err) == 1 and "the outcomes could not be stored" in err[0] and "complex" in err[0]
+    _, outcomes = runstore.load_results(store)
+    assert np.isnan(outcomes["y"][1]) and outcomes["y"][2] == 2.0  # nothing of it was appended
+
+
+def test_a_worker_process_that_dies_is_replaced_and_its_experiment_failed(store):
+    store.define_experiments(runstore.grid(x=range(8)))
+    s = runstore.run_experiments(store, crashes_on_two, workers=2, progress=False)
+    assert (s.done, s.failed) == (7, 1)
+    st = store.status().set_index(store.design()["x"])
+    assert st.loc[2, "state"] == "failed" and "exited with code 3" in st.loc[2, "error"]
+
+
+def test_commit_every_batches_experiments(store):
+    store.define_experiments(runstore.grid(x=range(30)))
+    s = runstore.run_experiments(store, square, workers=0, commit_every=10, progress=False)
+    assert s.done == 30
+    assert sum(seg.commits for seg in store.segments()) <= 1 + 3 + 1  # design, 3 batches, close
+
+
+def test_fn_must_be_picklable(store):
+    store.define_experiments(runstore.grid(x=range(2)))
+    with pytest.raises(TypeError, match="picklable"):
+        runstore.run_experiments(store, lambda x: {"y": x}, workers=1, progress=False)
+    assert runstore.run_experiments(store, lambda x: {"y": x}, workers=0, progress=False).done == 2
+
+
+def test_outcome_names_are_checked(store):
+    store.define_experiments(runstore.grid(x=[1]))
+    s = runstore.run_experiments(store, _reserved_outcome, workers=0, progress=False)
+    assert s.failed == 1 and "reserved" in store.status()["error"][0]
+
+
+def _reserved_outcome(x):
+    return {"~state": "done"}
+
+
+# -- crashes -------------------------------------------------------------------------------------
+
+SWEEP_SCRIPT = textwrap.dedent(
+    """
+    import os, sys, time
+    import numpy as np
+    import runstore
+
+    CALLS = sys.argv[2]
+
+    def work(x, seed):
+        time.sleep(0.01)
+        with open(os.path.join(CALLS, f"{x}-{seed}"), "a") as f:  # one line per call
+            f.write("call\\n")
+        return {"y": x * 1000 + seed, "v": np.full(3, x, dtype=np.int32)}
+
+    if __name__ == "__main__":
+        s = runstore.run_experiments(runstore.open(sys.argv[1]), work, workers=2, progress=False)
+        print("summary", s.done, s.failed, s.skipped, flush=True)
+    """
+)
+
+
+def _start_sweep(tmp_path: Path, store_path: Path) -> subprocess.Popen:
+    script = tmp_path / "sweep.py"
+    script.write_text(SWEEP_SCRIPT)
+    calls = tmp_path / "calls"
+    calls.mkdir(exist_ok=True)
+    # Its own session and process group: the parent and its workers, as a terminal job.
+    return subprocess.Popen(
+        [sys.executable, str(script), str(store_path), str(calls)],
+        start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+
+
+def _wait_until_done(
+    store: runstore.Store, at_least: int, proc: subprocess.Popen, timeout: float = 60
+) -> int:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"the sweep ended early: {proc.communicate()}"
+        store.refresh()
+        done = int((store.status()["state"] == "done").sum())
+        if done >= at_least:
+            return done
+        time.sleep(0.02)
+    raise AssertionError(f"fewer than {at_least} experiments done after {timeout} s")
+
+
+def _check_exactly_once(store: runstore.Store, n: int) -> pd.DataFrame:
+    experiments, outcomes = runstore.load_results(store)
+    assert len(experiments) == n and (experiments["state"] == "done").all()
+    np.testing.assert_array_equal(outcomes["y"], experiments["x"] * 1000 + experiments["seed"])
+    np.testing.assert_array_equal(outcomes["v"][:, 0], experiments["x"])
+    # One visible record per experiment and outcome: none lost, none twice.
+    for name in ("y", "v", "~status/state"):
+        runs = store.scan(name)["run"]
+        assert len(runs) == n and len(set(runs.tolist())) == n
+    return experiments
+
+
+def test_sigkill_of_the_whole_sweep_then_rerun_runs_each_experiment_once(tmp_path, store):
+    n = 200
+    store.define_experiments(runstore.grid(x=range(20), seed=range(10)))
+    proc = _start_sweep(tmp_path, Path(store.path))
+    _wait_until_done(store, 40, proc)
+    os.killpg(proc.pid, signal.SIGKILL)  # the parent and both workers, at once
+    proc.wait()
+    time.sleep(0.2)
+    store.refresh()
+    before = store.status()
+    done_before = before[before["state"] == "done"].set_index("experiment")
+    assert 40 <= len(done_before) < n, len(done_before)
+
+    proc = _start_sweep(tmp_path, Path(store.path))
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert f"summary {n - len(done_before)} 0 {len(done_before)}" in out
+
+    experiments = _check_exactly_once(store, n)
+    after = store.status().set_index("experiment")
+    # Experiments committed before the kill were not run again.
+    pd.testing.assert_series_equal(after.loc[done_before.index, "finished"], done_before["finished"])
+    assert (after.loc[done_before.index, "attempt"] == 1).all()
+    calls = {p.name: len(p.read_text().splitlines()) for p in (tmp_path / "calls").iterdir()}
+    names = experiments["x"].astype(str) + "-" + experiments["seed"].astype(str)
+    key = dict(zip(experiments["experiment"], names))
+    assert all(calls[key[e]] == 1 for e in done_before.index)
+    # Only what was running when killed ran twice: at most one experiment per worker.
+    assert sum(c - 1 for c in calls.values()) <= 2 and len(calls) == n
+
+
+def test_ctrl_c_stops_the_sweep_cleanly_and_the_rerun_finishes_it(tmp_path, store):
+    n = 200
+    store.define_experiments(runstore.grid(x=range(20), seed=range(10)))
+    proc = _start_sweep(tmp_path, Path(store.path))
+    _wait_until_done(store, 30, proc)
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal sends
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0 and "interrupted" in err and "Run again to continue" in err, err
+    store.refresh()
+    st = store.status()
+    # Nothing is left "running": the interrupted experiments went back to pending.
+    assert set(st["state"]) <= {"done", "pending"}, st["state"].value_counts()
+    done = int((st["state"] == "done").sum())
+    assert 30 <= done < n
+    s = runstore.run_experiments(store, square_like_sweep, workers=2, progress=False)
+    assert s.done == n - done and s.skipped == done
+    _check_exactly_once(store, n)
+
+
+def square_like_sweep(x, seed):
+    return {"y": x * 1000 + seed, "v": np.full(3, x, dtype=np.int32)}
+
+
+RESUME_SCRIPT = textwrap.dedent(
+    """
+    # A per-step run: a checkpoint every 1,000 steps, results committed every 100 steps.
+    import json, os, signal, sys
+    import runstore
+
+    store_path, ckpt, kill_at = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    RUN, STEPS = "train", 10_000
+    store = runstore.open(store_path)
+    start, state, attempt = 0, 0.0, 1
+    if os.path.exists(ckpt):
+        with open(ckpt) as f:
+            c = json.load(f)
+        start, state, attempt = c["step"], c["state"], c["attempt"] + 1
+    with store.writer() as w:
+        if start:
+            w.resume(RUN, start)  # hide what the dead attempt wrote at steps >= start
+            store.refresh()
+            steps = store.scan("loss")["step"]
+            print("visible after resume", len(steps), int(steps.max()), flush=True)
+        for step in range(start, STEPS):
+            if step == kill_at:
+                os.kill(os.getpid(), signal.SIGKILL)  # preempted, without warning
+            if step % 1000 == 0 and step > start:
+                w.commit()  # every step before this one is durable ...
+                with open(ckpt + ".tmp", "w") as f:  # ... before the checkpoint says so
+                    json.dump({"step": step, "state": state, "attempt": attempt}, f)
+                os.replace(ckpt + ".tmp", ckpt)
+            state = state * 0.999 + step % 7
+            w.log(RUN, step=step, loss=state, attempt=attempt)
+            if step % 100 == 99:
+                w.commit()
+    """
+)
+
+
+def test_per_step_run_killed_after_its_checkpoint_resumes_with_one_record_per_step(tmp_path, store_path):
+    script = tmp_path / "train.py"
+    script.write_text(RESUME_SCRIPT)
+    ckpt = tmp_path / "ckpt.json"
+    attempt = lambda kill_at: subprocess.run(  # noqa: E731
+        [sys.executable, str(script), str(store_path), str(ckpt), kill_at], capture_output=True, text=True
+    )
+    p = attempt("7300")
+    assert p.returncode == -signal.SIGKILL, p.stderr
+    assert json.loads(ckpt.read_text())["step"] == 7000
+    store = runstore.open(store_path, "r")
+    d = store.scan("loss")
+    assert int(d["step"].max()) == 7299  # committed past the checkpoint: these must not stay
+    p = attempt("-1")
+    assert p.returncode == 0, p.stderr
+    assert "visible after resume 7000 6999" in p.stdout
+    store.refresh()
+    state, expected = 0.0, []
+    for step in range(10_000):
+        state = state * 0.999 + step % 7
+        expected.append(state)
+    for name in ("loss", "attempt"):
+        d = store.scan(name)
+        order = np.argsort(d["step"])
+        np.testing.assert_array_equal(d["step"][order], np.arange(10_000))  # exactly one per step
+        if name == "loss":
+            np.testing.assert_array_equal(d["value"][order], np.array(expected))
+        else:
+            np.testing.assert_array_equal(d["value"][order], (np.arange(10_000) >= 7000) + 1)
