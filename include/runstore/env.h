@@ -47,6 +47,10 @@ class MappedRegion {
   virtual ~MappedRegion() = default;
   const char* data() const { return data_; }
   size_t size() const { return size_; }
+  // Drops the region's pages from the process's resident memory. The bytes
+  // stay valid: they are read again from the file (page cache) when touched.
+  // For reads that stream through more data than should stay resident.
+  virtual void ReleasePages() const {}
 
  protected:
   const char* data_ = nullptr;

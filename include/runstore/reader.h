@@ -117,6 +117,12 @@ class Snapshot {
   virtual VerifyReport VerifyAll(
       const std::function<void(uint64_t done_bytes, uint64_t total_bytes)>& progress = {})
       const = 0;
+  // Drops the pages of this snapshot's mapped segments from the process's
+  // resident memory (MappedRegion::ReleasePages); Values stay valid. Call it
+  // between the parts of a read that streams through a large store, so that
+  // the resident set does not grow with the store.
+  virtual void ReleasePages() const = 0;
+
   // VerifyAll, returning its first problem (a Corruption naming file and
   // offset) or OK; *blocks_checked counts the blocks read.
   Status Verify(uint64_t* blocks_checked = nullptr) const;

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import base64
 import csv
-import ctypes
 import datetime
 import hashlib
 import io
@@ -20,7 +19,6 @@ import json
 import os
 import re
 import struct
-import sys
 import tarfile
 import tempfile
 import time
@@ -55,42 +53,13 @@ PARQUET_ROW_GROUP_BYTES = 32 << 20
 
 # -- releasing mapped pages ----------------------------------------------------------------------
 
-_MADV_DONTNEED = 4
-_libc: Any = None
 
 
-def release_mapped_pages(store_path: str) -> int:
+def release_mapped_pages(store) -> None:
     """Drops the pages of the store's mapped segment files from this process's resident set
-    (madvise MADV_DONTNEED on each mapping; Linux only, elsewhere a no-op).
-
-    The mappings are read-only views of files, so nothing is lost: a later access reads the
-    page again from the page cache. Returns the number of bytes of mappings advised."""
-    global _libc
-    if not sys.platform.startswith("linux"):
-        return 0
-    if _libc is None:
-        try:
-            _libc = ctypes.CDLL(None, use_errno=True)
-            _libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-        except (OSError, AttributeError):
-            _libc = False
-    if not _libc:
-        return 0
-    prefix = os.path.join(os.path.realpath(store_path), "segments") + os.sep
-    total = 0
-    try:
-        with open("/proc/self/maps") as f:
-            lines = [line for line in f if prefix in line]
-    except OSError:
-        return 0
-    for line in lines:
-        parts = line.split(None, 5)
-        if len(parts) < 6 or not parts[5].rstrip("\n").startswith(prefix):
-            continue
-        lo, hi = (int(x, 16) for x in parts[0].split("-"))
-        if _libc.madvise(lo, hi - lo, _MADV_DONTNEED) == 0:
-            total += hi - lo
-    return total
+    (Snapshot::ReleasePages in the core). The mappings are read-only views of files, so nothing
+    is lost: a later access reads the page again from the page cache."""
+    store._core.release_pages()
 
 
 # -- the experiment table ------------------------------------------------------------------------
@@ -139,7 +108,7 @@ class ExperimentTable:
         self.n = len(self.index)
         # The pages each scan touched are released before the next one, so that the resident
         # set never holds more than one series' worth of the mapped files.
-        release = lambda: release_mapped_pages(store.path)  # noqa: E731
+        release = lambda: release_mapped_pages(store)  # noqa: E731
         release()
         self.params = {}
         for p in ex.design_columns(store, infos):
@@ -204,7 +173,7 @@ class ExperimentTable:
         rows = max(1, min(chunk_rows, budget // max(1, row_bytes)))
         for start in range(0, self.n, rows):
             yield slice(start, min(self.n, start + rows))
-            release_mapped_pages(self.store.path)
+            release_mapped_pages(self.store)
 
 
 # -- names ---------------------------------------------------------------------------------------

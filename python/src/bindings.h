@@ -66,6 +66,7 @@ class PyStore {
   PyStore(const std::string& path, bool read_only, bool create);
 
   const std::string& path() const { return store_->path(); }
+  Store* store() const { return store_.get(); }
   bool read_only() const { return read_only_; }
   PyWriter* NewWriter(nb::handle writer_id, nb::handle buffer_bytes, nb::handle codec,
                       nb::handle zstd_level, nb::handle commit_every_s,

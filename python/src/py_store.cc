@@ -348,6 +348,15 @@ void BindStore(nb::module_& m) {
            "Creates a Writer (see runstore.Store.writer). RuntimeError for a read-only store.")
       .def("refresh", &PyStore::Refresh,
            "Takes a new snapshot including every commit made since the last one.")
+      .def(
+          "release_pages",
+          [](PyStore& self) {
+            auto snap = self.store()->GetSnapshot();
+            nb::gil_scoped_release nogil;
+            snap->ReleasePages();
+          },
+          "Drops the pages of the snapshot's mapped segments from resident memory; arrays "
+          "already returned stay valid (their pages are read again when touched).")
       .def("names", &PyStore::Names, "include_reserved"_a = false,
            "Names of the series with visible records, sorted.")
       .def("runs", &PyStore::Runs,

@@ -566,6 +566,10 @@ VerifyReport SnapshotImpl::VerifyAll(
   return report;
 }
 
+void SnapshotImpl::ReleasePages() const {
+  for (const auto& seg : segments_) seg->map->ReleasePages();
+}
+
 StoreSchema SnapshotImpl::Schema() const {
   StoreSchema s;
   for (const auto& [name, e] : series_) {

@@ -62,6 +62,8 @@ class SnapshotImpl final : public Snapshot {
   Result<std::unique_ptr<SeriesScanner>> Scan(std::string_view name) const override;
   VerifyReport VerifyAll(const std::function<void(uint64_t, uint64_t)>& progress) const override;
 
+  void ReleasePages() const override;
+
   // The schema of every series, for writers' conflict checks.
   StoreSchema Schema() const;
   const std::vector<std::shared_ptr<const LoadedSegment>>& segments() const { return segments_; }

@@ -229,6 +229,21 @@ INSTANTIATE_TEST_SUITE_P(
              (info.param.seal ? "_Sealed" : "_Unsealed");
     });
 
+TEST_F(StoreTest, ReleasedPagesAreReadAgainWhenTouched) {
+  auto store = Open();
+  ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter({}));
+  std::vector<double> big(1 << 18);
+  std::iota(big.begin(), big.end(), 0.0);
+  std::vector<int64_t> shape{1 << 18};
+  ASSERT_OK(w->Append(1, "big", 0, ValueRef::Array<double>(big.data(), shape)));
+  ASSERT_OK(w->Close());
+  ASSERT_OK_AND_ASSIGN(auto snap, store->Refresh());
+  ASSERT_OK_AND_ASSIGN(Value v, snap->Get(1, "big", 0));
+  ASSERT_TRUE(v.zero_copy());
+  snap->ReleasePages();
+  EXPECT_EQ(std::memcmp(v.data(), big.data(), v.nbytes()), 0);
+}
+
 TEST_F(StoreTest, UncommittedRecordsOfACrashedWriterAreInvisible) {
   auto store = Open();
   WriterOptions wo;
