@@ -126,49 +126,8 @@ std::string Diff(const Contents& expected, const Contents& actual) {
 
 // What went wrong in one case. A sweep reports the first few failing cases
 // in full and counts the rest by kind, so that one bug does not hide another.
-struct Problems {
-  std::vector<std::string> list;
-  void Check(bool ok, const std::string& what) {
-    if (!ok) list.push_back(what);
-  }
-  bool empty() const { return list.empty(); }
-};
-
-class FailureSummary {
- public:
-  explicit FailureSummary(size_t detailed) : detailed_(detailed) {}
-  // Records a failing case; reports it in full if it is among the first.
-  void Add(const std::string& where, const Problems& p) {
-    if (p.empty()) return;
-    ++failing_;
-    std::string all;
-    for (const std::string& s : p.list) all += "\n  " + s;
-    if (failing_ <= detailed_) ADD_FAILURE() << where << ":" << all;
-    // The kind of failure: the first problem with its numbers blanked.
-    std::string kind;
-    for (char c : p.list.front().substr(0, 110)) {
-      if (!(c >= '0' && c <= '9'))
-        kind += c;
-      else if (kind.empty() || kind.back() != '#')
-        kind += '#';
-    }
-    auto [it, inserted] = kinds_.emplace(kind, std::make_pair(0, where + ":" + all));
-    ++it->second.first;
-  }
-  size_t failing() const { return failing_; }
-  void Print(const char* title) const {
-    for (const auto& [kind, v] : kinds_) {
-      std::printf("[ failures ] %s: %d case(s) of this kind; the first: %s\n", title, v.first,
-                  v.second.c_str());
-    }
-    std::fflush(stdout);
-  }
-
- private:
-  size_t detailed_;
-  size_t failing_ = 0;
-  std::map<std::string, std::pair<int, std::string>> kinds_;
-};
+using ::runstore::testing::FailureSummary;
+using ::runstore::testing::Problems;
 
 // ---------------------------------------------------------------------------
 // The workload and the driver that runs it, stopping at the first error.

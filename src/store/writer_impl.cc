@@ -342,6 +342,12 @@ Status WriterImpl::AppendLocked(std::unique_lock<std::mutex>& lk, Series* s, con
   if (!s->builder) {
     s->builder = NewBuilderLocked(*s);
   }
+  AddToOpenBlockLocked(lk, s, run, step, value);
+  return Status::OK();
+}
+
+void WriterImpl::AddToOpenBlockLocked(std::unique_lock<std::mutex>& lk, Series* s,
+                                      const RunRef& run, int64_t step, const ValueRef& value) {
   format::BlockBuilder* b = s->builder.get();
   // The budget counts what is allocated (column capacity), not what is used.
   const size_t before = b->memory_bytes();
@@ -349,7 +355,6 @@ Status WriterImpl::AppendLocked(std::unique_lock<std::mutex>& lk, Series* s, con
   buffered_bytes_ += b->memory_bytes() - before;
   if (b->raw_bytes() >= options_.block_bytes || b->count() >= (1u << 24)) FlushSeriesLocked(s);
   AfterAppendLocked(lk, value.nbytes);
-  return Status::OK();
 }
 
 Status WriterImpl::AppendLarge(std::unique_lock<std::mutex>& lk, Series* s, const RunRef& run,
@@ -386,12 +391,7 @@ Status WriterImpl::Append(RunRef run, std::string_view name, int64_t step, const
       (s->name[0] != '~' || options_.allow_reserved_names) &&
       value.shape.size() == s->schema.shape.size() &&
       std::equal(value.shape.begin(), value.shape.end(), s->schema.shape.begin())) {
-    format::BlockBuilder* b = s->builder.get();
-    const size_t before = b->memory_bytes();
-    b->Add(run, step, value);
-    buffered_bytes_ += b->memory_bytes() - before;
-    if (b->raw_bytes() >= options_.block_bytes || b->count() >= (1u << 24)) FlushSeriesLocked(s);
-    AfterAppendLocked(lk, value.nbytes);
+    AddToOpenBlockLocked(lk, s, run, step, value);
     return Status::OK();
   }
   RETURN_IF_ERROR(CheckUsableLocked());

@@ -84,6 +84,9 @@ class WriterImpl final : public Writer {
   Status DefineSeriesLocked(std::string_view name, const SeriesSchema& schema, Codec codec);
   Status AppendLocked(std::unique_lock<std::mutex>& lk, Series* s, const RunRef& run, int64_t step,
                       const ValueRef& value);
+  // Adds a small value to the series' open block (which must exist).
+  void AddToOpenBlockLocked(std::unique_lock<std::mutex>& lk, Series* s, const RunRef& run,
+                            int64_t step, const ValueRef& value);
   Status AppendLarge(std::unique_lock<std::mutex>& lk, Series* s, const RunRef& run, int64_t step,
                      const ValueRef& value);
   std::unique_ptr<format::BlockBuilder> NewBuilderLocked(const Series& s);

@@ -6,7 +6,11 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdio>
+#include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "runstore/status.h"
 
@@ -51,6 +55,53 @@ MATCHER_P2(StatusIsWith, code, needle,
   ASSERT_TRUE(RUNSTORE_CONCAT_(_rs_r_, __LINE__).ok())           \
       << RUNSTORE_CONCAT_(_rs_r_, __LINE__).status().ToString(); \
   lhs = std::move(RUNSTORE_CONCAT_(_rs_r_, __LINE__)).value()
+
+// The problems found in one case of a sweep (corruption, crash points).
+struct Problems {
+  std::vector<std::string> list;
+  void Check(bool ok, const std::string& what) {
+    if (!ok) list.push_back(what);
+  }
+  bool empty() const { return list.empty(); }
+};
+
+// Failing cases of a sweep, grouped by kind (the first problem with its
+// numbers blanked), so that thousands of failures print as a few lines.
+class FailureSummary {
+ public:
+  explicit FailureSummary(size_t detailed) : detailed_(detailed) {}
+  // Records a failing case; reports it in full if it is among the first.
+  void Add(const std::string& where, const Problems& p) {
+    if (p.empty()) return;
+    ++failing_;
+    std::string all;
+    for (const std::string& s : p.list) all += "\n  " + s;
+    if (failing_ <= detailed_) ADD_FAILURE() << where << ":" << all;
+    // The kind of failure: the first problem with its numbers blanked.
+    std::string kind;
+    for (char c : p.list.front().substr(0, 120)) {
+      if (!(c >= '0' && c <= '9'))
+        kind += c;
+      else if (kind.empty() || kind.back() != '#')
+        kind += '#';
+    }
+    auto [it, inserted] = kinds_.emplace(kind, std::make_pair(0, where + ":" + all));
+    ++it->second.first;
+  }
+  size_t failing() const { return failing_; }
+  void Print(const std::string& title) const {
+    for (const auto& [kind, v] : kinds_) {
+      std::printf("[ failures ] %s: %d case(s) of this kind; the first: %s\n", title.c_str(),
+                  v.first, v.second.c_str());
+    }
+    std::fflush(stdout);
+  }
+
+ private:
+  size_t detailed_;
+  size_t failing_ = 0;
+  std::map<std::string, std::pair<int, std::string>> kinds_;
+};
 
 // A fresh directory under $TMPDIR (or /tmp), removed with its contents when
 // the object dies.
