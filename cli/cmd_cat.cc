@@ -12,7 +12,7 @@
 #include "commands.h"
 #include "common.h"
 #include "progress.h"
-#include "value_format.h"
+#include "runstore/text.h"
 
 namespace runstore::cli {
 namespace {

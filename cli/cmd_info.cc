@@ -6,7 +6,7 @@
 
 #include "commands.h"
 #include "common.h"
-#include "value_format.h"
+#include "runstore/text.h"
 
 namespace runstore::cli {
 namespace {

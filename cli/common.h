@@ -13,8 +13,20 @@
 #include <string_view>
 
 #include "runstore/store.h"
+#include "runstore/text.h"
 
 namespace runstore::cli {
+
+// The text formats are the library's (runstore/text.h), shared with the
+// Python package's exports.
+using text::AppendBase64;
+using text::AppendCsvCell;
+using text::AppendElement;
+using text::AppendJsonString;
+using text::AppendRun;
+using text::AppendValue;
+using text::OutFormat;
+using text::ShapeText;
 
 // Exit codes of the `runstore` program (documented in every --help).
 enum ExitCode : int {

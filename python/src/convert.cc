@@ -9,6 +9,7 @@
 
 #include "errors.h"
 #include "numpy_api.h"
+#include "runstore/text.h"
 
 namespace runstore::python {
 namespace {
@@ -358,131 +359,20 @@ DType ParseDTypeSpec(nb::handle spec) {
 //
 // The hot loop of Store.export_tar: formatting numbers as text costs far more
 // than reading them, so it is done here rather than in Python. The choices
-// match the CLI's (cli/value_format.h): integers exactly, floats in the
+// are the library's (runstore/text.h, shared with the CLI): integers exactly, floats in the
 // shortest form that reads back to the same float32/float64, nan / inf /
 // -inf, bool as true / false, strings quoted per RFC 4180 when they hold a
 // comma, a quote, CR or LF, bytes as standard base64.
 namespace {
 
-void AppendQuotedCell(std::string* out, std::string_view s) {
-  if (s.find_first_of(",\"\r\n") == std::string_view::npos) {
-    out->append(s);
-    return;
-  }
-  out->push_back('"');
-  for (char c : s) {
-    if (c == '"') out->push_back('"');
-    out->push_back(c);
-  }
-  out->push_back('"');
-}
+using text::AppendCsvCell;
 
 void AppendBase64Cell(std::string* out, const unsigned char* p, size_t n) {
-  static constexpr char kAlphabet[] =
-      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  size_t i = 0;
-  for (; i + 3 <= n; i += 3) {
-    const uint32_t v = (uint32_t{p[i]} << 16) | (uint32_t{p[i + 1]} << 8) | p[i + 2];
-    out->push_back(kAlphabet[(v >> 18) & 63]);
-    out->push_back(kAlphabet[(v >> 12) & 63]);
-    out->push_back(kAlphabet[(v >> 6) & 63]);
-    out->push_back(kAlphabet[v & 63]);
-  }
-  if (i < n) {
-    uint32_t v = uint32_t{p[i]} << 16;
-    if (i + 1 < n) v |= uint32_t{p[i + 1]} << 8;
-    out->push_back(kAlphabet[(v >> 18) & 63]);
-    out->push_back(kAlphabet[(v >> 12) & 63]);
-    out->push_back(i + 1 < n ? kAlphabet[(v >> 6) & 63] : '=');
-    out->push_back('=');
-  }
-}
-
-template <typename T>
-void AppendNumber(std::string* out, T v) {
-  if constexpr (std::is_floating_point_v<T>) {
-    if (std::isnan(v)) {
-      out->append("nan");
-      return;
-    }
-    if (std::isinf(v)) {
-      out->append(v < 0 ? "-inf" : "inf");
-      return;
-    }
-  }
-  char buf[64];
-  auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), v);  // shortest round trip for floats
-  out->append(buf, end);
+  text::AppendBase64(out, std::string_view(reinterpret_cast<const char*>(p), n));
 }
 
 void AppendElementCell(std::string* out, DType dtype, const char* p) {
-  switch (dtype) {
-    case DType::kBool:
-      out->append(*p ? "true" : "false");
-      return;
-    case DType::kInt8: {
-      int8_t v;
-      std::memcpy(&v, p, 1);
-      AppendNumber(out, v);
-      return;
-    }
-    case DType::kInt16: {
-      int16_t v;
-      std::memcpy(&v, p, 2);
-      AppendNumber(out, v);
-      return;
-    }
-    case DType::kInt32: {
-      int32_t v;
-      std::memcpy(&v, p, 4);
-      AppendNumber(out, v);
-      return;
-    }
-    case DType::kInt64: {
-      int64_t v;
-      std::memcpy(&v, p, 8);
-      AppendNumber(out, v);
-      return;
-    }
-    case DType::kUInt8: {
-      uint8_t v;
-      std::memcpy(&v, p, 1);
-      AppendNumber(out, v);
-      return;
-    }
-    case DType::kUInt16: {
-      uint16_t v;
-      std::memcpy(&v, p, 2);
-      AppendNumber(out, v);
-      return;
-    }
-    case DType::kUInt32: {
-      uint32_t v;
-      std::memcpy(&v, p, 4);
-      AppendNumber(out, v);
-      return;
-    }
-    case DType::kUInt64: {
-      uint64_t v;
-      std::memcpy(&v, p, 8);
-      AppendNumber(out, v);
-      return;
-    }
-    case DType::kFloat32: {
-      float v;
-      std::memcpy(&v, p, 4);
-      AppendNumber(out, v);
-      return;
-    }
-    case DType::kFloat64: {
-      double v;
-      std::memcpy(&v, p, 8);
-      AppendNumber(out, v);
-      return;
-    }
-    default:
-      return;
-  }
+  text::AppendElement(out, dtype, p, text::OutFormat::kCsv);
 }
 
 void AppendObjectCell(std::string* out, PyObject* o, size_t column) {
@@ -491,7 +381,7 @@ void AppendObjectCell(std::string* out, PyObject* o, size_t column) {
     Py_ssize_t n;
     const char* s = PyUnicode_AsUTF8AndSize(o, &n);
     if (s == nullptr) throw nb::python_error();
-    AppendQuotedCell(out, {s, static_cast<size_t>(n)});
+    AppendCsvCell(out, {s, static_cast<size_t>(n)});
   } else if (PyBool_Check(o)) {
     out->append(o == Py_True ? "true" : "false");
   } else if (PyLong_Check(o)) {
@@ -499,7 +389,8 @@ void AppendObjectCell(std::string* out, PyObject* o, size_t column) {
     if (!t.is_valid()) throw nb::python_error();
     out->append(Utf8(t.ptr(), "int"));
   } else if (PyFloat_Check(o)) {
-    AppendNumber(out, PyFloat_AS_DOUBLE(o));
+    const double d = PyFloat_AS_DOUBLE(o);
+    AppendElementCell(out, DType::kFloat64, reinterpret_cast<const char*>(&d));
   } else if (PyBytes_Check(o)) {
     AppendBase64Cell(out, reinterpret_cast<const unsigned char*>(PyBytes_AS_STRING(o)),
                      static_cast<size_t>(PyBytes_GET_SIZE(o)));

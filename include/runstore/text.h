@@ -1,6 +1,8 @@
-// value_format.h: how the CLI prints runs and values as text, CSV and JSON.
+// text.h: runs and values as text, CSV and JSON, the way the runstore
+// command-line tool and the Python package's exports write them, so that every
+// export of a store reads the same.
 //
-// Choices (also in cli/README.md and the --help of cat and export):
+// Choices (also in cli/README.md and docs/experiments.md):
 //  - Numbers: integers exactly; floats in the shortest form that reads back to
 //    the same float32/float64 ("0.1", "1e+300"). NaN and infinities are "nan",
 //    "inf", "-inf" in text and CSV (pandas reads these) and null in JSON
@@ -14,8 +16,8 @@
 //    prefixed "base64:" so that it cannot be mistaken for a string.
 //
 // Thread safety: stateless functions.
-#ifndef RUNSTORE_CLI_VALUE_FORMAT_H_
-#define RUNSTORE_CLI_VALUE_FORMAT_H_
+#ifndef RUNSTORE_TEXT_H_
+#define RUNSTORE_TEXT_H_
 
 #include <cstdint>
 #include <span>
@@ -25,7 +27,7 @@
 #include "runstore/reader.h"
 #include "runstore/types.h"
 
-namespace runstore::cli {
+namespace runstore::text {
 
 enum class OutFormat { kText, kCsv, kJson };
 
@@ -53,6 +55,6 @@ void AppendBase64(std::string* out, std::string_view bytes);
 // "scalar", "[3, 4]" or "variable" (string and bytes series are "scalar").
 std::string ShapeText(const SeriesInfo& info);
 
-}  // namespace runstore::cli
+}  // namespace runstore::text
 
-#endif  // RUNSTORE_CLI_VALUE_FORMAT_H_
+#endif  // RUNSTORE_TEXT_H_

@@ -1,11 +1,11 @@
-#include "value_format.h"
+#include "runstore/text.h"
 
 #include <charconv>
 #include <cmath>
 #include <cstring>
 #include <nlohmann/json.hpp>
 
-namespace runstore::cli {
+namespace runstore::text {
 namespace {
 
 template <typename T>
@@ -220,4 +220,4 @@ std::string ShapeText(const SeriesInfo& info) {
   return s + "]";
 }
 
-}  // namespace runstore::cli
+}  // namespace runstore::text
