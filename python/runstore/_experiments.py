@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ._frame import _NULLABLE  # numpy dtype name -> pandas nullable dtype
+
 if TYPE_CHECKING:
     import pandas
 
@@ -52,18 +54,6 @@ STATUS_COLUMNS = {
 STATES = ("pending", "running", "done", "failed")
 ID_COLUMN = "experiment"
 
-# numpy dtype name -> pandas nullable dtype, for int/uint/bool columns with gaps.
-_NULLABLE = {
-    "bool": "boolean",
-    "int8": "Int8",
-    "int16": "Int16",
-    "int32": "Int32",
-    "int64": "Int64",
-    "uint8": "UInt8",
-    "uint16": "UInt16",
-    "uint32": "UInt32",
-    "uint64": "UInt64",
-}
 
 
 # -- columns with gaps ---------------------------------------------------------------------------

@@ -4,20 +4,10 @@
 #include <string>
 #include <string_view>
 
+#include "env/path.h"
+
 namespace runstore {
-namespace {
-
-// The directory that holds `path`: "a/b/c" -> "a/b", "/c" -> "/", "c" -> ".".
-std::string ParentDir(const std::string& path) {
-  std::string_view p = path;
-  while (p.size() > 1 && p.back() == '/') p.remove_suffix(1);
-  const size_t slash = p.rfind('/');
-  if (slash == std::string_view::npos) return ".";
-  if (slash == 0) return "/";
-  return std::string(p.substr(0, slash));
-}
-
-}  // namespace
+namespace {}  // namespace
 
 Result<std::string> ReadFileToString(Env* env, const std::string& path) {
   ASSIGN_OR_RETURN(const std::unique_ptr<RandomAccessFile> file, env->NewRandomAccessFile(path));

@@ -6,6 +6,8 @@
 #include <string_view>
 #include <utility>
 
+#include "env/path.h"
+
 namespace runstore {
 namespace {
 
@@ -15,24 +17,6 @@ constexpr uint64_t kMaxSavedBytes = uint64_t{256} << 20;
 
 // "//" collapsed, trailing '/' stripped; the key under which files and
 // directories are tracked.
-std::string Normalize(std::string_view path) {
-  std::string out;
-  out.reserve(path.size());
-  for (const char c : path) {
-    if (c == '/' && !out.empty() && out.back() == '/') continue;
-    out.push_back(c);
-  }
-  if (out.size() > 1 && out.back() == '/') out.pop_back();
-  return out;
-}
-
-// Parent of a normalised path: "/a/b" -> "/a", "/a" -> "/", "a" -> ".".
-std::string Parent(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  if (slash == std::string::npos) return ".";
-  if (slash == 0) return "/";
-  return path.substr(0, slash);
-}
 
 bool IsAtOrUnder(const std::string& path, const std::string& dir) {
   if (path == dir) return true;
@@ -195,7 +179,7 @@ Status FaultInjectionEnv::FateError(Fate fate, const std::string& path, const ch
 
 Result<std::unique_ptr<WritableFile>> FaultInjectionEnv::NewWritableFile(
     const std::string& raw_path, bool exclusive) {
-  const std::string path = Normalize(raw_path);
+  const std::string path = NormalizePath(raw_path);
   std::lock_guard<std::mutex> lock(mu_);
   const Fate fate = CountOperationLocked();
   if (fate != Fate::kRun) return FateError(fate, path, "open for writing");
@@ -209,24 +193,24 @@ Result<std::unique_ptr<WritableFile>> FaultInjectionEnv::NewWritableFile(
     *info = FileInfo{};  // truncated: the same inode, so open handles share this
   }
   if (!existed) {
-    pending_.push_back({PendingChange::Kind::kCreateFile, Parent(path), path, {}, std::nullopt});
+    pending_.push_back({PendingChange::Kind::kCreateFile, ParentDir(path), path, {}, std::nullopt});
   }
   return std::unique_ptr<WritableFile>(
       new FaultWritableFile(this, path, std::move(base_file), info, epoch_));
 }
 
 Status FaultInjectionEnv::CreateDir(const std::string& raw_path) {
-  const std::string path = Normalize(raw_path);
+  const std::string path = NormalizePath(raw_path);
   std::lock_guard<std::mutex> lock(mu_);
   const Fate fate = CountOperationLocked();
   if (fate != Fate::kRun) return FateError(fate, path, "mkdir");
   RETURN_IF_ERROR(base_->CreateDir(path));
-  pending_.push_back({PendingChange::Kind::kCreateDir, Parent(path), path, {}, std::nullopt});
+  pending_.push_back({PendingChange::Kind::kCreateDir, ParentDir(path), path, {}, std::nullopt});
   return Status::OK();
 }
 
 Status FaultInjectionEnv::RemoveFile(const std::string& raw_path) {
-  const std::string path = Normalize(raw_path);
+  const std::string path = NormalizePath(raw_path);
   std::lock_guard<std::mutex> lock(mu_);
   const Fate fate = CountOperationLocked();
   if (fate != Fate::kRun) return FateError(fate, path, "unlink");
@@ -237,13 +221,14 @@ Status FaultInjectionEnv::RemoveFile(const std::string& raw_path) {
     return s;
   }
   files_.erase(path);
-  pending_.push_back({PendingChange::Kind::kRemoveFile, Parent(path), path, {}, std::move(saved)});
+  pending_.push_back(
+      {PendingChange::Kind::kRemoveFile, ParentDir(path), path, {}, std::move(saved)});
   return Status::OK();
 }
 
 Status FaultInjectionEnv::RenameFile(const std::string& raw_from, const std::string& raw_to) {
-  const std::string from = Normalize(raw_from);
-  const std::string to = Normalize(raw_to);
+  const std::string from = NormalizePath(raw_from);
+  const std::string to = NormalizePath(raw_to);
   std::lock_guard<std::mutex> lock(mu_);
   const Fate fate = CountOperationLocked();
   if (fate != Fate::kRun) return FateError(fate, from, ("rename to " + to).c_str());
@@ -256,12 +241,12 @@ Status FaultInjectionEnv::RenameFile(const std::string& raw_from, const std::str
   }
   files_.erase(to);
   MoveTrackedLocked(from, to);
-  pending_.push_back({PendingChange::Kind::kRename, Parent(to), to, from, std::move(saved)});
+  pending_.push_back({PendingChange::Kind::kRename, ParentDir(to), to, from, std::move(saved)});
   return Status::OK();
 }
 
 Status FaultInjectionEnv::SyncDir(const std::string& raw_dir) {
-  const std::string dir = Normalize(raw_dir);
+  const std::string dir = NormalizePath(raw_dir);
   std::lock_guard<std::mutex> lock(mu_);
   const Fate fate = CountOperationLocked();
   if (fate != Fate::kRun) return FateError(fate, dir, "fsync directory");

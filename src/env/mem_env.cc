@@ -20,6 +20,7 @@
 #include <string_view>
 #include <vector>
 
+#include "env/path.h"
 #include "runstore/env.h"
 
 namespace runstore {
@@ -31,41 +32,6 @@ struct FileState {
   mutable std::mutex mu;
   std::string data;  // guarded by mu
 };
-
-Status MemError(const std::string& context, int err) {
-  std::string msg = context + ": " + std::strerror(err);
-  switch (err) {
-    case ENOENT:
-      return Status(StatusCode::kNotFound, std::move(msg), err);
-    case EEXIST:
-      return Status(StatusCode::kAlreadyExists, std::move(msg), err);
-    default:
-      return Status(StatusCode::kIOError, std::move(msg), err);
-  }
-}
-
-Status ClosedError(const std::string& path, const char* op) {
-  return Status::FailedPrecondition(path + ": " + op + ": file is closed");
-}
-
-std::string Normalize(std::string_view path) {
-  std::string out;
-  out.reserve(path.size());
-  for (const char c : path) {
-    if (c == '/' && !out.empty() && out.back() == '/') continue;
-    out.push_back(c);
-  }
-  if (out.size() > 1 && out.back() == '/') out.pop_back();
-  return out;
-}
-
-// Parent of a normalised path: "/a/b" -> "/a", "/a" -> "/", "a" -> ".".
-std::string Parent(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  if (slash == std::string::npos) return ".";
-  if (slash == 0) return "/";
-  return path.substr(0, slash);
-}
 
 // True if `path` lies strictly inside directory `dir` (both normalised).
 bool IsUnder(const std::string& path, const std::string& dir) {
@@ -81,7 +47,7 @@ class MemWritableFile final : public WritableFile {
 
   using WritableFile::Append;  // the one-piece overload
   Status Append(std::span<const std::string_view> pieces) override {
-    if (file_ == nullptr) return ClosedError(path_, "append");
+    if (file_ == nullptr) return ClosedFileStatus(path_, "append");
     std::lock_guard<std::mutex> lock(file_->mu);
     for (const std::string_view piece : pieces) {
       file_->data.append(piece);
@@ -91,12 +57,12 @@ class MemWritableFile final : public WritableFile {
   }
 
   Status Sync() override {
-    if (file_ == nullptr) return ClosedError(path_, "sync");
+    if (file_ == nullptr) return ClosedFileStatus(path_, "sync");
     return Status::OK();
   }
 
   Status Close() override {
-    if (file_ == nullptr) return ClosedError(path_, "close");
+    if (file_ == nullptr) return ClosedFileStatus(path_, "close");
     file_.reset();
     return Status::OK();
   }
@@ -163,16 +129,16 @@ class MemEnv final : public Env {
 
   Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& raw_path,
                                                         bool exclusive) override {
-    const std::string path = Normalize(raw_path);
+    const std::string path = NormalizePath(raw_path);
     const char* op = exclusive ? ": create exclusively" : ": open for writing";
     std::lock_guard<std::mutex> lock(mu_);
-    if (dirs_.count(path)) return MemError(path + op, exclusive ? EEXIST : EISDIR);
+    if (dirs_.count(path)) return ErrnoStatus(path + op, exclusive ? EEXIST : EISDIR);
     RETURN_IF_ERROR(CheckParentLocked(path, op));
     std::shared_ptr<FileState>& file = files_[path];
     if (file == nullptr) {
       file = std::make_shared<FileState>();
     } else if (exclusive) {
-      return MemError(path + op, EEXIST);
+      return ErrnoStatus(path + op, EEXIST);
     } else {
       // O_TRUNC: the same inode, emptied, as every open reader will see.
       std::lock_guard<std::mutex> file_lock(file->mu);
@@ -183,39 +149,41 @@ class MemEnv final : public Env {
 
   Result<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(
       const std::string& raw_path) override {
-    const std::string path = Normalize(raw_path);
+    const std::string path = NormalizePath(raw_path);
     std::lock_guard<std::mutex> lock(mu_);
     const auto it = files_.find(path);
     if (it == files_.end()) {
-      return MemError(path + ": open for reading", dirs_.count(path) ? EISDIR : ENOENT);
+      return ErrnoStatus(path + ": open for reading", dirs_.count(path) ? EISDIR : ENOENT);
     }
     return std::unique_ptr<RandomAccessFile>(new MemRandomAccessFile(path, it->second));
   }
 
   Status FileExists(const std::string& raw_path) override {
-    const std::string path = Normalize(raw_path);
+    const std::string path = NormalizePath(raw_path);
     std::lock_guard<std::mutex> lock(mu_);
     if (files_.count(path) || dirs_.count(path)) return Status::OK();
-    return MemError(path + ": access", ENOENT);
+    return ErrnoStatus(path + ": access", ENOENT);
   }
 
   Result<bool> IsDirectory(const std::string& raw_path) override {
-    const std::string path = Normalize(raw_path);
+    const std::string path = NormalizePath(raw_path);
     std::lock_guard<std::mutex> lock(mu_);
     if (dirs_.count(path)) return true;
     if (files_.count(path)) return false;
-    return MemError(path + ": stat", ENOENT);
+    return ErrnoStatus(path + ": stat", ENOENT);
   }
 
   Result<std::vector<std::string>> GetChildren(const std::string& raw_dir) override {
-    const std::string dir = Normalize(raw_dir);
+    const std::string dir = NormalizePath(raw_dir);
     std::lock_guard<std::mutex> lock(mu_);
-    if (!dirs_.count(dir)) return MemError(dir + ": opendir", files_.count(dir) ? ENOTDIR : ENOENT);
+    if (!dirs_.count(dir))
+      return ErrnoStatus(dir + ": opendir", files_.count(dir) ? ENOTDIR : ENOENT);
     std::vector<std::string> names;
     const auto add_children = [&](const auto& paths) {
       for (const auto& entry : paths) {
         const std::string& path = KeyOf(entry);
-        if (path != dir && Parent(path) == dir) names.push_back(path.substr(path.rfind('/') + 1));
+        if (path != dir && ParentDir(path) == dir)
+          names.push_back(path.substr(path.rfind('/') + 1));
       }
     };
     add_children(files_);
@@ -224,47 +192,47 @@ class MemEnv final : public Env {
   }
 
   Result<uint64_t> GetFileSize(const std::string& raw_path) override {
-    const std::string path = Normalize(raw_path);
+    const std::string path = NormalizePath(raw_path);
     std::lock_guard<std::mutex> lock(mu_);
     const auto it = files_.find(path);
     if (it == files_.end()) {
       // stat(2) reports some size for a directory; nothing here relies on it.
       if (dirs_.count(path)) return uint64_t{0};
-      return MemError(path + ": stat", ENOENT);
+      return ErrnoStatus(path + ": stat", ENOENT);
     }
     std::lock_guard<std::mutex> file_lock(it->second->mu);
     return static_cast<uint64_t>(it->second->data.size());
   }
 
   Status CreateDir(const std::string& raw_path) override {
-    const std::string path = Normalize(raw_path);
+    const std::string path = NormalizePath(raw_path);
     std::lock_guard<std::mutex> lock(mu_);
-    if (dirs_.count(path) || files_.count(path)) return MemError(path + ": mkdir", EEXIST);
+    if (dirs_.count(path) || files_.count(path)) return ErrnoStatus(path + ": mkdir", EEXIST);
     RETURN_IF_ERROR(CheckParentLocked(path, ": mkdir"));
     dirs_.insert(path);
     return Status::OK();
   }
 
   Status RemoveFile(const std::string& raw_path) override {
-    const std::string path = Normalize(raw_path);
+    const std::string path = NormalizePath(raw_path);
     std::lock_guard<std::mutex> lock(mu_);
     if (files_.erase(path) == 0)
-      return MemError(path + ": unlink", dirs_.count(path) ? EISDIR : ENOENT);
+      return ErrnoStatus(path + ": unlink", dirs_.count(path) ? EISDIR : ENOENT);
     return Status::OK();
   }
 
   Status RenameFile(const std::string& raw_from, const std::string& raw_to) override {
-    const std::string from = Normalize(raw_from);
-    const std::string to = Normalize(raw_to);
+    const std::string from = NormalizePath(raw_from);
+    const std::string to = NormalizePath(raw_to);
     const std::string op = ": rename to " + to;
     std::lock_guard<std::mutex> lock(mu_);
     const bool from_is_dir = dirs_.count(from) > 0;
-    if (!from_is_dir && !files_.count(from)) return MemError(from + op, ENOENT);
-    if (!dirs_.count(Parent(to)))
-      return MemError(from + op, files_.count(Parent(to)) ? ENOTDIR : ENOENT);
+    if (!from_is_dir && !files_.count(from)) return ErrnoStatus(from + op, ENOENT);
+    if (!dirs_.count(ParentDir(to)))
+      return ErrnoStatus(from + op, files_.count(ParentDir(to)) ? ENOTDIR : ENOENT);
     if (from == to) return Status::OK();
     if (!from_is_dir) {
-      if (dirs_.count(to)) return MemError(from + op, EISDIR);
+      if (dirs_.count(to)) return ErrnoStatus(from + op, EISDIR);
       // Any reader of the old `to` keeps its inode, as after rename(2).
       auto node = files_.extract(from);
       node.key() = to;
@@ -273,9 +241,9 @@ class MemEnv final : public Env {
       return Status::OK();
     }
     // A directory: `to` must be absent or an empty directory, and not inside `from`.
-    if (files_.count(to)) return MemError(from + op, ENOTDIR);
-    if (IsUnder(to, from)) return MemError(from + op, EINVAL);
-    if (dirs_.count(to) && HasChildrenLocked(to)) return MemError(from + op, ENOTEMPTY);
+    if (files_.count(to)) return ErrnoStatus(from + op, ENOTDIR);
+    if (IsUnder(to, from)) return ErrnoStatus(from + op, EINVAL);
+    if (dirs_.count(to) && HasChildrenLocked(to)) return ErrnoStatus(from + op, ENOTEMPTY);
     dirs_.erase(to);
     const auto move_tree = [&](auto& paths) {
       std::vector<std::string> moved;
@@ -295,19 +263,19 @@ class MemEnv final : public Env {
   }
 
   Status SyncDir(const std::string& raw_dir) override {
-    const std::string dir = Normalize(raw_dir);
+    const std::string dir = NormalizePath(raw_dir);
     std::lock_guard<std::mutex> lock(mu_);
     if (!dirs_.count(dir)) {
-      return MemError(dir + ": open directory for sync", files_.count(dir) ? ENOTDIR : ENOENT);
+      return ErrnoStatus(dir + ": open directory for sync", files_.count(dir) ? ENOTDIR : ENOENT);
     }
     return Status::OK();
   }
 
   Status CheckWritableDir(const std::string& raw_dir) override {
-    const std::string dir = Normalize(raw_dir);
+    const std::string dir = NormalizePath(raw_dir);
     std::lock_guard<std::mutex> lock(mu_);
     if (dirs_.count(dir)) return Status::OK();
-    return MemError(dir + ": check writable", files_.count(dir) ? ENOTDIR : ENOENT);
+    return ErrnoStatus(dir + ": check writable", files_.count(dir) ? ENOTDIR : ENOENT);
   }
 
   int64_t NowNanos() override {
@@ -333,10 +301,10 @@ class MemEnv final : public Env {
 
   // NotFound unless the directory that would hold `path` exists.
   Status CheckParentLocked(const std::string& path, const char* op) const {
-    const std::string parent = Parent(path);
-    if (path.empty()) return MemError(std::string("(empty path)") + op, ENOENT);
+    const std::string parent = ParentDir(path);
+    if (path.empty()) return ErrnoStatus(std::string("(empty path)") + op, ENOENT);
     if (dirs_.count(parent)) return Status::OK();
-    return MemError(path + op, files_.count(parent) ? ENOTDIR : ENOENT);
+    return ErrnoStatus(path + op, files_.count(parent) ? ENOTDIR : ENOENT);
   }
 
   bool HasChildrenLocked(const std::string& dir) const {

@@ -23,27 +23,13 @@
 #include <string_view>
 #include <vector>
 
+#include "env/path.h"
 #include "runstore/env.h"
 
 namespace runstore {
 namespace {
 
 // `context` names the path and the operation, e.g. "/d/x.rss: open for writing".
-Status PosixError(const std::string& context, int err) {
-  std::string msg = context + ": " + std::strerror(err);
-  switch (err) {
-    case ENOENT:
-      return Status(StatusCode::kNotFound, std::move(msg), err);
-    case EEXIST:
-      return Status(StatusCode::kAlreadyExists, std::move(msg), err);
-    default:
-      return Status(StatusCode::kIOError, std::move(msg), err);
-  }
-}
-
-Status ClosedError(const std::string& path, const char* op) {
-  return Status::FailedPrecondition(path + ": " + op + ": file is closed");
-}
 
 class PosixWritableFile final : public WritableFile {
  public:
@@ -54,7 +40,7 @@ class PosixWritableFile final : public WritableFile {
 
   using WritableFile::Append;  // the one-piece overload
   Status Append(std::span<const std::string_view> pieces) override {
-    if (fd_ < 0) return ClosedError(path_, "append");
+    if (fd_ < 0) return ClosedFileStatus(path_, "append");
     // Gather into batches of at most IOV_MAX pieces; a short write (disk
     // nearly full, signal) resumes where the kernel stopped, part way through
     // a piece if need be.
@@ -74,7 +60,7 @@ class PosixWritableFile final : public WritableFile {
         const ssize_t n = ::writev(fd_, iov.data() + first, count);
         if (n < 0) {
           if (errno == EINTR) continue;
-          return PosixError(path_ + ": append at offset " + std::to_string(size_), errno);
+          return ErrnoStatus(path_ + ": append at offset " + std::to_string(size_), errno);
         }
         size_ += static_cast<uint64_t>(n);
         size_t done = static_cast<size_t>(n);
@@ -92,21 +78,21 @@ class PosixWritableFile final : public WritableFile {
   }
 
   Status Sync() override {
-    if (fd_ < 0) return ClosedError(path_, "sync");
+    if (fd_ < 0) return ClosedFileStatus(path_, "sync");
     // After a failed fdatasync the kernel may already have dropped the dirty
     // pages, so a retry that succeeds proves nothing; report and let the
     // caller treat the file as lost.
-    if (::fdatasync(fd_) != 0) return PosixError(path_ + ": fdatasync", errno);
+    if (::fdatasync(fd_) != 0) return ErrnoStatus(path_ + ": fdatasync", errno);
     return Status::OK();
   }
 
   Status Close() override {
-    if (fd_ < 0) return ClosedError(path_, "close");
+    if (fd_ < 0) return ClosedFileStatus(path_, "close");
     const int fd = fd_;
     fd_ = -1;
     // On Linux the descriptor is released even when close fails, and EINTR
     // must not be retried (the number may already be reused by another thread).
-    if (::close(fd) != 0 && errno != EINTR) return PosixError(path_ + ": close", errno);
+    if (::close(fd) != 0 && errno != EINTR) return ErrnoStatus(path_ + ": close", errno);
     return Status::OK();
   }
 
@@ -150,9 +136,9 @@ class PosixRandomAccessFile final : public RandomAccessFile {
       const ssize_t r = ::pread(fd_, scratch + done, n - done, static_cast<off_t>(offset + done));
       if (r < 0) {
         if (errno == EINTR) continue;
-        return PosixError(path_ + ": read " + std::to_string(n) + " bytes at offset " +
-                              std::to_string(offset + done),
-                          errno);
+        return ErrnoStatus(path_ + ": read " + std::to_string(n) + " bytes at offset " +
+                               std::to_string(offset + done),
+                           errno);
       }
       if (r == 0) break;  // end of file
       done += static_cast<size_t>(r);
@@ -163,7 +149,7 @@ class PosixRandomAccessFile final : public RandomAccessFile {
 
   Result<uint64_t> Size() const override {
     struct stat st;
-    if (::fstat(fd_, &st) != 0) return PosixError(path_ + ": fstat", errno);
+    if (::fstat(fd_, &st) != 0) return ErrnoStatus(path_ + ": fstat", errno);
     return static_cast<uint64_t>(st.st_size);
   }
 
@@ -178,7 +164,7 @@ class PosixRandomAccessFile final : public RandomAccessFile {
     }
     void* base = ::mmap(nullptr, static_cast<size_t>(length), PROT_READ, MAP_SHARED, fd_, 0);
     if (base == MAP_FAILED) {
-      return PosixError(path_ + ": mmap " + std::to_string(length) + " bytes", errno);
+      return ErrnoStatus(path_ + ": mmap " + std::to_string(length) + " bytes", errno);
     }
     // The mapping holds its own reference to the file, so it outlives fd_ and
     // even an unlink. Its bytes stay unchanged only because runstore never
@@ -203,7 +189,7 @@ class PosixEnv final : public Env {
       fd = ::open(path.c_str(), flags, 0644);
     } while (fd < 0 && errno == EINTR);
     if (fd < 0) {
-      return PosixError(path + (exclusive ? ": create exclusively" : ": open for writing"), errno);
+      return ErrnoStatus(path + (exclusive ? ": create exclusively" : ": open for writing"), errno);
     }
     return std::unique_ptr<WritableFile>(new PosixWritableFile(path, fd));
   }
@@ -213,7 +199,7 @@ class PosixEnv final : public Env {
     do {
       fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     } while (fd < 0 && errno == EINTR);
-    if (fd < 0) return PosixError(path + ": open for reading", errno);
+    if (fd < 0) return ErrnoStatus(path + ": open for reading", errno);
     // open(2) accepts a directory here; its reads would fail later and less
     // clearly.
     struct stat st;
@@ -225,25 +211,25 @@ class PosixEnv final : public Env {
     }
     if (err != 0) {
       ::close(fd);
-      return PosixError(path + ": open for reading", err);
+      return ErrnoStatus(path + ": open for reading", err);
     }
     return std::unique_ptr<RandomAccessFile>(new PosixRandomAccessFile(path, fd));
   }
 
   Status FileExists(const std::string& path) override {
-    if (::access(path.c_str(), F_OK) != 0) return PosixError(path + ": access", errno);
+    if (::access(path.c_str(), F_OK) != 0) return ErrnoStatus(path + ": access", errno);
     return Status::OK();
   }
 
   Result<bool> IsDirectory(const std::string& path) override {
     struct stat st;
-    if (::stat(path.c_str(), &st) != 0) return PosixError(path + ": stat", errno);
+    if (::stat(path.c_str(), &st) != 0) return ErrnoStatus(path + ": stat", errno);
     return S_ISDIR(st.st_mode);
   }
 
   Result<std::vector<std::string>> GetChildren(const std::string& dir) override {
     DIR* d = ::opendir(dir.c_str());
-    if (d == nullptr) return PosixError(dir + ": opendir", errno);
+    if (d == nullptr) return ErrnoStatus(dir + ": opendir", errno);
     std::vector<std::string> names;
     while (true) {
       errno = 0;  // readdir returns nullptr both at the end and on error
@@ -255,29 +241,29 @@ class PosixEnv final : public Env {
     }
     const int err = errno;
     ::closedir(d);
-    if (err != 0) return PosixError(dir + ": readdir", err);
+    if (err != 0) return ErrnoStatus(dir + ": readdir", err);
     return names;
   }
 
   Result<uint64_t> GetFileSize(const std::string& path) override {
     struct stat st;
-    if (::stat(path.c_str(), &st) != 0) return PosixError(path + ": stat", errno);
+    if (::stat(path.c_str(), &st) != 0) return ErrnoStatus(path + ": stat", errno);
     return static_cast<uint64_t>(st.st_size);
   }
 
   Status CreateDir(const std::string& path) override {
-    if (::mkdir(path.c_str(), 0755) != 0) return PosixError(path + ": mkdir", errno);
+    if (::mkdir(path.c_str(), 0755) != 0) return ErrnoStatus(path + ": mkdir", errno);
     return Status::OK();
   }
 
   Status RemoveFile(const std::string& path) override {
-    if (::unlink(path.c_str()) != 0) return PosixError(path + ": unlink", errno);
+    if (::unlink(path.c_str()) != 0) return ErrnoStatus(path + ": unlink", errno);
     return Status::OK();
   }
 
   Status RenameFile(const std::string& from, const std::string& to) override {
     if (::rename(from.c_str(), to.c_str()) != 0) {
-      return PosixError(from + ": rename to " + to, errno);
+      return ErrnoStatus(from + ": rename to " + to, errno);
     }
     return Status::OK();
   }
@@ -287,26 +273,26 @@ class PosixEnv final : public Env {
     do {
       fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     } while (fd < 0 && errno == EINTR);
-    if (fd < 0) return PosixError(dir + ": open directory for sync", errno);
+    if (fd < 0) return ErrnoStatus(dir + ": open directory for sync", errno);
     Status s;
     // EINVAL means this file system cannot sync a directory (some FUSE and
     // network file systems); there is nothing more we could do for it.
-    if (::fsync(fd) != 0 && errno != EINVAL) s = PosixError(dir + ": fsync directory", errno);
+    if (::fsync(fd) != 0 && errno != EINVAL) s = ErrnoStatus(dir + ": fsync directory", errno);
     ::close(fd);
     return s;
   }
 
   Status CheckWritableDir(const std::string& dir) override {
     struct stat st;
-    if (::stat(dir.c_str(), &st) != 0) return PosixError(dir + ": stat", errno);
-    if (!S_ISDIR(st.st_mode)) return PosixError(dir + ": check writable", ENOTDIR);
-    if (::access(dir.c_str(), W_OK) != 0) return PosixError(dir + ": access for writing", errno);
+    if (::stat(dir.c_str(), &st) != 0) return ErrnoStatus(dir + ": stat", errno);
+    if (!S_ISDIR(st.st_mode)) return ErrnoStatus(dir + ": check writable", ENOTDIR);
+    if (::access(dir.c_str(), W_OK) != 0) return ErrnoStatus(dir + ": access for writing", errno);
     // A read-only mount is a property of the file system, not of the
     // directory's permission bits, and not every file system reports it
     // through access(); the mount flag is authoritative.
     struct statvfs vfs;
-    if (::statvfs(dir.c_str(), &vfs) != 0) return PosixError(dir + ": statvfs", errno);
-    if (vfs.f_flag & ST_RDONLY) return PosixError(dir + ": check writable", EROFS);
+    if (::statvfs(dir.c_str(), &vfs) != 0) return ErrnoStatus(dir + ": statvfs", errno);
+    if (vfs.f_flag & ST_RDONLY) return ErrnoStatus(dir + ": check writable", EROFS);
     return Status::OK();
   }
 

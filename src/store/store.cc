@@ -5,6 +5,7 @@
 #include <mutex>
 #include <random>
 
+#include "env/path.h"
 #include "format/format.h"
 #include "format/segment_reader.h"
 #include "store/snapshot.h"
@@ -37,13 +38,6 @@ Status CheckMarker(const std::string& path, const std::string& contents, uint32_
   }
   *version = static_cast<uint32_t>(v);
   return Status::OK();
-}
-
-std::string Parent(const std::string& path) {
-  size_t slash = path.find_last_of('/');
-  if (slash == std::string::npos) return ".";
-  if (slash == 0) return "/";
-  return path.substr(0, slash);
 }
 
 class StoreImpl final : public Store {
@@ -139,7 +133,7 @@ Status CreateStore(Env* env, const std::string& path) {
     if (s.ok()) break;
     if (s.code() != StatusCode::kNotFound) return s;
     missing.push_back(p);
-    p = Parent(p);
+    p = ParentDir(p);
   }
   for (auto it = missing.rbegin(); it != missing.rend(); ++it) {
     Status s = env->CreateDir(*it);
@@ -164,7 +158,7 @@ Status CreateStore(Env* env, const std::string& path) {
   }
   RETURN_IF_ERROR(env->RenameFile(tmp, path + "/" + kMarkerName));
   RETURN_IF_ERROR(env->SyncDir(path));
-  if (!missing.empty()) RETURN_IF_ERROR(env->SyncDir(Parent(path)));
+  if (!missing.empty()) RETURN_IF_ERROR(env->SyncDir(ParentDir(path)));
   return Status::OK();
 }
 

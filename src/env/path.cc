@@ -1,0 +1,43 @@
+#include "env/path.h"
+
+#include <cerrno>
+#include <cstring>
+
+namespace runstore {
+
+std::string NormalizePath(std::string_view path) {
+  std::string out;
+  out.reserve(path.size());
+  for (const char c : path) {
+    if (c == '/' && !out.empty() && out.back() == '/') continue;
+    out.push_back(c);
+  }
+  if (out.size() > 1 && out.back() == '/') out.pop_back();
+  return out;
+}
+
+std::string ParentDir(std::string_view p) {
+  while (p.size() > 1 && p.back() == '/') p.remove_suffix(1);
+  const size_t slash = p.rfind('/');
+  if (slash == std::string_view::npos) return ".";
+  if (slash == 0) return "/";
+  return std::string(p.substr(0, slash));
+}
+
+Status ErrnoStatus(const std::string& context, int err) {
+  std::string msg = context + ": " + std::strerror(err);
+  switch (err) {
+    case ENOENT:
+      return Status(StatusCode::kNotFound, std::move(msg), err);
+    case EEXIST:
+      return Status(StatusCode::kAlreadyExists, std::move(msg), err);
+    default:
+      return Status(StatusCode::kIOError, std::move(msg), err);
+  }
+}
+
+Status ClosedFileStatus(const std::string& path, const char* op) {
+  return Status::FailedPrecondition(path + ": " + op + ": file is closed");
+}
+
+}  // namespace runstore

@@ -1,0 +1,28 @@
+// Helpers shared by the envs and the store: path spelling and errno mapping.
+#ifndef RUNSTORE_ENV_PATH_H_
+#define RUNSTORE_ENV_PATH_H_
+
+#include <string>
+#include <string_view>
+
+#include "runstore/status.h"
+
+namespace runstore {
+
+// Collapses repeated '/' and strips a trailing '/' (except of "/" itself).
+std::string NormalizePath(std::string_view path);
+
+// The directory that holds `path`: "a/b/c" -> "a/b", "/c" -> "/", "c" -> ".";
+// trailing '/' are ignored.
+std::string ParentDir(std::string_view path);
+
+// "context: strerror(err)" as NotFound (ENOENT), AlreadyExists (EEXIST) or
+// IOError, with err as the status's sys_errno.
+Status ErrnoStatus(const std::string& context, int err);
+
+// FailedPrecondition for a call on a closed file.
+Status ClosedFileStatus(const std::string& path, const char* op);
+
+}  // namespace runstore
+
+#endif  // RUNSTORE_ENV_PATH_H_
