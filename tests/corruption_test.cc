@@ -51,28 +51,10 @@ constexpr char kUnsealedFile[] = "segments/u-00000001.rss";
 constexpr double kCaseBudgetSeconds = 5.0;
 constexpr int kWatchdogSeconds = 120;
 
-struct RecordKey {
-  std::string series;
-  RunId run;
-  int64_t step = 0;
-  friend bool operator<(const RecordKey& a, const RecordKey& b) {
-    return std::tie(a.series, a.run, a.step) < std::tie(b.series, b.run, b.step);
-  }
-  friend bool operator==(const RecordKey&, const RecordKey&) = default;
-};
-
-struct RecordValue {
-  DType dtype = DType::kFloat64;
-  std::vector<int64_t> shape;
-  std::string bytes;
-  friend bool operator==(const RecordValue&, const RecordValue&) = default;
-};
-
-using Contents = std::map<RecordKey, RecordValue>;
-
-std::string KeyString(const RecordKey& k) {
-  return "(" + k.run.ToString() + ", '" + k.series + "', " + std::to_string(k.step) + ")";
-}
+using ::runstore::testing::Contents;
+using ::runstore::testing::KeyString;
+using ::runstore::testing::RecordKey;
+using ::runstore::testing::RecordValue;
 
 // What went wrong in one case. A sweep reports the first few failing cases
 // in full and counts the rest by kind, so that one bug does not hide another.

@@ -48,28 +48,10 @@ constexpr char kWriterId[] = "w1";
 // ---------------------------------------------------------------------------
 // The model: which records the store must show for a given set of commits.
 
-struct RecordKey {
-  std::string series;
-  RunId run;
-  int64_t step = 0;
-  friend bool operator<(const RecordKey& a, const RecordKey& b) {
-    return std::tie(a.series, a.run, a.step) < std::tie(b.series, b.run, b.step);
-  }
-  friend bool operator==(const RecordKey&, const RecordKey&) = default;
-};
-
-struct RecordValue {
-  DType dtype = DType::kFloat64;
-  std::vector<int64_t> shape;
-  std::string bytes;
-  friend bool operator==(const RecordValue&, const RecordValue&) = default;
-};
-
-std::string KeyString(const RecordKey& k) {
-  return "(" + k.run.ToString() + ", '" + k.series + "', " + std::to_string(k.step) + ")";
-}
-
-using Contents = std::map<RecordKey, RecordValue>;
+using ::runstore::testing::Contents;
+using ::runstore::testing::KeyString;
+using ::runstore::testing::RecordKey;
+using ::runstore::testing::RecordValue;
 
 // One operation of a commit group: a record, or a resume marker.
 struct GroupOp {

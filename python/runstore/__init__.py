@@ -31,8 +31,8 @@ read-only store or a closed writer).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from ._core import (
     CODECS,
@@ -44,51 +44,10 @@ from ._core import (
     Writer,
 )
 from ._experiments import experiment_id, grid
-from ._runner import RunSummary
+from ._runner import RunSummary, run_experiments
 from ._store import SegmentInfo, SeriesInfo, Store, open
 
 __version__ = "0.1.0"
-
-
-def run_experiments(
-    store: Store | str | os.PathLike[str],
-    fn: Callable[..., Mapping[str, Any] | None],
-    workers: int | None = None,
-    retry_failed: bool = True,
-    progress: bool = True,
-    *,
-    commit_every: int = 1,
-    start_method: str = "spawn",
-) -> RunSummary:
-    """Runs every experiment of the store's design that is not done, on worker processes.
-
-    Calls ``fn(**params)`` for each pending experiment (in design order, pulled from a queue by
-    ``workers`` processes; default: every core this process may use; 0 runs them in this
-    process). ``fn`` returns a dict of outcomes (numbers, numpy scalars and arrays, str,
-    bytes; None values are left out) or None, and must be picklable (a module-level function).
-
-    Each worker process opens its own writer; an experiment's outcomes and its status "done"
-    are committed together when it finishes (every ``commit_every`` experiments: 1 by default,
-    one fsync each; a larger value batches tiny experiments, and a crash then redoes up to
-    ``commit_every - 1`` finished ones, never twice in the results because the later commit
-    wins). An exception in fn marks that experiment "failed", with its message and traceback
-    in ``store.status()``, and the others go on; a worker process that dies (a segfault, the
-    OOM killer) is replaced and its experiment marked failed.
-
-    Ctrl-C (or SIGTERM) stops the workers cleanly: what finished is committed, the interrupted
-    experiments are set back to pending, and KeyboardInterrupt (SystemExit(143) for SIGTERM)
-    propagates. After that, or after a ``kill -9`` of everything, the same call again runs only
-    what is not done (failed ones too unless ``retry_failed=False``).
-
-    A progress line goes to stderr when it is a terminal and ``progress`` is true.
-    ``start_method``: "spawn" (default) or "forkserver"; "fork" only if this process holds no
-    open writer. Scripts that use "spawn" need the usual ``if __name__ == "__main__":`` guard.
-
-    Returns a :class:`RunSummary`: done, failed, skipped, seconds, workers, not_run.
-    """
-    from ._runner import run_experiments as _run
-
-    return _run(store, fn, workers, retry_failed, progress, commit_every=commit_every, start_method=start_method)
 
 
 def load_results(

@@ -9,10 +9,12 @@
 #include <cstdio>
 #include <map>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
 #include "runstore/status.h"
+#include "runstore/types.h"
 
 namespace runstore::testing {
 
@@ -55,6 +57,31 @@ MATCHER_P2(StatusIsWith, code, needle,
   ASSERT_TRUE(RUNSTORE_CONCAT_(_rs_r_, __LINE__).ok())           \
       << RUNSTORE_CONCAT_(_rs_r_, __LINE__).status().ToString(); \
   lhs = std::move(RUNSTORE_CONCAT_(_rs_r_, __LINE__)).value()
+
+// A record as the sweep tests model a store's expected contents.
+struct RecordKey {
+  std::string series;
+  RunId run;
+  int64_t step = 0;
+  friend bool operator<(const RecordKey& a, const RecordKey& b) {
+    return std::tie(a.series, a.run, a.step) < std::tie(b.series, b.run, b.step);
+  }
+  friend bool operator==(const RecordKey&, const RecordKey&) = default;
+};
+
+struct RecordValue {
+  DType dtype = DType::kFloat64;
+  std::vector<int64_t> shape;
+  std::string bytes;
+  friend bool operator==(const RecordValue&, const RecordValue&) = default;
+};
+
+using Contents = std::map<RecordKey, RecordValue>;
+
+// "(run, 'series', step)" for messages.
+inline std::string KeyString(const RecordKey& k) {
+  return "(" + k.run.ToString() + ", '" + k.series + "', " + std::to_string(k.step) + ")";
+}
 
 // The problems found in one case of a sweep (corruption, crash points).
 struct Problems {
