@@ -336,8 +336,11 @@ Status LoadSegmentIndex(const RandomAccessFile& file, const std::string& name,
                                   std::to_string(t.footer_offset) +
                                   ") is damaged here, before its footer; " + s.message());
       }
-      index->sealed = true;
-      index->damage = s.message();
+      // Every commit is intact. The footer and trailer are written and synced
+      // together, so a crash before that sync returned can leave the trailer
+      // on disk and the footer torn: the seal is an unsynced tail, and the
+      // segment reads as one whose writer crashed before sealing it.
+      index->sealed = false;
       return Status::OK();
     }
   }

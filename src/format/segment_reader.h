@@ -37,9 +37,6 @@ struct SegmentIndex {
   uint64_t file_size = 0;      // when the index was read
   std::vector<CommitInfo> commits;
   std::vector<BlockInfo> blocks;
-  // Non-empty when a sealed segment's footer was damaged but recovery read
-  // every commit before it: the records are intact, the file is not.
-  std::string damage;
 };
 
 // Loads the index of the segment in `file`; `name` is used in messages.

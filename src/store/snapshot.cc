@@ -529,10 +529,6 @@ VerifyReport SnapshotImpl::VerifyAll(
   for (uint32_t si = 0; si < segments_.size(); ++si) {
     const LoadedSegment& seg = *segments_[si];
     ++report.segments;
-    if (!seg.index.damage.empty()) {
-      report.problems.push_back(Status::Corruption(seg.file + ": " + seg.index.damage +
-                                                   " (records were read by recovery)"));
-    }
     for (uint32_t bi = 0; bi < seg.index.blocks.size(); ++bi) {
       const format::BlockInfo& info = seg.index.blocks[bi];
       const std::string at = seg.file + ": offset " + std::to_string(info.frame_offset) + ": ";

@@ -615,7 +615,7 @@ void FlipByte(const std::string& path, uint64_t offset) {
 }
 }  // namespace
 
-TEST_F(StoreTest, DamagedFooterIsReadByRecoveryAndReportedByVerify) {
+TEST_F(StoreTest, TornFooterReadsAsAnUnsealedSegmentWithEveryCommit) {
   auto store = Open();
   ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter({.writer_id = "w"}));
   for (int r = 0; r < 5; ++r) ASSERT_OK(w->Append(r, "loss", 0, 1.0 * r));
@@ -626,8 +626,11 @@ TEST_F(StoreTest, DamagedFooterIsReadByRecoveryAndReportedByVerify) {
   ASSERT_OK_AND_ASSIGN(auto ro, Store::Open(StorePath(), {.read_only = true}));
   auto snap = ro->GetSnapshot();
   EXPECT_EQ(snap->Get(3, "loss", 0)->scalar<double>(), 3.0);
-  EXPECT_TRUE(snap->ListSegments().at(0).sealed);
-  EXPECT_THAT(snap->Verify(), StatusIsWith(StatusCode::kCorruption, "footer"));
+  // A crash during the seal's fdatasync can leave exactly this (trailer on
+  // disk, footer not): an unsynced tail, read like a crashed writer's segment.
+  EXPECT_FALSE(snap->ListSegments().at(0).sealed);
+  EXPECT_EQ(snap->GetSeriesInfo("loss")->count, 5u);
+  EXPECT_OK(snap->Verify());
   // Damage before the footer as well: committed data is gone, and that is
   // reported, not read as an empty segment.
   FlipByte(file, 128 + 2);
