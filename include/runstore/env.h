@@ -68,6 +68,10 @@ class RandomAccessFile {
   virtual Result<uint64_t> Size() const = 0;
   // Maps the first `length` bytes read-only. `length` must not exceed Size().
   virtual Result<std::shared_ptr<const MappedRegion>> Map(uint64_t length) const = 0;
+  // A hint that [offset, offset + n) is about to be read whole: the file
+  // system may start reading it now, in large requests, and exactly it
+  // (posix_fadvise WILLNEED). Never changes what is read.
+  virtual void WillNeed(uint64_t /*offset*/, uint64_t /*n*/) const {}
 };
 
 class Env {

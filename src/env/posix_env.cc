@@ -174,6 +174,20 @@ class PosixRandomAccessFile final : public RandomAccessFile {
         new PosixMappedRegion(base, static_cast<size_t>(length)));
   }
 
+  void WillNeed(uint64_t offset, uint64_t n) const override {
+    // Linux reads at most max(readahead window, largest device request) per
+    // WILLNEED call and silently drops the rest; a later read of the dropped
+    // tail then starts a whole readahead window past the range. So the range
+    // is asked for in pieces no larger than the smallest such limit (128 KiB,
+    // the default window). Pages read this way carry no readahead marker:
+    // reading them, or faulting them through a mapping, reads nothing more.
+    constexpr uint64_t kPiece = uint64_t{128} << 10;
+    for (uint64_t done = 0; done < n; done += kPiece) {
+      (void)::posix_fadvise(fd_, static_cast<off_t>(offset + done),
+                            static_cast<off_t>(std::min(kPiece, n - done)), POSIX_FADV_WILLNEED);
+    }
+  }
+
  private:
   const std::string path_;
   const int fd_;

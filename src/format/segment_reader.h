@@ -55,6 +55,14 @@ Status RefreshSegmentIndex(const RandomAccessFile& file, const std::string& name
 // naming the file and offset otherwise.
 Status CheckPayload(std::string_view stored, const BlockInfo& block, const std::string& name);
 
+// The same check, reading the payload from `file` in cache-sized pieces after
+// asking for all of it at once (RandomAccessFile::WillNeed). For large blocks
+// that are handed out as views of a mapping: the file system reads exactly the
+// block in large requests, and hashing it maps none of its pages, so a caller
+// who then touches a tenth of an array has only that tenth resident.
+Status CheckPayloadByReading(const RandomAccessFile& file, const BlockInfo& block,
+                             const std::string& name);
+
 }  // namespace runstore::format
 
 #endif  // RUNSTORE_FORMAT_SEGMENT_READER_H_

@@ -13,6 +13,10 @@ namespace {
 using format::BlockHeader;
 using format::Key;
 
+// Uncompressed blocks at least this large are verified by reading rather than
+// through the mapping (see ReadPayload).
+constexpr uint64_t kVerifyByReadingBytes = uint64_t{1} << 20;
+
 int CompareRunRef(const RunRef& a, const RunId& b) {
   if (a.is_string != b.is_string()) return a.is_string ? 1 : -1;
   if (!a.is_string) return a.i < b.int_value() ? -1 : (a.i > b.int_value() ? 1 : 0);
@@ -141,7 +145,16 @@ Result<Payload> SnapshotImpl::ReadPayload(const BlockRef& b) const {
   }
   std::string_view stored(seg.map->data() + info.payload_offset, h.payload_len);
   if (!seg.verified[b.block].load(std::memory_order_acquire)) {
-    RETURN_IF_ERROR(format::CheckPayload(stored, info, seg.file));
+    // A large uncompressed block goes to the caller as a view of the mapping,
+    // of which it may touch little (a strided sample of an array): verify it
+    // by reading, so that the check neither maps all of its pages nor makes
+    // the mapping's readahead pull in the blocks after it. Everything else is
+    // read whole anyway, and is hashed where it lies.
+    if (h.codec == Codec::kNone && h.payload_len >= kVerifyByReadingBytes && seg.handle) {
+      RETURN_IF_ERROR(format::CheckPayloadByReading(*seg.handle, info, seg.file));
+    } else {
+      RETURN_IF_ERROR(format::CheckPayload(stored, info, seg.file));
+    }
     seg.verified[b.block].store(true, std::memory_order_release);
   }
   Payload p;
