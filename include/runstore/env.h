@@ -32,6 +32,11 @@ class WritableFile {
   Status Append(std::string_view data) {
     return Append(std::span<const std::string_view>(&data, 1));
   }
+  // Overwrites bytes appended since the last Sync: [offset, offset + size)
+  // must lie between the synced length and Size(), else InvalidArgument. For
+  // a header that is known only once what follows it has been written. Like
+  // appended bytes, durable only after Sync().
+  virtual Status WriteAt(uint64_t offset, std::string_view data) = 0;
   // Makes everything appended so far durable (fdatasync).
   virtual Status Sync() = 0;
   // Closes the file; does not sync. Further calls fail.

@@ -85,6 +85,17 @@ class FaultInjectionEnv::FaultWritableFile final : public WritableFile {
     return s;
   }
 
+  Status WriteAt(uint64_t offset, std::string_view data) override {
+    std::lock_guard<std::mutex> lock(env_->mu_);
+    const Fate fate = env_->CountOperationLocked();
+    if (fate == Fate::kCrash) return env_->FateError(fate, path_, "write");
+    if (epoch_ != env_->epoch_) return StaleHandleError(path_, "write");
+    if (fate == Fate::kFail) return env_->FateError(fate, path_, "write");
+    // The rewritten bytes lie past the synced length (the base checks it), so
+    // power loss treats them as any other unsynced bytes.
+    return base_->WriteAt(offset, data);
+  }
+
   Status Sync() override {
     std::lock_guard<std::mutex> lock(env_->mu_);
     const Fate fate = env_->CountOperationLocked();

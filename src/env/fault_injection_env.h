@@ -5,7 +5,7 @@
 // left.
 //
 // OPERATIONS. Every mutating call is one numbered operation: NewWritableFile,
-// WritableFile::Append, Sync and Close, CreateDir, RemoveFile, RenameFile and
+// WritableFile::Append, WriteAt, Sync and Close, CreateDir, RemoveFile, RenameFile and
 // SyncDir. Reads (NewRandomAccessFile and everything done through the file it
 // returns, FileExists, IsDirectory, GetChildren, GetFileSize,
 // CheckWritableDir, NowNanos) go straight to the base env, are not counted,

@@ -221,6 +221,24 @@ TEST_P(FaultInjectionEnvTest, FailedAppendWritesHalfOfItsBytes) {
   EXPECT_EQ(Contents("f"), "01234");
 }
 
+TEST_P(FaultInjectionEnvTest, WriteAtIsAnOperationAndItsBytesAreUnsynced) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<WritableFile> file, env_->NewWritableFile(Path("f"), false));
+  ASSERT_OK(env_->SyncDir(root_));
+  ASSERT_OK(file->Append("synced|"));
+  ASSERT_OK(file->Sync());
+  ASSERT_OK(file->Append("0000|payload"));
+  const uint64_t before = env_->operation_count();
+  env_->FailOperation(1, EIO);
+  EXPECT_THAT(file->WriteAt(7, "HEAD"), StatusIsWith(StatusCode::kIOError, "injected"));
+  EXPECT_EQ(env_->operation_count(), before + 1);
+  EXPECT_EQ(Contents("f"), "synced|0000|payload");  // a failed WriteAt does nothing
+  ASSERT_OK(file->WriteAt(7, "HEAD"));
+  EXPECT_EQ(Contents("f"), "synced|HEAD|payload");
+  EXPECT_THAT(file->WriteAt(0, "x"), StatusIs(StatusCode::kInvalidArgument));
+  PowerLoss();  // the rewrite was never synced: it goes with the rest of the tail
+  EXPECT_EQ(Contents("f"), "synced|");
+}
+
 TEST_P(FaultInjectionEnvTest, FailedSyncMakesNothingDurableEvenAfterARetry) {
   WriteDurableName("f", "durable;");
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<WritableFile> file, env_->NewWritableFile(Path("g"), true));

@@ -56,8 +56,17 @@ class MemWritableFile final : public WritableFile {
     return Status::OK();
   }
 
+  Status WriteAt(uint64_t offset, std::string_view data) override {
+    if (file_ == nullptr) return ClosedFileStatus(path_, "write");
+    RETURN_IF_ERROR(CheckWriteAt(path_, offset, data.size(), synced_, size_));
+    std::lock_guard<std::mutex> lock(file_->mu);
+    file_->data.replace(static_cast<size_t>(offset), data.size(), data);
+    return Status::OK();
+  }
+
   Status Sync() override {
     if (file_ == nullptr) return ClosedFileStatus(path_, "sync");
+    synced_ = size_;
     return Status::OK();
   }
 
@@ -73,6 +82,7 @@ class MemWritableFile final : public WritableFile {
   const std::string path_;
   std::shared_ptr<FileState> file_;  // null once closed
   uint64_t size_ = 0;
+  uint64_t synced_ = 0;  // size_ at the last Sync
 };
 
 // Owns a copy of the mapped prefix, so its bytes stay fixed however the file

@@ -40,4 +40,13 @@ Status ClosedFileStatus(const std::string& path, const char* op) {
   return Status::FailedPrecondition(path + ": " + op + ": file is closed");
 }
 
+Status CheckWriteAt(const std::string& path, uint64_t offset, uint64_t n, uint64_t synced,
+                    uint64_t size) {
+  if (offset >= synced && offset <= size && n <= size - offset) return Status::OK();
+  return Status::InvalidArgument(
+      path + ": write of " + std::to_string(n) + " bytes at offset " + std::to_string(offset) +
+      ": only bytes appended since the last sync (offsets " + std::to_string(synced) + " to " +
+      std::to_string(size) + ") may be rewritten");
+}
+
 }  // namespace runstore

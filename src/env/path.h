@@ -2,6 +2,7 @@
 #ifndef RUNSTORE_ENV_PATH_H_
 #define RUNSTORE_ENV_PATH_H_
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -22,6 +23,11 @@ Status ErrnoStatus(const std::string& context, int err);
 
 // FailedPrecondition for a call on a closed file.
 Status ClosedFileStatus(const std::string& path, const char* op);
+
+// WritableFile::WriteAt's contract: OK if [offset, offset + n) lies within
+// [synced, size), InvalidArgument naming the file and the ranges otherwise.
+Status CheckWriteAt(const std::string& path, uint64_t offset, uint64_t n, uint64_t synced,
+                    uint64_t size);
 
 }  // namespace runstore
 
