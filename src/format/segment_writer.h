@@ -5,6 +5,7 @@
 #define RUNSTORE_FORMAT_SEGMENT_WRITER_H_
 
 #include <cstdint>
+#include <future>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -28,7 +29,17 @@ class SegmentWriter {
   // payload_checksum, which are computed here; `raw` is the uncompressed
   // payload as pieces. Compresses with header->codec (falling back to none
   // when that does not shrink the payload). Not durable until Commit.
-  Status AddBlock(BlockHeader* header, const std::vector<std::string_view>& raw, int zstd_level);
+  //
+  // With `header_last` (for large blocks), the frame header is first written
+  // as zeros, the payload is hashed and written a window at a time, and the
+  // header is then written in place: the disk starts on the payload at once
+  // instead of after all of it has been hashed. Until the header is in place
+  // the frame reads as a torn tail (docs/format.md "Segment file"). If
+  // `raw_checksum` is given as well and the payload is stored uncompressed,
+  // its checksum is taken from there once the payload is written: another
+  // thread hashes the same bytes meanwhile.
+  Status AddBlock(BlockHeader* header, const std::vector<std::string_view>& raw, int zstd_level,
+                  bool header_last = false, std::future<uint64_t>* raw_checksum = nullptr);
 
   // Writes a commit record covering every frame since the last one and syncs
   // the file. `time_ns` must be greater than the previous commit's.
@@ -47,6 +58,11 @@ class SegmentWriter {
   SegmentWriter(std::unique_ptr<WritableFile> file, std::string path);
   Status WriteFrame(std::string_view header, const std::vector<std::string_view>& payload,
                     uint64_t payload_len);
+  // AddBlock's header_last way; returns the header as finally written.
+  Result<std::string> WriteFrameHeaderLast(BlockHeader* h,
+                                           const std::vector<std::string_view>& payload,
+                                           uint64_t payload_len,
+                                           std::future<uint64_t>* payload_checksum);
 
   std::unique_ptr<WritableFile> file_;
   std::string path_;

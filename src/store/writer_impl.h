@@ -6,6 +6,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -70,6 +71,12 @@ class WriterImpl final : public Writer {
     uint64_t ticket = 0;  // commit ticket, or borrowed-block ticket
     size_t bytes = 0;     // accounted in buffered_bytes_
     bool borrowed = false;
+    // A borrowed block (a large value of its own) comes finished by the
+    // appending thread, which hashes its payload while this thread writes it
+    // (when it is stored uncompressed; `checksum` is then valid).
+    format::BlockHeader header;
+    std::vector<std::string_view> pieces;
+    std::future<uint64_t> checksum;
   };
 
   WriterImpl(Env* env, std::string segments_dir, const WriterOptions& options, StoreSchema existing,
@@ -98,7 +105,10 @@ class WriterImpl final : public Writer {
   void AfterAppendLocked(std::unique_lock<std::mutex>& lk, size_t value_bytes);
 
   void BackgroundLoop();
-  Status ProcessBlock(format::BlockBuilder* block);
+  // Writes a block to the segment: a builder's (Finish is called here) or a
+  // borrowed block finished by AppendLarge, written header last
+  // (format::SegmentWriter::AddBlock).
+  Status ProcessBlock(Task* t);
   Status CommitSegment();
   Status SealSegment();
   Status EnsureSegment();
