@@ -38,6 +38,8 @@ sys.path.insert(0, HERE)
 import common  # noqa: E402
 
 WORKLOADS = ("sweep", "arrays", "lazy", "concurrent", "crash", "limit")
+# The ways the disk's limit is measured (cases_arrays.limit).
+LIMIT_MODES = ("each", "end", "each_windowed", "end_windowed")
 
 
 def _modules():
@@ -257,7 +259,7 @@ def timed_runs(args, runner: Runner, results: dict, log) -> None:
     def describe(res):
         keys = ("seconds", "tree_peak_rss_mib", "peak_rss_mib", "disk_bytes", "wait_seconds", "warm_seconds",
                 "disk_read_bytes",
-                "mbps_each", "mbps_end", "read_back", "error")
+                "mbps_each", "mbps_end", "mbps_each_windowed", "mbps_end_windowed", "read_back", "error")
         parts = []
         for k in keys:
             if k in res:
@@ -287,7 +289,7 @@ def timed_runs(args, runner: Runner, results: dict, log) -> None:
         # limit (runs first and last in each repetition, around the arrays workload)
         def limit_run(tag):
             res = {"when": tag}
-            modes = ("each", "end") if rep % 2 == 0 else ("end", "each")
+            modes = LIMIT_MODES if rep % 2 == 0 else LIMIT_MODES[::-1]
             for mode in modes:  # one process per way, like any case
                 d = runner.casedir(f"limit-{mode}")
                 r = runner.run("--child", "limit.disk", d, dict(wp["arrays"], mode=mode),

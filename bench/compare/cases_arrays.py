@@ -252,10 +252,32 @@ def lazy_expected(p) -> float:
 # -- the disk's limit --------------------------------------------------------------------------
 
 
+def _sync_file_range():
+    """libc's sync_file_range(fd, offset, nbytes, flags), or None where there is none."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        fn = libc.sync_file_range
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+SYNC_FILE_RANGE_WRITE = 2
+WINDOW = 1 << 20
+
+
 def limit(path, p, progress):
     """Writes the arrays workload's bytes (n chunks of `mib` MiB) sequentially to a new file,
     with an fdatasync after every chunk (p["mode"] == "each": the durability the workload asks
-    for) or one fdatasync at the end ("end": the disk's streaming rate). One pass per process,
+    for) or one fdatasync at the end ("end": the disk's streaming rate). Modes "each_windowed"
+    and "end_windowed" write the same bytes 1 MiB at a time and start the writeback of each
+    MiB at once (sync_file_range), so that the disk writes while the next MiB is copied: on
+    this VM the faster way to the same durable bytes, and what runstore's writer does. One pass per process,
     started like any case, so that it meets the same page cache and the same memory as a case
     (on this VM, memory freed for a few seconds is handed back to the host, and touching it
     again is slow: a second pass in the same process would be faster than any case)."""
@@ -264,10 +286,19 @@ def limit(path, p, progress):
     mode = p.get("mode", "each")
     file = os.path.join(path, f"limit_{mode}.bin")
     clock = Clock()
+    sfr = _sync_file_range() if mode.endswith("_windowed") else None
     fd = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    offset = 0
     for i in range(p["n"]):
-        os.write(fd, memoryview(pool[i % len(pool)]).cast("B"))
-        if mode == "each":
+        data = memoryview(pool[i % len(pool)]).cast("B")
+        if sfr is None:
+            os.write(fd, data)
+        else:
+            for at in range(0, len(data), WINDOW):
+                n = os.write(fd, data[at:at + WINDOW])
+                sfr(fd, offset, n, SYNC_FILE_RANGE_WRITE)
+                offset += n
+        if mode.startswith("each"):
             os.fdatasync(fd)
     os.fdatasync(fd)
     os.close(fd)
