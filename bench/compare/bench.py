@@ -325,6 +325,7 @@ def timed_runs(args, runner: Runner, results: dict, log) -> None:
             if "arrays" not in want:  # only what the lazy readers need
                 tools = [t for t in tools if t in mods["arrays"].LAZY_META]
             tools = tools[rep % len(tools):] + tools[:rep % len(tools)]
+            outputs = []  # (tool, directory) kept for the lazy readers
             for tool in tools:
                 if tool == "runstore":  # the disk's limit right before and after runstore's case
                     limit_run("before runstore")
@@ -334,16 +335,24 @@ def timed_runs(args, runner: Runner, results: dict, log) -> None:
                     record("arrays", tool, res)
                 if "lazy" in want and tool in mods["arrays"].LAZY_META and res.get("returncode") == 0:
                     os.sync()
-                    lz = runner.run("--lazy", tool, d, wp["lazy"], timeout=args.case_timeout)
-                    exp = _lazy_expected(wp["lazy"])
-                    lz["correct"] = abs(lz.get("total", float("nan")) - exp) <= 1e-9 * max(1.0, abs(exp))
-                    if not lz["correct"]:
-                        log(f"    ! lazy/{tool}: sum {lz.get('total')} != expected {exp}")
-                    log(f"  lazy/{tool}: {describe(lz)} cold={lz.get('cold')}")
-                    record("lazy", tool, lz)
-                _sync_and_remove(d)
+                    outputs.append((tool, d))
+                else:
+                    _sync_and_remove(d)
                 if tool == "runstore":
                     limit_run("after runstore")
+            # The lazy readers run back to back once every output is written, in the writers'
+            # rotating order, so that none of them reads while the disk still absorbs a write
+            # that happened just before it (the arrays cases and the limit runs write GiBs).
+            for tool, d in outputs:
+                lz = runner.run("--lazy", tool, d, wp["lazy"], timeout=args.case_timeout)
+                exp = _lazy_expected(wp["lazy"])
+                lz["correct"] = abs(lz.get("total", float("nan")) - exp) <= 1e-9 * max(1.0, abs(exp))
+                if not lz["correct"]:
+                    log(f"    ! lazy/{tool}: sum {lz.get('total')} != expected {exp}")
+                log(f"  lazy/{tool}: {describe(lz)} cold={lz.get('cold')}")
+                record("lazy", tool, lz)
+            for _, d in outputs:
+                _sync_and_remove(d)
 
         if "concurrent" in want:
             tools = [t for t in mods["concurrent"].WRITERS if keep(t)]

@@ -138,18 +138,23 @@ def targets(data):
         pb = data["params"]["arrays"]
         from cases_arrays import payload_bytes
 
-        mbps = payload_bytes(pb) / med(ar["runstore"], "seconds") / 1e6
-        best = payload_bytes(pb) / min(_vals(ar["runstore"], "seconds")) / 1e6
         med_end, med_each = limit_median(data)
-        for what, lim, lmed in (("sequential write speed (one fdatasync at the end)", lim_end, med_end),
-                                ("write speed with an fdatasync per array", lim_each, med_each)):
-            if _nan(lim):
+        # Each runstore case against the limit of the same durability: a commit per array against
+        # an fdatasync per array (the workload); one commit at the end against one fdatasync.
+        for case, what, lim, lmed in (
+                ("runstore", "a commit per array: >= 90% of the disk's write speed with an fdatasync "
+                 "per array", lim_each, med_each),
+                ("runstore_endcommit", "one commit at the end (reference, no target): against the "
+                 "disk's sequential write speed (one fdatasync at the end)", lim_end, med_end)):
+            if _nan(lim) or not ar.get(case):
                 continue
-            out.append(("arrays", f"runstore >= 90% of the disk's {what}",
+            mbps = payload_bytes(pb) / med(ar[case], "seconds") / 1e6
+            best = payload_bytes(pb) / min(_vals(ar[case], "seconds")) / 1e6
+            out.append(("arrays", f"runstore, {what}",
                         f"runstore's median {fmt_num(mbps)} MB/s = **{100 * mbps / lim:.0f}%** of the fastest "
                         f"limit run ({fmt_num(lim)} MB/s); its best run {100 * best / lim:.0f}%; "
                         f"{100 * mbps / lmed:.0f}% of the median limit run ({fmt_num(lmed)} MB/s)",
-                        mbps >= 0.9 * lim))
+                        mbps >= 0.9 * lim if case == "runstore" else None))
     if ar.get("runstore") and ar.get("pickle_bz2"):
         r, per = ratio(ar["pickle_bz2"], ar["runstore"])
         out.append(("arrays", "runstore >= 20x faster than pickle + bz2",

@@ -1,0 +1,129 @@
+"""Where the time of a cold lazy read goes: runstore's Store.get against np.load(mmap_mode="r")
+and against the bare system calls runstore issues, on the same arrays, alternating.
+
+Writes n arrays of 8 MiB float64 once into a runstore store and as .npy files, then, for each
+repetition, drops the page cache (needs root; otherwise the figures are warm) and reads a strided
+sample (every 16th row) of k random arrays each way:
+
+  runstore   runstore.open + Store.get(i, "result")[::16].sum()
+  syscalls   the same reads without runstore: posix_fadvise(WILLNEED) of the array's bytes in
+             128 KiB calls, then pread in 256 KiB pieces (what Store.get does to verify an
+             uncompressed array of 1 MiB or more before handing out its view)
+  np.load    np.load(path, mmap_mode="r")[::16].sum(), one file per array
+
+    .venv/bin/python bench/python/lazy_io_probe.py [--reps 5] [--dir /var/tmp/runstore-lazy-probe]
+
+Prints each repetition and the medians. If `syscalls` is as slow as `runstore`, the time is the
+disk's; if `np.load` is faster than both, it is how the disk serves the two access patterns.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import time
+
+import numpy as np
+
+import runstore
+
+MIB8 = (1024, 1024)
+
+
+def drop_caches() -> bool:
+    os.sync()
+    try:
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+        return True
+    except OSError:
+        return False
+
+
+def prepare(root: str, n: int) -> None:
+    store_dir, npy_dir = os.path.join(root, "store"), os.path.join(root, "npy")
+    if os.path.exists(os.path.join(npy_dir, f"{n - 1}.npy")):
+        return
+    os.makedirs(npy_dir, exist_ok=True)
+    rng = np.random.default_rng(1)
+    with runstore.open(store_dir).writer() as w:
+        for i in range(n):
+            a = rng.standard_normal(MIB8)
+            w.put(i, "result", a)
+            w.commit()
+            np.save(os.path.join(npy_dir, f"{i}.npy"), a)
+
+
+def payload_ranges(root: str, n: int) -> tuple[str, list[tuple[int, int]]]:
+    """The segment file and each array's byte range in it, found from the values' bytes."""
+    seg_dir = os.path.join(root, "store", "segments")
+    (seg,) = [os.path.join(seg_dir, f) for f in os.listdir(seg_dir) if f.endswith(".rss")]
+    with open(seg, "rb") as f:
+        data = f.read()
+    store = runstore.open(os.path.join(root, "store"), mode="r")
+    ranges = []
+    for i in range(n):
+        a = store.get(i, "result")
+        start = data.index(a.tobytes()[:64])
+        ranges.append((start, a.nbytes))
+    return seg, ranges
+
+
+def read_runstore(root, sample, **_):
+    store = runstore.open(os.path.join(root, "store"), mode="r")
+    return sum(float(store.get(i, "result")[::16].sum()) for i in sample)
+
+
+def read_syscalls(root, sample, seg, ranges, **_):
+    fd = os.open(seg, os.O_RDONLY)
+    try:
+        for i in sample:
+            off, n = ranges[i]
+            for d in range(0, n, 128 << 10):
+                os.posix_fadvise(fd, off + d, min(128 << 10, n - d), os.POSIX_FADV_WILLNEED)
+            for d in range(0, n, 256 << 10):
+                os.pread(fd, min(256 << 10, n - d), off + d)
+    finally:
+        os.close(fd)
+    return 0.0
+
+
+def read_npy(root, sample, **_):
+    return sum(float(np.load(os.path.join(root, "npy", f"{i}.npy"), mmap_mode="r")[::16].sum())
+               for i in sample)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dir", default="/var/tmp/runstore-lazy-probe")
+    ap.add_argument("--n", type=int, default=64)
+    ap.add_argument("--k", type=int, default=16)
+    ap.add_argument("--reps", type=int, default=5)
+    args = ap.parse_args()
+    prepare(args.dir, args.n)
+    seg, ranges = payload_ranges(args.dir, args.n)
+    ways = {"runstore": read_runstore, "syscalls": read_syscalls, "np.load": read_npy}
+    times = {w: [] for w in ways}
+    cold = True
+    for rep in range(args.reps):
+        sample = random.Random(rep).sample(range(args.n), args.k)
+        order = list(ways)[rep % 3:] + list(ways)[:rep % 3]
+        row = []
+        for way in order:
+            cold = drop_caches() and cold
+            t = time.perf_counter()
+            ways[way](args.dir, sample, seg=seg, ranges=ranges)
+            ms = (time.perf_counter() - t) * 1e3
+            times[way].append(ms)
+            row.append(f"{way} {ms:.0f} ms")
+        print(f"rep {rep + 1}: " + ", ".join(row))
+    print(f"medians over {args.reps} repetitions ({'cold' if cold else 'WARM: not root'} page cache, "
+          f"{args.k} arrays of 8 MiB, every 16th row):")
+    for way, ts in times.items():
+        print(f"  {way:9s} {statistics.median(ts):6.1f} ms  (min {min(ts):.1f}, max {max(ts):.1f})")
+
+
+if __name__ == "__main__":
+    main()
