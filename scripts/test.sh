@@ -2,10 +2,11 @@
 # Runs every test of runstore: the C++ suites (GoogleTest through CTest, including
 # the crash, corruption and kill -9 tests and the CLI tests), the corruption and
 # power-loss tests again under AddressSanitizer + UndefinedBehaviorSanitizer, the
+# unit and concurrency tests under ThreadSanitizer, the
 # Python suite (pytest), and the formatting check. Installs what is missing first.
 #
 #   bash scripts/test.sh            # everything
-#   SKIP_ASAN=1 bash scripts/test.sh
+#   SKIP_ASAN=1 SKIP_TSAN=1 bash scripts/test.sh
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 root=$(pwd)
@@ -35,6 +36,17 @@ if [ "${SKIP_ASAN:-0}" != 1 ]; then
   for t in runstore_unit_tests power_loss_test corruption_test; do
     echo "-- $t (asan)"
     "build/asan/$t" --gtest_brief=1
+  done
+fi
+
+if [ "${SKIP_TSAN:-0}" != 1 ]; then
+  step "C++ threaded tests under ThreadSanitizer (unit tests, concurrency)"
+  cmake --preset tsan > /dev/null
+  cmake --build build/tsan -j "$jobs" --target runstore_unit_tests concurrency_test
+  export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
+  for t in runstore_unit_tests concurrency_test; do
+    echo "-- $t (tsan)"
+    "build/tsan/$t" --gtest_brief=1
   done
 fi
 
