@@ -56,6 +56,9 @@ class MappedRegion {
   // stay valid: they are read again from the file (page cache) when touched.
   // For reads that stream through more data than should stay resident.
   virtual void ReleasePages() const {}
+  // The same for the pages that lie wholly inside [begin, begin + n), which
+  // must be within the region.
+  virtual void ReleasePages(const char* /*begin*/, size_t /*n*/) const {}
 
  protected:
   const char* data_ = nullptr;

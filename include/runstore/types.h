@@ -166,12 +166,15 @@ struct ValueRef {
   }
 };
 
+class MappedRegion;  // runstore/env.h
+
 // A value read back. Either a view into a mapped segment (zero-copy; `owner`
 // keeps the mapping alive) or owned bytes (after decompression). Both stay
 // valid for as long as any copy of this Value lives.
 class Value {
  public:
   Value() = default;
+  // Owned bytes (`zero_copy` false), or a view kept alive by `owner`.
   Value(DType dtype, std::vector<int64_t> shape, const char* data, size_t nbytes,
         std::shared_ptr<const void> owner, bool zero_copy)
       : dtype_(dtype),
@@ -180,6 +183,17 @@ class Value {
         nbytes_(nbytes),
         owner_(std::move(owner)),
         zero_copy_(zero_copy) {}
+  // A zero-copy view of bytes inside `mapping`.
+  Value(DType dtype, std::vector<int64_t> shape, const char* data, size_t nbytes,
+        std::shared_ptr<const MappedRegion> mapping);
+
+  // Drops the pages that lie wholly inside this value's bytes from the
+  // process's resident memory, if it is a view of a mapping; a no-op
+  // otherwise. The bytes stay valid: touched again, they are read back from
+  // the page cache. For a reader done with a large array it will not touch
+  // soon, so that resident memory follows the arrays in use, not every array
+  // ever read.
+  void ReleasePages() const;
 
   DType dtype() const { return dtype_; }
   const std::vector<int64_t>& shape() const { return shape_; }
@@ -209,6 +223,7 @@ class Value {
   const char* data_ = nullptr;
   size_t nbytes_ = 0;
   std::shared_ptr<const void> owner_;
+  const MappedRegion* mapping_ = nullptr;  // kept alive by owner_
   bool zero_copy_ = false;
 };
 

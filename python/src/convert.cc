@@ -311,7 +311,7 @@ nb::object MakeArrayView(const Value& v) {
                              0, nullptr);
   if (arr == nullptr) throw nb::python_error();
   nb::object result = nb::steal(arr);
-  nb::object owner = nb::cast(ArrayOwner{v}, nb::rv_policy::move);
+  nb::object owner = nb::cast(ArrayOwner(v), nb::rv_policy::move);
   if (PyArray_SetBaseObject(reinterpret_cast<PyArrayObject*>(arr), owner.release().ptr()) != 0) {
     throw nb::python_error();
   }

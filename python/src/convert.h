@@ -84,8 +84,21 @@ int NumpyTypeNum(DType dtype);
 // str, bytes). TypeError if runstore cannot store it.
 DType ParseDTypeSpec(nb::handle spec);
 
-// The base object of every array returned by MakeArrayView.
+// The base object of every array returned by MakeArrayView. When the last
+// array using it is gone, the pages of a large view are dropped from resident
+// memory (Value::ReleasePages), so that a reader going through many arrays of
+// a store holds the pages of the arrays it still has, not of every array it
+// has read (the mapping of a segment lives as long as the store).
 struct ArrayOwner {
+  explicit ArrayOwner(Value v) : value(std::move(v)) {}
+  ArrayOwner(ArrayOwner&&) = default;
+  ArrayOwner& operator=(ArrayOwner&&) = default;
+  ArrayOwner(const ArrayOwner&) = delete;
+  ArrayOwner& operator=(const ArrayOwner&) = delete;
+  ~ArrayOwner() {
+    if (value.nbytes() >= kReleaseAtFreeBytes) value.ReleasePages();  // a no-op if moved from
+  }
+  static constexpr size_t kReleaseAtFreeBytes = size_t{64} << 10;
   Value value;
 };
 void BindConvert(nb::module_& m);

@@ -57,6 +57,44 @@ def test_get_returns_a_view_into_the_mapped_segment(store_path, rng):
     assert not mappings_of(seg), "the mapping outlived every array"
 
 
+def resident_kib(path: Path) -> int:
+    """Resident KiB of this process's mappings of the file `path` (Rss in /proc/self/smaps)."""
+    target, total, inside = str(path.resolve()), 0, False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            first = line.split(maxsplit=1)[0]
+            if "-" in first and not first.endswith(":"):  # a mapping's header line
+                inside = line.rstrip().endswith(" " + target)
+            elif inside and first == "Rss:":
+                total += int(line.split()[1])
+    return total
+
+
+def test_pages_of_a_freed_array_leave_resident_memory(store_path, rng):
+    # The mapping lives as long as the store; what stays resident must follow the arrays still
+    # in use, not every array ever read (a reader going through thousands of arrays).
+    arrays = [rng.standard_normal((1024, 1024)) for _ in range(3)]  # 8 MiB each
+    with runstore.open(store_path).writer() as w:
+        for i, a in enumerate(arrays):
+            w.put(i, "a", a)
+    store = runstore.open(store_path, mode="r")
+    (seg,) = segment_files(store_path)
+    views = [store.get(i, "a") for i in range(3)]
+    for i in range(3):
+        np.testing.assert_array_equal(views[i], arrays[i])  # touches every page
+    assert resident_kib(seg) >= 3 * 8192 - 64
+    del views[1]
+    gc.collect()
+    assert 2 * 8192 - 64 <= resident_kib(seg) <= 2 * 8192 + 64
+    # The neighbours' bytes are intact, and so is a fresh view of the released one.
+    np.testing.assert_array_equal(views[0], arrays[0])
+    np.testing.assert_array_equal(views[1], arrays[2])
+    np.testing.assert_array_equal(store.get(1, "a"), arrays[1])
+    views.clear()
+    gc.collect()
+    assert resident_kib(seg) < 256
+
+
 def test_small_values_are_views_too(store_path):
     with runstore.open(store_path).writer() as w:
         w.log(1, x=2.5, v=np.arange(4.0))

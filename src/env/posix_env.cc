@@ -167,6 +167,14 @@ class PosixMappedRegion final : public MappedRegion {
   void ReleasePages() const override {
     if (data_ != nullptr) ::madvise(const_cast<char*>(data_), size_, MADV_DONTNEED);
   }
+  void ReleasePages(const char* begin, size_t n) const override {
+    static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+    const uintptr_t first = (reinterpret_cast<uintptr_t>(begin) + page - 1) & ~(page - 1);
+    const uintptr_t end = (reinterpret_cast<uintptr_t>(begin) + n) & ~(page - 1);
+    if (data_ != nullptr && end > first) {
+      ::madvise(reinterpret_cast<void*>(first), end - first, MADV_DONTNEED);
+    }
+  }
 };
 
 class PosixRandomAccessFile final : public RandomAccessFile {

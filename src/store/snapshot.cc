@@ -160,6 +160,7 @@ Result<Payload> SnapshotImpl::ReadPayload(const BlockRef& b) const {
   Payload p;
   if (h.codec == Codec::kNone) {
     p.owner = seg.map;
+    p.mapping = seg.map;
     p.bytes = stored;
     p.zero_copy = true;
   } else {
@@ -371,9 +372,17 @@ std::vector<SegmentInfo> SnapshotImpl::ListSegments() const {
 
 namespace {
 
+// Bytes of a payload as a Value: a view of the mapping, or kept alive by the
+// payload's decompressed buffer.
+Value PayloadValue(const Payload& p, DType dtype, std::vector<int64_t> shape, const char* data,
+                   size_t n) {
+  if (p.zero_copy) return Value(dtype, std::move(shape), data, n, p.mapping);
+  return Value(dtype, std::move(shape), data, n, p.owner, false);
+}
+
 Value MakeRecordValue(const BlockHeader& h, const Payload& p, uint32_t row) {
   std::string_view bytes = p.view.value_bytes(row);
-  return Value(h.dtype, p.view.value_shape(row), bytes.data(), bytes.size(), p.owner, p.zero_copy);
+  return PayloadValue(p, h.dtype, p.view.value_shape(row), bytes.data(), bytes.size());
 }
 
 }  // namespace
@@ -494,8 +503,7 @@ class ScannerImpl final : public SeriesScanner {
       shape.insert(shape.end(), h.dims.begin(), h.dims.end());
       const size_t rb = v.record_bytes();
       if (item.all_rows) {
-        batch->values =
-            Value(h.dtype, std::move(shape), v.fixed_values(), rb * n, p.owner, p.zero_copy);
+        batch->values = PayloadValue(p, h.dtype, std::move(shape), v.fixed_values(), rb * n);
       } else {
         auto buf = AlignedBuffer(rb * n);
         for (size_t i = 0; i < n; ++i)

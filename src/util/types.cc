@@ -2,6 +2,8 @@
 
 #include <array>
 
+#include "runstore/env.h"
+
 namespace runstore {
 namespace {
 
@@ -100,6 +102,21 @@ std::strong_ordering operator<=>(const RunId& a, const RunId& b) {
   int c = a.string_value().compare(b.string_value());
   return c < 0 ? std::strong_ordering::less
                : (c > 0 ? std::strong_ordering::greater : std::strong_ordering::equal);
+}
+
+Value::Value(DType dtype, std::vector<int64_t> shape, const char* data, size_t nbytes,
+             std::shared_ptr<const MappedRegion> mapping)
+    : dtype_(dtype),
+      shape_(std::move(shape)),
+      data_(data),
+      nbytes_(nbytes),
+      owner_(mapping),
+      mapping_(mapping.get()),
+      zero_copy_(true) {}
+
+void Value::ReleasePages() const {
+  // A moved-from copy has no owner: the pages are someone else's now.
+  if (mapping_ != nullptr && owner_ != nullptr) mapping_->ReleasePages(data_, nbytes_);
 }
 
 int64_t Value::size() const {
