@@ -9,12 +9,15 @@ sample (every 16th row) of k random arrays each way:
   syscalls   the same reads without runstore: posix_fadvise(WILLNEED) of the array's bytes in
              128 KiB calls, then pread in 256 KiB pieces (what Store.get does to verify an
              uncompressed array of 1 MiB or more before handing out its view)
+  pread      one pread of each array's whole byte range from the segment, on a descriptor
+             with readahead off (POSIX_FADV_RANDOM): the plainest read of the same bytes
   np.load    np.load(path, mmap_mode="r")[::16].sum(), one file per array
 
     .venv/bin/python bench/python/lazy_io_probe.py [--reps 5] [--dir /var/tmp/runstore-lazy-probe]
 
 Prints each repetition and the medians. If `syscalls` is as slow as `runstore`, the time is the
-disk's; if `np.load` is faster than both, it is how the disk serves the two access patterns.
+system calls'; if `pread` is as slow too, it is the file's (ranges of one large file against
+whole small files), whatever the calls.
 """
 
 from __future__ import annotations
@@ -90,6 +93,18 @@ def read_syscalls(root, sample, seg, ranges, **_):
     return 0.0
 
 
+def read_pread(root, sample, seg, ranges, **_):
+    fd = os.open(seg, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+        for i in sample:
+            off, n = ranges[i]
+            os.pread(fd, n, off)
+    finally:
+        os.close(fd)
+    return 0.0
+
+
 def read_npy(root, sample, **_):
     return sum(float(np.load(os.path.join(root, "npy", f"{i}.npy"), mmap_mode="r")[::16].sum())
                for i in sample)
@@ -104,12 +119,13 @@ def main() -> None:
     args = ap.parse_args()
     prepare(args.dir, args.n)
     seg, ranges = payload_ranges(args.dir, args.n)
-    ways = {"runstore": read_runstore, "syscalls": read_syscalls, "np.load": read_npy}
+    ways = {"runstore": read_runstore, "syscalls": read_syscalls, "pread": read_pread,
+            "np.load": read_npy}
     times = {w: [] for w in ways}
     cold = True
     for rep in range(args.reps):
         sample = random.Random(rep).sample(range(args.n), args.k)
-        order = list(ways)[rep % 3:] + list(ways)[:rep % 3]
+        order = list(ways)[rep % len(ways):] + list(ways)[:rep % len(ways)]
         row = []
         for way in order:
             cold = drop_caches() and cold
