@@ -45,8 +45,7 @@ Status SegmentWriter::WriteFrame(std::string_view header,
 }
 
 Result<std::string> SegmentWriter::WriteFrameHeaderLast(
-    BlockHeader* h, const std::vector<std::string_view>& payload, uint64_t payload_len,
-    std::future<uint64_t>* payload_checksum) {
+    BlockHeader* h, const std::vector<std::string_view>& payload, uint64_t payload_len) {
   // The window matches the POSIX env's writeback window: each is hashed
   // (~30 us per MiB) while the disk writes the one before.
   constexpr size_t kWindow = size_t{1} << 20;
@@ -59,13 +58,13 @@ Result<std::string> SegmentWriter::WriteFrameHeaderLast(
   for (size_t i = 0; s.ok() && i < payload.size(); ++i) {
     for (size_t at = 0; s.ok() && at < payload[i].size(); at += kWindow) {
       const std::string_view window = payload[i].substr(at, kWindow);
-      if (!payload_checksum) checksum.Update(window.data(), window.size());
+      checksum.Update(window.data(), window.size());
       s = file_->Append(window);
     }
   }
   const uint64_t payload_pad = AlignUp(payload_len, kFrameAlign) - payload_len;
   if (s.ok() && payload_pad) s = file_->Append(std::string_view(kZeros, payload_pad));
-  h->payload_checksum = payload_checksum ? payload_checksum->get() : checksum.Digest();
+  h->payload_checksum = checksum.Digest();
   std::string header = EncodeBlockHeader(*h);
   if (s.ok()) s = file_->WriteAt(frame_offset, header);
   if (!s.ok()) return s.WithContext(path_);
@@ -74,11 +73,9 @@ Result<std::string> SegmentWriter::WriteFrameHeaderLast(
 }
 
 Status SegmentWriter::AddBlock(BlockHeader* h, const std::vector<std::string_view>& raw,
-                               int zstd_level, bool header_last,
-                               std::future<uint64_t>* raw_checksum) {
+                               int zstd_level, bool header_last) {
   const uint64_t frame_offset = offset_;
   std::vector<std::string_view> stored = raw;
-  bool compressed = false;
   if (h->codec != Codec::kNone) {
     // Scratch buffers are reused from block to block (their size is bounded
     // by the block size).
@@ -89,7 +86,6 @@ Status SegmentWriter::AddBlock(BlockHeader* h, const std::vector<std::string_vie
       h->codec = Codec::kNone;  // incompressible: store raw so that reads are zero-copy
     } else {
       stored.assign(1, scratch_);
-      compressed = true;
     }
   }
   uint64_t len = 0;
@@ -97,8 +93,7 @@ Status SegmentWriter::AddBlock(BlockHeader* h, const std::vector<std::string_vie
   h->payload_len = len;
   std::string header;
   if (header_last) {
-    ASSIGN_OR_RETURN(header,
-                     WriteFrameHeaderLast(h, stored, len, compressed ? nullptr : raw_checksum));
+    ASSIGN_OR_RETURN(header, WriteFrameHeaderLast(h, stored, len));
   } else {
     ChecksumStream checksum;
     for (auto p : stored) checksum.Update(p.data(), p.size());

@@ -5,7 +5,6 @@
 #define RUNSTORE_FORMAT_SEGMENT_WRITER_H_
 
 #include <cstdint>
-#include <future>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -34,12 +33,9 @@ class SegmentWriter {
   // as zeros, the payload is hashed and written a window at a time, and the
   // header is then written in place: the disk starts on the payload at once
   // instead of after all of it has been hashed. Until the header is in place
-  // the frame reads as a torn tail (docs/format.md "Segment file"). If
-  // `raw_checksum` is given as well and the payload is stored uncompressed,
-  // its checksum is taken from there once the payload is written: another
-  // thread hashes the same bytes meanwhile.
+  // the frame reads as a torn tail (docs/format.md "Segment file").
   Status AddBlock(BlockHeader* header, const std::vector<std::string_view>& raw, int zstd_level,
-                  bool header_last = false, std::future<uint64_t>* raw_checksum = nullptr);
+                  bool header_last = false);
 
   // Writes a commit record covering every frame since the last one and syncs
   // the file. `time_ns` must be greater than the previous commit's.
@@ -61,8 +57,7 @@ class SegmentWriter {
   // AddBlock's header_last way; returns the header as finally written.
   Result<std::string> WriteFrameHeaderLast(BlockHeader* h,
                                            const std::vector<std::string_view>& payload,
-                                           uint64_t payload_len,
-                                           std::future<uint64_t>* payload_checksum);
+                                           uint64_t payload_len);
 
   std::unique_ptr<WritableFile> file_;
   std::string path_;

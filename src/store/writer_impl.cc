@@ -9,7 +9,6 @@
 
 #include "format/format.h"
 #include "util/coding.h"
-#include "util/hash.h"
 
 namespace runstore {
 namespace {
@@ -370,26 +369,8 @@ Status WriterImpl::AppendLarge(std::unique_lock<std::mutex>& lk, Series* s, cons
   const size_t mem = block->memory_bytes();  // the keys; the value stays the caller's
   buffered_bytes_ += mem;
   Task t{Task::kBlock, std::move(block), ticket, mem, true};
-  t.block->Finish(&t.header, &t.pieces);
-  // Uncompressed, the payload is these very bytes: hash them here while the
-  // background thread writes them (it needs the checksum only for the frame
-  // header, which it writes last), so that on two cores hashing costs no
-  // time. Compressed, the background thread hashes what it compressed.
-  std::promise<uint64_t> checksum;
-  std::vector<std::string_view> pieces;
-  if (s->codec == Codec::kNone) {
-    t.checksum = checksum.get_future();
-    pieces = t.pieces;
-  }
   queue_.push_back(std::move(t));
   cv_work_.notify_one();
-  if (!pieces.empty()) {
-    lk.unlock();
-    ChecksumStream hash;
-    for (const std::string_view p : pieces) hash.Update(p.data(), p.size());
-    checksum.set_value(hash.Digest());
-    lk.lock();
-  }
   // The value is written straight from the caller's memory: wait until it is.
   cv_done_.wait(lk, [&] { return borrowed_done_ >= ticket || !bg_error_.ok(); });
   RETURN_IF_ERROR(bg_error_);
@@ -573,15 +554,11 @@ Status WriterImpl::EnsureSegment() {
 Status WriterImpl::ProcessBlock(Task* t) {
   RETURN_IF_ERROR(EnsureSegment());
   const uint64_t before = segment_->size();
-  if (t->borrowed) {
-    RETURN_IF_ERROR(segment_->AddBlock(&t->header, t->pieces, options_.zstd_level,
-                                       /*header_last=*/true,
-                                       t->checksum.valid() ? &t->checksum : nullptr));
-  } else {
-    format::BlockHeader h;
-    t->block->Finish(&h, &pieces_);
-    RETURN_IF_ERROR(segment_->AddBlock(&h, pieces_, options_.zstd_level));
-  }
+  format::BlockHeader h;
+  t->block->Finish(&h, &pieces_);
+  // A value of its own (AppendLarge) is large: its header goes last.
+  RETURN_IF_ERROR(
+      segment_->AddBlock(&h, pieces_, options_.zstd_level, /*header_last=*/t->borrowed));
   std::lock_guard lk(mu_);
   stats_.bytes_written += segment_->size() - before;
   return Status::OK();

@@ -6,7 +6,6 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
-#include <future>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -68,15 +67,9 @@ class WriterImpl final : public Writer {
   struct Task {
     enum Kind { kBlock, kCommit, kSeal } kind;
     std::unique_ptr<format::BlockBuilder> block;
-    uint64_t ticket = 0;  // commit ticket, or borrowed-block ticket
-    size_t bytes = 0;     // accounted in buffered_bytes_
-    bool borrowed = false;
-    // A borrowed block (a large value of its own) comes finished by the
-    // appending thread, which hashes its payload while this thread writes it
-    // (when it is stored uncompressed; `checksum` is then valid).
-    format::BlockHeader header;
-    std::vector<std::string_view> pieces;
-    std::future<uint64_t> checksum;
+    uint64_t ticket = 0;    // commit ticket, or borrowed-block ticket
+    size_t bytes = 0;       // accounted in buffered_bytes_
+    bool borrowed = false;  // a large value of its own, written from the caller's memory
   };
 
   WriterImpl(Env* env, std::string segments_dir, const WriterOptions& options, StoreSchema existing,
@@ -105,8 +98,7 @@ class WriterImpl final : public Writer {
   void AfterAppendLocked(std::unique_lock<std::mutex>& lk, size_t value_bytes);
 
   void BackgroundLoop();
-  // Writes a block to the segment: a builder's (Finish is called here) or a
-  // borrowed block finished by AppendLarge, written header last
+  // Writes a task's block to the segment; a borrowed one header last
   // (format::SegmentWriter::AddBlock).
   Status ProcessBlock(Task* t);
   Status CommitSegment();
