@@ -11,13 +11,14 @@ sample (every 16th row) of k random arrays each way:
              uncompressed array of 1 MiB or more before handing out its view)
   pread      one pread of each array's whole byte range from the segment, on a descriptor
              with readahead off (POSIX_FADV_RANDOM): the plainest read of the same bytes
+  npy-pread  one pread of each .npy file's data, readahead off: np.load's bytes, read plainly
   np.load    np.load(path, mmap_mode="r")[::16].sum(), one file per array
 
     .venv/bin/python bench/python/lazy_io_probe.py [--reps 5] [--dir /var/tmp/runstore-lazy-probe]
 
 Prints each repetition and the medians. If `syscalls` is as slow as `runstore`, the time is the
-system calls'; if `pread` is as slow too, it is the file's (ranges of one large file against
-whole small files), whatever the calls.
+system calls'; `pread` against `npy-pread` compares ranges of one large file with whole small
+files read the same way, and `npy-pread` against `np.load` the two ways of reading the same files.
 """
 
 from __future__ import annotations
@@ -105,6 +106,17 @@ def read_pread(root, sample, seg, ranges, **_):
     return 0.0
 
 
+def read_npy_pread(root, sample, ranges, **_):
+    for i in sample:
+        fd = os.open(os.path.join(root, "npy", f"{i}.npy"), os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+            os.pread(fd, ranges[i][1], 128)  # past the .npy header
+        finally:
+            os.close(fd)
+    return 0.0
+
+
 def read_npy(root, sample, **_):
     return sum(float(np.load(os.path.join(root, "npy", f"{i}.npy"), mmap_mode="r")[::16].sum())
                for i in sample)
@@ -120,7 +132,7 @@ def main() -> None:
     prepare(args.dir, args.n)
     seg, ranges = payload_ranges(args.dir, args.n)
     ways = {"runstore": read_runstore, "syscalls": read_syscalls, "pread": read_pread,
-            "np.load": read_npy}
+            "npy-pread": read_npy_pread, "np.load": read_npy}
     times = {w: [] for w in ways}
     cold = True
     for rep in range(args.reps):
