@@ -147,6 +147,17 @@ void ValueSlot::Set(PyObject* obj, std::string_view name) {
     scalar_.i = v;
     return SetScalar(DType::kInt64, 8);
   }
+  // numpy's own float64 and int64 scalars (what np.mean, arr[i] and friends
+  // return), by exact type: the generic path below asks numpy for a
+  // descriptor, which costs more than the rest of a log call's value.
+  if (type == &PyDoubleArrType_Type) {
+    scalar_.d = PyArrayScalar_VAL(obj, Double);
+    return SetScalar(DType::kFloat64, 8);
+  }
+  if (type == &PyLongArrType_Type && sizeof(npy_long) == 8) {
+    scalar_.i = PyArrayScalar_VAL(obj, Long);
+    return SetScalar(DType::kInt64, 8);
+  }
   is_scalar_ = false;
   shape_ = nullptr;
   rank_ = 0;

@@ -13,6 +13,7 @@
 #endif
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
 #include <numpy/arrayobject.h>
+#include <numpy/arrayscalars.h>
 
 #if NPY_ABI_VERSION < 0x02000000
 #error "runstore's binding builds against numpy 2 headers (it still runs with numpy 1.x)"

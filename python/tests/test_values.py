@@ -33,7 +33,10 @@ def test_python_scalars(store):
 @pytest.mark.parametrize("dtype", ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
                                    "uint32", "uint64", "float32", "float64"])
 def test_numpy_scalars_keep_their_dtype(store, dtype):
-    value = np.ones((), dtype=dtype)[()]  # a numpy scalar
+    # A numpy scalar (float64 and int64 take a fast path by exact type); not 0 or 1, so that a
+    # value lost on the way shows.
+    raw = True if dtype == "bool" else 7 if "int" in dtype else -0.75
+    value = np.array(raw, dtype=dtype)[()]
     assert isinstance(value, np.generic)
     got = roundtrip(store, v=value, zero_d=np.array(value))
     for k in ("v", "zero_d"):
@@ -42,9 +45,12 @@ def test_numpy_scalars_keep_their_dtype(store, dtype):
 
 def test_extremes(store):
     got = roundtrip(store, imin=-(2**63), imax=2**63 - 1, umax=np.uint64(2**64 - 1),
+                    np_imin=np.int64(-(2**63)), np_fmax=np.float64(np.finfo(np.float64).max),
                     nan=float("nan"), inf=-np.inf, f32=np.float32(3.5))
     assert got["imin"] == -(2**63) and got["imax"] == 2**63 - 1
     assert got["umax"] == np.uint64(2**64 - 1)
+    assert got["np_imin"].dtype == np.int64 and got["np_imin"] == -(2**63)
+    assert got["np_fmax"].dtype == np.float64 and got["np_fmax"] == np.finfo(np.float64).max
     assert np.isnan(got["nan"]) and got["inf"] == -np.inf and got["f32"].dtype == np.float32
 
 
