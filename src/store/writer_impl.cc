@@ -286,7 +286,7 @@ uint64_t WriterImpl::EnqueueCommitLocked() {
 Status WriterImpl::CommitLocked(std::unique_lock<std::mutex>& lk) {
   RETURN_IF_ERROR(CheckUsableLocked());
   const uint64_t ticket = EnqueueCommitLocked();
-  cv_done_.wait(lk, [&] { return commit_done_ >= ticket || !bg_error_.ok(); });
+  WaitForTaskLocked(lk, [&] { return commit_done_ >= ticket; });
   return bg_error_;
 }
 
@@ -372,7 +372,7 @@ Status WriterImpl::AppendLarge(std::unique_lock<std::mutex>& lk, Series* s, cons
   queue_.push_back(std::move(t));
   cv_work_.notify_one();
   // The value is written straight from the caller's memory: wait until it is.
-  cv_done_.wait(lk, [&] { return borrowed_done_ >= ticket || !bg_error_.ok(); });
+  WaitForTaskLocked(lk, [&] { return borrowed_done_ >= ticket; });
   RETURN_IF_ERROR(bg_error_);
   AfterAppendLocked(lk, value.nbytes);
   return Status::OK();
@@ -589,14 +589,16 @@ Status WriterImpl::SealSegment() {
 void WriterImpl::BackgroundLoop() {
   std::unique_lock lk(mu_);
   while (true) {
-    if (queue_.empty()) {
-      if (stopping_) break;
+    if (queue_.empty() || running_) {
+      // A caller may be running a task (WaitForTaskLocked): never leave
+      // before it is done, and keep the commit timer while it runs.
+      if (queue_.empty() && stopping_ && !running_) break;
       if (first_uncommitted_ && options_.commit_every_s > 0) {
         const auto deadline =
             *first_uncommitted_ + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                       std::chrono::duration<double>(options_.commit_every_s));
         if (cv_work_.wait_until(lk, deadline) == std::cv_status::timeout && queue_.empty() &&
-            first_uncommitted_ && std::chrono::steady_clock::now() >= deadline) {
+            !running_ && first_uncommitted_ && std::chrono::steady_clock::now() >= deadline) {
           EnqueueCommitLocked();
         }
       } else {
@@ -604,51 +606,72 @@ void WriterImpl::BackgroundLoop() {
       }
       continue;
     }
-    Task t = std::move(queue_.front());
-    queue_.pop_front();
-    const bool failed = !bg_error_.ok();
-    lk.unlock();
-    Status s;
-    if (!failed) {
-      switch (t.kind) {
-        case Task::kBlock:
-          s = ProcessBlock(&t);
-          // Roll the segment at its size target, or when its index would hold
-          // too much memory; the writer commits by itself to do so.
-          if (s.ok() &&
-              (segment_->size() >= options_.segment_bytes ||
-               segment_->index_bytes() >= std::min<size_t>(options_.buffer_bytes / 8, 16u << 20))) {
-            s = SealSegment();
-          }
-          break;
-        case Task::kCommit:
-          s = CommitSegment();
-          break;
-        case Task::kSeal:
-          s = SealSegment();
-          break;
-      }
-    }
-    lk.lock();
-    if (!s.ok() && bg_error_.ok()) bg_error_ = s;
-    if (t.kind == Task::kBlock) {
-      buffered_bytes_ -= t.bytes;
-      if (t.borrowed) {
-        borrowed_done_ = t.ticket;
-      } else if (t.block &&
-                 buffered_bytes_ + pooled_bytes_ + t.block->memory_bytes() <=
-                     options_.buffer_bytes &&
-                 free_builders_.size() < 4) {
-        pooled_bytes_ += t.block->memory_bytes();
-        free_builders_.push_back(std::move(t.block));
-      }
-    } else if (t.kind == Task::kCommit) {
-      commit_done_ = t.ticket;
-    }
-    cv_done_.notify_all();
+    RunTaskLocked(lk, /*by_background=*/true);
   }
   // Anyone still waiting learns that the writer is gone.
   cv_done_.notify_all();
+}
+
+void WriterImpl::WaitForTaskLocked(std::unique_lock<std::mutex>& lk,
+                                   const std::function<bool()>& done) {
+  while (!done() && bg_error_.ok()) {
+    // The background thread is idle: run the queue's next task here rather
+    // than wake it and sleep (two thread hand-offs per commit or large value).
+    if (!running_ && !queue_.empty()) {
+      RunTaskLocked(lk, /*by_background=*/false);
+    } else {
+      cv_done_.wait(lk);
+    }
+  }
+}
+
+void WriterImpl::RunTaskLocked(std::unique_lock<std::mutex>& lk, bool by_background) {
+  Task t = std::move(queue_.front());
+  queue_.pop_front();
+  const bool failed = !bg_error_.ok();
+  running_ = true;
+  lk.unlock();
+  Status s;
+  if (!failed) {
+    switch (t.kind) {
+      case Task::kBlock:
+        s = ProcessBlock(&t);
+        // Roll the segment at its size target, or when its index would hold
+        // too much memory; the writer commits by itself to do so.
+        if (s.ok() &&
+            (segment_->size() >= options_.segment_bytes ||
+             segment_->index_bytes() >= std::min<size_t>(options_.buffer_bytes / 8, 16u << 20))) {
+          s = SealSegment();
+        }
+        break;
+      case Task::kCommit:
+        s = CommitSegment();
+        break;
+      case Task::kSeal:
+        s = SealSegment();
+        break;
+    }
+  }
+  lk.lock();
+  running_ = false;
+  if (!s.ok() && bg_error_.ok()) bg_error_ = s;
+  if (t.kind == Task::kBlock) {
+    buffered_bytes_ -= t.bytes;
+    if (t.borrowed) {
+      borrowed_done_ = t.ticket;
+    } else if (t.block &&
+               buffered_bytes_ + pooled_bytes_ + t.block->memory_bytes() <= options_.buffer_bytes &&
+               free_builders_.size() < 4) {
+      pooled_bytes_ += t.block->memory_bytes();
+      free_builders_.push_back(std::move(t.block));
+    }
+  } else if (t.kind == Task::kCommit) {
+    commit_done_ = t.ticket;
+  }
+  cv_done_.notify_all();
+  // Run by a caller: the background thread may be waiting for running_ to
+  // clear (more tasks, its commit timer, or Close).
+  if (!by_background) cv_work_.notify_one();
 }
 
 }  // namespace runstore

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -98,6 +99,13 @@ class WriterImpl final : public Writer {
   void AfterAppendLocked(std::unique_lock<std::mutex>& lk, size_t value_bytes);
 
   void BackgroundLoop();
+  // Runs the task at the front of the queue (mu_ held on entry and exit,
+  // released while the task runs). Tasks run one at a time, in queue order,
+  // on the background thread or on a caller waiting for one (running_).
+  void RunTaskLocked(std::unique_lock<std::mutex>& lk, bool by_background);
+  // Waits until `done` or a background error; while the background thread is
+  // idle, runs queued tasks itself instead of waiting for it to wake.
+  void WaitForTaskLocked(std::unique_lock<std::mutex>& lk, const std::function<bool()>& done);
   // Writes a task's block to the segment; a borrowed one header last
   // (format::SegmentWriter::AddBlock).
   Status ProcessBlock(Task* t);
@@ -123,6 +131,7 @@ class WriterImpl final : public Writer {
   std::optional<std::chrono::steady_clock::time_point> first_uncommitted_;
   uint64_t commit_requested_ = 0;
   uint64_t commit_done_ = 0;
+  bool running_ = false;  // a thread is running a task (see RunTaskLocked)
   uint64_t borrowed_requested_ = 0;
   uint64_t borrowed_done_ = 0;
   Status bg_error_;
