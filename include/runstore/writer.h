@@ -3,9 +3,11 @@
 // A Writer belongs to one process and writes only its own segment files, so
 // any number of writers (threads, processes, nodes) append to one store at
 // once without locks. Records are buffered column-wise per series and written
-// by a background thread; the memory held is bounded by
-// WriterOptions::buffer_bytes: an Append that would exceed it waits
-// (back-pressure) until the background thread has written enough.
+// by a background thread (a call that must wait for a write anyway, Commit or
+// the Append of a large value, does the queued writes itself when that thread
+// is idle); the memory held is bounded by WriterOptions::buffer_bytes: an
+// Append that would exceed it waits (back-pressure) until the background
+// thread has written enough.
 //
 // Durability: Commit() returns only when everything appended before it is on
 // stable storage and visible to readers that refresh. A crash never exposes a
