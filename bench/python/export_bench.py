@@ -38,7 +38,11 @@ import time
 
 import numpy as np
 
-PARAMS = ("alpha", "beta", "gamma", "delta", "epsilon")
+# The data, the measurements and the h5py layout of the comparison suite (bench/compare).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "compare"))
+from common import PARAMS  # noqa: E402
+from common import vm_hwm_mib as peak_rss_mib  # noqa: E402
+
 SERIES_LEN = 100
 
 
@@ -48,14 +52,6 @@ def sweep_fn(alpha: float, beta: float, gamma: float, delta: float, epsilon: flo
     trace = np.cumsum(rng.standard_normal(SERIES_LEN)) * alpha + beta
     return {"loss": float(trace[-1] ** 2), "accuracy": float(gamma * delta), "runtime": float(epsilon + 1.0),
             "trace": trace}
-
-
-def peak_rss_mib() -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def build_sweep(path: str, n: int, seed: int, workers: int | None) -> dict:

@@ -27,23 +27,18 @@ import argparse
 import os
 import random
 import statistics
+import sys
 import time
 
 import numpy as np
 
 import runstore
 
+# The comparison suite's helpers (bench/compare).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "compare"))
+from common import drop_caches  # noqa: E402
+
 MIB8 = (1024, 1024)
-
-
-def drop_caches() -> bool:
-    os.sync()
-    try:
-        with open("/proc/sys/vm/drop_caches", "w") as f:
-            f.write("3\n")
-        return True
-    except OSError:
-        return False
 
 
 def prepare(root: str, n: int) -> None:

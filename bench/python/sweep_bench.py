@@ -44,27 +44,18 @@ import time
 
 import numpy as np
 
-PARAMS = ("alpha", "beta", "gamma", "delta", "epsilon")
-OUTCOMES = ("loss", "accuracy", "runtime")
+# The data, the measurements and the h5py layout of the comparison suite (bench/compare).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "compare"))
+from cases_sweep import _h5_datasets as _h5_suite_datasets  # noqa: E402
+from common import OUTCOMES, PARAMS, POOL, sweep_pool  # noqa: E402
+from common import vm_hwm_mib as peak_rss_mib  # noqa: E402
+
 TRACE_LEN = 100
-POOL = 1000  # distinct experiments generated up front and reused cyclically
-
-
-def peak_rss_mib() -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def make_pool(seed: int):
-    """Data of POOL experiments: per-experiment Python floats and column arrays."""
-    rng = np.random.default_rng(seed)
-    params = rng.random((POOL, len(PARAMS)))
-    outcomes = rng.random((POOL, len(OUTCOMES)))
-    trace = rng.standard_normal((POOL, TRACE_LEN)).cumsum(axis=1)
-    return params, outcomes, trace
+    """Data of POOL experiments (experiment i uses row i % POOL)."""
+    return sweep_pool(seed, TRACE_LEN)
 
 
 # -- cases (run in a child process) ----------------------------------------------------------
@@ -127,19 +118,7 @@ def case_runstore_log_many(path: str, n: int, batch: int, seed: int) -> dict:
 
 
 def _h5_datasets(f, batch: int):
-    import h5py  # noqa: F401
-
-    ds = {
-        "run": f.create_dataset("run", shape=(0,), maxshape=(None,), dtype="i8", chunks=(batch,)),
-        "params": f.create_dataset("params", shape=(0, len(PARAMS)), maxshape=(None, len(PARAMS)),
-                                   dtype="f8", chunks=(batch, len(PARAMS))),
-        "outcomes": f.create_dataset("outcomes", shape=(0, len(OUTCOMES)),
-                                     maxshape=(None, len(OUTCOMES)), dtype="f8",
-                                     chunks=(batch, len(OUTCOMES))),
-        "trace": f.create_dataset("trace", shape=(0, TRACE_LEN), maxshape=(None, TRACE_LEN),
-                                  dtype="f8", chunks=(batch, TRACE_LEN)),
-    }
-    return ds
+    return _h5_suite_datasets(f, batch, TRACE_LEN)
 
 
 def case_h5py_one(path: str, n: int, batch: int, seed: int) -> dict:
@@ -171,12 +150,13 @@ def case_h5py_one(path: str, n: int, batch: int, seed: int) -> dict:
     return {"seconds": seconds}
 
 
-def case_h5py_batch(path: str, n: int, batch: int, seed: int) -> dict:
+def _h5py_batches(path: str, n: int, batch: int, seed: int, fsync: bool) -> dict:
     import h5py
 
     params, outcomes, trace = make_pool(seed)
     t0 = time.perf_counter()
     with h5py.File(path, "w") as f:
+        fd = os.open(path, os.O_RDONLY) if fsync else -1  # fsync(2) on any descriptor will do
         ds = _h5_datasets(f, batch)
         for start in range(0, n, batch):
             m = min(batch, n - start)
@@ -188,35 +168,23 @@ def case_h5py_batch(path: str, n: int, batch: int, seed: int) -> dict:
             ds["outcomes"][start:start + m] = outcomes[k:k + m]
             ds["trace"][start:start + m] = trace[k:k + m]
             f.flush()
+            if fsync:
+                os.fsync(fd)
+        if fsync:
+            os.close(fd)
     seconds = time.perf_counter() - t0
     with h5py.File(path, "r") as f:
         assert f["trace"].shape == (n, TRACE_LEN)
     return {"seconds": seconds}
 
 
+def case_h5py_batch(path: str, n: int, batch: int, seed: int) -> dict:
+    return _h5py_batches(path, n, batch, seed, fsync=False)
+
+
 def case_h5py_batch_fsync(path: str, n: int, batch: int, seed: int) -> dict:
     """h5py_batch made durable like a runstore commit: flush, then fsync the file."""
-    import h5py
-
-    params, outcomes, trace = make_pool(seed)
-    t0 = time.perf_counter()
-    with h5py.File(path, "w") as f:
-        fd = os.open(path, os.O_RDONLY)  # fsync(2) on any descriptor syncs the file's pages
-        ds = _h5_datasets(f, batch)
-        for start in range(0, n, batch):
-            m = min(batch, n - start)
-            k = start % POOL
-            for d in ds.values():
-                d.resize(start + m, axis=0)
-            ds["run"][start:start + m] = np.arange(start, start + m)
-            ds["params"][start:start + m] = params[k:k + m]
-            ds["outcomes"][start:start + m] = outcomes[k:k + m]
-            ds["trace"][start:start + m] = trace[k:k + m]
-            f.flush()
-            os.fsync(fd)
-        os.close(fd)
-    seconds = time.perf_counter() - t0
-    return {"seconds": seconds}
+    return _h5py_batches(path, n, batch, seed, fsync=True)
 
 
 def case_get_8mib(path: str, n: int, batch: int, seed: int) -> dict:
