@@ -55,6 +55,7 @@ using ::runstore::testing::Contents;
 using ::runstore::testing::KeyString;
 using ::runstore::testing::RecordKey;
 using ::runstore::testing::RecordValue;
+using ::runstore::testing::RecordValueAt;
 
 // What went wrong in one case. A sweep reports the first few failing cases
 // in full and counts the rest by kind, so that one bug does not hide another.
@@ -173,18 +174,7 @@ void ReadSnapshot(const Snapshot& snap_ref, const std::set<std::string>& series,
       if (!*more) break;
       for (size_t i = 0; i < b.count; ++i) {
         RecordKey k{name, b.run(i), b.steps[i]};
-        RecordValue v;
-        if (b.records.empty()) {
-          const size_t rb = b.values.nbytes() / b.count;
-          v.dtype = b.values.dtype();
-          v.shape.assign(b.values.shape().begin() + 1, b.values.shape().end());
-          v.bytes.assign(b.values.data() + i * rb, rb);
-        } else {
-          v.dtype = b.records[i].dtype();
-          v.shape = b.records[i].shape();
-          v.bytes.assign(b.records[i].data(), b.records[i].nbytes());
-        }
-        if (!o.scanned.emplace(k, std::move(v)).second) {
+        if (!o.scanned.emplace(k, RecordValueAt(b, i)).second) {
           o.anomalies.push_back("Scan returned " + KeyString(k) + " twice");
         }
       }

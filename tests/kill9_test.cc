@@ -309,14 +309,7 @@ TEST(Kill9Test, EveryAcknowledgedCommitSurvivesSigkillOfConcurrentWriters) {
           }
           continue;
         }
-        std::string_view got;
-        if (b.records.empty()) {
-          const size_t rb = b.values.nbytes() / b.count;
-          got = std::string_view(b.values.data() + i * rb, rb);
-        } else {
-          got = std::string_view(b.records[i].data(), b.records[i].nbytes());
-        }
-        if (got != kill9::ValueBytes(*kind, index, life, seq)) {
+        if (testing::RecordValueAt(b, i).bytes != kill9::ValueBytes(*kind, index, life, seq)) {
           if (wrong++ < 5)
             ADD_FAILURE() << "wrong value for run " << run.ToString() << ", step " << seq;
         }

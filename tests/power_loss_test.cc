@@ -52,6 +52,7 @@ using ::runstore::testing::Contents;
 using ::runstore::testing::KeyString;
 using ::runstore::testing::RecordKey;
 using ::runstore::testing::RecordValue;
+using ::runstore::testing::RecordValueAt;
 
 // One operation of a commit group: a record, or a resume marker.
 struct GroupOp {
@@ -351,19 +352,7 @@ Result<Contents> ScanAll(const Snapshot& snap, const std::set<std::string>& seri
       if (!more) break;
       for (size_t i = 0; i < b.count; ++i) {
         RecordKey k{name, b.run(i), b.steps[i]};
-        RecordValue v;
-        if (b.records.empty()) {
-          const size_t rb = b.values.nbytes() / b.count;
-          v.dtype = b.values.dtype();
-          v.shape.assign(b.values.shape().begin() + 1, b.values.shape().end());
-          v.bytes.assign(b.values.data() + i * rb, rb);
-        } else {
-          const Value& r = b.records[i];
-          v.dtype = r.dtype();
-          v.shape = r.shape();
-          v.bytes.assign(r.data(), r.nbytes());
-        }
-        if (!out.emplace(k, std::move(v)).second) {
+        if (!out.emplace(k, RecordValueAt(b, i)).second) {
           return Status::Corruption("scan returned " + KeyString(k) + " twice");
         }
       }

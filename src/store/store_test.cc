@@ -199,14 +199,7 @@ TEST_P(RoundTripTest, EveryDTypeShapeCodecAndRunKind) {
       if (!more) break;
       for (size_t i = 0; i < b.count; ++i) {
         ASSERT_OK_AND_ASSIGN(Value g, snap->Get(b.run(i), info.name, b.steps[i]));
-        std::string_view scanned;
-        if (b.records.empty()) {
-          const size_t rb = b.values.nbytes() / b.count;
-          scanned = std::string_view(b.values.data() + i * rb, rb);
-        } else {
-          scanned = std::string_view(b.records[i].data(), b.records[i].nbytes());
-        }
-        EXPECT_EQ(scanned, std::string_view(g.data(), g.nbytes()));
+        EXPECT_EQ(testing::RecordValueAt(b, i).bytes, std::string_view(g.data(), g.nbytes()));
       }
       seen += b.count;
     }

@@ -36,4 +36,20 @@ uint64_t TestSeed() {
   return seed;
 }
 
+RecordValue RecordValueAt(const ScanBatch& b, size_t i) {
+  RecordValue v;
+  if (b.records.empty()) {
+    const size_t rb = b.values.nbytes() / b.count;
+    v.dtype = b.values.dtype();
+    v.shape.assign(b.values.shape().begin() + 1, b.values.shape().end());
+    v.bytes.assign(b.values.data() + i * rb, rb);
+  } else {
+    const Value& r = b.records[i];
+    v.dtype = r.dtype();
+    v.shape = r.shape();
+    v.bytes.assign(r.data(), r.nbytes());
+  }
+  return v;
+}
+
 }  // namespace runstore::testing

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "runstore/reader.h"
 #include "runstore/status.h"
 #include "runstore/types.h"
 
@@ -77,6 +78,10 @@ struct RecordValue {
 };
 
 using Contents = std::map<RecordKey, RecordValue>;
+
+// The value of record i of a scan batch, whether the batch holds one column
+// of fixed-shape values or one Value per record.
+RecordValue RecordValueAt(const ScanBatch& b, size_t i);
 
 // "(run, 'series', step)" for messages.
 inline std::string KeyString(const RecordKey& k) {
