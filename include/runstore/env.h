@@ -52,13 +52,13 @@ class MappedRegion {
   virtual ~MappedRegion() = default;
   const char* data() const { return data_; }
   size_t size() const { return size_; }
-  // Drops the region's pages from the process's resident memory. The bytes
-  // stay valid: they are read again from the file (page cache) when touched.
-  // For reads that stream through more data than should stay resident.
-  virtual void ReleasePages() const {}
-  // The same for the pages that lie wholly inside [begin, begin + n), which
-  // must be within the region.
+  // Drops the pages that lie wholly inside [begin, begin + n), which must be
+  // within the region, from the process's resident memory. The bytes stay
+  // valid: they are read again from the file (page cache) when touched. For
+  // reads that stream through more data than should stay resident.
   virtual void ReleasePages(const char* /*begin*/, size_t /*n*/) const {}
+  // The same for the whole region.
+  void ReleasePages() const { ReleasePages(data_, size_); }
 
  protected:
   const char* data_ = nullptr;

@@ -164,13 +164,15 @@ class PosixMappedRegion final : public MappedRegion {
   }
   // A read-only shared file mapping: dropped pages are faulted in again from
   // the page cache, so MADV_DONTNEED loses nothing.
-  void ReleasePages() const override {
-    if (data_ != nullptr) ::madvise(const_cast<char*>(data_), size_, MADV_DONTNEED);
-  }
+  using MappedRegion::ReleasePages;  // the whole region
   void ReleasePages(const char* begin, size_t n) const override {
     static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
     const uintptr_t first = (reinterpret_cast<uintptr_t>(begin) + page - 1) & ~(page - 1);
-    const uintptr_t end = (reinterpret_cast<uintptr_t>(begin) + n) & ~(page - 1);
+    // The mapping's last page holds nothing past the region's end: a range
+    // that reaches the end owns it wholly.
+    const uintptr_t last = reinterpret_cast<uintptr_t>(begin) + n;
+    const uintptr_t end =
+        begin + n == data_ + size_ ? (last + page - 1) & ~(page - 1) : last & ~(page - 1);
     if (data_ != nullptr && end > first) {
       ::madvise(reinterpret_cast<void*>(first), end - first, MADV_DONTNEED);
     }

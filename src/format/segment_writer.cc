@@ -44,34 +44,6 @@ Status SegmentWriter::WriteFrame(std::string_view header,
   return Status::OK();
 }
 
-Result<std::string> SegmentWriter::WriteFrameHeaderLast(
-    BlockHeader* h, const std::vector<std::string_view>& payload, uint64_t payload_len) {
-  // The window matches the POSIX env's writeback window: each is hashed
-  // (~30 us per MiB) while the disk writes the one before.
-  constexpr size_t kWindow = size_t{1} << 20;
-  const uint64_t frame_offset = offset_;
-  h->payload_checksum = 0;  // a fixed-width field: the header's length does not depend on it
-  const size_t header_len = EncodeBlockHeader(*h).size();
-  const std::string zeros(AlignUp(header_len, kFrameAlign), '\0');
-  Status s = file_->Append(zeros);
-  ChecksumStream checksum;
-  for (size_t i = 0; s.ok() && i < payload.size(); ++i) {
-    for (size_t at = 0; s.ok() && at < payload[i].size(); at += kWindow) {
-      const std::string_view window = payload[i].substr(at, kWindow);
-      checksum.Update(window.data(), window.size());
-      s = file_->Append(window);
-    }
-  }
-  const uint64_t payload_pad = AlignUp(payload_len, kFrameAlign) - payload_len;
-  if (s.ok() && payload_pad) s = file_->Append(std::string_view(kZeros, payload_pad));
-  h->payload_checksum = checksum.Digest();
-  std::string header = EncodeBlockHeader(*h);
-  if (s.ok()) s = file_->WriteAt(frame_offset, header);
-  if (!s.ok()) return s.WithContext(path_);
-  offset_ += zeros.size() + payload_len + payload_pad;
-  return header;
-}
-
 Status SegmentWriter::AddBlock(BlockHeader* h, const std::vector<std::string_view>& raw,
                                int zstd_level, bool header_last) {
   const uint64_t frame_offset = offset_;
@@ -91,14 +63,21 @@ Status SegmentWriter::AddBlock(BlockHeader* h, const std::vector<std::string_vie
   uint64_t len = 0;
   for (auto p : stored) len += p.size();
   h->payload_len = len;
-  std::string header;
   if (header_last) {
-    ASSIGN_OR_RETURN(header, WriteFrameHeaderLast(h, stored, len));
+    // The frame goes to the file behind a zeroed header of the same length
+    // (payload_checksum is fixed-width), so the disk starts on it while the
+    // payload is hashed; the header is written in place below.
+    h->payload_checksum = 0;
+    RETURN_IF_ERROR(WriteFrame(std::string(EncodeBlockHeader(*h).size(), '\0'), stored, len));
+  }
+  ChecksumStream checksum;
+  for (auto p : stored) checksum.Update(p.data(), p.size());
+  h->payload_checksum = checksum.Digest();
+  std::string header = EncodeBlockHeader(*h);
+  if (header_last) {
+    Status s = file_->WriteAt(frame_offset, header);
+    if (!s.ok()) return s.WithContext(path_);
   } else {
-    ChecksumStream checksum;
-    for (auto p : stored) checksum.Update(p.data(), p.size());
-    h->payload_checksum = checksum.Digest();
-    header = EncodeBlockHeader(*h);
     RETURN_IF_ERROR(WriteFrame(header, stored, len));
   }
   pending_digests_.push_back(StoredHeaderChecksum(header));

@@ -29,11 +29,11 @@ class SegmentWriter {
   // payload as pieces. Compresses with header->codec (falling back to none
   // when that does not shrink the payload). Not durable until Commit.
   //
-  // With `header_last` (for large blocks), the frame header is first written
-  // as zeros, the payload is hashed and written a window at a time, and the
-  // header is then written in place: the disk starts on the payload at once
-  // instead of after all of it has been hashed. Until the header is in place
-  // the frame reads as a torn tail (docs/format.md "Segment file").
+  // With `header_last` (for large blocks), the frame is written with a zeroed
+  // header, the payload hashed, and the header then written in place: the
+  // disk starts on the payload at once instead of after all of it has been
+  // hashed. Until the header is in place the frame reads as a torn tail
+  // (docs/format.md "Segment file").
   Status AddBlock(BlockHeader* header, const std::vector<std::string_view>& raw, int zstd_level,
                   bool header_last = false);
 
@@ -54,10 +54,6 @@ class SegmentWriter {
   SegmentWriter(std::unique_ptr<WritableFile> file, std::string path);
   Status WriteFrame(std::string_view header, const std::vector<std::string_view>& payload,
                     uint64_t payload_len);
-  // AddBlock's header_last way; returns the header as finally written.
-  Result<std::string> WriteFrameHeaderLast(BlockHeader* h,
-                                           const std::vector<std::string_view>& payload,
-                                           uint64_t payload_len);
 
   std::unique_ptr<WritableFile> file_;
   std::string path_;

@@ -162,7 +162,6 @@ Result<Payload> SnapshotImpl::ReadPayload(const BlockRef& b) const {
     p.owner = seg.map;
     p.mapping = seg.map;
     p.bytes = stored;
-    p.zero_copy = true;
   } else {
     if (h.raw_len > (uint64_t{1} << 40)) {
       return Status::Corruption(seg.file + ": offset " + std::to_string(b.offset) +
@@ -376,7 +375,7 @@ namespace {
 // payload's decompressed buffer.
 Value PayloadValue(const Payload& p, DType dtype, std::vector<int64_t> shape, const char* data,
                    size_t n) {
-  if (p.zero_copy) return Value(dtype, std::move(shape), data, n, p.mapping);
+  if (p.mapping) return Value(dtype, std::move(shape), data, n, p.mapping);
   return Value(dtype, std::move(shape), data, n, p.owner, false);
 }
 

@@ -43,9 +43,8 @@ struct CommitOrder {
 // A block's raw payload, parsed; keeps the bytes alive.
 struct Payload {
   std::shared_ptr<const void> owner;
-  std::shared_ptr<const MappedRegion> mapping;  // the owner, when the bytes are a view of it
+  std::shared_ptr<const MappedRegion> mapping;  // the owner when the bytes are a view of it
   std::string_view bytes;
-  bool zero_copy = false;
   format::BlockView view;
 };
 
