@@ -105,27 +105,32 @@ void PyStore::Refresh() {
   Check(s);
 }
 
-nb::list PyStore::Names(bool include_reserved) {
-  auto snap = store_->GetSnapshot();
+namespace {
+
+// The series of the store's current snapshot, listed without the GIL.
+std::vector<SeriesInfo> ListSeriesNoGil(Store& store, bool include_reserved) {
+  auto snap = store.GetSnapshot();
   Result<std::vector<SeriesInfo>> r = Status::NotFound("");
   {
     nb::gil_scoped_release nogil;
     r = snap->ListSeries(include_reserved);
   }
+  return Unwrap(std::move(r));
+}
+
+}  // namespace
+
+nb::list PyStore::Names(bool include_reserved) {
   nb::list out;
-  for (const SeriesInfo& s : Unwrap(std::move(r))) out.append(s.name);
+  for (const SeriesInfo& s : ListSeriesNoGil(*store_, include_reserved)) out.append(s.name);
   return out;
 }
 
 nb::list PyStore::Series(bool include_reserved) {
-  auto snap = store_->GetSnapshot();
-  Result<std::vector<SeriesInfo>> r = Status::NotFound("");
-  {
-    nb::gil_scoped_release nogil;
-    r = snap->ListSeries(include_reserved);
-  }
   nb::list out;
-  for (const SeriesInfo& s : Unwrap(std::move(r))) out.append(SeriesDict(s));
+  for (const SeriesInfo& s : ListSeriesNoGil(*store_, include_reserved)) {
+    out.append(SeriesDict(s));
+  }
   return out;
 }
 
