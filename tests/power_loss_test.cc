@@ -2,8 +2,9 @@
 // break it").
 //
 // One scripted workload -- create a store, write several commits that cross
-// block flushes, a Resume, a variable-shape series, string runs, a large
-// value that rolls the segment, and Close -- runs over a FaultInjectionEnv on
+// block flushes, flushes (Writer::Flush) between them, a Resume, a
+// variable-shape series, string runs, a large value that rolls the segment,
+// and Close -- runs over a FaultInjectionEnv on
 // the in-memory env. A fault-free run counts its N mutating operations; then,
 // for every k in 1..N, the machine stops after operation k (CrashAfter), power
 // is lost under each DropMode, and a fresh Store reopens what is left. The
@@ -12,8 +13,12 @@
 // What must hold after every case:
 //  - every record of an acknowledged commit (Commit/Resume/Close returned OK)
 //    reads back byte for byte, through Get and through Scan alike;
-//  - the one commit in flight at the crash (its call had not returned OK) is
-//    either entirely visible or entirely invisible; nothing later is visible;
+//  - what is visible is the acknowledged commits plus a whole number of the
+//    groups after them, in order: the flushes acknowledged since the last
+//    commit and the group in flight at the crash (its call had not returned
+//    OK). A power cut may take flushes away, newest first; a crash of the
+//    process alone (checked at every crash point before the power cut) may
+//    not: then every acknowledged flush is visible too;
 //  - a failed operation surfaces as IOError carrying the injected errno, and
 //    the writer then refuses all further work without touching the disk;
 //  - the recovered store accepts a new writer life with the same id.
@@ -125,9 +130,12 @@ class Driver {
   bool open_acknowledged() const { return open_ok_; }
   Writer* writer() const { return writer_.get(); }
   // Groups [0, acknowledged()) were acknowledged; group acknowledged() (if it
-  // exists) was in flight when the first error came.
+  // exists) was in flight when the first error came. Groups [0, durable())
+  // were made durable by a Commit, Resume or Close; the rest of the
+  // acknowledged ones by a Flush only.
   const std::vector<Group>& groups() const { return groups_; }
   size_t acknowledged() const { return acked_; }
+  size_t durable() const { return durable_; }
   bool has_in_flight() const { return groups_.size() > acked_; }
   std::set<std::string> series() const { return series_; }
   // segments_sealed observed after each acknowledged group.
@@ -172,6 +180,11 @@ class Driver {
     Acknowledge(writer_->Commit());
   }
 
+  void Flush() {
+    if (!ok()) return;
+    Acknowledge(writer_->Flush(), /*durable=*/false);
+  }
+
   // Resume commits what was appended before it first; the workload commits
   // explicitly before, so that the marker is a commit group of its own.
   void Resume(RunRef run, int64_t step) {
@@ -200,12 +213,13 @@ class Driver {
   void Fail(const Status& s) {
     if (!s.ok() && error_.ok()) error_ = s;
   }
-  void Acknowledge(const Status& s) {
+  void Acknowledge(const Status& s, bool durable = true) {
     if (!s.ok()) return Fail(s);
     if (groups_.size() > acked_) {
       ++acked_;
       sealed_after_.push_back(writer_->stats().segments_sealed);
     }
+    if (durable) durable_ = acked_;
   }
 
   Env* const env_;
@@ -215,6 +229,7 @@ class Driver {
   bool open_ok_ = false;
   std::vector<Group> groups_;
   size_t acked_ = 0;
+  size_t durable_ = 0;
   std::set<std::string> series_;
   std::vector<uint64_t> sealed_after_;
 };
@@ -240,13 +255,16 @@ constexpr size_t kRollGroup = 5;
 
 // The scripted workload. Groups (each ends with an acknowledged call):
 //  0  'loss' f64 for runs 0..9 x steps 0..19 and 'count' i32 (crosses blocks)
-//  1  'trace' f32[16] and zstd 'ztrace' f32[16], runs 0..3 x steps 0..24
-//  2  string runs: 'status' strings and 'score' f64; variable-shape 'var'
-//  3  Resume(3, 10): hides run 3 at steps >= 10 in every series
+//  1  'trace' f32[16] and zstd 'ztrace' f32[16], runs 0..3 x steps 0..24;
+//     Flush
+//  2  string runs: 'status' strings and 'score' f64; variable-shape 'var';
+//     Flush
+//  3  Resume(3, 10): hides run 3 at steps >= 10 in every series (its commit
+//     makes the two flushes durable)
 //  4  run 3 re-run at steps 10..19; key (0, 'loss', 0) overwritten
 //  5  one 48 KiB value in 'big': the segment reaches 64 KiB and rolls
 //  6  a new segment: more 'loss', mixed int/string runs in 'status', a
-//     10 KiB value, more 'var'
+//     10 KiB value (header last), more 'var'; Flush
 //  7  a few records, then Close (commit and seal)
 void Workload(Driver& d) {
   d.OpenStore();
@@ -274,7 +292,7 @@ void Workload(Driver& d) {
       d.Put(run, "ztrace", step, ValueRef::Array(z, vec16));
     }
   }
-  d.Commit();
+  d.Flush();
 
   for (int e = 0; e < 3; ++e) {
     const std::string run = "exp-" + std::string(1, static_cast<char>('a' + e));
@@ -294,7 +312,7 @@ void Workload(Driver& d) {
       }
     }
   }
-  d.Commit();
+  d.Flush();
 
   d.Resume(3, 10);
 
@@ -323,7 +341,7 @@ void Workload(Driver& d) {
     const int64_t s3[] = {3};
     d.Put("exp-z", "var", 0, ValueRef::Array(small, s3));
   }
-  d.Commit();
+  d.Flush();
 
   for (int step = 0; step < 10; ++step) d.Put(15, "loss", step, ValueRef::Scalar(1500.0 + step));
   {
@@ -391,6 +409,7 @@ struct Figures {
   uint64_t records_lost = 0;
   uint64_t in_flight_visible = 0;
   uint64_t in_flight_invisible = 0;
+  uint64_t flushes_lost = 0;  // acknowledged flushes a power cut took away
   uint64_t store_not_created = 0;
   uint64_t records_unreadable = 0;  // acknowledged, in a store that does not open
   uint64_t relives = 0;
@@ -466,10 +485,11 @@ Reference RunReference() {
 }
 
 // Reopens the store read-only and checks it against the driver's record of
-// what was acknowledged. Returns the contents that matched (to check a later
-// writer life against), or nullopt.
+// what was acknowledged: after a power cut (`power_lost`) flushes may be
+// gone, after a crash of the process alone they may not. Returns the
+// contents that matched (to check a later writer life against), or nullopt.
 std::optional<Contents> VerifyRecovered(Env* env, const Driver& d, const Reference& ref,
-                                        Figures* fig, Problems* p) {
+                                        bool power_lost, Figures* fig, Problems* p) {
   ++fig->cases;
   StoreOptions ro;
   ro.env = env;
@@ -500,43 +520,54 @@ std::optional<Contents> VerifyRecovered(Env* env, const Driver& d, const Referen
     p->Check(false, "scan: " + actual.status().ToString());
     return std::nullopt;
   }
-  const Contents without = Apply(d.groups(), d.acknowledged());
-  std::optional<Contents> with;
-  if (d.has_in_flight()) with = Apply(d.groups(), d.acknowledged() + 1);
+  // What may be visible: the groups [0, m) for some m in [lo, hi].
+  const size_t lo = power_lost ? d.durable() : d.acknowledged();
+  const size_t hi = d.groups().size();
+  std::vector<Contents> candidates;
+  for (size_t m = lo; m <= hi; ++m) candidates.push_back(Apply(d.groups(), m));
+  const Contents& without = candidates.front();
 
-  // Records lost: acknowledged records that are neither visible nor
-  // explained by the commit in flight (which may overwrite or hide them).
+  // Records lost: records that must be visible but are neither visible nor
+  // explained by a later group that may be (which may overwrite or hide them).
   uint64_t lost = 0;
   for (const auto& [k, v] : without) {
     auto it = actual->find(k);
-    const bool shown = it != actual->end() && it->second == v;
     bool explained = false;
-    if (!shown && with) {
-      auto w = with->find(k);
-      explained =
-          w == with->end() ? it == actual->end() : (it != actual->end() && it->second == w->second);
+    for (const Contents& c : candidates) {
+      auto w = c.find(k);
+      explained |=
+          w == c.end() ? it == actual->end() : (it != actual->end() && it->second == w->second);
     }
-    if (!shown && !explained) ++lost;
+    if (!explained) ++lost;
   }
   fig->records_lost += lost;
 
   const Contents* matched = nullptr;
-  if (*actual == without) {
-    matched = &without;
-    if (with) ++fig->in_flight_invisible;
-  } else if (with && *actual == *with) {
-    matched = &*with;
-    ++fig->in_flight_visible;
+  size_t m = lo;
+  for (; m <= hi; ++m) {
+    if (*actual == candidates[m - lo]) {
+      matched = &candidates[m - lo];
+      break;
+    }
   }
   if (matched == nullptr) {
-    std::string msg =
-        "recovered records (" + std::to_string(lost) + " acknowledged ones lost) are neither the " +
-        std::to_string(d.acknowledged()) + " acknowledged commits" + Diff(without, *actual);
-    if (with) msg += "\n  nor those plus the whole commit in flight" + Diff(*with, *actual);
+    std::string msg = "recovered records (" + std::to_string(lost) +
+                      " acknowledged ones lost) are not the first " + std::to_string(lo) +
+                      " groups" + Diff(without, *actual);
+    if (hi > lo) {
+      msg += "\n  nor those plus the next " + std::to_string(hi - lo) + " whole groups" +
+             Diff(candidates.back(), *actual);
+    }
     p->Check(false, msg);
     return std::nullopt;
   }
-  fig->commits_verified += d.acknowledged();
+  if (m > d.acknowledged()) {
+    ++fig->in_flight_visible;
+  } else if (d.has_in_flight()) {
+    ++fig->in_flight_invisible;
+  }
+  fig->flushes_lost += d.acknowledged() - std::min(m, d.acknowledged());
+  fig->commits_verified += lo;
   fig->records_verified += without.size();
   CheckGetsMatch(*snap, ref.universe, *matched, p);
   // ListSeries agrees: every series with records, with their count.
@@ -603,8 +634,8 @@ void PrintFigures(const char* title, uint64_t operations, const Figures& f) {
   std::printf(
       "[ figures  ] %s: operations N=%llu, cases tried=%llu, commits verified=%llu, records "
       "verified=%llu, records lost=%llu, records unreadable (store does not open)=%llu, commit in "
-      "flight visible=%llu / invisible=%llu, store "
-      "not created=%llu, new writer lives=%llu\n",
+      "flight visible=%llu / invisible=%llu, acknowledged flushes lost to the power cut=%llu, "
+      "store not created=%llu, new writer lives=%llu\n",
       title, static_cast<unsigned long long>(operations), static_cast<unsigned long long>(f.cases),
       static_cast<unsigned long long>(f.commits_verified),
       static_cast<unsigned long long>(f.records_verified),
@@ -612,6 +643,7 @@ void PrintFigures(const char* title, uint64_t operations, const Figures& f) {
       static_cast<unsigned long long>(f.records_unreadable),
       static_cast<unsigned long long>(f.in_flight_visible),
       static_cast<unsigned long long>(f.in_flight_invisible),
+      static_cast<unsigned long long>(f.flushes_lost),
       static_cast<unsigned long long>(f.store_not_created),
       static_cast<unsigned long long>(f.relives));
   std::fflush(stdout);
@@ -632,7 +664,7 @@ TEST_P(PowerLossTest, EveryAcknowledgedCommitSurvivesACrashAtEveryOperation) {
   ASSERT_GT(ref.operations, 40u);
   // The random modes try several outcomes of the power loss at every point.
   const int tries = mode == DropMode::kDropUnsynced ? 1 : kRandomTriesPerPoint;
-  Figures fig;
+  Figures fig, killed;
   FailureSummary failures(3);
   for (uint64_t k = 1; k <= ref.operations; ++k) {
     for (int t = 0; t < tries; ++t) {
@@ -656,13 +688,24 @@ TEST_P(PowerLossTest, EveryAcknowledgedCommitSurvivesACrashAtEveryOperation) {
                     std::to_string(d.error().sys_errno()) + "), not IOError(EIO)");
       }
       d.Finish();
+      // The process alone crashed here (kill -9): everything the OS accepted
+      // is there, acknowledged flushes included.
+      if (mode == DropMode::kDropUnsynced) {
+        VerifyRecovered(&env, d, ref, /*power_lost=*/false, &killed, &p);
+      }
       ASSERT_OK(env.SimulatePowerLoss(mode, case_seed));
-      auto matched = VerifyRecovered(&env, d, ref, &fig, &p);
+      auto matched = VerifyRecovered(&env, d, ref, /*power_lost=*/true, &fig, &p);
       if (matched) CheckNewLifeWorks(&env, ref, *matched, &fig, &p);
       failures.Add(where, p);
     }
   }
   PrintFigures(ModeName(mode), ref.operations, fig);
+  if (mode == DropMode::kDropUnsynced) {
+    PrintFigures("the same crash points, process crash only (no power cut)", ref.operations,
+                 killed);
+    EXPECT_EQ(killed.records_lost, 0u);
+    EXPECT_EQ(killed.flushes_lost, 0u);
+  }
   failures.Print(ModeName(mode));
   EXPECT_EQ(failures.failing(), 0u) << "failing crash points";
   EXPECT_EQ(fig.records_lost, 0u);
@@ -712,7 +755,7 @@ TEST_P(InjectedErrorTest, FailedOperationIsReportedStickyAndLosesNoAcknowledgedC
     }
     d.Finish();
     // No power loss: the machine keeps everything the OS accepted.
-    auto matched = VerifyRecovered(&env, d, ref, &fig, &p);
+    auto matched = VerifyRecovered(&env, d, ref, /*power_lost=*/false, &fig, &p);
     if (matched) CheckNewLifeWorks(&env, ref, *matched, &fig, &p);
     failures.Add(where, p);
   }

@@ -11,7 +11,9 @@
 //
 // Durability: Commit() returns only when everything appended before it is on
 // stable storage and visible to readers that refresh. A crash never exposes a
-// part of a commit (docs/format.md, "Commit records").
+// part of a commit (docs/format.md, "Commit records"). Flush() is the cheaper
+// step between commits: visible at once and safe from a crash of the process,
+// durable at the next Commit().
 //
 // Thread safety: every method may be called from several threads at once.
 #ifndef RUNSTORE_WRITER_H_
@@ -70,7 +72,8 @@ struct WriterStats {
   uint64_t records_appended = 0;
   uint64_t bytes_appended = 0;  // value bytes as given to Append
   uint64_t bytes_written = 0;   // bytes written to segment files
-  uint64_t commits = 0;
+  uint64_t commits = 0;         // commit records written, by Commit and by Flush
+  uint64_t flushes = 0;         // of those, the ones Flush wrote (not synced when written)
   uint64_t segments_sealed = 0;
   uint64_t backpressure_waits = 0;  // Appends that had to wait for buffer space
   double backpressure_seconds = 0;
@@ -127,6 +130,17 @@ class Writer {
   // become visible in more than one commit; they are never half-visible
   // within one.
   virtual Status Commit() = 0;
+
+  // Like Commit, but without waiting for stable storage: everything appended
+  // before the call is written to the operating system, visible to readers
+  // that refresh, all-or-nothing like a commit, and survives a crash of this
+  // process (kill -9, an exception, the OOM killer). A power cut or kernel
+  // crash before the next Commit (or Close, or an automatic commit) may take
+  // flushed records away again, whole flushes at a time, newest first; it
+  // never exposes part of one, and never loses a record of a Commit that
+  // returned. The same guarantee as h5py's File.flush or SQLite's
+  // synchronous=NORMAL, at the cost of a write instead of an fdatasync.
+  virtual Status Flush() = 0;
 
   // Commits, seals the open segment and stops the background thread. The
   // destructor closes too, ignoring errors. Further calls fail with

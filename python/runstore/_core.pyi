@@ -59,6 +59,9 @@ class Writer:
         """Declares a series before its first record (variable shape, codec)."""
     def commit(self) -> None:
         """Makes every record appended before the call durable and visible."""
+    def flush(self) -> None:
+        """Makes every record appended before the call visible and safe from a crash of the
+        process (not from a power cut); durable at the next commit() or close."""
     def resume(self, run: _RunId, step: int) -> None:
         """Hides this run's records at steps >= step written by earlier commits."""
     def close(self) -> None:

@@ -43,6 +43,7 @@ class PyWriter {
   void Define(nb::handle name, nb::handle dtype, nb::handle shape, bool variable_shape,
               nb::handle codec);
   void Commit();
+  void Flush();
   void Resume(nb::handle run, int64_t step);
   void Close();
   bool Exit(nb::handle exc_type, nb::handle exc, nb::handle tb);

@@ -323,6 +323,15 @@ void PyWriter::Commit() {
   Check(s);
 }
 
+void PyWriter::Flush() {
+  Status s;
+  {
+    nb::gil_scoped_release nogil;
+    s = writer_->Flush();
+  }
+  Check(s);
+}
+
 void PyWriter::Resume(nb::handle run, int64_t step) {
   const RunRef r = ToRunRef(run.ptr());
   Status s;
@@ -370,6 +379,7 @@ nb::dict PyWriter::Stats() const {
   d["bytes_appended"] = s.bytes_appended;
   d["bytes_written"] = s.bytes_written;
   d["commits"] = s.commits;
+  d["flushes"] = s.flushes;
   d["segments_sealed"] = s.segments_sealed;
   d["backpressure_waits"] = s.backpressure_waits;
   d["backpressure_seconds"] = s.backpressure_seconds;
@@ -435,6 +445,13 @@ void BindWriter(nb::module_& m) {
           "commit", &PyWriter::Commit,
           "Makes every record appended before the call durable (fsync) and visible to readers that "
           "refresh. Raises OSError if the data could not be written.")
+      .def("flush", &PyWriter::Flush,
+           "Like commit(), without the fsync: every record appended before the call is visible to "
+           "readers that refresh, all-or-nothing, and survives a crash or kill -9 of this process, "
+           "but a power cut before the next commit() (or close) may take it away again, whole "
+           "flushes at a time. What h5py's File.flush() or SQLite's synchronous=NORMAL promise, at "
+           "the cost of a write instead of an fdatasync. Raises OSError if the data could not be "
+           "written.")
       .def(
           "resume", &PyWriter::Resume, "run"_a, "step"_a,
           nb::sig("def resume(self, run: int | str, step: int) -> None"),
@@ -447,7 +464,8 @@ void BindWriter(nb::module_& m) {
            "RuntimeError. "
            "Closing twice is harmless.")
       .def("stats", &PyWriter::Stats,
-           "Counters: records_appended, bytes_appended, bytes_written, commits, segments_sealed, "
+           "Counters: records_appended, bytes_appended, bytes_written, commits, flushes, "
+           "segments_sealed, "
            "backpressure_waits, backpressure_seconds, peak_buffered_bytes.")
       .def_prop_ro("writer_id", &PyWriter::writer_id,
                    "This writer's id; its segment files are named after it.")

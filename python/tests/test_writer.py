@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import textwrap
 import time
 
 import numpy as np
@@ -73,6 +78,43 @@ def test_refresh_sees_another_writers_commits(store_path):
     reader.refresh()
     assert reader.get("b", "loss") == 0.25
     assert reader.runs() == ["a", "b"]
+
+
+def test_flush_is_visible_at_once_and_counted(store_path):
+    store = runstore.open(store_path)
+    reader = runstore.open(store_path, mode="r")
+    with store.writer() as w:
+        w.log(1, x=1.0)
+        w.commit()
+        w.log_many(np.arange(2, 102), x=np.arange(2.0, 102.0))
+        w.flush()
+        reader.refresh()
+        assert reader.scan("x")["value"].shape == (101,)
+        w.commit()  # nothing new: only makes the flush durable
+        stats = w.stats()
+    assert (stats["commits"], stats["flushes"]) == (2, 1)
+
+
+def test_flushed_records_survive_kill_9(store_path):
+    """A real SIGKILL right after flush(): the records are in the OS's hands, so they are there."""
+    child = textwrap.dedent(f"""
+        import os, signal, numpy as np, runstore
+        w = runstore.open({str(store_path)!r}).writer()
+        w.log_many(np.arange(1000), loss=np.arange(1000.0), trace=np.ones((1000, 100)))
+        w.commit()
+        w.log_many(np.arange(1000, 3000), loss=np.arange(1000.0, 3000.0), trace=np.ones((2000, 100)))
+        w.flush()
+        w.log_many(np.arange(3000, 4000), loss=np.arange(3000.0, 4000.0), trace=np.ones((1000, 100)))
+        os.kill(os.getpid(), signal.SIGKILL)  # neither committed nor closed
+    """)
+    p = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=120)
+    assert p.returncode == -signal.SIGKILL, p.stderr
+    store = runstore.open(store_path, mode="r")
+    loss = store.scan("loss")
+    np.testing.assert_array_equal(np.sort(loss["run"]), np.arange(3000))  # not the unflushed 1,000
+    np.testing.assert_array_equal(loss["value"], loss["run"].astype(np.float64))
+    assert store.scan("trace")["value"].shape == (3000, 100)
+    store.verify()
 
 
 def test_resume_hides_later_steps(store):

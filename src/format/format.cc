@@ -198,7 +198,7 @@ std::string EncodeCommitRecord(const CommitRecord& c) {
   PutFixed<int64_t>(&s, c.time_ns);
   PutFixed<uint64_t>(&s, c.first_frame_offset);
   PutFixed<uint32_t>(&s, c.frame_count);
-  PutFixed<uint32_t>(&s, 0);
+  PutFixed<uint32_t>(&s, c.unsynced_before ? kCommitUnsyncedBefore : 0);
   PutFixed<uint64_t>(&s, c.frames_digest);
   FinishHeader(&s);
   return s;
@@ -211,6 +211,11 @@ Status DecodeCommitRecord(std::string_view header, CommitRecord* c) {
   c->time_ns = DecodeFixed<int64_t>(p + 32);
   c->first_frame_offset = DecodeFixed<uint64_t>(p + 40);
   c->frame_count = DecodeFixed<uint32_t>(p + 48);
+  const uint32_t flags = DecodeFixed<uint32_t>(p + 52);
+  if ((flags & ~kCommitUnsyncedBefore) != 0) {
+    return Status::Corruption("commit record has unknown flags " + std::to_string(flags));
+  }
+  c->unsynced_before = (flags & kCommitUnsyncedBefore) != 0;
   c->frames_digest = DecodeFixed<uint64_t>(p + 56);
   return Status::OK();
 }

@@ -98,8 +98,13 @@ struct CommitRecord {
   int64_t time_ns = 0;              // strictly increasing per writer
   uint64_t first_frame_offset = 0;  // where this commit's frames begin
   uint32_t frame_count = 0;
+  // Flag bit 0: when the record was written, the file's bytes before
+  // first_frame_offset were not all synced yet (a Writer::Flush came before
+  // it). Clear: they were, so the record proves them durable.
+  bool unsynced_before = false;
   uint64_t frames_digest = 0;  // XXH3 of the frames' header checksums
 };
+inline constexpr uint32_t kCommitUnsyncedBefore = 1;
 std::string EncodeCommitRecord(const CommitRecord& c);
 Status DecodeCommitRecord(std::string_view header, CommitRecord* c);
 

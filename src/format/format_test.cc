@@ -159,5 +159,76 @@ TEST(FormatTest, CommitRecordIsOnlyAcceptedWithItsOwnFrames) {
   EXPECT_EQ(idx.blocks[1].commit_index, 1u);
 }
 
+// Writer::Flush writes commit records without syncing: after a power cut any
+// of them may be on disk while frames before them are not. Recovery checks
+// every payload from the newest record that proves what precedes it synced
+// (docs/format.md "Recovery", rules 6 and 7).
+TEST(FormatTest, FlushedCommitsAreTornTailsUntilARecordProvesThemSynced) {
+  std::unique_ptr<Env> env = NewMemEnv();
+  SegmentHeader sh{1, 1, 1, "w"};
+  ASSERT_OK_AND_ASSIGN(auto sw, SegmentWriter::Create(env.get(), "/seg.rss", sh));
+  BlockBuilder b(BlockSchema{"x", DType::kFloat64});
+  for (int i = 0; i < 10; ++i) b.Add(RunRef(int64_t{i}), 0, ValueRef::Scalar(1.0 * i));
+  BlockHeader h;
+  std::vector<std::string_view> pieces;
+  b.Finish(&h, &pieces);
+  // Commit 1 synced; 2, 3 and 4 flushed; 5 synced (making 2..4 durable); 6.
+  const bool synced[] = {true, false, false, false, true, true};
+  for (int c = 0; c < 6; ++c) {
+    ASSERT_OK(sw->AddBlock(&h, pieces, 3));
+    ASSERT_OK(sw->Commit(100 * (c + 1), synced[c]));
+  }
+  ASSERT_OK_AND_ASSIGN(std::string clean, ReadFileToString(env.get(), "/seg.rss"));
+  ASSERT_OK_AND_ASSIGN(auto file, env->NewRandomAccessFile("/seg.rss"));
+  SegmentIndex idx;
+  ASSERT_OK(LoadSegmentIndex(*file, "seg.rss", &idx));
+  ASSERT_EQ(idx.commits.size(), 6u);
+  ASSERT_EQ(idx.blocks.size(), 6u);
+  // Set when the frames before the record's own were not all synced: after
+  // a flush (commits 3, 4 and 5), not after a sync (2, and 6).
+  const bool unsynced_before[] = {false, false, true, true, true, false};
+  for (size_t c = 0; c < 6; ++c) EXPECT_EQ(idx.commits[c].unsynced_before, unsynced_before[c]);
+
+  // Recovers `bytes` as a segment of its own, cut after commit `keep` (all
+  // if 0), with the byte at `damage` flipped.
+  auto recover = [&](size_t keep, uint64_t damage, SegmentIndex* out) {
+    std::string bytes = clean.substr(0, keep ? idx.commits[keep - 1].end_offset : clean.size());
+    bytes[damage] ^= 0x5a;
+    const std::string path = "/damaged-" + std::to_string(keep) + "-" + std::to_string(damage);
+    auto f = env->NewWritableFile(path, true);
+    if (!f.ok()) return f.status();
+    RETURN_IF_ERROR((*f)->Append(bytes));
+    RETURN_IF_ERROR((*f)->Close());
+    auto r = env->NewRandomAccessFile(path);
+    if (!r.ok()) return r.status();
+    return LoadSegmentIndex(**r, path, out);
+  };
+  auto payload = [&](size_t c) { return idx.blocks[c].payload_offset + 3; };
+  auto frame = [&](size_t c) { return idx.blocks[c].frame_offset + 9; };
+  SegmentIndex got;
+
+  // The file as a power cut after commit 4 may leave it: the payload of
+  // flush 3 torn while record 4 reached the disk. Flushes 3 and 4 are gone,
+  // 1 and 2 are there.
+  ASSERT_OK(recover(4, payload(2), &got));
+  EXPECT_EQ(got.commits.size(), 2u);
+  EXPECT_EQ(got.blocks.size(), 2u);
+  // The payload of flush 2, the first after a sync: it is checked too.
+  ASSERT_OK(recover(4, payload(1), &got));
+  EXPECT_EQ(got.commits.size(), 1u);
+  // A torn frame header of flush 3, records 3 and 4 behind it: a torn tail
+  // (their records prove nothing synced), not corruption.
+  ASSERT_OK(recover(4, frame(2), &got));
+  EXPECT_EQ(got.commits.size(), 2u);
+  // Commit 5 was synced; record 6 says so. Damage before commit 5's frames
+  // is then damage of durable data, reported with the record that proves it.
+  EXPECT_THAT(recover(0 + 6, frame(2), &got),
+              StatusIsWith(StatusCode::kCorruption, "commit 6 at offset"));
+  // Damage within commit 5's own frames is still its own torn write while
+  // record 6 is not there.
+  ASSERT_OK(recover(5, payload(4), &got));
+  EXPECT_EQ(got.commits.size(), 4u);
+}
+
 }  // namespace
 }  // namespace runstore::format

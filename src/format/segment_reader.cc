@@ -54,11 +54,18 @@ bool AllZero(std::string_view s) {
   return std::all_of(s.begin(), s.end(), [](char c) { return c == 0; });
 }
 
-// Looks past a damaged frame at `from` for valid commit records; returns the
-// largest commit sequence found (0 if none).
-Status FindLaterCommit(const RandomAccessFile& file, uint64_t from, uint64_t file_size,
-                       uint64_t* max_seq, uint64_t* at) {
-  *max_seq = 0;
+// What lies past a damaged frame at `from`.
+struct LaterRecords {
+  bool any_commit = false;  // a valid commit record
+  // A valid record written only after the bytes at `from` were synced: a
+  // footer, or a commit record without unsynced_before whose frames begin
+  // past `from`. Empty if none.
+  std::string proof;
+};
+
+Status FindLaterRecords(const RandomAccessFile& file, uint64_t from, uint64_t file_size,
+                        LaterRecords* later) {
+  *later = LaterRecords();
   constexpr size_t kChunk = 1 << 20;
   std::string buf;
   std::string_view got;
@@ -74,19 +81,22 @@ Status FindLaterCommit(const RandomAccessFile& file, uint64_t from, uint64_t fil
       }
       FrameAt frame;
       RETURN_IF_ERROR(ReadFrame(file, base + off, file_size, &frame));
+      if (!frame.valid) continue;
+      const uint64_t at = base + off;
       CommitRecord c;
-      if (frame.valid && frame.prefix.kind == FrameKind::kCommit &&
-          DecodeCommitRecord(frame.header, &c).ok() && c.sequence > *max_seq) {
-        *max_seq = c.sequence;
-        *at = base + off;
+      if (frame.prefix.kind == FrameKind::kCommit && DecodeCommitRecord(frame.header, &c).ok()) {
+        later->any_commit = true;
+        if (!c.unsynced_before && c.first_frame_offset > from && later->proof.empty()) {
+          later->proof = "commit " + std::to_string(c.sequence) + " at offset " +
+                         std::to_string(at) + ", written after the bytes before it were synced";
+        }
       }
       // A valid footer is written only after every commit before it was
       // synced: whatever damage precedes it is not a torn tail.
       FooterHeader f;
-      if (frame.valid && frame.prefix.kind == FrameKind::kFooter &&
-          DecodeFooterHeader(frame.header, &f).ok() && f.committed_end == base + off) {
-        *max_seq = std::numeric_limits<uint64_t>::max() / 2;
-        *at = base + off;
+      if (frame.prefix.kind == FrameKind::kFooter && DecodeFooterHeader(frame.header, &f).ok() &&
+          f.committed_end == at && later->proof.empty()) {
+        later->proof = "a footer at offset " + std::to_string(at);
       }
     }
   }
@@ -137,7 +147,7 @@ Status Recover(const RandomAccessFile& file, const std::string& name, uint64_t f
       }
       pending.clear();
       digests.clear();
-      index->commits.push_back(CommitInfo{c.sequence, c.time_ns, next});
+      index->commits.push_back(CommitInfo{c.sequence, c.time_ns, next, c.unsynced_before});
       index->committed_end = next;
     } else {
       saw_footer = true;
@@ -146,51 +156,63 @@ Status Recover(const RandomAccessFile& file, const std::string& name, uint64_t f
     pos = next;
   }
 
-  // Only the newest commit can have been in flight when a writer crashed, so
-  // only its payloads may be torn though its record is intact: check them and
-  // drop the commit if any fails.
-  if (index->commits.size() > first_new_commit) {
-    const uint32_t last = static_cast<uint32_t>(index->commits.size() - 1);
+  // The commits whose payloads may be torn though their records are intact:
+  // the newest one whose record proves the bytes before its frames synced
+  // (every commit of a writer that only commits durably is such a one) and
+  // those after it (flushes, Writer::Flush). Check them in order; the first
+  // that fails is dropped with everything after it.
+  size_t check_from = first_new_commit;
+  for (size_t c = index->commits.size(); c-- > first_new_commit;) {
+    if (!index->commits[c].unsynced_before) {
+      check_from = c;
+      break;
+    }
+  }
+  if (index->commits.size() > check_from) {
+    size_t first_block = index->blocks.size();
+    while (first_block > 0 && index->blocks[first_block - 1].commit_index >= check_from) {
+      --first_block;
+    }
     std::string buf;
-    bool torn = false;
-    for (size_t i = index->blocks.size(); i-- > 0 && index->blocks[i].commit_index == last;) {
+    size_t torn_block = index->blocks.size();
+    for (size_t i = first_block; i < index->blocks.size(); ++i) {
       const BlockInfo& b = index->blocks[i];
       std::string_view got;
       bool complete;
       RETURN_IF_ERROR(ReadAt(file, b.payload_offset, b.header.payload_len, &buf, &got, &complete));
       if (!complete || !CheckPayload(got, b, name).ok()) {
-        torn = true;
+        torn_block = i;
         break;
       }
     }
-    if (torn && saw_footer) {
-      return Status::Corruption(
-          At(name, index->blocks.back().payload_offset) +
-          "payload of the last commit is damaged, but a valid footer follows");
-    }
-    if (torn) {
-      while (!index->blocks.empty() && index->blocks.back().commit_index == last) {
+    if (torn_block < index->blocks.size()) {
+      if (saw_footer) {
+        return Status::Corruption(
+            At(name, index->blocks[torn_block].payload_offset) + "payload of commit " +
+            std::to_string(index->commits[index->blocks[torn_block].commit_index].sequence) +
+            " is damaged, but a valid footer follows");
+      }
+      const uint32_t torn_commit = index->blocks[torn_block].commit_index;
+      while (!index->blocks.empty() && index->blocks.back().commit_index >= torn_commit) {
         index->blocks.pop_back();
       }
-      index->commits.pop_back();
+      index->commits.resize(torn_commit);
       index->committed_end =
           index->commits.empty() ? kSegmentHeaderSize : index->commits.back().end_offset;
       pos = index->committed_end;
     }
   }
 
-  // A damaged frame followed by two or more further commits cannot be a torn
-  // tail (at most one commit is ever in flight): it is corruption of data
-  // that was committed.
+  // A damaged frame is a torn tail only if nothing after it proves it synced:
+  // a commit record that says everything before its frames was synced when
+  // it was written, or a footer. Otherwise committed data is damaged.
   if (!saw_footer && pos < file_size) {
-    uint64_t later_seq, later_at = 0;
-    RETURN_IF_ERROR(FindLaterCommit(file, pos, file_size, &later_seq, &later_at));
-    const uint64_t last_seq = index->commits.empty() ? 0 : index->commits.back().sequence;
-    if (later_seq >= last_seq + 2) {
+    LaterRecords later;
+    RETURN_IF_ERROR(FindLaterRecords(file, pos, file_size, &later));
+    if (!later.proof.empty()) {
+      const uint64_t last_seq = index->commits.empty() ? 0 : index->commits.back().sequence;
       return Status::Corruption(At(name, pos) + "damaged frame after commit " +
-                                std::to_string(last_seq) + ", but commit " +
-                                std::to_string(later_seq) + " follows at offset " +
-                                std::to_string(later_at));
+                                std::to_string(last_seq) + ", but " + later.proof + " follows");
     }
   }
   index->sealed = false;
@@ -336,9 +358,9 @@ Status LoadSegmentIndex(const RandomAccessFile& file, const std::string& name,
       if (std::memcmp(got.data(), kSegmentMagic, std::min<size_t>(got.size(), 8)) != 0) {
         return Status::Corruption(At(name, 0) + "not a runstore segment (bad magic)");
       }
-      uint64_t later_seq, later_at;
-      RETURN_IF_ERROR(FindLaterCommit(file, 0, size, &later_seq, &later_at));
-      if (later_seq > 0) return hs;
+      LaterRecords later;
+      RETURN_IF_ERROR(FindLaterRecords(file, 0, size, &later));
+      if (later.any_commit || !later.proof.empty()) return hs;
     }
     index->file_size = size;
     // Nothing is committed; committed_end must not name bytes the file lacks

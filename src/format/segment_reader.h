@@ -19,7 +19,8 @@ namespace runstore::format {
 struct CommitInfo {
   uint64_t sequence = 0;
   int64_t time_ns = 0;
-  uint64_t end_offset = 0;  // just past the commit record
+  uint64_t end_offset = 0;       // just past the commit record
+  bool unsynced_before = false;  // CommitRecord::unsynced_before (false in a footer)
 };
 
 struct BlockInfo {

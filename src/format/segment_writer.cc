@@ -24,6 +24,7 @@ Result<std::unique_ptr<SegmentWriter>> SegmentWriter::Create(Env* env, const std
   RETURN_IF_ERROR(w->file_->Sync());
   w->offset_ = h.size();
   w->commit_start_ = w->offset_;
+  w->synced_end_ = w->offset_;
   return w;
 }
 
@@ -91,21 +92,28 @@ Status SegmentWriter::AddBlock(BlockHeader* h, const std::vector<std::string_vie
   return Status::OK();
 }
 
-Status SegmentWriter::Commit(int64_t time_ns) {
+Status SegmentWriter::Commit(int64_t time_ns, bool sync) {
   CommitRecord c;
   c.sequence = commit_seq_ + 1;
   c.time_ns = time_ns;
   c.first_frame_offset = commit_start_;
   c.frame_count = static_cast<uint32_t>(pending_digests_.size());
+  c.unsynced_before = synced_end_ < commit_start_;
   c.frames_digest = Checksum(pending_digests_.data(), pending_digests_.size() * 8);
   std::string rec = EncodeCommitRecord(c);
   RETURN_IF_ERROR(WriteFrame(rec, {}, 0));
   // The record is written after the blocks it covers and the sync comes last:
-  // a commit record is only trusted by recovery once every payload it covers
-  // verifies, so a reordering of page writes by the disk cannot expose a torn
-  // block (docs/format.md "Recovery").
-  Status s = file_->Sync();
-  if (!s.ok()) return s.WithContext(path_ + ": fdatasync of commit " + std::to_string(c.sequence));
+  // recovery trusts a commit record only once every payload it covers
+  // verifies, back to the newest record that proves what precedes it synced,
+  // so a reordering of page writes by the disk cannot expose a torn block
+  // (docs/format.md "Recovery").
+  if (sync) {
+    Status s = file_->Sync();
+    if (!s.ok()) {
+      return s.WithContext(path_ + ": fdatasync of commit " + std::to_string(c.sequence));
+    }
+    synced_end_ = offset_;
+  }
   commit_seq_ = c.sequence;
   commit_start_ = offset_;
   const uint32_t commit_index = static_cast<uint32_t>(commit_seq_ - 1);
@@ -122,9 +130,20 @@ Status SegmentWriter::Commit(int64_t time_ns) {
   return Status::OK();
 }
 
+Status SegmentWriter::Sync() {
+  if (!has_unsynced()) return Status::OK();
+  Status s = file_->Sync();
+  if (!s.ok())
+    return s.WithContext(path_ + ": fdatasync after commit " + std::to_string(commit_seq_));
+  synced_end_ = offset_;
+  return Status::OK();
+}
+
 Status SegmentWriter::Seal() {
   if (has_uncommitted())
     return Status::FailedPrecondition(path_ + ": seal with uncommitted blocks");
+  // A valid footer tells recovery that every commit before it is durable.
+  RETURN_IF_ERROR(Sync());
   FooterHeader f;
   f.commit_count = commit_seq_;
   f.block_count = block_count_;
@@ -140,6 +159,7 @@ Status SegmentWriter::Seal() {
   offset_ += kTrailerSize;
   s = file_->Sync();
   if (!s.ok()) return s.WithContext(path_ + ": fdatasync of footer");
+  synced_end_ = offset_;
   s = file_->Close();
   if (!s.ok()) return s.WithContext(path_);
   return Status::OK();

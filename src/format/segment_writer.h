@@ -37,16 +37,23 @@ class SegmentWriter {
   Status AddBlock(BlockHeader* header, const std::vector<std::string_view>& raw, int zstd_level,
                   bool header_last = false);
 
-  // Writes a commit record covering every frame since the last one and syncs
-  // the file. `time_ns` must be greater than the previous commit's.
-  Status Commit(int64_t time_ns);
+  // Writes a commit record covering every frame since the last one, then,
+  // with `sync`, syncs the file. Without it the commit is visible and safe
+  // from a crash of the process but not yet durable; its record says so
+  // (CommitRecord::unsynced_before on the records after it) until a sync.
+  // `time_ns` must be greater than the previous commit's.
+  Status Commit(int64_t time_ns, bool sync = true);
 
-  // Writes the footer index and trailer and syncs, then closes the file. All
-  // blocks must be committed.
+  // Syncs the file if anything was written since the last sync.
+  Status Sync();
+
+  // Syncs if needed, writes the footer index and trailer and syncs, then
+  // closes the file. All blocks must be committed.
   Status Seal();
 
   uint64_t size() const { return offset_; }
   bool has_uncommitted() const { return !pending_digests_.empty(); }
+  bool has_unsynced() const { return synced_end_ < offset_; }
   size_t index_bytes() const { return index_.size(); }
   const std::string& path() const { return path_; }
 
@@ -59,6 +66,7 @@ class SegmentWriter {
   std::string path_;
   uint64_t offset_ = 0;
   uint64_t commit_start_ = 0;                 // first frame of the open commit
+  uint64_t synced_end_ = 0;                   // bytes before it are synced
   std::vector<uint64_t> pending_digests_;     // header checksums since last commit
   std::vector<std::string> pending_entries_;  // footer entries of those frames
   uint64_t commit_seq_ = 0;

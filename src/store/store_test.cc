@@ -9,6 +9,7 @@
 #include <numeric>
 #include <random>
 
+#include "env/fault_injection_env.h"
 #include "testing/test_util.h"
 
 namespace runstore {
@@ -305,6 +306,50 @@ TEST_F(StoreTest, RefreshSeesCommitsOfARunningWriter) {
   ASSERT_OK_AND_ASSIGN(auto sealed, reader->Refresh());
   EXPECT_TRUE(sealed->ListSegments()[0].sealed);
   EXPECT_OK(sealed->Get("a", "x", 1).status());
+}
+
+// Flush: visible at once and safe from a crash of the process, but durable
+// only at the next commit; a power cut in between takes whole flushes away.
+TEST(WriterFlushTest, FlushIsVisibleAtOnceAndDurableAtTheNextCommit) {
+  for (const bool commit_after : {false, true}) {
+    SCOPED_TRACE(commit_after ? "Commit after the flush" : "power cut after the flush");
+    auto mem = NewMemEnv();
+    FaultInjectionEnv env(mem.get());
+    ASSERT_OK_AND_ASSIGN(auto store, Store::Open("/s", {.env = &env}));
+    ASSERT_OK_AND_ASSIGN(auto reader, Store::Open("/s", {.env = &env, .read_only = true}));
+    ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter({.writer_id = "w"}));
+    ASSERT_OK(w->Append("a", "x", 0, 1.0));
+    ASSERT_OK(w->Commit());
+    ASSERT_OK(w->Append("b", "x", 0, 2.0));
+    ASSERT_OK(w->Append("b", "y", 0, 3.0));
+    ASSERT_OK(w->Flush());
+    ASSERT_OK_AND_ASSIGN(auto snap, reader->Refresh());
+    ASSERT_OK_AND_ASSIGN(Value v, snap->Get("b", "y", 0));
+    EXPECT_EQ(v.scalar<double>(), 3.0);
+    EXPECT_EQ(w->stats().commits, 2u);
+    EXPECT_EQ(w->stats().flushes, 1u);
+    // A commit with nothing new since the flush still makes it durable.
+    if (commit_after) {
+      const uint64_t ops = env.operation_count();
+      ASSERT_OK(w->Commit());
+      EXPECT_EQ(env.operation_count() - ops, 1u) << "one sync, no new record";
+      EXPECT_EQ(w->stats().commits, 2u);
+    }
+    ASSERT_OK(env.SimulatePowerLoss(DropMode::kDropUnsynced, 1));
+    w.reset();  // its handle is gone with the power: it closes nothing
+    ASSERT_OK_AND_ASSIGN(auto after, Store::Open("/s", {.env = &env, .read_only = true}));
+    auto now = after->GetSnapshot();
+    ASSERT_OK_AND_ASSIGN(Value a, now->Get("a", "x", 0));
+    EXPECT_EQ(a.scalar<double>(), 1.0);
+    if (commit_after) {
+      EXPECT_OK(now->Get("b", "x", 0).status());
+      EXPECT_OK(now->Get("b", "y", 0).status());
+    } else {
+      EXPECT_THAT(now->Get("b", "x", 0), StatusIs(StatusCode::kNotFound));
+      EXPECT_THAT(now->Get("b", "y", 0), StatusIs(StatusCode::kNotFound));
+    }
+    EXPECT_OK(now->Verify(nullptr));
+  }
 }
 
 TEST_F(StoreTest, LaterCommitWinsForTheSameKey) {

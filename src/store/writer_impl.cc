@@ -273,19 +273,21 @@ void WriterImpl::FlushAllLocked() {
   for (auto& [name, s] : series_) FlushSeriesLocked(s.get());
 }
 
-uint64_t WriterImpl::EnqueueCommitLocked() {
+uint64_t WriterImpl::EnqueueCommitLocked(bool sync) {
   FlushAllLocked();
   const uint64_t ticket = ++commit_requested_;
-  queue_.push_back(Task{Task::kCommit, nullptr, ticket});
+  Task t{Task::kCommit, nullptr, ticket};
+  t.sync = sync;
+  queue_.push_back(std::move(t));
   bytes_since_commit_ = 0;
   first_uncommitted_.reset();
   cv_work_.notify_one();
   return ticket;
 }
 
-Status WriterImpl::CommitLocked(std::unique_lock<std::mutex>& lk) {
+Status WriterImpl::CommitLocked(std::unique_lock<std::mutex>& lk, bool sync) {
   RETURN_IF_ERROR(CheckUsableLocked());
-  const uint64_t ticket = EnqueueCommitLocked();
+  const uint64_t ticket = EnqueueCommitLocked(sync);
   WaitForTaskLocked(lk, [&] { return commit_done_ >= ticket; });
   return bg_error_;
 }
@@ -293,6 +295,11 @@ Status WriterImpl::CommitLocked(std::unique_lock<std::mutex>& lk) {
 Status WriterImpl::Commit() {
   std::unique_lock lk(mu_);
   return CommitLocked(lk);
+}
+
+Status WriterImpl::Flush() {
+  std::unique_lock lk(mu_);
+  return CommitLocked(lk, /*sync=*/false);
 }
 
 void WriterImpl::WaitForSpaceLocked(std::unique_lock<std::mutex>& lk) {
@@ -564,15 +571,19 @@ Status WriterImpl::ProcessBlock(Task* t) {
   return Status::OK();
 }
 
-Status WriterImpl::CommitSegment() {
-  if (!segment_ || !segment_->has_uncommitted()) return Status::OK();
+Status WriterImpl::CommitSegment(bool sync) {
+  if (!segment_) return Status::OK();
+  // Nothing new since the last commit: a Commit still makes earlier flushes
+  // durable.
+  if (!segment_->has_uncommitted()) return sync ? segment_->Sync() : Status::OK();
   const int64_t now = std::max(env_->NowNanos(), last_commit_time_ + 1);
   const uint64_t before = segment_->size();
-  RETURN_IF_ERROR(segment_->Commit(now));
+  RETURN_IF_ERROR(segment_->Commit(now, sync));
   last_commit_time_ = now;
   std::lock_guard lk(mu_);
   stats_.bytes_written += segment_->size() - before;
   ++stats_.commits;
+  if (!sync) ++stats_.flushes;
   return Status::OK();
 }
 
@@ -645,7 +656,7 @@ void WriterImpl::RunTaskLocked(std::unique_lock<std::mutex>& lk, bool by_backgro
         }
         break;
       case Task::kCommit:
-        s = CommitSegment();
+        s = CommitSegment(t.sync);
         break;
       case Task::kSeal:
         s = SealSegment();

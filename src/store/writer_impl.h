@@ -53,6 +53,7 @@ class WriterImpl final : public Writer {
                      std::span<const int64_t> steps, const ValueRef& values) override;
   Status Resume(RunRef run, int64_t step) override;
   Status Commit() override;
+  Status Flush() override;
   Status Close() override;
   const std::string& writer_id() const override { return options_.writer_id; }
   WriterStats stats() const override;
@@ -71,6 +72,7 @@ class WriterImpl final : public Writer {
     uint64_t ticket = 0;    // commit ticket, or borrowed-block ticket
     size_t bytes = 0;       // accounted in buffered_bytes_
     bool borrowed = false;  // a large value of its own, written from the caller's memory
+    bool sync = true;       // kCommit: a Commit (synced), or a Flush (not)
   };
 
   WriterImpl(Env* env, std::string segments_dir, const WriterOptions& options, StoreSchema existing,
@@ -93,8 +95,8 @@ class WriterImpl final : public Writer {
   std::unique_ptr<format::BlockBuilder> NewBuilderLocked(const Series& s);
   void FlushSeriesLocked(Series* s);
   void FlushAllLocked();
-  uint64_t EnqueueCommitLocked();
-  Status CommitLocked(std::unique_lock<std::mutex>& lk);
+  uint64_t EnqueueCommitLocked(bool sync = true);
+  Status CommitLocked(std::unique_lock<std::mutex>& lk, bool sync = true);
   void WaitForSpaceLocked(std::unique_lock<std::mutex>& lk);
   void AfterAppendLocked(std::unique_lock<std::mutex>& lk, size_t value_bytes);
 
@@ -109,7 +111,9 @@ class WriterImpl final : public Writer {
   // Writes a task's block to the segment; a borrowed one header last
   // (format::SegmentWriter::AddBlock).
   Status ProcessBlock(Task* t);
-  Status CommitSegment();
+  // Writes a commit record for the frames since the last one; with `sync`,
+  // also makes every earlier flush durable.
+  Status CommitSegment(bool sync = true);
   Status SealSegment();
   Status EnsureSegment();
 
