@@ -66,6 +66,9 @@ struct ScanBatch {
   std::vector<uint8_t> run_is_string;
   std::vector<std::string> string_runs;
   std::span<const int64_t> steps;
+  // int_runs and steps are views of the mapped segment (an uncompressed block
+  // whose key columns are stored plainly), not gathered into owned memory.
+  bool keys_zero_copy = false;
   Value values;
   std::vector<Value> records;
   std::shared_ptr<const void> owner;

@@ -27,8 +27,10 @@
 
 namespace runstore {
 
-// The segment format version this build writes; it reads versions 1..this.
-inline constexpr uint32_t kFormatVersion = 1;
+// The format version this build writes (store marker and segments); it reads
+// versions 1..this. Version 2 added Writer::Flush's commit-record flag and
+// key columns stored as arithmetic sequences (docs/format.md "Versioning").
+inline constexpr uint32_t kFormatVersion = 2;
 
 struct StoreOptions {
   // Not owned; must outlive the Store and everything made from it. nullptr

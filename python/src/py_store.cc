@@ -221,8 +221,9 @@ nb::dict PyStore::Scan(const std::string& name) {
   nb::dict out;
 
   if (have && fixed && first.count == total && first.run_is_string.empty()) {
-    // One batch: views, no copy (zero-copy when the block is uncompressed).
-    const bool zc = first.values.zero_copy();
+    // One batch: views, no copy (zero-copy when the block is uncompressed
+    // and its key columns are stored plainly).
+    const bool zc = first.keys_zero_copy;
     out["run"] = MakeArrayView(Value(DType::kInt64, {static_cast<int64_t>(total)},
                                      reinterpret_cast<const char*>(first.int_runs.data()),
                                      total * 8, first.owner, zc));

@@ -219,6 +219,26 @@ void BlockBuilder::AddBorrowed(const RunRef& run, int64_t step, const ValueRef& 
   }
 }
 
+namespace {
+
+// True if the n >= 3 i64 at `p` are first + i * difference (wrapping), which
+// then go to seq. Shorter columns are no larger stored plainly.
+bool IsArithmetic(const char* p, uint32_t n, int64_t (&seq)[2]) {
+  if (n < 3) return false;
+  const uint64_t first = DecodeFixed<uint64_t>(p);
+  const uint64_t diff = DecodeFixed<uint64_t>(p + 8) - first;
+  uint64_t expect = first + diff;
+  for (uint32_t i = 2; i < n; ++i) {
+    expect += diff;
+    if (DecodeFixed<uint64_t>(p + 8ull * i) != expect) return false;
+  }
+  seq[0] = static_cast<int64_t>(first);
+  seq[1] = static_cast<int64_t>(diff);
+  return true;
+}
+
+}  // namespace
+
 void BlockBuilder::Finish(BlockHeader* h, std::vector<std::string_view>* pieces) {
   const uint32_t n = count();
   assert(n > 0);
@@ -241,12 +261,22 @@ void BlockBuilder::Finish(BlockHeader* h, std::vector<std::string_view>* pieces)
   h->run_encoding = !any_string_run_ ? RunEncoding::kInt
                     : !any_int_run_  ? RunEncoding::kString
                                      : RunEncoding::kMixed;
+  // A sweep's runs (0, 1, 2, ...) and one run's steps are sequences: two
+  // numbers instead of 8 bytes per record.
+  if (h->run_encoding == RunEncoding::kInt && IsArithmetic(runs_int_.data(), n, run_sequence_)) {
+    h->flags |= kBlockRunsArithmetic;
+  }
+  if (IsArithmetic(steps_.data(), n, step_sequence_)) h->flags |= kBlockStepsArithmetic;
 
   pieces->clear();
   uint64_t pos = 0;
   switch (h->run_encoding) {
     case RunEncoding::kInt:
-      AddPiece(pieces, &pos, runs_int_.data(), 8ull * n);
+      if (h->flags & kBlockRunsArithmetic) {
+        AddPiece(pieces, &pos, reinterpret_cast<const char*>(run_sequence_), 16);
+      } else {
+        AddPiece(pieces, &pos, runs_int_.data(), 8ull * n);
+      }
       break;
     case RunEncoding::kMixed:
       AddPiece(pieces, &pos, run_is_string_.data(), n);
@@ -259,7 +289,11 @@ void BlockBuilder::Finish(BlockHeader* h, std::vector<std::string_view>* pieces)
       break;
   }
   Pad(pieces, &pos, kFrameAlign);
-  AddPiece(pieces, &pos, steps_.data(), 8ull * n);
+  if (h->flags & kBlockStepsArithmetic) {
+    AddPiece(pieces, &pos, reinterpret_cast<const char*>(step_sequence_), 16);
+  } else {
+    AddPiece(pieces, &pos, steps_.data(), 8ull * n);
+  }
   Pad(pieces, &pos, kFrameAlign);
 
   const char* data = borrowed_ ? borrowed_ : values_.data();
@@ -336,9 +370,20 @@ Status BlockView::Parse(const BlockHeader& h, std::string_view payload) {
     return pos <= size;
   };
   const char* ignored;
+  runs_arithmetic_ = (h.flags & kBlockRunsArithmetic) != 0;
+  steps_arithmetic_ = (h.flags & kBlockStepsArithmetic) != 0;
+  auto take_sequence = [&](int64_t(&seq)[2]) {
+    const char* at;
+    if (!take(2, 8, &at)) return false;
+    seq[0] = DecodeFixed<int64_t>(at);
+    seq[1] = DecodeFixed<int64_t>(at + 8);
+    return true;
+  };
   switch (h.run_encoding) {
     case RunEncoding::kInt:
-      if (!take(n, 8, &runs_int_)) return bad("run column out of bounds");
+      if (runs_arithmetic_ ? !take_sequence(run_sequence_) : !take(n, 8, &runs_int_)) {
+        return bad("run column out of bounds");
+      }
       break;
     case RunEncoding::kMixed:
       if (!take(n, 1, reinterpret_cast<const char**>(&run_is_string_)) || !align(8) ||
@@ -365,7 +410,9 @@ Status BlockView::Parse(const BlockHeader& h, std::string_view payload) {
       break;
     }
   }
-  if (!align(kFrameAlign) || !take(n, 8, &steps_) || !align(kFrameAlign)) {
+  if (!align(kFrameAlign) ||
+      (steps_arithmetic_ ? !take_sequence(step_sequence_) : !take(n, 8, &steps_)) ||
+      !align(kFrameAlign)) {
     return bad("step column out of bounds");
   }
   if (IsVarLength(h.dtype) || h.variable_shape) {

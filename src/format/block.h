@@ -130,6 +130,8 @@ class BlockBuilder {
   const char* borrowed_ = nullptr;
   size_t borrowed_len_ = 0;
   size_t raw_bytes_ = 0;
+  int64_t run_sequence_[2] = {};   // first, difference: Finish's arithmetic run column
+  int64_t step_sequence_[2] = {};  // the same for the step column
   bool ascending_ = true;
   // Key tracking. While every run is an integer the keys are kept as plain
   // integers (the append hot path); the first string run switches to Keys.
@@ -153,15 +155,20 @@ class BlockView {
     return run_encoding_ == RunEncoding::kString ||
            (run_encoding_ == RunEncoding::kMixed && run_is_string_[i] != 0);
   }
-  int64_t run_int(uint32_t i) const { return LoadI64(runs_int_, i); }
+  int64_t run_int(uint32_t i) const {
+    return runs_arithmetic_ ? Nth(run_sequence_, i) : LoadI64(runs_int_, i);
+  }
   std::string_view run_string(uint32_t i) const;
   RunRef run(uint32_t i) const {
     return run_is_string(i) ? RunRef(run_string(i)) : RunRef(run_int(i));
   }
-  int64_t step(uint32_t i) const { return LoadI64(steps_, i); }
-  // Column pointers (64-byte aligned within the payload).
-  const char* int_runs_data() const { return runs_int_; }
-  const char* steps_data() const { return steps_; }
+  int64_t step(uint32_t i) const {
+    return steps_arithmetic_ ? Nth(step_sequence_, i) : LoadI64(steps_, i);
+  }
+  // Column pointers (64-byte aligned within the payload); null when the
+  // column is stored as an arithmetic sequence.
+  const char* int_runs_data() const { return runs_arithmetic_ ? nullptr : runs_int_; }
+  const char* steps_data() const { return steps_arithmetic_ ? nullptr : steps_; }
 
   // Fixed-shape numeric: all values, count * record_bytes.
   const char* fixed_values() const { return values_; }
@@ -172,7 +179,15 @@ class BlockView {
 
  private:
   static int64_t LoadI64(const char* p, uint32_t i);
+  static int64_t Nth(const int64_t (&seq)[2], uint32_t i) {
+    return static_cast<int64_t>(static_cast<uint64_t>(seq[0]) +
+                                static_cast<uint64_t>(i) * static_cast<uint64_t>(seq[1]));
+  }
   uint32_t count_ = 0;
+  bool runs_arithmetic_ = false;
+  bool steps_arithmetic_ = false;
+  int64_t run_sequence_[2] = {};
+  int64_t step_sequence_[2] = {};
   RunEncoding run_encoding_ = RunEncoding::kInt;
   DType dtype_ = DType::kFloat64;
   bool variable_shape_ = false;

@@ -93,6 +93,8 @@ std::string EncodeSegmentHeader(const SegmentHeader& h) {
   return s;
 }
 
+std::string ReadableVersions() { return "versions 1 to " + std::to_string(kSegmentFormatVersion); }
+
 Status DecodeSegmentHeader(std::string_view b, std::string_view file, SegmentHeader* h) {
   auto corrupt = [&](const std::string& what) {
     return Status::Corruption(std::string(file) + ": offset 0: " + what);
@@ -107,10 +109,10 @@ Status DecodeSegmentHeader(std::string_view b, std::string_view file, SegmentHea
   h->version = DecodeFixed<uint32_t>(b.data() + 8);
   uint64_t stored = DecodeFixed<uint64_t>(b.data() + 120);
   if (stored != Checksum(b.data(), 120)) return corrupt("segment header checksum mismatch");
-  if (h->version == 0 || h->version > 1) {
+  if (h->version == 0 || h->version > kSegmentFormatVersion) {
     return Status::NotSupported(std::string(file) + ": segment format version " +
                                 std::to_string(h->version) +
-                                " is not supported; this build reads version 1");
+                                " is not supported; this build reads " + ReadableVersions());
   }
   if (DecodeFixed<uint32_t>(b.data() + 12) != kSegmentHeaderSize) {
     return corrupt("unexpected segment header size");
@@ -164,6 +166,10 @@ Status DecodeBlockHeader(std::string_view header, BlockHeader* h) {
   if (codec > 2) return Status::Corruption("block header: invalid codec " + std::to_string(codec));
   if (shape_kind > 1) return Status::Corruption("block header: invalid shape kind");
   if (run_enc > 2) return Status::Corruption("block header: invalid run encoding");
+  if ((h->flags & ~kBlockKnownFlags) != 0 ||
+      ((h->flags & kBlockRunsArithmetic) && run_enc != static_cast<uint8_t>(RunEncoding::kInt))) {
+    return Status::Corruption("block header: invalid flags " + std::to_string(h->flags));
+  }
   if (rank > kMaxRank)
     return Status::Corruption("block header: rank " + std::to_string(rank) + " exceeds 32");
   if (h->count == 0) return Status::Corruption("block header: zero records");

@@ -42,10 +42,21 @@ std::string SegmentFileName(std::string_view writer_id, uint64_t seq);
 // Parses a SegmentFileName; false for any other name.
 bool ParseSegmentFileName(std::string_view name, std::string* writer_id, uint64_t* seq);
 
+// The segment format version written; segments of versions 1..this are read.
+inline constexpr uint32_t kSegmentFormatVersion = 2;
+// "versions 1 to 2", for NotSupported messages.
+std::string ReadableVersions();
+
 // Run encodings of a block's run column.
 enum class RunEncoding : uint8_t { kInt = 0, kString = 1, kMixed = 2 };
 // Block flags.
 inline constexpr uint8_t kBlockKeysAscending = 1;  // (run, step) strictly ascending
+// The run column (integer runs only) or the step column is an arithmetic
+// sequence, stored as two i64, first and difference: record i has
+// first + i * difference (in 64-bit wrapping arithmetic). Format version 2.
+inline constexpr uint8_t kBlockRunsArithmetic = 2;
+inline constexpr uint8_t kBlockStepsArithmetic = 4;
+inline constexpr uint8_t kBlockKnownFlags = 7;
 
 struct SegmentHeader {
   uint32_t version = 0;

@@ -224,9 +224,9 @@ Status LoadFooter(const RandomAccessFile& file, const std::string& name, uint64_
   auto bad = [&](uint64_t off, const std::string& what) {
     return Status::Corruption(At(name, off) + what);
   };
-  if (t.version == 0 || t.version > 1) {
+  if (t.version == 0 || t.version > kSegmentFormatVersion) {
     return Status::NotSupported(name + ": segment format version " + std::to_string(t.version) +
-                                " is not supported; this build reads version 1");
+                                " is not supported; this build reads " + ReadableVersions());
   }
   if (t.footer_offset < kSegmentHeaderSize || t.footer_offset % kFrameAlign != 0 ||
       t.footer_offset >= file_size) {

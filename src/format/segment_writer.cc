@@ -153,7 +153,7 @@ Status SegmentWriter::Seal() {
   f.payload_checksum = Checksum(payload);
   const uint64_t footer_offset = offset_;
   RETURN_IF_ERROR(WriteFrame(EncodeFooterHeader(f), {payload}, payload.size()));
-  Trailer t{footer_offset, 1};
+  Trailer t{footer_offset, kSegmentFormatVersion};
   Status s = file_->Append(EncodeTrailer(t));
   if (!s.ok()) return s.WithContext(path_);
   offset_ += kTrailerSize;

@@ -464,15 +464,16 @@ class ScannerImpl final : public SeriesScanner {
     auto row = [&](size_t i) { return item.all_rows ? static_cast<uint32_t>(i) : item.rows[i]; };
     batch->count = n;
     const bool fixed = !IsVarLength(h.dtype) && !h.variable_shape;
-    if (item.all_rows) {
+    // Key columns are views of the payload where they are stored plainly and
+    // every row is wanted; the others are gathered into one owned buffer.
+    const bool gather_keys = !item.all_rows || v.run_encoding() != format::RunEncoding::kInt ||
+                             v.steps_data() == nullptr || v.int_runs_data() == nullptr;
+    if (!gather_keys) {
+      batch->keys_zero_copy = p.mapping != nullptr;
       batch->owner = p.owner;
       batch->steps = {reinterpret_cast<const int64_t*>(v.steps_data()), n};
-      if (v.run_encoding() == format::RunEncoding::kInt) {
-        batch->int_runs = {reinterpret_cast<const int64_t*>(v.int_runs_data()), n};
-      }
+      batch->int_runs = {reinterpret_cast<const int64_t*>(v.int_runs_data()), n};
     }
-    // Columns that cannot be views are gathered into one owned buffer.
-    const bool gather_keys = !item.all_rows || v.run_encoding() != format::RunEncoding::kInt;
     std::shared_ptr<char> keys;
     if (gather_keys) {
       keys = AlignedBuffer(16 * n);

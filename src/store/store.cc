@@ -30,6 +30,7 @@ Status CheckMarker(const std::string& path, const std::string& contents, uint32_
   }
   uint64_t v = std::strtoull(contents.c_str() + at + key.size(), nullptr, 10);
   if (v == 0) return Status::Corruption(path + ": unreadable format version");
+  static_assert(kFormatVersion == format::kSegmentFormatVersion);
   if (v > kFormatVersion) {
     return Status::NotSupported(
         path + ": store format version " + std::to_string(v) +

@@ -536,7 +536,7 @@ WriterStats WriterImpl::stats() const {
 Status WriterImpl::EnsureSegment() {
   if (segment_) return Status::OK();
   format::SegmentHeader h;
-  h.version = 1;
+  h.version = format::kSegmentFormatVersion;
   h.created_ns = env_->NowNanos();
   h.sequence = next_seq_;
   h.writer_id = options_.writer_id;
