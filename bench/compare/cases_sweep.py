@@ -27,6 +27,8 @@ META = {
                      "commit: fdatasync, durable (survives power loss)"),
     "runstore_batch": ("runstore, Writer.log_many per 1,000", "batch",
                        "commit: fdatasync, durable (survives power loss)"),
+    "runstore_batch_flush": ("runstore, Writer.log_many per 1,000, Writer.flush per 1,000", "batch",
+                             "flush: written to the OS, survives a process kill; durable at close"),
     "runstore_one_endcommit": ("runstore, Writer.log per experiment, one commit at the end (reference)",
                                "one", "nothing durable until the end"),
     "runstore_batch_endcommit": ("runstore, Writer.log_many per 1,000, one commit at the end (reference)",
@@ -55,7 +57,13 @@ def _names(p):
 # -- runstore ----------------------------------------------------------------------------------
 
 
-def runstore_one(path, p, progress, commit=True):
+def _ender(w, end):
+    """What ends a batch: "commit" (durable), "flush" (visible, survives a process kill) or None
+    (nothing until the with-block closes the writer)."""
+    return {"commit": w.commit, "flush": w.flush, None: None}[end]
+
+
+def runstore_one(path, p, progress, end="commit"):
     import runstore
 
     n, batch = p["n"], p["batch"]
@@ -65,15 +73,15 @@ def runstore_one(path, p, progress, commit=True):
     clock = Clock()
     store = runstore.open(os.path.join(path, "store"))
     with store.writer() as w:
-        log = w.log
+        log, finish = w.log, _ender(w, end)
         for i in range(n):
             k = i % POOL
             a, o = prow[k], orow[k]
             log(i, alpha=a[0], beta=a[1], gamma=a[2], delta=a[3], epsilon=a[4],
                 loss=o[0], accuracy=o[1], runtime=o[2], trace=trace[k])
-            if commit and ((i + 1) % batch == 0 or i + 1 == n):
+            if finish and ((i + 1) % batch == 0 or i + 1 == n):
                 c0 = time.perf_counter()
-                w.commit()
+                finish()
                 commit_s += time.perf_counter() - c0
                 progress(i + 1)
         stats = w.stats()
@@ -82,7 +90,7 @@ def runstore_one(path, p, progress, commit=True):
             "backpressure_seconds": stats["backpressure_seconds"]}
 
 
-def runstore_batch(path, p, progress, commit=True):
+def runstore_batch(path, p, progress, end="commit"):
     import runstore
 
     n, batch = p["n"], p["batch"]
@@ -93,15 +101,16 @@ def runstore_batch(path, p, progress, commit=True):
     clock = Clock()
     store = runstore.open(os.path.join(path, "store"))
     with store.writer() as w:
+        finish = _ender(w, end)
         for start in range(0, n, batch):
             m = min(batch, n - start)
             idx = np.arange(start, start + m) % POOL
             runs = np.arange(start, start + m, dtype=np.int64)
             w.log_many(runs, **{name: c[idx] for name, c in zip(PARAMS, pcols)},
                        **{name: c[idx] for name, c in zip(OUTCOMES, ocols)}, trace=trace[idx])
-            if commit:
+            if finish:
                 c0 = time.perf_counter()
-                w.commit()
+                finish()
                 commit_s += time.perf_counter() - c0
                 progress(start + m)
         stats = w.stats()
@@ -403,8 +412,9 @@ def readback_tarball(path, p):
 WRITERS = {
     "runstore_one": runstore_one,
     "runstore_batch": runstore_batch,
-    "runstore_one_endcommit": lambda path, p, progress: runstore_one(path, p, progress, commit=False),
-    "runstore_batch_endcommit": lambda path, p, progress: runstore_batch(path, p, progress, commit=False),
+    "runstore_batch_flush": lambda path, p, progress: runstore_batch(path, p, progress, end="flush"),
+    "runstore_one_endcommit": lambda path, p, progress: runstore_one(path, p, progress, end=None),
+    "runstore_batch_endcommit": lambda path, p, progress: runstore_batch(path, p, progress, end=None),
     "h5py_one": h5py_one,
     "h5py_batch": h5py_batch,
     "h5py_batch_fsync": h5py_batch_fsync,
@@ -417,6 +427,7 @@ WRITERS = {
 READBACK = {
     "runstore_one": readback_runstore,
     "runstore_batch": readback_runstore,
+    "runstore_batch_flush": readback_runstore,
     "runstore_one_endcommit": readback_runstore,
     "runstore_batch_endcommit": readback_runstore,
     "h5py_one": readback_h5py,
