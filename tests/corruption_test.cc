@@ -10,7 +10,9 @@
 // bytes are exactly what a crash leaves (docs/format.md "Recovery"):
 //  - damage inside the last commit of an UNSEALED segment (its blocks or its
 //    record) may drop that commit: it is indistinguishable from a torn write
-//    of the one commit that can be in flight;
+//    of the one commit that can be in flight. The unsealed segment's first
+//    commit is a Writer::Flush: damage there is still corruption, because
+//    the last commit's record says everything before it had been synced;
 //  - a cut file reads as exactly the commits whose frames, up to the end of
 //    the padded commit record, lie wholly inside the cut (a sealed segment
 //    loses its trailer and is recovered like an unsealed one); a file cut
@@ -86,8 +88,8 @@ class ScriptWriter {
                                  std::string(static_cast<const char*>(v.data), v.nbytes)});
     ASSERT_OK(w_->Append(run, series, step, v));
   }
-  void Commit() {
-    ASSERT_OK(w_->Commit());
+  void Commit(bool flush = false) {
+    ASSERT_OK(flush ? w_->Flush() : w_->Commit());
     script_->commits.push_back(std::move(current_));
     current_.clear();
   }
@@ -100,8 +102,10 @@ class ScriptWriter {
 
 // Three commits over five series: float64 and int32 scalars (int runs), a
 // zstd float32[16] series, a variable-shape int16 series, and strings under
-// string runs. `base` keeps the two writers' runs apart.
-void WriteCommits(Writer* w, WriterScript* script, int base, const std::string& prefix) {
+// string runs; with `flush_first`, the first is a Flush. `base` keeps the two
+// writers' runs apart.
+void WriteCommits(Writer* w, WriterScript* script, int base, const std::string& prefix,
+                  bool flush_first) {
   ASSERT_OK(w->DefineSeries("zs", SeriesOptions{DType::kFloat32, {16}, false, Codec::kZstd}));
   ASSERT_OK(w->DefineSeries("var", SeriesOptions{DType::kInt16, {}, true, Codec::kNone}));
   ScriptWriter sw(w, script);
@@ -115,7 +119,7 @@ void WriteCommits(Writer* w, WriterScript* script, int base, const std::string& 
     const std::string text = prefix + " status " + std::to_string(step);
     sw.Put(prefix + "-a", "txt", step, ValueRef::String(text));
   }
-  sw.Commit();
+  sw.Commit(flush_first);
 
   const int64_t vec16[] = {16};
   for (int step = 0; step < 4; ++step) {
@@ -285,7 +289,7 @@ class CorruptionTest : public ::testing::Test {
     sealed_.id = "s";
     {
       ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter(wo));
-      WriteCommits(w.get(), &sealed_, 0, "s");
+      WriteCommits(w.get(), &sealed_, 0, "s", /*flush_first=*/false);
       ASSERT_OK(w->Close());
     }
     wo.writer_id = "u";
@@ -293,7 +297,7 @@ class CorruptionTest : public ::testing::Test {
     std::string open_bytes;
     {
       ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter(wo));
-      WriteCommits(w.get(), &unsealed_, 100, "u");
+      WriteCommits(w.get(), &unsealed_, 100, "u", /*flush_first=*/true);
       if (HasFatalFailure()) return;
       // The file as a kill -9 right now would leave it.
       ASSERT_OK_AND_ASSIGN(open_bytes, ReadFileToString(env_.get(), Path(kUnsealedFile)));
