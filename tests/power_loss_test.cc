@@ -239,7 +239,7 @@ WriterOptions WorkloadWriterOptions() {
   o.writer_id = kWriterId;
   o.buffer_bytes = 1 << 20;
   o.block_bytes = 4096;        // several blocks per commit
-  o.segment_bytes = 64 << 10;  // the 48 KiB value rolls the segment
+  o.segment_bytes = 64 << 10;  // the 60 KiB value rolls the segment
   o.large_value_bytes = 8 << 10;
   return o;
 }
@@ -262,7 +262,7 @@ constexpr size_t kRollGroup = 5;
 //  3  Resume(3, 10): hides run 3 at steps >= 10 in every series (its commit
 //     makes the two flushes durable)
 //  4  run 3 re-run at steps 10..19; key (0, 'loss', 0) overwritten
-//  5  one 48 KiB value in 'big': the segment reaches 64 KiB and rolls
+//  5  one 60 KiB value in 'huge': the segment reaches 64 KiB and rolls
 //  6  a new segment: more 'loss', mixed int/string runs in 'status', a
 //     10 KiB value (header last), more 'var'; Flush
 //  7  a few records, then Close (commit and seal)
@@ -321,9 +321,9 @@ void Workload(Driver& d) {
   d.Commit();
 
   {
-    const std::vector<double> big = Doubles(6144, 7.0);  // 48 KiB
-    const int64_t shape[] = {6144};
-    d.Put(7, "big", 0, ValueRef::Array(big.data(), shape));
+    const std::vector<double> big = Doubles(7680, 7.0);  // 60 KiB
+    const int64_t shape[] = {7680};
+    d.Put(7, "huge", 0, ValueRef::Array(big.data(), shape));
   }
   d.Commit();
 
@@ -431,7 +431,7 @@ Reference RunReference() {
   Workload(d);
   EXPECT_OK(d.error());
   EXPECT_EQ(d.acknowledged(), d.groups().size());
-  // The segment rolls exactly at the group of the 48 KiB value and nowhere
+  // The segment rolls exactly at the group of the 60 KiB value and nowhere
   // else, so no automatic commit ever splits a group of several records.
   const auto& sealed = d.sealed_after_group();
   EXPECT_EQ(sealed.size(), 8u);

@@ -29,7 +29,7 @@ namespace runstore {
 
 // The format version this build writes (store marker and segments); it reads
 // versions 1..this. Version 2 added Writer::Flush's commit-record flag and
-// key columns stored as arithmetic sequences (docs/format.md "Versioning").
+// key columns stored as sequences (docs/format.md "Versioning").
 inline constexpr uint32_t kFormatVersion = 2;
 
 struct StoreOptions {

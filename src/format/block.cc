@@ -221,19 +221,31 @@ void BlockBuilder::AddBorrowed(const RunRef& run, int64_t step, const ValueRef& 
 
 namespace {
 
-// True if the n >= 3 i64 at `p` are first + i * difference (wrapping), which
-// then go to seq. Shorter columns are no larger stored plainly.
-bool IsArithmetic(const char* p, uint32_t n, int64_t (&seq)[2]) {
-  if (n < 3) return false;
-  const uint64_t first = DecodeFixed<uint64_t>(p);
-  const uint64_t diff = DecodeFixed<uint64_t>(p + 8) - first;
-  uint64_t expect = first + diff;
-  for (uint32_t i = 2; i < n; ++i) {
-    expect += diff;
-    if (DecodeFixed<uint64_t>(p + 8ull * i) != expect) return false;
+// Encodes the n i64 at `p` as sequences (docs/format.md "Block payload"),
+// each as long as it goes, if that takes at most half of their 8 * n bytes;
+// otherwise returns false and the column is stored plainly.
+bool EncodeSequences(const char* p, uint32_t n, std::string* out) {
+  out->clear();
+  const size_t budget = 4ull * n;
+  if (8 + kSequenceBytes > budget) return false;
+  PutFixed<uint64_t>(out, 0);  // the count, filled in below
+  uint64_t count = 0;
+  for (uint32_t i = 0; i < n;) {
+    const uint64_t first = DecodeFixed<uint64_t>(p + 8ull * i);
+    const uint64_t diff = i + 1 < n ? DecodeFixed<uint64_t>(p + 8ull * (i + 1)) - first : 0;
+    uint32_t end = i + 1;
+    for (uint64_t next = first + diff; end < n && DecodeFixed<uint64_t>(p + 8ull * end) == next;
+         next += diff) {
+      ++end;
+    }
+    PutFixed<uint64_t>(out, end);
+    PutFixed<uint64_t>(out, first);
+    PutFixed<uint64_t>(out, diff);
+    ++count;
+    if (out->size() > budget) return false;
+    i = end;
   }
-  seq[0] = static_cast<int64_t>(first);
-  seq[1] = static_cast<int64_t>(diff);
+  EncodeFixed<uint64_t>(out->data(), count);
   return true;
 }
 
@@ -261,19 +273,21 @@ void BlockBuilder::Finish(BlockHeader* h, std::vector<std::string_view>* pieces)
   h->run_encoding = !any_string_run_ ? RunEncoding::kInt
                     : !any_int_run_  ? RunEncoding::kString
                                      : RunEncoding::kMixed;
-  // A sweep's runs (0, 1, 2, ...) and one run's steps are sequences: two
-  // numbers instead of 8 bytes per record.
-  if (h->run_encoding == RunEncoding::kInt && IsArithmetic(runs_int_.data(), n, run_sequence_)) {
-    h->flags |= kBlockRunsArithmetic;
+  // A sweep's runs (0, 1, 2, ...), the steps of one run, and runs that each
+  // log steps 0, 1, 2, ... are a few sequences: 24 bytes each instead of 8
+  // bytes per record.
+  if (h->run_encoding == RunEncoding::kInt &&
+      EncodeSequences(runs_int_.data(), n, &run_sequences_)) {
+    h->flags |= kBlockRunSequences;
   }
-  if (IsArithmetic(steps_.data(), n, step_sequence_)) h->flags |= kBlockStepsArithmetic;
+  if (EncodeSequences(steps_.data(), n, &step_sequences_)) h->flags |= kBlockStepSequences;
 
   pieces->clear();
   uint64_t pos = 0;
   switch (h->run_encoding) {
     case RunEncoding::kInt:
-      if (h->flags & kBlockRunsArithmetic) {
-        AddPiece(pieces, &pos, reinterpret_cast<const char*>(run_sequence_), 16);
+      if (h->flags & kBlockRunSequences) {
+        AddPiece(pieces, &pos, run_sequences_.data(), run_sequences_.size());
       } else {
         AddPiece(pieces, &pos, runs_int_.data(), 8ull * n);
       }
@@ -289,8 +303,8 @@ void BlockBuilder::Finish(BlockHeader* h, std::vector<std::string_view>* pieces)
       break;
   }
   Pad(pieces, &pos, kFrameAlign);
-  if (h->flags & kBlockStepsArithmetic) {
-    AddPiece(pieces, &pos, reinterpret_cast<const char*>(step_sequence_), 16);
+  if (h->flags & kBlockStepSequences) {
+    AddPiece(pieces, &pos, step_sequences_.data(), step_sequences_.size());
   } else {
     AddPiece(pieces, &pos, steps_.data(), 8ull * n);
   }
@@ -313,6 +327,45 @@ void BlockBuilder::Finish(BlockHeader* h, std::vector<std::string_view>* pieces)
 }
 
 int64_t BlockView::LoadI64(const char* p, uint32_t i) { return DecodeFixed<int64_t>(p + 8ull * i); }
+
+int64_t BlockView::Nth(const char* seq, uint64_t count, uint32_t i) {
+  auto end = [&](uint64_t k) { return DecodeFixed<uint64_t>(seq + kSequenceBytes * k); };
+  uint64_t lo = 0, hi = count - 1;  // the first sequence whose end is past i
+  while (lo < hi) {
+    const uint64_t mid = lo + (hi - lo) / 2;
+    if (end(mid) > i) {
+      hi = mid;
+    } else {
+      lo = mid + 1;
+    }
+  }
+  const uint64_t start = lo == 0 ? 0 : end(lo - 1);
+  const char* s = seq + kSequenceBytes * lo;
+  return static_cast<int64_t>(DecodeFixed<uint64_t>(s + 8) +
+                              (i - start) * DecodeFixed<uint64_t>(s + 16));
+}
+
+void BlockView::Expand(const char* seq, uint64_t count, int64_t* out) {
+  uint64_t start = 0;
+  for (uint64_t k = 0; k < count; ++k) {
+    const char* s = seq + kSequenceBytes * k;
+    const uint64_t end = DecodeFixed<uint64_t>(s);
+    uint64_t v = DecodeFixed<uint64_t>(s + 8);
+    const uint64_t diff = DecodeFixed<uint64_t>(s + 16);
+    for (uint64_t i = start; i < end; ++i, v += diff) out[i] = static_cast<int64_t>(v);
+    start = end;
+  }
+}
+
+void BlockView::CopyIntRuns(int64_t* out) const {
+  if (run_sequences_) return Expand(run_sequences_, run_sequence_count_, out);
+  std::memcpy(out, runs_int_, 8ull * count_);
+}
+
+void BlockView::CopySteps(int64_t* out) const {
+  if (step_sequences_) return Expand(step_sequences_, step_sequence_count_, out);
+  std::memcpy(out, steps_, 8ull * count_);
+}
 
 std::string_view BlockView::run_string(uint32_t i) const {
   uint32_t a = DecodeFixed<uint32_t>(run_str_offsets_ + 4ull * i);
@@ -370,18 +423,27 @@ Status BlockView::Parse(const BlockHeader& h, std::string_view payload) {
     return pos <= size;
   };
   const char* ignored;
-  runs_arithmetic_ = (h.flags & kBlockRunsArithmetic) != 0;
-  steps_arithmetic_ = (h.flags & kBlockStepsArithmetic) != 0;
-  auto take_sequence = [&](int64_t(&seq)[2]) {
+  // A column stored as sequences: a count, then sequences whose ends ascend
+  // strictly to n.
+  auto take_sequences = [&](const char** seq, uint64_t* count) {
     const char* at;
-    if (!take(2, 8, &at)) return false;
-    seq[0] = DecodeFixed<int64_t>(at);
-    seq[1] = DecodeFixed<int64_t>(at + 8);
-    return true;
+    if (!take(1, 8, &at)) return false;
+    *count = DecodeFixed<uint64_t>(at);
+    if (*count == 0 || *count > n || !take(*count, kSequenceBytes, seq)) return false;
+    uint64_t prev = 0;
+    for (uint64_t k = 0; k < *count; ++k) {
+      const uint64_t end = DecodeFixed<uint64_t>(*seq + kSequenceBytes * k);
+      if (end <= prev) return false;
+      prev = end;
+    }
+    return prev == n;
   };
+  run_sequences_ = step_sequences_ = nullptr;
+  run_sequence_count_ = step_sequence_count_ = 0;
   switch (h.run_encoding) {
     case RunEncoding::kInt:
-      if (runs_arithmetic_ ? !take_sequence(run_sequence_) : !take(n, 8, &runs_int_)) {
+      if ((h.flags & kBlockRunSequences) ? !take_sequences(&run_sequences_, &run_sequence_count_)
+                                         : !take(n, 8, &runs_int_)) {
         return bad("run column out of bounds");
       }
       break;
@@ -411,7 +473,8 @@ Status BlockView::Parse(const BlockHeader& h, std::string_view payload) {
     }
   }
   if (!align(kFrameAlign) ||
-      (steps_arithmetic_ ? !take_sequence(step_sequence_) : !take(n, 8, &steps_)) ||
+      ((h.flags & kBlockStepSequences) ? !take_sequences(&step_sequences_, &step_sequence_count_)
+                                       : !take(n, 8, &steps_)) ||
       !align(kFrameAlign)) {
     return bad("step column out of bounds");
   }

@@ -130,8 +130,8 @@ class BlockBuilder {
   const char* borrowed_ = nullptr;
   size_t borrowed_len_ = 0;
   size_t raw_bytes_ = 0;
-  int64_t run_sequence_[2] = {};   // first, difference: Finish's arithmetic run column
-  int64_t step_sequence_[2] = {};  // the same for the step column
+  std::string run_sequences_;   // Finish's run column as sequences, if stored so
+  std::string step_sequences_;  // the same for the step column
   bool ascending_ = true;
   // Key tracking. While every run is an integer the keys are kept as plain
   // integers (the append hot path); the first string run switches to Keys.
@@ -156,19 +156,22 @@ class BlockView {
            (run_encoding_ == RunEncoding::kMixed && run_is_string_[i] != 0);
   }
   int64_t run_int(uint32_t i) const {
-    return runs_arithmetic_ ? Nth(run_sequence_, i) : LoadI64(runs_int_, i);
+    return run_sequences_ ? Nth(run_sequences_, run_sequence_count_, i) : LoadI64(runs_int_, i);
   }
   std::string_view run_string(uint32_t i) const;
   RunRef run(uint32_t i) const {
     return run_is_string(i) ? RunRef(run_string(i)) : RunRef(run_int(i));
   }
   int64_t step(uint32_t i) const {
-    return steps_arithmetic_ ? Nth(step_sequence_, i) : LoadI64(steps_, i);
+    return step_sequences_ ? Nth(step_sequences_, step_sequence_count_, i) : LoadI64(steps_, i);
   }
   // Column pointers (64-byte aligned within the payload); null when the
-  // column is stored as an arithmetic sequence.
-  const char* int_runs_data() const { return runs_arithmetic_ ? nullptr : runs_int_; }
-  const char* steps_data() const { return steps_arithmetic_ ? nullptr : steps_; }
+  // column is stored as sequences.
+  const char* int_runs_data() const { return run_sequences_ ? nullptr : runs_int_; }
+  const char* steps_data() const { return step_sequences_ ? nullptr : steps_; }
+  // Writes all count() runs (integer runs only) or steps to `out`.
+  void CopyIntRuns(int64_t* out) const;
+  void CopySteps(int64_t* out) const;
 
   // Fixed-shape numeric: all values, count * record_bytes.
   const char* fixed_values() const { return values_; }
@@ -179,15 +182,14 @@ class BlockView {
 
  private:
   static int64_t LoadI64(const char* p, uint32_t i);
-  static int64_t Nth(const int64_t (&seq)[2], uint32_t i) {
-    return static_cast<int64_t>(static_cast<uint64_t>(seq[0]) +
-                                static_cast<uint64_t>(i) * static_cast<uint64_t>(seq[1]));
-  }
+  // Value i of a column stored as `count` sequences at `seq`.
+  static int64_t Nth(const char* seq, uint64_t count, uint32_t i);
+  static void Expand(const char* seq, uint64_t count, int64_t* out);
   uint32_t count_ = 0;
-  bool runs_arithmetic_ = false;
-  bool steps_arithmetic_ = false;
-  int64_t run_sequence_[2] = {};
-  int64_t step_sequence_[2] = {};
+  const char* run_sequences_ = nullptr;  // non-null: the run column is stored as sequences
+  const char* step_sequences_ = nullptr;
+  uint64_t run_sequence_count_ = 0;
+  uint64_t step_sequence_count_ = 0;
   RunEncoding run_encoding_ = RunEncoding::kInt;
   DType dtype_ = DType::kFloat64;
   bool variable_shape_ = false;

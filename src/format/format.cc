@@ -167,7 +167,7 @@ Status DecodeBlockHeader(std::string_view header, BlockHeader* h) {
   if (shape_kind > 1) return Status::Corruption("block header: invalid shape kind");
   if (run_enc > 2) return Status::Corruption("block header: invalid run encoding");
   if ((h->flags & ~kBlockKnownFlags) != 0 ||
-      ((h->flags & kBlockRunsArithmetic) && run_enc != static_cast<uint8_t>(RunEncoding::kInt))) {
+      ((h->flags & kBlockRunSequences) && run_enc != static_cast<uint8_t>(RunEncoding::kInt))) {
     return Status::Corruption("block header: invalid flags " + std::to_string(h->flags));
   }
   if (rank > kMaxRank)

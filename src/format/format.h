@@ -51,11 +51,13 @@ std::string ReadableVersions();
 enum class RunEncoding : uint8_t { kInt = 0, kString = 1, kMixed = 2 };
 // Block flags.
 inline constexpr uint8_t kBlockKeysAscending = 1;  // (run, step) strictly ascending
-// The run column (integer runs only) or the step column is an arithmetic
-// sequence, stored as two i64, first and difference: record i has
-// first + i * difference (in 64-bit wrapping arithmetic). Format version 2.
-inline constexpr uint8_t kBlockRunsArithmetic = 2;
-inline constexpr uint8_t kBlockStepsArithmetic = 4;
+// The run column (integer runs only) or the step column is stored as
+// sequences: u64 count, then per sequence u64 end (exclusive record index),
+// i64 first, i64 difference; record i of the sequence that starts at record
+// s has first + (i - s) * difference (64-bit wrapping). Format version 2.
+inline constexpr uint8_t kBlockRunSequences = 2;
+inline constexpr uint8_t kBlockStepSequences = 4;
+inline constexpr size_t kSequenceBytes = 24;
 inline constexpr uint8_t kBlockKnownFlags = 7;
 
 struct SegmentHeader {

@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <limits>
+#include <random>
 
 #include "format/block.h"
 #include "format/segment_reader.h"
@@ -110,26 +111,44 @@ TEST(FormatTest, BlockPayloadColumnsAreAlignedAndParse) {
               StatusIs(StatusCode::kCorruption));
 }
 
-// Runs 0, 1, 2, ... of a sweep and the steps of one run are stored as two
-// numbers each (format version 2), in wrapping arithmetic; anything else, and
-// columns of fewer than three records, plainly.
-TEST(FormatTest, KeyColumnsThatAreSequencesAreStoredAsTwoNumbers) {
+// Key columns that are a few arithmetic sequences -- a sweep's runs 0, 1, 2,
+// ...; step 0 everywhere; runs that each log steps 0, 1, 2, ... -- are stored
+// as those sequences (format version 2), in wrapping arithmetic; anything
+// else, and columns too short to gain half their bytes, plainly.
+TEST(FormatTest, KeyColumnsThatAreSequencesAreStoredAsSequences) {
   struct Case {
+    const char* what;
     std::vector<int64_t> runs, steps;
-    bool runs_seq, steps_seq;
+    uint64_t run_sequences, step_sequences;  // 0: stored plainly
   };
   constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
   constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
-  std::vector<int64_t> many(1000), zeros(1000, 0);
-  for (int64_t i = 0; i < 1000; ++i) many[i] = 10 + i;
-  const Case cases[] = {
-      {many, zeros, true, true},                        // a sweep
-      {zeros, many, true, true},                        // one run's steps
-      {{kMax - 1, kMax, kMin}, {5, 3, 1}, true, true},  // wraps; descending
-      {{0, 1, 3}, {kMin, 0, kMax}, false, false},       // not sequences
-      {{4, 4}, {1, 2}, false, false},                   // too short to gain
+  std::mt19937_64 rng(7);
+  auto make = [](size_t n, auto f) {
+    std::vector<int64_t> v(n);
+    for (size_t i = 0; i < n; ++i) v[i] = f(static_cast<int64_t>(i));
+    return v;
+  };
+  std::vector<Case> cases = {
+      {"a sweep", make(1000, [](int64_t i) { return 10 + i; }),
+       make(1000, [](int64_t) { return 0; }), 1, 1},
+      {"one run's steps", make(1000, [](int64_t) { return 7; }),
+       make(1000, [](int64_t i) { return 1000 - i; }), 1, 1},
+      {"4 runs of 1,024 steps", make(4096, [](int64_t i) { return i / 1024; }),
+       make(4096, [](int64_t i) { return i % 1024; }), 4, 4},
+      {"wrapping",
+       make(100,
+            [](int64_t i) {
+              return static_cast<int64_t>(static_cast<uint64_t>(kMax - 50) +
+                                          static_cast<uint64_t>(i));
+            }),
+       make(100, [](int64_t i) { return kMin + 3 * i; }), 1, 1},
+      {"no pattern", make(1000, [&](int64_t) { return static_cast<int64_t>(rng() % 5000); }),
+       make(1000, [&](int64_t) { return static_cast<int64_t>(rng() % 100); }), 0, 0},
+      {"too short", {4, 5, 6}, {0, 0, 0}, 0, 0},
   };
   for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
     BlockBuilder b(BlockSchema{"x", DType::kInt32});
     for (size_t i = 0; i < c.runs.size(); ++i) {
       b.Add(RunRef(c.runs[i]), c.steps[i], ValueRef::Scalar(static_cast<int32_t>(i)));
@@ -137,29 +156,59 @@ TEST(FormatTest, KeyColumnsThatAreSequencesAreStoredAsTwoNumbers) {
     BlockHeader h;
     std::vector<std::string_view> pieces;
     b.Finish(&h, &pieces);
-    EXPECT_EQ((h.flags & kBlockRunsArithmetic) != 0, c.runs_seq);
-    EXPECT_EQ((h.flags & kBlockStepsArithmetic) != 0, c.steps_seq);
+    EXPECT_EQ((h.flags & kBlockRunSequences) != 0, c.run_sequences > 0);
+    EXPECT_EQ((h.flags & kBlockStepSequences) != 0, c.step_sequences > 0);
     std::string raw;
     for (auto piece : pieces) raw += piece;
     ASSERT_EQ(raw.size(), h.raw_len);
-    if (c.runs_seq && c.steps_seq) {
-      EXPECT_EQ(h.raw_len, 128 + 4 * c.runs.size());  // two 16-byte columns, padded
+    if (c.run_sequences > 0) {
+      EXPECT_EQ(DecodeFixed<uint64_t>(raw.data()), c.run_sequences);
     }
     // The header round trip keeps the flags; the payload parses back.
     h.payload_len = h.raw_len;
-    const std::string encoded = EncodeBlockHeader(h);
     BlockHeader back;
-    ASSERT_OK(DecodeBlockHeader(encoded, &back));
+    ASSERT_OK(DecodeBlockHeader(EncodeBlockHeader(h), &back));
     EXPECT_EQ(back.flags, h.flags);
     BlockView v;
     ASSERT_OK(v.Parse(back, raw));
-    EXPECT_EQ(v.int_runs_data() == nullptr, c.runs_seq);
-    EXPECT_EQ(v.steps_data() == nullptr, c.steps_seq);
+    EXPECT_EQ(v.int_runs_data() == nullptr, c.run_sequences > 0);
+    EXPECT_EQ(v.steps_data() == nullptr, c.step_sequences > 0);
+    std::vector<int64_t> runs(v.count()), steps(v.count());
+    v.CopyIntRuns(runs.data());
+    v.CopySteps(steps.data());
+    EXPECT_EQ(runs, c.runs);
+    EXPECT_EQ(steps, c.steps);
     for (uint32_t i = 0; i < v.count(); ++i) {
       ASSERT_EQ(v.run_int(i), c.runs[i]) << i;
       ASSERT_EQ(v.step(i), c.steps[i]) << i;
-      ASSERT_EQ(v.value_bytes(i).size(), 4u);
     }
+  }
+}
+
+// A sequence column whose ends do not ascend to the record count is corrupt,
+// not read past.
+TEST(FormatTest, SequenceColumnsWithBadEndsAreRefused) {
+  BlockBuilder b(BlockSchema{"x", DType::kFloat64});
+  for (int64_t i = 0; i < 100; ++i) b.Add(RunRef(i / 10), i % 10, ValueRef::Scalar(1.0));
+  BlockHeader h;
+  std::vector<std::string_view> pieces;
+  b.Finish(&h, &pieces);
+  ASSERT_TRUE(h.flags & kBlockRunSequences);
+  std::string raw;
+  for (auto piece : pieces) raw += piece;
+  BlockView v;
+  ASSERT_OK(v.Parse(h, raw));
+  const uint64_t count = DecodeFixed<uint64_t>(raw.data());
+  ASSERT_EQ(count, 10u);
+  for (const uint64_t bad : {uint64_t{0}, uint64_t{11}, uint64_t{1} << 40}) {
+    std::string r = raw;
+    EncodeFixed<uint64_t>(r.data(), bad);  // the count
+    EXPECT_THAT(v.Parse(h, r), StatusIsWith(StatusCode::kCorruption, "run column")) << bad;
+  }
+  for (const uint64_t end : {uint64_t{0}, uint64_t{30}, uint64_t{101}}) {
+    std::string r = raw;
+    EncodeFixed<uint64_t>(r.data() + 8 + 24, end);  // the second sequence's end (20)
+    EXPECT_THAT(v.Parse(h, r), StatusIsWith(StatusCode::kCorruption, "run column")) << end;
   }
 }
 

@@ -484,15 +484,20 @@ class ScannerImpl final : public SeriesScanner {
         batch->run_is_string.resize(n);
         batch->string_runs.resize(n);
       }
-      for (size_t i = 0; i < n; ++i) {
-        const uint32_t r = row(i);
-        st[i] = v.step(r);
-        if (strings && v.run_is_string(r)) {
-          ir[i] = 0;
-          batch->run_is_string[i] = 1;
-          batch->string_runs[i] = std::string(v.run_string(r));
-        } else {
-          ir[i] = v.run_int(r);
+      if (item.all_rows && !strings) {
+        v.CopyIntRuns(ir);  // whole columns: a copy, or the sequences expanded
+        v.CopySteps(st);
+      } else {
+        for (size_t i = 0; i < n; ++i) {
+          const uint32_t r = row(i);
+          st[i] = v.step(r);
+          if (strings && v.run_is_string(r)) {
+            ir[i] = 0;
+            batch->run_is_string[i] = 1;
+            batch->string_runs[i] = std::string(v.run_string(r));
+          } else {
+            ir[i] = v.run_int(r);
+          }
         }
       }
       batch->int_runs = {ir, n};
