@@ -238,18 +238,33 @@ TEST(FormatTest, WorkedExampleOfTheSpec) {
   EXPECT_EQ(DecodeFixed<uint64_t>(f.data() + 832), 576u);
 }
 
-TEST(FormatTest, CommitRecordIsOnlyAcceptedWithItsOwnFrames) {
+// A new segment "/seg.rss" on an in-memory env, and one block of ten float64
+// records to add to it any number of times.
+struct TestSegment {
+  TestSegment() {
+    for (int i = 0; i < 10; ++i) b.Add(RunRef(int64_t{i}), 0, ValueRef::Scalar(1.0 * i));
+    b.Finish(&h, &pieces);
+    auto w = SegmentWriter::Create(env.get(), "/seg.rss", SegmentHeader{1, 1, 1, "w"});
+    EXPECT_OK(w.status());
+    if (w.ok()) sw = std::move(w).value();
+  }
+  Status AddBlock() { return sw->AddBlock(&h, pieces, 3); }
+
   std::unique_ptr<Env> env = NewMemEnv();
-  SegmentHeader sh{1, 1, 1, "w"};
-  ASSERT_OK_AND_ASSIGN(auto sw, SegmentWriter::Create(env.get(), "/seg.rss", sh));
-  BlockBuilder b(BlockSchema{"x", DType::kFloat64});
-  for (int i = 0; i < 10; ++i) b.Add(RunRef(int64_t{i}), 0, ValueRef::Scalar(1.0 * i));
+  BlockBuilder b{BlockSchema{"x", DType::kFloat64}};
   BlockHeader h;
   std::vector<std::string_view> pieces;
-  b.Finish(&h, &pieces);
-  ASSERT_OK(sw->AddBlock(&h, pieces, 3));
+  std::unique_ptr<SegmentWriter> sw;
+};
+
+TEST(FormatTest, CommitRecordIsOnlyAcceptedWithItsOwnFrames) {
+  TestSegment t;
+  ASSERT_NE(t.sw, nullptr);
+  auto& env = t.env;
+  auto& sw = t.sw;
+  ASSERT_OK(t.AddBlock());
   ASSERT_OK(sw->Commit(100));
-  ASSERT_OK(sw->AddBlock(&h, pieces, 3));
+  ASSERT_OK(t.AddBlock());
   ASSERT_OK(sw->Commit(200));
   ASSERT_OK_AND_ASSIGN(auto file, env->NewRandomAccessFile("/seg.rss"));
   SegmentIndex idx;
@@ -269,18 +284,14 @@ TEST(FormatTest, CommitRecordIsOnlyAcceptedWithItsOwnFrames) {
 // every payload from the newest record that proves what precedes it synced
 // (docs/format.md "Recovery", rules 6 and 7).
 TEST(FormatTest, FlushedCommitsAreTornTailsUntilARecordProvesThemSynced) {
-  std::unique_ptr<Env> env = NewMemEnv();
-  SegmentHeader sh{1, 1, 1, "w"};
-  ASSERT_OK_AND_ASSIGN(auto sw, SegmentWriter::Create(env.get(), "/seg.rss", sh));
-  BlockBuilder b(BlockSchema{"x", DType::kFloat64});
-  for (int i = 0; i < 10; ++i) b.Add(RunRef(int64_t{i}), 0, ValueRef::Scalar(1.0 * i));
-  BlockHeader h;
-  std::vector<std::string_view> pieces;
-  b.Finish(&h, &pieces);
+  TestSegment t;
+  ASSERT_NE(t.sw, nullptr);
+  auto& env = t.env;
+  auto& sw = t.sw;
   // Commit 1 synced; 2, 3 and 4 flushed; 5 synced (making 2..4 durable); 6.
   const bool synced[] = {true, false, false, false, true, true};
   for (int c = 0; c < 6; ++c) {
-    ASSERT_OK(sw->AddBlock(&h, pieces, 3));
+    ASSERT_OK(t.AddBlock());
     ASSERT_OK(sw->Commit(100 * (c + 1), synced[c]));
   }
   ASSERT_OK_AND_ASSIGN(std::string clean, ReadFileToString(env.get(), "/seg.rss"));
