@@ -140,6 +140,9 @@ class Writer {
   // never exposes part of one, and never loses a record of a Commit that
   // returned. The same guarantee as h5py's File.flush or SQLite's
   // synchronous=NORMAL, at the cost of a write instead of an fdatasync.
+  // A reader that opens the segment verifies every block flushed since the
+  // last sync (docs/format.md "Recovery", rule 6), so a writer that flushes
+  // often should still commit now and then (commit_every_s).
   virtual Status Flush() = 0;
 
   // Commits, seals the open segment and stops the background thread. The

@@ -104,6 +104,37 @@ def test_numeric_round_trip(case):
         check_store(path, "x", model)
 
 
+@st.composite
+def key_layout(draw):
+    """Keys in the layouts that are stored as sequences (format version 2): runs one after
+    another, each with steps first, first + d, ..., anywhere in the int64 range (wrapping), or
+    with steps that break the pattern now and then."""
+    big = st.integers(-(2**63), 2**63 - 1)
+    keys = []
+    for _ in range(draw(st.integers(1, 4))):
+        run = draw(big | st.integers(0, 5))
+        first, diff = draw(big | st.integers(-3, 3)), draw(st.integers(-2, 3) | big)
+        for i in range(draw(st.integers(1, 60))):
+            step = (first + i * diff + 2**63) % 2**64 - 2**63  # int64 wrapping, as stored
+            if draw(st.integers(0, 30)) == 0:
+                step = draw(big)
+            keys.append((run, step))
+    return list(dict.fromkeys(keys))  # one record per key
+
+
+@given(keys=key_layout(), codec=st.sampled_from(CODECS), sequential_runs=st.booleans())
+def test_key_columns_stored_as_sequences_round_trip(keys, codec, sequential_runs):
+    if sequential_runs:  # a sweep: run i, step 0
+        keys = [(i, 0) for i in range(len(keys))]
+    values = np.arange(len(keys), dtype=np.float64)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "s"
+        with runstore.open(path).writer(codec=codec) as w:
+            w.log_many([r for r, _ in keys], steps=np.array([s for _, s in keys], dtype=np.int64),
+                       x=values)
+        check_store(path, "x", {k: values[i] for i, k in enumerate(keys)})
+
+
 @given(
     kind=st.sampled_from(["string", "bytes"]),
     run_kind=st.sampled_from(["int", "str", "mixed"]),
