@@ -41,10 +41,11 @@ struct WriterOptions {
   Codec codec = Codec::kNone;
   int zstd_level = 3;
   // Auto-commit once this many bytes were appended since the last commit (0:
-  // never by size).
+  // never by size). Flushes do not count as commits here.
   uint64_t commit_every_bytes = 0;
   // Auto-commit this many seconds after the first uncommitted append (0:
-  // never by time).
+  // never by time). Flushes do not count as commits here: records flushed
+  // but not committed are made durable within this time too.
   double commit_every_s = 0;
   // A segment is sealed and a new one started once it reaches this size (at
   // the next commit, which the writer then makes itself).

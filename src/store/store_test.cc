@@ -3,11 +3,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <numeric>
 #include <random>
+#include <thread>
 
 #include "env/fault_injection_env.h"
 #include "testing/test_util.h"
@@ -351,6 +353,30 @@ TEST(WriterFlushTest, FlushIsVisibleAtOnceAndDurableAtTheNextCommit) {
     }
     EXPECT_OK(now->Verify(nullptr));
   }
+}
+
+// commit_every_s bounds what a power cut can take even from a writer that
+// flushes all the time: a flush does not restart its clock.
+TEST(WriterFlushTest, AutoCommitByTimeMakesFlushedRecordsDurable) {
+  auto mem = NewMemEnv();
+  FaultInjectionEnv env(mem.get());
+  ASSERT_OK_AND_ASSIGN(auto store, Store::Open("/s", {.env = &env}));
+  ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter({.writer_id = "w", .commit_every_s = 0.2}));
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; std::chrono::steady_clock::now() - start < std::chrono::milliseconds(600); ++i) {
+    ASSERT_OK(w->Append("r", "x", i, 1.0 * i));
+    ASSERT_OK(w->Flush());
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  const WriterStats stats = w->stats();
+  ASSERT_OK(env.SimulatePowerLoss(DropMode::kDropUnsynced, 1));
+  w.reset();
+  ASSERT_OK_AND_ASSIGN(auto after, Store::Open("/s", {.env = &env, .read_only = true}));
+  // At least the records of the first 0.2 s were synced by an automatic
+  // commit while the flushes went on.
+  ASSERT_OK_AND_ASSIGN(Value v, after->GetSnapshot()->Get("r", "x", 0));
+  EXPECT_EQ(v.scalar<double>(), 0.0);
+  EXPECT_GT(stats.flushes, 10u);
 }
 
 TEST_F(StoreTest, LaterCommitWinsForTheSameKey) {

@@ -279,8 +279,12 @@ uint64_t WriterImpl::EnqueueCommitLocked(bool sync) {
   Task t{Task::kCommit, nullptr, ticket};
   t.sync = sync;
   queue_.push_back(std::move(t));
-  bytes_since_commit_ = 0;
-  first_uncommitted_.reset();
+  // The automatic commits bound what a power cut can take; a flush does not
+  // make anything durable, so it leaves their clocks running.
+  if (sync) {
+    bytes_since_commit_ = 0;
+    first_uncommitted_.reset();
+  }
   cv_work_.notify_one();
   return ticket;
 }
