@@ -2,12 +2,13 @@
 // break it"). A supervisor runs several kill9_writer processes on one store,
 // SIGKILLs a random one at a random moment, round after round, and starts it
 // again as a new life. Each writer reports "ACK <n> <first seq> <last seq>"
-// after every Commit() that returned OK. In the end every writer is killed and
-// the store is read back: every acknowledged record must be there byte for
-// byte, no key twice, nothing the writers would not have written, and for each
-// writer life the records present must be whole commits, in order, with at
-// most one commit beyond the last acknowledged one (committed, but killed
-// before its ACK was written).
+// after every Commit() or Flush() that returned OK (about half are flushes: a
+// kill leaves the page cache, so a flush must survive it as a commit does). In
+// the end every writer is killed and the store is read back: every acknowledged
+// record must be there byte for byte, no key twice, nothing the writers would
+// not have written, and for each writer life the records present must be whole
+// commits, in order, with at most one commit beyond the last acknowledged one
+// (committed, but killed before its ACK was written).
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>

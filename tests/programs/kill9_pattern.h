@@ -68,6 +68,15 @@ inline bool CommitsAfter(int index, int life, int64_t seq) {
          0;
 }
 
+// True if that commit is a Writer::Flush instead (about half of them): a
+// kill -9 must not lose a flush either.
+inline bool FlushesInstead(int index, int life, int64_t seq) {
+  return Mix3(static_cast<uint64_t>(index) + 4242, static_cast<uint64_t>(life),
+              static_cast<uint64_t>(seq)) %
+             2 ==
+         0;
+}
+
 // Run ids: unique per (writer, life). Numeric series use an integer run;
 // the text series a string run, so both run kinds are exercised.
 inline int64_t IntRun(int index, int life) { return int64_t{index} * 1000000 + life; }

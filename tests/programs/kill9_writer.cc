@@ -3,9 +3,9 @@
 //   kill9_writer <store> <index> <life> [<seconds> [<start at>]]
 //
 // Opens the store, creates writer "w<index>-<life>" and appends the records
-// of kill9_pattern.h for (index, life, seq = 0, 1, ...), committing where the
-// pattern says. After every Commit() that returns OK it writes one line to
-// stdout, in one write(2):
+// of kill9_pattern.h for (index, life, seq = 0, 1, ...), committing (or
+// flushing) where the pattern says. After every Commit() or Flush() that
+// returns OK it writes one line to stdout, in one write(2):
 //
 //   ACK <commit number> <first seq> <last seq>
 //
@@ -105,7 +105,7 @@ int main(int argc, char** argv) {
     }
     if (!s.ok()) Die(id, s);
     if (!kill9::CommitsAfter(index, life, seq)) continue;
-    s = w.Commit();
+    s = kill9::FlushesInstead(index, life, seq) ? w.Flush() : w.Commit();
     if (!s.ok()) Die(id, s);
     ++commits;
     WriteLine("ACK " + std::to_string(commits) + " " + std::to_string(first_uncommitted) + " " +
