@@ -9,6 +9,9 @@
 //                 maps the segment and verifies each block's checksum again.
 //   warm_refresh  one open Store; Refresh() then Scan: blocks already
 //                 verified and mapped by an earlier snapshot are reused.
+//   .../values_only  the same with ScanOptions::keys = false: the key
+//                 columns are not handed out (built, where they are stored
+//                 as sequences). No target.
 // bytes_per_second counts value bytes only; stored_Bps counts every byte of
 // the series' blocks (run and step columns too).
 //
@@ -63,8 +66,8 @@ ScanFixture& TheFixture() {
 
 // Sums every value of series "x" in the snapshot. Eight accumulators so that
 // the sum is bound by memory, not by the latency of one add chain.
-double SumSeries(const Snapshot& snap, uint64_t* count) {
-  auto scanner = CheckValue(snap.Scan("x"), "Scan");
+double SumSeries(const Snapshot& snap, uint64_t* count, bool keys = true) {
+  auto scanner = CheckValue(snap.Scan("x", ScanOptions{.keys = keys}), "Scan");
   double acc[8] = {};
   uint64_t n = 0;
   ScanBatch batch;
@@ -102,7 +105,7 @@ void SetRates(benchmark::State& state) {
                          benchmark::Counter::kIsIterationInvariantRate);
 }
 
-void BM_ScanF64(benchmark::State& state, bool evict, bool reopen) {
+void BM_ScanF64(benchmark::State& state, bool evict, bool reopen, bool keys) {
   ScanFixture& f = TheFixture();
   const std::string path = f.dir.Sub("store");
   std::unique_ptr<Store> kept;
@@ -126,7 +129,7 @@ void BM_ScanF64(benchmark::State& state, bool evict, bool reopen) {
       snap = CheckValue(kept->Refresh(), "Refresh");
     }
     uint64_t n = 0;
-    const double sum = SumSeries(*snap, &n);
+    const double sum = SumSeries(*snap, &n, keys);
     state.PauseTiming();
     CheckSum(state, sum, n);
     snap.reset();
@@ -138,14 +141,17 @@ void BM_ScanF64(benchmark::State& state, bool evict, bool reopen) {
 
 void Register() {
   benchmark::AddCustomContext("seed", std::to_string(kSeed));
-  auto reg = [](const char* name, bool evict, bool reopen) {
+  auto reg = [](const char* name, bool evict, bool reopen, bool keys) {
     auto* b = benchmark::RegisterBenchmark(
-        name, [=](benchmark::State& s) { BM_ScanF64(s, evict, reopen); });
+        name, [=](benchmark::State& s) { BM_ScanF64(s, evict, reopen, keys); });
     WithMinMax(b)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(2.0);
   };
-  reg("BM_ScanF64/256MiB/cold_open", true, true);
-  reg("BM_ScanF64/256MiB/warm_open", false, true);
-  reg("BM_ScanF64/256MiB/warm_refresh", false, false);
+  reg("BM_ScanF64/256MiB/cold_open", true, true, true);
+  reg("BM_ScanF64/256MiB/warm_open", false, true, true);
+  reg("BM_ScanF64/256MiB/warm_refresh", false, false, true);
+  // The same without the key columns (ScanOptions::keys = false), no target.
+  reg("BM_ScanF64/256MiB/cold_open/values_only", true, true, false);
+  reg("BM_ScanF64/256MiB/warm_refresh/values_only", false, false, false);
   for (const char* v : {"cold_open", "warm_open", "warm_refresh"}) {
     AddTarget({std::string("BM_ScanF64/256MiB/") + v, "value_GBps", 2.0, true, "GB/s",
                std::string("item 3: scan + sum of uncompressed float64 values (") + v + ")"});

@@ -85,6 +85,13 @@ struct VerifyReport {
   std::vector<Status> problems;
 };
 
+// What a scan returns besides the values.
+struct ScanOptions {
+  // Fill ScanBatch's int_runs, steps, run_is_string and string_runs. Without
+  // them a scan of keys stored as sequences builds nothing it does not need.
+  bool keys = true;
+};
+
 class SeriesScanner {
  public:
   virtual ~SeriesScanner() = default;
@@ -111,7 +118,11 @@ class Snapshot {
   virtual Result<Value> Get(RunRef run, std::string_view name, int64_t step) const = 0;
 
   // Scans every visible record of a series. NotFound for an unknown series.
-  virtual Result<std::unique_ptr<SeriesScanner>> Scan(std::string_view name) const = 0;
+  virtual Result<std::unique_ptr<SeriesScanner>> Scan(std::string_view name,
+                                                      const ScanOptions& options) const = 0;
+  Result<std::unique_ptr<SeriesScanner>> Scan(std::string_view name) const {
+    return Scan(name, ScanOptions());
+  }
 
   // Reads every block of every segment and checks every checksum, frame
   // header and payload layout, continuing past problems. `progress`, if set,

@@ -313,7 +313,7 @@ class Store:
         """
         return self._core.get(run, name, step)
 
-    def scan(self, name: str) -> dict[str, np.ndarray]:
+    def scan(self, name: str, keys: bool = True) -> dict[str, np.ndarray]:
         """Every visible record of one series, as columns.
 
         Returns ``{"run": ..., "step": ..., "value": ...}``, read-only numpy arrays of equal
@@ -324,9 +324,13 @@ class Store:
         or bytes otherwise. A series stored in one uncompressed block comes back as views of the
         mapped file.
 
+        With ``keys=False`` the dict holds "value" alone: the same array, without the cost of
+        the run and step columns (which format version 2 may store as sequences and then has
+        to build).
+
         Raises KeyError for an unknown series.
         """
-        return self._core.scan(name)
+        return self._core.scan(name, keys)
 
     def to_pandas(self, names: Iterable[str] | str | None = None) -> pandas.DataFrame:
         """A DataFrame with one row per (run, step) and one column per scalar series.

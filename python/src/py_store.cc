@@ -201,7 +201,7 @@ nb::object PyStore::Get(nb::handle run, const std::string& name, int64_t step) {
 // Concatenates every batch of the series into one array per column. With the
 // GIL released: planning, reading and decompressing blocks, and copying
 // numeric columns. A series held in one block comes back as views of it.
-nb::dict PyStore::Scan(const std::string& name) {
+nb::dict PyStore::Scan(const std::string& name, bool keys) {
   auto snap = store_->GetSnapshot();
   Result<SeriesInfo> info_r = Status::NotFound("");
   Result<std::unique_ptr<SeriesScanner>> scanner_r = Status::NotFound("");
@@ -210,7 +210,7 @@ nb::dict PyStore::Scan(const std::string& name) {
   {
     nb::gil_scoped_release nogil;
     info_r = snap->GetSeriesInfo(name);
-    if (info_r.ok()) scanner_r = snap->Scan(name);
+    if (info_r.ok()) scanner_r = snap->Scan(name, ScanOptions{.keys = keys});
     if (scanner_r.ok()) first_r = (*scanner_r)->Next(&first);
   }
   const SeriesInfo info = Unwrap(std::move(info_r));
@@ -224,18 +224,21 @@ nb::dict PyStore::Scan(const std::string& name) {
     // One batch: views, no copy (zero-copy when the block is uncompressed
     // and its key columns are stored plainly).
     const bool zc = first.keys_zero_copy;
-    out["run"] = MakeArrayView(Value(DType::kInt64, {static_cast<int64_t>(total)},
-                                     reinterpret_cast<const char*>(first.int_runs.data()),
-                                     total * 8, first.owner, zc));
-    out["step"] = MakeArrayView(Value(DType::kInt64, {static_cast<int64_t>(total)},
-                                      reinterpret_cast<const char*>(first.steps.data()), total * 8,
-                                      first.owner, zc));
+    if (keys) {
+      out["run"] = MakeArrayView(Value(DType::kInt64, {static_cast<int64_t>(total)},
+                                       reinterpret_cast<const char*>(first.int_runs.data()),
+                                       total * 8, first.owner, zc));
+      out["step"] = MakeArrayView(Value(DType::kInt64, {static_cast<int64_t>(total)},
+                                        reinterpret_cast<const char*>(first.steps.data()),
+                                        total * 8, first.owner, zc));
+    }
     out["value"] = MakeArrayView(first.values);
     return out;
   }
 
-  nb::object runs = NewArray(NPY_INT64, {static_cast<npy_intp>(total)});
-  nb::object steps = NewArray(NPY_INT64, {static_cast<npy_intp>(total)});
+  const npy_intp key_len = keys ? static_cast<npy_intp>(total) : 0;
+  nb::object runs = NewArray(NPY_INT64, {key_len});
+  nb::object steps = NewArray(NPY_INT64, {key_len});
   std::vector<npy_intp> vdims{static_cast<npy_intp>(total)};
   if (fixed) vdims.insert(vdims.end(), info.shape.begin(), info.shape.end());
   nb::object values = NewArray(fixed ? NumpyTypeNum(info.dtype) : NPY_OBJECT, vdims);
@@ -256,8 +259,10 @@ nb::dict PyStore::Scan(const std::string& name) {
       return Status::Corruption("series '" + name + "': the scan returned more than its " +
                                 std::to_string(total) + " records");
     }
-    std::memcpy(run_out + pos, batch.int_runs.data(), batch.count * 8);
-    std::memcpy(step_out + pos, batch.steps.data(), batch.count * 8);
+    if (keys) {
+      std::memcpy(run_out + pos, batch.int_runs.data(), batch.count * 8);
+      std::memcpy(step_out + pos, batch.steps.data(), batch.count * 8);
+    }
     if (fixed && batch.count > 0) {
       std::memcpy(value_out + pos * record_bytes, batch.values.data(), batch.count * record_bytes);
     }
@@ -322,11 +327,13 @@ nb::dict PyStore::Scan(const std::string& name) {
     }
     runs = std::move(mixed);
   }
-  MakeReadOnly(runs);
-  MakeReadOnly(steps);
+  if (keys) {
+    MakeReadOnly(runs);
+    MakeReadOnly(steps);
+    out["run"] = runs;
+    out["step"] = steps;
+  }
   MakeReadOnly(values);
-  out["run"] = runs;
-  out["step"] = steps;
   out["value"] = values;
   return out;
 }
@@ -383,10 +390,10 @@ void BindStore(nb::module_& m) {
            "The value under (run, name, step): a read-only numpy array (0-d for scalars; a view of "
            "the "
            "mapped file when stored uncompressed), a str, or bytes. KeyError if there is none.")
-      .def("scan", &PyStore::Scan, "name"_a,
+      .def("scan", &PyStore::Scan, "name"_a, "keys"_a = true,
            "Every visible record of a series as a dict of read-only numpy arrays 'run', 'step', "
-           "'value', in "
-           "storage order. KeyError for an unknown series.");
+           "'value', in storage order ('value' alone with keys=False). KeyError for an unknown "
+           "series.");
 }
 
 }  // namespace runstore::python

@@ -231,3 +231,22 @@ def test_unicode_names_and_runs(store_path):
     assert store.names() == sorted(["qi/3_17", "ñame ☃"])
     assert store.get("überlauf", "ñame ☃") == 2
     assert store.runs() == ["überlauf"]
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_scan_without_keys_returns_the_same_values(store_path, codec):
+    """Many blocks, int and str run ids, numbers and strings: scan(keys=False) is scan()'s
+    "value" column alone."""
+    store = runstore.open(store_path)
+    with store.writer(codec=codec) as w:
+        for i in range(3000):
+            run = i // 100 if i % 7 else f"r{i}"
+            w.log(run, step=i % 100, x=float(i), s=f"text {i}")
+            if i % 500 == 499:
+                w.commit()  # a block per series and commit: the scan has several
+    store.refresh()
+    for name in ("x", "s"):
+        full, values = store.scan(name), store.scan(name, keys=False)
+        assert list(values) == ["value"] and list(full) == ["run", "step", "value"]
+        np.testing.assert_array_equal(values["value"], full["value"])
+        assert not values["value"].flags.writeable

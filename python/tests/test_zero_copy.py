@@ -160,6 +160,10 @@ def test_sequences_of_runs_and_steps_come_back_as_arrays(store_path):
     assert not d["run"].flags.writeable and not d["step"].flags.writeable
     assert not d["run"].base.zero_copy and d["value"].base.zero_copy
     assert store.get(9999, "v") == 9999 * 2.0 and store.get(7, "u", step=1) == 999.0
+    # Without keys: the value column alone, the same view of the file.
+    (only,) = store.scan("v", keys=False).items()
+    assert only[0] == "value" and only[1].base.zero_copy
+    np.testing.assert_array_equal(only[1], d["value"])
     # 12,500 records of 8 value bytes: about 100 KB, not the 300 KB with plain key columns.
     (seg,) = segment_files(store_path)
     assert os.path.getsize(seg) < 120_000

@@ -450,7 +450,9 @@ namespace {
 
 class ScannerImpl final : public SeriesScanner {
  public:
-  ScannerImpl(const SnapshotImpl* snap, const SnapshotImpl::SeriesEntry* e) : snap_(snap), e_(e) {}
+  ScannerImpl(const SnapshotImpl* snap, const SnapshotImpl::SeriesEntry* e,
+              const ScanOptions& options)
+      : snap_(snap), e_(e), options_(options) {}
 
   Result<bool> Next(ScanBatch* batch) override {
     *batch = ScanBatch();
@@ -466,9 +468,12 @@ class ScannerImpl final : public SeriesScanner {
     const bool fixed = !IsVarLength(h.dtype) && !h.variable_shape;
     // Key columns are views of the payload where they are stored plainly and
     // every row is wanted; the others are gathered into one owned buffer.
-    const bool gather_keys = !item.all_rows || v.run_encoding() != format::RunEncoding::kInt ||
-                             v.steps_data() == nullptr || v.int_runs_data() == nullptr;
-    if (!gather_keys) {
+    const bool gather_keys =
+        options_.keys && (!item.all_rows || v.run_encoding() != format::RunEncoding::kInt ||
+                          v.steps_data() == nullptr || v.int_runs_data() == nullptr);
+    if (!options_.keys) {
+      batch->owner = p.owner;
+    } else if (!gather_keys) {
       batch->keys_zero_copy = p.mapping != nullptr;
       batch->owner = p.owner;
       batch->steps = {reinterpret_cast<const int64_t*>(v.steps_data()), n};
@@ -533,16 +538,18 @@ class ScannerImpl final : public SeriesScanner {
  private:
   const SnapshotImpl* snap_;
   const SnapshotImpl::SeriesEntry* e_;
+  const ScanOptions options_;
   size_t pos_ = 0;
 };
 
 }  // namespace
 
-Result<std::unique_ptr<SeriesScanner>> SnapshotImpl::Scan(std::string_view name) const {
+Result<std::unique_ptr<SeriesScanner>> SnapshotImpl::Scan(std::string_view name,
+                                                          const ScanOptions& options) const {
   auto it = series_.find(name);
   if (it == series_.end()) return Status::NotFound("series '" + std::string(name) + "' not found");
   RETURN_IF_ERROR(EnsurePlan(*it->second));
-  return std::unique_ptr<SeriesScanner>(new ScannerImpl(this, it->second.get()));
+  return std::unique_ptr<SeriesScanner>(new ScannerImpl(this, it->second.get(), options));
 }
 
 VerifyReport SnapshotImpl::VerifyAll(

@@ -59,7 +59,9 @@ class SnapshotImpl final : public Snapshot {
   Result<std::vector<RunId>> ListRuns() const override;
   std::vector<SegmentInfo> ListSegments() const override;
   Result<Value> Get(RunRef run, std::string_view name, int64_t step) const override;
-  Result<std::unique_ptr<SeriesScanner>> Scan(std::string_view name) const override;
+  using Snapshot::Scan;
+  Result<std::unique_ptr<SeriesScanner>> Scan(std::string_view name,
+                                              const ScanOptions& options) const override;
   VerifyReport VerifyAll(const std::function<void(uint64_t, uint64_t)>& progress) const override;
 
   void ReleasePages() const override;

@@ -874,6 +874,42 @@ TEST_F(StoreTest, WriterIdInUseIsRefused) {
   EXPECT_EQ(snap->GetSeriesInfo("x")->count, 2u);
 }
 
+// A scan without keys returns the same values, batch for batch, and no keys.
+TEST_F(StoreTest, ScanWithoutKeysReturnsTheSameValues) {
+  auto store = Open();
+  {
+    ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter({.block_bytes = 4096}));
+    for (int64_t i = 0; i < 3000; ++i) {  // runs of 100 steps: keys stored as sequences
+      ASSERT_OK(w->Append(i / 100, "x", i % 100, 0.5 * i));
+    }
+    for (int64_t i = 0; i < 300; ++i) {  // no pattern: keys stored plainly
+      ASSERT_OK(w->Append((i * 7919) % 1013, "x", (i * i) % 97 + 1000, 1.0 * i));
+    }
+    ASSERT_OK(w->Append("text-run", "x", 5, 9.0));
+    ASSERT_OK(w->Close());
+  }
+  auto snap = *store->Refresh();
+  ASSERT_OK_AND_ASSIGN(auto with, snap->Scan("x"));
+  ASSERT_OK_AND_ASSIGN(auto without, snap->Scan("x", ScanOptions{.keys = false}));
+  ScanBatch a, b;
+  size_t batches = 0, records = 0;
+  while (true) {
+    ASSERT_OK_AND_ASSIGN(bool more_a, with->Next(&a));
+    ASSERT_OK_AND_ASSIGN(bool more_b, without->Next(&b));
+    ASSERT_EQ(more_a, more_b);
+    if (!more_a) break;
+    ++batches;
+    records += a.count;
+    ASSERT_EQ(a.count, b.count);
+    EXPECT_EQ(a.int_runs.size(), a.count);
+    EXPECT_TRUE(b.int_runs.empty() && b.steps.empty() && b.run_is_string.empty());
+    ASSERT_EQ(a.values.nbytes(), b.values.nbytes());
+    EXPECT_EQ(std::memcmp(a.values.data(), b.values.data(), a.values.nbytes()), 0);
+  }
+  EXPECT_EQ(records, 3301u);
+  EXPECT_GT(batches, 3u);
+}
+
 TEST_F(StoreTest, AppendBatchMatchesSingleAppends) {
   auto store = Open();
   ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter({}));
