@@ -275,12 +275,14 @@ void BlockBuilder::Finish(BlockHeader* h, std::vector<std::string_view>* pieces)
                                      : RunEncoding::kMixed;
   // A sweep's runs (0, 1, 2, ...), the steps of one run, and runs that each
   // log steps 0, 1, 2, ... are a few sequences: 24 bytes each instead of 8
-  // bytes per record.
+  // bytes per record. The encodings' memory counts like the columns'.
+  const size_t before = run_sequences_.capacity() + step_sequences_.capacity();
   if (h->run_encoding == RunEncoding::kInt &&
       EncodeSequences(runs_int_.data(), n, &run_sequences_)) {
     h->flags |= kBlockRunSequences;
   }
   if (EncodeSequences(steps_.data(), n, &step_sequences_)) h->flags |= kBlockStepSequences;
+  memory_ += run_sequences_.capacity() + step_sequences_.capacity() - before;
 
   pieces->clear();
   uint64_t pos = 0;

@@ -155,7 +155,11 @@ TEST(FormatTest, KeyColumnsThatAreSequencesAreStoredAsSequences) {
     }
     BlockHeader h;
     std::vector<std::string_view> pieces;
+    const size_t memory = b.memory_bytes();
     b.Finish(&h, &pieces);
+    // The encoded sequences count in the builder's memory (the writer's bound).
+    EXPECT_GE(b.memory_bytes(), memory + (c.run_sequences > 0 ? 8 + 24 * c.run_sequences : 0) +
+                                    (c.step_sequences > 0 ? 8 + 24 * c.step_sequences : 0));
     EXPECT_EQ((h.flags & kBlockRunSequences) != 0, c.run_sequences > 0);
     EXPECT_EQ((h.flags & kBlockStepSequences) != 0, c.step_sequences > 0);
     std::string raw;
