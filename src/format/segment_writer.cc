@@ -107,13 +107,7 @@ Status SegmentWriter::Commit(int64_t time_ns, bool sync) {
   // verifies, back to the newest record that proves what precedes it synced,
   // so a reordering of page writes by the disk cannot expose a torn block
   // (docs/format.md "Recovery").
-  if (sync) {
-    Status s = file_->Sync();
-    if (!s.ok()) {
-      return s.WithContext(path_ + ": fdatasync of commit " + std::to_string(c.sequence));
-    }
-    synced_end_ = offset_;
-  }
+  if (sync) RETURN_IF_ERROR(SyncFile("fdatasync of commit " + std::to_string(c.sequence)));
   commit_seq_ = c.sequence;
   commit_start_ = offset_;
   const uint32_t commit_index = static_cast<uint32_t>(commit_seq_ - 1);
@@ -130,13 +124,16 @@ Status SegmentWriter::Commit(int64_t time_ns, bool sync) {
   return Status::OK();
 }
 
-Status SegmentWriter::Sync() {
-  if (!has_unsynced()) return Status::OK();
+Status SegmentWriter::SyncFile(const std::string& what) {
   Status s = file_->Sync();
-  if (!s.ok())
-    return s.WithContext(path_ + ": fdatasync after commit " + std::to_string(commit_seq_));
+  if (!s.ok()) return s.WithContext(path_ + ": " + what);
   synced_end_ = offset_;
   return Status::OK();
+}
+
+Status SegmentWriter::Sync() {
+  if (!has_unsynced()) return Status::OK();
+  return SyncFile("fdatasync after commit " + std::to_string(commit_seq_));
 }
 
 Status SegmentWriter::Seal() {
@@ -157,9 +154,7 @@ Status SegmentWriter::Seal() {
   Status s = file_->Append(EncodeTrailer(t));
   if (!s.ok()) return s.WithContext(path_);
   offset_ += kTrailerSize;
-  s = file_->Sync();
-  if (!s.ok()) return s.WithContext(path_ + ": fdatasync of footer");
-  synced_end_ = offset_;
+  RETURN_IF_ERROR(SyncFile("fdatasync of footer"));
   s = file_->Close();
   if (!s.ok()) return s.WithContext(path_);
   return Status::OK();

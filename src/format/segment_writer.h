@@ -61,6 +61,9 @@ class SegmentWriter {
   SegmentWriter(std::unique_ptr<WritableFile> file, std::string path);
   Status WriteFrame(std::string_view header, const std::vector<std::string_view>& payload,
                     uint64_t payload_len);
+  // Syncs the file and moves synced_end_ to its end; `what` names the sync in
+  // an error.
+  Status SyncFile(const std::string& what);
 
   std::unique_ptr<WritableFile> file_;
   std::string path_;
