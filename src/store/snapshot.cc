@@ -471,13 +471,13 @@ class ScannerImpl final : public SeriesScanner {
     const bool gather_keys =
         options_.keys && (!item.all_rows || v.run_encoding() != format::RunEncoding::kInt ||
                           v.steps_data() == nullptr || v.int_runs_data() == nullptr);
-    if (!options_.keys) {
+    if (!gather_keys) {
       batch->owner = p.owner;
-    } else if (!gather_keys) {
-      batch->keys_zero_copy = p.mapping != nullptr;
-      batch->owner = p.owner;
-      batch->steps = {reinterpret_cast<const int64_t*>(v.steps_data()), n};
-      batch->int_runs = {reinterpret_cast<const int64_t*>(v.int_runs_data()), n};
+      if (options_.keys) {
+        batch->keys_zero_copy = p.mapping != nullptr;
+        batch->steps = {reinterpret_cast<const int64_t*>(v.steps_data()), n};
+        batch->int_runs = {reinterpret_cast<const int64_t*>(v.int_runs_data()), n};
+      }
     }
     std::shared_ptr<char> keys;
     if (gather_keys) {
