@@ -495,15 +495,10 @@ def write(data, report_path):
         for name, runs in cases.items():
             with_rss(runs)
             label, mode, durable = cases_sweep.META[name]
-            r0 = ref.get(mode) or []
-            t_ratio = med(runs, "seconds") / med(r0, "seconds") if r0 else float("nan")
-            rss_ratio = med(runs, "peak_rss") / med(r0, "peak_rss") if r0 else float("nan")
-            d_ratio = med(runs, "disk_bytes") / med(r0, "disk_bytes") if r0 else float("nan")
             mbps = pb / med(runs, "seconds") / 1e6
             rows.append([f"`{name}`", label, mode, durable, spread(runs, "seconds"),
                          fmt_num(med(runs, "seconds") / p["n"] * 1e6), spread(runs, "peak_rss"),
-                         fmt_num(mib(med(runs, "disk_bytes"))),
-                         f"{fmt_num(t_ratio)} / {fmt_num(rss_ratio)} / {fmt_num(d_ratio)}",
+                         fmt_num(mib(med(runs, "disk_bytes"))), _ratios(runs, ref.get(mode)),
                          f"{fmt_num(mbps)} ({100 * mbps / lim_end:.1f}%)" if not _nan(lim_end) else fmt_num(mbps),
                          _rb(runs)])
         L.append("\n" + _table(["case", "what", "mode", "a commit/flush means", "wall s", "us/exp",
