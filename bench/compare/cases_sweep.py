@@ -87,7 +87,7 @@ def runstore_one(path, p, progress, end="commit"):
         stats = w.stats()
     seconds = clock.seconds()
     return {"seconds": seconds, "commit_seconds": commit_s, "commits": stats["commits"],
-            "backpressure_seconds": stats["backpressure_seconds"]}
+            "bytes_written": stats["bytes_written"], "backpressure_seconds": stats["backpressure_seconds"]}
 
 
 def runstore_batch(path, p, progress, end="commit"):
@@ -116,7 +116,7 @@ def runstore_batch(path, p, progress, end="commit"):
         stats = w.stats()
     seconds = clock.seconds()
     return {"seconds": seconds, "commit_seconds": commit_s, "commits": stats["commits"],
-            "backpressure_seconds": stats["backpressure_seconds"]}
+            "bytes_written": stats["bytes_written"], "backpressure_seconds": stats["backpressure_seconds"]}
 
 
 def readback_runstore(path, p):

@@ -37,7 +37,6 @@ not, see h5py_batch_fsync) and on other load on the machine: the header prints t
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import os
 import platform
@@ -49,148 +48,53 @@ import time
 
 import numpy as np
 
-# The data, the measurements and the h5py layout of the comparison suite (bench/compare).
+# The workload's writers, its data and its measurements are the comparison suite's
+# (bench/compare/cases_sweep.py): this script runs the same code, for runstore and h5py only.
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "compare"))
-from cases_sweep import _h5_datasets as _h5_suite_datasets  # noqa: E402
-from common import OUTCOMES, PARAMS, POOL, sweep_pool  # noqa: E402
+import cases_sweep  # noqa: E402
 from common import vm_hwm_mib as peak_rss_mib  # noqa: E402
 
 TRACE_LEN = 100
 
 
-def make_pool(seed: int):
-    """Data of POOL experiments (experiment i uses row i % POOL)."""
-    return sweep_pool(seed, TRACE_LEN)
-
-
 # -- cases (run in a child process) ----------------------------------------------------------
+# Each writes into the empty directory `path` and returns at least "seconds".
 
 
-def case_runstore_log(path: str, n: int, batch: int, seed: int) -> dict:
-    import runstore
-
-    params, outcomes, trace = make_pool(seed)
-    prow, orow = params.tolist(), outcomes.tolist()
-    store = runstore.open(path)
-    commit_s = 0.0
-    t0 = time.perf_counter()
-    with store.writer() as w:
-        for i in range(n):
-            k = i % POOL
-            p, o = prow[k], orow[k]
-            w.log(i, alpha=p[0], beta=p[1], gamma=p[2], delta=p[3], epsilon=p[4],
-                  loss=o[0], accuracy=o[1], runtime=o[2], trace=trace[k])
-            if (i + 1) % batch == 0:
-                c0 = time.perf_counter()
-                w.commit()
-                commit_s += time.perf_counter() - c0
-        stats = w.stats()
-    seconds = time.perf_counter() - t0
-    write_rss = peak_rss_mib()
-    store.refresh()
-    assert store.series_info("trace").count == n and store.series_info("loss").count == n
-    return {"seconds": seconds, "commit_seconds": commit_s, "commits": stats["commits"],
-            "bytes_written": stats["bytes_written"], "write_peak_rss_mib": write_rss}
+def _suite_params(n: int, batch: int, seed: int) -> dict:
+    return {"n": n, "batch": batch, "seed": seed, "trace_len": TRACE_LEN}
 
 
-def case_runstore_log_many(path: str, n: int, batch: int, seed: int, flush: bool = False) -> dict:
-    import runstore
-
-    params, outcomes, trace = make_pool(seed)
-    pcols = [np.ascontiguousarray(params[:, j]) for j in range(len(PARAMS))]
-    ocols = [np.ascontiguousarray(outcomes[:, j]) for j in range(len(OUTCOMES))]
-    store = runstore.open(path)
-    commit_s = 0.0
-    t0 = time.perf_counter()
-    with store.writer() as w:
-        finish = w.flush if flush else w.commit
-        for start in range(0, n, batch):
-            m = min(batch, n - start)
-            runs = np.arange(start, start + m, dtype=np.int64)
-            k = start % POOL
-            sl = slice(k, k + m)  # batch divides POOL in the default setup
-            w.log_many(runs, **{name: c[sl] for name, c in zip(PARAMS, pcols)},
-                       **{name: c[sl] for name, c in zip(OUTCOMES, ocols)}, trace=trace[sl])
-            c0 = time.perf_counter()
-            finish()
-            commit_s += time.perf_counter() - c0
-        stats = w.stats()
-    seconds = time.perf_counter() - t0
-    write_rss = peak_rss_mib()
-    store.refresh()
-    assert store.series_info("trace").count == n and store.series_info("loss").count == n
-    return {"seconds": seconds, "commit_seconds": commit_s, "commits": stats["commits"],
-            "bytes_written": stats["bytes_written"], "write_peak_rss_mib": write_rss}
+def _no_progress(count: int) -> None:
+    pass
 
 
-def _h5_datasets(f, batch: int):
-    return _h5_suite_datasets(f, batch, TRACE_LEN)
+def _runstore_case(writer, end):
+    """A runstore writer of the suite (log or log_many per batch, `end` per batch: "commit" or
+    "flush"), then the peak RSS with the writer closed and a check that every record is there."""
+
+    def case(path: str, n: int, batch: int, seed: int) -> dict:
+        import runstore
+
+        result = writer(path, _suite_params(n, batch, seed), _no_progress, end=end)
+        result["write_peak_rss_mib"] = peak_rss_mib()
+        store = runstore.open(os.path.join(path, "store"), mode="r")
+        assert store.series_info("trace").count == n and store.series_info("loss").count == n
+        return result
+
+    return case
 
 
-def case_h5py_one(path: str, n: int, batch: int, seed: int) -> dict:
-    import h5py
+def _h5py_case(writer):
+    def case(path: str, n: int, batch: int, seed: int) -> dict:
+        import h5py
 
-    params, outcomes, trace = make_pool(seed)
-    prow, orow = params.tolist(), outcomes.tolist()
-    t0 = time.perf_counter()
-    with h5py.File(path, "w") as f:
-        ds = _h5_datasets(f, batch)
-        capacity = 0
-        for i in range(n):
-            k = i % POOL
-            if i == capacity:  # grow by a whole chunk, not per row
-                capacity += batch
-                for d in ds.values():
-                    d.resize(capacity, axis=0)
-            ds["run"][i] = i
-            ds["params"][i] = prow[k]
-            ds["outcomes"][i] = orow[k]
-            ds["trace"][i] = trace[k]
-            if (i + 1) % batch == 0:
-                f.flush()
-        for d in ds.values():
-            d.resize(n, axis=0)
-    seconds = time.perf_counter() - t0
-    with h5py.File(path, "r") as f:
-        assert f["trace"].shape == (n, TRACE_LEN)
-    return {"seconds": seconds}
+        result = writer(path, _suite_params(n, batch, seed), _no_progress)
+        with h5py.File(os.path.join(path, "sweep.h5"), "r") as f:
+            assert f["trace"].shape == (n, TRACE_LEN)
+        return result
 
-
-def _h5py_batches(path: str, n: int, batch: int, seed: int, fsync: bool) -> dict:
-    import h5py
-
-    params, outcomes, trace = make_pool(seed)
-    t0 = time.perf_counter()
-    with h5py.File(path, "w") as f:
-        fd = os.open(path, os.O_RDONLY) if fsync else -1  # fsync(2) on any descriptor will do
-        ds = _h5_datasets(f, batch)
-        for start in range(0, n, batch):
-            m = min(batch, n - start)
-            k = start % POOL
-            for d in ds.values():
-                d.resize(start + m, axis=0)
-            ds["run"][start:start + m] = np.arange(start, start + m)
-            ds["params"][start:start + m] = params[k:k + m]
-            ds["outcomes"][start:start + m] = outcomes[k:k + m]
-            ds["trace"][start:start + m] = trace[k:k + m]
-            f.flush()
-            if fsync:
-                os.fsync(fd)
-        if fsync:
-            os.close(fd)
-    seconds = time.perf_counter() - t0
-    with h5py.File(path, "r") as f:
-        assert f["trace"].shape == (n, TRACE_LEN)
-    return {"seconds": seconds}
-
-
-def case_h5py_batch(path: str, n: int, batch: int, seed: int) -> dict:
-    return _h5py_batches(path, n, batch, seed, fsync=False)
-
-
-def case_h5py_batch_fsync(path: str, n: int, batch: int, seed: int) -> dict:
-    """h5py_batch made durable like a runstore commit: flush, then fsync the file."""
-    return _h5py_batches(path, n, batch, seed, fsync=True)
+    return case
 
 
 def case_get_8mib(path: str, n: int, batch: int, seed: int) -> dict:
@@ -217,22 +121,21 @@ def case_get_8mib(path: str, n: int, batch: int, seed: int) -> dict:
 
 
 CASES = {
-    "runstore_log": case_runstore_log,
-    "runstore_log_many": case_runstore_log_many,
-    "runstore_log_many_flush": functools.partial(case_runstore_log_many, flush=True),
-    "h5py_one": case_h5py_one,
-    "h5py_batch": case_h5py_batch,
-    "h5py_batch_fsync": case_h5py_batch_fsync,
+    "runstore_log": _runstore_case(cases_sweep.runstore_one, "commit"),
+    "runstore_log_many": _runstore_case(cases_sweep.runstore_batch, "commit"),
+    "runstore_log_many_flush": _runstore_case(cases_sweep.runstore_batch, "flush"),
+    "h5py_one": _h5py_case(cases_sweep.h5py_one),
+    "h5py_batch": _h5py_case(cases_sweep.h5py_batch),
+    "h5py_batch_fsync": _h5py_case(cases_sweep.h5py_batch_fsync),
     "get_8mib": case_get_8mib,
 }
 
 
 def run_child(args) -> None:
-    path = os.path.join(args.dir, args.case + (".h5" if args.case.startswith("h5py") else ".rs"))
+    path = os.path.join(args.dir, args.case)
     # Every run starts from nothing (a repeated run must not append to the last one's store).
     shutil.rmtree(path, ignore_errors=True)
-    if os.path.exists(path):
-        os.remove(path)
+    os.makedirs(path)
     result = CASES[args.case](path, args.n, args.batch, args.seed)
     result["peak_rss_mib"] = peak_rss_mib()
     print(json.dumps(result))
@@ -293,8 +196,6 @@ def main() -> int:
     ap.add_argument("--json", default=None, help="also write the results to this file")
     ap.add_argument("--case", default=None, help=argparse.SUPPRESS)  # child mode
     args = ap.parse_args()
-    if POOL % args.batch != 0:
-        ap.error(f"--batch must divide {POOL}")
     if args.case:
         run_child(args)
         return 0
