@@ -3,7 +3,8 @@
 # the crash, corruption and kill -9 tests and the CLI tests), the corruption and
 # power-loss tests again under AddressSanitizer + UndefinedBehaviorSanitizer, the
 # unit and concurrency tests under ThreadSanitizer, the
-# Python suite (pytest), and the formatting check. Installs what is missing first.
+# Python suite (pytest), a small run of every benchmark harness, and the formatting
+# check. Installs what is missing first.
 #
 #   bash scripts/test.sh            # everything
 #   SKIP_ASAN=1 SKIP_TSAN=1 bash scripts/test.sh
@@ -54,6 +55,31 @@ step "Python tests"
 cd "$root/python/tests"
 "$root/.venv/bin/python" -m pytest -q -p no:cacheprovider "$root/python/tests"
 cd "$root"
+
+step "Benchmark harnesses at small sizes (that they run and read back right; not their speed)"
+smoke="$root/build/bench-smoke"  # on the repository's disk: the suite refuses tmpfs
+rm -rf "$smoke"
+# Every case of every workload of the comparison suite, its crash kills and its report. The
+# suite fails on an error or on runstore losing committed data, never on a missed target.
+RUNSTORE_BENCH_NO_BUILD=1 bash bench/compare/run.sh --quick --dir "$smoke/compare" > "$smoke.log" 2>&1 \
+  || { cat "$smoke.log"; exit 1; }
+tail -n 1 "$smoke.log"
+# docs/benchmarks.md must be what report.py makes of the recorded figures and of the notes.
+bash bench/compare/run.sh --from-json docs/img/benchmarks.json --report "$smoke/regen/benchmarks.md" > /dev/null
+diff -u docs/benchmarks.md "$smoke/regen/benchmarks.md" || {
+  echo "docs/benchmarks.md is out of step with bench/compare: run" \
+    "bash bench/compare/run.sh --from-json docs/img/benchmarks.json"
+  exit 1
+}
+# The Python benchmarks exit 3 when they ran but missed a target, which a small run may.
+for b in "sweep_bench.py --n 2000 --batch 200" "export_bench.py --n 2000"; do
+  rc=0
+  # shellcheck disable=SC2086  # the benchmark's name and arguments
+  "$root/.venv/bin/python" bench/python/$b --dir "$smoke/python" > "$smoke.log" 2>&1 || rc=$?
+  if [ "$rc" != 0 ] && [ "$rc" != 3 ]; then cat "$smoke.log"; exit 1; fi
+  echo "bench/python/$b: ran (exit status $rc)"
+done
+rm -rf "$smoke" "$smoke.log"
 
 step "Formatting (clang-format, Google style)"
 files=$(git ls-files '*.h' '*.cc' | grep -v '^third_party/' || true)
