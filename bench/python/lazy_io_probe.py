@@ -117,7 +117,7 @@ def read_npy(root, sample, **_):
                for i in sample)
 
 
-def main() -> None:
+def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dir", default="/var/tmp/runstore-lazy-probe")
     ap.add_argument("--n", type=int, default=64)
@@ -133,20 +133,24 @@ def main() -> None:
     for rep in range(args.reps):
         sample = random.Random(rep).sample(range(args.n), args.k)
         order = list(ways)[rep % len(ways):] + list(ways)[:rep % len(ways)]
-        row = []
+        row, sums = [], {}
         for way in order:
             cold = drop_caches() and cold
             t = time.perf_counter()
-            ways[way](args.dir, sample, seg=seg, ranges=ranges)
+            sums[way] = ways[way](args.dir, sample, seg=seg, ranges=ranges)
             ms = (time.perf_counter() - t) * 1e3
             times[way].append(ms)
             row.append(f"{way} {ms:.0f} ms")
         print(f"rep {rep + 1}: " + ", ".join(row))
+        if sums["runstore"] != sums["np.load"]:  # the same bytes, summed in the same order
+            print(f"rep {rep + 1}: runstore's sum {sums['runstore']!r} != np.load's {sums['np.load']!r}")
+            return 1
     print(f"medians over {args.reps} repetitions ({'cold' if cold else 'WARM: not root'} page cache, "
           f"{args.k} arrays of 8 MiB, every 16th row):")
     for way, ts in times.items():
         print(f"  {way:9s} {statistics.median(ts):6.1f} ms  (min {min(ts):.1f}, max {max(ts):.1f})")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
