@@ -90,6 +90,11 @@ struct ScanOptions {
   // Fill ScanBatch's int_runs, steps, run_is_string and string_runs. Without
   // them a scan of keys stored as sequences builds nothing it does not need.
   bool keys = true;
+  // Only the records of these runs (in any order; an empty list selects
+  // none); every run when unset. A block whose run range holds none of them
+  // is not read, and one that holds only wanted runs is returned whole, so
+  // reading one run of a store written run by run costs that run's blocks.
+  std::optional<std::vector<RunId>> runs;
 };
 
 class SeriesScanner {

@@ -448,32 +448,76 @@ Result<Value> SnapshotImpl::Get(RunRef run, std::string_view name, int64_t step)
 
 namespace {
 
+// The runs a scan is restricted to, sorted for lookups.
+class RunFilter {
+ public:
+  explicit RunFilter(std::vector<RunId> runs) : runs_(std::move(runs)) {
+    std::sort(runs_.begin(), runs_.end());
+  }
+  // Whether a wanted run lies in [lo, hi].
+  bool Overlaps(const RunId& lo, const RunId& hi) const {
+    auto it = std::lower_bound(runs_.begin(), runs_.end(), lo);
+    return it != runs_.end() && *it <= hi;
+  }
+  bool Holds(const RunRef& run) const {
+    auto it =
+        std::lower_bound(runs_.begin(), runs_.end(), run,
+                         [](const RunId& a, const RunRef& b) { return CompareRunRef(b, a) > 0; });
+    return it != runs_.end() && CompareRunRef(run, *it) == 0;
+  }
+
+ private:
+  std::vector<RunId> runs_;
+};
+
 class ScannerImpl final : public SeriesScanner {
  public:
   ScannerImpl(const SnapshotImpl* snap, const SnapshotImpl::SeriesEntry* e,
               const ScanOptions& options)
-      : snap_(snap), e_(e), options_(options) {}
+      : snap_(snap), e_(e), keys_(options.keys) {
+    if (options.runs) filter_.emplace(*options.runs);
+  }
 
   Result<bool> Next(ScanBatch* batch) override {
     *batch = ScanBatch();
-    if (pos_ >= e_->plan.size()) return false;
-    const SnapshotImpl::PlanItem& item = e_->plan[pos_++];
-    const SnapshotImpl::BlockRef& b = e_->blocks[item.block];
-    const BlockHeader& h = *b.header;
-    ASSIGN_OR_RETURN(Payload p, snap_->ReadPayload(b));
+    while (pos_ < e_->plan.size()) {
+      const SnapshotImpl::PlanItem& item = e_->plan[pos_++];
+      const BlockHeader& h = *e_->blocks[item.block].header;
+      // Keys are ordered by run first, so a block's runs lie between those of
+      // its smallest and largest keys.
+      if (filter_ && !filter_->Overlaps(h.min_key.run, h.max_key.run)) continue;
+      ASSIGN_OR_RETURN(Payload p, snap_->ReadPayload(e_->blocks[item.block]));
+      if (!filter_ || h.min_key.run == h.max_key.run)
+        return Fill(h, p, item.all_rows, item.rows, batch);
+      selected_.clear();
+      const uint32_t n = item.all_rows ? p.view.count() : static_cast<uint32_t>(item.rows.size());
+      for (uint32_t i = 0; i < n; ++i) {
+        const uint32_t r = item.all_rows ? i : item.rows[i];
+        if (filter_->Holds(p.view.run(r))) selected_.push_back(r);
+      }
+      if (selected_.empty()) continue;
+      const bool all = item.all_rows && selected_.size() == n;
+      return Fill(h, p, all, selected_, batch);
+    }
+    return false;
+  }
+
+ private:
+  // Fills *batch with rows `rows` of a block (every row when `all_rows`).
+  Result<bool> Fill(const BlockHeader& h, const Payload& p, bool all_rows,
+                    const std::vector<uint32_t>& rows, ScanBatch* batch) {
     const auto& v = p.view;
-    const size_t n = item.all_rows ? v.count() : item.rows.size();
-    auto row = [&](size_t i) { return item.all_rows ? static_cast<uint32_t>(i) : item.rows[i]; };
+    const size_t n = all_rows ? v.count() : rows.size();
+    auto row = [&](size_t i) { return all_rows ? static_cast<uint32_t>(i) : rows[i]; };
     batch->count = n;
     const bool fixed = !IsVarLength(h.dtype) && !h.variable_shape;
     // Key columns are views of the payload where they are stored plainly and
     // every row is wanted; the others are gathered into one owned buffer.
-    const bool gather_keys =
-        options_.keys && (!item.all_rows || v.run_encoding() != format::RunEncoding::kInt ||
-                          v.steps_data() == nullptr || v.int_runs_data() == nullptr);
+    const bool gather_keys = keys_ && (!all_rows || v.run_encoding() != format::RunEncoding::kInt ||
+                                       v.steps_data() == nullptr || v.int_runs_data() == nullptr);
     if (!gather_keys) {
       batch->owner = p.owner;
-      if (options_.keys) {
+      if (keys_) {
         batch->keys_zero_copy = p.mapping != nullptr;
         batch->steps = {reinterpret_cast<const int64_t*>(v.steps_data()), n};
         batch->int_runs = {reinterpret_cast<const int64_t*>(v.int_runs_data()), n};
@@ -489,7 +533,7 @@ class ScannerImpl final : public SeriesScanner {
         batch->run_is_string.resize(n);
         batch->string_runs.resize(n);
       }
-      if (item.all_rows && !strings) {
+      if (all_rows && !strings) {
         v.CopyIntRuns(ir);  // whole columns: a copy, or the sequences expanded
         v.CopySteps(st);
       } else {
@@ -512,7 +556,7 @@ class ScannerImpl final : public SeriesScanner {
       std::vector<int64_t> shape{static_cast<int64_t>(n)};
       shape.insert(shape.end(), h.dims.begin(), h.dims.end());
       const size_t rb = v.record_bytes();
-      if (item.all_rows) {
+      if (all_rows) {
         batch->values = PayloadValue(p, h.dtype, std::move(shape), v.fixed_values(), rb * n);
       } else {
         auto buf = AlignedBuffer(rb * n);
@@ -535,10 +579,11 @@ class ScannerImpl final : public SeriesScanner {
     return true;
   }
 
- private:
   const SnapshotImpl* snap_;
   const SnapshotImpl::SeriesEntry* e_;
-  const ScanOptions options_;
+  const bool keys_;  // ScanOptions::keys
+  std::optional<RunFilter> filter_;
+  std::vector<uint32_t> selected_;  // the rows of a block that the filter keeps
   size_t pos_ = 0;
 };
 

@@ -910,6 +910,116 @@ TEST_F(StoreTest, ScanWithoutKeysReturnsTheSameValues) {
   EXPECT_GT(batches, 3u);
 }
 
+// (run, step, value) of every record a scan returns, as text, sorted.
+std::vector<std::string> ScanRecords(const Snapshot& snap, std::string_view name,
+                                     const ScanOptions& options) {
+  std::vector<std::string> out;
+  auto scanner = snap.Scan(name, options);
+  EXPECT_TRUE(scanner.ok()) << scanner.status().ToString();
+  if (!scanner.ok()) return out;
+  ScanBatch b;
+  while (true) {
+    auto more = (*scanner)->Next(&b);
+    EXPECT_TRUE(more.ok()) << more.status().ToString();
+    if (!more.ok() || !*more) break;
+    for (size_t i = 0; i < b.count; ++i) {
+      out.push_back(b.run(i).ToString() + "/" + std::to_string(b.steps[i]) + "=" +
+                    std::to_string(b.values.as<double>()[i]));
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+TEST_F(StoreTest, ScanOfSomeRunsReturnsWhatTheFullScanHasOfThem) {
+  auto store = Open();
+  {
+    ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter({.writer_id = "sweep", .block_bytes = 4096}));
+    for (int64_t step = 0; step < 40; ++step) {  // a sweep: every block holds many runs
+      for (int64_t run = 0; run < 30; ++run)
+        ASSERT_OK(w->Append(run, "x", step, run + 0.01 * step));
+      ASSERT_OK(w->Append("a", "x", step, -1.0 * step));
+      if (step % 10 == 9) ASSERT_OK(w->Commit());
+    }
+    for (int64_t step = 0; step < 300; ++step) ASSERT_OK(w->Append("b", "x", step, 2.0 * step));
+    ASSERT_OK(w->Close());
+  }
+  {
+    ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter({.writer_id = "later"}));
+    ASSERT_OK(w->Append(3, "x", 5, 333.0));  // a later commit wins
+    ASSERT_OK(w->Resume(7, 10));             // hides run 7's earlier steps >= 10
+    for (int64_t step = 10; step < 15; ++step) ASSERT_OK(w->Append(7, "x", step, 700.0 + step));
+    ASSERT_OK(w->Close());
+  }
+  auto snap = *store->Refresh();
+  const std::vector<std::string> all = ScanRecords(*snap, "x", {});
+  ASSERT_EQ(all.size(), 30u * 40u - 25u + 40u + 300u);
+  const std::vector<std::vector<RunId>> sets = {
+      {}, {3}, {7}, {"a"}, {"b"}, {29, 0}, {3, 7, "b", 999, "zz"}, {999}, {-1, "a", 12, 12}};
+  for (const auto& runs : sets) {
+    std::string label;
+    for (const RunId& r : runs) label += r.ToString() + " ";
+    SCOPED_TRACE("runs: " + label);
+    std::vector<std::string> want;
+    for (const std::string& rec : all) {
+      const std::string run = rec.substr(0, rec.find('/'));
+      for (const RunId& r : runs) {
+        if (r.ToString() == run) {
+          want.push_back(rec);
+          break;
+        }
+      }
+    }
+    EXPECT_EQ(ScanRecords(*snap, "x", ScanOptions{.runs = runs}), want);
+  }
+  // The hidden and overwritten records stay hidden in a scan of their run.
+  const auto run3 = ScanRecords(*snap, "x", ScanOptions{.runs = std::vector<RunId>{3}});
+  EXPECT_NE(std::find(run3.begin(), run3.end(), "3/5=333.000000"), run3.end());
+  EXPECT_EQ(ScanRecords(*snap, "x", ScanOptions{.runs = std::vector<RunId>{7}}).size(), 15u);
+}
+
+TEST_F(StoreTest, ScanOfSomeRunsReadsNoBlockOfOtherRuns) {
+  auto store = Open();
+  {
+    ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter({.writer_id = "w"}));
+    for (int64_t run = 0; run < 10; ++run) {  // run by run: a block (a commit) per run
+      for (int64_t step = 0; step < 200; ++step)
+        ASSERT_OK(w->Append(run, "x", step, run * 1000.5 + step));
+      ASSERT_OK(w->Commit());
+    }
+    ASSERT_OK(w->Close());
+  }
+  const std::string file = StorePath() + "/" + (*store->Refresh())->ListSegments().at(0).file;
+  ASSERT_OK_AND_ASSIGN(std::string contents, ReadFileToString(Env::Default(), file));
+  const double marker = 7 * 1000.5 + 100;  // a value of run 7
+  const size_t at = contents.find(std::string_view(reinterpret_cast<const char*>(&marker), 8));
+  ASSERT_NE(at, std::string::npos);
+  FlipByte(file, at);
+  ASSERT_OK_AND_ASSIGN(auto ro, Store::Open(StorePath(), {.read_only = true}));
+  auto snap = ro->GetSnapshot();
+  const auto run3 = ScanRecords(*snap, "x", ScanOptions{.runs = std::vector<RunId>{3}});
+  ASSERT_EQ(run3.size(), 200u) << "run 7's damaged block was read for a scan of run 3";
+  ASSERT_OK_AND_ASSIGN(auto scanner, snap->Scan("x", ScanOptions{.runs = std::vector<RunId>{3}}));
+  ScanBatch b;
+  ASSERT_OK_AND_ASSIGN(bool more, scanner->Next(&b));
+  ASSERT_TRUE(more);
+  EXPECT_EQ(b.count, 200u);
+  EXPECT_TRUE(b.values.zero_copy()) << "a block of wanted runs only comes back whole, as a view";
+  auto damaged = [&](ScanOptions options) -> Status {
+    auto scan = snap->Scan("x", options);
+    if (!scan.ok()) return scan.status();
+    auto& sc = *scan;
+    while (true) {
+      Result<bool> next = sc->Next(&b);
+      if (!next.ok()) return next.status();
+      if (!*next) return Status::OK();
+    }
+  };
+  EXPECT_THAT(damaged(ScanOptions{.runs = std::vector<RunId>{7}}),
+              StatusIsWith(StatusCode::kCorruption, "block payload checksum mismatch"));
+  EXPECT_THAT(damaged(ScanOptions{}), StatusIsWith(StatusCode::kCorruption, "checksum mismatch"));
+}
+
 TEST_F(StoreTest, AppendBatchMatchesSingleAppends) {
   auto store = Open();
   ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter({}));
