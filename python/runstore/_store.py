@@ -313,7 +313,9 @@ class Store:
         """
         return self._core.get(run, name, step)
 
-    def scan(self, name: str, keys: bool = True) -> dict[str, np.ndarray]:
+    def scan(
+        self, name: str, keys: bool = True, runs: Iterable[RunId] | None = None
+    ) -> dict[str, np.ndarray]:
         """Every visible record of one series, as columns.
 
         Returns ``{"run": ..., "step": ..., "value": ...}``, read-only numpy arrays of equal
@@ -328,9 +330,13 @@ class Store:
         the run and step columns (which format version 2 may store as sequences and then has
         to build).
 
+        With ``runs`` (a list of run ids), only the records of those runs: the history of one
+        run is ``store.scan("loss", runs=[run])``. Blocks that hold none of them are not read,
+        so in a store written run by run this reads that run's blocks, not the series.
+
         Raises KeyError for an unknown series.
         """
-        return self._core.scan(name, keys)
+        return self._core.scan(name, keys, runs)
 
     def to_pandas(self, names: Iterable[str] | str | None = None) -> pandas.DataFrame:
         """A DataFrame with one row per (run, step) and one column per scalar series.

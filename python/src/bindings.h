@@ -80,7 +80,7 @@ class PyStore {
   nb::list Segments();
   uint64_t Verify();
   nb::object Get(nb::handle run, const std::string& name, int64_t step);
-  nb::dict Scan(const std::string& name, bool keys);
+  nb::dict Scan(const std::string& name, bool keys, nb::handle runs);
 
  private:
   std::unique_ptr<Store> store_;

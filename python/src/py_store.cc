@@ -1,5 +1,6 @@
 // runstore._core.Store: opening a store and reading it.
 #include <cstring>
+#include <deque>
 #include <optional>
 #include <string>
 #include <utility>
@@ -201,22 +202,69 @@ nb::object PyStore::Get(nb::handle run, const std::string& name, int64_t step) {
 // Concatenates every batch of the series into one array per column. With the
 // GIL released: planning, reading and decompressing blocks, and copying
 // numeric columns. A series held in one block comes back as views of it.
-nb::dict PyStore::Scan(const std::string& name, bool keys) {
+namespace {
+
+// The run ids of an iterable of ints and strs (a str itself is refused: it
+// would be taken for its characters).
+std::vector<RunId> ToRunIds(nb::handle runs) {
+  if (PyUnicode_Check(runs.ptr()) || PyBytes_Check(runs.ptr())) {
+    Throw(PyExc_TypeError,
+          std::string("runs must be a list of run ids (int or str), got a single ") +
+              Py_TYPE(runs.ptr())->tp_name + "; use runs=[...]");
+  }
+  nb::object it = nb::steal(PyObject_GetIter(runs.ptr()));
+  if (!it.is_valid()) {
+    PyErr_Clear();
+    Throw(PyExc_TypeError, std::string("runs must be a list of run ids (int or str), got ") +
+                               Py_TYPE(runs.ptr())->tp_name);
+  }
+  std::vector<RunId> out;
+  while (PyObject* item = PyIter_Next(it.ptr())) {
+    nb::object keep = nb::steal(item);
+    out.push_back(ToRunRef(item).ToRunId());
+  }
+  if (PyErr_Occurred()) throw nb::python_error();
+  return out;
+}
+
+}  // namespace
+
+nb::dict PyStore::Scan(const std::string& name, bool keys, nb::handle runs_obj) {
+  ScanOptions options{.keys = keys};
+  if (!runs_obj.is_none()) options.runs = ToRunIds(runs_obj);
+  const bool filtered = options.runs.has_value();
   auto snap = store_->GetSnapshot();
   Result<SeriesInfo> info_r = Status::NotFound("");
   Result<std::unique_ptr<SeriesScanner>> scanner_r = Status::NotFound("");
   ScanBatch first;
   Result<bool> first_r = false;
+  // A scan of some runs does not know its count before it ends: its batches
+  // (views of the blocks, or the rows gathered from them) are read first.
+  std::deque<ScanBatch> collected;
+  size_t collected_count = 0;
   {
     nb::gil_scoped_release nogil;
     info_r = snap->GetSeriesInfo(name);
-    if (info_r.ok()) scanner_r = snap->Scan(name, ScanOptions{.keys = keys});
+    if (info_r.ok()) scanner_r = snap->Scan(name, options);
     if (scanner_r.ok()) first_r = (*scanner_r)->Next(&first);
+    while (filtered && first_r.ok() && *first_r) {
+      collected_count += first.count;
+      collected.push_back(std::move(first));
+      first_r = (*scanner_r)->Next(&first);
+    }
   }
   const SeriesInfo info = Unwrap(std::move(info_r));
   std::unique_ptr<SeriesScanner> scanner = Unwrap(std::move(scanner_r));
   bool have = Unwrap(std::move(first_r));
-  const size_t total = info.count;
+  auto next_batch = [&](ScanBatch* batch) -> Result<bool> {
+    if (!filtered) return scanner->Next(batch);
+    if (collected.empty()) return false;
+    *batch = std::move(collected.front());
+    collected.pop_front();
+    return true;
+  };
+  if (filtered) have = Unwrap(next_batch(&first));
+  const size_t total = filtered ? collected_count : info.count;
   const bool fixed = !IsVarLength(info.dtype) && !info.variable_shape;
   nb::dict out;
 
@@ -280,7 +328,7 @@ nb::dict PyStore::Scan(const std::string& name, bool keys) {
         error = copy_batch();
         if (!error.ok()) break;
         pos += batch.count;
-        Result<bool> next = scanner->Next(&batch);
+        Result<bool> next = next_batch(&batch);
         if (!next.ok()) {
           error = next.status();
           break;
@@ -299,7 +347,7 @@ nb::dict PyStore::Scan(const std::string& name, bool keys) {
     Result<bool> next = false;
     {
       nb::gil_scoped_release nogil;
-      next = scanner->Next(&batch);
+      next = next_batch(&batch);
     }
     have = Unwrap(std::move(next));
   }
@@ -390,10 +438,10 @@ void BindStore(nb::module_& m) {
            "The value under (run, name, step): a read-only numpy array (0-d for scalars; a view of "
            "the "
            "mapped file when stored uncompressed), a str, or bytes. KeyError if there is none.")
-      .def("scan", &PyStore::Scan, "name"_a, "keys"_a = true,
-           "Every visible record of a series as a dict of read-only numpy arrays 'run', 'step', "
-           "'value', in storage order ('value' alone with keys=False). KeyError for an unknown "
-           "series.");
+      .def("scan", &PyStore::Scan, "name"_a, "keys"_a = true, "runs"_a = nb::none(),
+           "Every visible record of a series (of the runs in ``runs`` when given) as a dict of "
+           "read-only numpy arrays 'run', 'step', 'value', in storage order ('value' alone with "
+           "keys=False). KeyError for an unknown series.");
 }
 
 }  // namespace runstore::python

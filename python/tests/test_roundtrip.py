@@ -59,6 +59,16 @@ def check_store(path: Path, name: str, model: dict) -> None:
         assert d["run"].dtype == np.int64
     info = store.series_info(name)
     assert info.count == len(model)
+    # A scan of some runs (every other one, and one that no record has) returns what the full
+    # scan has of them.
+    distinct = sorted({run for run, _ in model}, key=lambda r: (isinstance(r, str), r))
+    wanted = distinct[::2] + ["13 characters"]  # longer than any generated str run
+    part = store.scan(name, runs=wanted)
+    got = dict(zip(zip(part["run"].tolist(), part["step"].tolist()), part["value"]))
+    assert len(got) == len(part["value"])
+    assert got.keys() == {key for key in model if key[0] in set(wanted)}
+    for key, value in got.items():
+        assert same(model[key], value), (key, model[key], value)
 
 
 @st.composite
@@ -250,3 +260,45 @@ def test_scan_without_keys_returns_the_same_values(store_path, codec):
         assert list(values) == ["value"] and list(full) == ["run", "step", "value"]
         np.testing.assert_array_equal(values["value"], full["value"])
         assert not values["value"].flags.writeable
+
+
+def test_scan_of_one_run_reads_its_blocks_only(store_path):
+    """A store written run by run: the scan of one run is a view of its block, and a damaged
+    block of another run is not even read."""
+    store = runstore.open(store_path)
+    with store.writer() as w:
+        for run in range(20):
+            w.log_many(np.full(500, run), steps=np.arange(500), loss=np.arange(500) + 1000.5 * run)
+            w.commit()  # a block per run
+    store.refresh()
+    seven = store.scan("loss", runs=[7])
+    np.testing.assert_array_equal(seven["step"], np.arange(500))
+    (segment,) = (store_path / "segments").glob("*.rss")
+    data = bytearray(segment.read_bytes())
+    at = data.find(np.float64(7 * 1000.5 + 250).tobytes())
+    assert at > 0
+    data[at] ^= 0xFF
+    segment.write_bytes(bytes(data))
+    damaged = runstore.open(store_path, mode="r")
+    three = damaged.scan("loss", runs=[3])
+    np.testing.assert_array_equal(three["value"], np.arange(500) + 3 * 1000.5)
+    assert three["value"].base.zero_copy
+    with pytest.raises(runstore.CorruptionError, match="checksum mismatch"):
+        damaged.scan("loss", runs=[7, 3])
+    with pytest.raises(runstore.CorruptionError):
+        damaged.scan("loss")
+
+
+def test_scan_runs_must_be_a_list_of_run_ids(store):
+    with store.writer() as w:
+        w.log(1, x=1.0)
+    store.refresh()
+    with pytest.raises(TypeError, match="got a single str"):
+        store.scan("x", runs="1")
+    with pytest.raises(TypeError, match="list of run ids"):
+        store.scan("x", runs=1)
+    with pytest.raises(TypeError, match="run id must be an int or a str, got float"):
+        store.scan("x", runs=[1.0])
+    assert store.scan("x", runs=())["value"].shape == (0,)
+    with pytest.raises(KeyError):
+        store.scan("y", runs=[1])
