@@ -77,7 +77,10 @@ int RunCat(const CatOptions& o) {
   auto snap = (*store)->GetSnapshot();
   auto info = snap->GetSeriesInfo(o.name);
   if (!info.ok()) return ReportError(kCmd, info.status());
-  auto scanner = snap->Scan(o.name);
+  // With --run the scan reads only the blocks that can hold that run.
+  ScanOptions scan_options;
+  if (run_filter) scan_options.runs = std::vector<RunId>{*run_filter};
+  auto scanner = snap->Scan(o.name, scan_options);
   if (!scanner.ok()) return ReportError(kCmd, scanner.status());
 
   Output out;
@@ -105,7 +108,6 @@ int RunCat(const CatOptions& o) {
     if (!*more) break;
     for (size_t i = 0; i < batch.count && printed < limit; ++i) {
       const Row row = GetRow(batch, i);
-      if (run_filter && !RowHasRun(row, *run_filter)) continue;
       ++printed;
       if (fmt == OutFormat::kText) {
         run_s.clear();

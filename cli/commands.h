@@ -83,9 +83,6 @@ struct Row {
 // Row `i` of `batch`.
 Row GetRow(const ScanBatch& batch, size_t i);
 
-// True if the row's run equals `run`.
-bool RowHasRun(const Row& row, const RunId& run);
-
 // A file name for a series: bytes outside [A-Za-z0-9._-] (and a leading '.')
 // become %XX; names whose escape exceeds 200 bytes are cut and end in '~' and
 // a 64-bit hash of the full name. Distinct names give distinct file names.

@@ -28,11 +28,6 @@ Row GetRow(const ScanBatch& batch, size_t i) {
   return r;
 }
 
-bool RowHasRun(const Row& row, const RunId& run) {
-  if (row.run_is_string != run.is_string()) return false;
-  return row.run_is_string ? row.run_str == run.string_value() : row.run_int == run.int_value();
-}
-
 std::string SafeFileName(std::string_view name) {
   constexpr size_t kMaxEscaped = 200;
   std::string out;
