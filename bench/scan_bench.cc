@@ -15,6 +15,12 @@
 // bytes_per_second counts value bytes only; stored_Bps counts every byte of
 // the series' blocks (run and step columns too).
 //
+// BM_ScanOneRun: the records of one run of the 32,768 (1,024 steps each), as a
+// caller reads one run's curve, opening the store each time (cold: evicted
+// first). runs_option: Scan with ScanOptions::runs, which reads only the
+// blocks whose run range holds the run; full_scan: what a caller without it
+// does, a scan of the whole series keeping the run's rows. No target.
+//
 //   RUNSTORE_BENCH_DIR=/var/tmp ./scan_bench --benchmark_repetitions=3
 #include <cmath>
 #include <cstring>
@@ -139,6 +145,44 @@ void BM_ScanF64(benchmark::State& state, bool evict, bool reopen, bool keys) {
   SetRates(state);
 }
 
+void BM_ScanOneRun(benchmark::State& state, bool evict, bool runs_option) {
+  ScanFixture& f = TheFixture();
+  const std::string path = f.dir.Sub("store");
+  const int64_t runs = static_cast<int64_t>(kRecords) / kStepsPerRun;
+  uint64_t s = kSeed;
+  for (auto _ : state) {
+    state.PauseTiming();
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    const int64_t run = static_cast<int64_t>(s % static_cast<uint64_t>(runs));
+    if (evict) EvictFromPageCache(path);
+    state.ResumeTiming();
+    auto store = CheckValue(Store::Open(path, {.read_only = true}), "Store::Open");
+    ScanOptions options;
+    if (runs_option) options.runs = std::vector<RunId>{run};
+    auto scanner = CheckValue(store->GetSnapshot()->Scan("x", options), "Scan");
+    double sum = 0;
+    int64_t count = 0, next_step = 0;
+    bool in_order = true;
+    ScanBatch batch;
+    while (CheckValue(scanner->Next(&batch), "Next")) {
+      const std::span<const double> v = batch.values.as<double>();
+      for (size_t i = 0; i < batch.count; ++i) {
+        if (batch.int_runs[i] != run) continue;
+        in_order = in_order && batch.steps[i] == next_step++;
+        sum += v[i];
+        ++count;
+      }
+    }
+    state.PauseTiming();
+    if (count != kStepsPerRun || !in_order || !(sum > 0)) {
+      state.SkipWithError("the scan of one run returned wrong records");
+    }
+    state.ResumeTiming();
+  }
+}
+
 void Register() {
   benchmark::AddCustomContext("seed", std::to_string(kSeed));
   auto reg = [](const char* name, bool evict, bool reopen, bool keys) {
@@ -152,6 +196,15 @@ void Register() {
   // The same without the key columns (ScanOptions::keys = false), no target.
   reg("BM_ScanF64/256MiB/cold_open/values_only", true, true, false);
   reg("BM_ScanF64/256MiB/warm_refresh/values_only", false, false, false);
+  for (bool evict : {true, false}) {
+    for (bool option : {true, false}) {
+      const std::string name = std::string("BM_ScanOneRun/") + (evict ? "cold_open" : "warm_open") +
+                               (option ? "/runs_option" : "/full_scan");
+      auto* b = benchmark::RegisterBenchmark(
+          name.c_str(), [=](benchmark::State& st) { BM_ScanOneRun(st, evict, option); });
+      WithMinMax(b)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(2.0);
+    }
+  }
   for (const char* v : {"cold_open", "warm_open", "warm_refresh"}) {
     AddTarget({std::string("BM_ScanF64/256MiB/") + v, "value_GBps", 2.0, true, "GB/s",
                std::string("item 3: scan + sum of uncompressed float64 values (") + v + ")"});
