@@ -36,7 +36,7 @@ from . import _experiments as ex
 if TYPE_CHECKING:
     import pyarrow
 
-    from ._store import Store
+    from ._store import RunId, Store
 
 EXPORT_FORMAT = "runstore-experiments"
 EXPORT_VERSION = 1
@@ -815,12 +815,14 @@ def _arrow_array(
     return arr
 
 
-def to_arrow(store: Store, names: Iterable[str] | str | None) -> pyarrow.Table:
+def to_arrow(store: Store, names: Iterable[str] | str | None,
+             runs: Iterable[RunId] | None = None) -> pyarrow.Table:
     import pandas as pd
     import pyarrow as pa
 
-    from ._frame import sort_order
+    from ._frame import run_list, sort_order
 
+    runs = run_list(runs)
     infos = store.series()
     if names is None:
         selected = [n for n, i in infos.items() if i.shape is not None]
@@ -835,7 +837,7 @@ def to_arrow(store: Store, names: Iterable[str] | str | None) -> pyarrow.Table:
                 )
     if not selected:
         return pa.table({"run": pa.array([], pa.int64()), "step": pa.array([], pa.int64())})
-    scans = {n: store.scan(n) for n in selected}
+    scans = {n: store.scan(n, runs=runs) for n in selected}
     first = scans[selected[0]]
     same = all(
         len(s["run"]) == len(first["run"]) and np.array_equal(s["step"], first["step"])

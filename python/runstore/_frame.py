@@ -9,7 +9,7 @@ import numpy as np
 if TYPE_CHECKING:
     import pandas
 
-    from ._store import Store
+    from ._store import RunId, Store
 
 # numpy dtype -> pandas nullable dtype, for int/uint/bool columns with gaps.
 _NULLABLE = {
@@ -39,8 +39,21 @@ def _as_object_runs(run: np.ndarray) -> np.ndarray:
     return run if run.dtype == object else run.astype(object)
 
 
-def to_pandas(store: Store, names: Iterable[str] | str | None) -> pandas.DataFrame:
+def run_list(runs: Iterable[RunId] | None) -> list[RunId] | None:
+    """`runs` as a list, read once (it may be a generator); a str is refused, not split."""
+    if runs is None:
+        return None
+    if isinstance(runs, (str, bytes)):
+        raise TypeError(f"runs must be a list of run ids (int or str), got a single {type(runs).__name__}; "
+                        "use runs=[...]")
+    return list(runs)
+
+
+def to_pandas(store: Store, names: Iterable[str] | str | None,
+              runs: Iterable[RunId] | None = None) -> pandas.DataFrame:
     import pandas as pd
+
+    runs = run_list(runs)
 
     infos = store.series()
     if names is None:
@@ -58,7 +71,7 @@ def to_pandas(store: Store, names: Iterable[str] | str | None) -> pandas.DataFra
                 )
     if not selected:
         return pd.DataFrame({"run": np.empty(0, np.int64), "step": np.empty(0, np.int64)})
-    scans = {n: store.scan(n) for n in selected}
+    scans = {n: store.scan(n, runs=runs) for n in selected}
 
     first = scans[selected[0]]
     run, step = first["run"], first["step"]

@@ -338,7 +338,9 @@ class Store:
         """
         return self._core.scan(name, keys, runs)
 
-    def to_pandas(self, names: Iterable[str] | str | None = None) -> pandas.DataFrame:
+    def to_pandas(
+        self, names: Iterable[str] | str | None = None, runs: Iterable[RunId] | None = None
+    ) -> pandas.DataFrame:
         """A DataFrame with one row per (run, step) and one column per scalar series.
 
         Columns: "run", "step", then the series in ``names`` (default: every scalar series,
@@ -347,15 +349,18 @@ class Store:
         bool columns that have gaps become pandas nullable dtypes ("Int64", "UInt8",
         "boolean", ...) holding ``pd.NA``, so that no integer is rounded through float64;
         columns without gaps keep their numpy dtype. String and bytes columns hold Python
-        objects (None where missing).
+        objects (None where missing). With ``runs``, the rows of those runs only (see
+        :meth:`scan`).
 
         Raises KeyError for an unknown name and ValueError for a series that is not scalar.
         """
         from ._frame import to_pandas
 
-        return to_pandas(self, names)
+        return to_pandas(self, names, runs)
 
-    def to_arrow(self, names: Iterable[str] | str | None = None) -> pyarrow.Table:
+    def to_arrow(
+        self, names: Iterable[str] | str | None = None, runs: Iterable[RunId] | None = None
+    ) -> pyarrow.Table:
         """The store's records as a pyarrow Table (needs the ``arrow`` extra: pyarrow).
 
         Rows and order as :meth:`to_pandas`: one per (run, step), sorted. Columns ``run``,
@@ -366,11 +371,13 @@ class Store:
         and stored uncompressed in one block, its column is zero-copy: an Arrow buffer over the
         read-only numpy view of the mapped file, which keeps the mapping alive.
 
+        With ``runs``, the rows of those runs only (see :meth:`scan`).
+
         Raises KeyError for an unknown name and ValueError for a variable-shape series.
         """
         from ._export import to_arrow
 
-        return to_arrow(self, names)
+        return to_arrow(self, names, runs)
 
     # -- protocol -----------------------------------------------------------------------------
 

@@ -90,3 +90,31 @@ def test_to_arrow(store):
     t = store.to_arrow()
     assert isinstance(t, pa.Table) and t.column_names == ["run", "step", "x"]
     assert isinstance(store.to_pandas(), pd.DataFrame)
+
+
+def test_some_runs(store):
+    """to_pandas and to_arrow with runs: the full table's rows of those runs, gaps included."""
+    with store.writer() as w:
+        for run in [*range(6), "s1", "s2"]:
+            for step in range(4):
+                values = {"loss": 0.5 * step, "epoch": step}
+                if run != 2 or step < 2:  # run 2 has gaps in "acc"
+                    values["acc"] = 0.25 * step
+                w.log(run, step=step, **values)
+            w.commit()
+    store.refresh()
+    full = store.to_pandas()
+    for runs in ([2], [0, "s2", 99], (r for r in [5, 1]), []):
+        runs = list(runs)
+        part = store.to_pandas(runs=iter(runs))
+        want = full[full["run"].isin(runs)].reset_index(drop=True)
+        pd.testing.assert_frame_equal(part, want, check_dtype=False)
+        table = store.to_arrow(runs=runs)
+        expected_runs = want["run"].tolist()
+        if any(isinstance(r, str) for r in expected_runs):  # Arrow holds mixed run ids as str
+            expected_runs = [str(r) for r in expected_runs]
+        assert table.column("run").to_pylist() == expected_runs
+        assert table.column("loss").to_pylist() == want["loss"].tolist()
+    assert store.to_pandas(runs=[2])["acc"].isna().tolist() == [False, False, True, True]
+    with pytest.raises(TypeError, match="got a single str"):
+        store.to_pandas(runs="s1")
