@@ -95,6 +95,13 @@ struct ScanOptions {
   // is not read, and one that holds only wanted runs is returned whole, so
   // reading one run of a store written run by run costs that run's blocks.
   std::optional<std::vector<RunId>> runs;
+  // Only the records whose step is in [first, last] (both included); every
+  // step when unset. A block of one run whose steps lie outside is not read.
+  struct StepRange {
+    int64_t first;
+    int64_t last;
+  };
+  std::optional<StepRange> steps;
 };
 
 class SeriesScanner {

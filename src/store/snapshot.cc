@@ -474,7 +474,7 @@ class ScannerImpl final : public SeriesScanner {
  public:
   ScannerImpl(const SnapshotImpl* snap, const SnapshotImpl::SeriesEntry* e,
               const ScanOptions& options)
-      : snap_(snap), e_(e), keys_(options.keys) {
+      : snap_(snap), e_(e), keys_(options.keys), steps_(options.steps) {
     if (options.runs) filter_.emplace(*options.runs);
   }
 
@@ -483,17 +483,27 @@ class ScannerImpl final : public SeriesScanner {
     while (pos_ < e_->plan.size()) {
       const SnapshotImpl::PlanItem& item = e_->plan[pos_++];
       const BlockHeader& h = *e_->blocks[item.block].header;
-      // Keys are ordered by run first, so a block's runs lie between those of
-      // its smallest and largest keys.
+      // Keys are ordered by run, then step: a block's runs lie between those
+      // of its smallest and largest keys, and so do its steps when it holds
+      // one run.
+      const bool one_run = h.min_key.run == h.max_key.run;
       if (filter_ && !filter_->Overlaps(h.min_key.run, h.max_key.run)) continue;
+      if (steps_ && one_run && (h.max_key.step < steps_->first || h.min_key.step > steps_->last)) {
+        continue;
+      }
       ASSIGN_OR_RETURN(Payload p, snap_->ReadPayload(e_->blocks[item.block]));
-      if (!filter_ || h.min_key.run == h.max_key.run)
+      const bool steps_within =
+          !steps_ || (one_run && h.min_key.step >= steps_->first && h.max_key.step <= steps_->last);
+      if ((!filter_ || one_run) && steps_within) {
         return Fill(h, p, item.all_rows, item.rows, batch);
+      }
       selected_.clear();
       const uint32_t n = item.all_rows ? p.view.count() : static_cast<uint32_t>(item.rows.size());
       for (uint32_t i = 0; i < n; ++i) {
         const uint32_t r = item.all_rows ? i : item.rows[i];
-        if (filter_->Holds(p.view.run(r))) selected_.push_back(r);
+        if (filter_ && !filter_->Holds(p.view.run(r))) continue;
+        if (steps_ && (p.view.step(r) < steps_->first || p.view.step(r) > steps_->last)) continue;
+        selected_.push_back(r);
       }
       if (selected_.empty()) continue;
       const bool all = item.all_rows && selected_.size() == n;
@@ -582,6 +592,7 @@ class ScannerImpl final : public SeriesScanner {
   const SnapshotImpl* snap_;
   const SnapshotImpl::SeriesEntry* e_;
   const bool keys_;  // ScanOptions::keys
+  const std::optional<ScanOptions::StepRange> steps_;
   std::optional<RunFilter> filter_;
   std::vector<uint32_t> selected_;  // the rows of a block that the filter keeps
   size_t pos_ = 0;

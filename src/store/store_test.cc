@@ -972,26 +972,49 @@ TEST_F(StoreTest, ScanOfSomeRunsReturnsWhatTheFullScanHasOfThem) {
     }
     EXPECT_EQ(ScanRecords(*snap, "x", ScanOptions{.runs = runs}), want);
   }
+  using Steps = ScanOptions::StepRange;
+  const int64_t kMin = std::numeric_limits<int64_t>::min(),
+                kMax = std::numeric_limits<int64_t>::max();
+  for (const Steps steps : {Steps{0, 0}, Steps{5, 9}, Steps{-5, 3}, Steps{35, 1000}, Steps{10, 5},
+                            Steps{kMin, kMax}, Steps{12, 12}}) {
+    for (const bool with_runs : {false, true}) {
+      const std::vector<RunId> runs = {3, 7, "b"};
+      SCOPED_TRACE("steps " + std::to_string(steps.first) + ".." + std::to_string(steps.last) +
+                   (with_runs ? " of runs 3, 7, b" : ""));
+      std::vector<std::string> want;
+      for (const std::string& rec : all) {
+        const size_t slash = rec.find('/');
+        const std::string run = rec.substr(0, slash);
+        const int64_t step = std::stoll(rec.substr(slash + 1));
+        const bool run_ok = !with_runs || run == "3" || run == "7" || run == "b";
+        if (run_ok && step >= steps.first && step <= steps.last) want.push_back(rec);
+      }
+      ScanOptions options{.steps = steps};
+      if (with_runs) options.runs = runs;
+      EXPECT_EQ(ScanRecords(*snap, "x", options), want);
+    }
+  }
   // The hidden and overwritten records stay hidden in a scan of their run.
   const auto run3 = ScanRecords(*snap, "x", ScanOptions{.runs = std::vector<RunId>{3}});
   EXPECT_NE(std::find(run3.begin(), run3.end(), "3/5=333.000000"), run3.end());
   EXPECT_EQ(ScanRecords(*snap, "x", ScanOptions{.runs = std::vector<RunId>{7}}).size(), 15u);
 }
 
-TEST_F(StoreTest, ScanOfSomeRunsReadsNoBlockOfOtherRuns) {
+TEST_F(StoreTest, ScanOfSomeRunsOrStepsReadsNoOtherBlock) {
   auto store = Open();
   {
     ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter({.writer_id = "w"}));
-    for (int64_t run = 0; run < 10; ++run) {  // run by run: a block (a commit) per run
-      for (int64_t step = 0; step < 200; ++step)
+    for (int64_t run = 0; run < 10; ++run) {  // run by run: a block per 100 steps (a commit)
+      for (int64_t step = 0; step < 200; ++step) {
         ASSERT_OK(w->Append(run, "x", step, run * 1000.5 + step));
-      ASSERT_OK(w->Commit());
+        if (step % 100 == 99) ASSERT_OK(w->Commit());
+      }
     }
     ASSERT_OK(w->Close());
   }
   const std::string file = StorePath() + "/" + (*store->Refresh())->ListSegments().at(0).file;
   ASSERT_OK_AND_ASSIGN(std::string contents, ReadFileToString(Env::Default(), file));
-  const double marker = 7 * 1000.5 + 100;  // a value of run 7
+  const double marker = 7 * 1000.5 + 150;  // a value of run 7, in its second block
   const size_t at = contents.find(std::string_view(reinterpret_cast<const char*>(&marker), 8));
   ASSERT_NE(at, std::string::npos);
   FlipByte(file, at);
@@ -1003,8 +1026,15 @@ TEST_F(StoreTest, ScanOfSomeRunsReadsNoBlockOfOtherRuns) {
   ScanBatch b;
   ASSERT_OK_AND_ASSIGN(bool more, scanner->Next(&b));
   ASSERT_TRUE(more);
-  EXPECT_EQ(b.count, 200u);
+  EXPECT_EQ(b.count, 100u);
   EXPECT_TRUE(b.values.zero_copy()) << "a block of wanted runs only comes back whole, as a view";
+  using Steps = ScanOptions::StepRange;
+  EXPECT_EQ(
+      ScanRecords(*snap, "x", ScanOptions{.runs = std::vector<RunId>{7}, .steps = Steps{0, 99}})
+          .size(),
+      100u)
+      << "the damaged block of run 7's steps 100-199 was read for its steps 0-99";
+  EXPECT_EQ(ScanRecords(*snap, "x", ScanOptions{.steps = Steps{20, 40}}).size(), 10u * 21u);
   auto damaged = [&](ScanOptions options) -> Status {
     auto scan = snap->Scan("x", options);
     if (!scan.ok()) return scan.status();
@@ -1016,6 +1046,8 @@ TEST_F(StoreTest, ScanOfSomeRunsReadsNoBlockOfOtherRuns) {
     }
   };
   EXPECT_THAT(damaged(ScanOptions{.runs = std::vector<RunId>{7}}),
+              StatusIsWith(StatusCode::kCorruption, "block payload checksum mismatch"));
+  EXPECT_THAT(damaged(ScanOptions{.steps = Steps{99, 100}}),
               StatusIsWith(StatusCode::kCorruption, "block payload checksum mismatch"));
   EXPECT_THAT(damaged(ScanOptions{}), StatusIsWith(StatusCode::kCorruption, "checksum mismatch"));
 }
