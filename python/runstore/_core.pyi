@@ -109,7 +109,11 @@ class Store:
     def verify(self) -> int: ...
     def get(self, run: _RunId, name: str, step: int = 0) -> npt.NDArray[Any] | str | bytes: ...
     def scan(
-        self, name: str, keys: bool = True, runs: Sequence[_RunId] | None = None
+        self,
+        name: str,
+        keys: bool = True,
+        runs: Sequence[_RunId] | None = None,
+        steps: tuple[int, int] | None = None,
     ) -> dict[str, npt.NDArray[Any]]: ...
 
 def csv_rows(

@@ -816,7 +816,8 @@ def _arrow_array(
 
 
 def to_arrow(store: Store, names: Iterable[str] | str | None,
-             runs: Iterable[RunId] | None = None) -> pyarrow.Table:
+             runs: Iterable[RunId] | None = None,
+             steps: range | tuple[int, int] | None = None) -> pyarrow.Table:
     import pandas as pd
     import pyarrow as pa
 
@@ -837,7 +838,7 @@ def to_arrow(store: Store, names: Iterable[str] | str | None,
                 )
     if not selected:
         return pa.table({"run": pa.array([], pa.int64()), "step": pa.array([], pa.int64())})
-    scans = {n: store.scan(n, runs=runs) for n in selected}
+    scans = {n: store.scan(n, runs=runs, steps=steps) for n in selected}
     first = scans[selected[0]]
     same = all(
         len(s["run"]) == len(first["run"]) and np.array_equal(s["step"], first["step"])

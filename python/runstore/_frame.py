@@ -50,7 +50,8 @@ def run_list(runs: Iterable[RunId] | None) -> list[RunId] | None:
 
 
 def to_pandas(store: Store, names: Iterable[str] | str | None,
-              runs: Iterable[RunId] | None = None) -> pandas.DataFrame:
+              runs: Iterable[RunId] | None = None,
+              steps: range | tuple[int, int] | None = None) -> pandas.DataFrame:
     import pandas as pd
 
     runs = run_list(runs)
@@ -71,7 +72,7 @@ def to_pandas(store: Store, names: Iterable[str] | str | None,
                 )
     if not selected:
         return pd.DataFrame({"run": np.empty(0, np.int64), "step": np.empty(0, np.int64)})
-    scans = {n: store.scan(n, runs=runs) for n in selected}
+    scans = {n: store.scan(n, runs=runs, steps=steps) for n in selected}
 
     first = scans[selected[0]]
     run, step = first["run"], first["step"]

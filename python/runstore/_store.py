@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable, Literal
@@ -16,6 +17,26 @@ if TYPE_CHECKING:
     import pyarrow
 
 RunId = int | str
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+def step_range(steps: range | tuple[int, int] | None) -> tuple[int, int] | None:
+    """``start <= step < stop`` as the inclusive (first, last) the core takes."""
+    if steps is None:
+        return None
+    if isinstance(steps, range):
+        if steps.step != 1:
+            raise ValueError(f"steps must be a range with step 1, got {steps!r}")
+        start, stop = steps.start, steps.stop
+    else:
+        try:
+            start, stop = steps
+            start, stop = operator.index(start), operator.index(stop)
+        except (TypeError, ValueError):
+            raise TypeError(f"steps must be (start, stop) or a range of ints, got {steps!r}") from None
+    if stop <= start or stop <= _INT64_MIN or start > _INT64_MAX:
+        return (1, 0)  # no step
+    return (max(start, _INT64_MIN), min(stop - 1, _INT64_MAX))
 
 _MODES = {
     # mode: (read_only, create)
@@ -314,7 +335,11 @@ class Store:
         return self._core.get(run, name, step)
 
     def scan(
-        self, name: str, keys: bool = True, runs: Iterable[RunId] | None = None
+        self,
+        name: str,
+        keys: bool = True,
+        runs: Iterable[RunId] | None = None,
+        steps: range | tuple[int, int] | None = None,
     ) -> dict[str, np.ndarray]:
         """Every visible record of one series, as columns.
 
@@ -332,14 +357,21 @@ class Store:
 
         With ``runs`` (a list of run ids), only the records of those runs: the history of one
         run is ``store.scan("loss", runs=[run])``. Blocks that hold none of them are not read,
-        so in a store written run by run this reads that run's blocks, not the series.
+        so in a store written run by run this reads that run's blocks, not the series. With
+        ``steps`` (``range(start, stop)`` or ``(start, stop)``: ``start <= step < stop``), only
+        the records of those steps; a block of one run whose steps lie outside is not read, so
+        ``scan("loss", runs=[run], steps=(10**6, 10**6 + 1000))`` reads the blocks of those
+        1,000 steps of a long run.
 
         Raises KeyError for an unknown series.
         """
-        return self._core.scan(name, keys, runs)
+        return self._core.scan(name, keys, runs, step_range(steps))
 
     def to_pandas(
-        self, names: Iterable[str] | str | None = None, runs: Iterable[RunId] | None = None
+        self,
+        names: Iterable[str] | str | None = None,
+        runs: Iterable[RunId] | None = None,
+        steps: range | tuple[int, int] | None = None,
     ) -> pandas.DataFrame:
         """A DataFrame with one row per (run, step) and one column per scalar series.
 
@@ -349,17 +381,20 @@ class Store:
         bool columns that have gaps become pandas nullable dtypes ("Int64", "UInt8",
         "boolean", ...) holding ``pd.NA``, so that no integer is rounded through float64;
         columns without gaps keep their numpy dtype. String and bytes columns hold Python
-        objects (None where missing). With ``runs``, the rows of those runs only (see
-        :meth:`scan`).
+        objects (None where missing). With ``runs`` and ``steps``, the rows of those runs and
+        steps only (see :meth:`scan`).
 
         Raises KeyError for an unknown name and ValueError for a series that is not scalar.
         """
         from ._frame import to_pandas
 
-        return to_pandas(self, names, runs)
+        return to_pandas(self, names, runs, steps)
 
     def to_arrow(
-        self, names: Iterable[str] | str | None = None, runs: Iterable[RunId] | None = None
+        self,
+        names: Iterable[str] | str | None = None,
+        runs: Iterable[RunId] | None = None,
+        steps: range | tuple[int, int] | None = None,
     ) -> pyarrow.Table:
         """The store's records as a pyarrow Table (needs the ``arrow`` extra: pyarrow).
 
@@ -371,13 +406,13 @@ class Store:
         and stored uncompressed in one block, its column is zero-copy: an Arrow buffer over the
         read-only numpy view of the mapped file, which keeps the mapping alive.
 
-        With ``runs``, the rows of those runs only (see :meth:`scan`).
+        With ``runs`` and ``steps``, the rows of those runs and steps only (see :meth:`scan`).
 
         Raises KeyError for an unknown name and ValueError for a variable-shape series.
         """
         from ._export import to_arrow
 
-        return to_arrow(self, names, runs)
+        return to_arrow(self, names, runs, steps)
 
     # -- protocol -----------------------------------------------------------------------------
 

@@ -14,12 +14,16 @@
 #define RUNSTORE_PYTHON_BINDINGS_H_
 
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 
 #include "runstore/store.h"
 
@@ -80,7 +84,8 @@ class PyStore {
   nb::list Segments();
   uint64_t Verify();
   nb::object Get(nb::handle run, const std::string& name, int64_t step);
-  nb::dict Scan(const std::string& name, bool keys, nb::handle runs);
+  nb::dict Scan(const std::string& name, bool keys, nb::handle runs,
+                std::optional<std::pair<int64_t, int64_t>> step_range);
 
  private:
   std::unique_ptr<Store> store_;

@@ -229,16 +229,18 @@ std::vector<RunId> ToRunIds(nb::handle runs) {
 
 }  // namespace
 
-nb::dict PyStore::Scan(const std::string& name, bool keys, nb::handle runs_obj) {
+nb::dict PyStore::Scan(const std::string& name, bool keys, nb::handle runs_obj,
+                       std::optional<std::pair<int64_t, int64_t>> step_range) {
   ScanOptions options{.keys = keys};
   if (!runs_obj.is_none()) options.runs = ToRunIds(runs_obj);
-  const bool filtered = options.runs.has_value();
+  if (step_range) options.steps = ScanOptions::StepRange{step_range->first, step_range->second};
+  const bool filtered = options.runs.has_value() || options.steps.has_value();
   auto snap = store_->GetSnapshot();
   Result<SeriesInfo> info_r = Status::NotFound("");
   Result<std::unique_ptr<SeriesScanner>> scanner_r = Status::NotFound("");
   ScanBatch first;
   Result<bool> first_r = false;
-  // A scan of some runs does not know its count before it ends: its batches
+  // A scan of some runs or steps does not know its count before it ends: its batches
   // (views of the blocks, or the rows gathered from them) are read first.
   std::deque<ScanBatch> collected;
   size_t collected_count = 0;
@@ -439,9 +441,11 @@ void BindStore(nb::module_& m) {
            "the "
            "mapped file when stored uncompressed), a str, or bytes. KeyError if there is none.")
       .def("scan", &PyStore::Scan, "name"_a, "keys"_a = true, "runs"_a = nb::none(),
-           "Every visible record of a series (of the runs in ``runs`` when given) as a dict of "
-           "read-only numpy arrays 'run', 'step', 'value', in storage order ('value' alone with "
-           "keys=False). KeyError for an unknown series.");
+           "steps"_a = nb::none(),
+           "Every visible record of a series (of the runs in ``runs``, with a step in the "
+           "inclusive (first, last) ``steps``, when given) as a dict of read-only numpy arrays "
+           "'run', 'step', 'value', in storage order ('value' alone with keys=False). KeyError "
+           "for an unknown series.");
 }
 
 }  // namespace runstore::python

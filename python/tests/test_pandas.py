@@ -116,5 +116,10 @@ def test_some_runs(store):
         assert table.column("run").to_pylist() == expected_runs
         assert table.column("loss").to_pylist() == want["loss"].tolist()
     assert store.to_pandas(runs=[2])["acc"].isna().tolist() == [False, False, True, True]
+    window = store.to_pandas(runs=[1, 2], steps=(1, 3))
+    pd.testing.assert_frame_equal(
+        window, full[full["run"].isin([1, 2]) & full["step"].between(1, 2)].reset_index(drop=True),
+        check_dtype=False)
+    assert store.to_arrow(steps=range(3, 4)).column("step").to_pylist() == [3] * 8
     with pytest.raises(TypeError, match="got a single str"):
         store.to_pandas(runs="s1")

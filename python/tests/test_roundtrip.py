@@ -69,6 +69,15 @@ def check_store(path: Path, name: str, model: dict) -> None:
     assert got.keys() == {key for key in model if key[0] in set(wanted)}
     for key, value in got.items():
         assert same(model[key], value), (key, model[key], value)
+    # And a window of steps, of every run and of those runs.
+    distinct_steps = sorted({step for _, step in model})
+    start, stop = distinct_steps[len(distinct_steps) // 3], distinct_steps[2 * len(distinct_steps) // 3]
+    for runs in (None, wanted):
+        part = store.scan(name, runs=runs, steps=(start, stop))
+        got = dict(zip(zip(part["run"].tolist(), part["step"].tolist()), part["value"]))
+        assert got.keys() == {(r, s) for r, s in model if start <= s < stop and (runs is None or r in set(runs))}
+        for key, value in got.items():
+            assert same(model[key], value), (key, model[key], value)
 
 
 @st.composite
@@ -285,8 +294,34 @@ def test_scan_of_one_run_reads_its_blocks_only(store_path):
     assert three["value"].base.zero_copy
     with pytest.raises(runstore.CorruptionError, match="checksum mismatch"):
         damaged.scan("loss", runs=[7, 3])
+    # Run 7's steps below 250 share its block with the damaged value: read, and refused.
+    with pytest.raises(runstore.CorruptionError):
+        damaged.scan("loss", steps=(0, 10))
     with pytest.raises(runstore.CorruptionError):
         damaged.scan("loss")
+
+
+def test_scan_of_a_window_of_steps_reads_its_blocks_only(store_path):
+    """One long run, a block per 1,000 steps: a window of steps reads the blocks it overlaps."""
+    store = runstore.open(store_path)
+    with store.writer() as w:
+        for start in range(0, 20_000, 1000):
+            w.log_many(np.zeros(1000, dtype=np.int64), steps=np.arange(start, start + 1000),
+                       loss=np.arange(start, start + 1000) * 0.5)
+            w.commit()
+    store.refresh()
+    (segment,) = (store_path / "segments").glob("*.rss")
+    data = bytearray(segment.read_bytes())
+    at = data.find(np.float64(15_500 * 0.5).tobytes())  # in the block of steps 15,000-15,999
+    assert at > 0
+    data[at] ^= 0xFF
+    segment.write_bytes(bytes(data))
+    damaged = runstore.open(store_path, mode="r")
+    window = damaged.scan("loss", runs=[0], steps=range(12_345, 14_999 + 1))
+    np.testing.assert_array_equal(window["step"], np.arange(12_345, 15_000))
+    np.testing.assert_array_equal(window["value"], np.arange(12_345, 15_000) * 0.5)
+    with pytest.raises(runstore.CorruptionError):
+        damaged.scan("loss", steps=(14_999, 15_001))
 
 
 def test_scan_runs_must_be_a_list_of_run_ids(store):
@@ -300,5 +335,11 @@ def test_scan_runs_must_be_a_list_of_run_ids(store):
     with pytest.raises(TypeError, match="run id must be an int or a str, got float"):
         store.scan("x", runs=[1.0])
     assert store.scan("x", runs=())["value"].shape == (0,)
+    with pytest.raises(TypeError, match="steps must be"):
+        store.scan("x", steps=5)
+    with pytest.raises(ValueError, match="step 1"):
+        store.scan("x", steps=range(0, 10, 2))
+    assert store.scan("x", steps=(1, 1))["value"].shape == (0,)
+    assert store.scan("x", steps=(-(2**80), 2**80))["value"].shape == (1,)
     with pytest.raises(KeyError):
         store.scan("y", runs=[1])
