@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -77,9 +78,14 @@ int RunCat(const CatOptions& o) {
   auto snap = (*store)->GetSnapshot();
   auto info = snap->GetSeriesInfo(o.name);
   if (!info.ok()) return ReportError(kCmd, info.status());
-  // With --run the scan reads only the blocks that can hold that run.
+  // The scan reads only the blocks that can hold the run and steps asked for.
   ScanOptions scan_options;
   if (run_filter) scan_options.runs = std::vector<RunId>{*run_filter};
+  if (o.first_step || o.last_step) {
+    scan_options.steps =
+        ScanOptions::StepRange{o.first_step.value_or(std::numeric_limits<int64_t>::min()),
+                               o.last_step.value_or(std::numeric_limits<int64_t>::max())};
+  }
   auto scanner = snap->Scan(o.name, scan_options);
   if (!scanner.ok()) return ReportError(kCmd, scanner.status());
 

@@ -8,6 +8,7 @@
 #define RUNSTORE_CLI_COMMANDS_H_
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -37,7 +38,8 @@ struct CatOptions {
   std::string name;
   std::string run;  // filter, parsed with ParseRunArg; see run_set
   bool run_set = false;
-  bool run_is_string = false;  // --run-str
+  bool run_is_string = false;                    // --run-str
+  std::optional<int64_t> first_step, last_step;  // --first-step, --last-step (inclusive)
   std::string format = "text";
   int64_t limit = -1;  // < 0: no limit
 };

@@ -106,6 +106,11 @@ int Main(int argc, char** argv) {
   cat_cmd->add_option("--format,-f", cat.format, "Output format")
       ->check(CLI::IsMember({"text", "csv", "jsonl"}))
       ->capture_default_str();
+  int64_t first_step = 0, last_step = 0;
+  auto* first_step_opt =
+      cat_cmd->add_option("--first-step", first_step, "Only records at this step or later");
+  auto* last_step_opt =
+      cat_cmd->add_option("--last-step", last_step, "Only records at this step or earlier");
   cat_cmd->add_option("--limit,-n", cat.limit, "Print at most N records")
       ->check(CLI::NonNegativeNumber);
   cat_cmd->footer(Footer(
@@ -120,9 +125,11 @@ int Main(int argc, char** argv) {
       "are nan, inf, -inf in text and csv and null in jsonl; strings are JSON-quoted in text\n"
       "and jsonl and raw in csv; bytes are base64 (RFC 4648, padded), prefixed \"base64:\" in\n"
       "text. String run ids are printed as they are in text and csv (quoted in jsonl).\n"
-      "Exit code 3 also when --run matches no record.",
+      "Exit code 3 also when --run matches no record. With --run, --first-step and\n"
+      "--last-step only the blocks that can hold the records asked for are read.",
       "  runstore cat /scratch/sweep loss\n"
       "  runstore cat /scratch/sweep loss --run 42 --format jsonl\n"
+      "  runstore cat /scratch/rl reward --run 7 --first-step 1000000 --last-step 1000999\n"
       "  runstore cat /scratch/sweep label --run-str 007 -n 10"));
 
   // get
@@ -256,6 +263,8 @@ int Main(int argc, char** argv) {
   if (*cat_cmd) {
     cat.run_set = run_opt->count() > 0 || run_str_opt->count() > 0;
     cat.run_is_string = run_str_opt->count() > 0;
+    if (first_step_opt->count() > 0) cat.first_step = first_step;
+    if (last_step_opt->count() > 0) cat.last_step = last_step;
     return RunCat(cat);
   }
   if (*get_cmd) return RunGet(get);

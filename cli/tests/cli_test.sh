@@ -182,6 +182,12 @@ expect_out "run  step  value
   3     0  1.5
   3     1  2.5
   3     2  99"
+run "$RS" cat "$S" loss --run 3 --first-step 1 --last-step 1
+expect_out "run  step  value
+  3     1  2.5"
+run "$RS" cat "$S" loss --first-step 2 --last-step 2 -f csv
+expect_rc 0; expect_out_has '^3,2,99$'; expect_out_lacks ',1,'
+run "$RS" cat "$S" loss --run 3 --first-step 5; expect_rc 3
 run "$RS" cat "$S" grid --run 1
 expect_out "run  step  value
   1     0  [[100.5, 101.5, 102.5, 103.5], [104.5, 105.5, 106.5, 107.5], [108.5, 109.5, 110.5, 111.5]]"
