@@ -85,7 +85,7 @@ struct VerifyReport {
   std::vector<Status> problems;
 };
 
-// What a scan returns besides the values.
+// What a scan returns besides the values, and which records.
 struct ScanOptions {
   // Fill ScanBatch's int_runs, steps, run_is_string and string_runs. Without
   // them a scan of keys stored as sequences builds nothing it does not need.
@@ -129,7 +129,8 @@ class Snapshot {
   // it is hidden by a resume marker).
   virtual Result<Value> Get(RunRef run, std::string_view name, int64_t step) const = 0;
 
-  // Scans every visible record of a series. NotFound for an unknown series.
+  // Scans the visible records of a series (every one, or those of
+  // options.runs and options.steps). NotFound for an unknown series.
   virtual Result<std::unique_ptr<SeriesScanner>> Scan(std::string_view name,
                                                       const ScanOptions& options) const = 0;
   Result<std::unique_ptr<SeriesScanner>> Scan(std::string_view name) const {
