@@ -36,7 +36,7 @@ from . import _experiments as ex
 if TYPE_CHECKING:
     import pyarrow
 
-    from ._store import RunId, Store
+    from ._store import RunId, StepWindow, Store
 
 EXPORT_FORMAT = "runstore-experiments"
 EXPORT_VERSION = 1
@@ -817,7 +817,7 @@ def _arrow_array(
 
 def to_arrow(store: Store, names: Iterable[str] | str | None,
              runs: Iterable[RunId] | None = None,
-             steps: range | tuple[int, int] | None = None) -> pyarrow.Table:
+             steps: StepWindow | None = None) -> pyarrow.Table:
     import pandas as pd
     import pyarrow as pa
 

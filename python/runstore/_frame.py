@@ -9,7 +9,7 @@ import numpy as np
 if TYPE_CHECKING:
     import pandas
 
-    from ._store import RunId, Store
+    from ._store import RunId, StepWindow, Store
 
 # numpy dtype -> pandas nullable dtype, for int/uint/bool columns with gaps.
 _NULLABLE = {
@@ -51,7 +51,7 @@ def run_list(runs: Iterable[RunId] | None) -> list[RunId] | None:
 
 def to_pandas(store: Store, names: Iterable[str] | str | None,
               runs: Iterable[RunId] | None = None,
-              steps: range | tuple[int, int] | None = None) -> pandas.DataFrame:
+              steps: StepWindow | None = None) -> pandas.DataFrame:
     import pandas as pd
 
     runs = run_list(runs)

@@ -17,10 +17,12 @@ if TYPE_CHECKING:
     import pyarrow
 
 RunId = int | str
+#: A window of steps, start <= step < stop: ``range(start, stop)`` or ``(start, stop)``.
+StepWindow = range | tuple[int, int]
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
-def step_range(steps: range | tuple[int, int] | None) -> tuple[int, int] | None:
+def step_range(steps: StepWindow | None) -> tuple[int, int] | None:
     """``start <= step < stop`` as the inclusive (first, last) the core takes."""
     if steps is None:
         return None
@@ -339,7 +341,7 @@ class Store:
         name: str,
         keys: bool = True,
         runs: Iterable[RunId] | None = None,
-        steps: range | tuple[int, int] | None = None,
+        steps: StepWindow | None = None,
     ) -> dict[str, np.ndarray]:
         """Every visible record of one series, as columns.
 
@@ -371,7 +373,7 @@ class Store:
         self,
         names: Iterable[str] | str | None = None,
         runs: Iterable[RunId] | None = None,
-        steps: range | tuple[int, int] | None = None,
+        steps: StepWindow | None = None,
     ) -> pandas.DataFrame:
         """A DataFrame with one row per (run, step) and one column per scalar series.
 
@@ -394,7 +396,7 @@ class Store:
         self,
         names: Iterable[str] | str | None = None,
         runs: Iterable[RunId] | None = None,
-        steps: range | tuple[int, int] | None = None,
+        steps: StepWindow | None = None,
     ) -> pyarrow.Table:
         """The store's records as a pyarrow Table (needs the ``arrow`` extra: pyarrow).
 
