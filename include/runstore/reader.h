@@ -96,12 +96,16 @@ struct ScanOptions {
   // reading one run of a store written run by run costs that run's blocks.
   std::optional<std::vector<RunId>> runs;
   // Only the records whose step is in [first, last] (both included); every
-  // step when unset. A block of one run whose steps lie outside is not read.
+  // step when unset. A block whose steps all lie outside is not read.
   struct StepRange {
     int64_t first;
     int64_t last;
   };
   std::optional<StepRange> steps;
+  // "Not read" is the scan's own reading. Resolving keys reads, once per
+  // snapshot, every block whose key range overlaps another's (several runs
+  // logged step by step, keys written twice): in such a series the filters
+  // save the copying of the other records, not their reading.
 };
 
 class SeriesScanner {

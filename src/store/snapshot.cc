@@ -483,17 +483,14 @@ class ScannerImpl final : public SeriesScanner {
     while (pos_ < e_->plan.size()) {
       const SnapshotImpl::PlanItem& item = e_->plan[pos_++];
       const BlockHeader& h = *e_->blocks[item.block].header;
-      // Keys are ordered by run, then step: a block's runs lie between those
-      // of its smallest and largest keys, and so do its steps when it holds
-      // one run.
+      // Keys are ordered by run first, so a block's runs lie between those
+      // of its smallest and largest keys; its header also has its step range.
       const bool one_run = h.min_key.run == h.max_key.run;
       if (filter_ && !filter_->Overlaps(h.min_key.run, h.max_key.run)) continue;
-      if (steps_ && one_run && (h.max_key.step < steps_->first || h.min_key.step > steps_->last)) {
-        continue;
-      }
+      if (steps_ && (h.max_step < steps_->first || h.min_step > steps_->last)) continue;
       ASSIGN_OR_RETURN(Payload p, snap_->ReadPayload(e_->blocks[item.block]));
       const bool steps_within =
-          !steps_ || (one_run && h.min_key.step >= steps_->first && h.max_key.step <= steps_->last);
+          !steps_ || (h.min_step >= steps_->first && h.max_step <= steps_->last);
       if ((!filter_ || one_run) && steps_within) {
         return Fill(h, p, item.all_rows, item.rows, batch);
       }
