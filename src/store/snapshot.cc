@@ -200,15 +200,67 @@ bool SnapshotImpl::BlockMayBeHidden(const BlockRef& b) const {
   return false;
 }
 
+Result<bool> SnapshotImpl::KeysDisjoint(const SeriesEntry& e, size_t begin, size_t end,
+                                        bool reserved) const {
+  // Several runs logged step by step by one writer: each block's keys ascend
+  // by (step, run), and the blocks follow one another in that order. Blocks
+  // whose (step, run) spans do not overlap share no key, whatever their runs.
+  struct Span {
+    Payload payload;  // keeps string runs alive
+    int64_t first_step, last_step;
+    RunRef first_run, last_run;
+  };
+  auto less = [](int64_t sa, const RunRef& ra, int64_t sb, const RunRef& rb) {
+    return sa != sb ? sa < sb : CompareRunRefs(ra, rb) < 0;
+  };
+  std::vector<Span> spans;
+  std::vector<int64_t> runs, steps;
+  for (size_t k = begin; k < end; ++k) {
+    const BlockRef& b = e.blocks[e.by_min_key[k]];
+    if (!reserved && BlockMayBeHidden(b)) return false;
+    ASSIGN_OR_RETURN(Payload p, ReadPayload(b));
+    const auto& v = p.view;
+    const uint32_t n = v.count();
+    if (n == 0) continue;
+    if (v.run_encoding() == format::RunEncoding::kInt) {
+      runs.resize(n);
+      steps.resize(n);
+      v.CopyIntRuns(runs.data());
+      v.CopySteps(steps.data());
+      for (uint32_t r = 1; r < n; ++r) {
+        if (steps[r] < steps[r - 1] || (steps[r] == steps[r - 1] && runs[r] <= runs[r - 1])) {
+          return false;
+        }
+      }
+    } else {
+      for (uint32_t r = 1; r < n; ++r) {
+        if (!less(v.step(r - 1), v.run(r - 1), v.step(r), v.run(r))) return false;
+      }
+    }
+    spans.push_back(Span{p, v.step(0), v.step(n - 1), v.run(0), v.run(n - 1)});
+  }
+  std::sort(spans.begin(), spans.end(), [&](const Span& a, const Span& b) {
+    return less(a.first_step, a.first_run, b.first_step, b.first_run);
+  });
+  for (size_t k = 1; k < spans.size(); ++k) {
+    const Span& a = spans[k - 1];
+    const Span& b = spans[k];
+    if (!less(a.last_step, a.last_run, b.first_step, b.first_run)) return false;
+  }
+  return true;
+}
+
 Status SnapshotImpl::EnsurePlan(const SeriesEntry& e) const {
   std::call_once(e.plan_once, [&] { e.plan_status = ComputePlan(e); });
   return e.plan_status;
 }
 
-// Key resolution (docs/format.md "Resolving keys"). Blocks whose key ranges
-// overlap no other block's, whose keys are strictly ascending and that no
-// resume marker can touch pass through whole (and zero-copy); the others are
-// resolved record by record.
+// Key resolution (docs/format.md "Resolving keys"). Blocks that no resume
+// marker can touch pass through whole (and zero-copy) when no key can appear
+// twice among them: a block whose key range overlaps no other block's and
+// whose keys strictly ascend (its header says so), or a group of blocks whose
+// keys ascend by (step, run) over spans that do not overlap (KeysDisjoint,
+// which reads their keys). The others are resolved record by record.
 Status SnapshotImpl::ComputePlan(const SeriesEntry& e) const {
   // Resume markers hide user records only: runstore's own '~' series (the
   // markers themselves, experiment designs and status) are never hidden.
@@ -231,6 +283,15 @@ Status SnapshotImpl::ComputePlan(const SeriesEntry& e) const {
         (reserved || !BlockMayBeHidden(fb))) {
       plan.push_back(PlanItem{first, true, {}});
       count += fb.header->count;
+      i = j;
+      continue;
+    }
+    ASSIGN_OR_RETURN(const bool disjoint, KeysDisjoint(e, i, j, reserved));
+    if (disjoint) {
+      for (size_t k = i; k < j; ++k) {
+        plan.push_back(PlanItem{e.by_min_key[k], true, {}});
+        count += e.blocks[e.by_min_key[k]].header->count;
+      }
       i = j;
       continue;
     }

@@ -95,6 +95,11 @@ class SnapshotImpl final : public Snapshot {
 
   Result<Payload> ReadPayload(const BlockRef& b) const;
   Status EnsurePlan(const SeriesEntry& e) const;
+  // Whether blocks by_min_key[begin, end) can be taken whole: no resume
+  // marker can hide any of them, and their keys ascend by (step, run) within
+  // each block over (step, run) spans that do not overlap, so no key appears
+  // twice among them. Reads their payloads.
+  Result<bool> KeysDisjoint(const SeriesEntry& e, size_t begin, size_t end, bool reserved) const;
 
  private:
   SnapshotImpl() = default;
