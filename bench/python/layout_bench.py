@@ -1,17 +1,18 @@
 #!/usr/bin/env python3
 """Reading one run back, by how the runs were written: run by run, or step by step.
 
-One writer logs --runs runs of --steps float64 steps each into series "loss", in one of two
-orders, each into a store of its own:
+--runs runs of --steps float64 steps each go into series "loss", in one of three ways, each into
+a store of its own:
 
   run_major   every step of run 0, then of run 1, ...       (a sweep, a job per run)
   step_major  step 0 of every run, then step 1, ...          (vectorised environments)
+  split       run i by writer i % 8, each run whole          (ranks of a sweep, a worker pool)
 
 Then, for each store, --repeat times: drop the page cache (root only; otherwise warm), open the
 store and read one run with ``store.scan("loss", runs=[run])``, then scan the whole series in the
-same snapshot. The first scan of a snapshot also resolves keys written twice: in step_major,
-where every block's key range overlaps the others', that reads the keys of every block. Prints the
-medians; the records read back are checked against what was written.
+same snapshot. The first scan of a snapshot also resolves keys written twice: in step_major and
+split, where blocks' key ranges overlap, that reads the keys of every block. Prints the medians;
+the records read back are checked against what was written.
 
     .venv/bin/python bench/python/layout_bench.py                      # 64 runs x 50,000 steps
     .venv/bin/python bench/python/layout_bench.py --runs 8 --steps 1000 --repeat 1
@@ -37,10 +38,19 @@ import runstore  # noqa: E402
 from common import drop_caches  # noqa: E402
 
 CHUNK_STEPS = 100  # steps per log_many call in step_major
+WRITERS = 8  # writers of split
 
 
 def write(path: str, layout: str, runs: int, steps: int) -> None:
     store = runstore.open(path)
+    if layout == "split":
+        writers = [store.writer() for _ in range(WRITERS)]
+        for run in range(runs):
+            writers[run % WRITERS].log_many(np.full(steps, run), steps=np.arange(steps),
+                                            loss=value(run, np.arange(steps)))
+        for w in writers:
+            w.close()
+        return
     with store.writer() as w:
         if layout == "run_major":
             for run in range(runs):
@@ -70,7 +80,7 @@ def main() -> int:
           f"repeat {args.repeat}, runstore {runstore.__version__}")
     ok = True
     try:
-        for layout in ("run_major", "step_major"):
+        for layout in ("run_major", "step_major", "split"):
             path = os.path.join(work, layout)
             shutil.rmtree(path, ignore_errors=True)
             t = time.perf_counter()

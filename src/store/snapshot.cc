@@ -202,50 +202,107 @@ bool SnapshotImpl::BlockMayBeHidden(const BlockRef& b) const {
 
 Result<bool> SnapshotImpl::KeysDisjoint(const SeriesEntry& e, size_t begin, size_t end,
                                         bool reserved) const {
-  // Several runs logged step by step by one writer: each block's keys ascend
-  // by (step, run), and the blocks follow one another in that order. Blocks
-  // whose (step, run) spans do not overlap share no key, whatever their runs.
-  struct Span {
-    Payload payload;  // keeps string runs alive
-    int64_t first_step, last_step;
-    RunRef first_run, last_run;
-  };
-  auto less = [](int64_t sa, const RunRef& ra, int64_t sb, const RunRef& rb) {
-    return sa != sb ? sa < sb : CompareRunRefs(ra, rb) < 0;
-  };
-  std::vector<Span> spans;
-  std::vector<int64_t> runs, steps;
+  bool run_major = true;  // every block's header says its keys ascend by (run, step)
   for (size_t k = begin; k < end; ++k) {
     const BlockRef& b = e.blocks[e.by_min_key[k]];
     if (!reserved && BlockMayBeHidden(b)) return false;
-    ASSIGN_OR_RETURN(Payload p, ReadPayload(b));
-    const auto& v = p.view;
-    const uint32_t n = v.count();
-    if (n == 0) continue;
+    run_major = run_major && (b.header->flags & format::kBlockKeysAscending);
+  }
+  std::vector<Payload> payloads(end - begin);
+  for (size_t k = begin; k < end; ++k) {
+    ASSIGN_OR_RETURN(payloads[k - begin], ReadPayload(e.blocks[e.by_min_key[k]]));
+  }
+  return run_major ? AscendingBlocksShareNoKey(payloads) : StepMajorBlocksShareNoKey(payloads);
+}
+
+namespace {
+
+// A block's keys as int columns when its runs are ints (the sequences
+// expanded), else read through the view.
+struct KeyCursor {
+  const format::BlockView* view;
+  std::vector<int64_t> runs, steps;  // empty when runs are not all ints
+
+  explicit KeyCursor(const format::BlockView& v) : view(&v) {
     if (v.run_encoding() == format::RunEncoding::kInt) {
-      runs.resize(n);
-      steps.resize(n);
+      runs.resize(v.count());
+      steps.resize(v.count());
       v.CopyIntRuns(runs.data());
       v.CopySteps(steps.data());
-      for (uint32_t r = 1; r < n; ++r) {
-        if (steps[r] < steps[r - 1] || (steps[r] == steps[r - 1] && runs[r] <= runs[r - 1])) {
-          return false;
-        }
-      }
-    } else {
-      for (uint32_t r = 1; r < n; ++r) {
-        if (!less(v.step(r - 1), v.run(r - 1), v.step(r), v.run(r))) return false;
-      }
     }
-    spans.push_back(Span{p, v.step(0), v.step(n - 1), v.run(0), v.run(n - 1)});
+  }
+  RunRef run(uint32_t r) const { return runs.empty() ? view->run(r) : RunRef(runs[r]); }
+  int64_t step(uint32_t r) const { return steps.empty() ? view->step(r) : steps[r]; }
+};
+
+}  // namespace
+
+bool SnapshotImpl::AscendingBlocksShareNoKey(const std::vector<Payload>& payloads) {
+  // Writers that each take some of the runs (ranks of a sweep, workers of a
+  // pool) write blocks whose keys ascend but whose key ranges interleave. In
+  // such a block each run's records are one piece with ascending steps; two
+  // blocks share a key only if pieces of the same run overlap in steps.
+  struct Piece {
+    RunRef run;  // borrowed from the payloads
+    int64_t first_step, last_step;
+  };
+  std::vector<Piece> pieces;
+  for (const Payload& p : payloads) {
+    const KeyCursor c(p.view);
+    const uint32_t n = p.view.count();
+    for (uint32_t r = 0; r < n;) {
+      uint32_t end = r + 1;
+      if (c.runs.empty()) {
+        while (end < n && CompareRunRefs(p.view.run(end), p.view.run(r)) == 0) ++end;
+      } else {
+        while (end < n && c.runs[end] == c.runs[r]) ++end;
+      }
+      pieces.push_back(Piece{p.view.run(r), c.step(r), c.step(end - 1)});
+      r = end;
+    }
+  }
+  std::sort(pieces.begin(), pieces.end(), [](const Piece& a, const Piece& b) {
+    if (int c = CompareRunRefs(a.run, b.run); c != 0) return c < 0;
+    return a.first_step < b.first_step;
+  });
+  for (size_t k = 1; k < pieces.size(); ++k) {
+    if (CompareRunRefs(pieces[k - 1].run, pieces[k].run) == 0 &&
+        pieces[k - 1].last_step >= pieces[k].first_step) {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool SnapshotImpl::StepMajorBlocksShareNoKey(const std::vector<Payload>& payloads) {
+  // Several runs logged step by step by one writer: each block's keys ascend
+  // by (step, run), and the blocks follow one another in that order. Blocks
+  // whose (step, run) spans do not overlap share no key, whatever their runs.
+  auto less = [](int64_t sa, const RunRef& ra, int64_t sb, const RunRef& rb) {
+    return sa != sb ? sa < sb : CompareRunRefs(ra, rb) < 0;
+  };
+  struct Span {
+    int64_t first_step, last_step;
+    RunRef first_run, last_run;  // borrowed from the payloads
+  };
+  std::vector<Span> spans;
+  for (const Payload& p : payloads) {
+    const KeyCursor c(p.view);
+    const uint32_t n = p.view.count();
+    if (n == 0) continue;
+    for (uint32_t r = 1; r < n; ++r) {
+      if (!less(c.step(r - 1), c.run(r - 1), c.step(r), c.run(r))) return false;
+    }
+    spans.push_back(Span{c.step(0), c.step(n - 1), p.view.run(0), p.view.run(n - 1)});
   }
   std::sort(spans.begin(), spans.end(), [&](const Span& a, const Span& b) {
     return less(a.first_step, a.first_run, b.first_step, b.first_run);
   });
   for (size_t k = 1; k < spans.size(); ++k) {
-    const Span& a = spans[k - 1];
-    const Span& b = spans[k];
-    if (!less(a.last_step, a.last_run, b.first_step, b.first_run)) return false;
+    if (!less(spans[k - 1].last_step, spans[k - 1].last_run, spans[k].first_step,
+              spans[k].first_run)) {
+      return false;
+    }
   }
   return true;
 }
@@ -258,9 +315,9 @@ Status SnapshotImpl::EnsurePlan(const SeriesEntry& e) const {
 // Key resolution (docs/format.md "Resolving keys"). Blocks that no resume
 // marker can touch pass through whole (and zero-copy) when no key can appear
 // twice among them: a block whose key range overlaps no other block's and
-// whose keys strictly ascend (its header says so), or a group of blocks whose
-// keys ascend by (step, run) over spans that do not overlap (KeysDisjoint,
-// which reads their keys). The others are resolved record by record.
+// whose keys strictly ascend (its header says so), or a group of overlapping
+// blocks that KeysDisjoint proves share no key (it reads their keys). The
+// others are resolved record by record.
 Status SnapshotImpl::ComputePlan(const SeriesEntry& e) const {
   // Resume markers hide user records only: runstore's own '~' series (the
   // markers themselves, experiment designs and status) are never hidden.

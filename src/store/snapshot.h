@@ -96,10 +96,14 @@ class SnapshotImpl final : public Snapshot {
   Result<Payload> ReadPayload(const BlockRef& b) const;
   Status EnsurePlan(const SeriesEntry& e) const;
   // Whether blocks by_min_key[begin, end) can be taken whole: no resume
-  // marker can hide any of them, and their keys ascend by (step, run) within
-  // each block over (step, run) spans that do not overlap, so no key appears
-  // twice among them. Reads their payloads.
+  // marker can hide any of them and no key appears twice among them. Reads
+  // their payloads. Proves it for blocks whose keys each ascend by (run,
+  // step) when no run's pieces in two blocks overlap in steps, and for
+  // blocks whose keys each ascend by (step, run) over spans that do not
+  // overlap; anything else is left to the record-by-record resolution.
   Result<bool> KeysDisjoint(const SeriesEntry& e, size_t begin, size_t end, bool reserved) const;
+  static bool AscendingBlocksShareNoKey(const std::vector<Payload>& payloads);
+  static bool StepMajorBlocksShareNoKey(const std::vector<Payload>& payloads);
 
  private:
   SnapshotImpl() = default;
