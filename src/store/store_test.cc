@@ -1052,6 +1052,29 @@ TEST_F(StoreTest, ScanOfSomeRunsOrStepsReadsNoOtherBlock) {
   EXPECT_THAT(damaged(ScanOptions{}), StatusIsWith(StatusCode::kCorruption, "checksum mismatch"));
 }
 
+// Checks a scan of `name` against model {(run as text, step) -> value}; with
+// `whole`, that every batch is a view of a block taken whole.
+void ExpectScanMatches(const Snapshot& snap, std::string_view name,
+                       const std::map<std::pair<std::string, int64_t>, double>& model, bool whole) {
+  ASSERT_OK_AND_ASSIGN(SeriesInfo info, snap.GetSeriesInfo(name));
+  EXPECT_EQ(info.count, model.size());
+  std::vector<std::string> want;
+  for (const auto& [key, v] : model) {
+    want.push_back(key.first + "/" + std::to_string(key.second) + "=" + std::to_string(v));
+  }
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(ScanRecords(snap, name, {}), want);
+  ASSERT_OK_AND_ASSIGN(auto scanner, snap.Scan(name));
+  ScanBatch b;
+  size_t batches = 0, views = 0;
+  while (*scanner->Next(&b)) {
+    ++batches;
+    views += b.values.zero_copy();
+  }
+  EXPECT_GE(batches, 4u);
+  if (whole) EXPECT_EQ(views, batches) << "every block is taken whole";
+}
+
 // Several runs logged step by step (vectorised environments): blocks whose
 // keys ascend by (step, run) over spans that do not overlap are taken whole
 // without sorting their records; a key written twice, in one block or across
@@ -1096,24 +1119,7 @@ TEST_F(StoreTest, RunsLoggedStepByStepResolveLikeAnyOtherLayout) {
         it = it->first.first == "5" && it->first.second >= 60 ? model.erase(it) : std::next(it);
       }
     }
-    auto snap = *store->Refresh();
-    ASSERT_OK_AND_ASSIGN(SeriesInfo info, snap->GetSeriesInfo("r"));
-    EXPECT_EQ(info.count, model.size());
-    std::vector<std::string> want;
-    for (const auto& [key, v] : model) {
-      want.push_back(key.first + "/" + std::to_string(key.second) + "=" + std::to_string(v));
-    }
-    std::sort(want.begin(), want.end());
-    EXPECT_EQ(ScanRecords(*snap, "r", {}), want);
-    ASSERT_OK_AND_ASSIGN(auto scanner, snap->Scan("r"));
-    ScanBatch b;
-    size_t batches = 0, whole = 0;
-    while (*scanner->Next(&b)) {
-      ++batches;
-      whole += b.values.zero_copy();
-    }
-    EXPECT_GT(batches, 3u);
-    if (variant == 0 || variant == 4) EXPECT_EQ(whole, batches) << "every block is taken whole";
+    ExpectScanMatches(**store->Refresh(), "r", model, variant == 0 || variant == 4);
   }
 }
 
@@ -1165,24 +1171,7 @@ TEST_F(StoreTest, RunsSplitAmongWritersResolveLikeAnyOtherLayout) {
       model.erase({"9", 1});
       model.erase({"9", 2});
     }
-    auto snap = *store->Refresh();
-    ASSERT_OK_AND_ASSIGN(SeriesInfo info, snap->GetSeriesInfo("y"));
-    EXPECT_EQ(info.count, model.size());
-    std::vector<std::string> want;
-    for (const auto& [key, v] : model) {
-      want.push_back(key.first + "/" + std::to_string(key.second) + "=" + std::to_string(v));
-    }
-    std::sort(want.begin(), want.end());
-    EXPECT_EQ(ScanRecords(*snap, "y", {}), want);
-    ASSERT_OK_AND_ASSIGN(auto scanner, snap->Scan("y"));
-    ScanBatch b;
-    size_t batches = 0, whole = 0;
-    while (*scanner->Next(&b)) {
-      ++batches;
-      whole += b.values.zero_copy();
-    }
-    EXPECT_GE(batches, 4u);
-    if (variant == 0 || variant == 3) EXPECT_EQ(whole, batches) << "every block is taken whole";
+    ExpectScanMatches(**store->Refresh(), "y", model, variant == 0 || variant == 3);
   }
 }
 
