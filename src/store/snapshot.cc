@@ -200,21 +200,6 @@ bool SnapshotImpl::BlockMayBeHidden(const BlockRef& b) const {
   return false;
 }
 
-Result<bool> SnapshotImpl::KeysDisjoint(const SeriesEntry& e, size_t begin, size_t end,
-                                        bool reserved) const {
-  bool run_major = true;  // every block's header says its keys ascend by (run, step)
-  for (size_t k = begin; k < end; ++k) {
-    const BlockRef& b = e.blocks[e.by_min_key[k]];
-    if (!reserved && BlockMayBeHidden(b)) return false;
-    run_major = run_major && (b.header->flags & format::kBlockKeysAscending);
-  }
-  std::vector<Payload> payloads(end - begin);
-  for (size_t k = begin; k < end; ++k) {
-    ASSIGN_OR_RETURN(payloads[k - begin], ReadPayload(e.blocks[e.by_min_key[k]]));
-  }
-  return run_major ? AscendingBlocksShareNoKey(payloads) : StepMajorBlocksShareNoKey(payloads);
-}
-
 namespace {
 
 // A block's keys as int columns when its runs are ints (the sequences
@@ -252,12 +237,8 @@ bool SnapshotImpl::AscendingBlocksShareNoKey(const std::vector<Payload>& payload
     const uint32_t n = p.view.count();
     for (uint32_t r = 0; r < n;) {
       uint32_t end = r + 1;
-      if (c.runs.empty()) {
-        while (end < n && CompareRunRefs(p.view.run(end), p.view.run(r)) == 0) ++end;
-      } else {
-        while (end < n && c.runs[end] == c.runs[r]) ++end;
-      }
-      pieces.push_back(Piece{p.view.run(r), c.step(r), c.step(end - 1)});
+      while (end < n && CompareRunRefs(c.run(end), c.run(r)) == 0) ++end;
+      pieces.push_back(Piece{c.run(r), c.step(r), c.step(end - 1)});
       r = end;
     }
   }
@@ -316,7 +297,8 @@ Status SnapshotImpl::EnsurePlan(const SeriesEntry& e) const {
 // marker can touch pass through whole (and zero-copy) when no key can appear
 // twice among them: a block whose key range overlaps no other block's and
 // whose keys strictly ascend (its header says so), or a group of overlapping
-// blocks that KeysDisjoint proves share no key (it reads their keys). The
+// blocks whose keys are read and proved to share none (layouts that
+// AscendingBlocksShareNoKey and StepMajorBlocksShareNoKey recognise). The
 // others are resolved record by record.
 Status SnapshotImpl::ComputePlan(const SeriesEntry& e) const {
   // Resume markers hide user records only: runstore's own '~' series (the
@@ -343,8 +325,19 @@ Status SnapshotImpl::ComputePlan(const SeriesEntry& e) const {
       i = j;
       continue;
     }
-    ASSIGN_OR_RETURN(const bool disjoint, KeysDisjoint(e, i, j, reserved));
-    if (disjoint) {
+    // The group's keys are needed: each payload is read once, for the proof
+    // that no key repeats and, failing it, for the slow path.
+    std::vector<Payload> payloads(j - i);
+    bool may_be_hidden = false;
+    bool run_major = true;  // every header says its keys ascend by (run, step)
+    for (size_t k = i; k < j; ++k) {
+      const BlockRef& b = e.blocks[e.by_min_key[k]];
+      ASSIGN_OR_RETURN(payloads[k - i], ReadPayload(b));
+      may_be_hidden = may_be_hidden || (!reserved && BlockMayBeHidden(b));
+      run_major = run_major && (b.header->flags & format::kBlockKeysAscending);
+    }
+    if (!may_be_hidden &&
+        (run_major ? AscendingBlocksShareNoKey(payloads) : StepMajorBlocksShareNoKey(payloads))) {
       for (size_t k = i; k < j; ++k) {
         plan.push_back(PlanItem{e.by_min_key[k], true, {}});
         count += e.blocks[e.by_min_key[k]].header->count;
@@ -359,13 +352,12 @@ Status SnapshotImpl::ComputePlan(const SeriesEntry& e) const {
       uint32_t block;
       uint32_t row;
     };
-    std::vector<Payload> payloads(j - i);
     std::vector<Entry> entries;
     for (size_t k = i; k < j; ++k) {
-      const uint32_t bi = e.by_min_key[k];
-      ASSIGN_OR_RETURN(payloads[k - i], ReadPayload(e.blocks[bi]));
       const auto& v = payloads[k - i].view;
-      for (uint32_t r = 0; r < v.count(); ++r) entries.push_back(Entry{v.run(r), v.step(r), bi, r});
+      for (uint32_t r = 0; r < v.count(); ++r) {
+        entries.push_back(Entry{v.run(r), v.step(r), e.by_min_key[k], r});
+      }
     }
     auto order_less = [&](const Entry& a, const Entry& b) {
       const BlockRef& x = e.blocks[a.block];

@@ -95,13 +95,11 @@ class SnapshotImpl final : public Snapshot {
 
   Result<Payload> ReadPayload(const BlockRef& b) const;
   Status EnsurePlan(const SeriesEntry& e) const;
-  // Whether blocks by_min_key[begin, end) can be taken whole: no resume
-  // marker can hide any of them and no key appears twice among them. Reads
-  // their payloads. Proves it for blocks whose keys each ascend by (run,
-  // step) when no run's pieces in two blocks overlap in steps, and for
-  // blocks whose keys each ascend by (step, run) over spans that do not
-  // overlap; anything else is left to the record-by-record resolution.
-  Result<bool> KeysDisjoint(const SeriesEntry& e, size_t begin, size_t end, bool reserved) const;
+  // True when no key appears twice among the blocks of these payloads, for
+  // the layouts they recognise (false otherwise, which proves nothing):
+  // blocks whose keys each ascend by (run, step), none sharing a run over
+  // overlapping steps; blocks whose keys each ascend by (step, run) over
+  // (step, run) spans that do not overlap.
   static bool AscendingBlocksShareNoKey(const std::vector<Payload>& payloads);
   static bool StepMajorBlocksShareNoKey(const std::vector<Payload>& payloads);
 
