@@ -107,6 +107,54 @@ RunRef ToRunRef(PyObject* obj) {
   Throw(PyExc_TypeError, "run id must be an int or a str, got " + TypeName(obj));
 }
 
+Runs ParseRuns(nb::handle runs_obj, const char* what) {
+  Runs out;
+  PyObject* obj = runs_obj.ptr();
+  if (PyArray_Check(obj)) {
+    auto* arr = reinterpret_cast<PyArrayObject*>(obj);
+    const char kind = PyArray_DESCR(arr)->kind;
+    if (PyArray_NDIM(arr) != 1) {
+      Throw(PyExc_ValueError, std::string(what) + ": runs must be one-dimensional, got " +
+                                  std::to_string(PyArray_NDIM(arr)) + " dimensions");
+    }
+    if (kind == 'i' || kind == 'u') {
+      // Fast path: an integer array, cast to int64 (safe casts only).
+      out.keep = nb::steal(PyArray_FromAny(obj, PyArray_DescrFromType(NPY_INT64), 1, 1,
+                                           NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED, nullptr));
+      if (!out.keep.is_valid()) throw nb::python_error();
+      auto* a = reinterpret_cast<PyArrayObject*>(out.keep.ptr());
+      const auto* data = static_cast<const int64_t*>(PyArray_DATA(a));
+      const size_t n = static_cast<size_t>(PyArray_DIM(a, 0));
+      out.refs.reserve(n);
+      for (size_t i = 0; i < n; ++i) out.refs.emplace_back(data[i]);
+      return out;
+    }
+    if (kind != 'U' && kind != 'O') {
+      Throw(PyExc_TypeError,
+            std::string(what) + ": runs must hold ints or strs, got an array of " +
+                std::string(
+                    nb::str(nb::handle(reinterpret_cast<PyObject*>(PyArray_DESCR(arr)))).c_str()));
+    }
+    out.keep = nb::steal(PyObject_CallMethod(runs_obj.ptr(), "tolist", nullptr));
+    if (!out.keep.is_valid()) throw nb::python_error();
+    out.keep = nb::steal(PySequence_Tuple(out.keep.ptr()));
+    if (!out.keep.is_valid()) throw nb::python_error();
+  } else {
+    // A tuple copy: immutable, so its strings stay alive with the GIL released.
+    out.keep = nb::steal(PySequence_Tuple(obj));
+    if (!out.keep.is_valid()) {
+      nb::python_error err;
+      Throw(PyExc_TypeError,
+            std::string(what) + ": runs must be a list of run ids (int or str): " + err.what());
+    }
+  }
+  const Py_ssize_t n = PyTuple_GET_SIZE(out.keep.ptr());
+  out.refs.reserve(static_cast<size_t>(n));
+  for (Py_ssize_t i = 0; i < n; ++i)
+    out.refs.push_back(ToRunRef(PyTuple_GET_ITEM(out.keep.ptr(), i)));
+  return out;
+}
+
 nb::object RunIdToPython(const RunId& run) {
   if (run.is_int()) return nb::steal(PyLong_FromLongLong(run.int_value()));
   const std::string& s = run.string_value();

@@ -32,6 +32,15 @@ std::string_view Utf8(PyObject* str, const char* what);
 RunRef ToRunRef(PyObject* obj);
 nb::object RunIdToPython(const RunId& run);
 
+// Run ids from a sequence or 1-d array of ints and strs: borrowed RunRefs and
+// what keeps their strings alive (an immutable copy, so that they stay valid
+// with the GIL released). `what` names the caller in error messages.
+struct Runs {
+  std::vector<RunRef> refs;
+  nb::object keep;
+};
+Runs ParseRuns(nb::handle runs, const char* what);
+
 // A Python value converted for appending to series `name`. The slot keeps
 // alive whatever its ValueRef points at (a temporary contiguous copy, the
 // caller's array), so the ValueRef may be used with the GIL released. A slot

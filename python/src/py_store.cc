@@ -199,36 +199,27 @@ nb::object PyStore::Get(nb::handle run, const std::string& name, int64_t step) {
   return ValueToPython(Unwrap(std::move(v)));
 }
 
-// Concatenates every batch of the series into one array per column. With the
-// GIL released: planning, reading and decompressing blocks, and copying
-// numeric columns. A series held in one block comes back as views of it.
 namespace {
 
-// The run ids of an iterable of ints and strs (a str itself is refused: it
-// would be taken for its characters).
+// The run ids a scan asks for. A str itself is refused: as a sequence it
+// would be taken for its characters.
 std::vector<RunId> ToRunIds(nb::handle runs) {
   if (PyUnicode_Check(runs.ptr()) || PyBytes_Check(runs.ptr())) {
     Throw(PyExc_TypeError,
           std::string("runs must be a list of run ids (int or str), got a single ") +
               Py_TYPE(runs.ptr())->tp_name + "; use runs=[...]");
   }
-  nb::object it = nb::steal(PyObject_GetIter(runs.ptr()));
-  if (!it.is_valid()) {
-    PyErr_Clear();
-    Throw(PyExc_TypeError, std::string("runs must be a list of run ids (int or str), got ") +
-                               Py_TYPE(runs.ptr())->tp_name);
-  }
+  const Runs parsed = ParseRuns(runs, "scan");  // keeps the strs the refs borrow
   std::vector<RunId> out;
-  while (PyObject* item = PyIter_Next(it.ptr())) {
-    nb::object keep = nb::steal(item);
-    out.push_back(ToRunRef(item).ToRunId());
-  }
-  if (PyErr_Occurred()) throw nb::python_error();
+  for (const RunRef& r : parsed.refs) out.push_back(r.ToRunId());
   return out;
 }
 
 }  // namespace
 
+// Concatenates every batch of the series into one array per column. With the
+// GIL released: planning, reading and decompressing blocks, and copying
+// numeric columns. A series held in one block comes back as views of it.
 nb::dict PyStore::Scan(const std::string& name, bool keys, nb::handle runs_obj,
                        std::optional<std::pair<int64_t, int64_t>> step_range) {
   ScanOptions options{.keys = keys};
