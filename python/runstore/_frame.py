@@ -39,13 +39,11 @@ def _as_object_runs(run: np.ndarray) -> np.ndarray:
     return run if run.dtype == object else run.astype(object)
 
 
-def run_list(runs: Iterable[RunId] | None) -> list[RunId] | None:
-    """`runs` as a list, read once (it may be a generator); a str is refused, not split."""
-    if runs is None:
-        return None
-    if isinstance(runs, (str, bytes)):
-        raise TypeError(f"runs must be a list of run ids (int or str), got a single {type(runs).__name__}; "
-                        "use runs=[...]")
+def run_list(runs: Iterable[RunId] | None) -> Iterable[RunId] | None:
+    """`runs` as a list, so that a generator serves every series' scan; a str is passed on
+    whole, for Store.scan to refuse, rather than split into characters."""
+    if runs is None or isinstance(runs, (str, bytes)):
+        return runs
     return list(runs)
 
 
