@@ -361,11 +361,12 @@ class Store:
         run is ``store.scan("loss", runs=[run])``. Blocks that hold none of them are not read,
         so in a store written run by run this reads that run's blocks, not the series. With
         ``steps`` (``range(start, stop)`` or ``(start, stop)``: ``start <= step < stop``), only
-        the records of those steps; a block of one run whose steps lie outside is not read, so
+        the records of those steps; a block whose steps all lie outside is not read, so
         ``scan("loss", runs=[run], steps=(10**6, 10**6 + 1000))`` reads the blocks of those
         1,000 steps of a long run. (Where blocks' keys overlap, as when one writer logs several
-        runs step by step, the first scan of a snapshot reads every block once to resolve
-        duplicate keys; there the filters save copying, not reading.)
+        runs step by step or runs are split among writers, the first scan of a snapshot reads
+        every block once to resolve duplicate keys; there the filters save copying, not
+        reading.)
 
         Raises KeyError for an unknown series.
         """
