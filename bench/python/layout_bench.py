@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Reading one run back, by how the runs were written: run by run, or step by step.
+"""Reading one run back, by how the runs were written: run by run, step by step, or split.
 
 --runs runs of --steps float64 steps each go into series "loss", in one of three ways, each into
 a store of its own:
@@ -43,23 +43,19 @@ WRITERS = 8  # writers of split
 
 def write(path: str, layout: str, runs: int, steps: int) -> None:
     store = runstore.open(path)
-    if layout == "split":
-        writers = [store.writer() for _ in range(WRITERS)]
+    writers = [store.writer() for _ in range(WRITERS if layout == "split" else 1)]
+    if layout == "step_major":
+        for start in range(0, steps, CHUNK_STEPS):
+            step = np.repeat(np.arange(start, min(start + CHUNK_STEPS, steps)), runs)
+            run = np.tile(np.arange(runs), len(step) // runs)
+            writers[0].log_many(run, steps=step, loss=value(run, step))
+    else:  # run by run: run i whole, by writer i % len(writers)
+        every_step = np.arange(steps)
         for run in range(runs):
-            writers[run % WRITERS].log_many(np.full(steps, run), steps=np.arange(steps),
-                                            loss=value(run, np.arange(steps)))
-        for w in writers:
-            w.close()
-        return
-    with store.writer() as w:
-        if layout == "run_major":
-            for run in range(runs):
-                w.log_many(np.full(steps, run), steps=np.arange(steps), loss=value(run, np.arange(steps)))
-        else:
-            for start in range(0, steps, CHUNK_STEPS):
-                step = np.repeat(np.arange(start, min(start + CHUNK_STEPS, steps)), runs)
-                run = np.tile(np.arange(runs), len(step) // runs)
-                w.log_many(run, steps=step, loss=value(run, step))
+            writers[run % len(writers)].log_many(np.full(steps, run), steps=every_step,
+                                                 loss=value(run, every_step))
+    for w in writers:
+        w.close()
 
 
 def value(run, step):
