@@ -41,10 +41,7 @@ class Values {
       curve_[i] = 1.0 / (1.0 + 0.01 * static_cast<double>(i));
   }
   double Next(int64_t step) {
-    s_ ^= s_ << 13;
-    s_ ^= s_ >> 7;
-    s_ ^= s_ << 17;
-    const double noise = static_cast<double>(s_ >> 11) * 0x1.0p-53 - 0.5;
+    const double noise = static_cast<double>(XorShift64(&s_) >> 11) * 0x1.0p-53 - 0.5;
     return curve_[step & (kStepsPerRun - 1)] + 0.01 * noise;
   }
 

@@ -28,6 +28,15 @@ namespace runstore::bench {
 
 // Aborts the program with the status message: a benchmark that cannot write
 // its store measures nothing.
+// The next value of a xorshift64 generator with state *s (nonzero): cheap,
+// deterministic data for the benchmarks, the same sequence on every machine.
+inline uint64_t XorShift64(uint64_t* s) {
+  *s ^= *s << 13;
+  *s ^= *s >> 7;
+  *s ^= *s << 17;
+  return *s;
+}
+
 inline void Check(const Status& s, const char* what) {
   if (!s.ok()) {
     std::fprintf(stderr, "%s: %s\n", what, s.ToString().c_str());

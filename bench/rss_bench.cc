@@ -180,12 +180,7 @@ int Main(int argc, char** argv) {
     for (int k = 0; k < kArraySeries; ++k) array_names.push_back("trace_" + std::to_string(k));
     const int64_t shape[1] = {kArrayElems};
     uint64_t s = kSeed;
-    auto rnd = [&s] {
-      s ^= s << 13;
-      s ^= s >> 7;
-      s ^= s << 17;
-      return static_cast<double>(s >> 11) * 0x1.0p-53;
-    };
+    auto rnd = [&s] { return static_cast<double>(XorShift64(&s) >> 11) * 0x1.0p-53; };
     // 16 random arrays (1 MiB), cycled: as incompressible as real float data,
     // without generating 8192 values per append.
     std::vector<std::vector<double>> arrays(kArrayPool, std::vector<double>(kArrayElems));

@@ -41,10 +41,7 @@ struct ScanFixture {
     auto writer = CheckValue(store->NewWriter({}), "NewWriter");
     uint64_t s = kSeed;
     for (uint64_t i = 0; i < kRecords; ++i) {
-      s ^= s << 13;
-      s ^= s >> 7;
-      s ^= s << 17;
-      const double v = static_cast<double>(s >> 11) * 0x1.0p-53;
+      const double v = static_cast<double>(XorShift64(&s) >> 11) * 0x1.0p-53;
       expected_sum += v;
       Check(writer->Append(static_cast<int64_t>(i / kStepsPerRun), "x",
                            static_cast<int64_t>(i % kStepsPerRun), v),
@@ -152,10 +149,7 @@ void BM_ScanOneRun(benchmark::State& state, bool evict, bool runs_option) {
   uint64_t s = kSeed;
   for (auto _ : state) {
     state.PauseTiming();
-    s ^= s << 13;
-    s ^= s >> 7;
-    s ^= s << 17;
-    const int64_t run = static_cast<int64_t>(s % static_cast<uint64_t>(runs));
+    const int64_t run = static_cast<int64_t>(XorShift64(&s) % static_cast<uint64_t>(runs));
     if (evict) EvictFromPageCache(path);
     state.ResumeTiming();
     auto store = CheckValue(Store::Open(path, {.read_only = true}), "Store::Open");
