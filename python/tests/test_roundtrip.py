@@ -35,6 +35,18 @@ def same(a, b) -> bool:
     return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
 
 
+def expect_scan(d: dict, model: dict, keys: set) -> None:
+    """The scan `d` holds the records of `keys`, each once, with the model's values."""
+    seen = {}
+    for run, step, value in zip(d["run"].tolist(), d["step"].tolist(), d["value"]):
+        key = (run, step)
+        assert key not in seen, f"duplicate key {key} in scan"
+        seen[key] = value
+    assert seen.keys() == keys
+    for key, value in seen.items():
+        assert same(model[key], value), (key, model[key], value)
+
+
 def check_store(path: Path, name: str, model: dict) -> None:
     """Reads `name` back through get and scan and compares it with model {(run, step): value}."""
     store = runstore.open(path, mode="r")
@@ -47,14 +59,7 @@ def check_store(path: Path, name: str, model: dict) -> None:
         return
     d = store.scan(name)
     assert len(d["run"]) == len(d["step"]) == len(d["value"]) == len(model)
-    seen = {}
-    for run, step, value in zip(d["run"].tolist(), d["step"].tolist(), d["value"]):
-        key = (run, step)
-        assert key not in seen, f"duplicate key {key} in scan"
-        seen[key] = value
-    assert seen.keys() == model.keys()
-    for key, value in model.items():
-        assert same(value, seen[key]), (key, value, seen[key])
+    expect_scan(d, model, model.keys())
     if all(isinstance(r, int) for r, _ in model):
         assert d["run"].dtype == np.int64
     info = store.series_info(name)
@@ -63,21 +68,13 @@ def check_store(path: Path, name: str, model: dict) -> None:
     # scan has of them.
     distinct = sorted({run for run, _ in model}, key=lambda r: (isinstance(r, str), r))
     wanted = distinct[::2] + ["13 characters"]  # longer than any generated str run
-    part = store.scan(name, runs=wanted)
-    got = dict(zip(zip(part["run"].tolist(), part["step"].tolist()), part["value"]))
-    assert len(got) == len(part["value"])
-    assert got.keys() == {key for key in model if key[0] in set(wanted)}
-    for key, value in got.items():
-        assert same(model[key], value), (key, model[key], value)
+    expect_scan(store.scan(name, runs=wanted), model, {key for key in model if key[0] in set(wanted)})
     # And a window of steps, of every run and of those runs.
     distinct_steps = sorted({step for _, step in model})
     start, stop = distinct_steps[len(distinct_steps) // 3], distinct_steps[2 * len(distinct_steps) // 3]
     for runs in (None, wanted):
-        part = store.scan(name, runs=runs, steps=(start, stop))
-        got = dict(zip(zip(part["run"].tolist(), part["step"].tolist()), part["value"]))
-        assert got.keys() == {(r, s) for r, s in model if start <= s < stop and (runs is None or r in set(runs))}
-        for key, value in got.items():
-            assert same(model[key], value), (key, model[key], value)
+        expect_scan(store.scan(name, runs=runs, steps=(start, stop)), model,
+                    {(r, s) for r, s in model if start <= s < stop and (runs is None or r in set(runs))})
 
 
 @st.composite
