@@ -100,10 +100,10 @@ class ScriptWriter {
   Contents current_;
 };
 
-// Three commits over five series: float64 and int32 scalars (int runs), a
-// zstd float32[16] series, a variable-shape int16 series, and strings under
-// string runs; with `flush_first`, the first is a Flush. `base` keeps the two
-// writers' runs apart.
+// Three commits over six series: float64 and int32 scalars (int runs), a
+// zstd float32[16] series, a variable-shape int16 series, a large float64
+// array, and strings under string runs; with `flush_first`, the first is a Flush. `base` keeps the
+// two writers' runs apart.
 void WriteCommits(Writer* w, WriterScript* script, int base, const std::string& prefix,
                   bool flush_first) {
   ASSERT_OK(w->DefineSeries("zs", SeriesOptions{DType::kFloat32, {16}, false, Codec::kZstd}));
@@ -133,6 +133,12 @@ void WriteCommits(Writer* w, WriterScript* script, int base, const std::string& 
     const int64_t shape[] = {step + 1, 2};
     sw.Put(base + 2, "var", step, ValueRef::Array(v.data(), shape));
   }
+  // A large value (the writers' large_value_bytes is 4096): a block of its
+  // own, its data checksummed in chunks (docs/format.md "Value chunks").
+  std::vector<double> big(513);
+  for (size_t i = 0; i < big.size(); ++i) big[i] = base + 0.5 * static_cast<double>(i);
+  const int64_t big_shape[] = {513};
+  sw.Put(base + 2, "big", 0, ValueRef::Array(big.data(), big_shape));
   sw.Commit();
 
   for (int step = 0; step < 3; ++step) sw.Put(base + 3, "f64", step, ValueRef::Scalar(-1.0 * step));
@@ -155,6 +161,19 @@ void ReadSnapshot(const Snapshot& snap_ref, const std::set<std::string>& series,
                   const std::set<RecordKey>& universe, Observation* out) {
   Observation& o = *out;
   const Snapshot* snap = &snap_ref;
+  // Lazy reads first, while no block is verified yet: a value whose chunks
+  // all check must be the value Get returns below.
+  Contents lazy;
+  for (const RecordKey& k : universe) {
+    auto v = snap->GetLazy(k.run, k.series, k.step);
+    Status s = v.ok() ? v->CheckAll() : v.status();
+    if (s.ok()) {
+      const Value& x = v->value();
+      lazy.emplace(k, RecordValue{x.dtype(), x.shape(), std::string(x.data(), x.nbytes())});
+    } else if (s.code() != StatusCode::kNotFound) {
+      o.errors.push_back(s);
+    }
+  }
   auto listed = snap->ListSeries();
   if (!listed.ok()) o.errors.push_back(listed.status());
   o.scan_complete = true;
@@ -197,6 +216,12 @@ void ReadSnapshot(const Snapshot& snap_ref, const std::set<std::string>& series,
       o.got.emplace(k, RecordValue{v->dtype(), v->shape(), std::string(v->data(), v->nbytes())});
     } else if (v.status().code() != StatusCode::kNotFound) {
       o.errors.push_back(v.status());
+    }
+  }
+  for (const auto& [k, v] : lazy) {
+    auto it = o.got.find(k);
+    if (it != o.got.end() && !(it->second == v)) {
+      o.anomalies.push_back("GetLazy and Get differ for " + KeyString(k));
     }
   }
   uint64_t blocks = 0;
@@ -285,6 +310,7 @@ class CorruptionTest : public ::testing::Test {
     WriterOptions wo;
     wo.buffer_bytes = 1 << 20;
     wo.block_bytes = 4096;
+    wo.large_value_bytes = 4096;
     wo.writer_id = "s";
     sealed_.id = "s";
     {

@@ -112,7 +112,7 @@ run "$RS" info "$T/empty_dir"; expect_rc 3
 # --- info --------------------------------------------------------------------
 test_name=info
 run "$RS" info "$S"; expect_rc 0; expect_err_empty
-expect_out_has "^format version: +2$"
+expect_out_has "^format version: +3$"
 expect_out_has "^writers: +3$"
 expect_out_has "^segments: +3 \(2 sealed, 1 open\)$"
 expect_out_has "^series: +13 \(\+1 reserved\)$"

@@ -76,6 +76,45 @@ struct ScanBatch {
   RunId run(size_t i) const;
 };
 
+// A value whose bytes are checked as they are read (Snapshot::GetLazy).
+//
+// A large uncompressed numeric value carries a checksum per chunk of its data
+// (docs/format.md "Value chunks"). Its bytes are checked by Check: before
+// reading bytes [offset, offset + len) of value().data(), a reader checks the
+// chunks they touch, each once, so that reading a slice of a large array reads
+// and checks that slice rather than the whole array (DESIGN.md invariant 3:
+// every byte read is checked). Any other value was checked whole when it was
+// fetched, and Check returns OK at once.
+//
+// Thread-safe; copies share what has been checked. The bytes of value() that
+// no Check has covered must not be read: they may be damaged.
+class LazyValue {
+ public:
+  class Checker {
+   public:
+    virtual ~Checker() = default;
+    virtual Status Check(uint64_t offset, uint64_t len) const = 0;
+    virtual bool all_checked() const = 0;
+  };
+  LazyValue() = default;
+  LazyValue(Value value, std::shared_ptr<const Checker> checker)
+      : value_(std::move(value)), checker_(std::move(checker)) {}
+
+  const Value& value() const { return value_; }
+  // Corruption naming the file and offset if a chunk the bytes touch is
+  // damaged; the bytes outside that chunk stay readable.
+  Status Check(uint64_t offset, uint64_t len) const {
+    return checker_ ? checker_->Check(offset, len) : Status::OK();
+  }
+  Status CheckAll() const { return Check(0, value_.nbytes()); }
+  // Whether every byte of value() has been checked.
+  bool all_checked() const { return !checker_ || checker_->all_checked(); }
+
+ private:
+  Value value_;
+  std::shared_ptr<const Checker> checker_;  // null: checked whole
+};
+
 // What Snapshot::VerifyAll found.
 struct VerifyReport {
   uint64_t segments = 0;
@@ -132,6 +171,9 @@ class Snapshot {
   // The visible record under (run, name, step). NotFound if there is none (or
   // it is hidden by a resume marker).
   virtual Result<Value> Get(RunRef run, std::string_view name, int64_t step) const = 0;
+  // The same record, with its bytes checked as they are read instead of
+  // before Get returns: for reading part of a large array (LazyValue).
+  virtual Result<LazyValue> GetLazy(RunRef run, std::string_view name, int64_t step) const = 0;
 
   // Scans the visible records of a series (every one, or those of
   // options.runs and options.steps). NotFound for an unknown series.

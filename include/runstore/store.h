@@ -29,8 +29,10 @@ namespace runstore {
 
 // The format version this build writes (store marker and segments); it reads
 // versions 1..this. Version 2 added Writer::Flush's commit-record flag and
-// key columns stored as sequences (docs/format.md "Versioning").
-inline constexpr uint32_t kFormatVersion = 2;
+// key columns stored as sequences; version 3, a checksum per chunk of large
+// arrays, so that reading part of one checks only that part
+// (docs/format.md "Versioning").
+inline constexpr uint32_t kFormatVersion = 3;
 
 struct StoreOptions {
   // Not owned; must outlive the Store and everything made from it. nullptr

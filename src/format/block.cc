@@ -328,6 +328,8 @@ void BlockBuilder::Finish(BlockHeader* h, std::vector<std::string_view>* pieces)
   h->raw_len = pos;
 }
 
+uint64_t ValueChunks::expected(uint64_t i) const { return DecodeFixed<uint64_t>(table + 8 * i); }
+
 int64_t BlockView::LoadI64(const char* p, uint32_t i) { return DecodeFixed<int64_t>(p + 8ull * i); }
 
 int64_t BlockView::Nth(const char* seq, uint64_t count, uint32_t i) {
@@ -529,6 +531,16 @@ Status BlockView::Parse(const BlockHeader& h, std::string_view payload) {
     if (!take(n, rb, &values_)) return bad("value column out of bounds");
   }
   (void)ignored;
+  chunks_ = ValueChunks();
+  if (h.flags & kBlockValueChunks) {
+    chunks_.data_offset = static_cast<uint64_t>(values_ - p);
+    chunks_.data_len = pos - chunks_.data_offset;
+    chunks_.shift = h.chunk_shift;
+    chunks_.count = (chunks_.data_len + (uint64_t{1} << h.chunk_shift) - 1) >> h.chunk_shift;
+    if (!align(kFrameAlign) || !take(chunks_.count, 8, &chunks_.table)) {
+      return bad("value chunk checksums out of bounds");
+    }
+  }
   if (pos != size) return bad("trailing bytes after the value column");
   return Status::OK();
 }

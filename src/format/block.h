@@ -4,6 +4,7 @@
 #ifndef RUNSTORE_FORMAT_BLOCK_H_
 #define RUNSTORE_FORMAT_BLOCK_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -142,6 +143,22 @@ class BlockBuilder {
   int64_t min_step_ = 0, max_step_ = 0;
 };
 
+// Where the value data of a block with kBlockValueChunks lies in its payload,
+// and its chunk checksums (docs/format.md "Value chunks").
+struct ValueChunks {
+  uint64_t data_offset = 0;  // of the value data, within the payload
+  uint64_t data_len = 0;
+  uint8_t shift = 0;            // chunks of 2^shift bytes; the last may be shorter
+  uint64_t count = 0;           // of chunks
+  const char* table = nullptr;  // u64[count], in the payload
+
+  uint64_t chunk_bytes() const { return uint64_t{1} << shift; }
+  // Bytes [begin, end) of the value data that chunk i covers.
+  uint64_t begin(uint64_t i) const { return i << shift; }
+  uint64_t end(uint64_t i) const { return std::min(data_len, (i + 1) << shift); }
+  uint64_t expected(uint64_t i) const;
+};
+
 // Read access to a raw (decompressed) payload. Checks every offset and length
 // against the payload size on Parse, so accessors need no further checks.
 class BlockView {
@@ -179,6 +196,8 @@ class BlockView {
   // The value of record i: its bytes and its shape.
   std::string_view value_bytes(uint32_t i) const;
   std::vector<int64_t> value_shape(uint32_t i) const;
+  // The value chunks of a block with kBlockValueChunks; null otherwise.
+  const ValueChunks* value_chunks() const { return chunks_.table ? &chunks_ : nullptr; }
 
  private:
   static int64_t LoadI64(const char* p, uint32_t i);
@@ -205,6 +224,7 @@ class BlockView {
   const uint8_t* ranks_ = nullptr;
   std::vector<uint64_t> dim_starts_;  // variable shapes: index into dims of record i
   const char* shape_dims_ = nullptr;
+  ValueChunks chunks_;
 };
 
 }  // namespace runstore::format

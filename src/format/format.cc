@@ -138,7 +138,8 @@ std::string EncodeBlockHeader(const BlockHeader& h) {
   PutFixed<uint8_t>(&s, h.flags);
   PutFixed<uint8_t>(&s, static_cast<uint8_t>(h.dims.size()));
   PutFixed<uint16_t>(&s, static_cast<uint16_t>(h.name.size()));
-  PutFixed<uint32_t>(&s, 0);
+  PutFixed<uint8_t>(&s, h.chunk_shift);
+  s.append(3, '\0');  // reserved
   PutFixed<int64_t>(&s, h.min_step);
   PutFixed<int64_t>(&s, h.max_step);
   for (int64_t d : h.dims) PutFixed<int64_t>(&s, d);
@@ -154,11 +155,12 @@ Status DecodeBlockHeader(std::string_view header, BlockHeader* h) {
   d.Skip(8);
   uint8_t dtype, codec, shape_kind, run_enc, rank;
   uint16_t name_len;
-  uint32_t reserved;
+  uint8_t reserved[3];
   if (!d.Get(&h->payload_len) || !d.Get(&h->payload_checksum) || !d.Get(&h->raw_len) ||
       !d.Get(&h->count) || !d.Get(&dtype) || !d.Get(&codec) || !d.Get(&shape_kind) ||
       !d.Get(&run_enc) || !d.Get(&h->flags) || !d.Get(&rank) || !d.Get(&name_len) ||
-      !d.Get(&reserved) || !d.Get(&h->min_step) || !d.Get(&h->max_step)) {
+      !d.Get(&h->chunk_shift) || !d.Get(&reserved[0]) || !d.Get(&reserved[1]) ||
+      !d.Get(&reserved[2]) || !d.Get(&h->min_step) || !d.Get(&h->max_step)) {
     return Status::Corruption("block header truncated");
   }
   if (!IsValidDType(dtype))
@@ -188,6 +190,18 @@ Status DecodeBlockHeader(std::string_view header, BlockHeader* h) {
   h->name.assign(name);
   if (!GetKey(&d, &h->min_key) || !GetKey(&d, &h->max_key)) {
     return Status::Corruption("block header: bad key range");
+  }
+  if (h->flags & kBlockValueChunks) {
+    if (h->count != 1 || IsVarLength(h->dtype) || h->codec != Codec::kNone ||
+        h->chunk_shift < kMinChunkShift || h->chunk_shift > kMaxChunkShift) {
+      return Status::Corruption(
+          "block header: value chunks need one uncompressed numeric record and a chunk shift "
+          "of 12..30 (count " +
+          std::to_string(h->count) + ", chunk shift " + std::to_string(h->chunk_shift) + ")");
+    }
+  } else if (h->chunk_shift != 0) {
+    return Status::Corruption("block header: chunk shift " + std::to_string(h->chunk_shift) +
+                              " without value chunks");
   }
   if (h->codec == Codec::kNone && h->raw_len != h->payload_len) {
     return Status::Corruption("block header: uncompressed block with raw size " +

@@ -1,4 +1,4 @@
-// Constants and structures of the segment format, version 1. The byte-level
+// Constants and structures of the segment format, version 3. The byte-level
 // specification is docs/format.md; the names here are the document's names.
 #ifndef RUNSTORE_FORMAT_FORMAT_H_
 #define RUNSTORE_FORMAT_FORMAT_H_
@@ -43,8 +43,8 @@ std::string SegmentFileName(std::string_view writer_id, uint64_t seq);
 bool ParseSegmentFileName(std::string_view name, std::string* writer_id, uint64_t* seq);
 
 // The segment format version written; segments of versions 1..this are read.
-inline constexpr uint32_t kSegmentFormatVersion = 2;
-// "versions 1 to 2", for NotSupported messages.
+inline constexpr uint32_t kSegmentFormatVersion = 3;
+// "versions 1 to 3", for NotSupported messages.
 std::string ReadableVersions();
 
 // Run encodings of a block's run column.
@@ -58,7 +58,16 @@ inline constexpr uint8_t kBlockKeysAscending = 1;  // (run, step) strictly ascen
 inline constexpr uint8_t kBlockRunSequences = 2;
 inline constexpr uint8_t kBlockStepSequences = 4;
 inline constexpr size_t kSequenceBytes = 24;
-inline constexpr uint8_t kBlockKnownFlags = 7;
+// The value data of the block's one numeric record is checksummed in chunks
+// of 2^chunk_shift bytes, whose checksums follow the value column, so that a
+// reader can check only the chunks it reads (docs/format.md "Value chunks").
+// Format version 3.
+inline constexpr uint8_t kBlockValueChunks = 8;
+inline constexpr uint8_t kBlockKnownFlags = 15;
+inline constexpr uint8_t kMinChunkShift = 12;  // 4 KiB
+inline constexpr uint8_t kMaxChunkShift = 30;  // 1 GiB
+// What writers use: 64 KiB, a table of 8 bytes per 64 KiB (0.012%).
+inline constexpr uint8_t kValueChunkShift = 16;
 
 struct SegmentHeader {
   uint32_t version = 0;
@@ -92,6 +101,7 @@ struct BlockHeader {
   bool variable_shape = false;
   RunEncoding run_encoding = RunEncoding::kInt;
   uint8_t flags = 0;
+  uint8_t chunk_shift = 0;    // with kBlockValueChunks; 0 otherwise
   std::vector<int64_t> dims;  // per-record shape of a fixed-shape block
   std::string name;
   int64_t min_step = 0;

@@ -38,11 +38,13 @@ TEST(FormatTest, SegmentHeaderRoundTripAndNewerVersionIsNotSupported) {
   ASSERT_OK(DecodeSegmentHeader(b, "f", &d));
   EXPECT_EQ(d.writer_id, "writer");
   EXPECT_EQ(d.sequence, 7u);
-  h.version = 2;  // a version 1 file and one of this build's both read
+  h.version = 2;  // files of earlier versions and of this build's all read
   ASSERT_OK(DecodeSegmentHeader(EncodeSegmentHeader(h), "f", &d));
   h.version = 3;
+  ASSERT_OK(DecodeSegmentHeader(EncodeSegmentHeader(h), "f", &d));
+  h.version = 4;
   EXPECT_THAT(DecodeSegmentHeader(EncodeSegmentHeader(h), "f.rss", &d),
-              StatusIsWith(StatusCode::kNotSupported, "this build reads versions 1 to 2"));
+              StatusIsWith(StatusCode::kNotSupported, "this build reads versions 1 to 3"));
   b[50] ^= 1;
   EXPECT_THAT(DecodeSegmentHeader(b, "f.rss", &d),
               StatusIsWith(StatusCode::kCorruption, "f.rss: offset 0"));

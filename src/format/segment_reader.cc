@@ -4,6 +4,7 @@
 #include <cstring>
 #include <limits>
 
+#include "format/block.h"
 #include "util/coding.h"
 #include "util/hash.h"
 
@@ -309,32 +310,106 @@ Status PayloadTruncated(const BlockInfo& block, const std::string& name) {
   return Status::Corruption(At(name, block.payload_offset) + "block payload truncated");
 }
 
+Status ChunkMismatch(const BlockInfo& block, const ValueChunks& c, uint64_t i,
+                     const std::string& name) {
+  return Status::Corruption(At(name, block.payload_offset + c.data_offset + c.begin(i)) +
+                            "value chunk " + std::to_string(i) + " of " + std::to_string(c.count) +
+                            " checksum mismatch (series '" + block.header.name + "')");
+}
+
+// Parses the payload of a block with value chunks, for their layout. Parsing
+// reads only the key columns and the table, and checks every offset.
+Status ParseChunked(std::string_view stored, const BlockInfo& block, const std::string& name,
+                    BlockView* view) {
+  if (stored.size() != block.header.payload_len) return PayloadTruncated(block, name);
+  Status s = view->Parse(block.header, stored);
+  if (!s.ok()) return s.WithContext(At(name, block.payload_offset));
+  return Status::OK();
+}
+
 }  // namespace
+
+Status CheckPayloadOutsideValue(std::string_view stored, const BlockView& view,
+                                const BlockInfo& block, const std::string& name) {
+  const ValueChunks& c = *view.value_chunks();
+  ChecksumStream hash;
+  hash.Update(stored.data(), c.data_offset);
+  const uint64_t after = c.data_offset + c.data_len;
+  hash.Update(stored.data() + after, stored.size() - after);
+  if (hash.Digest() != block.header.payload_checksum) return PayloadMismatch(block, name);
+  return Status::OK();
+}
+
+Status CheckValueChunks(std::string_view stored, const BlockView& view, uint64_t first,
+                        uint64_t last, const BlockInfo& block, const std::string& name) {
+  const ValueChunks& c = *view.value_chunks();
+  const char* data = stored.data() + c.data_offset;
+  for (uint64_t i = first; i < last; ++i) {
+    if (Checksum(data + c.begin(i), c.end(i) - c.begin(i)) != c.expected(i)) {
+      return ChunkMismatch(block, c, i, name);
+    }
+  }
+  return Status::OK();
+}
 
 Status CheckPayload(std::string_view stored, const BlockInfo& block, const std::string& name) {
   if (stored.size() != block.header.payload_len) return PayloadTruncated(block, name);
+  if (block.header.flags & kBlockValueChunks) {
+    BlockView view;
+    RETURN_IF_ERROR(ParseChunked(stored, block, name, &view));
+    RETURN_IF_ERROR(CheckPayloadOutsideValue(stored, view, block, name));
+    return CheckValueChunks(stored, view, 0, view.value_chunks()->count, block, name);
+  }
   if (Checksum(stored) != block.header.payload_checksum) return PayloadMismatch(block, name);
   return Status::OK();
 }
 
-Status CheckPayloadByReading(const RandomAccessFile& file, const BlockInfo& block,
-                             const std::string& name) {
+Status CheckPayloadByReading(const RandomAccessFile& file, std::string_view stored,
+                             const BlockInfo& block, const std::string& name) {
   // A quarter of this machine class's per-core L2: the hash reads each piece
   // right after the copy wrote it.
   constexpr size_t kPiece = size_t{256} << 10;
   thread_local std::unique_ptr<char[]> scratch(new char[kPiece]);
-  const uint64_t len = block.header.payload_len;
-  file.WillNeed(block.payload_offset, len);
+  // What is read: the whole payload, or the value data of a block with value
+  // chunks (the rest, a few pages, is hashed where it lies).
+  BlockView view;
+  const ValueChunks* chunks = nullptr;
+  uint64_t begin = 0, len = block.header.payload_len;
+  if (block.header.flags & kBlockValueChunks) {
+    RETURN_IF_ERROR(ParseChunked(stored, block, name, &view));
+    RETURN_IF_ERROR(CheckPayloadOutsideValue(stored, view, block, name));
+    chunks = view.value_chunks();
+    begin = chunks->data_offset;
+    len = chunks->data_len;
+  }
+  file.WillNeed(block.payload_offset + begin, len);
   ChecksumStream hash;
+  uint64_t chunk = 0;  // with value chunks: the chunk being hashed
   for (uint64_t done = 0; done < len;) {
     const size_t n = static_cast<size_t>(std::min<uint64_t>(kPiece, len - done));
     std::string_view got;
-    RETURN_IF_ERROR(file.Read(block.payload_offset + done, n, scratch.get(), &got));
+    RETURN_IF_ERROR(file.Read(block.payload_offset + begin + done, n, scratch.get(), &got));
     if (got.size() != n) return PayloadTruncated(block, name);
-    hash.Update(got.data(), got.size());
-    done += n;
+    if (!chunks) {
+      hash.Update(got.data(), got.size());
+      done += n;
+      continue;
+    }
+    for (const char* q = got.data(); q < got.data() + n;) {
+      const size_t take = std::min<uint64_t>(got.data() + n - q, chunks->end(chunk) - done);
+      hash.Update(q, take);
+      q += take;
+      done += take;
+      if (done == chunks->end(chunk)) {
+        if (hash.Digest() != chunks->expected(chunk))
+          return ChunkMismatch(block, *chunks, chunk, name);
+        hash = ChecksumStream();
+        ++chunk;
+      }
+    }
   }
-  if (hash.Digest() != block.header.payload_checksum) return PayloadMismatch(block, name);
+  if (!chunks && hash.Digest() != block.header.payload_checksum)
+    return PayloadMismatch(block, name);
   return Status::OK();
 }
 

@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "format/block.h"
 #include "format/format.h"
 #include "runstore/env.h"
 #include "runstore/status.h"
@@ -52,8 +53,9 @@ Status LoadSegmentIndex(const RandomAccessFile& file, const std::string& name, S
 Status RefreshSegmentIndex(const RandomAccessFile& file, const std::string& name,
                            SegmentIndex* index);
 
-// Checks the stored payload of a block against its checksum. Corruption
-// naming the file and offset otherwise.
+// Checks the stored payload of a block against its checksum (and, for a block
+// with value chunks, every chunk against its own). Corruption naming the file
+// and offset otherwise.
 Status CheckPayload(std::string_view stored, const BlockInfo& block, const std::string& name);
 
 // The same check, reading the payload from `file` in cache-sized pieces after
@@ -61,8 +63,18 @@ Status CheckPayload(std::string_view stored, const BlockInfo& block, const std::
 // that are handed out as views of a mapping: the file system reads exactly the
 // block in large requests, and hashing it maps none of its pages, so a caller
 // who then touches a tenth of an array has only that tenth resident.
-Status CheckPayloadByReading(const RandomAccessFile& file, const BlockInfo& block,
-                             const std::string& name);
+// `stored` is the mapped payload, of which only the key columns and chunk
+// checksums of a block with value chunks are read.
+Status CheckPayloadByReading(const RandomAccessFile& file, std::string_view stored,
+                             const BlockInfo& block, const std::string& name);
+
+// For a block with value chunks whose payload `stored` was parsed into `view`
+// (docs/format.md "Value chunks"): checks everything but the value data, and
+// chunks [first, last) of the value data.
+Status CheckPayloadOutsideValue(std::string_view stored, const BlockView& view,
+                                const BlockInfo& block, const std::string& name);
+Status CheckValueChunks(std::string_view stored, const BlockView& view, uint64_t first,
+                        uint64_t last, const BlockInfo& block, const std::string& name);
 
 }  // namespace runstore::format
 

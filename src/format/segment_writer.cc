@@ -46,7 +46,7 @@ Status SegmentWriter::WriteFrame(std::string_view header,
 }
 
 Status SegmentWriter::AddBlock(BlockHeader* h, const std::vector<std::string_view>& raw,
-                               int zstd_level, bool header_last) {
+                               int zstd_level, bool header_last, bool chunk_value) {
   const uint64_t frame_offset = offset_;
   std::vector<std::string_view> stored = raw;
   if (h->codec != Codec::kNone) {
@@ -63,20 +63,53 @@ Status SegmentWriter::AddBlock(BlockHeader* h, const std::vector<std::string_vie
   }
   uint64_t len = 0;
   for (auto p : stored) len += p.size();
+  // Value chunks (docs/format.md "Value chunks"): the value data, the last
+  // raw piece, is followed by padding and a checksum per chunk.
+  const bool chunked = chunk_value && h->codec == Codec::kNone && !raw.empty();
+  std::string_view data;
+  uint64_t table_offset = 0;
+  if (chunked) {
+    data = raw.back();
+    h->flags |= kBlockValueChunks;
+    h->chunk_shift = kValueChunkShift;
+    const uint64_t count =
+        (data.size() + (uint64_t{1} << kValueChunkShift) - 1) >> kValueChunkShift;
+    table_offset = AlignUp(len, kFrameAlign);
+    chunk_table_.assign(8 * count, '\0');
+    stored.emplace_back(kZeros, table_offset - len);
+    stored.emplace_back(chunk_table_);
+    len = table_offset + chunk_table_.size();
+    h->raw_len = len;
+  }
   h->payload_len = len;
   if (header_last) {
     // The frame goes to the file behind a zeroed header of the same length
     // (payload_checksum is fixed-width), so the disk starts on it while the
-    // payload is hashed; the header is written in place below.
+    // payload is hashed; the header (and a chunk table) is written in place
+    // below.
     h->payload_checksum = 0;
     RETURN_IF_ERROR(WriteFrame(std::string(EncodeBlockHeader(*h).size(), '\0'), stored, len));
   }
   ChecksumStream checksum;
-  for (auto p : stored) checksum.Update(p.data(), p.size());
+  if (chunked) {
+    for (uint64_t i = 0, at = 0; at < data.size(); ++i, at += uint64_t{1} << kValueChunkShift) {
+      const size_t n = std::min<uint64_t>(data.size() - at, uint64_t{1} << kValueChunkShift);
+      EncodeFixed<uint64_t>(chunk_table_.data() + 8 * i, Checksum(data.data() + at, n));
+    }
+    // Everything but the value data.
+    for (size_t i = 0; i < stored.size(); ++i) {
+      if (i != raw.size() - 1) checksum.Update(stored[i].data(), stored[i].size());
+    }
+  } else {
+    for (auto p : stored) checksum.Update(p.data(), p.size());
+  }
   h->payload_checksum = checksum.Digest();
   std::string header = EncodeBlockHeader(*h);
   if (header_last) {
-    Status s = file_->WriteAt(frame_offset, header);
+    const uint64_t payload_offset =
+        PayloadOffset(frame_offset, static_cast<uint16_t>(header.size()));
+    Status s = chunked ? file_->WriteAt(payload_offset + table_offset, chunk_table_) : Status::OK();
+    if (s.ok()) s = file_->WriteAt(frame_offset, header);
     if (!s.ok()) return s.WithContext(path_);
   } else {
     RETURN_IF_ERROR(WriteFrame(header, stored, len));

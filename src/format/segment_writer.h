@@ -34,8 +34,12 @@ class SegmentWriter {
   // disk starts on the payload at once instead of after all of it has been
   // hashed. Until the header is in place the frame reads as a torn tail
   // (docs/format.md "Segment file").
+  //
+  // With `chunk_value` (a block of one numeric value, whose data is the last
+  // piece of `raw`), a block stored uncompressed gets a checksum per chunk of
+  // the value data, so that readers can check only what they read.
   Status AddBlock(BlockHeader* header, const std::vector<std::string_view>& raw, int zstd_level,
-                  bool header_last = false);
+                  bool header_last = false, bool chunk_value = false);
 
   // Writes a commit record covering every frame since the last one, then,
   // with `sync`, syncs the file. Without it the commit is visible and safe
@@ -77,6 +81,7 @@ class SegmentWriter {
   std::string commits_;  // footer payload: commit entries so far
   uint64_t block_count_ = 0;
   std::string scratch_;
+  std::string chunk_table_;
   std::string joined_;
   Compressor compressor_;
 };

@@ -135,7 +135,7 @@ Result<std::shared_ptr<SnapshotImpl>> SnapshotImpl::Build(
   return snap;
 }
 
-Result<Payload> SnapshotImpl::ReadPayload(const BlockRef& b) const {
+Result<Payload> SnapshotImpl::ReadPayload(const BlockRef& b, Check check) const {
   const LoadedSegment& seg = *segments_[b.segment];
   const format::BlockInfo& info = seg.index.blocks[b.block];
   const BlockHeader& h = info.header;
@@ -145,17 +145,25 @@ Result<Payload> SnapshotImpl::ReadPayload(const BlockRef& b) const {
   }
   std::string_view stored(seg.map->data() + info.payload_offset, h.payload_len);
   if (!seg.verified[b.block].load(std::memory_order_acquire)) {
-    // A large uncompressed block goes to the caller as a view of the mapping,
-    // of which it may touch little (a strided sample of an array): verify it
-    // by reading, so that the check neither maps all of its pages nor makes
-    // the mapping's readahead pull in the blocks after it. Everything else is
-    // read whole anyway, and is hashed where it lies.
-    if (h.codec == Codec::kNone && h.payload_len >= kVerifyByReadingBytes && seg.handle) {
-      RETURN_IF_ERROR(format::CheckPayloadByReading(*seg.handle, info, seg.file));
+    if (check == Check::kAllButValue && (h.flags & format::kBlockValueChunks)) {
+      // The value data is checked chunk by chunk as it is read (GetLazy).
+      format::BlockView view;
+      Status s = view.Parse(h, stored);
+      if (!s.ok())
+        return s.WithContext(seg.file + ": offset " + std::to_string(info.payload_offset));
+      RETURN_IF_ERROR(format::CheckPayloadOutsideValue(stored, view, info, seg.file));
+    } else if (h.codec == Codec::kNone && h.payload_len >= kVerifyByReadingBytes && seg.handle) {
+      // A large uncompressed block goes to the caller as a view of the
+      // mapping, of which it may touch little (a strided sample of an array):
+      // verify it by reading, so that the check neither maps all of its pages
+      // nor makes the mapping's readahead pull in the blocks after it.
+      // Everything else is read whole anyway, and is hashed where it lies.
+      RETURN_IF_ERROR(format::CheckPayloadByReading(*seg.handle, stored, info, seg.file));
+      seg.verified[b.block].store(true, std::memory_order_release);
     } else {
       RETURN_IF_ERROR(format::CheckPayload(stored, info, seg.file));
+      seg.verified[b.block].store(true, std::memory_order_release);
     }
-    seg.verified[b.block].store(true, std::memory_order_release);
   }
   Payload p;
   if (h.codec == Codec::kNone) {
@@ -496,7 +504,8 @@ Value MakeRecordValue(const BlockHeader& h, const Payload& p, uint32_t row) {
 
 }  // namespace
 
-Result<Value> SnapshotImpl::Get(RunRef run, std::string_view name, int64_t step) const {
+Result<SnapshotImpl::Found> SnapshotImpl::Find(RunRef run, std::string_view name, int64_t step,
+                                               Check check) const {
   auto it = series_.find(name);
   if (it == series_.end()) return Status::NotFound("series '" + std::string(name) + "' not found");
   const SeriesEntry& e = *it->second;
@@ -520,7 +529,7 @@ Result<Value> SnapshotImpl::Get(RunRef run, std::string_view name, int64_t step)
     const BlockHeader& h = *b.header;
     if (CompareKey(run, step, h.max_key) > 0 || step < h.min_step || step > h.max_step) continue;
     if (best && std::tie(b.commit, b.offset) < std::tie(best->commit, best->offset)) continue;
-    ASSIGN_OR_RETURN(Payload p, ReadPayload(b));
+    ASSIGN_OR_RETURN(Payload p, ReadPayload(b, check));
     const auto& v = p.view;
     int64_t found = -1;
     auto cmp = [&](uint32_t r) {
@@ -553,7 +562,98 @@ Result<Value> SnapshotImpl::Get(RunRef run, std::string_view name, int64_t step)
   }
   if (!best) return not_found();
   if (name[0] != '~' && HiddenByResume(run, step, best->commit)) return not_found();
-  return MakeRecordValue(*best->header, best_payload, best_row);
+  return Found{best, best_row, std::move(best_payload)};
+}
+
+Result<Value> SnapshotImpl::Get(RunRef run, std::string_view name, int64_t step) const {
+  ASSIGN_OR_RETURN(Found f, Find(run, name, step, Check::kAll));
+  return MakeRecordValue(*f.block->header, f.payload, f.row);
+}
+
+namespace {
+
+// Checks the chunks of a value as its reader reaches them, each once.
+class ChunkChecker final : public LazyValue::Checker {
+ public:
+  ChunkChecker(std::shared_ptr<const LoadedSegment> seg, uint32_t block, const Payload& p)
+      : seg_(std::move(seg)),
+        block_(block),
+        stored_(p.bytes),
+        view_(p.view),
+        chunks_(*view_.value_chunks()),
+        words_((chunks_.count + 63) / 64),
+        checked_(std::make_unique<std::atomic<uint64_t>[]>(words_)),
+        unchecked_(chunks_.count) {}
+
+  Status Check(uint64_t offset, uint64_t len) const override {
+    if (len == 0 || all_checked()) return Status::OK();
+    const uint64_t first = offset >> chunks_.shift;
+    const uint64_t last = std::min(chunks_.count, ((offset + len - 1) >> chunks_.shift) + 1);
+    for (uint64_t i = first; i < last;) {
+      if (IsChecked(i)) {
+        ++i;
+        continue;
+      }
+      uint64_t end = i + 1;
+      while (end < last && !IsChecked(end)) ++end;
+      RETURN_IF_ERROR(CheckRange(i, end));
+      i = end;
+    }
+    return Status::OK();
+  }
+
+  bool all_checked() const override {
+    return seg_->verified[block_].load(std::memory_order_acquire);
+  }
+
+ private:
+  bool IsChecked(uint64_t i) const {
+    return (checked_[i / 64].load(std::memory_order_acquire) >> (i % 64)) & 1;
+  }
+
+  Status CheckRange(uint64_t first, uint64_t last) const {
+    const format::BlockInfo& info = seg_->index.blocks[block_];
+    const uint64_t begin = chunks_.begin(first), end = chunks_.end(last - 1);
+    // Ask for exactly these chunks before hashing them through the mapping:
+    // a page fault's read-around would also read the blocks next to them.
+    if (seg_->handle)
+      seg_->handle->WillNeed(info.payload_offset + chunks_.data_offset + begin, end - begin);
+    RETURN_IF_ERROR(format::CheckValueChunks(stored_, view_, first, last, info, seg_->file));
+    uint64_t newly = 0;
+    for (uint64_t i = first; i < last; ++i) {
+      const uint64_t bit = uint64_t{1} << (i % 64);
+      if (!(checked_[i / 64].fetch_or(bit, std::memory_order_acq_rel) & bit)) ++newly;
+    }
+    if (newly != 0 && unchecked_.fetch_sub(newly, std::memory_order_acq_rel) == newly) {
+      seg_->verified[block_].store(true, std::memory_order_release);
+    }
+    return Status::OK();
+  }
+
+  std::shared_ptr<const LoadedSegment> seg_;  // keeps the mapping of stored_ alive
+  uint32_t block_;
+  std::string_view stored_;
+  format::BlockView view_;
+  format::ValueChunks chunks_;
+  uint64_t words_;
+  std::unique_ptr<std::atomic<uint64_t>[]> checked_;  // a bit per chunk
+  mutable std::atomic<uint64_t> unchecked_;
+};
+
+}  // namespace
+
+Result<LazyValue> SnapshotImpl::GetLazy(RunRef run, std::string_view name, int64_t step) const {
+  ASSIGN_OR_RETURN(Found f, Find(run, name, step, Check::kAllButValue));
+  const BlockRef& b = *f.block;
+  Value value = MakeRecordValue(*b.header, f.payload, f.row);
+  const auto& seg = segments_[b.segment];
+  if (seg->verified[b.block].load(std::memory_order_acquire))
+    return LazyValue(std::move(value), nullptr);
+  if (f.payload.view.value_chunks()->count == 0) {
+    seg->verified[b.block].store(true, std::memory_order_release);  // no value data
+    return LazyValue(std::move(value), nullptr);
+  }
+  return LazyValue(std::move(value), std::make_shared<ChunkChecker>(seg, b.block, f.payload));
 }
 
 namespace {

@@ -59,6 +59,7 @@ class SnapshotImpl final : public Snapshot {
   Result<std::vector<RunId>> ListRuns() const override;
   std::vector<SegmentInfo> ListSegments() const override;
   Result<Value> Get(RunRef run, std::string_view name, int64_t step) const override;
+  Result<LazyValue> GetLazy(RunRef run, std::string_view name, int64_t step) const override;
   using Snapshot::Scan;
   Result<std::unique_ptr<SeriesScanner>> Scan(std::string_view name,
                                               const ScanOptions& options) const override;
@@ -93,7 +94,10 @@ class SnapshotImpl final : public Snapshot {
     mutable std::vector<PlanItem> plan;
   };
 
-  Result<Payload> ReadPayload(const BlockRef& b) const;
+  // What ReadPayload checks of a block not yet verified: everything, or, for
+  // a block with value chunks, everything but the value data (GetLazy).
+  enum class Check { kAll, kAllButValue };
+  Result<Payload> ReadPayload(const BlockRef& b, Check check = Check::kAll) const;
   Status EnsurePlan(const SeriesEntry& e) const;
   // True when no key appears twice among the blocks of these payloads, for
   // the layouts they recognise (false otherwise, which proves nothing):
@@ -108,6 +112,14 @@ class SnapshotImpl final : public Snapshot {
   bool HiddenByResume(const RunRef& run, int64_t step, const CommitOrder& order) const;
   bool BlockMayBeHidden(const BlockRef& b) const;
   Status ComputePlan(const SeriesEntry& e) const;
+  // The block and row of the visible record under (run, name, step), its
+  // payload read with `check`.
+  struct Found {
+    const BlockRef* block;
+    uint32_t row;
+    Payload payload;
+  };
+  Result<Found> Find(RunRef run, std::string_view name, int64_t step, Check check) const;
 
   std::vector<std::shared_ptr<const LoadedSegment>> segments_;
   std::map<std::string, std::unique_ptr<SeriesEntry>, std::less<>> series_;

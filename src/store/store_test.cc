@@ -13,6 +13,7 @@
 
 #include "env/fault_injection_env.h"
 #include "testing/test_util.h"
+#include "util/coding.h"
 #include "util/hash.h"
 
 namespace runstore {
@@ -658,7 +659,7 @@ TEST_F(StoreTest, NewerFormatVersionIsRefused) {
   Open();
   std::ofstream(StorePath() + "/RUNSTORE", std::ios::trunc) << "runstore store\nformat_version 7\n";
   EXPECT_THAT(Store::Open(StorePath(), {}),
-              StatusIsWith(StatusCode::kNotSupported, "reads versions 1 to 2"));
+              StatusIsWith(StatusCode::kNotSupported, "reads versions 1 to 3"));
 }
 
 // A version 1 segment (no flushes, key columns stored plainly) reads as it
@@ -791,13 +792,122 @@ TEST_F(StoreTest, DamageAnywhereInALargeArrayIsFoundOnFirstGet) {
     FlipByte(file, off);
     ASSERT_OK_AND_ASSIGN(auto ro, Store::Open(StorePath(), {.read_only = true}));
     auto snap = ro->GetSnapshot();
+    // The value data is checked in chunks of 64 KiB: the error names the
+    // damaged chunk and where it starts.
+    const uint64_t chunk = (off - value) >> 16;
     EXPECT_THAT(snap->Get(0, "x", 0),
-                StatusIsWith(StatusCode::kCorruption,
-                             "w-00000001.rss: offset 256: block payload checksum mismatch "
-                             "(series 'x', 1 records)"));  // the payload: keys, then the value
-    ASSERT_OK_AND_ASSIGN(Value v, snap->Get(1, "x", 0));   // the other array is intact
+                StatusIsWith(StatusCode::kCorruption, "w-00000001.rss: offset " +
+                                                          std::to_string(value + (chunk << 16)) +
+                                                          ": value chunk " + std::to_string(chunk) +
+                                                          " of 33 checksum mismatch (series 'x')"));
+    ASSERT_OK_AND_ASSIGN(Value v, snap->Get(1, "x", 0));  // the other array is intact
     EXPECT_TRUE(v.zero_copy());
     EXPECT_EQ(std::memcmp(v.data(), a.data(), bytes.size()), 0);
+  }
+}
+
+// GetLazy hands out a large array unchecked and checks each 64 KiB chunk
+// the reader asks for: damage in one chunk fails the reads that reach it and
+// no other, and Get, Verify and a full check still find it.
+TEST_F(StoreTest, LazyGetChecksOnlyTheChunksItReads) {
+  constexpr uint64_t kChunk = uint64_t{1} << 16;
+  const int64_t n = (int64_t{1} << 18) + 1;  // 2 MiB + 8 bytes: 33 chunks, the last of 8 bytes
+  std::vector<double> a(static_cast<size_t>(n));
+  std::iota(a.begin(), a.end(), 0.5);
+  const std::vector<int64_t> shape{n};
+  const std::string_view bytes(reinterpret_cast<const char*>(a.data()), a.size() * 8);
+  auto store = Open();
+  {
+    ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter({.writer_id = "w"}));
+    ASSERT_OK(w->Append(0, "x", 0, ValueRef::Array<double>(a.data(), shape)));
+    ASSERT_OK(w->Close());
+  }
+  const std::string file = StorePath() + "/" + (*store->Refresh())->ListSegments().at(0).file;
+  ASSERT_OK_AND_ASSIGN(std::string contents, ReadFileToString(Env::Default(), file));
+  const size_t value = contents.find(bytes);
+  ASSERT_NE(value, std::string::npos);
+  FlipByte(file, value + 5 * kChunk + 100);  // in chunk 5
+  ASSERT_OK_AND_ASSIGN(auto ro, Store::Open(StorePath(), {.read_only = true}));
+  auto snap = ro->GetSnapshot();
+  ASSERT_OK_AND_ASSIGN(LazyValue lazy, snap->GetLazy(0, "x", 0));
+  EXPECT_FALSE(lazy.all_checked());
+  EXPECT_TRUE(lazy.value().zero_copy());
+  ASSERT_EQ(lazy.value().nbytes(), bytes.size());
+  const std::string chunk5 = "w-00000001.rss: offset " + std::to_string(value + 5 * kChunk) +
+                             ": value chunk 5 of 33 checksum mismatch (series 'x')";
+  EXPECT_OK(lazy.Check(0, 5 * kChunk));                          // chunks 0..4
+  EXPECT_OK(lazy.Check(6 * kChunk, bytes.size() - 6 * kChunk));  // 6..32, the short last one
+  EXPECT_OK(lazy.Check(bytes.size() - 1, 1));
+  EXPECT_OK(lazy.Check(5 * kChunk, 0));  // nothing read
+  EXPECT_THAT(lazy.Check(5 * kChunk + 100, 8), StatusIsWith(StatusCode::kCorruption, chunk5));
+  EXPECT_THAT(lazy.Check(4 * kChunk, 2 * kChunk), StatusIsWith(StatusCode::kCorruption, chunk5));
+  EXPECT_THAT(lazy.CheckAll(), StatusIsWith(StatusCode::kCorruption, chunk5));
+  EXPECT_FALSE(lazy.all_checked());
+  // What was checked is what was written.
+  EXPECT_EQ(std::memcmp(lazy.value().data(), a.data(), 5 * kChunk), 0);
+  EXPECT_EQ(std::memcmp(lazy.value().data() + 6 * kChunk, a.data() + 6 * kChunk / 8,
+                        bytes.size() - 6 * kChunk),
+            0);
+  EXPECT_THAT(snap->Get(0, "x", 0), StatusIsWith(StatusCode::kCorruption, chunk5));
+  EXPECT_THAT(snap->Verify(), StatusIsWith(StatusCode::kCorruption, chunk5));
+  // A fresh snapshot checks from scratch: a reader that skips chunk 5 never
+  // fails.
+  ASSERT_OK_AND_ASSIGN(auto ro2, Store::Open(StorePath(), {.read_only = true}));
+  ASSERT_OK_AND_ASSIGN(LazyValue again, ro2->GetSnapshot()->GetLazy(0, "x", 0));
+  EXPECT_OK(again.Check(0, 5 * kChunk - 1));
+  EXPECT_OK(again.Check(6 * kChunk, kChunk));
+}
+
+// The parts of a lazily read block other than the value data (its keys, the
+// chunk checksums) are checked before GetLazy returns; once every chunk has
+// been checked the block counts as verified, for every later read.
+TEST_F(StoreTest, LazyGetChecksKeysAndChunkTableAtOnceAndRemembersAFullCheck) {
+  const int64_t n = 300000;  // 2.3 MiB: 37 chunks
+  std::vector<double> a(static_cast<size_t>(n));
+  std::iota(a.begin(), a.end(), 1.5);
+  const std::vector<int64_t> shape{n};
+  const std::string_view bytes(reinterpret_cast<const char*>(a.data()), a.size() * 8);
+  auto store = Open();
+  {
+    ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter({.writer_id = "w"}));
+    ASSERT_OK(w->Append(0, "x", 0, ValueRef::Array<double>(a.data(), shape)));
+    ASSERT_OK(w->Append(1, "x", 0, ValueRef::Array<double>(a.data(), shape)));
+    ASSERT_OK(w->Append(2, "small", 0, 2.5));
+    ASSERT_OK(w->Close());
+  }
+  {
+    ASSERT_OK_AND_ASSIGN(auto ro, Store::Open(StorePath(), {.read_only = true}));
+    auto snap = ro->GetSnapshot();
+    ASSERT_OK_AND_ASSIGN(LazyValue small, snap->GetLazy(2, "small", 0));
+    EXPECT_TRUE(small.all_checked());  // not chunked: checked whole
+    EXPECT_EQ(small.value().scalar<double>(), 2.5);
+    ASSERT_OK_AND_ASSIGN(LazyValue lazy, snap->GetLazy(1, "x", 0));
+    for (uint64_t at = 0; at < bytes.size(); at += 40000) {
+      // Reads of 40,000 bytes: the last chunk is reached by the last but one.
+      EXPECT_EQ(lazy.all_checked(), at + 40000 >= bytes.size()) << at;
+      ASSERT_OK(lazy.Check(at, std::min<uint64_t>(40000, bytes.size() - at)));
+    }
+    EXPECT_TRUE(lazy.all_checked());
+    ASSERT_OK_AND_ASSIGN(LazyValue later, snap->GetLazy(1, "x", 0));
+    EXPECT_TRUE(later.all_checked());
+    EXPECT_EQ(std::memcmp(later.value().data(), a.data(), bytes.size()), 0);
+    EXPECT_THAT(snap->GetLazy(1, "x", 1), StatusIs(StatusCode::kNotFound));
+  }
+  const std::string file = StorePath() + "/" + (*store->Refresh())->ListSegments().at(0).file;
+  ASSERT_OK_AND_ASSIGN(std::string contents, ReadFileToString(Env::Default(), file));
+  const size_t value = contents.find(bytes);  // run 0's value
+  ASSERT_NE(value, std::string::npos);
+  // The chunk table follows the value data (padded to 64 bytes); the keys
+  // precede it. Damage to either fails GetLazy itself.
+  for (const uint64_t at : {value - 64, AlignUp(value + bytes.size(), 64) + 8 * 20}) {
+    SCOPED_TRACE(at);
+    FlipByte(file, at);
+    ASSERT_OK_AND_ASSIGN(auto ro, Store::Open(StorePath(), {.read_only = true}));
+    EXPECT_THAT(ro->GetSnapshot()->GetLazy(0, "x", 0),
+                StatusIsWith(StatusCode::kCorruption, "block payload checksum mismatch"));
+    ASSERT_OK_AND_ASSIGN(LazyValue other, ro->GetSnapshot()->GetLazy(1, "x", 0));
+    EXPECT_OK(other.CheckAll());
+    FlipByte(file, at);  // undone
   }
 }
 
@@ -1072,7 +1182,9 @@ void ExpectScanMatches(const Snapshot& snap, std::string_view name,
     views += b.values.zero_copy();
   }
   EXPECT_GE(batches, 4u);
-  if (whole) EXPECT_EQ(views, batches) << "every block is taken whole";
+  if (whole) {
+    EXPECT_EQ(views, batches) << "every block is taken whole";
+  }
 }
 
 // Several runs logged step by step (vectorised environments): blocks whose
