@@ -90,10 +90,15 @@ struct ScanBatch {
 // no Check has covered must not be read: they may be damaged.
 class LazyValue {
  public:
+  // Bytes [offset, offset + len) of value().data().
+  struct Range {
+    uint64_t offset;
+    uint64_t len;
+  };
   class Checker {
    public:
     virtual ~Checker() = default;
-    virtual Status Check(uint64_t offset, uint64_t len) const = 0;
+    virtual Status Check(std::span<const Range> ranges) const = 0;
     virtual bool all_checked() const = 0;
   };
   LazyValue() = default;
@@ -104,7 +109,14 @@ class LazyValue {
   // Corruption naming the file and offset if a chunk the bytes touch is
   // damaged; the bytes outside that chunk stay readable.
   Status Check(uint64_t offset, uint64_t len) const {
-    return checker_ ? checker_->Check(offset, len) : Status::OK();
+    const Range r{offset, len};
+    return Check(std::span<const Range>(&r, 1));
+  }
+  // Checks several ranges at once: the chunks of all of them are asked of the
+  // file system together, so that a sample spread over a large array is read
+  // in parallel requests rather than one after another.
+  Status Check(std::span<const Range> ranges) const {
+    return checker_ ? checker_->Check(ranges) : Status::OK();
   }
   Status CheckAll() const { return Check(0, value_.nbytes()); }
   // Whether every byte of value() has been checked.

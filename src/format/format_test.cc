@@ -285,6 +285,78 @@ TEST(FormatTest, CommitRecordIsOnlyAcceptedWithItsOwnFrames) {
   EXPECT_EQ(idx.blocks[1].commit_index, 1u);
 }
 
+// A large value's data checksummed in chunks of several sizes a reader may
+// meet, with a last chunk that is shorter: checked whole (from memory, and by
+// reading the file in pieces, which chunks of more than a piece span) and
+// chunk by chunk, intact and with one damaged byte.
+TEST(FormatTest, ValueChunksOfEverySizeCheckWholeAndOneByOne) {
+  const int64_t n = (int64_t{3} << 17) + 3;  // 3 MiB + 24 bytes of float64
+  std::vector<double> a(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) a[static_cast<size_t>(i)] = 0.25 * static_cast<double>(i);
+  const std::vector<int64_t> shape{n};
+  const uint64_t bytes = a.size() * 8;
+  for (const uint8_t shift : {kMinChunkShift, uint8_t{16}, uint8_t{20}, uint8_t{22}}) {
+    SCOPED_TRACE(static_cast<int>(shift));
+    std::unique_ptr<Env> env = NewMemEnv();
+    BlockBuilder b{BlockSchema{"x", DType::kFloat64, false, {n}}};
+    b.AddBorrowed(RunRef(int64_t{4}), 0, ValueRef::Array<double>(a.data(), shape));
+    BlockHeader h;
+    std::vector<std::string_view> pieces;
+    b.Finish(&h, &pieces);
+    {
+      ASSERT_OK_AND_ASSIGN(
+          auto sw, SegmentWriter::Create(env.get(), "/seg.rss", SegmentHeader{3, 1, 1, "w"}));
+      ASSERT_OK(sw->AddBlock(&h, pieces, 3, /*header_last=*/true, shift));
+      ASSERT_OK(sw->Commit(100));
+      ASSERT_OK(sw->Seal());
+    }
+    ASSERT_OK_AND_ASSIGN(std::string f, ReadFileToString(env.get(), "/seg.rss"));
+    ASSERT_OK_AND_ASSIGN(auto file, env->NewRandomAccessFile("/seg.rss"));
+    SegmentIndex idx;
+    ASSERT_OK(LoadSegmentIndex(*file, "seg.rss", &idx));
+    ASSERT_EQ(idx.blocks.size(), 1u);
+    const BlockInfo& info = idx.blocks[0];
+    EXPECT_EQ(info.header.flags & kBlockValueChunks, kBlockValueChunks);
+    EXPECT_EQ(info.header.chunk_shift, shift);
+    auto payload = [&] {
+      return std::string_view(f).substr(info.payload_offset, info.header.payload_len);
+    };
+    BlockView view;
+    ASSERT_OK(view.Parse(info.header, payload()));
+    const ValueChunks& c = *view.value_chunks();
+    EXPECT_EQ(c.data_len, bytes);
+    EXPECT_EQ(c.count, (bytes + (uint64_t{1} << shift) - 1) >> shift);
+    EXPECT_EQ(std::memcmp(payload().data() + c.data_offset, a.data(), bytes), 0);
+    EXPECT_OK(CheckPayload(payload(), info, "seg.rss"));
+    EXPECT_OK(CheckPayloadByReading(*file, payload(), info, "seg.rss"));
+    EXPECT_OK(CheckPayloadOutsideValue(payload(), view, info, "seg.rss"));
+    EXPECT_OK(CheckValueChunks(payload(), view, 0, c.count, info, "seg.rss"));
+    // Damage to the last byte of the value: its chunk, the last, and only it.
+    const uint64_t at = info.payload_offset + c.data_offset + bytes - 1;
+    f[at] = static_cast<char>(f[at] ^ 1);
+    ASSERT_OK(env->RemoveFile("/seg.rss"));
+    {
+      ASSERT_OK_AND_ASSIGN(auto out, env->NewWritableFile("/seg.rss", true));
+      ASSERT_OK(out->Append(f));
+      ASSERT_OK(out->Close());
+    }
+    ASSERT_OK_AND_ASSIGN(file, env->NewRandomAccessFile("/seg.rss"));
+    const std::string last =
+        "seg.rss: offset " +
+        std::to_string(info.payload_offset + c.data_offset + c.begin(c.count - 1)) +
+        ": value chunk " + std::to_string(c.count - 1) + " of " + std::to_string(c.count) +
+        " checksum mismatch (series 'x')";
+    EXPECT_THAT(CheckPayload(payload(), info, "seg.rss"),
+                StatusIsWith(StatusCode::kCorruption, last));
+    EXPECT_THAT(CheckPayloadByReading(*file, payload(), info, "seg.rss"),
+                StatusIsWith(StatusCode::kCorruption, last));
+    EXPECT_OK(CheckPayloadOutsideValue(payload(), view, info, "seg.rss"));
+    EXPECT_OK(CheckValueChunks(payload(), view, 0, c.count - 1, info, "seg.rss"));
+    EXPECT_THAT(CheckValueChunks(payload(), view, c.count - 1, c.count, info, "seg.rss"),
+                StatusIsWith(StatusCode::kCorruption, last));
+  }
+}
+
 // Writer::Flush writes commit records without syncing: after a power cut any
 // of them may be on disk while frames before them are not. Recovery checks
 // every payload from the newest record that proves what precedes it synced

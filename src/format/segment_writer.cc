@@ -46,7 +46,7 @@ Status SegmentWriter::WriteFrame(std::string_view header,
 }
 
 Status SegmentWriter::AddBlock(BlockHeader* h, const std::vector<std::string_view>& raw,
-                               int zstd_level, bool header_last, bool chunk_value) {
+                               int zstd_level, bool header_last, uint8_t chunk_shift) {
   const uint64_t frame_offset = offset_;
   std::vector<std::string_view> stored = raw;
   if (h->codec != Codec::kNone) {
@@ -65,15 +65,14 @@ Status SegmentWriter::AddBlock(BlockHeader* h, const std::vector<std::string_vie
   for (auto p : stored) len += p.size();
   // Value chunks (docs/format.md "Value chunks"): the value data, the last
   // raw piece, is followed by padding and a checksum per chunk.
-  const bool chunked = chunk_value && h->codec == Codec::kNone && !raw.empty();
+  const bool chunked = chunk_shift != 0 && h->codec == Codec::kNone && !raw.empty();
   std::string_view data;
   uint64_t table_offset = 0;
   if (chunked) {
     data = raw.back();
     h->flags |= kBlockValueChunks;
-    h->chunk_shift = kValueChunkShift;
-    const uint64_t count =
-        (data.size() + (uint64_t{1} << kValueChunkShift) - 1) >> kValueChunkShift;
+    h->chunk_shift = chunk_shift;
+    const uint64_t count = (data.size() + (uint64_t{1} << chunk_shift) - 1) >> chunk_shift;
     table_offset = AlignUp(len, kFrameAlign);
     chunk_table_.assign(8 * count, '\0');
     stored.emplace_back(kZeros, table_offset - len);
@@ -92,8 +91,8 @@ Status SegmentWriter::AddBlock(BlockHeader* h, const std::vector<std::string_vie
   }
   ChecksumStream checksum;
   if (chunked) {
-    for (uint64_t i = 0, at = 0; at < data.size(); ++i, at += uint64_t{1} << kValueChunkShift) {
-      const size_t n = std::min<uint64_t>(data.size() - at, uint64_t{1} << kValueChunkShift);
+    for (uint64_t i = 0, at = 0; at < data.size(); ++i, at += uint64_t{1} << chunk_shift) {
+      const size_t n = std::min<uint64_t>(data.size() - at, uint64_t{1} << chunk_shift);
       EncodeFixed<uint64_t>(chunk_table_.data() + 8 * i, Checksum(data.data() + at, n));
     }
     // Everything but the value data.

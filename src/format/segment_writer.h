@@ -35,11 +35,12 @@ class SegmentWriter {
   // hashed. Until the header is in place the frame reads as a torn tail
   // (docs/format.md "Segment file").
   //
-  // With `chunk_value` (a block of one numeric value, whose data is the last
-  // piece of `raw`), a block stored uncompressed gets a checksum per chunk of
-  // the value data, so that readers can check only what they read.
+  // With a `chunk_shift` (a block of one numeric value, whose data is the
+  // last piece of `raw`), a block stored uncompressed gets a checksum per
+  // 2^chunk_shift bytes of the value data, so that readers can check only
+  // what they read (docs/format.md "Value chunks"); 0 for none.
   Status AddBlock(BlockHeader* header, const std::vector<std::string_view>& raw, int zstd_level,
-                  bool header_last = false, bool chunk_value = false);
+                  bool header_last = false, uint8_t chunk_shift = 0);
 
   // Writes a commit record covering every frame since the last one, then,
   // with `sync`, syncs the file. Without it the commit is visible and safe

@@ -135,6 +135,15 @@ Result<std::shared_ptr<SnapshotImpl>> SnapshotImpl::Build(
   return snap;
 }
 
+std::shared_ptr<LoadedSegment::LazyBlock> LoadedSegment::LazyBlockOf(uint32_t block,
+                                                                     uint64_t chunks) const {
+  std::lock_guard lk(lazy_mu);
+  auto it = lazy_blocks.find(block);
+  if (it != lazy_blocks.end()) return it->second;
+  if (chunks == 0) return nullptr;
+  return lazy_blocks.emplace(block, std::make_shared<LazyBlock>(chunks)).first->second;
+}
+
 Result<Payload> SnapshotImpl::ReadPayload(const BlockRef& b, Check check) const {
   const LoadedSegment& seg = *segments_[b.segment];
   const format::BlockInfo& info = seg.index.blocks[b.block];
@@ -145,13 +154,26 @@ Result<Payload> SnapshotImpl::ReadPayload(const BlockRef& b, Check check) const 
   }
   std::string_view stored(seg.map->data() + info.payload_offset, h.payload_len);
   if (!seg.verified[b.block].load(std::memory_order_acquire)) {
-    if (check == Check::kAllButValue && (h.flags & format::kBlockValueChunks)) {
+    if (check == Check::kAllButValue && (h.flags & format::kBlockValueChunks) &&
+        seg.LazyBlockOf(b.block) != nullptr) {
+      // Its keys and chunk table were checked by an earlier GetLazy.
+    } else if (check == Check::kAllButValue && (h.flags & format::kBlockValueChunks)) {
       // The value data is checked chunk by chunk as it is read (GetLazy).
+      // Ask for the pages of the keys and of the chunk table first: touched
+      // cold through the mapping, each would make the kernel read around it,
+      // megabytes of the value and of its neighbours.
+      if (seg.handle) {
+        const uint64_t tail = std::min<uint64_t>(
+            h.payload_len, 8 * ((h.payload_len >> h.chunk_shift) + 1) + 2 * format::kFrameAlign);
+        seg.handle->WillNeed(info.payload_offset, std::min<uint64_t>(h.payload_len, 4096));
+        seg.handle->WillNeed(info.payload_offset + h.payload_len - tail, tail);
+      }
       format::BlockView view;
       Status s = view.Parse(h, stored);
       if (!s.ok())
         return s.WithContext(seg.file + ": offset " + std::to_string(info.payload_offset));
       RETURN_IF_ERROR(format::CheckPayloadOutsideValue(stored, view, info, seg.file));
+      seg.LazyBlockOf(b.block, view.value_chunks()->count);
     } else if (h.codec == Codec::kNone && h.payload_len >= kVerifyByReadingBytes && seg.handle) {
       // A large uncompressed block goes to the caller as a view of the
       // mapping, of which it may touch little (a strided sample of an array):
@@ -581,24 +603,46 @@ class ChunkChecker final : public LazyValue::Checker {
         stored_(p.bytes),
         view_(p.view),
         chunks_(*view_.value_chunks()),
-        words_((chunks_.count + 63) / 64),
-        checked_(std::make_unique<std::atomic<uint64_t>[]>(words_)),
-        unchecked_(chunks_.count) {}
+        state_(seg_->LazyBlockOf(block, chunks_.count)) {}
 
-  Status Check(uint64_t offset, uint64_t len) const override {
-    if (len == 0 || all_checked()) return Status::OK();
-    const uint64_t first = offset >> chunks_.shift;
-    const uint64_t last = std::min(chunks_.count, ((offset + len - 1) >> chunks_.shift) + 1);
-    for (uint64_t i = first; i < last;) {
-      if (IsChecked(i)) {
-        ++i;
-        continue;
+  Status Check(std::span<const LazyValue::Range> ranges) const override {
+    if (all_checked()) return Status::OK();
+    // The runs [first, last) of chunks not checked yet, merged.
+    std::vector<std::pair<uint64_t, uint64_t>> runs;
+    for (const LazyValue::Range& r : ranges) {
+      if (r.len == 0) continue;
+      const uint64_t last = std::min(chunks_.count, ((r.offset + r.len - 1) >> chunks_.shift) + 1);
+      for (uint64_t i = r.offset >> chunks_.shift; i < last; ++i) {
+        if (IsChecked(i)) continue;
+        if (!runs.empty() && runs.back().second == i) {
+          ++runs.back().second;
+        } else {
+          runs.emplace_back(i, i + 1);
+        }
       }
-      uint64_t end = i + 1;
-      while (end < last && !IsChecked(end)) ++end;
-      RETURN_IF_ERROR(CheckRange(i, end));
-      i = end;
     }
+    if (runs.empty()) return Status::OK();
+    std::sort(runs.begin(), runs.end());
+    size_t kept = 0;
+    for (size_t k = 1; k < runs.size(); ++k) {
+      if (runs[k].first <= runs[kept].second) {
+        runs[kept].second = std::max(runs[kept].second, runs[k].second);
+      } else {
+        runs[++kept] = runs[k];
+      }
+    }
+    runs.resize(kept + 1);
+    // Ask for all of them before hashing any (through the mapping), so that
+    // the file system reads them in parallel; and ask for exactly them: a
+    // page fault's read-around would also read the blocks next to them.
+    const format::BlockInfo& info = seg_->index.blocks[block_];
+    if (seg_->handle) {
+      for (const auto& [first, last] : runs) {
+        const uint64_t begin = chunks_.begin(first), end = chunks_.end(last - 1);
+        seg_->handle->WillNeed(info.payload_offset + chunks_.data_offset + begin, end - begin);
+      }
+    }
+    for (const auto& [first, last] : runs) RETURN_IF_ERROR(CheckRun(first, last));
     return Status::OK();
   }
 
@@ -608,23 +652,18 @@ class ChunkChecker final : public LazyValue::Checker {
 
  private:
   bool IsChecked(uint64_t i) const {
-    return (checked_[i / 64].load(std::memory_order_acquire) >> (i % 64)) & 1;
+    return (state_->checked[i / 64].load(std::memory_order_acquire) >> (i % 64)) & 1;
   }
 
-  Status CheckRange(uint64_t first, uint64_t last) const {
+  Status CheckRun(uint64_t first, uint64_t last) const {
     const format::BlockInfo& info = seg_->index.blocks[block_];
-    const uint64_t begin = chunks_.begin(first), end = chunks_.end(last - 1);
-    // Ask for exactly these chunks before hashing them through the mapping:
-    // a page fault's read-around would also read the blocks next to them.
-    if (seg_->handle)
-      seg_->handle->WillNeed(info.payload_offset + chunks_.data_offset + begin, end - begin);
     RETURN_IF_ERROR(format::CheckValueChunks(stored_, view_, first, last, info, seg_->file));
     uint64_t newly = 0;
     for (uint64_t i = first; i < last; ++i) {
       const uint64_t bit = uint64_t{1} << (i % 64);
-      if (!(checked_[i / 64].fetch_or(bit, std::memory_order_acq_rel) & bit)) ++newly;
+      if (!(state_->checked[i / 64].fetch_or(bit, std::memory_order_acq_rel) & bit)) ++newly;
     }
-    if (newly != 0 && unchecked_.fetch_sub(newly, std::memory_order_acq_rel) == newly) {
+    if (newly != 0 && state_->unchecked.fetch_sub(newly, std::memory_order_acq_rel) == newly) {
       seg_->verified[block_].store(true, std::memory_order_release);
     }
     return Status::OK();
@@ -635,9 +674,7 @@ class ChunkChecker final : public LazyValue::Checker {
   std::string_view stored_;
   format::BlockView view_;
   format::ValueChunks chunks_;
-  uint64_t words_;
-  std::unique_ptr<std::atomic<uint64_t>[]> checked_;  // a bit per chunk
-  mutable std::atomic<uint64_t> unchecked_;
+  std::shared_ptr<LoadedSegment::LazyBlock> state_;  // what is checked
 };
 
 }  // namespace

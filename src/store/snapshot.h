@@ -30,6 +30,22 @@ struct LoadedSegment {
   // Checksums are verified once per block per loaded state, then trusted:
   // committed bytes never change (invariant 4).
   std::unique_ptr<std::atomic<bool>[]> verified;
+
+  // A block with value chunks read lazily (Snapshot::GetLazy): its keys and
+  // chunk table are checked, and `checked` has a bit per chunk checked.
+  // Shared by every reader of this loaded state, like `verified`.
+  struct LazyBlock {
+    explicit LazyBlock(uint64_t chunks)
+        : checked(std::make_unique<std::atomic<uint64_t>[]>((chunks + 63) / 64)),
+          unchecked(chunks) {}
+    std::unique_ptr<std::atomic<uint64_t>[]> checked;
+    std::atomic<uint64_t> unchecked;
+  };
+  // The LazyBlock of `block`, made on first use; null if it has none yet and
+  // `chunks` is 0.
+  std::shared_ptr<LazyBlock> LazyBlockOf(uint32_t block, uint64_t chunks = 0) const;
+  mutable std::mutex lazy_mu;
+  mutable std::unordered_map<uint32_t, std::shared_ptr<LazyBlock>> lazy_blocks;
 };
 
 // The order of a commit across all writers: commit time, then the segment's

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "env/fault_injection_env.h"
+#include "format/format.h"
 #include "testing/test_util.h"
 #include "util/coding.h"
 #include "util/hash.h"
@@ -792,26 +793,28 @@ TEST_F(StoreTest, DamageAnywhereInALargeArrayIsFoundOnFirstGet) {
     FlipByte(file, off);
     ASSERT_OK_AND_ASSIGN(auto ro, Store::Open(StorePath(), {.read_only = true}));
     auto snap = ro->GetSnapshot();
-    // The value data is checked in chunks of 64 KiB: the error names the
-    // damaged chunk and where it starts.
-    const uint64_t chunk = (off - value) >> 16;
+    // The value data is checked in chunks: the error names the damaged
+    // chunk and where it starts.
+    constexpr uint64_t kChunk = uint64_t{1} << format::kValueChunkShift;
+    const uint64_t chunk = (off - value) / kChunk;
     EXPECT_THAT(snap->Get(0, "x", 0),
-                StatusIsWith(StatusCode::kCorruption, "w-00000001.rss: offset " +
-                                                          std::to_string(value + (chunk << 16)) +
-                                                          ": value chunk " + std::to_string(chunk) +
-                                                          " of 33 checksum mismatch (series 'x')"));
+                StatusIsWith(StatusCode::kCorruption,
+                             "w-00000001.rss: offset " + std::to_string(value + chunk * kChunk) +
+                                 ": value chunk " + std::to_string(chunk) + " of " +
+                                 std::to_string((bytes.size() + kChunk - 1) / kChunk) +
+                                 " checksum mismatch (series 'x')"));
     ASSERT_OK_AND_ASSIGN(Value v, snap->Get(1, "x", 0));  // the other array is intact
     EXPECT_TRUE(v.zero_copy());
     EXPECT_EQ(std::memcmp(v.data(), a.data(), bytes.size()), 0);
   }
 }
 
-// GetLazy hands out a large array unchecked and checks each 64 KiB chunk
-// the reader asks for: damage in one chunk fails the reads that reach it and
-// no other, and Get, Verify and a full check still find it.
+// GetLazy hands out a large array unchecked and checks each chunk the reader
+// asks for: damage in one chunk fails the reads that reach it and no other,
+// and Get, Verify and a full check still find it.
 TEST_F(StoreTest, LazyGetChecksOnlyTheChunksItReads) {
-  constexpr uint64_t kChunk = uint64_t{1} << 16;
-  const int64_t n = (int64_t{1} << 18) + 1;  // 2 MiB + 8 bytes: 33 chunks, the last of 8 bytes
+  constexpr uint64_t kChunk = uint64_t{1} << format::kValueChunkShift;
+  const int64_t n = (int64_t{1} << 18) + 1;  // 2 MiB + 8 bytes: the last chunk of 8 bytes
   std::vector<double> a(static_cast<size_t>(n));
   std::iota(a.begin(), a.end(), 0.5);
   const std::vector<int64_t> shape{n};
@@ -833,10 +836,11 @@ TEST_F(StoreTest, LazyGetChecksOnlyTheChunksItReads) {
   EXPECT_FALSE(lazy.all_checked());
   EXPECT_TRUE(lazy.value().zero_copy());
   ASSERT_EQ(lazy.value().nbytes(), bytes.size());
-  const std::string chunk5 = "w-00000001.rss: offset " + std::to_string(value + 5 * kChunk) +
-                             ": value chunk 5 of 33 checksum mismatch (series 'x')";
+  const std::string chunk5 =
+      "w-00000001.rss: offset " + std::to_string(value + 5 * kChunk) + ": value chunk 5 of " +
+      std::to_string((bytes.size() + kChunk - 1) / kChunk) + " checksum mismatch (series 'x')";
   EXPECT_OK(lazy.Check(0, 5 * kChunk));                          // chunks 0..4
-  EXPECT_OK(lazy.Check(6 * kChunk, bytes.size() - 6 * kChunk));  // 6..32, the short last one
+  EXPECT_OK(lazy.Check(6 * kChunk, bytes.size() - 6 * kChunk));  // 6.., the short last one
   EXPECT_OK(lazy.Check(bytes.size() - 1, 1));
   EXPECT_OK(lazy.Check(5 * kChunk, 0));  // nothing read
   EXPECT_THAT(lazy.Check(5 * kChunk + 100, 8), StatusIsWith(StatusCode::kCorruption, chunk5));
@@ -862,7 +866,8 @@ TEST_F(StoreTest, LazyGetChecksOnlyTheChunksItReads) {
 // chunk checksums) are checked before GetLazy returns; once every chunk has
 // been checked the block counts as verified, for every later read.
 TEST_F(StoreTest, LazyGetChecksKeysAndChunkTableAtOnceAndRemembersAFullCheck) {
-  const int64_t n = 300000;  // 2.3 MiB: 37 chunks
+  constexpr uint64_t kChunk = uint64_t{1} << format::kValueChunkShift;
+  const int64_t n = 300000;  // 2.3 MiB
   std::vector<double> a(static_cast<size_t>(n));
   std::iota(a.begin(), a.end(), 1.5);
   const std::vector<int64_t> shape{n};
@@ -883,8 +888,8 @@ TEST_F(StoreTest, LazyGetChecksKeysAndChunkTableAtOnceAndRemembersAFullCheck) {
     EXPECT_EQ(small.value().scalar<double>(), 2.5);
     ASSERT_OK_AND_ASSIGN(LazyValue lazy, snap->GetLazy(1, "x", 0));
     for (uint64_t at = 0; at < bytes.size(); at += 40000) {
-      // Reads of 40,000 bytes: the last chunk is reached by the last but one.
-      EXPECT_EQ(lazy.all_checked(), at + 40000 >= bytes.size()) << at;
+      // Reads of 40,000 bytes: done once the reads so far reach the last chunk.
+      EXPECT_EQ(lazy.all_checked(), at > (bytes.size() - 1) / kChunk * kChunk) << at;
       ASSERT_OK(lazy.Check(at, std::min<uint64_t>(40000, bytes.size() - at)));
     }
     EXPECT_TRUE(lazy.all_checked());

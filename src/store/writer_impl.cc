@@ -568,8 +568,9 @@ Status WriterImpl::ProcessBlock(Task* t) {
   format::BlockHeader h;
   t->block->Finish(&h, &pieces_);
   // A value of its own (AppendLarge) is large: its header goes last.
-  RETURN_IF_ERROR(segment_->AddBlock(&h, pieces_, options_.zstd_level, /*header_last=*/t->borrowed,
-                                     /*chunk_value=*/t->borrowed && !IsVarLength(h.dtype)));
+  RETURN_IF_ERROR(
+      segment_->AddBlock(&h, pieces_, options_.zstd_level, /*header_last=*/t->borrowed,
+                         t->borrowed && !IsVarLength(h.dtype) ? format::kValueChunkShift : 0));
   std::lock_guard lk(mu_);
   stats_.bytes_written += segment_->size() - before;
   return Status::OK();
