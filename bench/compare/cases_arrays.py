@@ -148,7 +148,9 @@ def _opener(tool, path):
         import runstore
 
         store = runstore.open(os.path.join(path, "store"), "r")
-        return (lambda i: store.get(i, "result")), (lambda: None)
+        # Store.array: like h5py's and zarr's arrays, indexing reads (and checks) what the
+        # index reaches.
+        return (lambda i: store.array(i, "result")), (lambda: None)
     if tool in ("npy", "npy_fsync"):
         return (lambda i: np.load(os.path.join(path, _name(i) + ".npy"), mmap_mode="r")), (lambda: None)
     if tool == "pickle_bz2":

@@ -45,7 +45,7 @@ from ._core import (
 )
 from ._experiments import experiment_id, grid
 from ._runner import RunSummary, run_experiments
-from ._store import SegmentInfo, SeriesInfo, Store, open
+from ._store import LazyArray, SegmentInfo, SeriesInfo, Store, open
 
 __version__ = "0.1.0"
 
@@ -96,6 +96,7 @@ __all__ = [
     "experiment_id",
     "RunSummary",
     "Store",
+    "LazyArray",
     "Writer",
     "SeriesInfo",
     "SegmentInfo",

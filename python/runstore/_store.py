@@ -336,6 +336,24 @@ class Store:
         """
         return self._core.get(run, name, step)
 
+    def array(self, run: RunId, name: str, step: int = 0) -> LazyArray:
+        """The array under ``(run, name, step)``, read and checked as it is indexed.
+
+        Where :meth:`get` checks the whole array before it returns, ``array`` returns at
+        once, and indexing it (``a[::16]``, ``a[1000:2000, 3]``, ``a[5]``) reads and checks
+        only the 64 KiB chunks that the result reaches: a strided sample or a few rows of an
+        array of many gigabytes cost what they read. Results are read-only numpy arrays (views
+        of the mapped file, or numpy scalars as numpy returns them); a chunk that fails its
+        checksum raises :class:`runstore.CorruptionError` naming the file and offset, and the
+        other chunks stay readable. ``np.asarray(a)`` and ``a.read()`` check every chunk and
+        return the whole array, as :meth:`get` does.
+
+        Chunked checks apply to arrays of 1 MiB and more written uncompressed by format
+        version 3 and later; any other value is checked whole here, as by :meth:`get`.
+        Raises KeyError if there is no such record, TypeError for str and bytes series.
+        """
+        return LazyArray(self._core.get_lazy(run, name, step))
+
     def scan(
         self,
         name: str,
@@ -426,6 +444,87 @@ class Store:
 
     def __repr__(self) -> str:
         return f"<runstore.Store {self.path!r} mode={self._mode!r}>"
+
+
+def _is_basic_index(x: object) -> bool:
+    """Whether numpy treats ``x``, one element of an index, as basic indexing (a view)."""
+    if x is None or x is Ellipsis or isinstance(x, slice):
+        return True
+    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+
+class LazyArray:
+    """A numeric array of a store whose bytes are checked as they are read
+    (:meth:`Store.array`).
+
+    Index it like a numpy array: basic indexing (ints, slices, ``...``, ``None``) checks the
+    chunks the result reaches and returns a read-only view (or a numpy scalar); any other
+    index (integer arrays, masks) checks the whole array first. ``np.asarray(a)`` and
+    :meth:`read` return the whole array, checked.
+    """
+
+    __slots__ = ("_core", "_raw")
+
+    def __init__(self, core: Any) -> None:
+        self._core = core
+        self._raw = core.raw()  # unchecked: only what _core has checked is handed out
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._raw.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self._raw.dtype
+
+    @property
+    def ndim(self) -> int:
+        return self._raw.ndim
+
+    @property
+    def size(self) -> int:
+        return self._raw.size
+
+    @property
+    def nbytes(self) -> int:
+        return self._raw.nbytes
+
+    @property
+    def checked(self) -> bool:
+        """Whether every byte of the array has been checked."""
+        return self._core.all_checked
+
+    def __len__(self) -> int:
+        return len(self._raw)
+
+    def __getitem__(self, key: Any) -> Any:
+        k = key if isinstance(key, tuple) else (key,)
+        if all(_is_basic_index(x) for x in k):
+            # Without an Ellipsis numpy returns a scalar for a full integer index, reading the
+            # bytes before they could be checked: take a 0-d view, check it, then the scalar.
+            scalar = not any(x is Ellipsis for x in k)
+            view = self._raw[(*k, Ellipsis)] if scalar else self._raw[k]
+            self._core.check_view(view)
+            return view[()] if scalar and view.ndim == 0 else view
+        self._core.check_all()
+        return self._raw[key]
+
+    def read(self) -> np.ndarray:
+        """The whole array, every chunk checked (what :meth:`Store.get` returns)."""
+        self._core.check_all()
+        return self._raw
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        a = self.read()
+        if dtype is not None and np.dtype(dtype) != a.dtype:
+            if copy is False:
+                raise ValueError(f"converting {a.dtype} to {np.dtype(dtype)} needs a copy")
+            return a.astype(dtype)
+        return a.copy() if copy else a
+
+    def __repr__(self) -> str:
+        state = "checked" if self.checked else "checked as read"
+        return f"<runstore.LazyArray shape={self.shape} dtype={self.dtype} ({state})>"
 
 
 def open(path: str | os.PathLike[str], mode: Literal["a", "r", "r+"] = "a") -> Store:  # noqa: A001

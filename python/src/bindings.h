@@ -84,6 +84,8 @@ class PyStore {
   nb::list Segments();
   uint64_t Verify();
   nb::object Get(nb::handle run, const std::string& name, int64_t step);
+  // A numeric value whose bytes are checked as they are read (LazyValue).
+  nb::object GetLazy(nb::handle run, const std::string& name, int64_t step);
   nb::dict Scan(const std::string& name, bool keys, nb::handle runs,
                 std::optional<std::pair<int64_t, int64_t>> step_range);
 

@@ -201,6 +201,126 @@ nb::object PyStore::Get(nb::handle run, const std::string& name, int64_t step) {
 
 namespace {
 
+// The core of runstore.LazyArray: a LazyValue and the unchecked numpy view of
+// its bytes, from which the Python class cuts the views it returns after
+// CheckView has checked the bytes they reach.
+class PyLazyValue {
+ public:
+  explicit PyLazyValue(LazyValue lazy)
+      : lazy_(std::move(lazy)), raw_(MakeArrayView(lazy_.value())) {}
+
+  nb::object raw() const { return raw_; }
+  bool all_checked() const { return lazy_.all_checked(); }
+
+  void CheckAll() const {
+    Status s;
+    {
+      nb::gil_scoped_release nogil;
+      s = lazy_.CheckAll();
+    }
+    Check(s);
+  }
+
+  // Checks every byte that `view`, an array viewing raw()'s memory, can read.
+  void CheckView(nb::handle view) const {
+    if (!PyArray_Check(view.ptr())) Throw(PyExc_TypeError, "check_view takes a numpy array");
+    auto* a = reinterpret_cast<PyArrayObject*>(view.ptr());
+    const int nd = PyArray_NDIM(a);
+    const int64_t itemsize = PyArray_ITEMSIZE(a);
+    const char* base = lazy_.value().data();
+    const int64_t start = PyArray_BYTES(a) - base;
+    std::vector<int64_t> dims(PyArray_DIMS(a), PyArray_DIMS(a) + nd);
+    std::vector<int64_t> strides(PyArray_STRIDES(a), PyArray_STRIDES(a) + nd);
+    const bool contiguous = PyArray_IS_C_CONTIGUOUS(a) || PyArray_IS_F_CONTIGUOUS(a);
+    const int64_t nbytes = static_cast<int64_t>(PyArray_NBYTES(a));
+    // A view outside the value would be a bug of the caller, not damage.
+    int64_t lo = start, hi = start + (PyArray_SIZE(a) > 0 ? itemsize : 0);
+    for (int i = 0; i < nd && PyArray_SIZE(a) > 0; ++i) {
+      (strides[i] < 0 ? lo : hi) += (dims[i] - 1) * strides[i];
+    }
+    if (lo < 0 || hi > static_cast<int64_t>(lazy_.value().nbytes())) {
+      Throw(PyExc_ValueError, "check_view: the array does not view this value's bytes");
+    }
+    Status s;
+    {
+      nb::gil_scoped_release nogil;
+      if (contiguous) {
+        s = lazy_.Check(static_cast<uint64_t>(start), static_cast<uint64_t>(nbytes));
+      } else {
+        std::vector<LazyValue::Range> ranges;
+        s = CheckStrided(start, dims, strides, itemsize, 0, &ranges);
+        if (s.ok()) s = lazy_.Check(ranges);
+      }
+    }
+    Check(s);
+  }
+
+ private:
+  // Elements closer than the smallest chunk (format::kMinChunkShift) leave no
+  // chunk between them unread: a run of them is checked as one range.
+  static constexpr int64_t kDenseStride = int64_t{1} << 12;
+  // Ranges are checked in batches of this many, so that a view of many
+  // scattered elements needs little memory to check.
+  static constexpr size_t kBatch = size_t{1} << 16;
+
+  // Adds the byte ranges the elements of a strided view reach to *ranges
+  // (merging neighbours), checking them whenever a batch is full.
+  Status CheckStrided(int64_t at, const std::vector<int64_t>& dims,
+                      const std::vector<int64_t>& strides, int64_t itemsize, size_t d,
+                      std::vector<LazyValue::Range>* ranges) const {
+    auto add = [&](int64_t offset, int64_t len) {
+      const auto o = static_cast<uint64_t>(offset), n = static_cast<uint64_t>(len);
+      if (!ranges->empty() && ranges->back().offset + ranges->back().len == o) {
+        ranges->back().len += n;
+        return Status::OK();
+      }
+      if (ranges->size() == kBatch) {
+        RETURN_IF_ERROR(lazy_.Check(*ranges));
+        ranges->clear();
+      }
+      ranges->push_back({o, n});
+      return Status::OK();
+    };
+    const size_t nd = dims.size();
+    if (nd == 0) return add(at, itemsize);
+    const int64_t stride = strides[d], n = dims[d];
+    if (n == 0) return Status::OK();
+    if (d + 1 == nd && std::abs(stride) <= kDenseStride) {
+      return add(stride < 0 ? at + (n - 1) * stride : at, std::abs(stride) * (n - 1) + itemsize);
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      RETURN_IF_ERROR(d + 1 == nd
+                          ? add(at + i * stride, itemsize)
+                          : CheckStrided(at + i * stride, dims, strides, itemsize, d + 1, ranges));
+    }
+    return Status::OK();
+  }
+
+  LazyValue lazy_;
+  nb::object raw_;
+};
+
+}  // namespace
+
+nb::object PyStore::GetLazy(nb::handle run, const std::string& name, int64_t step) {
+  const RunRef r = ToRunRef(run.ptr());
+  auto snap = store_->GetSnapshot();
+  Result<LazyValue> v = Status::NotFound("");
+  {
+    nb::gil_scoped_release nogil;
+    v = snap->GetLazy(r, name, step);
+  }
+  LazyValue lazy = Unwrap(std::move(v));
+  if (IsVarLength(lazy.value().dtype())) {
+    Throw(PyExc_TypeError, "series '" + name + "' holds " +
+                               std::string(DTypeName(lazy.value().dtype())) +
+                               " values, not arrays; use get()");
+  }
+  return nb::cast(PyLazyValue(std::move(lazy)), nb::rv_policy::move);
+}
+
+namespace {
+
 // The run ids a scan asks for. A str itself is refused: as a sequence it
 // would be taken for its characters.
 std::vector<RunId> ToRunIds(nb::handle runs) {
@@ -380,6 +500,18 @@ nb::dict PyStore::Scan(const std::string& name, bool keys, nb::handle runs_obj,
 }
 
 void BindStore(nb::module_& m) {
+  nb::class_<PyLazyValue>(m, "LazyValue",
+                          "The core of runstore.LazyArray: a numeric value whose bytes are "
+                          "checked as they are read (the C++ runstore::LazyValue).")
+      .def("raw", &PyLazyValue::raw,
+           "The read-only numpy view of all of the value's bytes, NOT checked: read only what "
+           "check_view or check_all has checked.")
+      .def("check_view", &PyLazyValue::CheckView, "view"_a,
+           "Checks the chunks of every byte the numpy array ``view`` (a view of raw()) reaches, "
+           "each chunk once. CorruptionError naming the file and offset of a damaged one.")
+      .def("check_all", &PyLazyValue::CheckAll, "Checks every chunk.")
+      .def_prop_ro("all_checked", &PyLazyValue::all_checked,
+                   "Whether every byte has been checked.");
   nb::class_<PyStore>(m, "Store", "A runstore store (the C++ runstore::Store); see runstore.Store.")
       .def(nb::init<const std::string&, bool, bool>(), "path"_a, "read_only"_a = false,
            "create"_a = true,
@@ -431,6 +563,9 @@ void BindStore(nb::module_& m) {
            "The value under (run, name, step): a read-only numpy array (0-d for scalars; a view of "
            "the "
            "mapped file when stored uncompressed), a str, or bytes. KeyError if there is none.")
+      .def("get_lazy", &PyStore::GetLazy, "run"_a, "name"_a, "step"_a = 0,
+           "The core of Store.array: a LazyValue of a numeric record. KeyError if there is none, "
+           "TypeError for str and bytes series.")
       .def("scan", &PyStore::Scan, "name"_a, "keys"_a = true, "runs"_a = nb::none(),
            "steps"_a = nb::none(),
            "Every visible record of a series (of the runs in ``runs``, with a step in the "
