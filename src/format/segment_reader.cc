@@ -372,6 +372,10 @@ Status CheckPayloadByReading(const RandomAccessFile& file, std::string_view stor
   thread_local std::unique_ptr<char[]> scratch(new char[kPiece]);
   // What is read: the whole payload, or the value data of a block with value
   // chunks (the rest, a few pages, is hashed where it lies).
+  // Asked for first, all of it: parsing touches the keys and the chunk table
+  // through the mapping, which, cold, would make the kernel read around them
+  // into the neighbouring blocks.
+  file.WillNeed(block.payload_offset, block.header.payload_len);
   BlockView view;
   const ValueChunks* chunks = nullptr;
   uint64_t begin = 0, len = block.header.payload_len;
@@ -382,7 +386,6 @@ Status CheckPayloadByReading(const RandomAccessFile& file, std::string_view stor
     begin = chunks->data_offset;
     len = chunks->data_len;
   }
-  file.WillNeed(block.payload_offset + begin, len);
   ChecksumStream hash;
   uint64_t chunk = 0;  // with value chunks: the chunk being hashed
   for (uint64_t done = 0; done < len;) {
