@@ -31,7 +31,8 @@ META = {
 }
 
 LAZY_META = {
-    "runstore": ("runstore: Store.get (zero-copy view of the mapped segment), a[::stride]"),
+    "runstore": ("runstore: Store.array, a[::stride] (reads and checks the 4 KiB chunks the "
+                 "rows reach; a zero-copy view of the mapped segment)"),
     "npy": ("np.load(mmap_mode='r'), a[::stride]"),
     "h5py": ("h5py: dataset[::stride] (hyperslab read)"),
     "zarr": ("zarr: array[::stride] (reads and decodes whole chunks)"),

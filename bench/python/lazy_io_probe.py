@@ -1,12 +1,15 @@
-"""Where the time of a cold lazy read goes: runstore's Store.get against np.load(mmap_mode="r")
-and against the bare system calls runstore issues, on the same arrays, alternating.
+"""Where the time of a cold lazy read goes: runstore's Store.array and Store.get against
+np.load(mmap_mode="r") and against the bare system calls Store.get issues, on the same arrays,
+alternating.
 
 Writes n arrays of 8 MiB float64 once into a runstore store and as .npy files, then, for each
 repetition, drops the page cache (needs root; otherwise the figures are warm) and reads a strided
 sample (every 16th row) of k random arrays each way:
 
-  runstore   runstore.open + Store.get(i, "result")[::16].sum()
-  syscalls   the same reads without runstore: posix_fadvise(WILLNEED) of the array's bytes in
+  array      runstore.open + Store.array(i, "result")[::16].sum(): reads and checks only the
+             4 KiB chunks the rows reach (format version 3)
+  get        runstore.open + Store.get(i, "result")[::16].sum(): checks the whole array first
+  syscalls   the reads of `get` without runstore: posix_fadvise(WILLNEED) of the array's bytes in
              128 KiB calls, then pread in 256 KiB pieces (what Store.get does to verify an
              uncompressed array of 1 MiB or more before handing out its view)
   pread      one pread of each array's whole byte range from the segment, on a descriptor
@@ -16,7 +19,7 @@ sample (every 16th row) of k random arrays each way:
 
     .venv/bin/python bench/python/lazy_io_probe.py [--reps 5] [--dir /var/tmp/runstore-lazy-probe]
 
-Prints each repetition and the medians. If `syscalls` is as slow as `runstore`, the time is the
+Prints each repetition and the medians. If `syscalls` is as slow as `get`, the time is the
 system calls'; `pread` against `npy-pread` compares ranges of one large file with whole small
 files read the same way, and `npy-pread` against `np.load` the two ways of reading the same files.
 """
@@ -41,13 +44,18 @@ from common import drop_caches  # noqa: E402
 MIB8 = (1024, 1024)
 
 
+def store_dir(root: str) -> str:
+    """Written by this format version: an earlier one's arrays have no chunk checksums."""
+    return os.path.join(root, f"store-v{runstore.FORMAT_VERSION}")
+
+
 def prepare(root: str, n: int) -> None:
-    store_dir, npy_dir = os.path.join(root, "store"), os.path.join(root, "npy")
-    if os.path.exists(os.path.join(npy_dir, f"{n - 1}.npy")):
+    npy_dir = os.path.join(root, "npy")
+    if os.path.exists(os.path.join(npy_dir, f"{n - 1}.npy")) and os.path.exists(store_dir(root)):
         return
     os.makedirs(npy_dir, exist_ok=True)
     rng = np.random.default_rng(1)
-    with runstore.open(store_dir).writer() as w:
+    with runstore.open(store_dir(root)).writer() as w:
         for i in range(n):
             a = rng.standard_normal(MIB8)
             w.put(i, "result", a)
@@ -57,11 +65,11 @@ def prepare(root: str, n: int) -> None:
 
 def payload_ranges(root: str, n: int) -> tuple[str, list[tuple[int, int]]]:
     """The segment file and each array's byte range in it, found from the values' bytes."""
-    seg_dir = os.path.join(root, "store", "segments")
+    seg_dir = os.path.join(store_dir(root), "segments")
     (seg,) = [os.path.join(seg_dir, f) for f in os.listdir(seg_dir) if f.endswith(".rss")]
     with open(seg, "rb") as f:
         data = f.read()
-    store = runstore.open(os.path.join(root, "store"), mode="r")
+    store = runstore.open(store_dir(root), mode="r")
     ranges = []
     for i in range(n):
         a = store.get(i, "result")
@@ -70,8 +78,13 @@ def payload_ranges(root: str, n: int) -> tuple[str, list[tuple[int, int]]]:
     return seg, ranges
 
 
-def read_runstore(root, sample, **_):
-    store = runstore.open(os.path.join(root, "store"), mode="r")
+def read_array(root, sample, **_):
+    store = runstore.open(store_dir(root), mode="r")
+    return sum(float(store.array(i, "result")[::16].sum()) for i in sample)
+
+
+def read_get(root, sample, **_):
+    store = runstore.open(store_dir(root), mode="r")
     return sum(float(store.get(i, "result")[::16].sum()) for i in sample)
 
 
@@ -126,7 +139,7 @@ def main() -> int:
     args = ap.parse_args()
     prepare(args.dir, args.n)
     seg, ranges = payload_ranges(args.dir, args.n)
-    ways = {"runstore": read_runstore, "syscalls": read_syscalls, "pread": read_pread,
+    ways = {"array": read_array, "get": read_get, "syscalls": read_syscalls, "pread": read_pread,
             "npy-pread": read_npy_pread, "np.load": read_npy}
     times = {w: [] for w in ways}
     cold = True
@@ -142,9 +155,10 @@ def main() -> int:
             times[way].append(ms)
             row.append(f"{way} {ms:.0f} ms")
         print(f"rep {rep + 1}: " + ", ".join(row))
-        if sums["runstore"] != sums["np.load"]:  # the same bytes, summed in the same order
-            print(f"rep {rep + 1}: runstore's sum {sums['runstore']!r} != np.load's {sums['np.load']!r}")
-            return 1
+        for way in ("array", "get"):  # the same bytes, summed in the same order
+            if sums[way] != sums["np.load"]:
+                print(f"rep {rep + 1}: {way}'s sum {sums[way]!r} != np.load's {sums['np.load']!r}")
+                return 1
     print(f"medians over {args.reps} repetitions ({'cold' if cold else 'WARM: not root'} page cache, "
           f"{args.k} arrays of 8 MiB, every 16th row):")
     for way, ts in times.items():
