@@ -766,23 +766,35 @@ TEST_F(StoreTest, TornFooterReadsAsAnUnsealedSegmentWithEveryCommit) {
               StatusIsWith(StatusCode::kCorruption, "before its footer"));
 }
 
+// A float64 array of n values first, first + 1, ...: a large value, a block
+// of its own whose data is checked in chunks of kChunk bytes.
+constexpr uint64_t kChunk = uint64_t{1} << format::kValueChunkShift;
+struct LargeArray {
+  LargeArray(int64_t n, double first) : values(static_cast<size_t>(n)), shape{n} {
+    std::iota(values.begin(), values.end(), first);
+  }
+  ValueRef ref() const { return ValueRef::Array<double>(values.data(), shape); }
+  std::string_view bytes() const {
+    return {reinterpret_cast<const char*>(values.data()), values.size() * 8};
+  }
+  std::vector<double> values;
+  std::vector<int64_t> shape;
+};
+
 TEST_F(StoreTest, DamageAnywhereInALargeArrayIsFoundOnFirstGet) {
   // Arrays of 1 MiB and more are verified by reading the file in pieces
   // (format::CheckPayloadByReading) rather than through the mapping; an array
   // of 2 MiB + 8 bytes ends in a short piece. Damage to the first byte, one
   // in the middle and the last byte must each be found.
-  const int64_t n = (int64_t{1} << 18) + 1;
-  std::vector<double> a(static_cast<size_t>(n));
-  std::iota(a.begin(), a.end(), 0.5);
-  const std::vector<int64_t> shape{n};
-  const std::string_view bytes(reinterpret_cast<const char*>(a.data()), a.size() * 8);
+  const LargeArray a((int64_t{1} << 18) + 1, 0.5);
+  const std::string_view bytes = a.bytes();
   for (const char* where : {"first", "middle", "last"}) {
     SCOPED_TRACE(where);
     fs::remove_all(StorePath());
     auto store = Open();
     ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter({.writer_id = "w"}));
-    ASSERT_OK(w->Append(0, "x", 0, ValueRef::Array<double>(a.data(), shape)));
-    ASSERT_OK(w->Append(1, "x", 0, ValueRef::Array<double>(a.data(), shape)));
+    ASSERT_OK(w->Append(0, "x", 0, a.ref()));
+    ASSERT_OK(w->Append(1, "x", 0, a.ref()));
     ASSERT_OK(w->Close());
     const std::string file = StorePath() + "/" + (*store->Refresh())->ListSegments().at(0).file;
     ASSERT_OK_AND_ASSIGN(std::string contents, ReadFileToString(Env::Default(), file));
@@ -796,7 +808,6 @@ TEST_F(StoreTest, DamageAnywhereInALargeArrayIsFoundOnFirstGet) {
     auto snap = ro->GetSnapshot();
     // The value data is checked in chunks: the error names the damaged
     // chunk and where it starts.
-    constexpr uint64_t kChunk = uint64_t{1} << format::kValueChunkShift;
     const uint64_t chunk = (off - value) / kChunk;
     EXPECT_THAT(snap->Get(0, "x", 0),
                 StatusIsWith(StatusCode::kCorruption,
@@ -806,7 +817,7 @@ TEST_F(StoreTest, DamageAnywhereInALargeArrayIsFoundOnFirstGet) {
                                  " checksum mismatch (series 'x')"));
     ASSERT_OK_AND_ASSIGN(Value v, snap->Get(1, "x", 0));  // the other array is intact
     EXPECT_TRUE(v.zero_copy());
-    EXPECT_EQ(std::memcmp(v.data(), a.data(), bytes.size()), 0);
+    EXPECT_EQ(std::memcmp(v.data(), bytes.data(), bytes.size()), 0);
   }
 }
 
@@ -814,16 +825,12 @@ TEST_F(StoreTest, DamageAnywhereInALargeArrayIsFoundOnFirstGet) {
 // asks for: damage in one chunk fails the reads that reach it and no other,
 // and Get, Verify and a full check still find it.
 TEST_F(StoreTest, LazyGetChecksOnlyTheChunksItReads) {
-  constexpr uint64_t kChunk = uint64_t{1} << format::kValueChunkShift;
-  const int64_t n = (int64_t{1} << 18) + 1;  // 2 MiB + 8 bytes: the last chunk of 8 bytes
-  std::vector<double> a(static_cast<size_t>(n));
-  std::iota(a.begin(), a.end(), 0.5);
-  const std::vector<int64_t> shape{n};
-  const std::string_view bytes(reinterpret_cast<const char*>(a.data()), a.size() * 8);
+  const LargeArray a((int64_t{1} << 18) + 1, 0.5);  // 2 MiB + 8 bytes: the last chunk of 8
+  const std::string_view bytes = a.bytes();
   auto store = Open();
   {
     ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter({.writer_id = "w"}));
-    ASSERT_OK(w->Append(0, "x", 0, ValueRef::Array<double>(a.data(), shape)));
+    ASSERT_OK(w->Append(0, "x", 0, a.ref()));
     ASSERT_OK(w->Close());
   }
   const std::string file = StorePath() + "/" + (*store->Refresh())->ListSegments().at(0).file;
@@ -849,10 +856,8 @@ TEST_F(StoreTest, LazyGetChecksOnlyTheChunksItReads) {
   EXPECT_THAT(lazy.CheckAll(), StatusIsWith(StatusCode::kCorruption, chunk5));
   EXPECT_FALSE(lazy.all_checked());
   // What was checked is what was written.
-  EXPECT_EQ(std::memcmp(lazy.value().data(), a.data(), 5 * kChunk), 0);
-  EXPECT_EQ(std::memcmp(lazy.value().data() + 6 * kChunk, a.data() + 6 * kChunk / 8,
-                        bytes.size() - 6 * kChunk),
-            0);
+  EXPECT_EQ(lazy.value().str().substr(0, 5 * kChunk), bytes.substr(0, 5 * kChunk));
+  EXPECT_EQ(lazy.value().str().substr(6 * kChunk), bytes.substr(6 * kChunk));
   EXPECT_THAT(snap->Get(0, "x", 0), StatusIsWith(StatusCode::kCorruption, chunk5));
   EXPECT_THAT(snap->Verify(), StatusIsWith(StatusCode::kCorruption, chunk5));
   // A fresh snapshot checks from scratch: a reader that skips chunk 5 never
@@ -867,17 +872,13 @@ TEST_F(StoreTest, LazyGetChecksOnlyTheChunksItReads) {
 // chunk checksums) are checked before GetLazy returns; once every chunk has
 // been checked the block counts as verified, for every later read.
 TEST_F(StoreTest, LazyGetChecksKeysAndChunkTableAtOnceAndRemembersAFullCheck) {
-  constexpr uint64_t kChunk = uint64_t{1} << format::kValueChunkShift;
-  const int64_t n = 300000;  // 2.3 MiB
-  std::vector<double> a(static_cast<size_t>(n));
-  std::iota(a.begin(), a.end(), 1.5);
-  const std::vector<int64_t> shape{n};
-  const std::string_view bytes(reinterpret_cast<const char*>(a.data()), a.size() * 8);
+  const LargeArray a(300000, 1.5);  // 2.3 MiB
+  const std::string_view bytes = a.bytes();
   auto store = Open();
   {
     ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter({.writer_id = "w"}));
-    ASSERT_OK(w->Append(0, "x", 0, ValueRef::Array<double>(a.data(), shape)));
-    ASSERT_OK(w->Append(1, "x", 0, ValueRef::Array<double>(a.data(), shape)));
+    ASSERT_OK(w->Append(0, "x", 0, a.ref()));
+    ASSERT_OK(w->Append(1, "x", 0, a.ref()));
     ASSERT_OK(w->Append(2, "small", 0, 2.5));
     ASSERT_OK(w->Close());
   }
@@ -896,7 +897,7 @@ TEST_F(StoreTest, LazyGetChecksKeysAndChunkTableAtOnceAndRemembersAFullCheck) {
     EXPECT_TRUE(lazy.all_checked());
     ASSERT_OK_AND_ASSIGN(LazyValue later, snap->GetLazy(1, "x", 0));
     EXPECT_TRUE(later.all_checked());
-    EXPECT_EQ(std::memcmp(later.value().data(), a.data(), bytes.size()), 0);
+    EXPECT_EQ(later.value().str(), bytes);
     EXPECT_THAT(snap->GetLazy(1, "x", 1), StatusIs(StatusCode::kNotFound));
   }
   const std::string file = StorePath() + "/" + (*store->Refresh())->ListSegments().at(0).file;
@@ -921,21 +922,17 @@ TEST_F(StoreTest, LazyGetChecksKeysAndChunkTableAtOnceAndRemembersAFullCheck) {
 // of one LazyValue and through LazyValues of their own: every check passes,
 // and the block ends verified once every chunk has been checked by someone.
 TEST_F(StoreTest, LazyChecksFromManyThreadsShareWhatIsChecked) {
-  constexpr uint64_t kChunk = uint64_t{1} << format::kValueChunkShift;
-  const int64_t n = int64_t{1} << 18;  // 2 MiB
-  std::vector<double> a(static_cast<size_t>(n));
-  std::iota(a.begin(), a.end(), 0.0);
-  const std::vector<int64_t> shape{n};
+  const LargeArray a(int64_t{1} << 18, 0.0);  // 2 MiB
   auto store = Open();
   {
     ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter({.writer_id = "w"}));
-    ASSERT_OK(w->Append(0, "x", 0, ValueRef::Array<double>(a.data(), shape)));
+    ASSERT_OK(w->Append(0, "x", 0, a.ref()));
     ASSERT_OK(w->Close());
   }
   ASSERT_OK_AND_ASSIGN(auto ro, Store::Open(StorePath(), {.read_only = true}));
   auto snap = ro->GetSnapshot();
   ASSERT_OK_AND_ASSIGN(LazyValue shared, snap->GetLazy(0, "x", 0));
-  const uint64_t bytes = a.size() * 8;
+  const uint64_t bytes = a.bytes().size();
   std::vector<std::thread> threads;
   std::atomic<int> failures{0};
   for (int t = 0; t < 4; ++t) {
@@ -963,7 +960,7 @@ TEST_F(StoreTest, LazyChecksFromManyThreadsShareWhatIsChecked) {
   EXPECT_TRUE(shared.all_checked());
   ASSERT_OK_AND_ASSIGN(LazyValue later, snap->GetLazy(0, "x", 0));
   EXPECT_TRUE(later.all_checked());
-  EXPECT_EQ(std::memcmp(later.value().data(), a.data(), bytes), 0);
+  EXPECT_EQ(later.value().str(), a.bytes());
 }
 
 TEST_F(StoreTest, VerifyChecksBlockHeadersOfSealedSegments) {
