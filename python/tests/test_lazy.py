@@ -156,6 +156,23 @@ def test_values_without_chunks_are_checked_whole(store):
         store.array(0, "absent")
 
 
+def test_variable_shape_arrays_are_read_lazily(store):
+    rng = np.random.default_rng(3)
+    shapes = [(600, 500), (501, 700), (1, 300_000)]  # int32, each over 1 MiB
+    arrays = [rng.integers(-1000, 1000, size=s).astype(np.int32) for s in shapes]
+    with store.writer() as w:
+        w.define("v", np.int32, variable_shape=True)
+        for run, a in enumerate(arrays):
+            w.put(run, "v", a)
+    store.refresh()
+    for run, a in enumerate(arrays):
+        lazy = store.array(run, "v")
+        assert lazy.shape == a.shape and not lazy.checked
+        np.testing.assert_array_equal(lazy[::7, 3:], a[::7, 3:])
+        np.testing.assert_array_equal(lazy[-1], a[-1])
+        np.testing.assert_array_equal(lazy.read(), a)
+
+
 def test_a_damaged_chunk_fails_only_the_reads_that_reach_it(store_path):
     # Rows of 4 KiB: row i is chunk i of the value's data.
     a = np.arange(512 * 512, dtype=np.float64).reshape(512, 512)
