@@ -352,7 +352,7 @@ class Store:
         version 3 and later; any other value is checked whole here, as by :meth:`get`.
         Raises KeyError if there is no such record, TypeError for str and bytes series.
         """
-        return LazyArray(self._core.get_lazy(run, name, step))
+        return LazyArray(self._core.get_lazy(run, name, step), (self, run, name, step))
 
     def scan(
         self,
@@ -461,13 +461,18 @@ class LazyArray:
     chunks the result reaches and returns a read-only view (or a numpy scalar); any other
     index (integer arrays, masks) checks the whole array first. ``np.asarray(a)`` and
     :meth:`read` return the whole array, checked.
+
+    It pickles as its store and key (the store as its path and mode), so it can be handed to
+    worker processes (a multiprocessing pool, Dask), each of which opens the store again and
+    checks what it reads.
     """
 
-    __slots__ = ("_core", "_raw")
+    __slots__ = ("_core", "_raw", "_key")
 
-    def __init__(self, core: Any) -> None:
+    def __init__(self, core: Any, key: tuple[Store, RunId, str, int]) -> None:
         self._core = core
         self._raw = core.raw()  # unchecked: only what _core has checked is handed out
+        self._key = key
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -522,9 +527,17 @@ class LazyArray:
             return a.astype(dtype)
         return a.copy() if copy else a
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_lazy_array, self._key)
+
     def __repr__(self) -> str:
         state = "checked" if self.checked else "checked as read"
         return f"<runstore.LazyArray shape={self.shape} dtype={self.dtype} ({state})>"
+
+
+def _lazy_array(store: Store, run: RunId, name: str, step: int) -> LazyArray:
+    """Unpickles a LazyArray: the record of the store as it is now."""
+    return store.array(run, name, step)
 
 
 def open(path: str | os.PathLike[str], mode: Literal["a", "r", "r+"] = "a") -> Store:  # noqa: A001

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import gc
+import multiprocessing
+import pickle
 
 import numpy as np
 import pytest
@@ -132,6 +134,24 @@ def test_views_outlive_the_lazy_array_and_the_store(arrays):
     del lazy, store
     gc.collect()
     np.testing.assert_array_equal(rows, expected["tall"][1000:1010])
+
+
+def test_lazy_array_pickles_as_its_store_and_key(arrays):
+    path, expected = arrays
+    lazy = runstore.open(path, "r").array(0, "tall", 0)
+    lazy[5]
+    again = pickle.loads(pickle.dumps(lazy))
+    assert isinstance(again, runstore.LazyArray) and not again.checked  # opened anew
+    np.testing.assert_array_equal(again[100:200:3], expected["tall"][100:200:3])
+    # A worker process reads what it is handed.
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(1) as pool:
+        total = pool.apply(_sum_of_every_tenth_row, (lazy,))
+    assert total == int(expected["tall"][::10].sum())
+
+
+def _sum_of_every_tenth_row(lazy: runstore.LazyArray) -> int:
+    return int(lazy[::10].sum())
 
 
 def test_values_without_chunks_are_checked_whole(store):
