@@ -370,11 +370,11 @@ Status CheckPayloadByReading(const RandomAccessFile& file, std::string_view stor
   // right after the copy wrote it.
   constexpr size_t kPiece = size_t{256} << 10;
   thread_local std::unique_ptr<char[]> scratch(new char[kPiece]);
-  // What is read: the whole payload, or the value data of a block with value
-  // chunks (the rest, a few pages, is hashed where it lies).
-  // Asked for first, all of it: parsing touches the keys and the chunk table
-  // through the mapping, which, cold, would make the kernel read around them
-  // into the neighbouring blocks.
+  // The whole payload is asked for first: parsing a block with value chunks
+  // touches its keys and chunk table through the mapping, which, cold, would
+  // make the kernel read around them into the neighbouring blocks. Then what
+  // is read here is the whole payload, or the value data of a block with
+  // value chunks (the rest, a few pages, is hashed where it lies).
   file.WillNeed(block.payload_offset, block.header.payload_len);
   BlockView view;
   const ValueChunks* chunks = nullptr;
