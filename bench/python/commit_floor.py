@@ -5,8 +5,9 @@ all besides (no encoding, no checksums, no Python objects).
 The comparison suite's batched sweep makes 200 durable commits of ~0.83 MB each (165 MiB in all).
 If this floor alone takes as long as h5py's whole batched run, which syncs nothing, no store that
 makes those commits durable can be as fast as h5py there. Also prints the same bytes with one
-fdatasync at the end, and runstore's batched sweep with commits and with flushes, alternating
-with the floor so that all meet the same disk.
+fdatasync at the end, and runstore's batched sweep with commits, with commits whose sync
+overlaps the next batch (commit(wait=False)), and with flushes, alternating with the floor so
+that all meet the same disk.
 
     .venv/bin/python bench/python/commit_floor.py [--mb 165] [--commits 200] [--reps 5]
 """
@@ -41,9 +42,12 @@ def floor(path: str, total: int, commits: int, sync_each: bool) -> float:
         os.unlink(path)
 
 
-def sweep(path: str, experiments: int, commits: int, durable: bool) -> float:
+def sweep(path: str, experiments: int, commits: int, end: str) -> float:
     """runstore's batched sweep case: 5 parameters, 3 outcomes and a 100-point trace per
-    experiment, one log_many and one commit (or flush) per batch."""
+    experiment, one log_many and one commit (or flush) per batch. end "pipelined": each
+    batch's commit is started without waiting, and waited for after the next batch is
+    appended, before the next commit starts (so every batch is durable before the next one's
+    commit, and the conversion of a batch overlaps the sync of the one before)."""
     rng = np.random.default_rng(2)
     batch = experiments // commits
     cols = {f"p{i}": rng.random(batch) for i in range(5)}
@@ -53,9 +57,19 @@ def sweep(path: str, experiments: int, commits: int, durable: bool) -> float:
     store = runstore.open(path)
     t = time.perf_counter()
     with store.writer() as w:
+        ticket = None
         for b in range(commits):
             w.log_many(np.arange(b * batch, (b + 1) * batch, dtype=np.int64), **cols)
-            w.commit() if durable else w.flush()
+            if end == "commit":
+                w.commit()
+            elif end == "flush":
+                w.flush()
+            else:
+                if ticket is not None:
+                    w.wait_for_commit(ticket)
+                ticket = w.commit(wait=False)
+        if ticket is not None:
+            w.wait_for_commit(ticket)
     seconds = time.perf_counter() - t
     shutil.rmtree(path, ignore_errors=True)
     return seconds
@@ -77,9 +91,11 @@ def main() -> int:
         "floor: append, one fdatasync at the end": lambda: floor(
             os.path.join(args.dir, "floor.bin"), total, args.commits, False),
         "runstore log_many + commit": lambda: sweep(
-            os.path.join(args.dir, "store"), args.experiments, args.commits, True),
+            os.path.join(args.dir, "store"), args.experiments, args.commits, "commit"),
+        "runstore log_many + commit(wait=False)": lambda: sweep(
+            os.path.join(args.dir, "store"), args.experiments, args.commits, "pipelined"),
         "runstore log_many + flush": lambda: sweep(
-            os.path.join(args.dir, "store"), args.experiments, args.commits, False),
+            os.path.join(args.dir, "store"), args.experiments, args.commits, "flush"),
     }
     times: dict[str, list[float]] = {w: [] for w in ways}
     for rep in range(args.reps):

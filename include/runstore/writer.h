@@ -132,6 +132,18 @@ class Writer {
   // within one.
   virtual Status Commit() = 0;
 
+  // Starts a Commit of everything appended before the call and returns at
+  // once with its ticket: the background thread writes and syncs it while the
+  // caller goes on (converting and appending the next batch, say).
+  // WaitForCommit(ticket) returns when that commit is durable, as Commit()
+  // would have, or with the error that stopped the writer. Until then it is
+  // as a Commit() that has not returned yet: readers may already see it, and
+  // a crash may or may not keep it. A later commit's ticket covers every
+  // earlier one. Records appended after the call belong to later commits.
+  virtual Result<uint64_t> CommitAsync() = 0;
+  // InvalidArgument for a ticket this writer has not given out.
+  virtual Status WaitForCommit(uint64_t ticket) = 0;
+
   // Like Commit, but without waiting for stable storage: everything appended
   // before the call is written to the operating system, visible to readers
   // that refresh, all-or-nothing like a commit, and survives a crash of this

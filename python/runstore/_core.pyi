@@ -57,8 +57,12 @@ class Writer:
         codec: _Codec | None = None,
     ) -> None:
         """Declares a series before its first record (variable shape, codec)."""
-    def commit(self) -> None:
-        """Makes every record appended before the call durable and visible."""
+    def commit(self, wait: bool = True) -> int:
+        """Makes every record appended before the call durable and visible; returns the
+        commit's ticket. With wait=False, returns at once; wait_for_commit(ticket) returns
+        when it is durable."""
+    def wait_for_commit(self, ticket: int) -> None:
+        """Returns when the commit of ``ticket`` is durable."""
     def flush(self) -> None:
         """Makes every record appended before the call visible and safe from a crash of the
         process (not from a power cut); durable at the next commit() or close."""

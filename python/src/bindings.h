@@ -46,7 +46,8 @@ class PyWriter {
   void LogMany(nb::handle runs, nb::handle steps, nb::kwargs columns);
   void Define(nb::handle name, nb::handle dtype, nb::handle shape, bool variable_shape,
               nb::handle codec);
-  void Commit();
+  uint64_t Commit(bool wait);
+  void WaitForCommit(uint64_t ticket);
   void Flush();
   void Resume(nb::handle run, int64_t step);
   void Close();

@@ -260,11 +260,24 @@ void PyWriter::Define(nb::handle name, nb::handle dtype, nb::handle shape, bool 
   Check(writer_->DefineSeries(n, o));
 }
 
-void PyWriter::Commit() {
+uint64_t PyWriter::Commit(bool wait) {
+  Result<uint64_t> ticket = uint64_t{0};
   Status s;
   {
     nb::gil_scoped_release nogil;
-    s = writer_->Commit();
+    ticket = writer_->CommitAsync();
+    if (ticket.ok() && wait) s = writer_->WaitForCommit(*ticket);
+  }
+  const uint64_t t = Unwrap(std::move(ticket));
+  Check(s);
+  return t;
+}
+
+void PyWriter::WaitForCommit(uint64_t ticket) {
+  Status s;
+  {
+    nb::gil_scoped_release nogil;
+    s = writer_->WaitForCommit(ticket);
   }
   Check(s);
 }
@@ -388,9 +401,16 @@ void BindWriter(nb::module_& m) {
           "'string', 'bytes'), a numpy dtype, or float/int/bool/str/bytes. Raises ValueError if it "
           "conflicts with the series as it exists.")
       .def(
-          "commit", &PyWriter::Commit,
+          "commit", &PyWriter::Commit, "wait"_a = true,
           "Makes every record appended before the call durable (fsync) and visible to readers that "
-          "refresh. Raises OSError if the data could not be written.")
+          "refresh, and returns the commit's ticket. Raises OSError if the data could not be "
+          "written. With wait=False it returns at once: the writer's background thread writes and "
+          "syncs the commit while the caller goes on (converting the next batch, say), and "
+          "wait_for_commit(ticket) returns when it is durable, as commit() would have.")
+      .def("wait_for_commit", &PyWriter::WaitForCommit, "ticket"_a,
+           "Returns when the commit of ``ticket`` (from commit(wait=False)) is durable, or raises "
+           "the error that stopped the writer. ValueError for a ticket this writer did not give "
+           "out.")
       .def("flush", &PyWriter::Flush,
            "Like commit(), without the fsync: every record appended before the call is visible to "
            "readers that refresh, all-or-nothing, and survives a crash or kill -9 of this process, "

@@ -95,6 +95,26 @@ def test_flush_is_visible_at_once_and_counted(store_path):
     assert (stats["commits"], stats["flushes"]) == (2, 1)
 
 
+def test_commit_without_waiting_returns_a_ticket_to_wait_for(store_path):
+    store = runstore.open(store_path)
+    with store.writer() as w:
+        tickets = []
+        for b in range(4):
+            w.log_many(np.arange(b * 100, (b + 1) * 100), x=np.arange(b * 100.0, (b + 1) * 100.0))
+            if tickets:
+                w.wait_for_commit(tickets[-1])
+            tickets.append(w.commit(wait=False))
+        assert tickets == sorted(tickets) and len(set(tickets)) == 4
+        w.wait_for_commit(tickets[-1])
+        w.wait_for_commit(tickets[0])  # earlier: already durable
+        store.refresh()
+        assert store.scan("x")["value"].shape == (400,)
+        assert w.commit() > tickets[-1]  # a waited commit has a ticket too
+        with pytest.raises(ValueError, match="gave out no commit ticket 99"):
+            w.wait_for_commit(99)
+    assert w.stats()["commits"] >= 4
+
+
 def test_flushed_records_survive_kill_9(store_path):
     """A real SIGKILL right after flush(): the records are in the OS's hands, so they are there."""
     child = textwrap.dedent(f"""

@@ -358,6 +358,62 @@ TEST(WriterFlushTest, FlushIsVisibleAtOnceAndDurableAtTheNextCommit) {
   }
 }
 
+// CommitAsync returns at once; the caller appends the next batch while the
+// background thread syncs, and WaitForCommit returns when the commit is as
+// durable as Commit() would have made it: a power cut right after keeps it,
+// and keeps nothing of the batch appended since.
+TEST(WriterCommitAsyncTest, WaitedCommitsSurviveAPowerCutAndLaterRecordsAreNotPartOfThem) {
+  auto mem = NewMemEnv();
+  FaultInjectionEnv env(mem.get());
+  ASSERT_OK_AND_ASSIGN(auto store, Store::Open("/s", {.env = &env}));
+  ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter({.writer_id = "w"}));
+  std::vector<uint64_t> tickets;
+  for (int64_t batch = 0; batch < 5; ++batch) {
+    for (int64_t run = batch * 100; run < (batch + 1) * 100; ++run) {
+      ASSERT_OK(w->Append(run, "x", 0, 0.5 * static_cast<double>(run)));
+    }
+    if (!tickets.empty()) ASSERT_OK(w->WaitForCommit(tickets.back()));
+    ASSERT_OK_AND_ASSIGN(uint64_t t, w->CommitAsync());
+    if (!tickets.empty()) {
+      EXPECT_GT(t, tickets.back());
+    }
+    tickets.push_back(t);
+  }
+  ASSERT_OK(w->WaitForCommit(tickets[3]));
+  ASSERT_OK(w->WaitForCommit(tickets[1]));  // an earlier ticket: already durable
+  for (int64_t run = 500; run < 600; ++run) ASSERT_OK(w->Append(run, "x", 0, 1.0));
+  EXPECT_THAT(w->WaitForCommit(0), StatusIs(StatusCode::kInvalidArgument));
+  EXPECT_THAT(w->WaitForCommit(tickets.back() + 1), StatusIs(StatusCode::kInvalidArgument));
+  ASSERT_OK(w->WaitForCommit(tickets.back()));
+  ASSERT_OK(env.SimulatePowerLoss(DropMode::kDropUnsynced, 1));
+  w.reset();  // its handle is gone with the power: it closes nothing
+  ASSERT_OK_AND_ASSIGN(auto after, Store::Open("/s", {.env = &env, .read_only = true}));
+  auto snap = after->GetSnapshot();
+  ASSERT_OK_AND_ASSIGN(SeriesInfo info, snap->GetSeriesInfo("x"));
+  EXPECT_EQ(info.count, 500u);  // the five waited batches, nothing of the sixth
+  ASSERT_OK_AND_ASSIGN(Value v, snap->Get(499, "x", 0));
+  EXPECT_EQ(v.scalar<double>(), 249.5);
+  EXPECT_THAT(snap->Get(500, "x", 0), StatusIs(StatusCode::kNotFound));
+}
+
+// The error that stops a writer reaches whoever waits for a commit it
+// prevented; a commit that was durable before the error stays waited for.
+TEST(WriterCommitAsyncTest, AFailedSyncIsReportedToTheWaiter) {
+  auto mem = NewMemEnv();
+  FaultInjectionEnv env(mem.get());
+  ASSERT_OK_AND_ASSIGN(auto store, Store::Open("/s", {.env = &env}));
+  ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter({.writer_id = "w"}));
+  ASSERT_OK(w->Append(1, "x", 0, 1.0));
+  ASSERT_OK_AND_ASSIGN(uint64_t first, w->CommitAsync());
+  ASSERT_OK(w->WaitForCommit(first));
+  ASSERT_OK(w->Append(2, "x", 0, 2.0));
+  env.FailOperation(1, EIO);  // the next file operation: the commit's write
+  ASSERT_OK_AND_ASSIGN(uint64_t second, w->CommitAsync());
+  EXPECT_THAT(w->WaitForCommit(second), StatusIs(StatusCode::kIOError));
+  EXPECT_OK(w->WaitForCommit(first));
+  EXPECT_FALSE(w->CommitAsync().ok());
+}
+
 // commit_every_s bounds what a power cut can take even from a writer that
 // flushes all the time: a flush does not restart its clock.
 TEST(WriterFlushTest, AutoCommitByTimeMakesFlushedRecordsDurable) {

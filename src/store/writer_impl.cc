@@ -301,6 +301,23 @@ Status WriterImpl::Commit() {
   return CommitLocked(lk);
 }
 
+Result<uint64_t> WriterImpl::CommitAsync() {
+  std::unique_lock lk(mu_);
+  RETURN_IF_ERROR(CheckUsableLocked());
+  return EnqueueCommitLocked(/*sync=*/true);
+}
+
+Status WriterImpl::WaitForCommit(uint64_t ticket) {
+  std::unique_lock lk(mu_);
+  if (ticket == 0 || ticket > commit_requested_) {
+    return Status::InvalidArgument("writer '" + options_.writer_id +
+                                   "' gave out no commit ticket " + std::to_string(ticket));
+  }
+  WaitForTaskLocked(lk, [&] { return commit_done_ >= ticket; });
+  // An error after the commit leaves it durable; one before it, not.
+  return durable_done_ >= ticket ? Status::OK() : bg_error_;
+}
+
 Status WriterImpl::Flush() {
   std::unique_lock lk(mu_);
   return CommitLocked(lk, /*sync=*/false);
@@ -683,6 +700,7 @@ void WriterImpl::RunTaskLocked(std::unique_lock<std::mutex>& lk, bool by_backgro
     }
   } else if (t.kind == Task::kCommit) {
     commit_done_ = t.ticket;
+    if (!failed && s.ok() && t.sync) durable_done_ = t.ticket;
   }
   cv_done_.notify_all();
   // Run by a caller: the background thread may be waiting for running_ to

@@ -53,6 +53,8 @@ class WriterImpl final : public Writer {
                      std::span<const int64_t> steps, const ValueRef& values) override;
   Status Resume(RunRef run, int64_t step) override;
   Status Commit() override;
+  Result<uint64_t> CommitAsync() override;
+  Status WaitForCommit(uint64_t ticket) override;
   Status Flush() override;
   Status Close() override;
   const std::string& writer_id() const override { return options_.writer_id; }
@@ -135,7 +137,8 @@ class WriterImpl final : public Writer {
   std::optional<std::chrono::steady_clock::time_point> first_uncommitted_;
   uint64_t commit_requested_ = 0;
   uint64_t commit_done_ = 0;
-  bool running_ = false;  // a thread is running a task (see RunTaskLocked)
+  uint64_t durable_done_ = 0;  // the last commit ticket whose sync succeeded
+  bool running_ = false;       // a thread is running a task (see RunTaskLocked)
   uint64_t borrowed_requested_ = 0;
   uint64_t borrowed_done_ = 0;
   Status bg_error_;
