@@ -632,17 +632,38 @@ class ChunkChecker final : public LazyValue::Checker {
       }
     }
     runs.resize(kept + 1);
-    // Ask for all of them before hashing any (through the mapping), so that
-    // the file system reads them in parallel; and ask for exactly them: a
-    // page fault's read-around would also read the blocks next to them.
-    const format::BlockInfo& info = seg_->index.blocks[block_];
-    if (seg_->handle) {
-      for (const auto& [first, last] : runs) {
-        const uint64_t begin = chunks_.begin(first), end = chunks_.end(last - 1);
-        seg_->handle->WillNeed(info.payload_offset + chunks_.data_offset + begin, end - begin);
+    // Ask for them before hashing them (through the mapping), so that the
+    // file system reads them in parallel; and ask for exactly them: a page
+    // fault's read-around would also read the blocks next to them. At most
+    // kAhead bytes are asked for ahead of the hashing, so that checking a
+    // range larger than memory does not fill the page cache with pages that
+    // are evicted before they are hashed. Runs are cut to kPiece bytes.
+    constexpr uint64_t kAhead = uint64_t{64} << 20, kPiece = uint64_t{8} << 20;
+    const uint64_t piece_chunks = std::max<uint64_t>(1, kPiece >> chunks_.shift);
+    std::vector<std::pair<uint64_t, uint64_t>> pieces;
+    for (const auto& [first, last] : runs) {
+      for (uint64_t at = first; at < last; at += piece_chunks) {
+        pieces.emplace_back(at, std::min(last, at + piece_chunks));
       }
     }
-    for (const auto& [first, last] : runs) RETURN_IF_ERROR(CheckRun(first, last));
+    const format::BlockInfo& info = seg_->index.blocks[block_];
+    auto bytes = [&](const std::pair<uint64_t, uint64_t>& p) {
+      return chunks_.end(p.second - 1) - chunks_.begin(p.first);
+    };
+    size_t asked = 0;
+    uint64_t ahead = 0;  // bytes asked for and not yet hashed
+    for (size_t k = 0; k < pieces.size(); ++k) {
+      while (asked < pieces.size() && (asked <= k || ahead + bytes(pieces[asked]) <= kAhead)) {
+        if (seg_->handle) {
+          seg_->handle->WillNeed(
+              info.payload_offset + chunks_.data_offset + chunks_.begin(pieces[asked].first),
+              bytes(pieces[asked]));
+        }
+        ahead += bytes(pieces[asked++]);
+      }
+      RETURN_IF_ERROR(CheckRun(pieces[k].first, pieces[k].second));
+      ahead -= bytes(pieces[k]);
+    }
     return Status::OK();
   }
 
