@@ -113,8 +113,9 @@ class LazyValue {
     return Check(std::span<const Range>(&r, 1));
   }
   // Checks several ranges at once: the chunks of all of them are asked of the
-  // file system together, so that a sample spread over a large array is read
-  // in parallel requests rather than one after another.
+  // file system together (at most 64 MiB ahead of the hashing), so that a
+  // sample spread over a large array is read in parallel requests rather than
+  // one after another.
   Status Check(std::span<const Range> ranges) const {
     return checker_ ? checker_->Check(ranges) : Status::OK();
   }
