@@ -152,7 +152,6 @@ struct ValueChunks {
   uint64_t count = 0;           // of chunks
   const char* table = nullptr;  // u64[count], in the payload
 
-  uint64_t chunk_bytes() const { return uint64_t{1} << shift; }
   // Bytes [begin, end) of the value data that chunk i covers.
   uint64_t begin(uint64_t i) const { return i << shift; }
   uint64_t end(uint64_t i) const { return std::min(data_len, (i + 1) << shift); }

@@ -329,7 +329,7 @@ TEST(FormatTest, ValueChunksOfEverySizeCheckWholeAndOneByOne) {
     EXPECT_EQ(std::memcmp(payload().data() + c.data_offset, a.data(), bytes), 0);
     EXPECT_OK(CheckPayload(payload(), info, "seg.rss"));
     EXPECT_OK(CheckPayloadByReading(*file, payload(), info, "seg.rss"));
-    EXPECT_OK(CheckPayloadOutsideValue(payload(), view, info, "seg.rss"));
+    EXPECT_OK(CheckPayloadOutsideValue(payload(), info, "seg.rss", &view));
     EXPECT_OK(CheckValueChunks(payload(), view, 0, c.count, info, "seg.rss"));
     // Damage to the last byte of the value: its chunk, the last, and only it.
     const uint64_t at = info.payload_offset + c.data_offset + bytes - 1;
@@ -350,7 +350,7 @@ TEST(FormatTest, ValueChunksOfEverySizeCheckWholeAndOneByOne) {
                 StatusIsWith(StatusCode::kCorruption, last));
     EXPECT_THAT(CheckPayloadByReading(*file, payload(), info, "seg.rss"),
                 StatusIsWith(StatusCode::kCorruption, last));
-    EXPECT_OK(CheckPayloadOutsideValue(payload(), view, info, "seg.rss"));
+    EXPECT_OK(CheckPayloadOutsideValue(payload(), info, "seg.rss", &view));
     EXPECT_OK(CheckValueChunks(payload(), view, 0, c.count - 1, info, "seg.rss"));
     EXPECT_THAT(CheckValueChunks(payload(), view, c.count - 1, c.count, info, "seg.rss"),
                 StatusIsWith(StatusCode::kCorruption, last));

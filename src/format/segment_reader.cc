@@ -317,21 +317,14 @@ Status ChunkMismatch(const BlockInfo& block, const ValueChunks& c, uint64_t i,
                             " checksum mismatch (series '" + block.header.name + "')");
 }
 
-// Parses the payload of a block with value chunks, for their layout. Parsing
-// reads only the key columns and the table, and checks every offset.
-Status ParseChunked(std::string_view stored, const BlockInfo& block, const std::string& name,
-                    BlockView* view) {
+}  // namespace
+
+Status CheckPayloadOutsideValue(std::string_view stored, const BlockInfo& block,
+                                const std::string& name, BlockView* view) {
   if (stored.size() != block.header.payload_len) return PayloadTruncated(block, name);
   Status s = view->Parse(block.header, stored);
   if (!s.ok()) return s.WithContext(At(name, block.payload_offset));
-  return Status::OK();
-}
-
-}  // namespace
-
-Status CheckPayloadOutsideValue(std::string_view stored, const BlockView& view,
-                                const BlockInfo& block, const std::string& name) {
-  const ValueChunks& c = *view.value_chunks();
+  const ValueChunks& c = *view->value_chunks();
   ChecksumStream hash;
   hash.Update(stored.data(), c.data_offset);
   const uint64_t after = c.data_offset + c.data_len;
@@ -356,8 +349,7 @@ Status CheckPayload(std::string_view stored, const BlockInfo& block, const std::
   if (stored.size() != block.header.payload_len) return PayloadTruncated(block, name);
   if (block.header.flags & kBlockValueChunks) {
     BlockView view;
-    RETURN_IF_ERROR(ParseChunked(stored, block, name, &view));
-    RETURN_IF_ERROR(CheckPayloadOutsideValue(stored, view, block, name));
+    RETURN_IF_ERROR(CheckPayloadOutsideValue(stored, block, name, &view));
     return CheckValueChunks(stored, view, 0, view.value_chunks()->count, block, name);
   }
   if (Checksum(stored) != block.header.payload_checksum) return PayloadMismatch(block, name);
@@ -380,8 +372,7 @@ Status CheckPayloadByReading(const RandomAccessFile& file, std::string_view stor
   const ValueChunks* chunks = nullptr;
   uint64_t begin = 0, len = block.header.payload_len;
   if (block.header.flags & kBlockValueChunks) {
-    RETURN_IF_ERROR(ParseChunked(stored, block, name, &view));
-    RETURN_IF_ERROR(CheckPayloadOutsideValue(stored, view, block, name));
+    RETURN_IF_ERROR(CheckPayloadOutsideValue(stored, block, name, &view));
     chunks = view.value_chunks();
     begin = chunks->data_offset;
     len = chunks->data_len;
@@ -400,23 +391,17 @@ Status CheckPayloadByReading(const RandomAccessFile& file, std::string_view stor
     }
     for (const char* q = got.data(); q < got.data() + n;) {
       const size_t take = std::min<uint64_t>(got.data() + n - q, chunks->end(chunk) - done);
-      if (take == chunks->end(chunk) - chunks->begin(chunk)) {
-        // A whole chunk in this piece (always, for chunks that divide it).
-        if (Checksum(q, take) != chunks->expected(chunk)) {
-          return ChunkMismatch(block, *chunks, chunk, name);
-        }
-        q += take;
-        done += take;
-        ++chunk;
-        continue;
-      }
-      hash.Update(q, take);
+      // A chunk wholly in this piece (always, for chunks that divide it) is
+      // hashed at once; one that spans pieces, as they come.
+      const bool whole = take == chunks->end(chunk) - chunks->begin(chunk);
+      if (!whole) hash.Update(q, take);
       q += take;
       done += take;
       if (done == chunks->end(chunk)) {
-        if (hash.Digest() != chunks->expected(chunk))
+        if ((whole ? Checksum(q - take, take) : hash.Digest()) != chunks->expected(chunk)) {
           return ChunkMismatch(block, *chunks, chunk, name);
-        hash = ChecksumStream();
+        }
+        if (!whole) hash = ChecksumStream();
         ++chunk;
       }
     }

@@ -68,11 +68,12 @@ Status CheckPayload(std::string_view stored, const BlockInfo& block, const std::
 Status CheckPayloadByReading(const RandomAccessFile& file, std::string_view stored,
                              const BlockInfo& block, const std::string& name);
 
-// For a block with value chunks whose payload `stored` was parsed into `view`
-// (docs/format.md "Value chunks"): checks everything but the value data, and
-// chunks [first, last) of the value data.
-Status CheckPayloadOutsideValue(std::string_view stored, const BlockView& view,
-                                const BlockInfo& block, const std::string& name);
+// For a block with value chunks (docs/format.md "Value chunks"): parses its
+// payload `stored` into *view, which reads only its keys and chunk table, and
+// checks everything but the value data; then CheckValueChunks checks chunks
+// [first, last) of the value data.
+Status CheckPayloadOutsideValue(std::string_view stored, const BlockInfo& block,
+                                const std::string& name, BlockView* view);
 Status CheckValueChunks(std::string_view stored, const BlockView& view, uint64_t first,
                         uint64_t last, const BlockInfo& block, const std::string& name);
 

@@ -169,10 +169,7 @@ Result<Payload> SnapshotImpl::ReadPayload(const BlockRef& b, Check check) const 
         seg.handle->WillNeed(info.payload_offset + h.payload_len - tail, tail);
       }
       format::BlockView view;
-      Status s = view.Parse(h, stored);
-      if (!s.ok())
-        return s.WithContext(seg.file + ": offset " + std::to_string(info.payload_offset));
-      RETURN_IF_ERROR(format::CheckPayloadOutsideValue(stored, view, info, seg.file));
+      RETURN_IF_ERROR(format::CheckPayloadOutsideValue(stored, info, seg.file, &view));
       seg.LazyBlockOf(b.block, view.value_chunks()->count);
     } else if (h.codec == Codec::kNone && h.payload_len >= kVerifyByReadingBytes && seg.handle) {
       // A large uncompressed block goes to the caller as a view of the
@@ -602,8 +599,7 @@ class ChunkChecker final : public LazyValue::Checker {
         block_(block),
         stored_(p.bytes),
         view_(p.view),
-        chunks_(*view_.value_chunks()),
-        state_(seg_->LazyBlockOf(block, chunks_.count)) {}
+        state_(seg_->LazyBlockOf(block, chunks().count)) {}
 
   Status Check(std::span<const LazyValue::Range> ranges) const override {
     if (all_checked()) return Status::OK();
@@ -611,8 +607,9 @@ class ChunkChecker final : public LazyValue::Checker {
     std::vector<std::pair<uint64_t, uint64_t>> runs;
     for (const LazyValue::Range& r : ranges) {
       if (r.len == 0) continue;
-      const uint64_t last = std::min(chunks_.count, ((r.offset + r.len - 1) >> chunks_.shift) + 1);
-      for (uint64_t i = r.offset >> chunks_.shift; i < last; ++i) {
+      const uint64_t last =
+          std::min(chunks().count, ((r.offset + r.len - 1) >> chunks().shift) + 1);
+      for (uint64_t i = r.offset >> chunks().shift; i < last; ++i) {
         if (IsChecked(i)) continue;
         if (!runs.empty() && runs.back().second == i) {
           ++runs.back().second;
@@ -639,7 +636,7 @@ class ChunkChecker final : public LazyValue::Checker {
     // range larger than memory does not fill the page cache with pages that
     // are evicted before they are hashed. Runs are cut to kPiece bytes.
     constexpr uint64_t kAhead = uint64_t{64} << 20, kPiece = uint64_t{8} << 20;
-    const uint64_t piece_chunks = std::max<uint64_t>(1, kPiece >> chunks_.shift);
+    const uint64_t piece_chunks = std::max<uint64_t>(1, kPiece >> chunks().shift);
     std::vector<std::pair<uint64_t, uint64_t>> pieces;
     for (const auto& [first, last] : runs) {
       for (uint64_t at = first; at < last; at += piece_chunks) {
@@ -648,7 +645,7 @@ class ChunkChecker final : public LazyValue::Checker {
     }
     const format::BlockInfo& info = seg_->index.blocks[block_];
     auto bytes = [&](const std::pair<uint64_t, uint64_t>& p) {
-      return chunks_.end(p.second - 1) - chunks_.begin(p.first);
+      return chunks().end(p.second - 1) - chunks().begin(p.first);
     };
     size_t asked = 0;
     uint64_t ahead = 0;  // bytes asked for and not yet hashed
@@ -656,7 +653,7 @@ class ChunkChecker final : public LazyValue::Checker {
       while (asked < pieces.size() && (asked <= k || ahead + bytes(pieces[asked]) <= kAhead)) {
         if (seg_->handle) {
           seg_->handle->WillNeed(
-              info.payload_offset + chunks_.data_offset + chunks_.begin(pieces[asked].first),
+              info.payload_offset + chunks().data_offset + chunks().begin(pieces[asked].first),
               bytes(pieces[asked]));
         }
         ahead += bytes(pieces[asked++]);
@@ -672,6 +669,8 @@ class ChunkChecker final : public LazyValue::Checker {
   }
 
  private:
+  const format::ValueChunks& chunks() const { return *view_.value_chunks(); }
+
   bool IsChecked(uint64_t i) const {
     return (state_->checked[i / 64].load(std::memory_order_acquire) >> (i % 64)) & 1;
   }
@@ -694,7 +693,6 @@ class ChunkChecker final : public LazyValue::Checker {
   uint32_t block_;
   std::string_view stored_;
   format::BlockView view_;
-  format::ValueChunks chunks_;
   std::shared_ptr<LoadedSegment::LazyBlock> state_;  // what is checked
 };
 
