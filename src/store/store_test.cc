@@ -837,6 +837,23 @@ struct LargeArray {
   std::vector<int64_t> shape;
 };
 
+// Writes `a` as series "x", step 0, of runs 0 .. runs-1 (writer "w").
+void WriteLargeArray(Store* store, const LargeArray& a, int runs) {
+  ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter({.writer_id = "w"}));
+  for (int run = 0; run < runs; ++run) ASSERT_OK(w->Append(run, "x", 0, a.ref()));
+  ASSERT_OK(w->Close());
+}
+
+// The one segment of `store`, at `path`, and the offset in it where `bytes`
+// first occur.
+void FindInSegment(Store* store, const std::string& path, std::string_view bytes, std::string* file,
+                   size_t* at) {
+  *file = path + "/" + (*store->Refresh())->ListSegments().at(0).file;
+  ASSERT_OK_AND_ASSIGN(std::string contents, ReadFileToString(Env::Default(), *file));
+  *at = contents.find(bytes);
+  ASSERT_NE(*at, std::string::npos);
+}
+
 TEST_F(StoreTest, DamageAnywhereInALargeArrayIsFoundOnFirstGet) {
   // Arrays of 1 MiB and more are verified by reading the file in pieces
   // (format::CheckPayloadByReading) rather than through the mapping; an array
@@ -848,14 +865,10 @@ TEST_F(StoreTest, DamageAnywhereInALargeArrayIsFoundOnFirstGet) {
     SCOPED_TRACE(where);
     fs::remove_all(StorePath());
     auto store = Open();
-    ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter({.writer_id = "w"}));
-    ASSERT_OK(w->Append(0, "x", 0, a.ref()));
-    ASSERT_OK(w->Append(1, "x", 0, a.ref()));
-    ASSERT_OK(w->Close());
-    const std::string file = StorePath() + "/" + (*store->Refresh())->ListSegments().at(0).file;
-    ASSERT_OK_AND_ASSIGN(std::string contents, ReadFileToString(Env::Default(), file));
-    const size_t value = contents.find(bytes);  // run 0's value
-    ASSERT_NE(value, std::string::npos);
+    ASSERT_NO_FATAL_FAILURE(WriteLargeArray(store.get(), a, 2));
+    std::string file;
+    size_t value;  // run 0's
+    ASSERT_NO_FATAL_FAILURE(FindInSegment(store.get(), StorePath(), bytes, &file, &value));
     const uint64_t off = value + (where[0] == 'f'   ? 0
                                   : where[0] == 'm' ? bytes.size() / 2
                                                     : bytes.size() - 1);
@@ -884,15 +897,10 @@ TEST_F(StoreTest, LazyGetChecksOnlyTheChunksItReads) {
   const LargeArray a((int64_t{1} << 18) + 1, 0.5);  // 2 MiB + 8 bytes: the last chunk of 8
   const std::string_view bytes = a.bytes();
   auto store = Open();
-  {
-    ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter({.writer_id = "w"}));
-    ASSERT_OK(w->Append(0, "x", 0, a.ref()));
-    ASSERT_OK(w->Close());
-  }
-  const std::string file = StorePath() + "/" + (*store->Refresh())->ListSegments().at(0).file;
-  ASSERT_OK_AND_ASSIGN(std::string contents, ReadFileToString(Env::Default(), file));
-  const size_t value = contents.find(bytes);
-  ASSERT_NE(value, std::string::npos);
+  ASSERT_NO_FATAL_FAILURE(WriteLargeArray(store.get(), a, 1));
+  std::string file;
+  size_t value;
+  ASSERT_NO_FATAL_FAILURE(FindInSegment(store.get(), StorePath(), bytes, &file, &value));
   FlipByte(file, value + 5 * kChunk + 100);  // in chunk 5
   ASSERT_OK_AND_ASSIGN(auto ro, Store::Open(StorePath(), {.read_only = true}));
   auto snap = ro->GetSnapshot();
@@ -956,10 +964,9 @@ TEST_F(StoreTest, LazyGetChecksKeysAndChunkTableAtOnceAndRemembersAFullCheck) {
     EXPECT_EQ(later.value().str(), bytes);
     EXPECT_THAT(snap->GetLazy(1, "x", 1), StatusIs(StatusCode::kNotFound));
   }
-  const std::string file = StorePath() + "/" + (*store->Refresh())->ListSegments().at(0).file;
-  ASSERT_OK_AND_ASSIGN(std::string contents, ReadFileToString(Env::Default(), file));
-  const size_t value = contents.find(bytes);  // run 0's value
-  ASSERT_NE(value, std::string::npos);
+  std::string file;
+  size_t value;  // run 0's
+  ASSERT_NO_FATAL_FAILURE(FindInSegment(store.get(), StorePath(), bytes, &file, &value));
   // The chunk table follows the value data (padded to 64 bytes); the keys
   // precede it. Damage to either fails GetLazy itself.
   for (const uint64_t at : {value - 64, AlignUp(value + bytes.size(), 64) + 8 * 20}) {
@@ -981,16 +988,11 @@ TEST_F(StoreTest, LazyCheckOfARangeLargerThanItsLookaheadFindsLateDamage) {
   const LargeArray a(int64_t{10} << 20, 0.25);  // 80 MiB
   const std::string_view bytes = a.bytes();
   auto store = Open();
-  {
-    ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter({.writer_id = "w"}));
-    ASSERT_OK(w->Append(0, "x", 0, a.ref()));
-    ASSERT_OK(w->Append(1, "x", 0, a.ref()));
-    ASSERT_OK(w->Close());
-  }
-  const std::string file = StorePath() + "/" + (*store->Refresh())->ListSegments().at(0).file;
-  ASSERT_OK_AND_ASSIGN(std::string contents, ReadFileToString(Env::Default(), file));
-  const size_t value = contents.find(bytes.substr(0, 4096));  // run 0's value
-  ASSERT_NE(value, std::string::npos);
+  ASSERT_NO_FATAL_FAILURE(WriteLargeArray(store.get(), a, 2));
+  std::string file;
+  size_t value;  // run 0's
+  ASSERT_NO_FATAL_FAILURE(
+      FindInSegment(store.get(), StorePath(), bytes.substr(0, 4096), &file, &value));
   const uint64_t damaged = bytes.size() - 3 * kChunk + 5;
   FlipByte(file, value + damaged);
   ASSERT_OK_AND_ASSIGN(auto ro, Store::Open(StorePath(), {.read_only = true}));
@@ -1012,11 +1014,7 @@ TEST_F(StoreTest, LazyCheckOfARangeLargerThanItsLookaheadFindsLateDamage) {
 TEST_F(StoreTest, LazyChecksFromManyThreadsShareWhatIsChecked) {
   const LargeArray a(int64_t{1} << 18, 0.0);  // 2 MiB
   auto store = Open();
-  {
-    ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter({.writer_id = "w"}));
-    ASSERT_OK(w->Append(0, "x", 0, a.ref()));
-    ASSERT_OK(w->Close());
-  }
+  ASSERT_NO_FATAL_FAILURE(WriteLargeArray(store.get(), a, 1));
   ASSERT_OK_AND_ASSIGN(auto ro, Store::Open(StorePath(), {.read_only = true}));
   auto snap = ro->GetSnapshot();
   ASSERT_OK_AND_ASSIGN(LazyValue shared, snap->GetLazy(0, "x", 0));
@@ -1262,11 +1260,12 @@ TEST_F(StoreTest, ScanOfSomeRunsOrStepsReadsNoOtherBlock) {
     }
     ASSERT_OK(w->Close());
   }
-  const std::string file = StorePath() + "/" + (*store->Refresh())->ListSegments().at(0).file;
-  ASSERT_OK_AND_ASSIGN(std::string contents, ReadFileToString(Env::Default(), file));
   const double marker = 7 * 1000.5 + 150;  // a value of run 7, in its second block
-  const size_t at = contents.find(std::string_view(reinterpret_cast<const char*>(&marker), 8));
-  ASSERT_NE(at, std::string::npos);
+  std::string file;
+  size_t at;
+  ASSERT_NO_FATAL_FAILURE(FindInSegment(store.get(), StorePath(),
+                                        std::string_view(reinterpret_cast<const char*>(&marker), 8),
+                                        &file, &at));
   FlipByte(file, at);
   ASSERT_OK_AND_ASSIGN(auto ro, Store::Open(StorePath(), {.read_only = true}));
   auto snap = ro->GetSnapshot();
