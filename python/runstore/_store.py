@@ -341,7 +341,7 @@ class Store:
 
         Where :meth:`get` checks the whole array before it returns, ``array`` returns at
         once, and indexing it (``a[::16]``, ``a[1000:2000, 3]``, ``a[5]``) reads and checks
-        only the 64 KiB chunks that the result reaches: a strided sample or a few rows of an
+        only the 4 KiB chunks that the result reaches: a strided sample or a few rows of an
         array of many gigabytes cost what they read. Results are read-only numpy arrays (views
         of the mapped file, or numpy scalars as numpy returns them); a chunk that fails its
         checksum raises :class:`runstore.CorruptionError` naming the file and offset, and the
