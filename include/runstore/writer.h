@@ -75,6 +75,7 @@ struct WriterStats {
   uint64_t bytes_written = 0;   // bytes written to segment files
   uint64_t commits = 0;         // commit records written, by Commit and by Flush
   uint64_t flushes = 0;         // of those, the ones Flush wrote (not synced when written)
+  uint64_t syncs = 0;           // fdatasyncs made for commits: one may cover several (CommitAsync)
   uint64_t segments_sealed = 0;
   uint64_t backpressure_waits = 0;  // Appends that had to wait for buffer space
   double backpressure_seconds = 0;
@@ -140,9 +141,23 @@ class Writer {
   // as a Commit() that has not returned yet: readers may already see it, and
   // a crash may or may not keep it. A later commit's ticket covers every
   // earlier one. Records appended after the call belong to later commits.
+  //
+  // Group commit: when the background thread reaches a commit while a later
+  // one is already queued, it writes the commit record without syncing and
+  // lets the later commit's fdatasync cover both. A caller that commits
+  // faster than the disk syncs (a batch loop that never waits) thus pays one
+  // fdatasync per burst instead of one per commit, and every commit is
+  // durable one sync after it is written. On disk this is a flush followed
+  // by a commit (docs/format.md "Recovery", rule 6).
   virtual Result<uint64_t> CommitAsync() = 0;
-  // InvalidArgument for a ticket this writer has not given out.
+  // InvalidArgument for a ticket this writer has not given out;
+  // FailedPrecondition for a Flush's ticket that no later commit has made
+  // durable yet.
   virtual Status WaitForCommit(uint64_t ticket) = 0;
+  // The newest ticket that is durable with every one before it (0: none
+  // yet), without waiting: for a caller that acknowledges results upstream
+  // as their commits become durable.
+  virtual uint64_t DurableTicket() const = 0;
 
   // Like Commit, but without waiting for stable storage: everything appended
   // before the call is written to the operating system, visible to readers

@@ -63,6 +63,9 @@ class Writer:
         when it is durable."""
     def wait_for_commit(self, ticket: int) -> None:
         """Returns when the commit of ``ticket`` is durable."""
+    @property
+    def durable_ticket(self) -> int:
+        """The newest ticket durable with every one before it, without waiting."""
     def flush(self) -> None:
         """Makes every record appended before the call visible and safe from a crash of the
         process (not from a power cut); durable at the next commit() or close."""

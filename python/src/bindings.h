@@ -48,6 +48,7 @@ class PyWriter {
               nb::handle codec);
   uint64_t Commit(bool wait);
   void WaitForCommit(uint64_t ticket);
+  uint64_t durable_ticket() const { return writer_->DurableTicket(); }
   void Flush();
   void Resume(nb::handle run, int64_t step);
   void Close();

@@ -339,6 +339,7 @@ nb::dict PyWriter::Stats() const {
   d["bytes_written"] = s.bytes_written;
   d["commits"] = s.commits;
   d["flushes"] = s.flushes;
+  d["syncs"] = s.syncs;
   d["segments_sealed"] = s.segments_sealed;
   d["backpressure_waits"] = s.backpressure_waits;
   d["backpressure_seconds"] = s.backpressure_seconds;
@@ -406,7 +407,10 @@ void BindWriter(nb::module_& m) {
           "refresh, and returns the commit's ticket. Raises OSError if the data could not be "
           "written. With wait=False it returns at once: the writer's background thread writes and "
           "syncs the commit while the caller goes on (converting the next batch, say), and "
-          "wait_for_commit(ticket) returns when it is durable, as commit() would have.")
+          "wait_for_commit(ticket) returns when it is durable, as commit() would have. Commits "
+          "made faster than the disk syncs share one fsync (group commit): a loop that commits "
+          "with wait=False and waits only for its last ticket pays one fsync per burst, not one "
+          "per commit.")
       .def("wait_for_commit", &PyWriter::WaitForCommit, "ticket"_a,
            "Returns when the commit of ``ticket`` (from commit(wait=False)) is durable, or raises "
            "the error that stopped the writer. ValueError for a ticket this writer did not give "
@@ -430,9 +434,14 @@ void BindWriter(nb::module_& m) {
            "RuntimeError. "
            "Closing twice is harmless.")
       .def("stats", &PyWriter::Stats,
-           "Counters: records_appended, bytes_appended, bytes_written, commits, flushes, "
+           "Counters: records_appended, bytes_appended, bytes_written, commits, flushes, syncs "
+           "(fdatasyncs for commits; one covers several commits made with wait=False), "
            "segments_sealed, "
            "backpressure_waits, backpressure_seconds, peak_buffered_bytes.")
+      .def_prop_ro("durable_ticket", &PyWriter::durable_ticket,
+                   "The newest commit ticket that is durable with every one before it (0: none "
+                   "yet), without waiting: after commit(wait=False), the results of every commit "
+                   "whose ticket is at most this may be acknowledged.")
       .def_prop_ro("writer_id", &PyWriter::writer_id,
                    "This writer's id; its segment files are named after it.")
       .def_prop_ro("closed", &PyWriter::closed, "True after close() or the end of a with-block.")

@@ -115,6 +115,31 @@ def test_commit_without_waiting_returns_a_ticket_to_wait_for(store_path):
     assert w.stats()["commits"] >= 4
 
 
+def test_commits_made_without_waiting_share_syncs(store_path):
+    """A loop that commits with wait=False and waits only for its last ticket: every record is
+    committed, each commit counted once, and no more syncs than commits (group commit; the
+    C++ tests show the sharing itself with a held sync). A flush's ticket is not durable until
+    a later commit."""
+    store = runstore.open(store_path)
+    with store.writer() as w:
+        for b in range(50):
+            w.log_many(np.arange(b * 1000, (b + 1) * 1000), trace=np.ones((1000, 100)))
+            ticket = w.commit(wait=False)
+            assert w.durable_ticket <= ticket
+        w.wait_for_commit(ticket)
+        assert w.durable_ticket == ticket
+        stats = w.stats()
+        assert stats["commits"] == 50 and 1 <= stats["syncs"] <= 50, stats
+        w.log(0, late=1.0)
+        w.flush()
+        with pytest.raises(RuntimeError, match=f"ticket {ticket + 1} .* is a flush's"):
+            w.wait_for_commit(ticket + 1)
+        later = w.commit()
+        w.wait_for_commit(ticket + 1)  # made durable by the commit after it
+        assert later == ticket + 2
+    assert runstore.open(store_path, mode="r").scan("trace")["value"].shape == (50_000, 100)
+
+
 def test_flushed_records_survive_kill_9(store_path):
     """A real SIGKILL right after flush(): the records are in the OS's hands, so they are there."""
     child = textwrap.dedent(f"""

@@ -5,9 +5,12 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <future>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <thread>
@@ -394,6 +397,192 @@ TEST(WriterCommitAsyncTest, WaitedCommitsSurviveAPowerCutAndLaterRecordsAreNotPa
   ASSERT_OK_AND_ASSIGN(Value v, snap->Get(499, "x", 0));
   EXPECT_EQ(v.scalar<double>(), 249.5);
   EXPECT_THAT(snap->Get(500, "x", 0), StatusIs(StatusCode::kNotFound));
+}
+
+// An Env whose files' Syncs wait for a permit while the gate is shut, so that
+// a test can queue commits behind a sync the background thread is inside.
+class SyncGateEnv final : public Env {
+ public:
+  explicit SyncGateEnv(Env* base) : base_(base) {}
+  void Shut() {
+    std::lock_guard lk(mu_);
+    permits_ = 0;
+  }
+  // Lets `n` more Syncs through (all of them, for -1).
+  void Allow(int n) {
+    std::lock_guard lk(mu_);
+    permits_ = n < 0 ? std::numeric_limits<int>::max() : permits_ + n;
+    cv_.notify_all();
+  }
+  // Waits until `n` Syncs have arrived at the gate since construction.
+  void AwaitSyncs(int n) {
+    std::unique_lock lk(mu_);
+    cv_.wait(lk, [&] { return arrived_ >= n; });
+  }
+  int arrived() {
+    std::lock_guard lk(mu_);
+    return arrived_;
+  }
+
+  Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path,
+                                                        bool exclusive) override {
+    ASSIGN_OR_RETURN(auto f, base_->NewWritableFile(path, exclusive));
+    return std::unique_ptr<WritableFile>(new File(this, std::move(f)));
+  }
+  Result<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(const std::string& p) override {
+    return base_->NewRandomAccessFile(p);
+  }
+  Status FileExists(const std::string& p) override { return base_->FileExists(p); }
+  Result<bool> IsDirectory(const std::string& p) override { return base_->IsDirectory(p); }
+  Result<std::vector<std::string>> GetChildren(const std::string& d) override {
+    return base_->GetChildren(d);
+  }
+  Result<uint64_t> GetFileSize(const std::string& p) override { return base_->GetFileSize(p); }
+  Status CreateDir(const std::string& p) override { return base_->CreateDir(p); }
+  Status RemoveFile(const std::string& p) override { return base_->RemoveFile(p); }
+  Status RenameFile(const std::string& f, const std::string& t) override {
+    return base_->RenameFile(f, t);
+  }
+  Status SyncDir(const std::string& d) override { return base_->SyncDir(d); }
+  Status CheckWritableDir(const std::string& d) override { return base_->CheckWritableDir(d); }
+  int64_t NowNanos() override { return base_->NowNanos(); }
+
+ private:
+  class File final : public WritableFile {
+   public:
+    File(SyncGateEnv* env, std::unique_ptr<WritableFile> f) : env_(env), f_(std::move(f)) {}
+    Status Append(std::span<const std::string_view> p) override { return f_->Append(p); }
+    Status WriteAt(uint64_t o, std::string_view d) override { return f_->WriteAt(o, d); }
+    Status Sync() override {
+      {
+        std::unique_lock lk(env_->mu_);
+        ++env_->arrived_;
+        env_->cv_.notify_all();
+        env_->cv_.wait(lk, [&] { return env_->permits_ > 0; });
+        if (env_->permits_ != std::numeric_limits<int>::max()) --env_->permits_;
+      }
+      return f_->Sync();
+    }
+    Status Close() override { return f_->Close(); }
+    uint64_t Size() const override { return f_->Size(); }
+
+   private:
+    SyncGateEnv* const env_;
+    std::unique_ptr<WritableFile> f_;
+  };
+
+  Env* const base_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int permits_ = std::numeric_limits<int>::max();
+  int arrived_ = 0;
+};
+
+// Group commit, set up: batch 0 committed; batch 1's commit inside its
+// sync while batches 2..6 are appended and committed with CommitAsync; then
+// that sync let through, and the next one (made for all five) held.
+struct GroupCommitScene {
+  std::unique_ptr<Env> mem = NewMemEnv();
+  FaultInjectionEnv faults{mem.get()};
+  SyncGateEnv env{&faults};
+  std::unique_ptr<Store> store;
+  std::unique_ptr<Writer> w;
+  uint64_t first = 0;
+  std::vector<uint64_t> queued;
+  int before = 0;
+
+  void AppendBatch(int64_t batch) {
+    for (int64_t run = batch * 100; run < (batch + 1) * 100; ++run) {
+      ASSERT_OK(w->Append(run, "x", 0, 0.5 * static_cast<double>(run)));
+    }
+  }
+  void HoldTheGroupSync() {
+    ASSERT_OK_AND_ASSIGN(store, Store::Open("/s", {.env = &env}));
+    ASSERT_OK_AND_ASSIGN(w, store->NewWriter({.writer_id = "w"}));
+    AppendBatch(0);
+    ASSERT_OK(w->Commit());  // the segment exists: from now on only commits sync
+    before = env.arrived();
+    env.Shut();
+    AppendBatch(1);
+    ASSERT_OK_AND_ASSIGN(first, w->CommitAsync());
+    env.AwaitSyncs(before + 1);  // the background thread is inside its sync
+    for (int64_t batch = 2; batch <= 6; ++batch) {
+      AppendBatch(batch);
+      ASSERT_OK_AND_ASSIGN(uint64_t t, w->CommitAsync());
+      queued.push_back(t);
+    }
+    env.Allow(1);
+    ASSERT_OK(w->WaitForCommit(first));
+    env.AwaitSyncs(before + 2);
+  }
+  // The number of records a reader finds after a power cut now.
+  uint64_t CountAfterPowerLoss() {
+    EXPECT_OK(faults.SimulatePowerLoss(DropMode::kDropUnsynced, 1));
+    w.reset();  // its handle is gone with the power: it closes nothing
+    auto after = Store::Open("/s", {.env = &faults, .read_only = true});
+    EXPECT_OK(after.status());
+    if (!after.ok()) return 0;
+    auto snap = (*after)->GetSnapshot();
+    EXPECT_OK(snap->Verify(nullptr));
+    auto info = snap->GetSeriesInfo("x");
+    return info.ok() ? info->count : 0;
+  }
+};
+
+// Commits queued while the background thread is inside a sync share the next
+// one, and each is reported durable only once that sync is done. A power cut
+// after the last wait keeps them all.
+TEST(WriterCommitAsyncTest, CommitsQueuedDuringASyncShareTheNextOne) {
+  GroupCommitScene g;
+  ASSERT_NO_FATAL_FAILURE(g.HoldTheGroupSync());
+  auto second = std::async(std::launch::async, [&] { return g.w->WaitForCommit(g.queued[0]); });
+  EXPECT_EQ(second.wait_for(std::chrono::milliseconds(100)), std::future_status::timeout)
+      << "a commit whose sync is still to come was reported durable";
+  EXPECT_EQ(g.w->DurableTicket(), g.first);
+  g.env.Allow(-1);
+  EXPECT_OK(second.get());
+  ASSERT_OK(g.w->WaitForCommit(g.queued.back()));
+  EXPECT_EQ(g.w->DurableTicket(), g.queued.back());
+  const WriterStats stats = g.w->stats();
+  EXPECT_EQ(stats.commits, 7u);
+  EXPECT_EQ(stats.flushes, 0u);
+  EXPECT_EQ(stats.syncs, 3u) << "one for the five queued commits";
+  EXPECT_EQ(g.env.arrived(), g.before + 2);
+  EXPECT_EQ(g.CountAfterPowerLoss(), 700u);
+}
+
+// The group's sync fails (the power goes while it runs): every commit of the
+// group is reported failed and all of them are gone together, while the
+// commits synced before them stay.
+TEST(WriterCommitAsyncTest, AGroupWhoseSyncFailsIsLostWhole) {
+  GroupCommitScene g;
+  ASSERT_NO_FATAL_FAILURE(g.HoldTheGroupSync());
+  g.faults.CrashAfter(0);
+  g.env.Allow(-1);
+  for (uint64_t t : g.queued) EXPECT_THAT(g.w->WaitForCommit(t), StatusIs(StatusCode::kIOError));
+  EXPECT_OK(g.w->WaitForCommit(g.first));
+  EXPECT_EQ(g.CountAfterPowerLoss(), 200u);
+}
+
+// A flush's ticket (tickets count flushes too) is durable once a later commit
+// is, and not before; Commit() waits for a commit queued before it by
+// CommitAsync to be synced with its own.
+TEST(WriterCommitAsyncTest, AFlushTicketIsDurableOnlyAfterALaterCommit) {
+  auto mem = NewMemEnv();
+  FaultInjectionEnv env(mem.get());
+  ASSERT_OK_AND_ASSIGN(auto store, Store::Open("/s", {.env = &env}));
+  ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter({.writer_id = "w"}));
+  ASSERT_OK(w->Append(1, "x", 0, 1.0));
+  ASSERT_OK_AND_ASSIGN(uint64_t c1, w->CommitAsync());
+  ASSERT_OK(w->Append(2, "x", 0, 2.0));
+  ASSERT_OK(w->Flush());
+  const uint64_t flush = c1 + 1;
+  ASSERT_OK(w->WaitForCommit(c1));
+  EXPECT_THAT(w->WaitForCommit(flush), StatusIsWith(StatusCode::kFailedPrecondition, "flush"));
+  ASSERT_OK(w->Append(3, "x", 0, 3.0));
+  ASSERT_OK(w->Commit());
+  EXPECT_OK(w->WaitForCommit(flush));
+  EXPECT_EQ(w->stats().syncs, 2u);
 }
 
 // The error that stops a writer reaches whoever waits for a commit it

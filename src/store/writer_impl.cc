@@ -276,6 +276,10 @@ void WriterImpl::FlushAllLocked() {
 uint64_t WriterImpl::EnqueueCommitLocked(bool sync) {
   FlushAllLocked();
   const uint64_t ticket = ++commit_requested_;
+  if (sync) {
+    ++syncs_queued_;
+    ++syncs_unfinished_;
+  }
   Task t{Task::kCommit, nullptr, ticket};
   t.sync = sync;
   queue_.push_back(std::move(t));
@@ -292,8 +296,13 @@ uint64_t WriterImpl::EnqueueCommitLocked(bool sync) {
 Status WriterImpl::CommitLocked(std::unique_lock<std::mutex>& lk, bool sync) {
   RETURN_IF_ERROR(CheckUsableLocked());
   const uint64_t ticket = EnqueueCommitLocked(sync);
-  WaitForTaskLocked(lk, [&] { return commit_done_ >= ticket; });
-  return bg_error_;
+  if (!sync) {
+    WaitForTaskLocked(lk, [&] { return commit_done_ >= ticket; });
+    return bg_error_;
+  }
+  WaitForTaskLocked(lk, [&] { return durable_done_ >= ticket; });
+  // An error after the commit leaves it durable; one before it, not.
+  return durable_done_ >= ticket ? Status::OK() : bg_error_;
 }
 
 Status WriterImpl::Commit() {
@@ -313,9 +322,21 @@ Status WriterImpl::WaitForCommit(uint64_t ticket) {
     return Status::InvalidArgument("writer '" + options_.writer_id +
                                    "' gave out no commit ticket " + std::to_string(ticket));
   }
-  WaitForTaskLocked(lk, [&] { return commit_done_ >= ticket; });
-  // An error after the commit leaves it durable; one before it, not.
-  return durable_done_ >= ticket ? Status::OK() : bg_error_;
+  // A commit whose sync a later one makes is durable only once that one is;
+  // a flush's ticket, once any later commit is.
+  WaitForTaskLocked(lk, [&] {
+    return durable_done_ >= ticket || (commit_done_ >= ticket && syncs_unfinished_ == 0);
+  });
+  if (durable_done_ >= ticket) return Status::OK();
+  if (!bg_error_.ok()) return bg_error_;
+  return Status::FailedPrecondition("ticket " + std::to_string(ticket) + " of writer '" +
+                                    options_.writer_id +
+                                    "' is a flush's: it is durable only after a later commit");
+}
+
+uint64_t WriterImpl::DurableTicket() const {
+  std::lock_guard lk(mu_);
+  return durable_done_;
 }
 
 Status WriterImpl::Flush() {
@@ -593,11 +614,17 @@ Status WriterImpl::ProcessBlock(Task* t) {
   return Status::OK();
 }
 
-Status WriterImpl::CommitSegment(bool sync) {
+Status WriterImpl::CommitSegment(bool sync, bool sync_later) {
   if (!segment_) return Status::OK();
   // Nothing new since the last commit: a Commit still makes earlier flushes
   // durable.
-  if (!segment_->has_uncommitted()) return sync ? segment_->Sync() : Status::OK();
+  if (!segment_->has_uncommitted()) {
+    if (!sync || !segment_->has_unsynced()) return Status::OK();
+    RETURN_IF_ERROR(segment_->Sync());
+    std::lock_guard lk(mu_);
+    ++stats_.syncs;
+    return Status::OK();
+  }
   const int64_t now = std::max(env_->NowNanos(), last_commit_time_ + 1);
   const uint64_t before = segment_->size();
   RETURN_IF_ERROR(segment_->Commit(now, sync));
@@ -605,7 +632,8 @@ Status WriterImpl::CommitSegment(bool sync) {
   std::lock_guard lk(mu_);
   stats_.bytes_written += segment_->size() - before;
   ++stats_.commits;
-  if (!sync) ++stats_.flushes;
+  if (sync) ++stats_.syncs;
+  if (!sync && !sync_later) ++stats_.flushes;
   return Status::OK();
 }
 
@@ -662,9 +690,12 @@ void WriterImpl::RunTaskLocked(std::unique_lock<std::mutex>& lk, bool by_backgro
   Task t = std::move(queue_.front());
   queue_.pop_front();
   const bool failed = !bg_error_.ok();
+  bool sync_later = false;
+  if (t.kind == Task::kCommit && t.sync) sync_later = --syncs_queued_ > 0;
   running_ = true;
   lk.unlock();
   Status s;
+  bool sealed = false;  // a seal syncs every commit before it
   if (!failed) {
     switch (t.kind) {
       case Task::kBlock:
@@ -675,13 +706,15 @@ void WriterImpl::RunTaskLocked(std::unique_lock<std::mutex>& lk, bool by_backgro
             (segment_->size() >= options_.segment_bytes ||
              segment_->index_bytes() >= std::min<size_t>(options_.buffer_bytes / 8, 16u << 20))) {
           s = SealSegment();
+          sealed = true;
         }
         break;
       case Task::kCommit:
-        s = CommitSegment(t.sync);
+        s = CommitSegment(t.sync && !sync_later, sync_later);
         break;
       case Task::kSeal:
         s = SealSegment();
+        sealed = true;
         break;
     }
   }
@@ -700,8 +733,12 @@ void WriterImpl::RunTaskLocked(std::unique_lock<std::mutex>& lk, bool by_backgro
     }
   } else if (t.kind == Task::kCommit) {
     commit_done_ = t.ticket;
-    if (!failed && s.ok() && t.sync) durable_done_ = t.ticket;
+    if (t.sync) {
+      --syncs_unfinished_;
+      if (!failed && s.ok() && !sync_later) durable_done_ = t.ticket;
+    }
   }
+  if (sealed && s.ok()) durable_done_ = std::max(durable_done_, commit_done_);
   cv_done_.notify_all();
   // Run by a caller: the background thread may be waiting for running_ to
   // clear (more tasks, its commit timer, or Close).

@@ -55,6 +55,7 @@ class WriterImpl final : public Writer {
   Status Commit() override;
   Result<uint64_t> CommitAsync() override;
   Status WaitForCommit(uint64_t ticket) override;
+  uint64_t DurableTicket() const override;
   Status Flush() override;
   Status Close() override;
   const std::string& writer_id() const override { return options_.writer_id; }
@@ -114,8 +115,9 @@ class WriterImpl final : public Writer {
   // (format::SegmentWriter::AddBlock).
   Status ProcessBlock(Task* t);
   // Writes a commit record for the frames since the last one; with `sync`,
-  // also makes every earlier flush durable.
-  Status CommitSegment(bool sync = true);
+  // also makes it and every earlier flush durable. `sync_later`: a commit
+  // whose sync a later queued commit makes (counted as a commit, not a flush).
+  Status CommitSegment(bool sync = true, bool sync_later = false);
   Status SealSegment();
   Status EnsureSegment();
 
@@ -137,8 +139,13 @@ class WriterImpl final : public Writer {
   std::optional<std::chrono::steady_clock::time_point> first_uncommitted_;
   uint64_t commit_requested_ = 0;
   uint64_t commit_done_ = 0;
-  uint64_t durable_done_ = 0;  // the last commit ticket whose sync succeeded
-  bool running_ = false;       // a thread is running a task (see RunTaskLocked)
+  uint64_t durable_done_ = 0;  // every ticket up to this one is durable
+  // Commits (not flushes) enqueued and not yet taken from the queue, and not
+  // yet finished. A commit taken while a later one is queued leaves its sync
+  // to that one (group commit: one fdatasync for all of them).
+  uint64_t syncs_queued_ = 0;
+  uint64_t syncs_unfinished_ = 0;
+  bool running_ = false;  // a thread is running a task (see RunTaskLocked)
   uint64_t borrowed_requested_ = 0;
   uint64_t borrowed_done_ = 0;
   Status bg_error_;
