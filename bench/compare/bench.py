@@ -306,7 +306,8 @@ def timed_runs(args, runner: Runner, results: dict, log) -> None:
         if "sweep" in want:
             # runstore_one, runstore_batch(_flush) and h5py_batch (the close targets) back to back, in
             # alternating order; then the rest, rotated
-            close = [t for t in ("h5py_batch", "runstore_batch", "runstore_batch_flush", "runstore_one",
+            close = [t for t in ("h5py_batch", "runstore_batch", "runstore_batch_async",
+                                 "runstore_batch_flush", "runstore_one",
                                  "h5py_batch_fsync") if keep(t)]
             rest = [t for t in mods["sweep"].WRITERS if keep(t) and t not in close]
             close = close if rep % 2 == 0 else close[::-1]

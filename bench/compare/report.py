@@ -132,6 +132,11 @@ def targets(data):
         r, per = ratio(sw["runstore_batch"], sw["h5py_batch"])
         out.append(("sweep", "batched: runstore no slower than h5py batched",
                     f"runstore takes {fmt_num(r)}x h5py batched's time{_per_text(per)}", r <= 1))
+    if sw.get("runstore_batch_async") and sw.get("h5py_batch"):
+        r, per = ratio(sw["runstore_batch_async"], sw["h5py_batch"])
+        out.append(("sweep", "batched, durable commits the caller does not wait for (commit(wait=False) "
+                    "per 1,000, group commit; the last waited for): runstore no slower than h5py batched",
+                    f"runstore takes {fmt_num(r)}x h5py batched's time{_per_text(per)}", r <= 1))
     if sw.get("runstore_batch_flush") and sw.get("h5py_batch"):
         r, per = ratio(sw["runstore_batch_flush"], sw["h5py_batch"])
         out.append(("sweep", "batched, with h5py's guarantee (Writer.flush per 1,000 against "

@@ -6,8 +6,9 @@ The comparison suite's batched sweep makes 200 durable commits of ~0.83 MB each 
 If this floor alone takes as long as h5py's whole batched run, which syncs nothing, no store that
 makes those commits durable can be as fast as h5py there. Also prints the same bytes with one
 fdatasync at the end, and runstore's batched sweep with commits, with commits whose sync
-overlaps the next batch (commit(wait=False)), and with flushes, alternating with the floor so
-that all meet the same disk.
+overlaps the next batch (commit(wait=False)), with commits never waited for but the last
+(group commit: commits queued during a sync share the next one), and with flushes, alternating
+with the floor so that all meet the same disk.
 
     .venv/bin/python bench/python/commit_floor.py [--mb 165] [--commits 200] [--reps 5]
 """
@@ -47,7 +48,9 @@ def sweep(path: str, experiments: int, commits: int, end: str) -> float:
     experiment, one log_many and one commit (or flush) per batch. end "pipelined": each
     batch's commit is started without waiting, and waited for after the next batch is
     appended, before the next commit starts (so every batch is durable before the next one's
-    commit, and the conversion of a batch overlaps the sync of the one before)."""
+    commit, and the conversion of a batch overlaps the sync of the one before). end "group":
+    every commit is started without waiting and only the last is waited for, so commits
+    queued while the writer syncs share the next sync (group commit)."""
     rng = np.random.default_rng(2)
     batch = experiments // commits
     cols = {f"p{i}": rng.random(batch) for i in range(5)}
@@ -64,6 +67,8 @@ def sweep(path: str, experiments: int, commits: int, end: str) -> float:
                 w.commit()
             elif end == "flush":
                 w.flush()
+            elif end == "group":
+                ticket = w.commit(wait=False)
             else:
                 if ticket is not None:
                     w.wait_for_commit(ticket)
@@ -94,6 +99,8 @@ def main() -> int:
             os.path.join(args.dir, "store"), args.experiments, args.commits, "commit"),
         "runstore log_many + commit(wait=False)": lambda: sweep(
             os.path.join(args.dir, "store"), args.experiments, args.commits, "pipelined"),
+        "runstore commit(wait=False), wait for the last": lambda: sweep(
+            os.path.join(args.dir, "store"), args.experiments, args.commits, "group"),
         "runstore log_many + flush": lambda: sweep(
             os.path.join(args.dir, "store"), args.experiments, args.commits, "flush"),
     }

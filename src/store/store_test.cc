@@ -564,6 +564,48 @@ TEST(WriterCommitAsyncTest, AGroupWhoseSyncFailsIsLostWhole) {
   EXPECT_EQ(g.CountAfterPowerLoss(), 200u);
 }
 
+// While the disk is slow (a sync held open), an appender that never waits
+// for its commits stops once a few blocks are queued for the background
+// thread, well inside buffer_bytes: a deeper queue keeps the disk no busier.
+TEST(WriterBackpressureTest, QueuedBlocksStopAppendersBeforeTheBufferIsFull) {
+  auto mem = NewMemEnv();
+  SyncGateEnv env(mem.get());
+  ASSERT_OK_AND_ASSIGN(auto store, Store::Open("/s", {.env = &env}));
+  ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter({.writer_id = "w"}));  // 64 MiB buffer
+  ASSERT_OK(w->Append(0, "x", 0, 0.0));
+  ASSERT_OK(w->Commit());
+  const int before = env.arrived();
+  env.Shut();
+  ASSERT_OK(w->Append(1, "x", 0, 1.0));
+  ASSERT_OK(w->CommitAsync().status());
+  env.AwaitSyncs(before + 1);                     // the background thread is stuck in that sync
+  constexpr int64_t kRows = 1024, kBatches = 32;  // 32 MiB of rows of 1 KiB
+  auto appender = std::async(std::launch::async, [&] {
+    std::vector<double> rows(kRows * 128, 2.0);
+    std::vector<RunRef> runs;
+    for (int64_t r = 0; r < kRows; ++r) runs.push_back(r);
+    const std::vector<int64_t> steps(kRows, 1);
+    const int64_t shape[] = {kRows, 128};
+    for (int64_t b = 0; b < kBatches; ++b) {
+      RETURN_IF_ERROR(w->AppendBatch(runs, "rows", steps, ValueRef::Array(rows.data(), shape)));
+      RETURN_IF_ERROR(w->CommitAsync().status());
+    }
+    return Status::OK();
+  });
+  EXPECT_EQ(appender.wait_for(std::chrono::milliseconds(200)), std::future_status::timeout)
+      << "32 MiB were queued behind a sync that has not returned";
+  env.Allow(-1);
+  ASSERT_OK(appender.get());
+  ASSERT_OK(w->Commit());
+  const WriterStats stats = w->stats();
+  EXPECT_GT(stats.backpressure_waits, 0u);
+  EXPECT_LT(stats.peak_buffered_bytes, 12u << 20) << "8 MiB of queued blocks and the open ones";
+  ASSERT_OK(w->Close());
+  ASSERT_OK_AND_ASSIGN(auto snap, store->Refresh());
+  ASSERT_OK_AND_ASSIGN(SeriesInfo info, snap->GetSeriesInfo("rows"));
+  EXPECT_EQ(info.count, static_cast<uint64_t>(kRows));  // each batch rewrites the same keys
+}
+
 // A flush's ticket (tickets count flushes too) is durable once a later commit
 // is, and not before; Commit() waits for a commit queued before it by
 // CommitAsync to be synced with its own.

@@ -265,6 +265,7 @@ void WriterImpl::FlushSeriesLocked(Series* s) {
   if (!s->builder || s->builder->count() == 0) return;
   Task t{Task::kBlock, std::move(s->builder)};
   t.bytes = t.block->memory_bytes();  // counted in buffered_bytes_ as it grew
+  queued_bytes_ += t.bytes;
   queue_.push_back(std::move(t));
   cv_work_.notify_one();
 }
@@ -345,6 +346,14 @@ Status WriterImpl::Flush() {
 }
 
 void WriterImpl::WaitForSpaceLocked(std::unique_lock<std::mutex>& lk) {
+  if (queued_bytes_ > QueueLimit()) {
+    const auto start = std::chrono::steady_clock::now();
+    ++stats_.backpressure_waits;
+    cv_done_.wait(
+        lk, [&] { return queued_bytes_ <= QueueLimit() / 2 || !bg_error_.ok() || queue_.empty(); });
+    stats_.backpressure_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
   if (buffered_bytes_ + pooled_bytes_ <= options_.buffer_bytes) return;
   // Pooled builders are only a cache: give their memory back first.
   while (!free_builders_.empty() && buffered_bytes_ + pooled_bytes_ > options_.buffer_bytes) {
@@ -370,7 +379,7 @@ void WriterImpl::AfterAppendLocked(std::unique_lock<std::mutex>& lk, size_t valu
   bytes_since_commit_ += value_bytes;
   if (buffered_bytes_ > stats_.peak_buffered_bytes) stats_.peak_buffered_bytes = buffered_bytes_;
   // The common case: nothing to do (one branch on the append path).
-  if (buffered_bytes_ + pooled_bytes_ <= options_.buffer_bytes &&
+  if (buffered_bytes_ + pooled_bytes_ <= options_.buffer_bytes && queued_bytes_ <= QueueLimit() &&
       (options_.commit_every_bytes == 0 || bytes_since_commit_ < options_.commit_every_bytes) &&
       (first_uncommitted_ || options_.commit_every_s <= 0)) {
     return;
@@ -723,11 +732,14 @@ void WriterImpl::RunTaskLocked(std::unique_lock<std::mutex>& lk, bool by_backgro
   if (!s.ok() && bg_error_.ok()) bg_error_ = s;
   if (t.kind == Task::kBlock) {
     buffered_bytes_ -= t.bytes;
+    if (!t.borrowed) queued_bytes_ -= t.bytes;
     if (t.borrowed) {
       borrowed_done_ = t.ticket;
     } else if (t.block &&
                buffered_bytes_ + pooled_bytes_ + t.block->memory_bytes() <= options_.buffer_bytes &&
-               free_builders_.size() < 4) {
+               pooled_bytes_ + t.block->memory_bytes() <= QueueLimit()) {
+      // Keep as many builders as a full queue holds, so that a writer kept
+      // waiting by the disk reuses memory instead of faulting in new pages.
       pooled_bytes_ += t.block->memory_bytes();
       free_builders_.push_back(std::move(t.block));
     }

@@ -3,6 +3,7 @@
 #ifndef RUNSTORE_STORE_WRITER_IMPL_H_
 #define RUNSTORE_STORE_WRITER_IMPL_H_
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -134,6 +135,13 @@ class WriterImpl final : public Writer {
   Series* last_series_ = nullptr;
   std::vector<std::unique_ptr<format::BlockBuilder>> free_builders_;
   size_t buffered_bytes_ = 0;
+  // Of buffered_bytes_, the finished blocks in the queue. Past QueueLimit()
+  // appenders wait: the background thread stays busy with a few blocks
+  // queued, and a deeper queue only costs memory (fresh pages to fault in).
+  size_t queued_bytes_ = 0;
+  size_t QueueLimit() const {
+    return std::max<size_t>(4 * options_.block_bytes, options_.buffer_bytes / 8);
+  }
   size_t pooled_bytes_ = 0;
   uint64_t bytes_since_commit_ = 0;
   std::optional<std::chrono::steady_clock::time_point> first_uncommitted_;
