@@ -39,6 +39,13 @@ class WritableFile {
   virtual Status WriteAt(uint64_t offset, std::string_view data) = 0;
   // Makes everything appended so far durable (fdatasync).
   virtual Status Sync() = 0;
+  // Makes the first `length` bytes (at most Size()) durable. Unlike the other
+  // calls it may run on another thread while Append and WriteAt go on past
+  // `length`: the bytes past it are not promised (fdatasync may happen to
+  // write some of them) and stay rewritable. Not concurrently with Close, and
+  // at most one at a time. For a writer that syncs a commit while it writes
+  // the next one.
+  virtual Status SyncPrefix(uint64_t length) = 0;
   // Closes the file; does not sync. Further calls fail.
   virtual Status Close() = 0;
   // Bytes appended so far, including any that failed part way.

@@ -7,7 +7,8 @@
 // the Append of a large value, does the queued writes itself when that thread
 // is idle); the memory held is bounded by WriterOptions::buffer_bytes: an
 // Append that would exceed it waits (back-pressure) until the background
-// thread has written enough.
+// thread has written enough. A second thread makes commits durable
+// (fdatasync) while the background thread goes on writing the next ones.
 //
 // Durability: Commit() returns only when everything appended before it is on
 // stable storage and visible to readers that refresh. A crash never exposes a
@@ -142,13 +143,14 @@ class Writer {
   // a crash may or may not keep it. A later commit's ticket covers every
   // earlier one. Records appended after the call belong to later commits.
   //
-  // Group commit: when the background thread reaches a commit while a later
-  // one is already queued, it writes the commit record without syncing and
-  // lets the later commit's fdatasync cover both. A caller that commits
-  // faster than the disk syncs (a batch loop that never waits) thus pays one
-  // fdatasync per burst instead of one per commit, and every commit is
-  // durable one sync after it is written. On disk this is a flush followed
-  // by a commit (docs/format.md "Recovery", rule 6).
+  // Group commit: the background thread writes a commit's record and goes
+  // on with the next blocks while the writer's sync thread runs the
+  // fdatasync; commits written while a sync runs share the next one. A
+  // caller that commits faster than the disk syncs (a batch loop that never
+  // waits) thus pays one fdatasync per burst instead of one per commit, its
+  // writes never stop for a sync, and every commit is durable at most two
+  // syncs after it is written. On disk a commit written during a sync reads
+  // as a flush until a later sync (docs/format.md "Recovery", rule 6).
   virtual Result<uint64_t> CommitAsync() = 0;
   // InvalidArgument for a ticket this writer has not given out;
   // FailedPrecondition for a Flush's ticket that no later commit has made

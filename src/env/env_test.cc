@@ -160,6 +160,23 @@ TEST_P(EnvTest, WriteAtRewritesOnlyBytesAppendedSinceTheLastSync) {
   EXPECT_THAT(file->WriteAt(7, "x"), StatusIs(StatusCode::kFailedPrecondition));
 }
 
+// SyncPrefix promises only its prefix: the bytes past it stay rewritable, and
+// it runs on another thread while the file grows.
+TEST_P(EnvTest, SyncPrefixLeavesTheBytesPastItRewritable) {
+  const std::string path = Path("f");
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<WritableFile> file, env_->NewWritableFile(path, true));
+  ASSERT_OK(file->Append("commit|....|"));
+  std::thread syncer([&] { EXPECT_OK(file->SyncPrefix(7)); });
+  for (int i = 0; i < 100; ++i) ASSERT_OK(file->Append("x"));
+  syncer.join();
+  ASSERT_OK(file->WriteAt(7, "HEAD"));  // appended before the sync, past its prefix
+  EXPECT_THAT(file->WriteAt(6, "x"), StatusIsWith(StatusCode::kInvalidArgument, "offsets 7 to"));
+  ASSERT_OK(file->SyncPrefix(3));  // a shorter prefix takes nothing back
+  EXPECT_THAT(file->WriteAt(6, "x"), StatusIs(StatusCode::kInvalidArgument));
+  ASSERT_OK(file->Close());
+  EXPECT_EQ(ReadAll(path), "commit|HEAD|" + std::string(100, 'x'));
+}
+
 TEST_P(EnvTest, ReadPastEndOfFileIsShortNotAnError) {
   WriteFile(Path("f"), "0123456789");
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<RandomAccessFile> reader,

@@ -96,19 +96,8 @@ class FaultInjectionEnv::FaultWritableFile final : public WritableFile {
     return base_->WriteAt(offset, data);
   }
 
-  Status Sync() override {
-    std::lock_guard<std::mutex> lock(env_->mu_);
-    const Fate fate = env_->CountOperationLocked();
-    if (fate == Fate::kCrash) return env_->FateError(fate, path_, "sync");
-    if (epoch_ != env_->epoch_) return StaleHandleError(path_, "sync");
-    Status s = fate == Fate::kFail ? env_->FateError(fate, path_, "sync") : base_->Sync();
-    if (!s.ok()) {
-      info_->sync_failed = true;
-      return s;
-    }
-    if (!info_->sync_failed) info_->synced = info_->size;
-    return Status::OK();
-  }
+  Status Sync() override { return SyncUpTo(/*all=*/true, 0); }
+  Status SyncPrefix(uint64_t length) override { return SyncUpTo(/*all=*/false, length); }
 
   Status Close() override {
     std::lock_guard<std::mutex> lock(env_->mu_);
@@ -123,6 +112,26 @@ class FaultInjectionEnv::FaultWritableFile final : public WritableFile {
   uint64_t Size() const override { return base_->Size(); }
 
  private:
+  // Sync (`all`) or SyncPrefix(length). Under the env's mutex, so an Append
+  // from another thread lands wholly before or after it.
+  Status SyncUpTo(bool all, uint64_t length) {
+    std::lock_guard<std::mutex> lock(env_->mu_);
+    const Fate fate = env_->CountOperationLocked();
+    if (fate == Fate::kCrash) return env_->FateError(fate, path_, "sync");
+    if (epoch_ != env_->epoch_) return StaleHandleError(path_, "sync");
+    Status s = fate == Fate::kFail ? env_->FateError(fate, path_, "sync")
+               : all               ? base_->Sync()
+                                   : base_->SyncPrefix(length);
+    if (!s.ok()) {
+      info_->sync_failed = true;
+      return s;
+    }
+    if (!info_->sync_failed) {
+      info_->synced = all ? info_->size : std::max(info_->synced, std::min(length, info_->size));
+    }
+    return Status::OK();
+  }
+
   FaultInjectionEnv* const env_;
   const std::string path_;
   const std::unique_ptr<WritableFile> base_;

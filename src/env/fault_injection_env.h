@@ -5,7 +5,7 @@
 // left.
 //
 // OPERATIONS. Every mutating call is one numbered operation: NewWritableFile,
-// WritableFile::Append, WriteAt, Sync and Close, CreateDir, RemoveFile, RenameFile and
+// WritableFile::Append, WriteAt, Sync, SyncPrefix and Close, CreateDir, RemoveFile, RenameFile and
 // SyncDir. Reads (NewRandomAccessFile and everything done through the file it
 // returns, FileExists, IsDirectory, GetChildren, GetFileSize,
 // CheckWritableDir, NowNanos) go straight to the base env, are not counted,
@@ -38,8 +38,8 @@
 //     renamed file returns to its old name and the file the target held
 //     before comes back; a removed file comes back with its contents.
 //  2. File data. A file written through this env keeps every byte up to its
-//     last successful Sync, unchanged. Bytes appended after it are treated by
-//     `mode`:
+//     last successful Sync, unchanged (for SyncPrefix(n), up to the largest n
+//     synced so far). Bytes appended after it are treated by `mode`:
 //       kDropUnsynced     all lost: the file is cut at its synced length.
 //       kKeepRandomPrefix a seeded-random prefix (possibly none, possibly
 //                         all) survives: writeback got part way.

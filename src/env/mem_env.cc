@@ -9,6 +9,7 @@
 // components are not interpreted. Sync does nothing: memory never loses
 // power (wrap the env in a FaultInjectionEnv for that).
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -58,7 +59,7 @@ class MemWritableFile final : public WritableFile {
 
   Status WriteAt(uint64_t offset, std::string_view data) override {
     if (file_ == nullptr) return ClosedFileStatus(path_, "write");
-    RETURN_IF_ERROR(CheckWriteAt(path_, offset, data.size(), synced_, size_));
+    RETURN_IF_ERROR(CheckWriteAt(path_, offset, data.size(), synced_.load(), size_));
     std::lock_guard<std::mutex> lock(file_->mu);
     file_->data.replace(static_cast<size_t>(offset), data.size(), data);
     return Status::OK();
@@ -66,7 +67,13 @@ class MemWritableFile final : public WritableFile {
 
   Status Sync() override {
     if (file_ == nullptr) return ClosedFileStatus(path_, "sync");
-    synced_ = size_;
+    synced_.store(size_);
+    return Status::OK();
+  }
+
+  Status SyncPrefix(uint64_t length) override {
+    if (file_ == nullptr) return ClosedFileStatus(path_, "sync");
+    RaiseSynced(&synced_, length);
     return Status::OK();
   }
 
@@ -82,7 +89,7 @@ class MemWritableFile final : public WritableFile {
   const std::string path_;
   std::shared_ptr<FileState> file_;  // null once closed
   uint64_t size_ = 0;
-  uint64_t synced_ = 0;  // size_ at the last Sync
+  std::atomic<uint64_t> synced_{0};  // below it every byte is durable
 };
 
 // Owns a copy of the mapped prefix, so its bytes stay fixed however the file

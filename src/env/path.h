@@ -2,6 +2,7 @@
 #ifndef RUNSTORE_ENV_PATH_H_
 #define RUNSTORE_ENV_PATH_H_
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -28,6 +29,14 @@ Status ClosedFileStatus(const std::string& path, const char* op);
 // [synced, size), InvalidArgument naming the file and the ranges otherwise.
 Status CheckWriteAt(const std::string& path, uint64_t offset, uint64_t n, uint64_t synced,
                     uint64_t size);
+
+// Raises a synced length to `length` unless it is past it already: what
+// WritableFile::SyncPrefix records, from a thread other than the appender's.
+inline void RaiseSynced(std::atomic<uint64_t>* synced, uint64_t length) {
+  uint64_t was = synced->load();
+  while (was < length && !synced->compare_exchange_weak(was, length)) {
+  }
+}
 
 }  // namespace runstore
 

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <limits>
@@ -91,7 +92,7 @@ class PosixWritableFile final : public WritableFile {
 
   Status WriteAt(uint64_t offset, std::string_view data) override {
     if (fd_ < 0) return ClosedFileStatus(path_, "write");
-    RETURN_IF_ERROR(CheckWriteAt(path_, offset, data.size(), synced_, size_));
+    RETURN_IF_ERROR(CheckWriteAt(path_, offset, data.size(), synced_.load(), size_));
     for (size_t done = 0; done < data.size();) {
       const ssize_t n =
           ::pwrite(fd_, data.data() + done, data.size() - done, static_cast<off_t>(offset + done));
@@ -110,7 +111,17 @@ class PosixWritableFile final : public WritableFile {
     // pages, so a retry that succeeds proves nothing; report and let the
     // caller treat the file as lost.
     if (::fdatasync(fd_) != 0) return ErrnoStatus(path_ + ": fdatasync", errno);
-    written_back_ = synced_ = size_;
+    written_back_ = size_;
+    synced_.store(size_);
+    return Status::OK();
+  }
+
+  Status SyncPrefix(uint64_t length) override {
+    if (fd_ < 0) return ClosedFileStatus(path_, "sync");
+    // Touches nothing the appending thread owns: written_back_ stays its own,
+    // and synced_ only grows.
+    if (::fdatasync(fd_) != 0) return ErrnoStatus(path_ + ": fdatasync", errno);
+    RaiseSynced(&synced_, length);
     return Status::OK();
   }
 
@@ -150,7 +161,8 @@ class PosixWritableFile final : public WritableFile {
   int fd_;
   uint64_t size_ = 0;
   uint64_t written_back_ = 0;  // writeback started (or synced) below this offset
-  uint64_t synced_ = 0;        // size_ at the last successful Sync
+  // Below it every byte is durable; written by SyncPrefix from another thread.
+  std::atomic<uint64_t> synced_{0};
 };
 
 class PosixMappedRegion final : public MappedRegion {

@@ -1,6 +1,7 @@
 #include "format/segment_writer.h"
 
 #include "codec/codec.h"
+#include "env/path.h"
 #include "util/coding.h"
 #include "util/hash.h"
 
@@ -24,7 +25,7 @@ Result<std::unique_ptr<SegmentWriter>> SegmentWriter::Create(Env* env, const std
   RETURN_IF_ERROR(w->file_->Sync());
   w->offset_ = h.size();
   w->commit_start_ = w->offset_;
-  w->synced_end_ = w->offset_;
+  w->synced_end_.store(w->offset_);
   return w;
 }
 
@@ -130,7 +131,7 @@ Status SegmentWriter::Commit(int64_t time_ns, bool sync) {
   c.time_ns = time_ns;
   c.first_frame_offset = commit_start_;
   c.frame_count = static_cast<uint32_t>(pending_digests_.size());
-  c.unsynced_before = synced_end_ < commit_start_;
+  c.unsynced_before = synced_end_.load() < commit_start_;
   c.frames_digest = Checksum(pending_digests_.data(), pending_digests_.size() * 8);
   std::string rec = EncodeCommitRecord(c);
   RETURN_IF_ERROR(WriteFrame(rec, {}, 0));
@@ -159,7 +160,15 @@ Status SegmentWriter::Commit(int64_t time_ns, bool sync) {
 Status SegmentWriter::SyncFile(const std::string& what) {
   Status s = file_->Sync();
   if (!s.ok()) return s.WithContext(path_ + ": " + what);
-  synced_end_ = offset_;
+  synced_end_.store(offset_);
+  return Status::OK();
+}
+
+Status SegmentWriter::SyncPrefix(uint64_t length) {
+  Status s = file_->SyncPrefix(length);
+  if (!s.ok())
+    return s.WithContext(path_ + ": fdatasync of the first " + std::to_string(length) + " bytes");
+  RaiseSynced(&synced_end_, length);
   return Status::OK();
 }
 

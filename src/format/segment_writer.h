@@ -1,9 +1,10 @@
 // Writes one segment file: header, block frames, commit records, and on
 // sealing the footer index and trailer (docs/format.md). Not thread-safe: the
-// writer's background thread is its only user.
+// writer's background thread is its only user, except for SyncPrefix.
 #ifndef RUNSTORE_FORMAT_SEGMENT_WRITER_H_
 #define RUNSTORE_FORMAT_SEGMENT_WRITER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -52,13 +53,19 @@ class SegmentWriter {
   // Syncs the file if anything was written since the last sync.
   Status Sync();
 
+  // Makes the first `length` bytes durable (WritableFile::SyncPrefix): the
+  // one call that may run on another thread while this one's user goes on
+  // writing past `length`; never concurrently with Seal, nor with another
+  // SyncPrefix. Records written afterwards know what it made durable.
+  Status SyncPrefix(uint64_t length);
+
   // Syncs if needed, writes the footer index and trailer and syncs, then
   // closes the file. All blocks must be committed.
   Status Seal();
 
   uint64_t size() const { return offset_; }
   bool has_uncommitted() const { return !pending_digests_.empty(); }
-  bool has_unsynced() const { return synced_end_ < offset_; }
+  bool has_unsynced() const { return synced_end_.load() < offset_; }
   size_t index_bytes() const { return index_.size(); }
   const std::string& path() const { return path_; }
 
@@ -74,7 +81,7 @@ class SegmentWriter {
   std::string path_;
   uint64_t offset_ = 0;
   uint64_t commit_start_ = 0;                 // first frame of the open commit
-  uint64_t synced_end_ = 0;                   // bytes before it are synced
+  std::atomic<uint64_t> synced_end_{0};       // bytes before it are synced
   std::vector<uint64_t> pending_digests_;     // header checksums since last commit
   std::vector<std::string> pending_entries_;  // footer entries of those frames
   uint64_t commit_seq_ = 0;

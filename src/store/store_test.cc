@@ -399,11 +399,13 @@ TEST(WriterCommitAsyncTest, WaitedCommitsSurviveAPowerCutAndLaterRecordsAreNotPa
   EXPECT_THAT(snap->Get(500, "x", 0), StatusIs(StatusCode::kNotFound));
 }
 
-// An Env whose files' Syncs wait for a permit while the gate is shut, so that
-// a test can queue commits behind a sync the background thread is inside.
-class SyncGateEnv final : public Env {
+// An Env whose files' Syncs (and, with `gate_appends`, Appends) wait for a
+// permit while the gate is shut, so that a test can hold the writer's sync or
+// background thread inside one and queue work behind it.
+class GateEnv final : public Env {
  public:
-  explicit SyncGateEnv(Env* base) : base_(base) {}
+  explicit GateEnv(Env* base, bool gate_appends = false)
+      : base_(base), gate_appends_(gate_appends) {}
   void Shut() {
     std::lock_guard lk(mu_);
     permits_ = 0;
@@ -414,8 +416,8 @@ class SyncGateEnv final : public Env {
     permits_ = n < 0 ? std::numeric_limits<int>::max() : permits_ + n;
     cv_.notify_all();
   }
-  // Waits until `n` Syncs have arrived at the gate since construction.
-  void AwaitSyncs(int n) {
+  // Waits until `n` calls have arrived at the gate since construction.
+  void AwaitArrivals(int n) {
     std::unique_lock lk(mu_);
     cv_.wait(lk, [&] { return arrived_ >= n; });
   }
@@ -450,28 +452,39 @@ class SyncGateEnv final : public Env {
  private:
   class File final : public WritableFile {
    public:
-    File(SyncGateEnv* env, std::unique_ptr<WritableFile> f) : env_(env), f_(std::move(f)) {}
-    Status Append(std::span<const std::string_view> p) override { return f_->Append(p); }
+    File(GateEnv* env, std::unique_ptr<WritableFile> f) : env_(env), f_(std::move(f)) {}
+    Status Append(std::span<const std::string_view> p) override {
+      if (env_->gate_appends_) env_->Pass();
+      return f_->Append(p);
+    }
     Status WriteAt(uint64_t o, std::string_view d) override { return f_->WriteAt(o, d); }
     Status Sync() override {
-      {
-        std::unique_lock lk(env_->mu_);
-        ++env_->arrived_;
-        env_->cv_.notify_all();
-        env_->cv_.wait(lk, [&] { return env_->permits_ > 0; });
-        if (env_->permits_ != std::numeric_limits<int>::max()) --env_->permits_;
-      }
+      env_->Pass();
       return f_->Sync();
+    }
+    Status SyncPrefix(uint64_t length) override {
+      env_->Pass();
+      return f_->SyncPrefix(length);
     }
     Status Close() override { return f_->Close(); }
     uint64_t Size() const override { return f_->Size(); }
 
    private:
-    SyncGateEnv* const env_;
+    GateEnv* const env_;
     std::unique_ptr<WritableFile> f_;
   };
 
+  // Counts a call's arrival and waits for its permit.
+  void Pass() {
+    std::unique_lock lk(mu_);
+    ++arrived_;
+    cv_.notify_all();
+    cv_.wait(lk, [&] { return permits_ > 0; });
+    if (permits_ != std::numeric_limits<int>::max()) --permits_;
+  }
+
   Env* const base_;
+  const bool gate_appends_;
   std::mutex mu_;
   std::condition_variable cv_;
   int permits_ = std::numeric_limits<int>::max();
@@ -484,7 +497,7 @@ class SyncGateEnv final : public Env {
 struct GroupCommitScene {
   std::unique_ptr<Env> mem = NewMemEnv();
   FaultInjectionEnv faults{mem.get()};
-  SyncGateEnv env{&faults};
+  GateEnv env{&faults};
   std::unique_ptr<Store> store;
   std::unique_ptr<Writer> w;
   uint64_t first = 0;
@@ -496,7 +509,8 @@ struct GroupCommitScene {
       ASSERT_OK(w->Append(run, "x", 0, 0.5 * static_cast<double>(run)));
     }
   }
-  void HoldTheGroupSync() {
+  // Batch 1's commit inside its sync; batches 2..6 committed behind it.
+  void HoldASync() {
     ASSERT_OK_AND_ASSIGN(store, Store::Open("/s", {.env = &env}));
     ASSERT_OK_AND_ASSIGN(w, store->NewWriter({.writer_id = "w"}));
     AppendBatch(0);
@@ -505,15 +519,18 @@ struct GroupCommitScene {
     env.Shut();
     AppendBatch(1);
     ASSERT_OK_AND_ASSIGN(first, w->CommitAsync());
-    env.AwaitSyncs(before + 1);  // the background thread is inside its sync
+    env.AwaitArrivals(before + 1);  // the sync thread is inside its sync
     for (int64_t batch = 2; batch <= 6; ++batch) {
       AppendBatch(batch);
       ASSERT_OK_AND_ASSIGN(uint64_t t, w->CommitAsync());
       queued.push_back(t);
     }
+  }
+  void HoldTheGroupSync() {
+    ASSERT_NO_FATAL_FAILURE(HoldASync());
     env.Allow(1);
     ASSERT_OK(w->WaitForCommit(first));
-    env.AwaitSyncs(before + 2);
+    env.AwaitArrivals(before + 2);
   }
   // The number of records a reader finds after a power cut now.
   uint64_t CountAfterPowerLoss() {
@@ -551,6 +568,30 @@ TEST(WriterCommitAsyncTest, CommitsQueuedDuringASyncShareTheNextOne) {
   EXPECT_EQ(g.CountAfterPowerLoss(), 700u);
 }
 
+// The sync of a commit runs beside the writing of the next ones: while the
+// first sync is held, the five commits behind it are written and visible to
+// readers (not yet durable).
+TEST(WriterCommitAsyncTest, CommitsAreWrittenWhileTheSyncBeforeThemRuns) {
+  GroupCommitScene g;
+  ASSERT_NO_FATAL_FAILURE(g.HoldASync());
+  ASSERT_OK_AND_ASSIGN(auto reader, Store::Open("/s", {.env = &g.faults, .read_only = true}));
+  uint64_t visible = 0;
+  for (auto start = std::chrono::steady_clock::now();
+       visible < 700 && std::chrono::steady_clock::now() - start < std::chrono::seconds(10);) {
+    ASSERT_OK_AND_ASSIGN(auto snap, reader->Refresh());
+    auto info = snap->GetSeriesInfo("x");
+    visible = info.ok() ? info->count : 0;
+    if (visible < 700) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(visible, 700u) << "the commits behind a held sync were not written";
+  EXPECT_LT(g.w->DurableTicket(), g.first);
+  EXPECT_EQ(g.env.arrived(), g.before + 1) << "one sync at a time";
+  g.env.Allow(-1);
+  ASSERT_OK(g.w->WaitForCommit(g.queued.back()));
+  EXPECT_EQ(g.w->stats().syncs, 3u);
+  EXPECT_EQ(g.CountAfterPowerLoss(), 700u);
+}
+
 // The group's sync fails (the power goes while it runs): every commit of the
 // group is reported failed and all of them are gone together, while the
 // commits synced before them stay.
@@ -564,12 +605,12 @@ TEST(WriterCommitAsyncTest, AGroupWhoseSyncFailsIsLostWhole) {
   EXPECT_EQ(g.CountAfterPowerLoss(), 200u);
 }
 
-// While the disk is slow (a sync held open), an appender that never waits
-// for its commits stops once a few blocks are queued for the background
-// thread, well inside buffer_bytes: a deeper queue keeps the disk no busier.
+// While the disk is slow (the background thread held inside a write), an
+// appender that never waits for its commits stops once a few blocks are
+// queued, well inside buffer_bytes: a deeper queue keeps the disk no busier.
 TEST(WriterBackpressureTest, QueuedBlocksStopAppendersBeforeTheBufferIsFull) {
   auto mem = NewMemEnv();
-  SyncGateEnv env(mem.get());
+  GateEnv env(mem.get(), /*gate_appends=*/true);
   ASSERT_OK_AND_ASSIGN(auto store, Store::Open("/s", {.env = &env}));
   ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter({.writer_id = "w"}));  // 64 MiB buffer
   ASSERT_OK(w->Append(0, "x", 0, 0.0));
@@ -578,7 +619,7 @@ TEST(WriterBackpressureTest, QueuedBlocksStopAppendersBeforeTheBufferIsFull) {
   env.Shut();
   ASSERT_OK(w->Append(1, "x", 0, 1.0));
   ASSERT_OK(w->CommitAsync().status());
-  env.AwaitSyncs(before + 1);                     // the background thread is stuck in that sync
+  env.AwaitArrivals(before + 1);                  // the background thread is stuck in a write
   constexpr int64_t kRows = 1024, kBatches = 32;  // 32 MiB of rows of 1 KiB
   auto appender = std::async(std::launch::async, [&] {
     std::vector<double> rows(kRows * 128, 2.0);
@@ -593,7 +634,7 @@ TEST(WriterBackpressureTest, QueuedBlocksStopAppendersBeforeTheBufferIsFull) {
     return Status::OK();
   });
   EXPECT_EQ(appender.wait_for(std::chrono::milliseconds(200)), std::future_status::timeout)
-      << "32 MiB were queued behind a sync that has not returned";
+      << "32 MiB were queued behind a write that has not returned";
   env.Allow(-1);
   ASSERT_OK(appender.get());
   ASSERT_OK(w->Commit());

@@ -151,6 +151,7 @@ WriterImpl::WriterImpl(Env* env, std::string segments_dir, const WriterOptions& 
       existing_(std::move(existing)),
       next_seq_(next_seq) {
   bg_ = std::thread([this] { BackgroundLoop(); });
+  sync_thread_ = std::thread([this] { SyncLoop(); });
 }
 
 WriterImpl::~WriterImpl() { (void)Close(); }
@@ -277,10 +278,7 @@ void WriterImpl::FlushAllLocked() {
 uint64_t WriterImpl::EnqueueCommitLocked(bool sync) {
   FlushAllLocked();
   const uint64_t ticket = ++commit_requested_;
-  if (sync) {
-    ++syncs_queued_;
-    ++syncs_unfinished_;
-  }
+  if (sync) last_sync_ticket_ = ticket;
   Task t{Task::kCommit, nullptr, ticket};
   t.sync = sync;
   queue_.push_back(std::move(t));
@@ -301,7 +299,8 @@ Status WriterImpl::CommitLocked(std::unique_lock<std::mutex>& lk, bool sync) {
     WaitForTaskLocked(lk, [&] { return commit_done_ >= ticket; });
     return bg_error_;
   }
-  WaitForTaskLocked(lk, [&] { return durable_done_ >= ticket; });
+  WaitForTaskLocked(
+      lk, [&] { return durable_done_ >= ticket; }, /*run_syncs=*/true);
   // An error after the commit leaves it durable; one before it, not.
   return durable_done_ >= ticket ? Status::OK() : bg_error_;
 }
@@ -323,11 +322,14 @@ Status WriterImpl::WaitForCommit(uint64_t ticket) {
     return Status::InvalidArgument("writer '" + options_.writer_id +
                                    "' gave out no commit ticket " + std::to_string(ticket));
   }
-  // A commit whose sync a later one makes is durable only once that one is;
-  // a flush's ticket, once any later commit is.
-  WaitForTaskLocked(lk, [&] {
-    return durable_done_ >= ticket || (commit_done_ >= ticket && syncs_unfinished_ == 0);
-  });
+  // A commit is durable once a sync covers it; a flush's ticket, once a later
+  // commit is.
+  WaitForTaskLocked(
+      lk,
+      [&] {
+        return durable_done_ >= ticket || (commit_done_ >= ticket && last_sync_ticket_ < ticket);
+      },
+      /*run_syncs=*/true);
   if (durable_done_ >= ticket) return Status::OK();
   if (!bg_error_.ok()) return bg_error_;
   return Status::FailedPrecondition("ticket " + std::to_string(ticket) + " of writer '" +
@@ -574,6 +576,12 @@ Status WriterImpl::Close() {
     }
   }
   if (bg_.joinable()) bg_.join();
+  {
+    std::lock_guard lk(mu_);
+    sync_stop_ = true;
+    cv_sync_.notify_one();
+  }
+  if (sync_thread_.joinable()) sync_thread_.join();
   std::lock_guard lk(mu_);
   closed_ = true;
   return bg_error_;
@@ -623,37 +631,71 @@ Status WriterImpl::ProcessBlock(Task* t) {
   return Status::OK();
 }
 
-Status WriterImpl::CommitSegment(bool sync, bool sync_later) {
+Status WriterImpl::CommitSegment(bool sync, uint64_t* sync_length) {
+  *sync_length = 0;
   if (!segment_) return Status::OK();
-  // Nothing new since the last commit: a Commit still makes earlier flushes
+  // Nothing new since the last commit: a commit still makes earlier flushes
   // durable.
-  if (!segment_->has_uncommitted()) {
-    if (!sync || !segment_->has_unsynced()) return Status::OK();
-    RETURN_IF_ERROR(segment_->Sync());
+  if (segment_->has_uncommitted()) {
+    const int64_t now = std::max(env_->NowNanos(), last_commit_time_ + 1);
+    const uint64_t before = segment_->size();
+    RETURN_IF_ERROR(segment_->Commit(now, /*sync=*/false));
+    last_commit_time_ = now;
     std::lock_guard lk(mu_);
-    ++stats_.syncs;
-    return Status::OK();
+    stats_.bytes_written += segment_->size() - before;
+    ++stats_.commits;
+    if (!sync) ++stats_.flushes;
   }
-  const int64_t now = std::max(env_->NowNanos(), last_commit_time_ + 1);
-  const uint64_t before = segment_->size();
-  RETURN_IF_ERROR(segment_->Commit(now, sync));
-  last_commit_time_ = now;
-  std::lock_guard lk(mu_);
-  stats_.bytes_written += segment_->size() - before;
-  ++stats_.commits;
-  if (sync) ++stats_.syncs;
-  if (!sync && !sync_later) ++stats_.flushes;
+  if (sync && segment_->has_unsynced()) *sync_length = segment_->size();
   return Status::OK();
 }
 
 Status WriterImpl::SealSegment() {
   if (!segment_) return Status::OK();
-  RETURN_IF_ERROR(CommitSegment());
-  RETURN_IF_ERROR(segment_->Seal());
+  {
+    std::unique_lock lk(mu_);
+    sealing_ = true;  // cleared by RunTaskLocked once the seal is done
+    cv_done_.wait(lk, [&] { return !sync_running_; });
+  }
+  uint64_t unused;
+  RETURN_IF_ERROR(CommitSegment(/*sync=*/true, &unused));
+  RETURN_IF_ERROR(segment_->Seal());  // syncs everything
   segment_.reset();
   std::lock_guard lk(mu_);
   ++stats_.segments_sealed;
   return Status::OK();
+}
+
+void WriterImpl::SyncLoop() {
+  std::unique_lock lk(mu_);
+  while (true) {
+    cv_sync_.wait(lk, [&] { return SyncPendingLocked() || sync_stop_; });
+    if (SyncPendingLocked()) {
+      RunSyncLocked(lk);
+    } else {
+      break;  // stopping, with nothing left that may be synced
+    }
+  }
+}
+
+void WriterImpl::RunSyncLocked(std::unique_lock<std::mutex>& lk) {
+  const uint64_t ticket = sync_want_ticket_;
+  const uint64_t length = sync_want_length_;
+  format::SegmentWriter* const segment = sync_segment_;  // not sealed while sync_running_
+  sync_taken_ticket_ = ticket;
+  sync_running_ = true;
+  lk.unlock();
+  Status s = segment->SyncPrefix(length);
+  lk.lock();
+  sync_running_ = false;
+  if (s.ok()) {
+    durable_done_ = std::max(durable_done_, ticket);
+    ++stats_.syncs;
+  } else if (bg_error_.ok()) {
+    bg_error_ = s;
+  }
+  cv_done_.notify_all();  // waiters for the commit, and a seal waiting for the sync
+  if (SyncPendingLocked()) cv_sync_.notify_one();
 }
 
 void WriterImpl::BackgroundLoop() {
@@ -683,11 +725,13 @@ void WriterImpl::BackgroundLoop() {
 }
 
 void WriterImpl::WaitForTaskLocked(std::unique_lock<std::mutex>& lk,
-                                   const std::function<bool()>& done) {
+                                   const std::function<bool()>& done, bool run_syncs) {
   while (!done() && bg_error_.ok()) {
-    // The background thread is idle: run the queue's next task here rather
-    // than wake it and sleep (two thread hand-offs per commit or large value).
-    if (!running_ && !queue_.empty()) {
+    // A thread is idle: do its work here rather than wake it and sleep (two
+    // thread hand-offs per commit or large value).
+    if (run_syncs && SyncPendingLocked()) {
+      RunSyncLocked(lk);
+    } else if (!running_ && !queue_.empty()) {
       RunTaskLocked(lk, /*by_background=*/false);
     } else {
       cv_done_.wait(lk);
@@ -699,8 +743,7 @@ void WriterImpl::RunTaskLocked(std::unique_lock<std::mutex>& lk, bool by_backgro
   Task t = std::move(queue_.front());
   queue_.pop_front();
   const bool failed = !bg_error_.ok();
-  bool sync_later = false;
-  if (t.kind == Task::kCommit && t.sync) sync_later = --syncs_queued_ > 0;
+  uint64_t sync_length = 0;
   running_ = true;
   lk.unlock();
   Status s;
@@ -719,7 +762,7 @@ void WriterImpl::RunTaskLocked(std::unique_lock<std::mutex>& lk, bool by_backgro
         }
         break;
       case Task::kCommit:
-        s = CommitSegment(t.sync && !sync_later, sync_later);
+        s = CommitSegment(t.sync, &sync_length);
         break;
       case Task::kSeal:
         s = SealSegment();
@@ -745,12 +788,26 @@ void WriterImpl::RunTaskLocked(std::unique_lock<std::mutex>& lk, bool by_backgro
     }
   } else if (t.kind == Task::kCommit) {
     commit_done_ = t.ticket;
-    if (t.sync) {
-      --syncs_unfinished_;
-      if (!failed && s.ok() && !sync_later) durable_done_ = t.ticket;
+    if (t.sync && !failed && s.ok()) {
+      if (sync_length == 0) {
+        durable_done_ = std::max(durable_done_, t.ticket);  // nothing left to sync
+      } else {
+        // For the sync thread (or a waiting caller); a sync already running
+        // leaves it to the next, which covers every commit written until then.
+        sync_want_ticket_ = t.ticket;
+        sync_want_length_ = sync_length;
+        sync_segment_ = segment_.get();
+        if (SyncPendingLocked()) cv_sync_.notify_one();
+      }
     }
   }
-  if (sealed && s.ok()) durable_done_ = std::max(durable_done_, commit_done_);
+  if (sealed) {
+    // The seal synced every commit before it; a sync still wanted for the
+    // sealed segment is moot.
+    sealing_ = false;
+    sync_taken_ticket_ = sync_want_ticket_;
+    if (s.ok()) durable_done_ = std::max(durable_done_, commit_done_);
+  }
   cv_done_.notify_all();
   // Run by a caller: the background thread may be waiting for running_ to
   // clear (more tasks, its commit timer, or Close).

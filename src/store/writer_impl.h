@@ -1,5 +1,6 @@
 // The Writer implementation: column buffers per series, a queue of finished
-// blocks, and one background thread that owns the open segment.
+// blocks, one background thread that owns the open segment, and a sync thread
+// that makes commits durable while the next blocks are written.
 #ifndef RUNSTORE_STORE_WRITER_IMPL_H_
 #define RUNSTORE_STORE_WRITER_IMPL_H_
 
@@ -110,16 +111,29 @@ class WriterImpl final : public Writer {
   // on the background thread or on a caller waiting for one (running_).
   void RunTaskLocked(std::unique_lock<std::mutex>& lk, bool by_background);
   // Waits until `done` or a background error; while the background thread is
-  // idle, runs queued tasks itself instead of waiting for it to wake.
-  void WaitForTaskLocked(std::unique_lock<std::mutex>& lk, const std::function<bool()>& done);
+  // idle, runs queued tasks itself instead of waiting for it to wake, and
+  // with `run_syncs` (a caller waiting for a commit) a pending sync too.
+  void WaitForTaskLocked(std::unique_lock<std::mutex>& lk, const std::function<bool()>& done,
+                         bool run_syncs = false);
   // Writes a task's block to the segment; a borrowed one header last
   // (format::SegmentWriter::AddBlock).
   Status ProcessBlock(Task* t);
-  // Writes a commit record for the frames since the last one; with `sync`,
-  // also makes it and every earlier flush durable. `sync_later`: a commit
-  // whose sync a later queued commit makes (counted as a commit, not a flush).
-  Status CommitSegment(bool sync = true, bool sync_later = false);
+  // Writes a commit record for the frames since the last one (none if there
+  // are none). For a commit (`sync`), sets `*sync_length` to the bytes a sync
+  // must cover to make it and everything before it durable, 0 if they are.
+  Status CommitSegment(bool sync, uint64_t* sync_length);
+  // Commits what is left, writes the footer and syncs. No SyncPrefix runs
+  // meanwhile (sealing_).
   Status SealSegment();
+
+  // The sync thread's loop, and the one sync it runs at a time (mu_ held on
+  // entry and exit, released during the fdatasync). A caller waiting for a
+  // commit runs a pending sync itself when none is running.
+  void SyncLoop();
+  bool SyncPendingLocked() const {
+    return sync_want_ticket_ > sync_taken_ticket_ && !sync_running_ && !sealing_ && bg_error_.ok();
+  }
+  void RunSyncLocked(std::unique_lock<std::mutex>& lk);
   Status EnsureSegment();
 
   Env* const env_;
@@ -147,13 +161,21 @@ class WriterImpl final : public Writer {
   std::optional<std::chrono::steady_clock::time_point> first_uncommitted_;
   uint64_t commit_requested_ = 0;
   uint64_t commit_done_ = 0;
-  uint64_t durable_done_ = 0;  // every ticket up to this one is durable
-  // Commits (not flushes) enqueued and not yet taken from the queue, and not
-  // yet finished. A commit taken while a later one is queued leaves its sync
-  // to that one (group commit: one fdatasync for all of them).
-  uint64_t syncs_queued_ = 0;
-  uint64_t syncs_unfinished_ = 0;
-  bool running_ = false;  // a thread is running a task (see RunTaskLocked)
+  uint64_t durable_done_ = 0;      // every ticket up to this one is durable
+  uint64_t last_sync_ticket_ = 0;  // the newest commit (not flush) enqueued
+  // Group commit: the newest commit whose record is written and that waits
+  // for a sync of the first `sync_want_length_` bytes of `sync_segment_`.
+  // Commits written while a sync runs wait for the next one, which covers
+  // them all.
+  uint64_t sync_want_ticket_ = 0;
+  uint64_t sync_want_length_ = 0;
+  format::SegmentWriter* sync_segment_ = nullptr;
+  uint64_t sync_taken_ticket_ = 0;  // the want the last sync started on
+  bool sync_running_ = false;
+  bool sealing_ = false;  // the segment is being sealed: no sync may start
+  bool sync_stop_ = false;
+  std::condition_variable cv_sync_;  // the sync thread waits here
+  bool running_ = false;             // a thread is running a task (see RunTaskLocked)
   uint64_t borrowed_requested_ = 0;
   uint64_t borrowed_done_ = 0;
   Status bg_error_;
@@ -161,6 +183,7 @@ class WriterImpl final : public Writer {
   bool closed_ = false;
   WriterStats stats_;
   std::thread bg_;
+  std::thread sync_thread_;
 
   // Owned by the background thread.
   std::unique_ptr<format::SegmentWriter> segment_;
