@@ -325,20 +325,25 @@ def timed_runs(args, runner: Runner, results: dict, log) -> None:
             tools = [t for t in mods["arrays"].WRITERS if keep(t)]
             if "arrays" not in want:  # only what the lazy readers need
                 tools = [t for t in tools if t in mods["arrays"].LAZY_META]
+            # runstore_async runs right after runstore, both between the same two limit runs
+            paired = "runstore_async" if "runstore" in tools and "runstore_async" in tools else None
+            tools = [t for t in tools if t != paired]
             tools = tools[rep % len(tools):] + tools[:rep % len(tools)]
             outputs = []  # (tool, directory) kept for the lazy readers
             for tool in tools:
-                if tool == "runstore":  # the disk's limit right before and after runstore's case
+                if tool == "runstore":  # the disk's limit right before and after runstore's cases
                     limit_run("before runstore")
-                d, res = write_case("arrays", tool, wp["arrays"], rep, verify)
-                log(f"  arrays/{tool}: {describe(res)}")
-                if "arrays" in want:
-                    record("arrays", tool, res)
-                if "lazy" in want and tool in mods["arrays"].LAZY_META and res.get("returncode") == 0:
-                    os.sync()
-                    outputs.append((tool, d))
-                else:
-                    _sync_and_remove(d)
+                for case in [tool] + ([paired] if tool == "runstore" and paired else []):
+                    d, res = write_case("arrays", case, wp["arrays"], rep, verify)
+                    log(f"  arrays/{case}: {describe(res)}")
+                    if "arrays" in want:
+                        record("arrays", case, res)
+                    if ("lazy" in want and case in mods["arrays"].LAZY_META
+                            and res.get("returncode") == 0):
+                        os.sync()
+                        outputs.append((case, d))
+                    else:
+                        _sync_and_remove(d)
                 if tool == "runstore":
                     limit_run("after runstore")
             # The lazy readers run back to back once every output is written, in the writers'

@@ -18,6 +18,9 @@ from common import Clock, array_pool, array_result, array_shape, expected_array,
 META = {
     "runstore": ("runstore, Writer.put + commit per array", "-",
                  "commit: fdatasync, durable"),
+    "runstore_async": ("runstore, Writer.put + commit(wait=False) per array, wait for the last", "-",
+                       "commit: fdatasync, durable; the caller does not wait for it (the sync "
+                       "runs beside the next array's write)"),
     "runstore_endcommit": ("runstore, Writer.put per array, one commit at the end (reference)", "-",
                            "nothing durable until the end"),
     "pickle_bz2": ("pickle + bz2 (level 9), one file per array", "-",
@@ -47,7 +50,10 @@ def _name(i: int) -> str:
 # -- writers -----------------------------------------------------------------------------------
 
 
-def runstore_w(path, p, progress, commit=True):
+def runstore_w(path, p, progress, end="commit"):
+    """end: "commit" (waited), "async" (commit(wait=False); progress counts the arrays whose
+    commits durable_ticket says are durable; the last is waited for) or None (one commit when
+    the with-block closes the writer)."""
     import runstore
 
     pool = array_pool(p["seed"], p["mib"])
@@ -55,13 +61,21 @@ def runstore_w(path, p, progress, commit=True):
     clock = Clock()
     store = runstore.open(os.path.join(path, "store"))
     with store.writer() as w:
+        pending = []  # async: (ticket, arrays committed with it), oldest first
         for i in range(p["n"]):
             w.put(i, "result", array_result(pool, i))
-            if commit:
-                c = Clock()
+            c = Clock()
+            if end == "commit":
                 w.commit()
-                commit_s += c.seconds()
                 progress(i + 1)
+            elif end == "async":
+                pending.append((w.commit(wait=False), i + 1))
+                if i + 1 == p["n"]:
+                    w.wait_for_commit(pending[-1][0])
+                durable = w.durable_ticket
+                while pending and pending[0][0] <= durable:
+                    progress(pending.pop(0)[1])
+            commit_s += c.seconds()
         stats = w.stats()
     return {"seconds": clock.seconds(), "commit_seconds": commit_s,
             "backpressure_seconds": stats["backpressure_seconds"]}
@@ -132,7 +146,8 @@ def zarr_w(path, p, progress):
 
 WRITERS = {
     "runstore": runstore_w,
-    "runstore_endcommit": lambda path, p, progress: runstore_w(path, p, progress, commit=False),
+    "runstore_async": lambda path, p, progress: runstore_w(path, p, progress, end="async"),
+    "runstore_endcommit": lambda path, p, progress: runstore_w(path, p, progress, end=None),
     "pickle_bz2": pickle_bz2_w,
     "npy": npy_w,
     "npy_fsync": npy_fsync_w,
