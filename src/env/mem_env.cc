@@ -65,11 +65,7 @@ class MemWritableFile final : public WritableFile {
     return Status::OK();
   }
 
-  Status Sync() override {
-    if (file_ == nullptr) return ClosedFileStatus(path_, "sync");
-    synced_.store(size_);
-    return Status::OK();
-  }
+  Status Sync() override { return SyncPrefix(size_); }
 
   Status SyncPrefix(uint64_t length) override {
     if (file_ == nullptr) return ClosedFileStatus(path_, "sync");

@@ -106,20 +106,17 @@ class PosixWritableFile final : public WritableFile {
   }
 
   Status Sync() override {
-    if (fd_ < 0) return ClosedFileStatus(path_, "sync");
-    // After a failed fdatasync the kernel may already have dropped the dirty
-    // pages, so a retry that succeeds proves nothing; report and let the
-    // caller treat the file as lost.
-    if (::fdatasync(fd_) != 0) return ErrnoStatus(path_ + ": fdatasync", errno);
+    RETURN_IF_ERROR(SyncPrefix(size_));
     written_back_ = size_;
-    synced_.store(size_);
     return Status::OK();
   }
 
   Status SyncPrefix(uint64_t length) override {
     if (fd_ < 0) return ClosedFileStatus(path_, "sync");
-    // Touches nothing the appending thread owns: written_back_ stays its own,
-    // and synced_ only grows.
+    // After a failed fdatasync the kernel may already have dropped the dirty
+    // pages, so a retry that succeeds proves nothing; report and let the
+    // caller treat the file as lost. Touches nothing the appending thread
+    // owns: written_back_ stays its own, and synced_ only grows.
     if (::fdatasync(fd_) != 0) return ErrnoStatus(path_ + ": fdatasync", errno);
     RaiseSynced(&synced_, length);
     return Status::OK();

@@ -299,10 +299,7 @@ Status WriterImpl::CommitLocked(std::unique_lock<std::mutex>& lk, bool sync) {
     WaitForTaskLocked(lk, [&] { return commit_done_ >= ticket; });
     return bg_error_;
   }
-  WaitForTaskLocked(
-      lk, [&] { return durable_done_ >= ticket; }, /*run_syncs=*/true);
-  // An error after the commit leaves it durable; one before it, not.
-  return durable_done_ >= ticket ? Status::OK() : bg_error_;
+  return WaitForCommitLocked(lk, ticket);
 }
 
 Status WriterImpl::Commit() {
@@ -322,6 +319,10 @@ Status WriterImpl::WaitForCommit(uint64_t ticket) {
     return Status::InvalidArgument("writer '" + options_.writer_id +
                                    "' gave out no commit ticket " + std::to_string(ticket));
   }
+  return WaitForCommitLocked(lk, ticket);
+}
+
+Status WriterImpl::WaitForCommitLocked(std::unique_lock<std::mutex>& lk, uint64_t ticket) {
   // A commit is durable once a sync covers it; a flush's ticket, once a later
   // commit is.
   WaitForTaskLocked(
@@ -330,6 +331,7 @@ Status WriterImpl::WaitForCommit(uint64_t ticket) {
         return durable_done_ >= ticket || (commit_done_ >= ticket && last_sync_ticket_ < ticket);
       },
       /*run_syncs=*/true);
+  // An error after the commit leaves it durable; one before it, not.
   if (durable_done_ >= ticket) return Status::OK();
   if (!bg_error_.ok()) return bg_error_;
   return Status::FailedPrecondition("ticket " + std::to_string(ticket) + " of writer '" +
@@ -347,14 +349,18 @@ Status WriterImpl::Flush() {
   return CommitLocked(lk, /*sync=*/false);
 }
 
+void WriterImpl::BackpressureWaitLocked(std::unique_lock<std::mutex>& lk,
+                                        const std::function<bool()>& enough) {
+  const auto start = std::chrono::steady_clock::now();
+  ++stats_.backpressure_waits;
+  cv_done_.wait(lk, [&] { return enough() || !bg_error_.ok() || queue_.empty(); });
+  stats_.backpressure_seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
 void WriterImpl::WaitForSpaceLocked(std::unique_lock<std::mutex>& lk) {
   if (queued_bytes_ > QueueLimit()) {
-    const auto start = std::chrono::steady_clock::now();
-    ++stats_.backpressure_waits;
-    cv_done_.wait(
-        lk, [&] { return queued_bytes_ <= QueueLimit() / 2 || !bg_error_.ok() || queue_.empty(); });
-    stats_.backpressure_seconds +=
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    BackpressureWaitLocked(lk, [&] { return queued_bytes_ <= QueueLimit() / 2; });
   }
   if (buffered_bytes_ + pooled_bytes_ <= options_.buffer_bytes) return;
   // Pooled builders are only a cache: give their memory back first.
@@ -366,13 +372,7 @@ void WriterImpl::WaitForSpaceLocked(std::unique_lock<std::mutex>& lk) {
   // Hand partly filled blocks to the background thread so that it can free
   // their memory, then wait for it (back-pressure).
   FlushAllLocked();
-  const auto start = std::chrono::steady_clock::now();
-  ++stats_.backpressure_waits;
-  cv_done_.wait(lk, [&] {
-    return buffered_bytes_ <= options_.buffer_bytes / 2 || !bg_error_.ok() || queue_.empty();
-  });
-  stats_.backpressure_seconds +=
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  BackpressureWaitLocked(lk, [&] { return buffered_bytes_ <= options_.buffer_bytes / 2; });
 }
 
 void WriterImpl::AfterAppendLocked(std::unique_lock<std::mutex>& lk, size_t value_bytes) {

@@ -102,7 +102,13 @@ class WriterImpl final : public Writer {
   void FlushAllLocked();
   uint64_t EnqueueCommitLocked(bool sync = true);
   Status CommitLocked(std::unique_lock<std::mutex>& lk, bool sync = true);
+  // WaitForCommit of a ticket known to have been given out.
+  Status WaitForCommitLocked(std::unique_lock<std::mutex>& lk, uint64_t ticket);
   void WaitForSpaceLocked(std::unique_lock<std::mutex>& lk);
+  // Waits, as back-pressure counted in stats_, until `enough`, an error, or
+  // an empty queue.
+  void BackpressureWaitLocked(std::unique_lock<std::mutex>& lk,
+                              const std::function<bool()>& enough);
   void AfterAppendLocked(std::unique_lock<std::mutex>& lk, size_t value_bytes);
 
   void BackgroundLoop();
