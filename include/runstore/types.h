@@ -99,6 +99,10 @@ constexpr DType DTypeOf<double>() {
 inline constexpr int kMaxRank = 32;
 inline constexpr size_t kMaxNameLength = 255;
 inline constexpr size_t kMaxRunIdLength = 255;
+// The most bytes one value may hold (256 TiB), counting every dimension of
+// its shape but the zeros: numpy refuses arrays past it whatever their zero
+// dimensions, so a shape like (0, 2^62) is refused too.
+inline constexpr uint64_t kMaxValueBytes = uint64_t{1} << 48;
 
 // A run id: an integer or a string. Ordering: every integer sorts before every
 // string; integers numerically; strings bytewise.

@@ -59,6 +59,52 @@ Status Compressor::Compress(Codec codec, int level, std::string_view input, std:
   return Status::OK();
 }
 
+uint64_t MaxRawSize(Codec codec, uint64_t stored_size) {
+  // Saturating: a bound past 2^64 bounds nothing a file can hold.
+  auto times = [](uint64_t n, uint64_t k, uint64_t plus) {
+    return n > (UINT64_MAX - plus) / k ? UINT64_MAX : n * k + plus;
+  };
+  switch (codec) {
+    case Codec::kNone:
+      return stored_size;
+    case Codec::kLz4:
+      return times(stored_size, 255, 64);
+    case Codec::kZstd:
+      return times(stored_size, 32768, 0);
+  }
+  return 0;
+}
+
+Status CheckDeclaredRawSize(Codec codec, std::string_view input, uint64_t raw_size) {
+  if (raw_size > MaxRawSize(codec, input.size())) {
+    return Status::Corruption(std::string(CodecName(codec)) + " payload of " +
+                              std::to_string(input.size()) + " bytes cannot hold the " +
+                              std::to_string(raw_size) + " raw bytes its header declares");
+  }
+  if (codec != Codec::kZstd) return Status::OK();
+  // One frame, covering the whole input, that declares its content size:
+  // what ZSTD_compress writes. Reading the frame's size walks its block
+  // headers only, not the content.
+  const size_t frame = ZSTD_findFrameCompressedSize(input.data(), input.size());
+  if (ZSTD_isError(frame)) {
+    return Status::Corruption(std::string("zstd payload is not a valid frame: ") +
+                              ZSTD_getErrorName(frame));
+  }
+  if (frame != input.size()) {
+    return Status::Corruption("zstd frame ends at byte " + std::to_string(frame) + " of its " +
+                              std::to_string(input.size()) + "-byte payload");
+  }
+  const unsigned long long declared = ZSTD_getFrameContentSize(input.data(), input.size());
+  if (declared == ZSTD_CONTENTSIZE_ERROR || declared == ZSTD_CONTENTSIZE_UNKNOWN) {
+    return Status::Corruption("zstd frame does not declare its content size");
+  }
+  if (declared != raw_size) {
+    return Status::Corruption("zstd frame declares " + std::to_string(declared) +
+                              " raw bytes, the block header " + std::to_string(raw_size));
+  }
+  return Status::OK();
+}
+
 Status Decompress(Codec codec, std::string_view input, char* out, size_t raw_size) {
   switch (codec) {
     case Codec::kNone:

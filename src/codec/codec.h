@@ -30,6 +30,19 @@ class Compressor {
   void* zstd_ctx_ = nullptr;  // ZSTD_CCtx*
 };
 
+// The most `codec` can expand `stored_size` bytes to. A header that declares
+// a larger raw size lies, and a reader refuses it before allocating it:
+// lz4's block format expands at most 255-fold (a length byte per 255 bytes of
+// a match), zstd at most 32768-fold (a 4-byte RLE block per 128 KiB); none,
+// not at all.
+uint64_t MaxRawSize(Codec codec, uint64_t stored_size);
+
+// Checks what `input`'s own framing says of its raw size, where the codec
+// has one (zstd's frame headers declare their content size, and runstore's
+// writers always write it): Corruption unless it is exactly `raw_size`. For
+// lz4 and none, which declare nothing, only MaxRawSize is checked.
+Status CheckDeclaredRawSize(Codec codec, std::string_view input, uint64_t raw_size);
+
 // Decompresses `input` into exactly `raw_size` bytes at `out`. Corruption if
 // the input does not decode to exactly raw_size bytes.
 Status Decompress(Codec codec, std::string_view input, char* out, size_t raw_size);

@@ -250,6 +250,11 @@ class PosixRandomAccessFile final : public RandomAccessFile {
     // the default window). Pages read this way carry no readahead marker:
     // reading them, or faulting them through a mapping, reads nothing more.
     constexpr uint64_t kPiece = uint64_t{128} << 10;
+    // Only what the file holds: a hint past its end would cost a call per
+    // 128 KiB of nothing (and a length from a damaged index, a loop of 2^47).
+    struct stat st;
+    if (::fstat(fd_, &st) != 0 || offset >= static_cast<uint64_t>(st.st_size)) return;
+    n = std::min<uint64_t>(n, static_cast<uint64_t>(st.st_size) - offset);
     for (uint64_t done = 0; done < n; done += kPiece) {
       (void)::posix_fadvise(fd_, static_cast<off_t>(offset + done),
                             static_cast<off_t>(std::min(kPiece, n - done)), POSIX_FADV_WILLNEED);

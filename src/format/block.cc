@@ -5,6 +5,7 @@
 #include <new>
 
 #include "util/coding.h"
+#include "util/shape.h"
 
 namespace runstore::format {
 namespace {
@@ -24,13 +25,6 @@ void Pad(std::vector<std::string_view>* pieces, uint64_t* pos, uint64_t align) {
     pieces->emplace_back(kZeros, target - *pos);
     *pos = target;
   }
-}
-
-// n * size without overflow past `limit`; false if it would exceed it.
-bool MulWithin(uint64_t n, uint64_t size, uint64_t limit, uint64_t* out) {
-  if (size != 0 && n > limit / size) return false;
-  *out = n * size;
-  return *out <= limit;
 }
 
 }  // namespace
@@ -281,7 +275,16 @@ void BlockBuilder::Finish(BlockHeader* h, std::vector<std::string_view>* pieces)
       EncodeSequences(runs_int_.data(), n, &run_sequences_)) {
     h->flags |= kBlockRunSequences;
   }
-  if (EncodeSequences(steps_.data(), n, &step_sequences_)) h->flags |= kBlockStepSequences;
+  // Records of a fixed shape with a zero dimension hold no bytes; their steps
+  // are stored plainly so that every record still takes at least one byte of
+  // the payload, which lets readers bound a block's count by its size
+  // (docs/format.md "Block frame").
+  const bool empty_records =
+      !schema_.variable_shape && !IsVarLength(schema_.dtype) &&
+      std::any_of(schema_.dims.begin(), schema_.dims.end(), [](int64_t d) { return d == 0; });
+  if (!empty_records && EncodeSequences(steps_.data(), n, &step_sequences_)) {
+    h->flags |= kBlockStepSequences;
+  }
   memory_ += run_sequences_.capacity() + step_sequences_.capacity() - before;
 
   pieces->clear();
@@ -417,7 +420,7 @@ Status BlockView::Parse(const BlockHeader& h, std::string_view payload) {
   if (size != h.raw_len) return bad("size differs from the header's raw size");
   uint64_t pos = 0, len = 0;
   auto take = [&](uint64_t count, uint64_t elem, const char** out) {
-    if (!MulWithin(count, elem, size, &len) || pos + len > size) return false;
+    if (!MulWithin(count, elem, size, &len) || !RangeWithin(pos, len, size)) return false;
     *out = p + pos;
     pos += len;
     return true;
@@ -507,26 +510,23 @@ Status BlockView::Parse(const BlockHeader& h, std::string_view payload) {
       uint64_t b = DecodeFixed<uint64_t>(value_offsets_ + 8 * (i + 1));
       if ((i == 0 && a != 0) || a < prev || b < a || b > end)
         return bad("value offsets are not ascending");
+      if (!IsVarLength(h.dtype) && a % 8 != 0) return bad("value offset is not a multiple of 8");
       prev = a;
       if (!IsVarLength(h.dtype)) {
-        uint64_t elems = 1;
+        int64_t dims[kMaxRank];
         for (uint8_t r = 0; r < ranks_[i]; ++r) {
-          int64_t d = DecodeFixed<int64_t>(shape_dims_ + 8 * (dim_starts_[i] + r));
-          if (d < 0 || !MulWithin(elems, static_cast<uint64_t>(d), size, &elems)) {
-            return bad("record shape out of bounds");
-          }
+          dims[r] = DecodeFixed<int64_t>(shape_dims_ + 8 * (dim_starts_[i] + r));
         }
-        if (!MulWithin(elems, DTypeSize(h.dtype), size, &elems) || a + elems > b) {
-          return bad("record shape does not match its bytes");
+        uint64_t bytes = 0;
+        if (!ShapeBytes(std::span<const int64_t>(dims, ranks_[i]), DTypeSize(h.dtype), &bytes)) {
+          return bad("record shape out of bounds");
         }
+        if (bytes > b - a) return bad("record shape does not match its bytes");
       }
     }
   } else {
-    uint64_t rb = DTypeSize(h.dtype);
-    for (int64_t d : h.dims) {
-      if (!MulWithin(rb, static_cast<uint64_t>(d), size, &rb))
-        return bad("record shape out of bounds");
-    }
+    uint64_t rb = 0;
+    if (!ShapeBytes(h.dims, DTypeSize(h.dtype), &rb)) return bad("record shape out of bounds");
     record_bytes_ = rb;
     if (!take(n, rb, &values_)) return bad("value column out of bounds");
   }

@@ -3,8 +3,10 @@
 #include <cstdio>
 #include <cstring>
 
+#include "codec/codec.h"
 #include "util/coding.h"
 #include "util/hash.h"
+#include "util/shape.h"
 
 namespace runstore::format {
 namespace {
@@ -91,6 +93,10 @@ std::string EncodeSegmentHeader(const SegmentHeader& h) {
   std::memcpy(s.data() + 40, h.writer_id.data(), std::min(h.writer_id.size(), kMaxWriterIdLength));
   EncodeFixed<uint64_t>(s.data() + 120, Checksum(s.data(), 120));
   return s;
+}
+
+std::string AtOffset(std::string_view file, uint64_t offset) {
+  return std::string(file) + ": offset " + std::to_string(offset) + ": ";
 }
 
 std::string ReadableVersions() { return "versions 1 to " + std::to_string(kSegmentFormatVersion); }
@@ -183,6 +189,9 @@ Status DecodeBlockHeader(std::string_view header, BlockHeader* h) {
   for (auto& dim : h->dims) {
     if (!d.Get(&dim) || dim < 0) return Status::Corruption("block header: bad dimension");
   }
+  if (uint64_t bytes; !IsVarLength(h->dtype) && !ShapeBytes(h->dims, DTypeSize(h->dtype), &bytes)) {
+    return Status::Corruption("block header: record shape holds more than 2^48 bytes");
+  }
   std::string_view name;
   if (name_len == 0 || name_len > kMaxNameLength || !d.GetBytes(name_len, &name)) {
     return Status::Corruption("block header: bad series name length");
@@ -207,6 +216,20 @@ Status DecodeBlockHeader(std::string_view header, BlockHeader* h) {
     return Status::Corruption("block header: uncompressed block with raw size " +
                               std::to_string(h->raw_len) + " != stored size " +
                               std::to_string(h->payload_len));
+  }
+  // Declared sizes are checked against what the stored bytes can hold before
+  // anyone allocates them (docs/format.md "Block frame"): the raw size
+  // against the codec's largest expansion, the record count against the raw
+  // size (every record takes at least one byte of it).
+  if (h->raw_len > MaxRawSize(h->codec, h->payload_len)) {
+    return Status::Corruption("block header: " + std::string(CodecName(h->codec)) + " payload of " +
+                              std::to_string(h->payload_len) + " bytes cannot hold a raw size of " +
+                              std::to_string(h->raw_len));
+  }
+  if (h->count > h->raw_len) {
+    return Status::Corruption("block header: " + std::to_string(h->count) +
+                              " records cannot fit in a raw payload of " +
+                              std::to_string(h->raw_len) + " bytes");
   }
   return Status::OK();
 }

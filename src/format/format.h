@@ -42,6 +42,10 @@ std::string SegmentFileName(std::string_view writer_id, uint64_t seq);
 // Parses a SegmentFileName; false for any other name.
 bool ParseSegmentFileName(std::string_view name, std::string* writer_id, uint64_t* seq);
 
+// "segments/x-00000001.rss: offset 4096: ", the prefix of every message about
+// bytes of a file.
+std::string AtOffset(std::string_view file, uint64_t offset);
+
 // The segment format version written; segments of versions 1..this are read.
 inline constexpr uint32_t kSegmentFormatVersion = 3;
 // "versions 1 to 3", for NotSupported messages.

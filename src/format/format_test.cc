@@ -5,6 +5,7 @@
 #include <random>
 
 #include "format/block.h"
+#include "format/block_reader.h"
 #include "format/segment_reader.h"
 #include "format/segment_writer.h"
 #include "runstore/store.h"

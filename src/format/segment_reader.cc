@@ -5,15 +5,12 @@
 #include <limits>
 
 #include "format/block.h"
+#include "format/block_reader.h"
 #include "util/coding.h"
 #include "util/hash.h"
 
 namespace runstore::format {
 namespace {
-
-std::string At(const std::string& name, uint64_t offset) {
-  return name + ": offset " + std::to_string(offset) + ": ";
-}
 
 // Reads exactly n bytes at offset into *buf; *complete is false if the file
 // ends first (not an error: recovery treats it as a torn tail).
@@ -35,14 +32,14 @@ struct FrameAt {
 // bytes there are not a complete, checksummed frame header.
 Status ReadFrame(const RandomAccessFile& file, uint64_t pos, uint64_t file_size, FrameAt* frame) {
   frame->valid = false;
-  if (pos + kFramePrefixSize + 8 > file_size) return Status::OK();
+  if (!RangeWithin(pos, kFramePrefixSize + 8, file_size)) return Status::OK();
   std::string buf;
   std::string_view got;
   bool complete;
   RETURN_IF_ERROR(ReadAt(file, pos, 8, &buf, &got, &complete));
   if (!complete) return Status::OK();
   uint16_t len = PeekHeaderLength(got);
-  if (len == 0 || pos + len > file_size) return Status::OK();
+  if (len == 0 || !RangeWithin(pos, len, file_size)) return Status::OK();
   RETURN_IF_ERROR(ReadAt(file, pos, len, &buf, &got, &complete));
   if (!complete) return Status::OK();
   if (!CheckFrameHeader(got, &frame->prefix).ok()) return Status::OK();
@@ -118,10 +115,7 @@ Status Recover(const RandomAccessFile& file, const std::string& name, uint64_t f
     RETURN_IF_ERROR(ReadFrame(file, pos, file_size, &frame));
     if (!frame.valid) break;
     const uint64_t payload_off = PayloadOffset(pos, frame.prefix.header_len);
-    if (payload_off + frame.prefix.payload_len > file_size ||
-        payload_off + frame.prefix.payload_len < payload_off) {
-      break;
-    }
+    if (!RangeWithin(payload_off, frame.prefix.payload_len, file_size)) break;
     const uint64_t next = NextFrameOffset(payload_off, frame.prefix.payload_len);
     if (frame.prefix.kind == FrameKind::kBlock) {
       BlockInfo b;
@@ -189,7 +183,7 @@ Status Recover(const RandomAccessFile& file, const std::string& name, uint64_t f
     if (torn_block < index->blocks.size()) {
       if (saw_footer) {
         return Status::Corruption(
-            At(name, index->blocks[torn_block].payload_offset) + "payload of commit " +
+            AtOffset(name, index->blocks[torn_block].payload_offset) + "payload of commit " +
             std::to_string(index->commits[index->blocks[torn_block].commit_index].sequence) +
             " is damaged, but a valid footer follows");
       }
@@ -212,7 +206,7 @@ Status Recover(const RandomAccessFile& file, const std::string& name, uint64_t f
     RETURN_IF_ERROR(FindLaterRecords(file, pos, file_size, &later));
     if (!later.proof.empty()) {
       const uint64_t last_seq = index->commits.empty() ? 0 : index->commits.back().sequence;
-      return Status::Corruption(At(name, pos) + "damaged frame after commit " +
+      return Status::Corruption(AtOffset(name, pos) + "damaged frame after commit " +
                                 std::to_string(last_seq) + ", but " + later.proof + " follows");
     }
   }
@@ -223,7 +217,7 @@ Status Recover(const RandomAccessFile& file, const std::string& name, uint64_t f
 Status LoadFooter(const RandomAccessFile& file, const std::string& name, uint64_t file_size,
                   const Trailer& t, SegmentIndex* index) {
   auto bad = [&](uint64_t off, const std::string& what) {
-    return Status::Corruption(At(name, off) + what);
+    return Status::Corruption(AtOffset(name, off) + what);
   };
   if (t.version == 0 || t.version > kSegmentFormatVersion) {
     return Status::NotSupported(name + ": segment format version " + std::to_string(t.version) +
@@ -242,7 +236,8 @@ Status LoadFooter(const RandomAccessFile& file, const std::string& name, uint64_
     return bad(t.footer_offset, "footer header is damaged");
   }
   const uint64_t payload_off = PayloadOffset(t.footer_offset, frame.prefix.header_len);
-  if (NextFrameOffset(payload_off, f.payload_len) + kTrailerSize != file_size ||
+  if (!RangeWithin(payload_off, f.payload_len, file_size - kTrailerSize) ||
+      NextFrameOffset(payload_off, f.payload_len) + kTrailerSize != file_size ||
       f.committed_end != t.footer_offset) {
     return bad(t.footer_offset, "footer size does not match the file size");
   }
@@ -258,19 +253,31 @@ Status LoadFooter(const RandomAccessFile& file, const std::string& name, uint64_
     return bad(payload_off, "footer commit count too large");
   index->commits.clear();
   index->blocks.clear();
+  // Commits follow one another, each ending with its record; every block
+  // lies inside the extent of its commit, after the blocks before it. So no
+  // entry can name bytes outside the committed part of the file, or bytes of
+  // another frame.
+  constexpr uint64_t kCommitFrameBytes = AlignUp(kCommitHeaderSize, kFrameAlign);
+  uint64_t prev_end = kSegmentHeaderSize;
   for (uint64_t i = 0; i < f.commit_count; ++i) {
     CommitInfo c;
     d.Get(&c.sequence);
     d.Get(&c.time_ns);
     d.Get(&c.end_offset);
-    if (c.sequence != i + 1 || c.end_offset > f.committed_end ||
+    if (c.sequence != i + 1 || c.end_offset % kFrameAlign != 0 ||
+        !RangeWithin(prev_end, kCommitFrameBytes, c.end_offset) || c.end_offset > f.committed_end ||
         (i > 0 && c.time_ns <= index->commits.back().time_ns)) {
       return bad(payload_off, "footer commit table is inconsistent");
     }
+    prev_end = c.end_offset;
     index->commits.push_back(c);
+  }
+  if (prev_end != f.committed_end) {
+    return bad(payload_off, "footer commit table does not end at the footer");
   }
   if (f.block_count > payload.size() / 16) return bad(payload_off, "footer block count too large");
   index->blocks.reserve(f.block_count);
+  uint64_t prev_frame_end = kSegmentHeaderSize;
   for (uint64_t i = 0; i < f.block_count; ++i) {
     BlockInfo b;
     uint32_t header_len;
@@ -281,13 +288,27 @@ Status LoadFooter(const RandomAccessFile& file, const std::string& name, uint64_
         prefix.kind != FrameKind::kBlock || !DecodeBlockHeader(header, &b.header).ok()) {
       return bad(payload_off, "footer block entry " + std::to_string(i) + " is damaged");
     }
-    b.payload_offset = PayloadOffset(b.frame_offset, prefix.header_len);
     b.header_len = prefix.header_len;
-    if (b.commit_index >= index->commits.size() || b.frame_offset < kSegmentHeaderSize ||
-        b.payload_offset + b.header.payload_len > f.committed_end) {
+    const bool in_commit =
+        b.commit_index < index->commits.size() &&
+        (index->blocks.empty() || b.commit_index >= index->blocks.back().commit_index);
+    const uint64_t lo = !in_commit || b.commit_index == 0
+                            ? kSegmentHeaderSize
+                            : index->commits[b.commit_index - 1].end_offset;
+    const uint64_t hi =
+        in_commit ? index->commits[b.commit_index].end_offset - kCommitFrameBytes : 0;
+    if (!in_commit || b.frame_offset % kFrameAlign != 0 ||
+        b.frame_offset < std::max(lo, prev_frame_end) ||
+        !RangeWithin(b.frame_offset, AlignUp(b.header_len, kFrameAlign), hi)) {
       return bad(payload_off,
-                 "footer block entry " + std::to_string(i) + " points outside the file");
+                 "footer block entry " + std::to_string(i) + " points outside its commit");
     }
+    b.payload_offset = PayloadOffset(b.frame_offset, prefix.header_len);
+    if (!RangeWithin(b.payload_offset, b.header.payload_len, hi)) {
+      return bad(payload_off,
+                 "footer block entry " + std::to_string(i) + " points outside its commit");
+    }
+    prev_frame_end = NextFrameOffset(b.payload_offset, b.header.payload_len);
     index->blocks.push_back(std::move(b));
   }
   if (d.remaining() != 0) return bad(payload_off, "trailing bytes in the footer index");
@@ -297,119 +318,6 @@ Status LoadFooter(const RandomAccessFile& file, const std::string& name, uint64_
 }
 
 }  // namespace
-
-namespace {
-
-Status PayloadMismatch(const BlockInfo& block, const std::string& name) {
-  return Status::Corruption(At(name, block.payload_offset) +
-                            "block payload checksum mismatch (series '" + block.header.name +
-                            "', " + std::to_string(block.header.count) + " records)");
-}
-
-Status PayloadTruncated(const BlockInfo& block, const std::string& name) {
-  return Status::Corruption(At(name, block.payload_offset) + "block payload truncated");
-}
-
-Status ChunkMismatch(const BlockInfo& block, const ValueChunks& c, uint64_t i,
-                     const std::string& name) {
-  return Status::Corruption(At(name, block.payload_offset + c.data_offset + c.begin(i)) +
-                            "value chunk " + std::to_string(i) + " of " + std::to_string(c.count) +
-                            " checksum mismatch (series '" + block.header.name + "')");
-}
-
-}  // namespace
-
-Status CheckPayloadOutsideValue(std::string_view stored, const BlockInfo& block,
-                                const std::string& name, BlockView* view) {
-  if (stored.size() != block.header.payload_len) return PayloadTruncated(block, name);
-  Status s = view->Parse(block.header, stored);
-  if (!s.ok()) return s.WithContext(At(name, block.payload_offset));
-  const ValueChunks& c = *view->value_chunks();
-  ChecksumStream hash;
-  hash.Update(stored.data(), c.data_offset);
-  const uint64_t after = c.data_offset + c.data_len;
-  hash.Update(stored.data() + after, stored.size() - after);
-  if (hash.Digest() != block.header.payload_checksum) return PayloadMismatch(block, name);
-  return Status::OK();
-}
-
-Status CheckValueChunks(std::string_view stored, const BlockView& view, uint64_t first,
-                        uint64_t last, const BlockInfo& block, const std::string& name) {
-  const ValueChunks& c = *view.value_chunks();
-  const char* data = stored.data() + c.data_offset;
-  for (uint64_t i = first; i < last; ++i) {
-    if (Checksum(data + c.begin(i), c.end(i) - c.begin(i)) != c.expected(i)) {
-      return ChunkMismatch(block, c, i, name);
-    }
-  }
-  return Status::OK();
-}
-
-Status CheckPayload(std::string_view stored, const BlockInfo& block, const std::string& name) {
-  if (stored.size() != block.header.payload_len) return PayloadTruncated(block, name);
-  if (block.header.flags & kBlockValueChunks) {
-    BlockView view;
-    RETURN_IF_ERROR(CheckPayloadOutsideValue(stored, block, name, &view));
-    return CheckValueChunks(stored, view, 0, view.value_chunks()->count, block, name);
-  }
-  if (Checksum(stored) != block.header.payload_checksum) return PayloadMismatch(block, name);
-  return Status::OK();
-}
-
-Status CheckPayloadByReading(const RandomAccessFile& file, std::string_view stored,
-                             const BlockInfo& block, const std::string& name) {
-  // A quarter of this machine class's per-core L2: the hash reads each piece
-  // right after the copy wrote it.
-  constexpr size_t kPiece = size_t{256} << 10;
-  thread_local std::unique_ptr<char[]> scratch(new char[kPiece]);
-  // The whole payload is asked for first: parsing a block with value chunks
-  // touches its keys and chunk table through the mapping, which, cold, would
-  // make the kernel read around them into the neighbouring blocks. Then what
-  // is read here is the whole payload, or the value data of a block with
-  // value chunks (the rest, a few pages, is hashed where it lies).
-  file.WillNeed(block.payload_offset, block.header.payload_len);
-  BlockView view;
-  const ValueChunks* chunks = nullptr;
-  uint64_t begin = 0, len = block.header.payload_len;
-  if (block.header.flags & kBlockValueChunks) {
-    RETURN_IF_ERROR(CheckPayloadOutsideValue(stored, block, name, &view));
-    chunks = view.value_chunks();
-    begin = chunks->data_offset;
-    len = chunks->data_len;
-  }
-  ChecksumStream hash;
-  uint64_t chunk = 0;  // with value chunks: the chunk being hashed
-  for (uint64_t done = 0; done < len;) {
-    const size_t n = static_cast<size_t>(std::min<uint64_t>(kPiece, len - done));
-    std::string_view got;
-    RETURN_IF_ERROR(file.Read(block.payload_offset + begin + done, n, scratch.get(), &got));
-    if (got.size() != n) return PayloadTruncated(block, name);
-    if (!chunks) {
-      hash.Update(got.data(), got.size());
-      done += n;
-      continue;
-    }
-    for (const char* q = got.data(); q < got.data() + n;) {
-      const size_t take = std::min<uint64_t>(got.data() + n - q, chunks->end(chunk) - done);
-      // A chunk wholly in this piece (always, for chunks that divide it) is
-      // hashed at once; one that spans pieces, as they come.
-      const bool whole = take == chunks->end(chunk) - chunks->begin(chunk);
-      if (!whole) hash.Update(q, take);
-      q += take;
-      done += take;
-      if (done == chunks->end(chunk)) {
-        if ((whole ? Checksum(q - take, take) : hash.Digest()) != chunks->expected(chunk)) {
-          return ChunkMismatch(block, *chunks, chunk, name);
-        }
-        if (!whole) hash = ChecksumStream();
-        ++chunk;
-      }
-    }
-  }
-  if (!chunks && hash.Digest() != block.header.payload_checksum)
-    return PayloadMismatch(block, name);
-  return Status::OK();
-}
 
 Status LoadSegmentIndex(const RandomAccessFile& file, const std::string& name,
                         SegmentIndex* index) {
@@ -429,7 +337,7 @@ Status LoadSegmentIndex(const RandomAccessFile& file, const std::string& name,
     // zero-filled header and nothing committed. Anything else is damage.
     if (!(size < kSegmentHeaderSize || AllZero(got))) {
       if (std::memcmp(got.data(), kSegmentMagic, std::min<size_t>(got.size(), 8)) != 0) {
-        return Status::Corruption(At(name, 0) + "not a runstore segment (bad magic)");
+        return Status::Corruption(AtOffset(name, 0) + "not a runstore segment (bad magic)");
       }
       LaterRecords later;
       RETURN_IF_ERROR(FindLaterRecords(file, 0, size, &later));
@@ -455,7 +363,7 @@ Status LoadSegmentIndex(const RandomAccessFile& file, const std::string& name,
       index->committed_end = kSegmentHeaderSize;
       RETURN_IF_ERROR(Recover(file, name, size, index));
       if (index->committed_end != t.footer_offset) {
-        return Status::Corruption(At(name, index->committed_end) +
+        return Status::Corruption(AtOffset(name, index->committed_end) +
                                   "sealed segment (footer at offset " +
                                   std::to_string(t.footer_offset) +
                                   ") is damaged here, before its footer; " + s.message());

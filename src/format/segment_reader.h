@@ -53,30 +53,6 @@ Status LoadSegmentIndex(const RandomAccessFile& file, const std::string& name, S
 Status RefreshSegmentIndex(const RandomAccessFile& file, const std::string& name,
                            SegmentIndex* index);
 
-// Checks the stored payload of a block against its checksum (and, for a block
-// with value chunks, every chunk against its own). Corruption naming the file
-// and offset otherwise.
-Status CheckPayload(std::string_view stored, const BlockInfo& block, const std::string& name);
-
-// The same check, reading the payload from `file` in cache-sized pieces after
-// asking for all of it at once (RandomAccessFile::WillNeed). For large blocks
-// that are handed out as views of a mapping: the file system reads exactly the
-// block in large requests, and hashing it maps none of its pages, so a caller
-// who then touches a tenth of an array has only that tenth resident.
-// `stored` is the mapped payload, of which only the key columns and chunk
-// checksums of a block with value chunks are read.
-Status CheckPayloadByReading(const RandomAccessFile& file, std::string_view stored,
-                             const BlockInfo& block, const std::string& name);
-
-// For a block with value chunks (docs/format.md "Value chunks"): parses its
-// payload `stored` into *view, which reads only its keys and chunk table, and
-// checks everything but the value data; then CheckValueChunks checks chunks
-// [first, last) of the value data.
-Status CheckPayloadOutsideValue(std::string_view stored, const BlockInfo& block,
-                                const std::string& name, BlockView* view);
-Status CheckValueChunks(std::string_view stored, const BlockView& view, uint64_t first,
-                        uint64_t last, const BlockInfo& block, const std::string& name);
-
 }  // namespace runstore::format
 
 #endif  // RUNSTORE_FORMAT_SEGMENT_READER_H_

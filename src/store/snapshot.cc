@@ -148,9 +148,9 @@ Result<Payload> SnapshotImpl::ReadPayload(const BlockRef& b, Check check) const 
   const LoadedSegment& seg = *segments_[b.segment];
   const format::BlockInfo& info = seg.index.blocks[b.block];
   const BlockHeader& h = info.header;
-  if (info.payload_offset + h.payload_len > seg.map->size()) {
-    return Status::Corruption(seg.file + ": offset " + std::to_string(info.payload_offset) +
-                              ": block payload extends past the committed end");
+  if (!RangeWithin(info.payload_offset, h.payload_len, seg.map->size())) {
+    return Status::Corruption(format::AtOffset(seg.file, info.payload_offset) +
+                              "block payload extends past the committed end");
   }
   std::string_view stored(seg.map->data() + info.payload_offset, h.payload_len);
   if (!seg.verified[b.block].load(std::memory_order_acquire)) {
@@ -185,23 +185,7 @@ Result<Payload> SnapshotImpl::ReadPayload(const BlockRef& b, Check check) const 
     }
   }
   Payload p;
-  if (h.codec == Codec::kNone) {
-    p.owner = seg.map;
-    p.mapping = seg.map;
-    p.bytes = stored;
-  } else {
-    if (h.raw_len > (uint64_t{1} << 40)) {
-      return Status::Corruption(seg.file + ": offset " + std::to_string(b.offset) +
-                                ": implausible raw size " + std::to_string(h.raw_len));
-    }
-    auto buf = AlignedBuffer(h.raw_len);
-    Status s = Decompress(h.codec, stored, buf.get(), h.raw_len);
-    if (!s.ok()) return s.WithContext(seg.file + ": offset " + std::to_string(info.payload_offset));
-    p.bytes = std::string_view(buf.get(), h.raw_len);
-    p.owner = std::move(buf);
-  }
-  Status s = p.view.Parse(h, p.bytes);
-  if (!s.ok()) return s.WithContext(seg.file + ": offset " + std::to_string(info.payload_offset));
+  RETURN_IF_ERROR(format::DecodeBlock(stored, nullptr, seg.map, info, seg.file, &p));
   return p;
 }
 
@@ -887,7 +871,7 @@ VerifyReport SnapshotImpl::VerifyAll(
       // The frame header in the file: a sealed segment is read through the
       // footer's copy, so only Verify looks at this one.
       format::FramePrefix prefix;
-      if (info.frame_offset + info.header_len > seg.map->size() ||
+      if (!RangeWithin(info.frame_offset, info.header_len, seg.map->size()) ||
           !format::CheckFrameHeader(
                std::string_view(seg.map->data() + info.frame_offset, info.header_len), &prefix)
                .ok() ||
@@ -895,7 +879,7 @@ VerifyReport SnapshotImpl::VerifyAll(
         report.problems.push_back(Status::Corruption(at + "block frame header is damaged"));
       }
       Status s;
-      if (info.payload_offset + info.header.payload_len > seg.map->size()) {
+      if (!RangeWithin(info.payload_offset, info.header.payload_len, seg.map->size())) {
         s = Status::Corruption(at + "block payload extends past the committed end");
       } else {
         // Checked again even if a read already verified it.

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "format/block.h"
+#include "format/block_reader.h"
 #include "format/segment_reader.h"
 #include "runstore/env.h"
 #include "runstore/reader.h"
@@ -57,12 +58,7 @@ struct CommitOrder {
 };
 
 // A block's raw payload, parsed; keeps the bytes alive.
-struct Payload {
-  std::shared_ptr<const void> owner;
-  std::shared_ptr<const MappedRegion> mapping;  // the owner when the bytes are a view of it
-  std::string_view bytes;
-  format::BlockView view;
-};
+using Payload = format::DecodedBlock;
 
 class SnapshotImpl final : public Snapshot {
  public:

@@ -9,6 +9,7 @@
 
 #include "format/format.h"
 #include "util/coding.h"
+#include "util/shape.h"
 
 namespace runstore {
 namespace {
@@ -65,24 +66,29 @@ Status CheckValue(std::string_view name, const ValueRef& v) {
           "series '" + std::string(name) + "': a " + std::string(DTypeName(v.dtype)) +
           " value is one string (rank 0), got shape " + ShapeString(v.shape));
     }
-    if (v.nbytes > (1ull << 40)) return Status::InvalidArgument("value too large");
+    if (v.nbytes > kMaxValueBytes) {
+      return Status::InvalidArgument(
+          "series '" + std::string(name) + "': a " + std::string(DTypeName(v.dtype)) +
+          " value of " + std::to_string(v.nbytes) + " bytes is too large (at most 2^48)");
+    }
     return Status::OK();
   }
   if (v.shape.size() > static_cast<size_t>(kMaxRank)) {
     return Status::InvalidArgument("series '" + std::string(name) + "': rank " +
                                    std::to_string(v.shape.size()) + " exceeds the limit of 32");
   }
-  uint64_t n = DTypeSize(v.dtype);
   for (int64_t d : v.shape) {
     if (d < 0) {
       return Status::InvalidArgument("series '" + std::string(name) +
                                      "': negative dimension in shape " + ShapeString(v.shape));
     }
-    if (d != 0 && n > (1ull << 48) / static_cast<uint64_t>(d)) {
-      return Status::InvalidArgument("series '" + std::string(name) + "': shape " +
-                                     ShapeString(v.shape) + " is too large");
-    }
-    n *= static_cast<uint64_t>(d);
+  }
+  uint64_t n = 0;
+  if (!ShapeBytes(v.shape, DTypeSize(v.dtype), &n)) {
+    return Status::InvalidArgument("series '" + std::string(name) + "': shape " +
+                                   ShapeString(v.shape) + " of " + std::string(DTypeName(v.dtype)) +
+                                   " is too large: a value holds at most 2^48 bytes, counting "
+                                   "every dimension but the zeros");
   }
   if (n != v.nbytes) {
     return Status::InvalidArgument("series '" + std::string(name) + "': shape " +
@@ -204,6 +210,12 @@ Status WriterImpl::DefineSeries(std::string_view name, const SeriesOptions& o) {
   }
   if (schema.shape.size() > static_cast<size_t>(kMaxRank))
     return Status::InvalidArgument("rank exceeds 32");
+  if (uint64_t bytes;
+      !IsVarLength(o.dtype) && !ShapeBytes(schema.shape, DTypeSize(o.dtype), &bytes)) {
+    return Status::InvalidArgument("series '" + std::string(name) + "': shape " +
+                                   ShapeString(schema.shape) +
+                                   " is too large: a value holds at most 2^48 bytes");
+  }
   std::lock_guard lk(mu_);
   RETURN_IF_ERROR(CheckUsableLocked());
   if (auto it = series_.find(std::string(name)); it != series_.end()) {

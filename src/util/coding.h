@@ -29,6 +29,32 @@ inline void PutFixed(std::string* dst, T v) {
 
 inline constexpr uint64_t AlignUp(uint64_t n, uint64_t a) { return (n + a - 1) / a * a; }
 
+// The bounds checks of lengths and offsets read from a file. Every check of
+// a range that came from disk goes through these: a hostile length near 2^64
+// must not wrap past the limit (offset + len overflowing is how a footer
+// entry once passed a naive `offset + len > size`).
+//
+// True when [offset, offset + len) lies inside [0, limit).
+inline constexpr bool RangeWithin(uint64_t offset, uint64_t len, uint64_t limit) {
+  return offset <= limit && len <= limit - offset;
+}
+// *out = n * size and true when that is at most `limit`; false (and *out
+// unspecified) when it is larger or would overflow.
+inline constexpr bool MulWithin(uint64_t n, uint64_t size, uint64_t limit, uint64_t* out) {
+  if (size != 0 && n > limit / size) return false;
+  *out = n * size;
+  return *out <= limit;
+}
+// AlignUp that reports overflow instead of wrapping: false when the aligned
+// value would exceed `limit`.
+inline constexpr bool AlignUpWithin(uint64_t n, uint64_t a, uint64_t limit, uint64_t* out) {
+  if (n > limit) return false;
+  const uint64_t r = n % a;
+  if (r != 0 && a - r > limit - n) return false;
+  *out = r == 0 ? n : n + (a - r);
+  return true;
+}
+
 // Appends a u16 length and the bytes.
 inline void PutString16(std::string* dst, std::string_view s) {
   PutFixed<uint16_t>(dst, static_cast<uint16_t>(s.size()));
