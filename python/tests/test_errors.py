@@ -80,7 +80,7 @@ def test_open_errors(tmp_path):
         runstore.open(tmp_path / "missing", mode="r+")
     assert not (tmp_path / "missing").exists()
     (tmp_path / "file").write_text("x")
-    with pytest.raises(ValueError, match="regular file"):
+    with pytest.raises(ValueError, match="is not a directory"):
         runstore.open(tmp_path / "file")
     (tmp_path / "dir").mkdir()
     (tmp_path / "dir" / "other").write_text("x")

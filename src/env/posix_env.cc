@@ -30,6 +30,16 @@
 namespace runstore {
 namespace {
 
+// "a FIFO", "a socket", ...: what a path is, for the error that refuses it.
+std::string FileKindName(mode_t mode) {
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISDIR(mode)) return "a directory";
+  return "not a regular file";
+}
+
 // `context` names the path and the operation, e.g. "/d/x.rss: open for writing".
 
 class PosixWritableFile final : public WritableFile {
@@ -284,21 +294,23 @@ class PosixEnv final : public Env {
   Result<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(const std::string& path) override {
     int fd;
     do {
-      fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+      // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a
+      // writer, for ever. It changes nothing for a regular file.
+      fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     } while (fd < 0 && errno == EINTR);
     if (fd < 0) return ErrnoStatus(path + ": open for reading", errno);
-    // open(2) accepts a directory here; its reads would fail later and less
-    // clearly.
+    // open(2) accepts a directory, a FIFO or a device here; their reads would
+    // fail later and less clearly, or never end.
     struct stat st;
-    int err = 0;
     if (::fstat(fd, &st) != 0) {
-      err = errno;
-    } else if (S_ISDIR(st.st_mode)) {
-      err = EISDIR;
-    }
-    if (err != 0) {
+      const int err = errno;
       ::close(fd);
       return ErrnoStatus(path + ": open for reading", err);
+    }
+    if (!S_ISREG(st.st_mode)) {
+      ::close(fd);
+      if (S_ISDIR(st.st_mode)) return ErrnoStatus(path + ": open for reading", EISDIR);
+      return Status::IOError(path + ": not a regular file (" + FileKindName(st.st_mode) + ")");
     }
     return std::unique_ptr<RandomAccessFile>(new PosixRandomAccessFile(path, fd));
   }

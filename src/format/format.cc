@@ -1,5 +1,6 @@
 #include "format/format.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 
@@ -97,6 +98,38 @@ std::string EncodeSegmentHeader(const SegmentHeader& h) {
 
 std::string AtOffset(std::string_view file, uint64_t offset) {
   return std::string(file) + ": offset " + std::to_string(offset) + ": ";
+}
+
+std::string EncodeStoreMarker(uint32_t version) {
+  return "runstore store\nformat_version " + std::to_string(version) + "\n";
+}
+
+Status DecodeStoreMarker(std::string_view contents, std::string_view file, uint32_t* version) {
+  auto corrupt = [&](const std::string& what) {
+    return Status::Corruption(std::string(file) + ": " + what);
+  };
+  constexpr std::string_view kFirst = "runstore store\n";
+  constexpr std::string_view kKey = "format_version ";
+  if (!contents.starts_with(kFirst)) return corrupt("not a runstore marker file");
+  std::string_view line = contents.substr(kFirst.size());
+  line = line.substr(0, line.find('\n'));
+  if (!line.starts_with(kKey))
+    return corrupt("not a runstore marker file (no format_version line)");
+  const std::string_view digits = line.substr(kKey.size());
+  uint64_t v = 0;
+  if (digits.empty() || digits.size() > 9 ||
+      !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    return corrupt("unreadable format version '" + std::string(digits.substr(0, 32)) + "'");
+  }
+  for (char c : digits) v = v * 10 + static_cast<uint64_t>(c - '0');
+  if (v == 0) return corrupt("unreadable format version 0");
+  if (v > kSegmentFormatVersion) {
+    return Status::NotSupported(std::string(file) + ": store format version " + std::to_string(v) +
+                                " is newer than this build of runstore, which reads " +
+                                ReadableVersions() + "; upgrade runstore");
+  }
+  *version = static_cast<uint32_t>(v);
+  return Status::OK();
 }
 
 std::string ReadableVersions() { return "versions 1 to " + std::to_string(kSegmentFormatVersion); }

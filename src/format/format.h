@@ -46,6 +46,14 @@ bool ParseSegmentFileName(std::string_view name, std::string* writer_id, uint64_
 // bytes of a file.
 std::string AtOffset(std::string_view file, uint64_t offset);
 
+// docs/format.md "The store directory": the RUNSTORE marker, two lines of
+// text, "runstore store" and "format_version N".
+std::string EncodeStoreMarker(uint32_t version);
+// Parses a marker's contents into *version. Corruption (naming `file`) for
+// anything that is not a marker; NotSupported for a version newer than this
+// build's, saying which it reads. Lines after the version are ignored.
+Status DecodeStoreMarker(std::string_view contents, std::string_view file, uint32_t* version);
+
 // The segment format version written; segments of versions 1..this are read.
 inline constexpr uint32_t kSegmentFormatVersion = 3;
 // "versions 1 to 3", for NotSupported messages.

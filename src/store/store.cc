@@ -14,31 +14,25 @@
 namespace runstore {
 namespace {
 
+static_assert(kFormatVersion == format::kSegmentFormatVersion);
+
 constexpr char kMarkerName[] = "RUNSTORE";
 constexpr char kSegmentsDir[] = "segments";
 
-std::string MarkerContents() {
-  return "runstore store\nformat_version " + std::to_string(kFormatVersion) + "\n";
-}
+// The marker is small: read at most this much of it, so that a huge file (or
+// a device) named RUNSTORE cannot make opening read or allocate without end.
+constexpr size_t kMaxMarkerBytes = 4096;
 
-// Parses the marker into *version; NotSupported for a newer version.
-Status CheckMarker(const std::string& path, const std::string& contents, uint32_t* version) {
-  const std::string key = "format_version ";
-  size_t at = contents.find(key);
-  if (contents.rfind("runstore store\n", 0) != 0 || at == std::string::npos) {
-    return Status::Corruption(path + ": not a runstore marker file");
+Result<std::string> ReadMarker(Env* env, const std::string& path) {
+  ASSIGN_OR_RETURN(auto file, env->NewRandomAccessFile(path));
+  std::string buf(kMaxMarkerBytes + 1, '\0');
+  std::string_view got;
+  RETURN_IF_ERROR(file->Read(0, buf.size(), buf.data(), &got));
+  if (got.size() > kMaxMarkerBytes) {
+    return Status::Corruption(path + ": not a runstore marker file (larger than " +
+                              std::to_string(kMaxMarkerBytes) + " bytes)");
   }
-  uint64_t v = std::strtoull(contents.c_str() + at + key.size(), nullptr, 10);
-  if (v == 0) return Status::Corruption(path + ": unreadable format version");
-  static_assert(kFormatVersion == format::kSegmentFormatVersion);
-  if (v > kFormatVersion) {
-    return Status::NotSupported(
-        path + ": store format version " + std::to_string(v) +
-        " is newer than this build of runstore, which reads versions 1 to " +
-        std::to_string(kFormatVersion) + "; upgrade runstore");
-  }
-  *version = static_cast<uint32_t>(v);
-  return Status::OK();
+  return std::string(got);
 }
 
 class StoreImpl final : public Store {
@@ -153,7 +147,7 @@ Status CreateStore(Env* env, const std::string& path) {
       path + "/" + kMarkerName + ".tmp." + std::to_string(rd()) + std::to_string(env->NowNanos());
   {
     ASSIGN_OR_RETURN(auto f, env->NewWritableFile(tmp, /*exclusive=*/true));
-    RETURN_IF_ERROR(f->Append(MarkerContents()));
+    RETURN_IF_ERROR(f->Append(format::EncodeStoreMarker(kFormatVersion)));
     RETURN_IF_ERROR(f->Sync());
     RETURN_IF_ERROR(f->Close());
   }
@@ -180,13 +174,13 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& path_in,
     }
     RETURN_IF_ERROR(CreateStore(env, path));
   } else if (!*is_dir) {
-    return Status::InvalidArgument(path + " is a regular file, not a store directory");
+    return Status::InvalidArgument(path + " is not a directory, so it cannot be a store");
   } else {
     const std::string marker = path + "/" + kMarkerName;
     Status exists = env->FileExists(marker);
     if (exists.ok()) {
-      ASSIGN_OR_RETURN(std::string contents, ReadFileToString(env, marker));
-      RETURN_IF_ERROR(CheckMarker(marker, contents, &version));
+      ASSIGN_OR_RETURN(std::string contents, ReadMarker(env, marker));
+      RETURN_IF_ERROR(format::DecodeStoreMarker(contents, marker, &version));
       if (!env->IsDirectory(path + "/" + kSegmentsDir).ok()) {
         return Status::Corruption(path + ": store has a marker but no segments/ directory");
       }
@@ -206,8 +200,8 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& path_in,
       }
       if (env->FileExists(marker).ok()) {
         // Created meanwhile by another process: check it like any marker.
-        ASSIGN_OR_RETURN(std::string contents, ReadFileToString(env, marker));
-        RETURN_IF_ERROR(CheckMarker(marker, contents, &version));
+        ASSIGN_OR_RETURN(std::string contents, ReadMarker(env, marker));
+        RETURN_IF_ERROR(format::DecodeStoreMarker(contents, marker, &version));
       } else if (options.read_only || !options.create_if_missing) {
         return Status::NotFound(path + ": empty directory, no store here");
       } else {

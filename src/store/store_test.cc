@@ -982,7 +982,7 @@ TEST_F(StoreTest, AppendRecordChecksEveryValueBeforeAppendingAny) {
 TEST_F(StoreTest, StorePathThatIsARegularFileIsRefused) {
   std::ofstream(dir_.path() + "/file") << "hello";
   EXPECT_THAT(Store::Open(dir_.path() + "/file", {}),
-              StatusIsWith(StatusCode::kInvalidArgument, "is a regular file"));
+              StatusIsWith(StatusCode::kInvalidArgument, "is not a directory"));
   fs::create_directory(dir_.path() + "/other");
   std::ofstream(dir_.path() + "/other/data.csv") << "a,b";
   EXPECT_THAT(Store::Open(dir_.path() + "/other", {}),
