@@ -100,11 +100,10 @@ struct RunFigures {
   uint64_t partial_groups_seen = 0;  // snapshots where a writer's count is not a multiple of kGroup
 };
 
-// Runs the writers and readers. With `whole_groups`, every snapshot must show
-// each writer's groups whole (no automatic commit splits them); otherwise
-// only a prefix is required (a segment roll commits on its own).
-void RunWritersAndReaders(const WriterOptions& base, int groups, bool whole_groups,
-                          RunFigures* fig) {
+// Runs the writers and readers. Every snapshot must show each writer's
+// groups whole (neither a segment roll nor anything else commits part of
+// one) and a prefix of its records that never shrinks.
+void RunWritersAndReaders(const WriterOptions& base, int groups, RunFigures* fig) {
   TempDir dir;
   const std::string path = dir.path() + "/store";
   ASSERT_OK_AND_ASSIGN(auto store, Store::Open(path, {}));
@@ -174,8 +173,8 @@ void RunWritersAndReaders(const WriterOptions& base, int groups, bool whole_grou
                         std::to_string(seen[w].x) + ")");
           }
           const bool whole = seen[w].x % kGroup == 0 && seen[w].s == seen[w].x;
-          if (!whole) ++partial;
-          if (whole_groups && !whole) {
+          if (!whole) {
+            ++partial;
             return fail(who + ": a commit is partly visible (x " + std::to_string(seen[w].x) +
                         ", s " + std::to_string(seen[w].s) + " records; commits hold " +
                         std::to_string(kGroup) + " of each)");
@@ -234,22 +233,22 @@ TEST(ConcurrencyTest, RefreshingReadersSeeEachWritersCommitsWholeInOrderAndNever
   wo.buffer_bytes = 1 << 20;
   wo.block_bytes = 4096;  // blocks reach the file before their commit
   RunFigures fig;
-  RunWritersAndReaders(wo, /*groups=*/500, /*whole_groups=*/true, &fig);
+  RunWritersAndReaders(wo, /*groups=*/500, &fig);
   Print("whole commits", fig);
   EXPECT_GT(fig.refreshes, 10u);
 }
 
-// A segment that reaches its size target is sealed at once, committing what
-// it holds (writer.h, segment_bytes): groups may then be split, but readers
-// still see a prefix of each writer's records that never shrinks, across the
-// sealed segments and the new ones.
+// A segment that reaches its size target is sealed at the next commit
+// (writer.h, segment_bytes): groups are never split by a roll, and readers
+// see whole groups, a prefix of each writer's records that never shrinks,
+// across the sealed segments and the new ones.
 TEST(ConcurrencyTest, RefreshingReadersFollowWritersAcrossSegmentRolls) {
   WriterOptions wo;
   wo.buffer_bytes = 1 << 20;
   wo.block_bytes = 4096;
   wo.segment_bytes = 64 << 10;
   RunFigures fig;
-  RunWritersAndReaders(wo, /*groups=*/500, /*whole_groups=*/false, &fig);
+  RunWritersAndReaders(wo, /*groups=*/500, &fig);
   Print("segment rolls", fig);
   EXPECT_GT(fig.segments, uint64_t{kWriters} * 3) << "the writers should roll several segments";
 }

@@ -48,8 +48,10 @@ struct WriterOptions {
   // never by time). Flushes do not count as commits here: records flushed
   // but not committed are made durable within this time too.
   double commit_every_s = 0;
-  // A segment is sealed and a new one started once it reaches this size (at
-  // the next commit, which the writer then makes itself).
+  // A segment is sealed and a new one started at the first commit (or flush)
+  // after it reaches this size. Sealing never commits what the caller has
+  // not, so a segment exceeds the target by what was appended between two
+  // commits, and every commit lies in one segment.
   uint64_t segment_bytes = 1ull << 30;
   // Values of at least this many bytes are written as a block of their own,
   // straight from the caller's memory, with a 64-byte-aligned payload.
@@ -127,11 +129,11 @@ class Writer {
   virtual Status Resume(RunRef run, int64_t step) = 0;
 
   // Makes everything appended before the call durable and visible. A commit is
-  // all-or-nothing for readers. The writer also commits by itself (auto-commit
-  // by bytes or seconds, and before sealing a segment that reached
-  // segment_bytes), so records appended between two Commit() calls may
-  // become visible in more than one commit; they are never half-visible
-  // within one.
+  // all-or-nothing for readers. The writer commits by itself only when asked
+  // to (commit_every_bytes, commit_every_s), and then between calls, never
+  // inside one: the records of one Append, AppendRecord or AppendBatch become
+  // visible together, though those of several calls between two Commit()s
+  // may then become visible in more than one commit.
   virtual Status Commit() = 0;
 
   // Starts a Commit of everything appended before the call and returns at

@@ -803,7 +803,10 @@ TEST_F(StoreTest, SegmentsRollAtTheirSizeTarget) {
   wo.segment_bytes = 1 << 16;
   wo.block_bytes = 8192;
   ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter(wo));
-  for (int i = 0; i < 50000; ++i) ASSERT_OK(w->Append(i % 13, "x", i, double(i)));
+  for (int i = 0; i < 50000; ++i) {
+    ASSERT_OK(w->Append(i % 13, "x", i, double(i)));
+    if (i % 1000 == 999) ASSERT_OK(i % 2000 == 999 ? w->Flush() : w->Commit());
+  }
   ASSERT_OK(w->Close());
   EXPECT_GE(w->stats().segments_sealed, 5u);
   ASSERT_OK_AND_ASSIGN(auto snap, store->Refresh());
@@ -812,6 +815,88 @@ TEST_F(StoreTest, SegmentsRollAtTheirSizeTarget) {
   ASSERT_OK_AND_ASSIGN(SeriesInfo info, snap->GetSeriesInfo("x"));
   EXPECT_EQ(info.count, 50000u);
   EXPECT_EQ(snap->Get(49998 % 13, "x", 49998)->scalar<double>(), 49998.0);
+}
+
+// A segment that reaches its size target while a batch is uncommitted is
+// sealed only after the batch's commit: sealing never publishes records the
+// caller has not committed, and a commit lies in one segment.
+TEST_F(StoreTest, SegmentRollNeverPublishesAnUncommittedBatch) {
+  auto store = Open();
+  WriterOptions wo;
+  wo.segment_bytes = 64 << 10;
+  wo.buffer_bytes = 64 << 10;  // blocks reach the file long before the commit
+  wo.large_value_bytes = 4096;
+  ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter(wo));
+  ASSERT_OK(w->Append(0, "loss", 0, 0.5));
+  ASSERT_OK(w->Commit());
+  ASSERT_OK_AND_ASSIGN(auto reader, Store::Open(StorePath(), {.read_only = true}));
+  // 40 records of two series, 200 KiB in all: three segments' worth.
+  std::vector<double> trace(640);
+  const int64_t shape[] = {640};
+  for (int i = 0; i < 40; ++i) {
+    for (size_t k = 0; k < trace.size(); ++k) trace[k] = i + 0.001 * static_cast<double>(k);
+    const NamedValue values[] = {{"trace", ValueRef::Array(trace.data(), shape)},
+                                 {"loss", ValueRef::Scalar(double(i))}};
+    ASSERT_OK(w->AppendRecord(1, i, values));
+    // Nothing of the batch is visible (and so nothing would survive a
+    // kill -9) until it is committed.
+    ASSERT_OK_AND_ASSIGN(auto snap, reader->Refresh());
+    EXPECT_THAT(snap->Get(1, "loss", 0), StatusIs(StatusCode::kNotFound)) << "after record " << i;
+    EXPECT_THAT(snap->Get(1, "trace", 0), StatusIs(StatusCode::kNotFound)) << "after record " << i;
+  }
+  EXPECT_EQ(w->stats().segments_sealed, 0u) << "a roll before the commit published the batch";
+  ASSERT_OK(w->Commit());
+  EXPECT_EQ(w->stats().segments_sealed, 1u) << "the commit should roll the full segment";
+  ASSERT_OK_AND_ASSIGN(auto snap, reader->Refresh());
+  ASSERT_OK_AND_ASSIGN(SeriesInfo loss, snap->GetSeriesInfo("loss"));
+  EXPECT_EQ(loss.count, 41u);
+  ASSERT_OK_AND_ASSIGN(SeriesInfo tr, snap->GetSeriesInfo("trace"));
+  EXPECT_EQ(tr.count, 40u);
+  ASSERT_OK(w->Close());
+}
+
+// An automatic commit comes between calls, never inside one: the outcomes
+// of one AppendRecord (one log(...) of an experiment) and the records of one
+// AppendBatch become visible together.
+TEST_F(StoreTest, AutoCommitNeverSplitsOneCall) {
+  auto store = Open();
+  WriterOptions wo;
+  wo.commit_every_bytes = 1000;  // every call crosses it
+  wo.buffer_bytes = 64 << 10;
+  ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter(wo));
+  ASSERT_OK_AND_ASSIGN(auto reader, Store::Open(StorePath(), {.read_only = true}));
+  std::vector<double> a(100), b(100);
+  const int64_t shape[] = {100};
+  std::vector<RunRef> runs;
+  std::vector<int64_t> steps;
+  std::vector<double> batch;
+  for (int i = 0; i < 100; ++i) {
+    runs.push_back(RunRef(int64_t{i}));
+    steps.push_back(0);
+    batch.push_back(i);
+  }
+  const int64_t batch_shape[] = {100};
+  for (int i = 0; i < 200; ++i) {
+    const NamedValue values[] = {{"a", ValueRef::Array(a.data(), shape)},
+                                 {"b", ValueRef::Array(b.data(), shape)}};
+    ASSERT_OK(w->AppendRecord(i, 0, values));
+    std::fill(steps.begin(), steps.end(), i);  // new keys: a split batch would show
+    ASSERT_OK(w->AppendBatch(runs, "c" + std::to_string(i % 3), steps,
+                             ValueRef::Array(batch.data(), batch_shape)));
+    if (i % 10 != 9) continue;
+    ASSERT_OK_AND_ASSIGN(auto snap, reader->Refresh());
+    for (int j = 0; j <= i; ++j) {
+      EXPECT_EQ(snap->Get(j, "a", 0).ok(), snap->Get(j, "b", 0).ok()) << "record " << j;
+    }
+    for (int c = 0; c < 3; ++c) {
+      auto info = snap->GetSeriesInfo("c" + std::to_string(c));
+      if (info.ok()) {
+        EXPECT_EQ(info->count % 100, 0u) << "a batch of series c" << c << " was split";
+      }
+    }
+  }
+  EXPECT_GE(w->stats().commits, 10u);
+  ASSERT_OK(w->Close());
 }
 
 TEST_F(StoreTest, AutoCommitBySecondsAndBytes) {

@@ -402,10 +402,24 @@ void WriterImpl::AfterAppendLocked(std::unique_lock<std::mutex>& lk, size_t valu
     first_uncommitted_ = std::chrono::steady_clock::now();
     cv_work_.notify_one();  // the background thread arms its timer
   }
-  if (options_.commit_every_bytes > 0 && bytes_since_commit_ >= options_.commit_every_bytes) {
+  if (options_.commit_every_bytes > 0 && bytes_since_commit_ >= options_.commit_every_bytes &&
+      auto_commit_holds_ == 0) {
     EnqueueCommitLocked();  // asynchronous: the appender does not wait for it
   }
   WaitForSpaceLocked(lk);
+}
+
+void WriterImpl::HoldAutoCommitsLocked() { ++auto_commit_holds_; }
+
+void WriterImpl::ReleaseAutoCommitsLocked() {
+  if (--auto_commit_holds_ != 0) return;
+  // An automatic commit that came due while the call appended is made now,
+  // after its last record.
+  if (time_commit_due_ ||
+      (options_.commit_every_bytes > 0 && bytes_since_commit_ >= options_.commit_every_bytes)) {
+    time_commit_due_ = false;
+    if (CheckUsableLocked().ok()) EnqueueCommitLocked();
+  }
 }
 
 Status WriterImpl::AppendLocked(std::unique_lock<std::mutex>& lk, Series* s, const RunRef& run,
@@ -487,6 +501,7 @@ Status WriterImpl::AppendRecord(RunRef run, int64_t step, std::span<const NamedV
   if (run.is_string) RETURN_IF_ERROR(ValidateRunId(run));
   std::unique_lock lk(mu_);
   RETURN_IF_ERROR(CheckUsableLocked());
+  const AutoCommitHold hold(this);
   // Every value is checked before any is appended, so a bad one appends nothing.
   Series* one[16];
   std::vector<Series*> many;
@@ -532,6 +547,7 @@ Status WriterImpl::AppendBatch(std::span<const RunRef> runs, std::string_view na
   ValueRef one{values.dtype, values.shape.subspan(1), values.data, per};
   std::unique_lock lk(mu_);
   RETURN_IF_ERROR(CheckUsableLocked());
+  const AutoCommitHold hold(this);
   ASSIGN_OR_RETURN(Series * s, GetSeriesLocked(name, &one));
   RETURN_IF_ERROR(CheckValueAgainst(name, s->schema, one));
   const char* base = static_cast<const char*>(values.data);
@@ -662,6 +678,12 @@ Status WriterImpl::CommitSegment(bool sync, uint64_t* sync_length) {
   return Status::OK();
 }
 
+bool WriterImpl::SegmentWantsRoll() const {
+  return segment_ &&
+         (segment_->size() >= options_.segment_bytes ||
+          segment_->index_bytes() >= std::min<size_t>(options_.buffer_bytes / 8, 16u << 20));
+}
+
 Status WriterImpl::SealSegment() {
   if (!segment_) return Status::OK();
   {
@@ -723,7 +745,14 @@ void WriterImpl::BackgroundLoop() {
                                       std::chrono::duration<double>(options_.commit_every_s));
         if (cv_work_.wait_until(lk, deadline) == std::cv_status::timeout && queue_.empty() &&
             !running_ && first_uncommitted_ && std::chrono::steady_clock::now() >= deadline) {
-          EnqueueCommitLocked();
+          if (auto_commit_holds_ == 0) {
+            EnqueueCommitLocked();
+          } else {
+            // A call is appending several records (AppendRecord, AppendBatch)
+            // and waits for buffer space: it commits when it is done.
+            time_commit_due_ = true;
+            cv_work_.wait(lk);
+          }
         }
       } else {
         cv_work_.wait(lk);
@@ -764,17 +793,19 @@ void WriterImpl::RunTaskLocked(std::unique_lock<std::mutex>& lk, bool by_backgro
     switch (t.kind) {
       case Task::kBlock:
         s = ProcessBlock(&t);
-        // Roll the segment at its size target, or when its index would hold
-        // too much memory; the writer commits by itself to do so.
-        if (s.ok() &&
-            (segment_->size() >= options_.segment_bytes ||
-             segment_->index_bytes() >= std::min<size_t>(options_.buffer_bytes / 8, 16u << 20))) {
-          s = SealSegment();
-          sealed = true;
-        }
         break;
       case Task::kCommit:
         s = CommitSegment(t.sync, &sync_length);
+        // Roll the segment at its size target, or when its index would hold
+        // too much memory, right after a commit: sealing commits nothing the
+        // caller has not, and a commit never spans two segments. A batch that
+        // crosses the target while uncommitted stays in this segment until
+        // its commit (docs/design.md#segments).
+        if (s.ok() && SegmentWantsRoll()) {
+          s = SealSegment();
+          sealed = true;
+          sync_length = 0;  // the seal synced everything
+        }
         break;
       case Task::kSeal:
         s = SealSegment();

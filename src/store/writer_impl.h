@@ -110,6 +110,21 @@ class WriterImpl final : public Writer {
   void BackpressureWaitLocked(std::unique_lock<std::mutex>& lk,
                               const std::function<bool()>& enough);
   void AfterAppendLocked(std::unique_lock<std::mutex>& lk, size_t value_bytes);
+  // Automatic commits (commit_every_bytes, commit_every_s) wait while a call
+  // that appends several records runs, so that none is split by one; one
+  // that came due meanwhile is made when the last hold is released.
+  void HoldAutoCommitsLocked();
+  void ReleaseAutoCommitsLocked();
+  class AutoCommitHold {
+   public:
+    explicit AutoCommitHold(WriterImpl* w) : w_(w) { w_->HoldAutoCommitsLocked(); }
+    ~AutoCommitHold() { w_->ReleaseAutoCommitsLocked(); }
+    AutoCommitHold(const AutoCommitHold&) = delete;
+    AutoCommitHold& operator=(const AutoCommitHold&) = delete;
+
+   private:
+    WriterImpl* const w_;
+  };
 
   void BackgroundLoop();
   // Runs the task at the front of the queue (mu_ held on entry and exit,
@@ -128,6 +143,9 @@ class WriterImpl final : public Writer {
   // are none). For a commit (`sync`), sets `*sync_length` to the bytes a sync
   // must cover to make it and everything before it durable, 0 if they are.
   Status CommitSegment(bool sync, uint64_t* sync_length);
+  // Whether the open segment has reached its size target (or its index its
+  // memory bound): it is sealed after the next commit.
+  bool SegmentWantsRoll() const;
   // Commits what is left, writes the footer and syncs. No SyncPrefix runs
   // meanwhile (sealing_).
   Status SealSegment();
@@ -164,6 +182,8 @@ class WriterImpl final : public Writer {
   }
   size_t pooled_bytes_ = 0;
   uint64_t bytes_since_commit_ = 0;
+  int auto_commit_holds_ = 0;     // calls appending several records (AutoCommitHold)
+  bool time_commit_due_ = false;  // commit_every_s came due during a hold
   std::optional<std::chrono::steady_clock::time_point> first_uncommitted_;
   uint64_t commit_requested_ = 0;
   uint64_t commit_done_ = 0;
