@@ -125,10 +125,23 @@ Result<std::shared_ptr<SnapshotImpl>> SnapshotImpl::Build(
   }
   // Resume markers.
   if (auto it = snap->series_.find(kResumeSeries); it != snap->series_.end()) {
+    std::map<RunId, std::vector<std::pair<int64_t, CommitOrder>>, RunLess> markers;
     for (const BlockRef& b : it->second->blocks) {
       ASSIGN_OR_RETURN(Payload p, snap->ReadPayload(b));
       for (uint32_t r = 0; r < p.view.count(); ++r) {
-        snap->resume_[p.view.run(r).ToRunId()].emplace_back(p.view.step(r), b.commit);
+        auto m = markers.find(p.view.run(r));
+        if (m == markers.end()) m = markers.emplace(p.view.run(r).ToRunId(), 0).first;
+        m->second.emplace_back(p.view.step(r), b.commit);
+      }
+    }
+    for (auto& [run, list] : markers) {
+      std::sort(list.begin(), list.end());
+      RunMarkers& rm = snap->resume_[run];
+      rm.steps.reserve(list.size());
+      rm.latest.reserve(list.size());
+      for (const auto& [step, order] : list) {
+        rm.steps.push_back(step);
+        rm.latest.push_back(rm.latest.empty() ? order : std::max(rm.latest.back(), order));
       }
     }
   }
@@ -189,24 +202,36 @@ Result<Payload> SnapshotImpl::ReadPayload(const BlockRef& b, Check check) const 
   return p;
 }
 
+bool SnapshotImpl::RunLess::operator()(const RunId& a, const RunRef& b) const {
+  return CompareRunRef(b, a) > 0;
+}
+bool SnapshotImpl::RunLess::operator()(const RunRef& a, const RunId& b) const {
+  return CompareRunRef(a, b) < 0;
+}
+
+bool SnapshotImpl::RunMarkers::Hides(int64_t step, const CommitOrder& order) const {
+  const size_t at = std::upper_bound(steps.begin(), steps.end(), step) - steps.begin();
+  return at > 0 && order < latest[at - 1];
+}
+
 bool SnapshotImpl::HiddenByResume(const RunRef& run, int64_t step, const CommitOrder& order) const {
   if (resume_.empty()) return false;
-  auto it = resume_.find(run.ToRunId());
-  if (it == resume_.end()) return false;
-  for (const auto& [s, o] : it->second) {
-    if (step >= s && order < o) return true;
-  }
-  return false;
+  auto it = resume_.find(run);
+  return it != resume_.end() && it->second.Hides(step, order);
 }
 
 bool SnapshotImpl::BlockMayBeHidden(const BlockRef& b) const {
   if (resume_.empty()) return false;
   const BlockHeader& h = *b.header;
+  // Each run with markers in the block's run range could hold records of
+  // the block. Past as many such runs as the block has records, looking
+  // further costs more than resolving the block record by record, which a
+  // "may be hidden" leads to: a block's cost stays O(count log markers).
+  uint64_t looked = 0;
   for (auto it = resume_.lower_bound(h.min_key.run);
        it != resume_.end() && !(h.max_key.run < it->first); ++it) {
-    for (const auto& [s, o] : it->second) {
-      if (s <= h.max_step && b.commit < o) return true;
-    }
+    if (++looked > h.count) return true;
+    if (it->second.Hides(h.max_step, b.commit)) return true;
   }
   return false;
 }

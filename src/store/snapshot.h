@@ -135,8 +135,25 @@ class SnapshotImpl final : public Snapshot {
 
   std::vector<std::shared_ptr<const LoadedSegment>> segments_;
   std::map<std::string, std::unique_ptr<SeriesEntry>, std::less<>> series_;
-  // Resume markers: run -> (step, commit order of the marker).
-  std::map<RunId, std::vector<std::pair<int64_t, CommitOrder>>> resume_;
+  // The resume markers of one run, sorted by step, with the latest commit
+  // order of the markers at or below each step: a record is hidden when a
+  // marker at a step <= its own has a later commit, one binary search
+  // whatever the number of markers (docs/format.md "Resolving keys").
+  struct RunMarkers {
+    std::vector<int64_t> steps;
+    std::vector<CommitOrder> latest;  // latest[i]: max order of markers 0..i
+    // True when a marker at a step <= `step` comes after `order`.
+    bool Hides(int64_t step, const CommitOrder& order) const;
+  };
+  // Orders RunIds and RunRefs alike, so that a lookup by a borrowed run id
+  // needs no copy.
+  struct RunLess {
+    using is_transparent = void;
+    bool operator()(const RunId& a, const RunId& b) const { return a < b; }
+    bool operator()(const RunId& a, const RunRef& b) const;
+    bool operator()(const RunRef& a, const RunId& b) const;
+  };
+  std::map<RunId, RunMarkers, RunLess> resume_;
   std::vector<std::string> conflicts_;
   mutable std::once_flag runs_once_;
   mutable Status runs_status_;

@@ -797,6 +797,50 @@ TEST_F(StoreTest, ResumeNeverHidesReservedSeries) {
   EXPECT_EQ(info.count, 1u);
 }
 
+// A run resumed thousands of times (a job preempted every few minutes for
+// weeks) resolves in O((records + markers) log markers): each record is
+// checked against its run's markers by one binary search, not one by one.
+// The budget is a near-hang detector, far above what the resolution takes.
+TEST_F(StoreTest, ManyResumesOfOneRunResolveWithoutQuadraticCost) {
+  auto env = NewMemEnv();
+  ASSERT_OK_AND_ASSIGN(auto store, Store::Open("/m/store", {.env = env.get()}));
+  ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter({}));
+  constexpr int kAttempts = 50000, kStride = 10, kLogged = 20;
+  for (int k = 0; k < kAttempts; ++k) {
+    // Attempt k restarts from the checkpoint at step k * kStride and logs
+    // further than the next attempt's checkpoint before it is "preempted".
+    if (k > 0) ASSERT_OK(w->Resume("run", int64_t{k} * kStride));
+    for (int i = 0; i < kLogged; ++i) {
+      ASSERT_OK(w->Append("run", "loss", int64_t{k} * kStride + i, double(k)));
+    }
+    ASSERT_OK(w->Commit());
+  }
+  ASSERT_OK(w->Close());
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_OK_AND_ASSIGN(auto snap, store->Refresh());
+  ASSERT_OK_AND_ASSIGN(SeriesInfo info, snap->GetSeriesInfo("loss"));
+  EXPECT_EQ(info.count, uint64_t{kAttempts - 1} * kStride + kLogged);
+  ASSERT_OK_AND_ASSIGN(auto scanner, snap->Scan("loss"));
+  ScanBatch b;
+  std::vector<int> seen(uint64_t{kAttempts} * kStride + kLogged, -1);
+  while (*scanner->Next(&b)) {
+    for (size_t i = 0; i < b.count; ++i) {
+      ASSERT_EQ(seen[b.steps[i]], -1) << "step " << b.steps[i] << " twice";
+      seen[b.steps[i]] = static_cast<int>(b.values.as<double>()[i]);
+    }
+  }
+  for (int64_t step = 0; step < int64_t{kAttempts - 1} * kStride + kLogged; ++step) {
+    ASSERT_EQ(seen[step], std::min<int64_t>(step / kStride, kAttempts - 1)) << "step " << step;
+  }
+  EXPECT_EQ(snap->Get("run", "loss", 5 * kStride + 15).status().code(), StatusCode::kOk);
+  EXPECT_EQ(snap->Get("run", "loss", 5 * kStride + 15)->scalar<double>(), 6.0);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("[ figures  ] %d resumes of one run, %llu records: resolved and scanned in %.2f s\n",
+              kAttempts, static_cast<unsigned long long>(info.count), seconds);
+  EXPECT_LT(seconds, 15.0) << "resolution looks quadratic in the number of resume markers";
+}
+
 TEST_F(StoreTest, SegmentsRollAtTheirSizeTarget) {
   auto store = Open();
   WriterOptions wo;
