@@ -128,6 +128,13 @@ class LazyValue {
   std::shared_ptr<const Checker> checker_;  // null: checked whole
 };
 
+// A segment a snapshot left out because it could not be read
+// (StoreOptions::on_damaged = OnDamaged::kSkip).
+struct DamagedSegment {
+  std::string file;  // path relative to the store
+  Status status;     // Corruption naming the offset, or the IOError
+};
+
 // What Snapshot::VerifyAll found.
 struct VerifyReport {
   uint64_t segments = 0;
@@ -180,6 +187,10 @@ class Snapshot {
   // sorted (integers first).
   virtual Result<std::vector<RunId>> ListRuns() const = 0;
   virtual std::vector<SegmentInfo> ListSegments() const = 0;
+  // The segments left out because they could not be read (empty unless the
+  // store was opened with OnDamaged::kSkip): their records are not in this
+  // snapshot, and keys they overwrote or hid resolve as if they never were.
+  virtual const std::vector<DamagedSegment>& DamagedSegments() const = 0;
 
   // The visible record under (run, name, step). NotFound if there is none (or
   // it is hidden by a resume marker).
@@ -197,7 +208,8 @@ class Snapshot {
   }
 
   // Reads every block of every segment and checks every checksum, frame
-  // header and payload layout, continuing past problems. `progress`, if set,
+  // header and payload layout, continuing past problems; the segments left
+  // out as damaged are problems too. `progress`, if set,
   // is called after each block with the payload bytes checked so far and the
   // total. Thread-compatible: call from one thread.
   virtual VerifyReport VerifyAll(

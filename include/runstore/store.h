@@ -34,6 +34,20 @@ namespace runstore {
 // (docs/format.md "Versioning").
 inline constexpr uint32_t kFormatVersion = 3;
 
+// What opening a store (and refreshing it) does with a segment that cannot
+// be read: its bytes are damaged (Corruption), or the file cannot be opened
+// or read (IOError).
+enum class OnDamaged {
+  // Fail with that error, naming the file and offset. The default: leaving
+  // a segment out can resurface values its records overwrote and records its
+  // resume markers hid, so nothing is served until someone decides.
+  kFail,
+  // Serve every other segment, and list the ones left out, with the error
+  // each gave, in Snapshot::DamagedSegments() (and VerifyAll's problems).
+  // What is read is then the store as if those segments did not exist.
+  kSkip,
+};
+
 struct StoreOptions {
   // Not owned; must outlive the Store and everything made from it. nullptr
   // means Env::Default().
@@ -42,6 +56,8 @@ struct StoreOptions {
   bool create_if_missing = true;
   // Open for reading only: NewWriter fails and nothing is ever written.
   bool read_only = false;
+  // See OnDamaged (docs/design.md#damaged-segments).
+  OnDamaged on_damaged = OnDamaged::kFail;
 };
 
 class Store {

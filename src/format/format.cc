@@ -1,6 +1,7 @@
 #include "format/format.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstring>
 
@@ -92,6 +93,7 @@ std::string EncodeSegmentHeader(const SegmentHeader& h) {
   EncodeFixed<uint64_t>(s.data() + 24, h.sequence);
   EncodeFixed<uint16_t>(s.data() + 32, static_cast<uint16_t>(h.writer_id.size()));
   std::memcpy(s.data() + 40, h.writer_id.data(), std::min(h.writer_id.size(), kMaxWriterIdLength));
+  EncodeFixed<uint64_t>(s.data() + 104, h.sealed_predecessor);
   EncodeFixed<uint64_t>(s.data() + 120, Checksum(s.data(), 120));
   return s;
 }
@@ -161,6 +163,16 @@ Status DecodeSegmentHeader(std::string_view b, std::string_view file, SegmentHea
   uint16_t id_len = DecodeFixed<uint16_t>(b.data() + 32);
   if (id_len == 0 || id_len > kMaxWriterIdLength) return corrupt("bad writer id length");
   h->writer_id.assign(b.data() + 40, id_len);
+  for (char c : h->writer_id) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') {
+      return corrupt("writer id holds a byte other than [A-Za-z0-9._-]");
+    }
+  }
+  h->sealed_predecessor = DecodeFixed<uint64_t>(b.data() + 104);
+  if (h->sealed_predecessor >= h->sequence) {
+    return corrupt("sealed predecessor " + std::to_string(h->sealed_predecessor) +
+                   " is not before the segment's own sequence " + std::to_string(h->sequence));
+  }
   return Status::OK();
 }
 

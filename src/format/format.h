@@ -88,6 +88,12 @@ struct SegmentHeader {
   int64_t created_ns = 0;
   uint64_t sequence = 0;
   std::string writer_id;
+  // The sequence of the segment of the same writer id that this writer
+  // sealed before it created this one; 0 if none (its first segment, or one
+  // whose predecessor it did not see sealed). A reader that finds that
+  // segment without its seal knows it was damaged, not left open by a crash
+  // (docs/format.md "Segment header").
+  uint64_t sealed_predecessor = 0;
 };
 std::string EncodeSegmentHeader(const SegmentHeader& h);
 // `file` names the segment in error messages.

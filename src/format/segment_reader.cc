@@ -334,15 +334,33 @@ Status LoadSegmentIndex(const RandomAccessFile& file, const std::string& name,
   index->committed_end = kSegmentHeaderSize;
   if (!hs.ok()) {
     // A writer that crashed right after creating the file leaves a short or
-    // zero-filled header and nothing committed. Anything else is damage.
-    if (!(size < kSegmentHeaderSize || AllZero(got))) {
-      if (std::memcmp(got.data(), kSegmentMagic, std::min<size_t>(got.size(), 8)) != 0) {
-        return Status::Corruption(AtOffset(name, 0) + "not a runstore segment (bad magic)");
-      }
+    // zero-filled header and nothing committed. Anything else is damage: a
+    // header that is neither, or one in front of a commit record, a footer
+    // or a trailer (a sealed segment whose header was zeroed must not read
+    // as an empty one).
+    const bool empty_header = size < kSegmentHeaderSize || AllZero(got);
+    if (!empty_header &&
+        std::memcmp(got.data(), kSegmentMagic, std::min<size_t>(got.size(), 8)) != 0) {
+      return Status::Corruption(AtOffset(name, 0) + "not a runstore segment (bad magic)");
+    }
+    if (size > kSegmentHeaderSize) {
       LaterRecords later;
       RETURN_IF_ERROR(FindLaterRecords(file, 0, size, &later));
-      if (later.any_commit || !later.proof.empty()) return hs;
+      if (!later.proof.empty()) {
+        return Status::Corruption(AtOffset(name, 0) + "segment header is damaged, but " +
+                                  later.proof + " follows");
+      }
+      if (later.any_commit) {
+        return Status::Corruption(AtOffset(name, 0) +
+                                  "segment header is damaged, but commit records follow");
+      }
+      if (HasValidTrailer(file)) {
+        return Status::Corruption(AtOffset(name, 0) +
+                                  "segment header is damaged, but the segment is sealed");
+      }
     }
+    // Nothing after the header was ever committed: the segment is empty,
+    // whatever its header holds.
     index->file_size = size;
     // Nothing is committed; committed_end must not name bytes the file lacks
     // (the store maps [0, committed_end)).
@@ -377,6 +395,17 @@ Status LoadSegmentIndex(const RandomAccessFile& file, const std::string& name,
     }
   }
   return Recover(file, name, size, index);
+}
+
+bool HasValidTrailer(const RandomAccessFile& file) {
+  auto size = file.Size();
+  if (!size.ok() || *size < kSegmentHeaderSize + kTrailerSize) return false;
+  std::string buf;
+  std::string_view got;
+  bool complete = false;
+  Trailer t;
+  return ReadAt(file, *size - kTrailerSize, kTrailerSize, &buf, &got, &complete).ok() && complete &&
+         DecodeTrailer(got, &t);
 }
 
 Status RefreshSegmentIndex(const RandomAccessFile& file, const std::string& name,

@@ -48,6 +48,10 @@ struct SegmentIndex {
 // version.
 Status LoadSegmentIndex(const RandomAccessFile& file, const std::string& name, SegmentIndex* index);
 
+// Whether the file ends with a valid trailer (the segment was sealed), read
+// from its last 32 bytes alone.
+bool HasValidTrailer(const RandomAccessFile& file);
+
 // Continues recovery of an unsealed segment from index->committed_end, adding
 // commits made since (and noticing if it was sealed meanwhile).
 Status RefreshSegmentIndex(const RandomAccessFile& file, const std::string& name,

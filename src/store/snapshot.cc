@@ -56,8 +56,31 @@ RunId ScanBatch::run(size_t i) const {
 }
 
 Result<std::shared_ptr<SnapshotImpl>> SnapshotImpl::Build(
-    std::vector<std::shared_ptr<const LoadedSegment>> segments) {
+    std::vector<std::shared_ptr<const LoadedSegment>> segments, std::vector<DamagedSegment> damaged,
+    bool skip_damaged) {
   std::shared_ptr<SnapshotImpl> snap(new SnapshotImpl());
+  if (skip_damaged) {
+    // A segment whose resume markers cannot be read cannot be resolved: it is
+    // left out whole, like one whose index cannot be read.
+    std::erase_if(segments, [&](const std::shared_ptr<const LoadedSegment>& seg) {
+      for (const format::BlockInfo& b : seg->index.blocks) {
+        if (b.header.name != kResumeSeries) continue;
+        const std::string_view stored =
+            RangeWithin(b.payload_offset, b.header.payload_len, seg->map->size())
+                ? std::string_view(seg->map->data() + b.payload_offset, b.header.payload_len)
+                : std::string_view();
+        Status s = format::CheckPayload(stored, b, seg->file);
+        format::DecodedBlock decoded;
+        if (s.ok()) s = format::DecodeBlock(stored, nullptr, seg->map, b, seg->file, &decoded);
+        if (!s.ok()) {
+          damaged.push_back(DamagedSegment{seg->file, std::move(s)});
+          return true;
+        }
+      }
+      return false;
+    });
+  }
+  snap->damaged_ = std::move(damaged);
   std::sort(segments.begin(), segments.end(), [](const auto& a, const auto& b) {
     if (a->index.header.writer_id != b->index.header.writer_id) {
       return a->index.header.writer_id < b->index.header.writer_id;
@@ -883,6 +906,7 @@ Result<std::unique_ptr<SeriesScanner>> SnapshotImpl::Scan(std::string_view name,
 VerifyReport SnapshotImpl::VerifyAll(
     const std::function<void(uint64_t, uint64_t)>& progress) const {
   VerifyReport report;
+  for (const DamagedSegment& d : damaged_) report.problems.push_back(d.status);
   uint64_t total = 0;
   for (const auto& seg : segments_) {
     for (const auto& info : seg->index.blocks) total += info.header.payload_len;

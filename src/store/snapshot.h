@@ -62,14 +62,19 @@ using Payload = format::DecodedBlock;
 
 class SnapshotImpl final : public Snapshot {
  public:
-  // Builds a snapshot of `segments`, sorted by (writer id, sequence).
+  // Builds a snapshot of `segments`, sorted by (writer id, sequence), that
+  // reports `damaged` as left out. With `skip_damaged`, a segment whose
+  // resume markers cannot be read is left out too (and added to them);
+  // otherwise that is an error.
   static Result<std::shared_ptr<SnapshotImpl>> Build(
-      std::vector<std::shared_ptr<const LoadedSegment>> segments);
+      std::vector<std::shared_ptr<const LoadedSegment>> segments,
+      std::vector<DamagedSegment> damaged = {}, bool skip_damaged = false);
 
   Result<std::vector<SeriesInfo>> ListSeries(bool include_reserved) const override;
   Result<SeriesInfo> GetSeriesInfo(std::string_view name) const override;
   Result<std::vector<RunId>> ListRuns() const override;
   std::vector<SegmentInfo> ListSegments() const override;
+  const std::vector<DamagedSegment>& DamagedSegments() const override { return damaged_; }
   Result<Value> Get(RunRef run, std::string_view name, int64_t step) const override;
   Result<LazyValue> GetLazy(RunRef run, std::string_view name, int64_t step) const override;
   using Snapshot::Scan;
@@ -134,6 +139,7 @@ class SnapshotImpl final : public Snapshot {
   Result<Found> Find(RunRef run, std::string_view name, int64_t step, Check check) const;
 
   std::vector<std::shared_ptr<const LoadedSegment>> segments_;
+  std::vector<DamagedSegment> damaged_;
   std::map<std::string, std::unique_ptr<SeriesEntry>, std::less<>> series_;
   // The resume markers of one run, sorted by step, with the latest commit
   // order of the markers at or below each step: a record is hidden when a

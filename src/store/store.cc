@@ -64,6 +64,15 @@ class StoreImpl final : public Store {
     ASSIGN_OR_RETURN(auto children, env_->GetChildren(dir));
     std::sort(children.begin(), children.end());
     std::map<std::string, std::shared_ptr<const LoadedSegment>> next;
+    std::vector<DamagedSegment> damaged;
+    // Damage is local: a segment that cannot be read is reported by name,
+    // and with OnDamaged::kSkip left out while the rest is served
+    // (docs/design.md#damaged-segments).
+    auto damage = [&](const std::string& rel, Status s) -> Status {
+      if (options_.on_damaged != OnDamaged::kSkip) return s;
+      damaged.push_back(DamagedSegment{rel, std::move(s)});
+      return Status::OK();
+    };
     for (const auto& name : children) {
       std::string writer_id;
       uint64_t seq;
@@ -74,38 +83,58 @@ class StoreImpl final : public Store {
         next[name] = old->second;
         continue;
       }
-      auto seg = std::make_shared<LoadedSegment>();
-      seg->file = rel;
-      if (old != loaded_.end()) {
-        seg->handle = old->second->handle;
-        seg->index = old->second->index;
-        RETURN_IF_ERROR(format::RefreshSegmentIndex(*seg->handle, rel, &seg->index));
-        if (seg->index.committed_end == old->second->index.committed_end &&
-            seg->index.sealed == old->second->index.sealed) {
-          next[name] = old->second;
-          continue;
-        }
-      } else {
-        auto handle = env_->NewRandomAccessFile(path_ + "/" + rel);
-        if (!handle.ok()) {
-          if (handle.status().code() == StatusCode::kNotFound) continue;  // removed meanwhile
-          return handle.status();
-        }
-        seg->handle = std::move(handle).value();
-        RETURN_IF_ERROR(format::LoadSegmentIndex(*seg->handle, rel, &seg->index));
+      auto loaded = LoadSegment(name, writer_id, seq, old == loaded_.end() ? nullptr : old->second);
+      if (!loaded.ok()) {
+        if (loaded.status().code() == StatusCode::kNotFound) continue;  // removed meanwhile
+        if (!IsDamage(loaded.status())) return loaded.status();
+        RETURN_IF_ERROR(damage(rel, loaded.status()));
+        continue;
       }
-      if (seg->index.header.writer_id.empty()) {
-        seg->index.header.writer_id = writer_id;  // torn header of an empty segment
-        seg->index.header.sequence = seq;
-      }
-      ASSIGN_OR_RETURN(seg->map, seg->handle->Map(seg->index.committed_end));
-      seg->verified = std::make_unique<std::atomic<bool>[]>(seg->index.blocks.size());
-      next[name] = std::move(seg);
+      next[name] = std::move(loaded).value();
     }
+    // A segment that a later segment of its writer names as sealed must be
+    // sealed: one without its seal was cut or damaged, not left open by a
+    // crash, and reading it as a crashed writer's tail would drop records
+    // silently (and bring back records that its resume markers hid).
+    for (auto& [name, seg] : next) {
+      const uint64_t pred = seg->index.header.sealed_predecessor;
+      if (pred == 0) continue;
+      const std::string pred_name = format::SegmentFileName(seg->index.header.writer_id, pred);
+      auto it = next.find(pred_name);
+      if (it == next.end() || it->second->index.sealed) continue;
+      // Read it afresh before calling it damaged: on a network file system an
+      // open handle may report a size cached from before the seal.
+      std::string pred_id;
+      uint64_t pred_seq;
+      format::ParseSegmentFileName(pred_name, &pred_id, &pred_seq);
+      auto fresh = LoadSegment(pred_name, pred_id, pred_seq, nullptr);
+      if (fresh.ok() && (*fresh)->index.sealed) {
+        it->second = std::move(fresh).value();
+        continue;
+      }
+      if (!fresh.ok() && !IsDamage(fresh.status())) return fresh.status();
+      const std::string rel = std::string(kSegmentsDir) + "/" + pred_name;
+      Status s = fresh.ok()
+                     ? Status::Corruption(
+                           format::AtOffset(rel, (*fresh)->index.committed_end) +
+                           "the segment's seal is missing, but its writer sealed it: " + seg->file +
+                           " names it as its sealed predecessor; the file is "
+                           "cut or damaged after its last readable commit")
+                     : fresh.status();
+      RETURN_IF_ERROR(damage(rel, std::move(s)));
+      it->second = nullptr;
+    }
+    std::erase_if(next, [](const auto& kv) { return kv.second == nullptr; });
     std::vector<std::shared_ptr<const LoadedSegment>> segs;
     for (auto& [name, s] : next) segs.push_back(s);
-    ASSIGN_OR_RETURN(auto snap, SnapshotImpl::Build(std::move(segs)));
+    ASSIGN_OR_RETURN(auto snap, SnapshotImpl::Build(std::move(segs), std::move(damaged),
+                                                    options_.on_damaged == OnDamaged::kSkip));
     loaded_ = std::move(next);
+    // Segments the snapshot left out for damaged resume markers are loaded
+    // again next time, like any damaged segment.
+    for (const DamagedSegment& d : snap->DamagedSegments()) {
+      loaded_.erase(d.file.substr(std::string(kSegmentsDir).size() + 1));
+    }
     current_ = std::move(snap);
     return current_;
   }
@@ -118,6 +147,41 @@ class StoreImpl final : public Store {
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<const LoadedSegment>> loaded_;
   std::shared_ptr<const Snapshot> current_;
+
+  // Damage a segment can have (its bytes, or the file being unreadable), as
+  // opposed to a store-wide problem (a newer format version).
+  static bool IsDamage(const Status& s) {
+    return s.code() == StatusCode::kCorruption || s.code() == StatusCode::kIOError;
+  }
+
+  // Loads segment `name` of `writer_id`: continues from `old` (its state at
+  // the last refresh) when given, else reads it from a new handle.
+  Result<std::shared_ptr<const LoadedSegment>> LoadSegment(
+      const std::string& name, const std::string& writer_id, uint64_t seq,
+      const std::shared_ptr<const LoadedSegment>& old) {
+    const std::string rel = std::string(kSegmentsDir) + "/" + name;
+    auto seg = std::make_shared<LoadedSegment>();
+    seg->file = rel;
+    if (old) {
+      seg->handle = old->handle;
+      seg->index = old->index;
+      RETURN_IF_ERROR(format::RefreshSegmentIndex(*seg->handle, rel, &seg->index));
+      if (seg->index.committed_end == old->index.committed_end &&
+          seg->index.sealed == old->index.sealed) {
+        return old;
+      }
+    } else {
+      ASSIGN_OR_RETURN(seg->handle, env_->NewRandomAccessFile(path_ + "/" + rel));
+      RETURN_IF_ERROR(format::LoadSegmentIndex(*seg->handle, rel, &seg->index));
+    }
+    if (seg->index.header.writer_id.empty()) {
+      seg->index.header.writer_id = writer_id;  // torn header of an empty segment
+      seg->index.header.sequence = seq;
+    }
+    ASSIGN_OR_RETURN(seg->map, seg->handle->Map(seg->index.committed_end));
+    seg->verified = std::make_unique<std::atomic<bool>[]>(seg->index.blocks.size());
+    return std::shared_ptr<const LoadedSegment>(std::move(seg));
+  }
 };
 
 // Creates the store's directory (and missing parents), marker and segments/.

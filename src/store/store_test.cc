@@ -13,6 +13,7 @@
 #include <limits>
 #include <numeric>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "env/fault_injection_env.h"
@@ -1512,21 +1513,46 @@ TEST_F(StoreTest, ReadOnlyDirectoryGivesIOError) {
                                        "refused with IOError, 13: committed data unreadable";
 }
 
-TEST_F(StoreTest, WriterIdInUseIsRefused) {
+// Two live writers given one id (a job started twice, a task run again while
+// its first attempt still lives) claim segment numbers by exclusive
+// creation, each taking the next free one: neither fails, neither touches
+// the other's files, and every record of both is kept. The writer that
+// arrives second used to kill the first at its next segment roll.
+TEST_F(StoreTest, TwoLiveWritersWithOneIdNeverCollide) {
   auto store = Open();
-  ASSERT_OK_AND_ASSIGN(auto a, store->NewWriter({.writer_id = "same"}));
-  ASSERT_OK_AND_ASSIGN(auto b, store->NewWriter({.writer_id = "same"}));
-  ASSERT_OK(a->Append(1, "x", 0, 1.0));
-  ASSERT_OK(a->Commit());
-  ASSERT_OK(b->Append(2, "x", 0, 1.0));
-  EXPECT_THAT(b->Commit(), StatusIs(StatusCode::kAlreadyExists));
+  WriterOptions wo;
+  wo.writer_id = "same";
+  wo.segment_bytes = 64 << 10;
+  ASSERT_OK_AND_ASSIGN(auto a, store->NewWriter(wo));
+  ASSERT_OK(a->Append(0, "x", 0, 0.0));
+  ASSERT_OK(a->Commit());  // a holds segment 1, open
+  ASSERT_OK_AND_ASSIGN(auto b, store->NewWriter(wo));
+  std::vector<double> v(1024);
+  const int64_t shape[] = {1024};
+  for (int i = 1; i <= 40; ++i) {
+    Writer* w = i % 2 ? a.get() : b.get();
+    ASSERT_OK(w->Append(i, "x", 0, double(i)));
+    ASSERT_OK(w->Append(i, "v", 0, ValueRef::Array(v.data(), shape)));
+    ASSERT_OK(w->Commit());  // both roll every few commits
+  }
+  EXPECT_GE(a->stats().segments_sealed, 2u);
+  EXPECT_GE(b->stats().segments_sealed, 2u);
   ASSERT_OK(a->Close());
-  // A restarted writer with the same id continues the numbering.
-  ASSERT_OK_AND_ASSIGN(auto c, store->NewWriter({.writer_id = "same"}));
-  ASSERT_OK(c->Append(3, "x", 0, 1.0));
+  ASSERT_OK(b->Close());
+  // A restarted writer with the same id continues after both.
+  ASSERT_OK_AND_ASSIGN(auto c, store->NewWriter(wo));
+  ASSERT_OK(c->Append(41, "x", 0, 41.0));
   ASSERT_OK(c->Close());
   ASSERT_OK_AND_ASSIGN(auto snap, store->Refresh());
-  EXPECT_EQ(snap->GetSeriesInfo("x")->count, 2u);
+  EXPECT_EQ(snap->GetSeriesInfo("x")->count, 42u);
+  for (int i = 0; i <= 41; ++i) EXPECT_EQ(snap->Get(i, "x", 0)->scalar<double>(), double(i));
+  std::set<uint64_t> seqs;
+  for (const auto& seg : snap->ListSegments()) {
+    EXPECT_EQ(seg.writer_id, "same");
+    EXPECT_TRUE(seg.sealed) << seg.file;
+    EXPECT_TRUE(seqs.insert(seg.sequence).second);
+  }
+  EXPECT_OK(snap->Verify());
 }
 
 // A scan without keys returns the same values, batch for batch, and no keys.

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "format/format.h"
+#include "format/segment_reader.h"
 #include "util/coding.h"
 #include "util/shape.h"
 
@@ -144,18 +145,28 @@ Result<std::unique_ptr<Writer>> WriterImpl::Open(Env* env, std::string segments_
       next_seq = std::max(next_seq, seq + 1);
     }
   }
-  std::unique_ptr<WriterImpl> impl(
-      new WriterImpl(env, std::move(segments_dir), options, std::move(existing), next_seq));
+  // The previous life's last segment, when it was sealed, is this writer's
+  // sealed predecessor: a reader that later finds it without its seal knows
+  // it was damaged. One left open by a crash is not named.
+  uint64_t sealed_predecessor = 0;
+  if (next_seq > 1) {
+    auto last = env->NewRandomAccessFile(segments_dir + "/" +
+                                         format::SegmentFileName(options.writer_id, next_seq - 1));
+    if (last.ok() && format::HasValidTrailer(**last)) sealed_predecessor = next_seq - 1;
+  }
+  std::unique_ptr<WriterImpl> impl(new WriterImpl(
+      env, std::move(segments_dir), options, std::move(existing), next_seq, sealed_predecessor));
   return std::unique_ptr<Writer>(std::move(impl));
 }
 
 WriterImpl::WriterImpl(Env* env, std::string segments_dir, const WriterOptions& options,
-                       StoreSchema existing, uint64_t next_seq)
+                       StoreSchema existing, uint64_t next_seq, uint64_t sealed_predecessor)
     : env_(env),
       segments_dir_(std::move(segments_dir)),
       options_(options),
       existing_(std::move(existing)),
-      next_seq_(next_seq) {
+      next_seq_(next_seq),
+      sealed_predecessor_(sealed_predecessor) {
   bg_ = std::thread([this] { BackgroundLoop(); });
   sync_thread_ = std::thread([this] { SyncLoop(); });
 }
@@ -625,24 +636,35 @@ Status WriterImpl::EnsureSegment() {
   format::SegmentHeader h;
   h.version = format::kSegmentFormatVersion;
   h.created_ns = env_->NowNanos();
-  h.sequence = next_seq_;
   h.writer_id = options_.writer_id;
-  const std::string path =
-      segments_dir_ + "/" + format::SegmentFileName(options_.writer_id, next_seq_);
-  auto seg = format::SegmentWriter::Create(env_, path, h);
-  if (!seg.ok()) {
-    if (seg.status().code() == StatusCode::kAlreadyExists) {
-      return Status::AlreadyExists(path + " exists: is another writer using id '" +
-                                   options_.writer_id + "'?");
+  h.sealed_predecessor = sealed_predecessor_;
+  // Numbers are claimed by creating the file exclusively. Another writer
+  // with the same id (a job started twice, a task that Dask or SLURM runs
+  // again while the first attempt still lives, on this node or another)
+  // may hold the next one: then take the one after, so that neither writer
+  // ever fails or touches the other's files (docs/design.md#writer-ids).
+  constexpr int kMaxNumbersTaken = 100000;
+  for (int taken = 0;; ++taken) {
+    h.sequence = next_seq_;
+    const std::string path =
+        segments_dir_ + "/" + format::SegmentFileName(options_.writer_id, next_seq_);
+    auto seg = format::SegmentWriter::Create(env_, path, h);
+    if (seg.ok()) {
+      segment_ = std::move(seg).value();
+      segment_seq_ = next_seq_++;
+      break;
     }
-    return seg.status();
+    if (seg.status().code() != StatusCode::kAlreadyExists) return seg.status();
+    if (taken == kMaxNumbersTaken) {
+      return Status::AlreadyExists(path + " exists, as do the " + std::to_string(taken) +
+                                   " numbers before it: writer id '" + options_.writer_id +
+                                   "' is in use by too many writers");
+    }
+    ++next_seq_;
   }
   // The new name must be durable before any commit in it is acknowledged, or
   // a power cut could lose the whole file.
-  RETURN_IF_ERROR(env_->SyncDir(segments_dir_));
-  ++next_seq_;
-  segment_ = std::move(seg).value();
-  return Status::OK();
+  return env_->SyncDir(segments_dir_);
 }
 
 Status WriterImpl::ProcessBlock(Task* t) {
@@ -695,6 +717,7 @@ Status WriterImpl::SealSegment() {
   RETURN_IF_ERROR(CommitSegment(/*sync=*/true, &unused));
   RETURN_IF_ERROR(segment_->Seal());  // syncs everything
   segment_.reset();
+  sealed_predecessor_ = segment_seq_;
   std::lock_guard lk(mu_);
   ++stats_.segments_sealed;
   return Status::OK();

@@ -81,7 +81,7 @@ class WriterImpl final : public Writer {
   };
 
   WriterImpl(Env* env, std::string segments_dir, const WriterOptions& options, StoreSchema existing,
-             uint64_t next_seq);
+             uint64_t next_seq, uint64_t sealed_predecessor);
 
   Status CheckUsableLocked() const;
   Result<Series*> GetSeriesLocked(std::string_view name, const ValueRef* first_value,
@@ -213,7 +213,9 @@ class WriterImpl final : public Writer {
 
   // Owned by the background thread.
   std::unique_ptr<format::SegmentWriter> segment_;
-  uint64_t next_seq_;
+  uint64_t next_seq_;            // the number to try for the next segment
+  uint64_t segment_seq_ = 0;     // the number of segment_
+  uint64_t sealed_predecessor_;  // the last segment this writer saw sealed (SegmentHeader)
   int64_t last_commit_time_ = 0;
   std::vector<std::string_view> pieces_;
 };
