@@ -188,8 +188,9 @@ uint64_t PyStore::Verify() {
   return blocks;
 }
 
-nb::object PyStore::Get(nb::handle run, const std::string& name, int64_t step) {
+nb::object PyStore::Get(nb::handle run, const std::string& name, nb::handle step_obj) {
   const RunRef r = ToRunRef(run.ptr());  // borrows `run`, which the call keeps alive
+  const int64_t step = ToStep(step_obj.ptr());
   auto snap = store_->GetSnapshot();
   Result<Value> v = Status::NotFound("");
   {
@@ -302,8 +303,9 @@ class PyLazyValue {
 
 }  // namespace
 
-nb::object PyStore::GetLazy(nb::handle run, const std::string& name, int64_t step) {
+nb::object PyStore::GetLazy(nb::handle run, const std::string& name, nb::handle step_obj) {
   const RunRef r = ToRunRef(run.ptr());
+  const int64_t step = ToStep(step_obj.ptr());
   auto snap = store_->GetSnapshot();
   Result<LazyValue> v = Status::NotFound("");
   {
@@ -557,13 +559,13 @@ void BindStore(nb::module_& m) {
            "Reads every block and checks every checksum; returns the number of blocks. "
            "CorruptionError "
            "(naming the file and offset) on the first bad one.")
-      .def("get", &PyStore::Get, "run"_a, "name"_a, "step"_a = 0,
+      .def("get", &PyStore::Get, "run"_a.none(), "name"_a, "step"_a.none() = 0,
            nb::sig("def get(self, run: int | str, name: str, step: int = 0) -> numpy.ndarray | str "
                    "| bytes"),
            "The value under (run, name, step): a read-only numpy array (0-d for scalars; a view of "
            "the "
            "mapped file when stored uncompressed), a str, or bytes. KeyError if there is none.")
-      .def("get_lazy", &PyStore::GetLazy, "run"_a, "name"_a, "step"_a = 0,
+      .def("get_lazy", &PyStore::GetLazy, "run"_a.none(), "name"_a, "step"_a.none() = 0,
            "The core of Store.array: a LazyValue of a numeric record. KeyError if there is none, "
            "TypeError for str and bytes series.")
       .def("scan", &PyStore::Scan, "name"_a, "keys"_a = true, "runs"_a = nb::none(),
