@@ -67,7 +67,8 @@ PyStore::PyStore(const std::string& path, bool read_only, bool create) : read_on
   }
   if (!r.ok() && r.status().code() == StatusCode::kNotFound) {
     nb::object args =
-        nb::steal(Py_BuildValue("(iss)", ENOENT, r.status().message().c_str(), path.c_str()));
+        nb::steal(Py_BuildValue("(iNN)", ENOENT, MessageText(r.status().message()).release().ptr(),
+                                MessageText(path).release().ptr()));
     PyErr_SetObject(PyExc_FileNotFoundError, args.ptr());
     throw nb::python_error();
   }
