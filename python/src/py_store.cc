@@ -57,6 +57,14 @@ void MakeReadOnly(const nb::object& a) {
 }  // namespace
 
 PyStore::PyStore(const std::string& path, bool read_only, bool create) : read_only_(read_only) {
+  // No file name holds a NUL: the system calls would see the path up to it,
+  // and create that.
+  if (const size_t nul = path.find('\0'); nul != std::string::npos) {
+    std::string shown = path;
+    for (size_t i = nul; i != std::string::npos; i = shown.find('\0', i))
+      shown.replace(i, 1, "\\0");
+    Throw(PyExc_ValueError, "store path '" + shown + "' contains a NUL character");
+  }
   StoreOptions o;
   o.read_only = read_only;
   o.create_if_missing = create && !read_only;

@@ -210,3 +210,13 @@ def test_an_engine_message_that_is_not_utf8_still_raises_its_error(store_path):
     (store_path / "RUNSTORE").write_bytes(b"runstore store\nformat_version 1\xff\xfe\n")
     with pytest.raises(runstore.CorruptionError, match="unreadable format version '1\ufffd\ufffd'"):
         runstore.open(store_path)
+
+
+@pytest.mark.parametrize("mode", ["a", "r", "r+"])
+def test_a_nul_in_the_store_path_is_refused_before_anything_is_created(tmp_path, mode):
+    """The directory before the NUL used to be created, then reported as FileExistsError."""
+    for path in [str(tmp_path / "a\0b"), tmp_path / "x" / "\0"]:
+        with pytest.raises(ValueError, match="store path '.*a\\\\0b'|store path '.*x/\\\\0'") as e:
+            runstore.open(path, mode=mode)
+        assert "contains a NUL character" in str(e.value)
+    assert list(tmp_path.iterdir()) == []
