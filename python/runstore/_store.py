@@ -249,7 +249,12 @@ class Store:
     # -- export -------------------------------------------------------------------------------
 
     def export_tar(
-        self, path: str | os.PathLike[str], *, chunk_rows: int = 10_000, compresslevel: int = 1
+        self,
+        path: str | os.PathLike[str],
+        *,
+        chunk_rows: int = 10_000,
+        compresslevel: int = 1,
+        overwrite: bool = True,
     ) -> dict[str, Any]:
         """Writes the experiments and their outcomes to a .tar.gz that opens in a spreadsheet.
 
@@ -262,30 +267,47 @@ class Store:
 
         Streamed: rows are formatted ``chunk_rows`` at a time and each member goes through a
         temporary file, so memory does not grow with the outcomes' size. gzip ``compresslevel``
-        1 (default) compresses CSVs of floats almost as well as 6 and several times faster. The
-        file is written under a temporary name and renamed into place. Returns a summary:
-        path, experiments, members, bytes, seconds, and left_out: the number of records per
-        outcome that are not in the table (records at steps other than 0, or of run ids that
+        1 (default) compresses CSVs of floats almost as well as 6 and several times faster. Returns
+        a summary: path, experiments, members, bytes, seconds, and left_out: the number of records
+        per outcome that are not in the table (records at steps other than 0, or of run ids that
         are not experiments; ``runstore export csv`` writes every record).
         A store without a design exports its runs (every run id with step-0 records) as the
         experiments.
+
+        The file appears whole when complete or not at all, with mode 0666 minus the umask; an
+        existing file is replaced, as pandas and numpy do (``overwrite=False``: FileExistsError
+        instead; the ``runstore`` command refuses unless ``--force``). On Linux it is written
+        without a name (``O_TMPFILE``) and linked into place, so that even a SIGKILL leaves
+        nothing behind; where the file system cannot do that (NFS), under a temporary name in
+        the same directory, removed on an exception, SIGINT or SIGTERM (see python/README.md).
+        Raises ValueError if ``path`` is inside the store, and OSError naming ``path`` (in its
+        message and ``filename``) if it cannot be written, e.g. on a full disk.
         """
         from ._export import export_tar
 
-        return export_tar(self, path, chunk_rows=chunk_rows, compresslevel=compresslevel)
+        return export_tar(self, path, chunk_rows=chunk_rows, compresslevel=compresslevel, overwrite=overwrite)
 
     def export_parquet(
-        self, path: str | os.PathLike[str], *, row_group_rows: int = 10_000, compression: str = "zstd"
+        self,
+        path: str | os.PathLike[str],
+        *,
+        row_group_rows: int = 10_000,
+        compression: str = "zstd",
+        overwrite: bool = True,
     ) -> dict[str, Any]:
         """Writes one Parquet file: one row per experiment (design order) with the id, the
         parameters, the status columns and every outcome (step 0): scalars as columns,
         fixed-shape arrays as (nested) fixed-size lists. Written row group by row group of
         ``row_group_rows`` rows, in bounded memory. pandas, polars, DuckDB and Spark read it
         without runstore. A store without a design writes :meth:`to_arrow`'s table instead.
-        Needs pyarrow (the ``arrow`` extra)."""
+        Needs pyarrow (the ``arrow`` extra). The file is written as :meth:`export_tar` writes
+        its own: whole or not at all, mode 0666 minus the umask, replacing an existing file
+        unless ``overwrite=False``, never inside the store, errors naming ``path``."""
         from ._export import export_parquet
 
-        return export_parquet(self, path, row_group_rows=row_group_rows, compression=compression)
+        return export_parquet(
+            self, path, row_group_rows=row_group_rows, compression=compression, overwrite=overwrite
+        )
 
     # -- reading ------------------------------------------------------------------------------
 
