@@ -1,8 +1,13 @@
 #include "common.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -35,14 +40,32 @@ std::string ExitCodeHelp() {
          "  2  corruption: a checksum or structure check failed (the message names the\n"
          "     file and offset)\n"
          "  3  not found: no store at the path, or no such series, run or step\n"
-         "  4  I/O error reading the store or writing the output\n"
-         "  5  other errors: invalid argument, unsupported (newer) format version, ...\n";
+         "  4  I/O error reading the store or writing the output (standard output too)\n"
+         "  5  other errors: invalid argument (e.g. an output inside the store), an output\n"
+         "     that exists (without --force), unsupported (newer) format version, ...\n";
 }
 
 int ReportError(std::string_view command, const Status& status) {
   std::cout.flush();
-  std::cerr << "runstore: " << command << ": " << status.ToString() << "\n";
+  std::cerr << "runstore: ";
+  if (!command.empty()) std::cerr << command << ": ";
+  std::cerr << status.ToString() << "\n";
   return ExitCodeFor(status);
+}
+
+int FinishStdout(std::string_view command, int rc) {
+  // std::cout writes through stdout's buffer (sync_with_stdio): flushing it
+  // flushes stdout. A write that failed earlier left the error flags set, and
+  // errno is what it was then only if nothing has failed since.
+  errno = 0;
+  std::cout.flush();
+  int e = errno;
+  if (std::fflush(stdout) != 0) e = errno;
+  const bool failed = !std::cout || std::ferror(stdout) != 0;
+  if (!failed || rc != kExitOk) return rc;  // a failed command has reported its error
+  std::string message = "standard output: write failed";
+  if (e != 0) message += std::string(": ") + std::strerror(e);
+  return ReportError(command, Status::IOError(message, e));
 }
 
 Result<std::unique_ptr<Store>> OpenStoreReadOnly(const std::string& path) {
@@ -60,6 +83,56 @@ RunId ParseRunArg(const std::string& text, bool force_string) {
     if (ec == std::errc() && p == end) return RunId(v);
   }
   return RunId(text);
+}
+
+Status CheckOutsideStore(const std::string& store, const std::string& out) {
+  namespace fs = std::filesystem;
+  // weakly_canonical resolves the symlinks of the part that exists, and the
+  // rest lexically ('..' included); a trailing '/' leaves an empty last part.
+  auto resolve = [](const std::string& p, fs::path* r) {
+    std::error_code ec;
+    *r = fs::weakly_canonical(fs::absolute(p, ec), ec);
+    if (!ec && r->filename().empty()) *r = r->parent_path();
+    return !ec;
+  };
+  fs::path s, o;
+  if (!resolve(store, &s) || !resolve(out, &o)) return Status::OK();  // opening will say why
+  const auto [si, oi] = std::mismatch(s.begin(), s.end(), o.begin(), o.end());
+  if (si != s.end()) return Status::OK();
+  std::string message = out + ": refusing to write inside the store " + store;
+  fs::path plain = fs::absolute(out).lexically_normal();
+  if (plain.filename().empty()) plain = plain.parent_path();
+  if (o != plain) {
+    message += " (" + out + " resolves to " + o.string() + ")";
+  }
+  return Status::InvalidArgument(message + "; write it elsewhere");
+}
+
+Status CheckMayCreate(const std::string& path, bool force) {
+  if (force) return Status::OK();
+  struct stat st;
+  if (lstat(path.c_str(), &st) == 0) {
+    return Status::AlreadyExists(path + " exists; use --force (-f) to replace it");
+  }
+  return Status::OK();
+}
+
+Status PlaceFile(const std::string& tmp, const std::string& path, bool replace) {
+  auto failed = [&](int e) {
+    return Status::IOError(path + ": cannot rename " + tmp + " into place: " + std::strerror(e), e);
+  };
+  if (!replace) {
+    if (link(tmp.c_str(), path.c_str()) == 0) {
+      unlink(tmp.c_str());
+      return Status::OK();
+    }
+    const int e = errno;
+    if (e == EEXIST) return CheckMayCreate(path, false);
+    if (e != EPERM && e != EOPNOTSUPP && e != ENOSYS) return failed(e);
+    RETURN_IF_ERROR(CheckMayCreate(path, false));  // no hard links here
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) return failed(errno);
+  return Status::OK();
 }
 
 std::string HumanBytes(uint64_t bytes) {

@@ -1,6 +1,7 @@
 // common.h: pieces shared by the runstore CLI's commands: the one mapping from
 // StatusCode to exit code, error reporting, opening a store read-only, parsing
-// run ids, buffered output with error checks, and byte counts for humans.
+// run ids, the checks on output paths, buffered output with error checks, and
+// byte counts for humans.
 //
 // Thread safety: none of this is meant for use from several threads.
 #ifndef RUNSTORE_CLI_COMMON_H_
@@ -44,8 +45,21 @@ int ExitCodeFor(const Status& status);
 // The text appended to every subcommand's --help.
 std::string ExitCodeHelp();
 
-// Prints "runstore: <command>: <status>" to stderr and returns its exit code.
+// Prints "runstore: <command>: <status>" to stderr and returns its exit code
+// ("runstore: <status>" for an empty command).
 int ReportError(std::string_view command, const Status& status);
+
+// Flushes stdout and returns `rc`, or, if anything written to stdout was lost
+// (a full disk, a closed descriptor: `runstore ls STORE > /dev/full`) and rc
+// is kExitOk, reports an IOError and returns kExitIOError. Called once, when
+// the command is done.
+int FinishStdout(std::string_view command, int rc);
+
+// Puts the complete temporary file `tmp` at `path`: renamed over whatever is
+// there if `replace`, else linked, which fails with AlreadyExists if `path`
+// appeared since CheckMayCreate (on file systems without hard links: renamed
+// after one more check), then unlinked. IOError naming both otherwise.
+Status PlaceFile(const std::string& tmp, const std::string& path, bool replace);
 
 // Opens the store at `path` read-only; never creates or writes anything.
 Result<std::unique_ptr<Store>> OpenStoreReadOnly(const std::string& path);
@@ -53,6 +67,17 @@ Result<std::unique_ptr<Store>> OpenStoreReadOnly(const std::string& path);
 // A run id from the command line: an integer when all of `text` parses as an
 // int64 (and !force_string), a string otherwise.
 RunId ParseRunArg(const std::string& text, bool force_string);
+
+// InvalidArgument naming both paths if `out`, with symlinks and relative parts
+// resolved, is the store directory or lies inside it: no command writes into
+// the store it reads (an export into it would be read back, and `get -o
+// STORE/RUNSTORE` would destroy the store's marker).
+Status CheckOutsideStore(const std::string& store, const std::string& out);
+
+// AlreadyExists if `path` exists (even as a dangling symlink) and !force: the
+// commands that write a file refuse to replace one unless --force, as zstd
+// and gzip do.
+Status CheckMayCreate(const std::string& path, bool force);
 
 // 1536 -> "1.5 KiB"; exact below 1 KiB.
 std::string HumanBytes(uint64_t bytes);

@@ -10,10 +10,15 @@
 set -u
 shopt -s extglob
 
-RS=${1:?usage: cli_test.sh RUNSTORE MAKE_FIXTURE}
-MK=${2:?usage: cli_test.sh RUNSTORE MAKE_FIXTURE}
+RS=$(realpath "${1:?usage: cli_test.sh RUNSTORE MAKE_FIXTURE}")
+MK=$(realpath "${2:?usage: cli_test.sh RUNSTORE MAKE_FIXTURE}")
 T=$(mktemp -d "${TMPDIR:-/tmp}/runstore_cli_test.XXXXXX")
-trap 'rm -rf "$T"' EXIT
+FULL=  # a small tmpfs mounted for the full-disk checks, if any
+cleanup() {
+  [[ -n $FULL ]] && umount "$FULL"
+  rm -rf "$T"
+}
+trap cleanup EXIT
 
 failures=0
 checks=0
@@ -452,12 +457,35 @@ if [[ -n $PY ]] && "$PY" -c "import runstore._core" 2>/dev/null; then
   expect_err_has "$corrupt_file"
   checks=$((checks + 1))
   [[ ! -e $T/none.tar.gz ]] || fail "a failed export left its output behind"
+  # An existing OUT is replaced only with --force; OUT gets the umask's mode.
+  cp "$T/store.tar.gz" "$T/store_before.tar.gz"
+  run env RUNSTORE_PYTHON="$PY" "$RS" export tar "$S" "$T/store.tar.gz"; expect_rc 5
+  expect_err_has "runstore: export tar: AlreadyExists: $T/store.tar.gz exists; use --force (-f) to replace it"
+  checks=$((checks + 1))
+  cmp -s "$T/store.tar.gz" "$T/store_before.tar.gz" || fail "export tar replaced a file without --force"
+  run env RUNSTORE_PYTHON="$PY" "$RS" export tar "$S" "$T/store.tar.gz" -f; expect_rc 0
+  rm "$T/store.tar.gz"
+  run env RUNSTORE_PYTHON="$PY" "$PY" -m runstore export tar "$S" "$T/store_before.tar.gz"; expect_rc 5
+  expect_err_has "AlreadyExists: $T/store_before.tar.gz exists; use --force (-f)"
+  (umask 002 && env RUNSTORE_PYTHON="$PY" "$RS" export tar "$S" "$T/store.tar.gz" --force) >/dev/null 2>&1
+  checks=$((checks + 1))
+  [[ $(stat -c %a "$T/store.tar.gz") == 664 ]] || fail "export tar with umask 002: mode $(stat -c %a "$T/store.tar.gz")"
+  checks=$((checks + 1))
+  [[ -z $(find "$T" -maxdepth 1 -name '.*runstore*') ]] || fail "export tar left temporaries"
+  if [[ -w /dev/full ]]; then
+    env RUNSTORE_PYTHON="$PY" "$RS" export tar "$S" "$T/full_stdout.tar.gz" >/dev/full 2>"$T/stderr"
+    rc=$?; err=$(cat "$T/stderr")
+    expect_rc 4; expect_err_has "runstore: export tar: IOError: standard output: No space left on device"
+  fi
   if "$PY" -c "import pyarrow" 2>/dev/null; then
     run env RUNSTORE_PYTHON="$PY" "$RS" export parquet "$S" "$T/store.parquet"; expect_rc 0
     checks=$((checks + 1))
     rows=$("$PY" -c "import pyarrow.parquet as pq, sys; print(pq.read_metadata(sys.argv[1]).num_rows)" \
       "$T/store.parquet")
     [[ $rows -gt 0 ]] || fail "export parquet wrote $rows rows"
+    run env RUNSTORE_PYTHON="$PY" "$RS" export parquet "$S" "$T/store.parquet"; expect_rc 5
+    expect_err_has "runstore: export parquet: AlreadyExists: $T/store.parquet exists; use --force"
+    run env RUNSTORE_PYTHON="$PY" "$RS" export parquet "$S" "$T/store.parquet" --force; expect_rc 0
   fi
 else
   echo "cli_test: export tar/parquet checks skipped: no Python with the runstore package" \
@@ -465,6 +493,90 @@ else
 fi
 run env RUNSTORE_PYTHON="$T/no-such-python" "$RS" export tar "$S" "$T/none.tar.gz"; expect_rc 5
 expect_err_has "needs the runstore Python package"
+
+# --- output files --------------------------------------------------------------
+# An existing output is replaced only with --force, as zstd and gzip do.
+test_name=force
+printf 'keep me' >"$T/existing.npy"
+run "$RS" get "$S" 3 loss -o "$T/existing.npy"; expect_rc 5
+expect_err_has "runstore: get: AlreadyExists: $T/existing.npy exists; use --force (-f) to replace it"
+expect_file_eq "$T/existing.npy" "keep me"
+ln -s "$T/nowhere.npy" "$T/dangling.npy"
+run "$RS" get "$S" 3 loss -o "$T/dangling.npy"; expect_rc 5; expect_err_has "exists; use --force"
+run "$RS" get "$S" 3 loss -o "$T/existing.npy" -f; expect_rc 0
+npy_check "$T/existing.npy" "'descr': '<f8', 'fortran_order': False, 'shape': ()" 8
+printf 'keep me' >"$T/existing.npy"
+run "$RS" get "$S" 3 loss -o "$T/existing.npy" --force; expect_rc 0
+checks=$((checks + 1))
+[[ $(head -c 6 "$T/existing.npy" | od -An -c | tr -d ' ') == '223NUMPY' ]] || fail "--force did not replace the file"
+checks=$((checks + 1))
+[[ -z $(find "$T" -maxdepth 1 -name '*.tmp-*') ]] || fail "get left temporary files"
+
+# No command writes into the store it reads (symlinks and relative paths
+# resolved): get -o STORE/RUNSTORE destroyed the store's marker.
+test_name=inside_store
+V=$T/victim
+cp -a "$S" "$V"
+ln -s "$V" "$T/victim_link"
+victim_before=$(fingerprint "$V")
+run "$RS" export csv "$V" "$V"; expect_rc 5
+expect_err_has "runstore: export csv: InvalidArgument: $V: refusing to write inside the store $V"
+run "$RS" export csv "$V" "$V/out"; expect_rc 5; expect_err_has "refusing to write inside the store"
+run "$RS" export csv "$V" "$T/victim_link/segments/../out"; expect_rc 5
+expect_err_has "resolves to $V/out"
+run "$RS" get "$V" 3 loss -o "$V/RUNSTORE" --force; expect_rc 5
+expect_err_has "runstore: get: InvalidArgument: $V/RUNSTORE: refusing to write inside the store $V"
+run "$RS" get "$V" 3 loss -o "$T/victim_link/x.npy"; expect_rc 5; expect_err_has "refusing to write inside"
+run env -C "$V/segments" "$RS" get "$V" 3 loss -o ../x.npy; expect_rc 5; expect_err_has "refusing to write inside"
+run env -C "$V" "$RS" export csv . out; expect_rc 5; expect_err_has "refusing to write inside the store ."
+run "$RS" export tar "$V" "$V/x.tar.gz"; expect_rc 5; expect_err_has "refusing to write inside the store"
+run "$RS" export parquet "$T/victim_link" "$V/x.parquet" --force; expect_rc 5
+expect_err_has "refusing to write inside the store"
+checks=$((checks + 1))
+[[ $(fingerprint "$V") == "$victim_before" ]] || fail "a command wrote into the store"
+run "$RS" verify "$V"; expect_rc 0
+
+# Outputs get the mode the umask gives (0666 minus the umask), as any tool's.
+test_name=modes
+for mask in 022 002; do
+  want=$(printf '%o' $((0666 & ~8#$mask)))
+  (umask $mask && "$RS" get "$S" 3 loss -o "$T/mode_$mask.npy" && "$RS" export csv "$S" "$T/mode_$mask" --names loss) >/dev/null
+  checks=$((checks + 1))
+  [[ $(stat -c %a "$T/mode_$mask.npy") == "$want" && $(stat -c %a "$T/mode_$mask/loss.csv") == "$want" &&
+    $(stat -c %a "$T/mode_$mask/manifest.json") == "$want" ]] ||
+    fail "umask $mask: modes $(stat -c %a "$T/mode_$mask.npy" "$T/mode_$mask/loss.csv" | tr '\n' ' '), expected $want"
+done
+
+# Output that cannot be written fails the command: it used to exit 0.
+test_name=stdout
+if [[ -w /dev/full ]]; then
+  for cmd in "info $S" "info $S --json" "ls $S" "ls $S --runs" "ls $S --json" "verify $S" "verify $S --json" \
+    "cat $S loss" "get $S 7 big -o -" "export csv $S $T/stdout_csv" "--help" "ls --help" "--version"; do
+    # shellcheck disable=SC2086
+    "$RS" $cmd >/dev/full 2>"$T/stderr"; rc=$?; err=$(cat "$T/stderr")
+    expect_rc 4; expect_err_has "IOError: standard output: write failed"
+  done
+  "$RS" ls "$S" >/dev/full 2>"$T/stderr"; rc=$?; err=$(cat "$T/stderr")
+  expect_rc 4; expect_err_has "runstore: ls: IOError: standard output: write failed: No space left on device"
+fi
+# shellcheck disable=SC2086
+"$RS" ls "$S" >&- 2>"$T/stderr"; rc=$?; err=$(cat "$T/stderr")
+expect_rc 4; expect_err_has "runstore: ls: IOError: standard output: write failed: Bad file descriptor"
+
+# A full disk: the error names the file that could not be written, and no
+# temporary is left behind (needs root, to mount a small tmpfs).
+test_name=full_disk
+if [[ $(id -u) == 0 ]] && mkdir "$T/full" && mount -t tmpfs -o size=64k tmpfs "$T/full" 2>/dev/null; then
+  FULL=$T/full
+  run "$RS" get "$S" 7 big -o "$FULL/big.npy"; expect_rc 4
+  expect_err_has "runstore: get: IOError: $FULL/big.npy: write failed: No space left on device"
+  run "$RS" export csv "$S" "$FULL/csv" --names big; expect_rc 4
+  expect_err_has "IOError: series 'big': $FULL/csv/big.csv: write failed: No space left on device"
+  checks=$((checks + 1))
+  [[ -z $(find "$FULL" -type f) ]] || fail "a failed write left files: $(find "$FULL" -type f)"
+else
+  echo "cli_test: full-disk checks skipped: mounting a small tmpfs needs root"
+fi
 
 # --- the store was never written ---------------------------------------------
 test_name=read_only
