@@ -14,7 +14,8 @@ namespace runstore::cli {
 
 int RunGet(const GetOptions& o) {
   constexpr std::string_view kCmd = "get";
-  const RunId run = ParseRunArg(o.run, o.run_is_string);
+  const Result<RunId> run = ParseRunArg(o.run, o.run_is_string, "RUN");
+  if (!run.ok()) return ReportUsageError(kCmd, run.status().message());
   const bool to_stdout = o.out == "-";
   auto store = OpenStoreReadOnly(o.store);
   if (!store.ok()) return ReportError(kCmd, store.status());
@@ -24,7 +25,7 @@ int RunGet(const GetOptions& o) {
     if (!s.ok()) return ReportError(kCmd, s);
   }
   auto snap = (*store)->GetSnapshot();
-  auto value = snap->Get(run, o.name, o.step);
+  auto value = snap->Get(*run, o.name, o.step);
   if (!value.ok()) return ReportError(kCmd, value.status());
   auto layout = PlanNpy(value->dtype(), value->shape(), value->nbytes());
   if (!layout.ok()) return ReportError(kCmd, layout.status());

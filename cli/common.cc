@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
@@ -53,6 +54,13 @@ int ReportError(std::string_view command, const Status& status) {
   return ExitCodeFor(status);
 }
 
+int ReportUsageError(std::string_view command, std::string_view message) {
+  std::cout.flush();
+  std::cerr << "runstore: " << command << ": " << message << "\n"
+            << "Run with --help for more information.\n";
+  return kExitUsage;
+}
+
 int FinishStdout(std::string_view command, int rc) {
   // std::cout writes through stdout's buffer (sync_with_stdio): flushing it
   // flushes stdout. A write that failed earlier left the error flags set, and
@@ -75,12 +83,42 @@ Result<std::unique_ptr<Store>> OpenStoreReadOnly(const std::string& path) {
   return Store::Open(path, options);
 }
 
-RunId ParseRunArg(const std::string& text, bool force_string) {
-  if (!force_string && !text.empty()) {
-    int64_t v = 0;
-    const char* end = text.data() + text.size();
-    auto [p, ec] = std::from_chars(text.data(), end, v);
-    if (ec == std::errc() && p == end) return RunId(v);
+namespace {
+
+bool IsDigit(char c) { return c >= '0' && c <= '9'; }
+
+// A digit, a sign or '.' before a digit, or a space: what a reader takes for
+// the start of a number.
+bool StartsLikeANumber(std::string_view s) {
+  if (s.empty()) return false;
+  if (IsDigit(s[0]) || std::isspace(static_cast<unsigned char>(s[0]))) return true;
+  size_t i = 0;
+  if (s[i] == '-' || s[i] == '+') ++i;
+  if (i < s.size() && s[i] == '.') ++i;
+  return i > 0 && i < s.size() && IsDigit(s[i]);
+}
+
+}  // namespace
+
+Result<RunId> ParseRunArg(const std::string& text, bool force_string, std::string_view option) {
+  if (force_string) return RunId(text);
+  int64_t v = 0;
+  switch (ParseDecimal(text, &v)) {
+    case DecimalText::kOk:
+      return RunId(v);
+    case DecimalText::kOutOfRange:
+      return Status::InvalidArgument(std::string(option) + " '" + text +
+                                     "' does not fit a 64-bit signed integer; for the string "
+                                     "run id '" +
+                                     text + "', use --run-str");
+    case DecimalText::kMalformed:
+      break;
+  }
+  if (StartsLikeANumber(text)) {
+    return Status::InvalidArgument(std::string(option) + " '" + text +
+                                   "' is not an integer (a run id that starts like a number "
+                                   "must be one); for the string run id '" +
+                                   text + "', use --run-str");
   }
   return RunId(text);
 }

@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 #include <filesystem>
 #include <iostream>
+#include <limits>
 #include <new>
 #include <string>
 #include <vector>
@@ -33,6 +34,31 @@ std::string Footer(const std::string& details, const std::string& examples) {
   std::string s = "\n";
   if (!details.empty()) s += details + "\n\n";
   return s + "Examples:\n" + examples + "\n\n" + ExitCodeHelp();
+}
+
+// Checks and rewrites the value of an integer option: decimal digits with an
+// optional '-', from `min` to `max`, or a message naming the value (CLI11
+// prefixes the option's name). CLI11's own conversion would take 0x10 for 16
+// and 010 for 8, and clamp 99999999999999999999 silently: this runs first and
+// hands it the value in plain decimal.
+template <typename T>
+CLI::Validator Integer(T min = std::numeric_limits<T>::min(),
+                       T max = std::numeric_limits<T>::max()) {
+  const std::string range = "an integer from " + std::to_string(min) + " to " + std::to_string(max);
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        T v{};
+        const DecimalText parsed = ParseDecimal(text, &v);
+        if (parsed == DecimalText::kMalformed) {
+          return "'" + text + "' is not a decimal integer (expected " + range + ")";
+        }
+        if (parsed == DecimalText::kOutOfRange || v < min || v > max) {
+          return "'" + text + "' is out of range (expected " + range + ")";
+        }
+        text = std::to_string(v);
+        return std::string();
+      },
+      "");
 }
 
 // Parses the command line and runs the command; sets *command to its name
@@ -101,7 +127,9 @@ int Main(int argc, char** argv, std::string* command) {
   cat_cmd->add_option("NAME", cat.name, "Series name")->required();
   auto* run_opt = cat_cmd->add_option(
       "--run,-r", cat.run,
-      "Only records of this run: an integer if it parses as one, else a string");
+      "Only records of this run: an integer if all of it is one (digits, an optional '-'), a "
+      "string if it does not start like a number; a value that starts like one but is not an "
+      "integer (1x, 1.5, 0x10, ' 1', beyond int64) is refused: use --run-str for such a run");
   auto* run_str_opt = cat_cmd->add_option("--run-str", cat.run,
                                           "Only records of this run, always taken as a string");
   run_opt->excludes(run_str_opt);
@@ -110,11 +138,13 @@ int Main(int argc, char** argv, std::string* command) {
       ->capture_default_str();
   int64_t first_step = 0, last_step = 0;
   auto* first_step_opt =
-      cat_cmd->add_option("--first-step", first_step, "Only records at this step or later");
+      cat_cmd->add_option("--first-step", first_step, "Only records at this step or later")
+          ->transform(Integer<int64_t>());
   auto* last_step_opt =
-      cat_cmd->add_option("--last-step", last_step, "Only records at this step or earlier");
+      cat_cmd->add_option("--last-step", last_step, "Only records at this step or earlier")
+          ->transform(Integer<int64_t>());
   cat_cmd->add_option("--limit,-n", cat.limit, "Print at most N records")
-      ->check(CLI::NonNegativeNumber);
+      ->transform(Integer<int64_t>(0));
   cat_cmd->footer(Footer(
       "Prints the records of one series with columns run, step, value, in storage order\n"
       "(segment by segment, block by block; not sorted). Formats:\n"
@@ -138,12 +168,18 @@ int Main(int argc, char** argv, std::string* command) {
   GetOptions get;
   auto* get_cmd = app.add_subcommand("get", "Write one value to a NumPy .npy file");
   get_cmd->add_option("STORE", get.store, "Store directory")->required();
-  get_cmd->add_option("RUN", get.run, "Run id: an integer if it parses as one, else a string")
+  get_cmd
+      ->add_option("RUN", get.run,
+                   "Run id: an integer if all of it is one, a string if it does not start like a "
+                   "number; one that starts like a number but is not an integer (1x, 1.5) is "
+                   "refused: use --run-str for it")
       ->required();
   get_cmd->add_option("NAME", get.name, "Series name")->required();
   get_cmd->add_flag("--run-str", get.run_is_string,
                     "Take RUN as a string even if it looks like an integer");
-  get_cmd->add_option("--step,-s", get.step, "Step of the record")->capture_default_str();
+  get_cmd->add_option("--step,-s", get.step, "Step of the record")
+      ->transform(Integer<int64_t>())
+      ->capture_default_str();
   get_cmd
       ->add_option("--output,-o", get.out,
                    "Output .npy file ('-' for standard output); not inside the store")
@@ -197,7 +233,7 @@ int Main(int argc, char** argv, std::string* command) {
   csv_cmd
       ->add_option("--max-columns", exp.max_columns,
                    "Split fixed shapes of up to this many elements into columns (0: never)")
-      ->check(CLI::NonNegativeNumber)
+      ->transform(Integer<int>(0))
       ->capture_default_str();
   csv_cmd->footer(Footer(
       "Writes one CSV file per series into OUTDIR (created if missing), streaming batch by\n"
@@ -223,10 +259,10 @@ int Main(int argc, char** argv, std::string* command) {
   tar_cmd->add_option("STORE", py_store, "Store directory")->required();
   tar_cmd->add_option("OUT", py_out, "Output .tar.gz (not inside the store)")->required();
   tar_cmd->add_option("--chunk-rows", chunk_rows, "Experiments formatted at a time")
-      ->check(CLI::PositiveNumber)
+      ->transform(Integer<int>(1))
       ->capture_default_str();
   tar_cmd->add_option("--compresslevel", compresslevel, "gzip level")
-      ->check(CLI::Range(0, 9))
+      ->transform(Integer<int>(0, 9))
       ->capture_default_str();
   tar_cmd->add_flag("--force,-f", py_force, "Replace OUT if it exists");
   tar_cmd->footer(Footer(
@@ -249,7 +285,7 @@ int Main(int argc, char** argv, std::string* command) {
   parquet_cmd->add_option("STORE", py_store, "Store directory")->required();
   parquet_cmd->add_option("OUT", py_out, "Output .parquet (not inside the store)")->required();
   parquet_cmd->add_option("--row-group-rows", row_group_rows, "Rows per row group")
-      ->check(CLI::PositiveNumber)
+      ->transform(Integer<int>(1))
       ->capture_default_str();
   parquet_cmd->add_flag("--force,-f", py_force, "Replace OUT if it exists");
   parquet_cmd->footer(Footer(

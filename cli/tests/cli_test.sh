@@ -494,6 +494,64 @@ fi
 run env RUNSTORE_PYTHON="$T/no-such-python" "$RS" export tar "$S" "$T/none.tar.gz"; expect_rc 5
 expect_err_has "needs the runstore Python package"
 
+# --- integers and run ids on the command line ---------------------------------
+# Out of range and malformed integers are refused, naming the option and the
+# value, instead of being clamped (CLI11 alone took 0x10 for 16, 010 for 8, and
+# 99999999999999999999 for the largest int64).
+test_name=integers
+for bad in 99999999999999999999 -99999999999999999999 0x10 1.5 1e3 " 5" "5 " +5 1_000 x; do
+  run "$RS" get "$S" 3 loss --step "$bad" -o "$T/int.npy"; expect_rc 1; expect_err_has "--step: '$bad' is"
+  run "$RS" cat "$S" loss --first-step "$bad"; expect_rc 1; expect_err_has "--first-step: '$bad' is"
+  run "$RS" cat "$S" loss --last-step "$bad"; expect_rc 1; expect_err_has "--last-step: '$bad' is"
+  run "$RS" cat "$S" loss --limit "$bad"; expect_rc 1; expect_err_has "--limit: '$bad' is"
+  run "$RS" export csv "$S" "$T/int_csv" --max-columns "$bad"; expect_rc 1
+  expect_err_has "--max-columns: '$bad' is"
+  run "$RS" export tar "$S" "$T/int.tar.gz" --chunk-rows "$bad"; expect_rc 1
+  expect_err_has "--chunk-rows: '$bad' is"
+  run "$RS" export parquet "$S" "$T/int.parquet" --row-group-rows "$bad"; expect_rc 1
+  expect_err_has "--row-group-rows: '$bad' is"
+done
+run "$RS" get "$S" 3 loss --step 99999999999999999999 -o "$T/int.npy"
+expect_err_has "is out of range (expected an integer from -9223372036854775808 to 9223372036854775807)"
+run "$RS" get "$S" 3 loss --step 0x10 -o "$T/int.npy"; expect_err_has "'0x10' is not a decimal integer"
+run "$RS" cat "$S" loss --limit -1; expect_rc 1; expect_err_has "--limit: '-1' is out of range"
+run "$RS" export csv "$S" "$T/int_csv" --max-columns 2147483648; expect_rc 1
+expect_err_has "to 2147483647)"
+run "$RS" export tar "$S" "$T/int.tar.gz" --compresslevel 10; expect_rc 1
+expect_err_has "--compresslevel: '10' is out of range (expected an integer from 0 to 9)"
+run "$RS" export tar "$S" "$T/int.tar.gz" --chunk-rows 0; expect_rc 1; expect_err_has "'0' is out of range"
+checks=$((checks + 1))
+[[ ! -e $T/int.npy && ! -e $T/int_csv && ! -e $T/int.tar.gz && ! -e $T/int.parquet ]] ||
+  fail "a refused command line wrote its output"
+# Decimal digits, with leading zeros, are what they say.
+run "$RS" cat "$S" loss --run 3 --first-step 01 --last-step -0001 -f csv; expect_rc 3
+run "$RS" cat "$S" loss --run 3 --first-step 01 --last-step 0001 -f csv; expect_rc 0
+expect_out 'run,step,value
+3,1,2.5'
+# A run id is an integer if all of it is one, a string if it does not start
+# like a number, and refused if it starts like one but is not an integer:
+# taken as a string it would silently select some other run, or none.
+test_name=run_ids
+for bad in 1x 1.5 0x10 " 1" "1 " +1 -1x .5 1e3 99999999999999999999; do
+  run "$RS" cat "$S" loss --run "$bad"; expect_rc 1; expect_out ""
+  expect_err_has "runstore: cat: --run '$bad' "; expect_err_has "use --run-str"
+  run "$RS" get "$S" "$bad" loss -o "$T/run.npy"; expect_rc 1
+  expect_err_has "runstore: get: RUN '$bad' "; expect_err_has "use --run-str"
+done
+run "$RS" cat "$S" loss --run 99999999999999999999
+expect_err_has "does not fit a 64-bit signed integer; for the string run id '99999999999999999999', use --run-str"
+run "$RS" cat "$S" loss --run 1x; expect_err_has "'1x' is not an integer"
+# As strings, with --run-str, they are run ids like any other.
+run "$RS" cat "$S" loss --run-str 1x; expect_rc 3; expect_err_has "no records of run 1x"
+run "$RS" get "$S" 1.5 loss --run-str -o "$T/run.npy"; expect_rc 3; expect_err_has "no record for run 1.5"
+run "$RS" cat "$S" loss --run s1 -f csv; expect_rc 0; expect_out 'run,step,value
+s1,0,1.5'
+run "$RS" cat "$S" loss --run -7; expect_rc 3; expect_err_has "no records of run -7"
+checks=$((checks + 1))
+[[ ! -e $T/run.npy ]] || fail "a refused run id wrote its output"
+run "$RS" cat --help; expect_out_has "is refused: use --run-str"
+run "$RS" get --help; expect_out_has "refused: use --run-str"
+
 # --- output files --------------------------------------------------------------
 # An existing output is replaced only with --force, as zstd and gzip do.
 test_name=force
