@@ -61,6 +61,34 @@ CLI::Validator Integer(T min = std::numeric_limits<T>::min(),
       "");
 }
 
+// For a command line that CLI11 refused: the message for its first word that
+// names no command ("runstore frobnicate", "runstore export xml"), listing
+// the commands there are; empty if every command word is known.
+std::string UnknownCommand(const CLI::App& app, int argc, char** argv) {
+  const CLI::App* level = &app;
+  std::string path = "runstore";
+  for (int i = 1; i < argc; ++i) {
+    const std::string word = argv[i];
+    if (word.starts_with("-")) continue;  // the options before commands take no values
+    const auto subs = level->get_subcommands([](const CLI::App*) { return true; });
+    if (subs.empty()) return "";  // the arguments of a command
+    const CLI::App* next = nullptr;
+    std::string names;
+    for (const CLI::App* sub : subs) {
+      if (sub->get_name() == word) next = sub;
+      names += (names.empty() ? "" : ", ") + sub->get_name();
+    }
+    if (next == nullptr) {
+      return "runstore: unknown command '" + (level == &app ? "" : path.substr(9) + " ") + word +
+             "'; the commands of '" + path + "' are: " + names + "\nRun '" + path +
+             " --help' for more information.\n";
+    }
+    level = next;
+    path += " " + word;
+  }
+  return "";
+}
+
 // Parses the command line and runs the command; sets *command to its name
 // ("ls", "export csv") once that is known, for FinishStdout.
 int Main(int argc, char** argv, std::string* command) {
@@ -301,6 +329,12 @@ int Main(int argc, char** argv, std::string* command) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() != 0) {
+      if (const std::string unknown = UnknownCommand(app, argc, argv); !unknown.empty()) {
+        std::cerr << unknown;
+        return kExitUsage;
+      }
+    }
     const int rc = app.exit(e);
     return rc == 0 ? kExitOk : kExitUsage;
   }

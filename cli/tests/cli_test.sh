@@ -88,7 +88,12 @@ before=$(fingerprint "$S")
 # --- usage -------------------------------------------------------------------
 test_name=usage
 run "$RS"; expect_rc 1; expect_err_has "subcommand is required"
-run "$RS" frobnicate "$S"; expect_rc 1
+# An unknown command is named, with the commands there are.
+run "$RS" frobnicate "$S"; expect_rc 1; expect_err_has "runstore: unknown command 'frobnicate'"
+expect_err_has "info, ls, cat, get, verify, export"
+run "$RS" --no-progress frobnicate; expect_rc 1; expect_err_has "unknown command 'frobnicate'"
+run "$RS" export xml "$S" "$T/x"; expect_rc 1; expect_err_has "unknown command 'export xml'"
+expect_err_has "csv, tar, parquet"
 run "$RS" cat "$S"; expect_rc 1; expect_err_has "NAME is required"
 run "$RS" cat "$S" loss --format xml; expect_rc 1
 run "$RS" cat "$S" loss --run 1 --run-str 1; expect_rc 1
