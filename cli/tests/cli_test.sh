@@ -626,6 +626,14 @@ fi
 "$RS" ls "$S" >&- 2>"$T/stderr"; rc=$?; err=$(cat "$T/stderr")
 expect_rc 4; expect_err_has "runstore: ls: IOError: standard output: write failed: Bad file descriptor"
 
+# A FIFO is not a store: refused at once (reading it would wait for a writer).
+test_name=fifo
+mkfifo "$T/fifo"
+for cmd in info ls verify; do
+  run timeout 10 "$RS" $cmd "$T/fifo"; expect_rc 5
+  expect_err_has "runstore: $cmd: InvalidArgument: $T/fifo is not a directory, so it cannot be a store"
+done
+
 # A full disk: the error names the file that could not be written, and no
 # temporary is left behind (needs root, to mount a small tmpfs).
 test_name=full_disk
