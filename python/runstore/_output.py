@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import functools
 import io
 import os
 import re
@@ -59,9 +60,7 @@ def named_write_error(e: OSError, path: str) -> OSError:
     ``filename`` the target (the file written has no name, or a temporary one)."""
     if e.errno is None:
         return OSError(f"{path}: {e}")
-    err = OSError(e.errno, e.strerror or os.strerror(e.errno), path)
-    err.__cause__ = e
-    return err
+    return OSError(e.errno, e.strerror or os.strerror(e.errno), path)
 
 
 class _Raw(io.RawIOBase):
@@ -109,6 +108,7 @@ class _NamedWrites:
         return getattr(self._f, name)
 
 
+@functools.lru_cache(maxsize=None)
 def _linkat_empty_path() -> Any:
     """libc's linkat, for linkat(fd, "", AT_FDCWD, name, AT_EMPTY_PATH), which os.link cannot
     express; None where there is none."""
@@ -126,9 +126,9 @@ _AT_FDCWD, _AT_EMPTY_PATH = -100, 0x1000
 
 def _link_fd(fd: int, name: str) -> None:
     """Gives the nameless (O_TMPFILE) file open as ``fd`` the name ``name``. Two ways, as kernels
-    and sandboxes allow: linkat with AT_EMPTY_PATH (which older kernels allow only with
-    CAP_DAC_READ_SEARCH), then a link of the /proc/self/fd entry (which some sandboxes refuse
-    with EXDEV). OSError of the last if neither works."""
+    and sandboxes allow: linkat with AT_EMPTY_PATH (which needs CAP_DAC_READ_SEARCH unless the
+    kernel lets the file's opener do it), then a link of the /proc/self/fd entry (which some
+    sandboxes refuse with EXDEV). OSError of the last if neither works."""
     linkat = _linkat_empty_path()
     if linkat is not None and linkat(fd, b"", _AT_FDCWD, os.fsencode(name), _AT_EMPTY_PATH) == 0:
         return

@@ -116,6 +116,31 @@ def test_an_export_that_raises_leaves_nothing(filled, out_dir, fmt, named, monke
     assert os.listdir(out_dir) == []
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_where_a_nameless_file_cannot_be_linked_a_named_temporary_is_used(filled, out_dir, fmt, monkeypatch):
+    """Some kernels and sandboxes allow O_TMPFILE but not linking it (EXDEV, EPERM): that is
+    found out before the export is written, with an empty file."""
+    from runstore import _output
+
+    def refuse(fd, name):
+        raise OSError(errno.EXDEV, os.strerror(errno.EXDEV), name)
+
+    monkeypatch.setattr(_output, "_link_fd", refuse)
+    monkeypatch.setattr(_output, "_LINKABLE", {})
+    created = []
+    real_open = os.open
+
+    def spy(path, flags, *args, **kwargs):
+        if flags & os.O_CREAT:
+            created.append(os.path.basename(path))
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", spy)
+    export(filled, fmt, out_dir / "results")
+    assert os.listdir(out_dir) == ["results"]
+    assert [n.startswith(".results.runstore-tmp-") for n in created] == [True], created
+
+
 # A child that exports a store and stops in the middle of writing (after the first MiB of the
 # tarball, or the first Parquet row group), says so and waits to be killed.
 CHILD = textwrap.dedent("""
