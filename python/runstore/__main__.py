@@ -70,8 +70,8 @@ def main(argv: list[str] | None = None) -> int:
                 report = (f"{r['path']}: {r['experiments']:,} experiments, {len(r['members'])} members, "
                           f"{r['bytes']:,} bytes in {r['seconds']:.1f} s")
                 if r["left_out"]:
-                    note = (f"note: {sum(r['left_out'].values()):,} records at steps other than 0 (or of runs "
-                            f"that are not experiments) are not part of the table: "
+                    note = (f"note: {sum(r['left_out'].values()):,} records at steps other than 0 (or of "
+                            f"runs that are not experiments) are not part of the table: "
                             f"{', '.join(f'{k} ({v:,})' for k, v in r['left_out'].items())}; "
                             "`runstore export csv` writes every record")
             else:
@@ -84,7 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     except runstore.CorruptionError as e:
         return _fail(what, "Corruption", e, EXIT_CORRUPTION)
     except FileExistsError as e:
-        return _fail(what, "AlreadyExists", f"{e.filename} exists; use --force (-f) to replace it", EXIT_OTHER)
+        return _fail(what, "AlreadyExists", f"{e.filename} exists; use --force (-f) to replace it",
+                     EXIT_OTHER)
     except (FileNotFoundError, KeyError) as e:
         return _fail(what, "NotFound", e, EXIT_NOT_FOUND)
     except OSError as e:

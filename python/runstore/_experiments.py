@@ -511,7 +511,8 @@ def _check_ids(ids: list[Any]) -> np.ndarray:
         e = check_run_id(e, f"design: row {i}: the experiment id")
         if isinstance(e, int):
             if not -(2**63) <= e < 2**63:
-                raise OverflowError(f"design: row {i}: experiment id {e} does not fit a 64-bit signed integer")
+                raise OverflowError(
+                    f"design: row {i}: experiment id {e} does not fit a 64-bit signed integer")
         elif not e or len(e.encode()) > 255:
             raise ValueError(f"design: experiment id {e[:40]!r} must be 1 to 255 bytes of UTF-8")
         out.append(e)

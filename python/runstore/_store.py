@@ -588,7 +588,8 @@ def open(path: str | os.PathLike[str], mode: Literal["a", "r", "r+"] = "a") -> S
     writes an existing store.
 
     Raises FileNotFoundError if there is no store and the mode does not create one, ValueError
-    if ``path`` is a file or a non-empty directory that is not a store or holds a NUL character, UnsupportedFormatError
-    for a store written by a newer runstore, OSError for file-system errors.
+    if ``path`` is a file or a non-empty directory that is not a store, or holds a NUL
+    character, UnsupportedFormatError for a store written by a newer runstore, OSError for
+    file-system errors.
     """
     return Store(path, mode)

@@ -124,15 +124,18 @@ def test_numpy_integers_are_run_ids_and_steps(store):
 
 def test_integers_outside_int64_raise_overflow_error(store):
     with store.writer() as w:
-        with pytest.raises(OverflowError, match="^step 9223372036854775808 does not fit a 64-bit signed integer$"):
+        with pytest.raises(OverflowError,
+                           match="^step 9223372036854775808 does not fit a 64-bit signed integer$"):
             w.log(1, step=2**63, x=1.0)
         with pytest.raises(OverflowError, match="step -9223372036854775809 does not fit"):
             w.put(1, "x", 1.0, step=-(2**63) - 1)
         with pytest.raises(OverflowError, match="run id 9223372036854775808 does not fit"):
             w.log(2**63, x=1.0)
-        with pytest.raises(OverflowError, match="log_many: runs\\[1\\]: run id 18446744073709551615 does not fit"):
+        with pytest.raises(OverflowError,
+                           match="log_many: runs\\[1\\]: run id 18446744073709551615 does not fit"):
             w.log_many(np.array([0, 2**64 - 1], dtype=np.uint64), x=np.zeros(2))
-        with pytest.raises(OverflowError, match="log_many: steps\\[0\\]: step 9223372036854775808 does not fit"):
+        with pytest.raises(OverflowError,
+                           match="log_many: steps\\[0\\]: step 9223372036854775808 does not fit"):
             w.log_many([1], steps=np.array([2**63], dtype=np.uint64), x=np.zeros(1))
         with pytest.raises(OverflowError, match="log_many: steps\\[1\\]: step 9223372036854775808"):
             w.log_many([1, 2], steps=[0, 2**63], x=np.zeros(2))

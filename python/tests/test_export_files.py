@@ -300,7 +300,8 @@ def full_disk(tmp_path):
         pytest.skip("mounting a small tmpfs to fill needs root")
     d = tmp_path / "full"
     d.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(d)], capture_output=True, text=True)
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(d)],
+                       capture_output=True, text=True)
     if r.returncode != 0:
         print(f"skipping: cannot mount a tmpfs: {r.stderr.strip()}")
         pytest.skip(f"cannot mount a tmpfs: {r.stderr.strip()}")
