@@ -71,7 +71,11 @@ int RunCat(const CatOptions& o) {
                                                      "' (expected text, csv or jsonl)"));
   }
   std::optional<RunId> run_filter;
-  if (o.run_set) run_filter = ParseRunArg(o.run, o.run_is_string);
+  if (o.run_set) {
+    Result<RunId> run = ParseRunArg(o.run, o.run_is_string, "--run");
+    if (!run.ok()) return ReportUsageError(kCmd, run.status().message());
+    run_filter = std::move(run).value();
+  }
 
   auto store = OpenStoreReadOnly(o.store);
   if (!store.ok()) return ReportError(kCmd, store.status());

@@ -46,14 +46,6 @@ std::vector<std::string> ValueColumns(const SeriesInfo& info, int max_columns) {
   return cols;
 }
 
-Status RenameInto(const std::string& from, const std::string& to) {
-  if (std::rename(from.c_str(), to.c_str()) != 0) {
-    const int e = errno;
-    return Status::IOError(to + ": cannot rename " + from + " into place: " + std::strerror(e), e);
-  }
-  return Status::OK();
-}
-
 }  // namespace
 
 int RunExportCsv(const ExportCsvOptions& o) {
@@ -61,6 +53,7 @@ int RunExportCsv(const ExportCsvOptions& o) {
   namespace fs = std::filesystem;
   auto store = OpenStoreReadOnly(o.store);
   if (!store.ok()) return ReportError(kCmd, store.status());
+  if (Status s = CheckOutsideStore(o.store, o.outdir); !s.ok()) return ReportError(kCmd, s);
   auto snap = (*store)->GetSnapshot();
 
   // Every named series must exist before anything is written.
@@ -147,7 +140,7 @@ int RunExportCsv(const ExportCsvOptions& o) {
     }
     const uint64_t file_bytes = out.bytes_written();
     Status s = out.Close();
-    if (s.ok()) s = RenameInto(tmp, path);
+    if (s.ok()) s = PlaceFile(tmp, path, /*replace=*/true);
     if (!s.ok()) return fail(s);
     done += rows;
     bytes += file_bytes;
@@ -170,7 +163,7 @@ int RunExportCsv(const ExportCsvOptions& o) {
                   2, ' ', false, ordered_json::error_handler_t::replace) +
               "\n");
   Status s = (*m)->Close();
-  if (s.ok()) s = RenameInto(mpath + suffix, mpath);
+  if (s.ok()) s = PlaceFile(mpath + suffix, mpath, /*replace=*/true);
   if (!s.ok()) {
     std::remove((mpath + suffix).c_str());
     return ReportError(kCmd, s);
@@ -214,8 +207,13 @@ int RunQuietly(const std::vector<std::string>& argv) {
 }  // namespace
 
 int RunExportPython(const std::string& format, const std::string& store, const std::string& out,
-                    const std::vector<std::string>& extra) {
+                    bool force, const std::vector<std::string>& extra) {
   const std::string cmd = "export " + format;
+  // Checked here too (the Python package checks again), so that the answer
+  // does not depend on which Python is installed.
+  Status checked = CheckOutsideStore(store, out);
+  if (checked.ok()) checked = CheckMayCreate(out, force);
+  if (!checked.ok()) return ReportError(cmd, checked);
   const char* env = std::getenv("RUNSTORE_PYTHON");
   const std::string python = env != nullptr && *env != '\0' ? env : "python3";
   if (RunQuietly({python, "-c", "import runstore._core"}) != 0) {
@@ -231,6 +229,7 @@ int RunExportPython(const std::string& format, const std::string& store, const s
   }
   std::vector<std::string> argv = {python, "-m", "runstore", "export", format, store, out};
   argv.insert(argv.end(), extra.begin(), extra.end());
+  if (force) argv.push_back("--force");
   std::vector<char*> args;
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);

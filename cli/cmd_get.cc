@@ -14,16 +14,22 @@ namespace runstore::cli {
 
 int RunGet(const GetOptions& o) {
   constexpr std::string_view kCmd = "get";
-  const RunId run = ParseRunArg(o.run, o.run_is_string);
+  const Result<RunId> run = ParseRunArg(o.run, o.run_is_string, "RUN");
+  if (!run.ok()) return ReportUsageError(kCmd, run.status().message());
+  const bool to_stdout = o.out == "-";
   auto store = OpenStoreReadOnly(o.store);
   if (!store.ok()) return ReportError(kCmd, store.status());
+  if (!to_stdout) {
+    Status s = CheckOutsideStore(o.store, o.out);
+    if (s.ok()) s = CheckMayCreate(o.out, o.force);
+    if (!s.ok()) return ReportError(kCmd, s);
+  }
   auto snap = (*store)->GetSnapshot();
-  auto value = snap->Get(run, o.name, o.step);
+  auto value = snap->Get(*run, o.name, o.step);
   if (!value.ok()) return ReportError(kCmd, value.status());
   auto layout = PlanNpy(value->dtype(), value->shape(), value->nbytes());
   if (!layout.ok()) return ReportError(kCmd, layout.status());
 
-  const bool to_stdout = o.out == "-";
   // A file is written under a temporary name and renamed into place, so that
   // a failure never leaves a truncated OUT.npy behind.
   const std::string tmp = o.out + ".tmp-" + std::to_string(getpid());
@@ -40,10 +46,7 @@ int RunGet(const GetOptions& o) {
   out->WriteDirect(value->data(), value->nbytes());
   if (layout->zero_padding > 0) out->Write(std::string(layout->zero_padding, '\0'));
   Status s = out->Close();
-  if (s.ok() && !to_stdout && std::rename(tmp.c_str(), o.out.c_str()) != 0) {
-    const int e = errno;
-    s = Status::IOError(o.out + ": cannot rename " + tmp + " into place: " + std::strerror(e), e);
-  }
+  if (s.ok() && !to_stdout) s = PlaceFile(tmp, o.out, o.force);
   if (!s.ok()) {
     if (!to_stdout) std::remove(tmp.c_str());
     return ReportError(kCmd, s);

@@ -51,7 +51,8 @@ struct GetOptions {
   bool run_is_string = false;
   std::string name;
   int64_t step = 0;
-  std::string out;  // "-" for stdout
+  std::string out;     // "-" for stdout
+  bool force = false;  // replace an existing `out`
 };
 int RunGet(const GetOptions& o);
 

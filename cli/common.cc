@@ -1,8 +1,14 @@
 #include "common.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -35,14 +41,39 @@ std::string ExitCodeHelp() {
          "  2  corruption: a checksum or structure check failed (the message names the\n"
          "     file and offset)\n"
          "  3  not found: no store at the path, or no such series, run or step\n"
-         "  4  I/O error reading the store or writing the output\n"
-         "  5  other errors: invalid argument, unsupported (newer) format version, ...\n";
+         "  4  I/O error reading the store or writing the output (standard output too)\n"
+         "  5  other errors: invalid argument (e.g. an output inside the store), an output\n"
+         "     that exists (without --force), unsupported (newer) format version, ...\n";
 }
 
 int ReportError(std::string_view command, const Status& status) {
   std::cout.flush();
-  std::cerr << "runstore: " << command << ": " << status.ToString() << "\n";
+  std::cerr << "runstore: ";
+  if (!command.empty()) std::cerr << command << ": ";
+  std::cerr << status.ToString() << "\n";
   return ExitCodeFor(status);
+}
+
+int ReportUsageError(std::string_view command, std::string_view message) {
+  std::cout.flush();
+  std::cerr << "runstore: " << command << ": " << message << "\n"
+            << "Run with --help for more information.\n";
+  return kExitUsage;
+}
+
+int FinishStdout(std::string_view command, int rc) {
+  // std::cout writes through stdout's buffer (sync_with_stdio): flushing it
+  // flushes stdout. A write that failed earlier left the error flags set, and
+  // errno is what it was then only if nothing has failed since.
+  errno = 0;
+  std::cout.flush();
+  int e = errno;
+  if (std::fflush(stdout) != 0) e = errno;
+  const bool failed = !std::cout || std::ferror(stdout) != 0;
+  if (!failed || rc != kExitOk) return rc;  // a failed command has reported its error
+  std::string message = "standard output: write failed";
+  if (e != 0) message += std::string(": ") + std::strerror(e);
+  return ReportError(command, Status::IOError(message, e));
 }
 
 Result<std::unique_ptr<Store>> OpenStoreReadOnly(const std::string& path) {
@@ -52,14 +83,94 @@ Result<std::unique_ptr<Store>> OpenStoreReadOnly(const std::string& path) {
   return Store::Open(path, options);
 }
 
-RunId ParseRunArg(const std::string& text, bool force_string) {
-  if (!force_string && !text.empty()) {
-    int64_t v = 0;
-    const char* end = text.data() + text.size();
-    auto [p, ec] = std::from_chars(text.data(), end, v);
-    if (ec == std::errc() && p == end) return RunId(v);
+namespace {
+
+bool IsDigit(char c) { return c >= '0' && c <= '9'; }
+
+// A digit, a sign or '.' before a digit, or a space: what a reader takes for
+// the start of a number.
+bool StartsLikeANumber(std::string_view s) {
+  if (s.empty()) return false;
+  if (IsDigit(s[0]) || std::isspace(static_cast<unsigned char>(s[0]))) return true;
+  size_t i = 0;
+  if (s[i] == '-' || s[i] == '+') ++i;
+  if (i < s.size() && s[i] == '.') ++i;
+  return i > 0 && i < s.size() && IsDigit(s[i]);
+}
+
+}  // namespace
+
+Result<RunId> ParseRunArg(const std::string& text, bool force_string, std::string_view option) {
+  if (force_string) return RunId(text);
+  int64_t v = 0;
+  switch (ParseDecimal(text, &v)) {
+    case DecimalText::kOk:
+      return RunId(v);
+    case DecimalText::kOutOfRange:
+      return Status::InvalidArgument(std::string(option) + " '" + text +
+                                     "' does not fit a 64-bit signed integer; for the string "
+                                     "run id '" +
+                                     text + "', use --run-str");
+    case DecimalText::kMalformed:
+      break;
+  }
+  if (StartsLikeANumber(text)) {
+    return Status::InvalidArgument(std::string(option) + " '" + text +
+                                   "' is not an integer (a run id that starts like a number "
+                                   "must be one); for the string run id '" +
+                                   text + "', use --run-str");
   }
   return RunId(text);
+}
+
+Status CheckOutsideStore(const std::string& store, const std::string& out) {
+  namespace fs = std::filesystem;
+  // weakly_canonical resolves the symlinks of the part that exists, and the
+  // rest lexically ('..' included); a trailing '/' leaves an empty last part.
+  auto resolve = [](const std::string& p, fs::path* r) {
+    std::error_code ec;
+    *r = fs::weakly_canonical(fs::absolute(p, ec), ec);
+    if (!ec && r->filename().empty()) *r = r->parent_path();
+    return !ec;
+  };
+  fs::path s, o;
+  if (!resolve(store, &s) || !resolve(out, &o)) return Status::OK();  // opening will say why
+  const auto [si, oi] = std::mismatch(s.begin(), s.end(), o.begin(), o.end());
+  if (si != s.end()) return Status::OK();
+  std::string message = out + ": refusing to write inside the store " + store;
+  fs::path plain = fs::absolute(out).lexically_normal();
+  if (plain.filename().empty()) plain = plain.parent_path();
+  if (o != plain) {
+    message += " (" + out + " resolves to " + o.string() + ")";
+  }
+  return Status::InvalidArgument(message + "; write it elsewhere");
+}
+
+Status CheckMayCreate(const std::string& path, bool force) {
+  if (force) return Status::OK();
+  struct stat st;
+  if (lstat(path.c_str(), &st) == 0) {
+    return Status::AlreadyExists(path + " exists; use --force (-f) to replace it");
+  }
+  return Status::OK();
+}
+
+Status PlaceFile(const std::string& tmp, const std::string& path, bool replace) {
+  auto failed = [&](int e) {
+    return Status::IOError(path + ": cannot rename " + tmp + " into place: " + std::strerror(e), e);
+  };
+  if (!replace) {
+    if (link(tmp.c_str(), path.c_str()) == 0) {
+      unlink(tmp.c_str());
+      return Status::OK();
+    }
+    const int e = errno;
+    if (e == EEXIST) return CheckMayCreate(path, false);
+    if (e != EPERM && e != EOPNOTSUPP && e != ENOSYS) return failed(e);
+    RETURN_IF_ERROR(CheckMayCreate(path, false));  // no hard links here
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) return failed(errno);
+  return Status::OK();
 }
 
 std::string HumanBytes(uint64_t bytes) {

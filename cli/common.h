@@ -1,16 +1,19 @@
 // common.h: pieces shared by the runstore CLI's commands: the one mapping from
 // StatusCode to exit code, error reporting, opening a store read-only, parsing
-// run ids, buffered output with error checks, and byte counts for humans.
+// run ids and integers, the checks on output paths, buffered output with error
+// checks, and byte counts for humans.
 //
 // Thread safety: none of this is meant for use from several threads.
 #ifndef RUNSTORE_CLI_COMMON_H_
 #define RUNSTORE_CLI_COMMON_H_
 
+#include <charconv>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <system_error>
 
 #include "runstore/store.h"
 #include "runstore/text.h"
@@ -44,15 +47,62 @@ int ExitCodeFor(const Status& status);
 // The text appended to every subcommand's --help.
 std::string ExitCodeHelp();
 
-// Prints "runstore: <command>: <status>" to stderr and returns its exit code.
+// Prints "runstore: <command>: <status>" to stderr and returns its exit code
+// ("runstore: <status>" for an empty command).
 int ReportError(std::string_view command, const Status& status);
+
+// Prints "runstore: <command>: <message>" and the hint to --help to stderr and
+// returns kExitUsage: for a command line that parsed but makes no sense.
+int ReportUsageError(std::string_view command, std::string_view message);
+
+// Flushes stdout and returns `rc`, or, if anything written to stdout was lost
+// (a full disk, a closed descriptor: `runstore ls STORE > /dev/full`) and rc
+// is kExitOk, reports an IOError and returns kExitIOError. Called once, when
+// the command is done.
+int FinishStdout(std::string_view command, int rc);
+
+// Puts the complete temporary file `tmp` at `path`: renamed over whatever is
+// there if `replace`, else linked, which fails with AlreadyExists if `path`
+// appeared since CheckMayCreate (on file systems without hard links: renamed
+// after one more check), then unlinked. IOError naming both otherwise.
+Status PlaceFile(const std::string& tmp, const std::string& path, bool replace);
 
 // Opens the store at `path` read-only; never creates or writes anything.
 Result<std::unique_ptr<Store>> OpenStoreReadOnly(const std::string& path);
 
-// A run id from the command line: an integer when all of `text` parses as an
-// int64 (and !force_string), a string otherwise.
-RunId ParseRunArg(const std::string& text, bool force_string);
+// A run id from the command line (`option` names it in messages: "--run",
+// "RUN"). With force_string, `text` as a string. Otherwise an integer when all
+// of `text` is one (ParseDecimal), a string when it does not start like a
+// number (a digit, a sign or '.' before a digit, a space), and InvalidArgument
+// when it starts like one but is not an int64 ("1x", "1.5", "0x10", " 1",
+// "99999999999999999999"): taken as a string it would select another run
+// than the one meant, or none. The message says to use --run-str for a string.
+Result<RunId> ParseRunArg(const std::string& text, bool force_string, std::string_view option);
+
+// How a command-line integer parsed: decimal digits with an optional '-', and
+// nothing else (no '+', spaces, hex or octal prefixes, digit separators).
+enum class DecimalText { kOk, kMalformed, kOutOfRange };
+
+template <typename T>
+DecimalText ParseDecimal(std::string_view text, T* out) {
+  if (text.empty() || text.front() == '+') return DecimalText::kMalformed;
+  const char* end = text.data() + text.size();
+  auto [p, ec] = std::from_chars(text.data(), end, *out);
+  if (ec == std::errc::result_out_of_range && p == end) return DecimalText::kOutOfRange;
+  if (ec != std::errc() || p != end) return DecimalText::kMalformed;
+  return DecimalText::kOk;
+}
+
+// InvalidArgument naming both paths if `out`, with symlinks and relative parts
+// resolved, is the store directory or lies inside it: no command writes into
+// the store it reads (an export into it would be read back, and `get -o
+// STORE/RUNSTORE` would destroy the store's marker).
+Status CheckOutsideStore(const std::string& store, const std::string& out);
+
+// AlreadyExists if `path` exists (even as a dangling symlink) and !force: the
+// commands that write a file refuse to replace one unless --force, as zstd
+// and gzip do.
+Status CheckMayCreate(const std::string& path, bool force);
 
 // 1536 -> "1.5 KiB"; exact below 1 KiB.
 std::string HumanBytes(uint64_t bytes);

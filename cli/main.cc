@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 #include <filesystem>
 #include <iostream>
+#include <limits>
 #include <new>
 #include <string>
 #include <vector>
@@ -22,7 +23,7 @@ namespace runstore::cli {
 // failure (otherwise the process becomes Python, whose exit code is the
 // command's).
 int RunExportPython(const std::string& format, const std::string& store, const std::string& out,
-                    const std::vector<std::string>& extra);
+                    bool force, const std::vector<std::string>& extra);
 
 namespace {
 
@@ -35,7 +36,62 @@ std::string Footer(const std::string& details, const std::string& examples) {
   return s + "Examples:\n" + examples + "\n\n" + ExitCodeHelp();
 }
 
-int Main(int argc, char** argv) {
+// Checks and rewrites the value of an integer option: decimal digits with an
+// optional '-', from `min` to `max`, or a message naming the value (CLI11
+// prefixes the option's name). CLI11's own conversion would take 0x10 for 16
+// and 010 for 8, and clamp 99999999999999999999 silently: this runs first and
+// hands it the value in plain decimal.
+template <typename T>
+CLI::Validator Integer(T min = std::numeric_limits<T>::min(),
+                       T max = std::numeric_limits<T>::max()) {
+  const std::string range = "an integer from " + std::to_string(min) + " to " + std::to_string(max);
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        T v{};
+        const DecimalText parsed = ParseDecimal(text, &v);
+        if (parsed == DecimalText::kMalformed) {
+          return "'" + text + "' is not a decimal integer (expected " + range + ")";
+        }
+        if (parsed == DecimalText::kOutOfRange || v < min || v > max) {
+          return "'" + text + "' is out of range (expected " + range + ")";
+        }
+        text = std::to_string(v);
+        return std::string();
+      },
+      "");
+}
+
+// For a command line that CLI11 refused: the message for its first word that
+// names no command ("runstore frobnicate", "runstore export xml"), listing
+// the commands there are; empty if every command word is known.
+std::string UnknownCommand(const CLI::App& app, int argc, char** argv) {
+  const CLI::App* level = &app;
+  std::string path = "runstore";
+  for (int i = 1; i < argc; ++i) {
+    const std::string word = argv[i];
+    if (word.starts_with("-")) continue;  // the options before commands take no values
+    const auto subs = level->get_subcommands([](const CLI::App*) { return true; });
+    if (subs.empty()) return "";  // the arguments of a command
+    const CLI::App* next = nullptr;
+    std::string names;
+    for (const CLI::App* sub : subs) {
+      if (sub->get_name() == word) next = sub;
+      names += (names.empty() ? "" : ", ") + sub->get_name();
+    }
+    if (next == nullptr) {
+      return "runstore: unknown command '" + (level == &app ? "" : path.substr(9) + " ") + word +
+             "'; the commands of '" + path + "' are: " + names + "\nRun '" + path +
+             " --help' for more information.\n";
+    }
+    level = next;
+    path += " " + word;
+  }
+  return "";
+}
+
+// Parses the command line and runs the command; sets *command to its name
+// ("ls", "export csv") once that is known, for FinishStdout.
+int Main(int argc, char** argv, std::string* command) {
   CLI::App app{
       "runstore: inspect and export runstore stores (results of large parallel computations).\n"
       "Every command opens the store read-only and never writes to it.",
@@ -99,7 +155,9 @@ int Main(int argc, char** argv) {
   cat_cmd->add_option("NAME", cat.name, "Series name")->required();
   auto* run_opt = cat_cmd->add_option(
       "--run,-r", cat.run,
-      "Only records of this run: an integer if it parses as one, else a string");
+      "Only records of this run: an integer if all of it is one (digits, an optional '-'), a "
+      "string if it does not start like a number; a value that starts like one but is not an "
+      "integer (1x, 1.5, 0x10, ' 1', beyond int64) is refused: use --run-str for such a run");
   auto* run_str_opt = cat_cmd->add_option("--run-str", cat.run,
                                           "Only records of this run, always taken as a string");
   run_opt->excludes(run_str_opt);
@@ -108,11 +166,13 @@ int Main(int argc, char** argv) {
       ->capture_default_str();
   int64_t first_step = 0, last_step = 0;
   auto* first_step_opt =
-      cat_cmd->add_option("--first-step", first_step, "Only records at this step or later");
+      cat_cmd->add_option("--first-step", first_step, "Only records at this step or later")
+          ->transform(Integer<int64_t>());
   auto* last_step_opt =
-      cat_cmd->add_option("--last-step", last_step, "Only records at this step or earlier");
+      cat_cmd->add_option("--last-step", last_step, "Only records at this step or earlier")
+          ->transform(Integer<int64_t>());
   cat_cmd->add_option("--limit,-n", cat.limit, "Print at most N records")
-      ->check(CLI::NonNegativeNumber);
+      ->transform(Integer<int64_t>(0));
   cat_cmd->footer(Footer(
       "Prints the records of one series with columns run, step, value, in storage order\n"
       "(segment by segment, block by block; not sorted). Formats:\n"
@@ -136,18 +196,28 @@ int Main(int argc, char** argv) {
   GetOptions get;
   auto* get_cmd = app.add_subcommand("get", "Write one value to a NumPy .npy file");
   get_cmd->add_option("STORE", get.store, "Store directory")->required();
-  get_cmd->add_option("RUN", get.run, "Run id: an integer if it parses as one, else a string")
+  get_cmd
+      ->add_option("RUN", get.run,
+                   "Run id: an integer if all of it is one, a string if it does not start like a "
+                   "number; one that starts like a number but is not an integer (1x, 1.5) is "
+                   "refused: use --run-str for it")
       ->required();
   get_cmd->add_option("NAME", get.name, "Series name")->required();
   get_cmd->add_flag("--run-str", get.run_is_string,
                     "Take RUN as a string even if it looks like an integer");
-  get_cmd->add_option("--step,-s", get.step, "Step of the record")->capture_default_str();
-  get_cmd->add_option("--output,-o", get.out, "Output .npy file ('-' for standard output)")
+  get_cmd->add_option("--step,-s", get.step, "Step of the record")
+      ->transform(Integer<int64_t>())
+      ->capture_default_str();
+  get_cmd
+      ->add_option("--output,-o", get.out,
+                   "Output .npy file ('-' for standard output); not inside the store")
       ->required();
+  get_cmd->add_flag("--force,-f", get.force, "Replace the output file if it exists");
   get_cmd->footer(Footer(
       "Writes the value of the record (RUN, NAME, step) to a NumPy .npy file (format 1.0,\n"
       "data aligned to 64 bytes), streaming its bytes from the store without a copy. The file\n"
-      "is written under a temporary name and renamed into place when complete.\n"
+      "is written under a temporary name and renamed into place when complete; an existing\n"
+      "file is replaced only with --force, and a file inside the store is refused.\n"
       "Numeric values keep their dtype and shape ('<f8', '|b1', '<i4', ...). A string value\n"
       "becomes a 0-d '|S<n>' array of its UTF-8 bytes (np.load(f)[()].decode() gives the\n"
       "str); a bytes value becomes a 1-d uint8 ('|u1') array of its length, which keeps\n"
@@ -184,14 +254,14 @@ int Main(int argc, char** argv) {
   auto* csv_cmd =
       export_cmd->add_subcommand("csv", "Write one CSV file per series into a directory");
   csv_cmd->add_option("STORE", exp.store, "Store directory")->required();
-  csv_cmd->add_option("OUTDIR", exp.outdir, "Output directory")->required();
+  csv_cmd->add_option("OUTDIR", exp.outdir, "Output directory (not inside the store)")->required();
   csv_cmd->add_option("--names", exp.names, "Only these series (comma-separated or repeated)")
       ->delimiter(',');
   csv_cmd->add_flag("--all,-a", exp.all, "Include reserved '~' series when --names is not given");
   csv_cmd
       ->add_option("--max-columns", exp.max_columns,
                    "Split fixed shapes of up to this many elements into columns (0: never)")
-      ->check(CLI::NonNegativeNumber)
+      ->transform(Integer<int>(0))
       ->capture_default_str();
   csv_cmd->footer(Footer(
       "Writes one CSV file per series into OUTDIR (created if missing), streaming batch by\n"
@@ -211,25 +281,28 @@ int Main(int argc, char** argv) {
   // export tar / export parquet: the experiment table, through the Python package.
   std::string py_store, py_out;
   int chunk_rows = 10000, compresslevel = 1, row_group_rows = 10000;
+  bool py_force = false;
   auto* tar_cmd = export_cmd->add_subcommand(
       "tar", "Write experiments and outcomes as a .tar.gz of CSVs (and .npy) for spreadsheets");
   tar_cmd->add_option("STORE", py_store, "Store directory")->required();
-  tar_cmd->add_option("OUT", py_out, "Output .tar.gz")->required();
+  tar_cmd->add_option("OUT", py_out, "Output .tar.gz (not inside the store)")->required();
   tar_cmd->add_option("--chunk-rows", chunk_rows, "Experiments formatted at a time")
-      ->check(CLI::PositiveNumber)
+      ->transform(Integer<int>(1))
       ->capture_default_str();
   tar_cmd->add_option("--compresslevel", compresslevel, "gzip level")
-      ->check(CLI::Range(0, 9))
+      ->transform(Integer<int>(0, 9))
       ->capture_default_str();
+  tar_cmd->add_flag("--force,-f", py_force, "Replace OUT if it exists");
   tar_cmd->footer(Footer(
       "Writes metadata.json (every column's and outcome's dtype and shape, and the member file\n"
       "of each outcome), experiments.csv (experiment id, parameters, status: state, error,\n"
       "host, started, finished, seconds, attempt), one CSV per outcome of up to two dimensions\n"
       "(rows in experiment order; one column per element, '<name>_i_j' for 2-d), and .npy for\n"
       "outcomes of three or more dimensions (with a .mask.npy of absent rows). Streamed in\n"
-      "bounded memory; written under a temporary name and renamed into place. A store without\n"
-      "a design exports its runs as the experiments. runstore.import_tar (Python) reads it back\n"
-      "with dtypes intact; docs/experiments.md specifies the layout.\n"
+      "bounded memory; OUT appears whole when complete or not at all (see the Python package's\n"
+      "README), with mode 0666 minus the umask; an existing OUT is replaced only with --force.\n"
+      "A store without a design exports its runs as the experiments. runstore.import_tar\n"
+      "(Python) reads it back with dtypes intact; docs/experiments.md specifies the layout.\n"
       "Runs `python -m runstore export tar` with the Python of $RUNSTORE_PYTHON (default\n"
       "python3), which must have the runstore package installed.",
       "  runstore export tar /scratch/sweep results.tar.gz\n"
@@ -238,15 +311,17 @@ int Main(int argc, char** argv) {
       "parquet",
       "Write one Parquet file with a row per experiment (pandas, polars, DuckDB, Spark)");
   parquet_cmd->add_option("STORE", py_store, "Store directory")->required();
-  parquet_cmd->add_option("OUT", py_out, "Output .parquet")->required();
+  parquet_cmd->add_option("OUT", py_out, "Output .parquet (not inside the store)")->required();
   parquet_cmd->add_option("--row-group-rows", row_group_rows, "Rows per row group")
-      ->check(CLI::PositiveNumber)
+      ->transform(Integer<int>(1))
       ->capture_default_str();
+  parquet_cmd->add_flag("--force,-f", py_force, "Replace OUT if it exists");
   parquet_cmd->footer(Footer(
       "Writes one row per experiment in design order: experiment, parameters, status columns\n"
       "and every outcome (scalars as columns, fixed-shape arrays as fixed-size lists), row\n"
       "group by row group in bounded memory. A store without a design writes its records as\n"
-      "run, step and one column per series. Needs the runstore Python package with pyarrow\n"
+      "run, step and one column per series. OUT is written as 'export tar' writes its own\n"
+      "(replaced only with --force). Needs the runstore Python package with pyarrow\n"
       "(runstore[arrow]) in $RUNSTORE_PYTHON (default python3).",
       "  runstore export parquet /scratch/sweep results.parquet\n"
       "  duckdb -c \"SELECT state, count(*) FROM 'results.parquet' GROUP BY state\""));
@@ -254,10 +329,18 @@ int Main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() != 0) {
+      if (const std::string unknown = UnknownCommand(app, argc, argv); !unknown.empty()) {
+        std::cerr << unknown;
+        return kExitUsage;
+      }
+    }
     const int rc = app.exit(e);
     return rc == 0 ? kExitOk : kExitUsage;
   }
 
+  *command = app.get_subcommands().at(0)->get_name();
+  if (*export_cmd) *command += " " + export_cmd->get_subcommands().at(0)->get_name();
   if (*info_cmd) return RunInfo(info);
   if (*ls_cmd) return RunLs(ls);
   if (*cat_cmd) {
@@ -271,12 +354,12 @@ int Main(int argc, char** argv) {
   if (*verify_cmd) return RunVerify(verify);
   if (*csv_cmd) return RunExportCsv(exp);
   if (*tar_cmd) {
-    return RunExportPython("tar", py_store, py_out,
+    return RunExportPython("tar", py_store, py_out, py_force,
                            {"--chunk-rows", std::to_string(chunk_rows), "--compresslevel",
                             std::to_string(compresslevel)});
   }
   if (*parquet_cmd) {
-    return RunExportPython("parquet", py_store, py_out,
+    return RunExportPython("parquet", py_store, py_out, py_force,
                            {"--row-group-rows", std::to_string(row_group_rows)});
   }
   return kExitUsage;
@@ -287,16 +370,19 @@ int Main(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   using runstore::cli::kExitOther;
+  std::string command;
+  int rc;
   try {
-    return runstore::cli::Main(argc, argv);
+    rc = runstore::cli::Main(argc, argv, &command);
   } catch (const std::filesystem::filesystem_error& e) {
-    return runstore::cli::ReportError("error",
-                                      runstore::Status::IOError(e.what(), e.code().value()));
+    rc = runstore::cli::ReportError("error", runstore::Status::IOError(e.what(), e.code().value()));
   } catch (const std::bad_alloc&) {
     std::cerr << "runstore: error: out of memory\n";
-    return kExitOther;
+    rc = kExitOther;
   } catch (const std::exception& e) {
     std::cerr << "runstore: error: " << e.what() << "\n";
-    return kExitOther;
+    rc = kExitOther;
   }
+  // Every command (and --help) succeeds only if what it printed was written.
+  return runstore::cli::FinishStdout(command, rc);
 }

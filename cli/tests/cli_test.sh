@@ -10,10 +10,15 @@
 set -u
 shopt -s extglob
 
-RS=${1:?usage: cli_test.sh RUNSTORE MAKE_FIXTURE}
-MK=${2:?usage: cli_test.sh RUNSTORE MAKE_FIXTURE}
+RS=$(realpath "${1:?usage: cli_test.sh RUNSTORE MAKE_FIXTURE}")
+MK=$(realpath "${2:?usage: cli_test.sh RUNSTORE MAKE_FIXTURE}")
 T=$(mktemp -d "${TMPDIR:-/tmp}/runstore_cli_test.XXXXXX")
-trap 'rm -rf "$T"' EXIT
+FULL=  # a small tmpfs mounted for the full-disk checks, if any
+cleanup() {
+  [[ -n $FULL ]] && umount "$FULL"
+  rm -rf "$T"
+}
+trap cleanup EXIT
 
 failures=0
 checks=0
@@ -83,7 +88,12 @@ before=$(fingerprint "$S")
 # --- usage -------------------------------------------------------------------
 test_name=usage
 run "$RS"; expect_rc 1; expect_err_has "subcommand is required"
-run "$RS" frobnicate "$S"; expect_rc 1
+# An unknown command is named, with the commands there are.
+run "$RS" frobnicate "$S"; expect_rc 1; expect_err_has "runstore: unknown command 'frobnicate'"
+expect_err_has "info, ls, cat, get, verify, export"
+run "$RS" --no-progress frobnicate; expect_rc 1; expect_err_has "unknown command 'frobnicate'"
+run "$RS" export xml "$S" "$T/x"; expect_rc 1; expect_err_has "unknown command 'export xml'"
+expect_err_has "csv, tar, parquet"
 run "$RS" cat "$S"; expect_rc 1; expect_err_has "NAME is required"
 run "$RS" cat "$S" loss --format xml; expect_rc 1
 run "$RS" cat "$S" loss --run 1 --run-str 1; expect_rc 1
@@ -452,12 +462,35 @@ if [[ -n $PY ]] && "$PY" -c "import runstore._core" 2>/dev/null; then
   expect_err_has "$corrupt_file"
   checks=$((checks + 1))
   [[ ! -e $T/none.tar.gz ]] || fail "a failed export left its output behind"
+  # An existing OUT is replaced only with --force; OUT gets the umask's mode.
+  cp "$T/store.tar.gz" "$T/store_before.tar.gz"
+  run env RUNSTORE_PYTHON="$PY" "$RS" export tar "$S" "$T/store.tar.gz"; expect_rc 5
+  expect_err_has "runstore: export tar: AlreadyExists: $T/store.tar.gz exists; use --force (-f) to replace it"
+  checks=$((checks + 1))
+  cmp -s "$T/store.tar.gz" "$T/store_before.tar.gz" || fail "export tar replaced a file without --force"
+  run env RUNSTORE_PYTHON="$PY" "$RS" export tar "$S" "$T/store.tar.gz" -f; expect_rc 0
+  rm "$T/store.tar.gz"
+  run env RUNSTORE_PYTHON="$PY" "$PY" -m runstore export tar "$S" "$T/store_before.tar.gz"; expect_rc 5
+  expect_err_has "AlreadyExists: $T/store_before.tar.gz exists; use --force (-f)"
+  (umask 002 && env RUNSTORE_PYTHON="$PY" "$RS" export tar "$S" "$T/store.tar.gz" --force) >/dev/null 2>&1
+  checks=$((checks + 1))
+  [[ $(stat -c %a "$T/store.tar.gz") == 664 ]] || fail "export tar with umask 002: mode $(stat -c %a "$T/store.tar.gz")"
+  checks=$((checks + 1))
+  [[ -z $(find "$T" -maxdepth 1 -name '.*runstore*') ]] || fail "export tar left temporaries"
+  if [[ -w /dev/full ]]; then
+    env RUNSTORE_PYTHON="$PY" "$RS" export tar "$S" "$T/full_stdout.tar.gz" >/dev/full 2>"$T/stderr"
+    rc=$?; err=$(cat "$T/stderr")
+    expect_rc 4; expect_err_has "runstore: export tar: IOError: standard output: No space left on device"
+  fi
   if "$PY" -c "import pyarrow" 2>/dev/null; then
     run env RUNSTORE_PYTHON="$PY" "$RS" export parquet "$S" "$T/store.parquet"; expect_rc 0
     checks=$((checks + 1))
     rows=$("$PY" -c "import pyarrow.parquet as pq, sys; print(pq.read_metadata(sys.argv[1]).num_rows)" \
       "$T/store.parquet")
     [[ $rows -gt 0 ]] || fail "export parquet wrote $rows rows"
+    run env RUNSTORE_PYTHON="$PY" "$RS" export parquet "$S" "$T/store.parquet"; expect_rc 5
+    expect_err_has "runstore: export parquet: AlreadyExists: $T/store.parquet exists; use --force"
+    run env RUNSTORE_PYTHON="$PY" "$RS" export parquet "$S" "$T/store.parquet" --force; expect_rc 0
   fi
 else
   echo "cli_test: export tar/parquet checks skipped: no Python with the runstore package" \
@@ -465,6 +498,156 @@ else
 fi
 run env RUNSTORE_PYTHON="$T/no-such-python" "$RS" export tar "$S" "$T/none.tar.gz"; expect_rc 5
 expect_err_has "needs the runstore Python package"
+
+# --- integers and run ids on the command line ---------------------------------
+# Out of range and malformed integers are refused, naming the option and the
+# value, instead of being clamped (CLI11 alone took 0x10 for 16, 010 for 8, and
+# 99999999999999999999 for the largest int64).
+test_name=integers
+for bad in 99999999999999999999 -99999999999999999999 0x10 1.5 1e3 " 5" "5 " +5 1_000 x; do
+  run "$RS" get "$S" 3 loss --step "$bad" -o "$T/int.npy"; expect_rc 1; expect_err_has "--step: '$bad' is"
+  run "$RS" cat "$S" loss --first-step "$bad"; expect_rc 1; expect_err_has "--first-step: '$bad' is"
+  run "$RS" cat "$S" loss --last-step "$bad"; expect_rc 1; expect_err_has "--last-step: '$bad' is"
+  run "$RS" cat "$S" loss --limit "$bad"; expect_rc 1; expect_err_has "--limit: '$bad' is"
+  run "$RS" export csv "$S" "$T/int_csv" --max-columns "$bad"; expect_rc 1
+  expect_err_has "--max-columns: '$bad' is"
+  run "$RS" export tar "$S" "$T/int.tar.gz" --chunk-rows "$bad"; expect_rc 1
+  expect_err_has "--chunk-rows: '$bad' is"
+  run "$RS" export parquet "$S" "$T/int.parquet" --row-group-rows "$bad"; expect_rc 1
+  expect_err_has "--row-group-rows: '$bad' is"
+done
+run "$RS" get "$S" 3 loss --step 99999999999999999999 -o "$T/int.npy"
+expect_err_has "is out of range (expected an integer from -9223372036854775808 to 9223372036854775807)"
+run "$RS" get "$S" 3 loss --step 0x10 -o "$T/int.npy"; expect_err_has "'0x10' is not a decimal integer"
+run "$RS" cat "$S" loss --limit -1; expect_rc 1; expect_err_has "--limit: '-1' is out of range"
+run "$RS" export csv "$S" "$T/int_csv" --max-columns 2147483648; expect_rc 1
+expect_err_has "to 2147483647)"
+run "$RS" export tar "$S" "$T/int.tar.gz" --compresslevel 10; expect_rc 1
+expect_err_has "--compresslevel: '10' is out of range (expected an integer from 0 to 9)"
+run "$RS" export tar "$S" "$T/int.tar.gz" --chunk-rows 0; expect_rc 1; expect_err_has "'0' is out of range"
+checks=$((checks + 1))
+[[ ! -e $T/int.npy && ! -e $T/int_csv && ! -e $T/int.tar.gz && ! -e $T/int.parquet ]] ||
+  fail "a refused command line wrote its output"
+# Decimal digits, with leading zeros, are what they say.
+run "$RS" cat "$S" loss --run 3 --first-step 01 --last-step -0001 -f csv; expect_rc 3
+run "$RS" cat "$S" loss --run 3 --first-step 01 --last-step 0001 -f csv; expect_rc 0
+expect_out 'run,step,value
+3,1,2.5'
+# A run id is an integer if all of it is one, a string if it does not start
+# like a number, and refused if it starts like one but is not an integer:
+# taken as a string it would silently select some other run, or none.
+test_name=run_ids
+for bad in 1x 1.5 0x10 " 1" "1 " +1 -1x .5 1e3 99999999999999999999; do
+  run "$RS" cat "$S" loss --run "$bad"; expect_rc 1; expect_out ""
+  expect_err_has "runstore: cat: --run '$bad' "; expect_err_has "use --run-str"
+  run "$RS" get "$S" "$bad" loss -o "$T/run.npy"; expect_rc 1
+  expect_err_has "runstore: get: RUN '$bad' "; expect_err_has "use --run-str"
+done
+run "$RS" cat "$S" loss --run 99999999999999999999
+expect_err_has "does not fit a 64-bit signed integer; for the string run id '99999999999999999999', use --run-str"
+run "$RS" cat "$S" loss --run 1x; expect_err_has "'1x' is not an integer"
+# As strings, with --run-str, they are run ids like any other.
+run "$RS" cat "$S" loss --run-str 1x; expect_rc 3; expect_err_has "no records of run 1x"
+run "$RS" get "$S" 1.5 loss --run-str -o "$T/run.npy"; expect_rc 3; expect_err_has "no record for run 1.5"
+run "$RS" cat "$S" loss --run s1 -f csv; expect_rc 0; expect_out 'run,step,value
+s1,0,1.5'
+run "$RS" cat "$S" loss --run -7; expect_rc 3; expect_err_has "no records of run -7"
+checks=$((checks + 1))
+[[ ! -e $T/run.npy ]] || fail "a refused run id wrote its output"
+run "$RS" cat --help; expect_out_has "is refused: use --run-str"
+run "$RS" get --help; expect_out_has "refused: use --run-str"
+
+# --- output files --------------------------------------------------------------
+# An existing output is replaced only with --force, as zstd and gzip do.
+test_name=force
+printf 'keep me' >"$T/existing.npy"
+run "$RS" get "$S" 3 loss -o "$T/existing.npy"; expect_rc 5
+expect_err_has "runstore: get: AlreadyExists: $T/existing.npy exists; use --force (-f) to replace it"
+expect_file_eq "$T/existing.npy" "keep me"
+ln -s "$T/nowhere.npy" "$T/dangling.npy"
+run "$RS" get "$S" 3 loss -o "$T/dangling.npy"; expect_rc 5; expect_err_has "exists; use --force"
+run "$RS" get "$S" 3 loss -o "$T/existing.npy" -f; expect_rc 0
+npy_check "$T/existing.npy" "'descr': '<f8', 'fortran_order': False, 'shape': ()" 8
+printf 'keep me' >"$T/existing.npy"
+run "$RS" get "$S" 3 loss -o "$T/existing.npy" --force; expect_rc 0
+checks=$((checks + 1))
+[[ $(head -c 6 "$T/existing.npy" | od -An -c | tr -d ' ') == '223NUMPY' ]] || fail "--force did not replace the file"
+checks=$((checks + 1))
+[[ -z $(find "$T" -maxdepth 1 -name '*.tmp-*') ]] || fail "get left temporary files"
+
+# No command writes into the store it reads (symlinks and relative paths
+# resolved): get -o STORE/RUNSTORE destroyed the store's marker.
+test_name=inside_store
+V=$T/victim
+cp -a "$S" "$V"
+ln -s "$V" "$T/victim_link"
+victim_before=$(fingerprint "$V")
+run "$RS" export csv "$V" "$V"; expect_rc 5
+expect_err_has "runstore: export csv: InvalidArgument: $V: refusing to write inside the store $V"
+run "$RS" export csv "$V" "$V/out"; expect_rc 5; expect_err_has "refusing to write inside the store"
+run "$RS" export csv "$V" "$T/victim_link/segments/../out"; expect_rc 5
+expect_err_has "resolves to $V/out"
+run "$RS" get "$V" 3 loss -o "$V/RUNSTORE" --force; expect_rc 5
+expect_err_has "runstore: get: InvalidArgument: $V/RUNSTORE: refusing to write inside the store $V"
+run "$RS" get "$V" 3 loss -o "$T/victim_link/x.npy"; expect_rc 5; expect_err_has "refusing to write inside"
+run env -C "$V/segments" "$RS" get "$V" 3 loss -o ../x.npy; expect_rc 5; expect_err_has "refusing to write inside"
+run env -C "$V" "$RS" export csv . out; expect_rc 5; expect_err_has "refusing to write inside the store ."
+run "$RS" export tar "$V" "$V/x.tar.gz"; expect_rc 5; expect_err_has "refusing to write inside the store"
+run "$RS" export parquet "$T/victim_link" "$V/x.parquet" --force; expect_rc 5
+expect_err_has "refusing to write inside the store"
+checks=$((checks + 1))
+[[ $(fingerprint "$V") == "$victim_before" ]] || fail "a command wrote into the store"
+run "$RS" verify "$V"; expect_rc 0
+
+# Outputs get the mode the umask gives (0666 minus the umask), as any tool's.
+test_name=modes
+for mask in 022 002; do
+  want=$(printf '%o' $((0666 & ~8#$mask)))
+  (umask $mask && "$RS" get "$S" 3 loss -o "$T/mode_$mask.npy" && "$RS" export csv "$S" "$T/mode_$mask" --names loss) >/dev/null
+  checks=$((checks + 1))
+  [[ $(stat -c %a "$T/mode_$mask.npy") == "$want" && $(stat -c %a "$T/mode_$mask/loss.csv") == "$want" &&
+    $(stat -c %a "$T/mode_$mask/manifest.json") == "$want" ]] ||
+    fail "umask $mask: modes $(stat -c %a "$T/mode_$mask.npy" "$T/mode_$mask/loss.csv" | tr '\n' ' '), expected $want"
+done
+
+# Output that cannot be written fails the command: it used to exit 0.
+test_name=stdout
+if [[ -w /dev/full ]]; then
+  for cmd in "info $S" "info $S --json" "ls $S" "ls $S --runs" "ls $S --json" "verify $S" "verify $S --json" \
+    "cat $S loss" "get $S 7 big -o -" "export csv $S $T/stdout_csv" "--help" "ls --help" "--version"; do
+    # shellcheck disable=SC2086
+    "$RS" $cmd >/dev/full 2>"$T/stderr"; rc=$?; err=$(cat "$T/stderr")
+    expect_rc 4; expect_err_has "IOError: standard output: write failed"
+  done
+  "$RS" ls "$S" >/dev/full 2>"$T/stderr"; rc=$?; err=$(cat "$T/stderr")
+  expect_rc 4; expect_err_has "runstore: ls: IOError: standard output: write failed: No space left on device"
+fi
+# shellcheck disable=SC2086
+"$RS" ls "$S" >&- 2>"$T/stderr"; rc=$?; err=$(cat "$T/stderr")
+expect_rc 4; expect_err_has "runstore: ls: IOError: standard output: write failed: Bad file descriptor"
+
+# A FIFO is not a store: refused at once (reading it would wait for a writer).
+test_name=fifo
+mkfifo "$T/fifo"
+for cmd in info ls verify; do
+  run timeout 10 "$RS" $cmd "$T/fifo"; expect_rc 5
+  expect_err_has "runstore: $cmd: InvalidArgument: $T/fifo is not a directory, so it cannot be a store"
+done
+
+# A full disk: the error names the file that could not be written, and no
+# temporary is left behind (needs root, to mount a small tmpfs).
+test_name=full_disk
+if [[ $(id -u) == 0 ]] && mkdir "$T/full" && mount -t tmpfs -o size=64k tmpfs "$T/full" 2>/dev/null; then
+  FULL=$T/full
+  run "$RS" get "$S" 7 big -o "$FULL/big.npy"; expect_rc 4
+  expect_err_has "runstore: get: IOError: $FULL/big.npy: write failed: No space left on device"
+  run "$RS" export csv "$S" "$FULL/csv" --names big; expect_rc 4
+  expect_err_has "IOError: series 'big': $FULL/csv/big.csv: write failed: No space left on device"
+  checks=$((checks + 1))
+  [[ -z $(find "$FULL" -type f) ]] || fail "a failed write left files: $(find "$FULL" -type f)"
+else
+  echo "cli_test: full-disk checks skipped: mounting a small tmpfs needs root"
+fi
 
 # --- the store was never written ---------------------------------------------
 test_name=read_only

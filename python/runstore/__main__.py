@@ -1,16 +1,21 @@
 """python -m runstore: the commands of the runstore package that need Python.
 
-    python -m runstore export tar STORE OUT.tar.gz [--chunk-rows N] [--compresslevel L]
-    python -m runstore export parquet STORE OUT.parquet [--row-group-rows N]
+    python -m runstore export tar STORE OUT.tar.gz [--chunk-rows N] [--compresslevel L] [--force]
+    python -m runstore export parquet STORE OUT.parquet [--row-group-rows N] [--force]
     python -m runstore import tar ARCHIVE.tar.gz STORE
 
-The C++ `runstore` tool runs the export commands through this module. Exit codes are the
-CLI's: 0 ok, 1 bad command line, 2 corruption, 3 not found, 4 I/O error, 5 anything else.
+The C++ `runstore` tool runs the export commands through this module. Like the tool (and zstd
+or gzip), they refuse to replace an existing OUT unless --force is given, where the Python API
+(Store.export_tar) replaces it as pandas and numpy do. Exit codes are the CLI's: 0 ok, 1 bad
+command line, 2 corruption, 3 not found, 4 I/O error (also writing standard output), 5 anything
+else (OUT exists, OUT inside STORE, ...).
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
+import os
 import sys
 
 EXIT_OK, EXIT_USAGE, EXIT_CORRUPTION, EXIT_NOT_FOUND, EXIT_IO, EXIT_OTHER = 0, 1, 2, 3, 4, 5
@@ -32,6 +37,7 @@ def _parser() -> argparse.ArgumentParser:
     tar.add_argument("--chunk-rows", type=int, default=10_000, help="experiments formatted at a time")
     tar.add_argument("--compresslevel", type=int, default=1, choices=range(0, 10), metavar="0-9",
                      help="gzip level (default 1)")
+    tar.add_argument("-f", "--force", action="store_true", help="replace OUT if it exists")
     pq = exp_sub.add_parser(
         "parquet", help="one Parquet file: a row per experiment",
         description="Writes one row per experiment (id, parameters, status, outcomes; arrays as "
@@ -40,6 +46,7 @@ def _parser() -> argparse.ArgumentParser:
     pq.add_argument("out")
     pq.add_argument("--row-group-rows", type=int, default=10_000, help="rows per row group")
     pq.add_argument("--compression", default="zstd", help="Parquet codec (default zstd)")
+    pq.add_argument("-f", "--force", action="store_true", help="replace OUT if it exists")
     imp = sub.add_parser("import", help="rebuild a store from an export")
     imp_sub = imp.add_subparsers(dest="format", required=True)
     itar = imp_sub.add_parser("tar", help="from a tarball of `export tar`")
@@ -53,27 +60,32 @@ def main(argv: list[str] | None = None) -> int:
     import runstore
 
     what = f"{args.command} {args.format}"
+    note = None
     try:
         if args.command == "export":
             store = runstore.open(args.store, mode="r")
             if args.format == "tar":
-                r = store.export_tar(args.out, chunk_rows=args.chunk_rows, compresslevel=args.compresslevel)
-                print(f"{r['path']}: {r['experiments']:,} experiments, {len(r['members'])} members, "
-                      f"{r['bytes']:,} bytes in {r['seconds']:.1f} s")
+                r = store.export_tar(args.out, chunk_rows=args.chunk_rows, compresslevel=args.compresslevel,
+                                     overwrite=args.force)
+                report = (f"{r['path']}: {r['experiments']:,} experiments, {len(r['members'])} members, "
+                          f"{r['bytes']:,} bytes in {r['seconds']:.1f} s")
                 if r["left_out"]:
-                    print(f"note: {sum(r['left_out'].values()):,} records at steps other than 0 (or of runs "
-                          f"that are not experiments) are not part of the table: "
-                          f"{', '.join(f'{k} ({v:,})' for k, v in r['left_out'].items())}; "
-                          "`runstore export csv` writes every record", file=sys.stderr)
+                    note = (f"note: {sum(r['left_out'].values()):,} records at steps other than 0 (or of "
+                            f"runs that are not experiments) are not part of the table: "
+                            f"{', '.join(f'{k} ({v:,})' for k, v in r['left_out'].items())}; "
+                            "`runstore export csv` writes every record")
             else:
                 r = store.export_parquet(args.out, row_group_rows=args.row_group_rows,
-                                         compression=args.compression)
-                print(f"{r['path']}: {r['rows']:,} rows, {r['bytes']:,} bytes in {r['seconds']:.1f} s")
+                                         compression=args.compression, overwrite=args.force)
+                report = f"{r['path']}: {r['rows']:,} rows, {r['bytes']:,} bytes in {r['seconds']:.1f} s"
         else:
             store = runstore.import_tar(args.archive, args.store)
-            print(f"{store.path}: {len(store.design()):,} experiments imported")
+            report = f"{store.path}: {len(store.design()):,} experiments imported"
     except runstore.CorruptionError as e:
         return _fail(what, "Corruption", e, EXIT_CORRUPTION)
+    except FileExistsError as e:
+        return _fail(what, "AlreadyExists", f"{e.filename} exists; use --force (-f) to replace it",
+                     EXIT_OTHER)
     except (FileNotFoundError, KeyError) as e:
         return _fail(what, "NotFound", e, EXIT_NOT_FOUND)
     except OSError as e:
@@ -82,6 +94,25 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(what, "NotSupported", f"{e} (pip install pyarrow, or runstore[arrow])", EXIT_OTHER)
     except (ValueError, TypeError, RuntimeError, NotImplementedError) as e:
         return _fail(what, type(e).__name__, e, EXIT_OTHER)
+    if note is not None:
+        print(note, file=sys.stderr)
+    return _print_report(what, report)
+
+
+def _print_report(what: str, report: str) -> int:
+    """Prints ``report`` on standard output: EXIT_OK, or EXIT_IO with a message if it could not
+    be written (a full disk, a closed pipe), as a command whose output was lost has failed."""
+    if sys.stdout is None:  # started with descriptor 1 closed
+        return _fail(what, "IOError", f"standard output: {os.strerror(errno.EBADF)}", EXIT_IO)
+    try:
+        print(report)
+        sys.stdout.flush()
+    except OSError as e:
+        # Point the descriptor at /dev/null, or the interpreter's own flush at exit fails again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return _fail(what, "IOError", f"standard output: {e.strerror or e}", EXIT_IO)
     return EXIT_OK
 
 

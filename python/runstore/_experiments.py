@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -503,21 +502,19 @@ def _check_param_name(name: str) -> None:
 
 
 def _check_ids(ids: list[Any]) -> np.ndarray:
+    from ._store import check_run_id
+
     out = []
     for i, e in enumerate(ids):
-        if isinstance(e, (bool, np.bool_)) or e is None or (isinstance(e, float) and math.isnan(e)):
-            raise ValueError(f"design: row {i} has experiment id {e!r}; ids are ints or non-empty strs")
-        if isinstance(e, (int, np.integer)):
-            e = int(e)
+        # Run ids as the core takes them: a bool, a float (even 3.0) or None is refused, not
+        # taken for run 1 or 3 or a missing id.
+        e = check_run_id(e, f"design: row {i}: the experiment id")
+        if isinstance(e, int):
             if not -(2**63) <= e < 2**63:
-                raise ValueError(f"design: experiment id {e} is outside int64")
-        elif isinstance(e, float) and e.is_integer():
-            e = int(e)
-        elif isinstance(e, str):
-            if not e or len(e.encode()) > 255:
-                raise ValueError(f"design: experiment id {e[:40]!r} must be 1 to 255 bytes of UTF-8")
-        else:
-            raise TypeError(f"design: row {i} has experiment id {e!r}; ids are ints or strs")
+                raise OverflowError(
+                    f"design: row {i}: experiment id {e} does not fit a 64-bit signed integer")
+        elif not e or len(e.encode()) > 255:
+            raise ValueError(f"design: experiment id {e[:40]!r} must be 1 to 255 bytes of UTF-8")
         out.append(e)
     if out and all(isinstance(e, int) for e in out):
         return np.array(out, dtype=np.int64)

@@ -20,7 +20,6 @@ import os
 import re
 import struct
 import tarfile
-import tempfile
 import time
 import zlib
 from collections import deque
@@ -32,6 +31,7 @@ import numpy as np
 
 from . import _core
 from . import _experiments as ex
+from ._output import ExportFile
 
 if TYPE_CHECKING:
     import pyarrow
@@ -40,7 +40,6 @@ if TYPE_CHECKING:
 
 EXPORT_FORMAT = "runstore-experiments"
 EXPORT_VERSION = 1
-SPOOL_BYTES = 1 << 20
 #: Spreadsheets (Excel, LibreOffice) open at most 16,384 columns: outcomes with more elements
 #: than fit next to the experiment id go to .npy files even when they are 1-d or 2-d.
 MAX_CSV_ELEMENTS = 16_383
@@ -286,18 +285,16 @@ def _gzip_threads() -> int:
 class _TarOut:
     """A .tar.gz written as a stream; each member is spooled first (tar needs its size)."""
 
-    def __init__(self, path: str, compresslevel: int) -> None:
-        self.path = path
-        self.dir = os.path.dirname(os.path.abspath(path)) or "."
-        fd, self.tmp = tempfile.mkstemp(prefix=".runstore-export-", suffix=".tmp", dir=self.dir)
-        self.raw = os.fdopen(fd, "wb")
-        self.gz = ParallelGzip(self.raw, compresslevel, _gzip_threads())
+    def __init__(self, out: ExportFile, compresslevel: int) -> None:
+        self.out = out
+        self.path = out.path
+        self.gz = ParallelGzip(out.file, compresslevel, _gzip_threads())
         self.tar = tarfile.open(fileobj=self.gz, mode="w|", format=tarfile.PAX_FORMAT)
         self.mtime = time.time()
         self.members: list[str] = []
 
     def spool(self) -> IO[bytes]:
-        return tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES, dir=self.dir)
+        return self.out.spool()
 
     def add(self, name: str, f: IO[bytes]) -> int:
         size = f.tell()
@@ -319,21 +316,15 @@ class _TarOut:
     def close(self) -> None:
         self.tar.close()
         self.gz.close()
-        self.raw.flush()
-        os.fsync(self.raw.fileno())
-        self.raw.close()
-        os.replace(self.tmp, self.path)
+        self.out.commit()
 
     def abort(self) -> None:
-        for close in (self.tar.close, self.gz.abort, self.raw.close):
+        for close in (self.tar.close, self.gz.abort):
             try:
                 close()
             except Exception:
                 pass
-        try:
-            os.unlink(self.tmp)
-        except OSError:
-            pass
+        self.out.abort()
 
 
 def _column_meta(name: str, col: ex.Column, role: str, **extra: Any) -> dict[str, Any]:
@@ -360,19 +351,20 @@ def _cells(col: ex.Column) -> tuple[np.ndarray, np.ndarray | None]:
 
 
 def export_tar(store: Store, path: str | os.PathLike[str], *, chunk_rows: int = 10_000,
-               compresslevel: int = 1) -> dict[str, Any]:
+               compresslevel: int = 1, overwrite: bool = True) -> dict[str, Any]:
     t0 = time.perf_counter()
-    table = ExperimentTable(store)
-    path = os.fspath(path)
-    out = _TarOut(path, compresslevel)
-    try:
-        summary = _write_tar(table, out, chunk_rows)
-        out.close()
-    except BaseException:
-        out.abort()
-        raise
+    # The target is checked (not in the store; absent unless overwrite) before the store is read.
+    with ExportFile(path, store_path=store.path, overwrite=overwrite) as f:
+        table = ExperimentTable(store)
+        out = _TarOut(f, compresslevel)
+        try:
+            summary = _write_tar(table, out, chunk_rows)
+            out.close()
+        except BaseException:
+            out.abort()
+            raise
     summary["seconds"] = time.perf_counter() - t0
-    summary["bytes"] = os.path.getsize(path)
+    summary["bytes"] = os.path.getsize(f.path)
     return summary
 
 
@@ -913,19 +905,16 @@ def _experiment_batch(
 
 
 def export_parquet(store: Store, path: str | os.PathLike[str], *, row_group_rows: int = 10_000,
-                   compression: str = "zstd") -> dict[str, Any]:
+                   compression: str = "zstd", overwrite: bool = True) -> dict[str, Any]:
     import pyarrow.parquet as pq
 
     t0 = time.perf_counter()
-    path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path)) or "."
-    fd, tmp = tempfile.mkstemp(prefix=".runstore-export-", suffix=".tmp", dir=directory)
-    os.close(fd)
-    try:
+    with ExportFile(path, store_path=store.path, overwrite=overwrite) as out:
+        sink = out.file
         infos = ex.reserved_series(store)
         if ex.ROW not in infos:
             t = to_arrow(store, None)
-            pq.write_table(t, tmp, row_group_size=row_group_rows, compression=compression)
+            pq.write_table(t, sink, row_group_size=row_group_rows, compression=compression)
             rows = t.num_rows
         else:
             table = ExperimentTable(store)
@@ -948,20 +937,15 @@ def export_parquet(store: Store, path: str | os.PathLike[str], *, row_group_rows
                 batch = _experiment_batch(table, sl, names, status)
                 if writer is None:
                     schema = batch.schema.with_metadata({"runstore": json.dumps(meta)})
-                    writer = pq.ParquetWriter(tmp, schema, compression=compression)
+                    writer = pq.ParquetWriter(sink, schema, compression=compression)
                 writer.write_batch(batch, row_group_size=row_group_rows)
                 rows += batch.num_rows
             if writer is None:  # no experiments: an empty table with the columns
                 batch = _experiment_batch(table, slice(0, 0), names, status)
                 schema = batch.schema.with_metadata({"runstore": json.dumps(meta)})
-                writer = pq.ParquetWriter(tmp, schema, compression=compression)
+                writer = pq.ParquetWriter(sink, schema, compression=compression)
                 writer.write_batch(batch)
             writer.close()
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    return {"path": path, "rows": rows, "bytes": os.path.getsize(path), "seconds": time.perf_counter() - t0}
+        out.commit()
+    return {"path": out.path, "rows": rows, "bytes": os.path.getsize(out.path),
+            "seconds": time.perf_counter() - t0}

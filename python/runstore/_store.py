@@ -22,6 +22,24 @@ StepWindow = range | tuple[int, int]
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
+def check_step(step: Any, what: str = "step") -> int:
+    """``step`` as an int; TypeError for a bool ("step must be an int, got bool"), a float or
+    anything else that is not an integer, as the core refuses them (python/src/convert.h)."""
+    if isinstance(step, (bool, np.bool_)) or not hasattr(type(step), "__index__"):
+        raise TypeError(f"{what}: step must be an int, got {type(step).__name__}")
+    return operator.index(step)
+
+
+def check_run_id(run: Any, what: str = "run id") -> RunId:
+    """``run`` as an int or a str; TypeError for a bool ("run id must be an int or a str, got
+    bool") and anything else that is neither, as the core refuses them."""
+    if isinstance(run, str):
+        return run
+    if isinstance(run, (bool, np.bool_)) or not hasattr(type(run), "__index__"):
+        raise TypeError(f"{what} must be an int or a str, got {type(run).__name__}")
+    return operator.index(run)
+
+
 def step_range(steps: StepWindow | None) -> tuple[int, int] | None:
     """``start <= step < stop`` as the inclusive (first, last) the core takes."""
     if steps is None:
@@ -33,9 +51,9 @@ def step_range(steps: StepWindow | None) -> tuple[int, int] | None:
     else:
         try:
             start, stop = steps
-            start, stop = operator.index(start), operator.index(stop)
         except (TypeError, ValueError):
             raise TypeError(f"steps must be (start, stop) or a range of ints, got {steps!r}") from None
+        start, stop = check_step(start, "steps"), check_step(stop, "steps")
     if stop <= start or stop <= _INT64_MIN or start > _INT64_MAX:
         return (1, 0)  # no step
     return (max(start, _INT64_MIN), min(stop - 1, _INT64_MAX))
@@ -231,7 +249,12 @@ class Store:
     # -- export -------------------------------------------------------------------------------
 
     def export_tar(
-        self, path: str | os.PathLike[str], *, chunk_rows: int = 10_000, compresslevel: int = 1
+        self,
+        path: str | os.PathLike[str],
+        *,
+        chunk_rows: int = 10_000,
+        compresslevel: int = 1,
+        overwrite: bool = True,
     ) -> dict[str, Any]:
         """Writes the experiments and their outcomes to a .tar.gz that opens in a spreadsheet.
 
@@ -244,30 +267,47 @@ class Store:
 
         Streamed: rows are formatted ``chunk_rows`` at a time and each member goes through a
         temporary file, so memory does not grow with the outcomes' size. gzip ``compresslevel``
-        1 (default) compresses CSVs of floats almost as well as 6 and several times faster. The
-        file is written under a temporary name and renamed into place. Returns a summary:
-        path, experiments, members, bytes, seconds, and left_out: the number of records per
-        outcome that are not in the table (records at steps other than 0, or of run ids that
+        1 (default) compresses CSVs of floats almost as well as 6 and several times faster. Returns
+        a summary: path, experiments, members, bytes, seconds, and left_out: the number of records
+        per outcome that are not in the table (records at steps other than 0, or of run ids that
         are not experiments; ``runstore export csv`` writes every record).
         A store without a design exports its runs (every run id with step-0 records) as the
         experiments.
+
+        The file appears whole when complete or not at all, with mode 0666 minus the umask; an
+        existing file is replaced, as pandas and numpy do (``overwrite=False``: FileExistsError
+        instead; the ``runstore`` command refuses unless ``--force``). On Linux it is written
+        without a name (``O_TMPFILE``) and linked into place, so that even a SIGKILL leaves
+        nothing behind; where the file system cannot do that (NFS), under a temporary name in
+        the same directory, removed on an exception, SIGINT or SIGTERM (see python/README.md).
+        Raises ValueError if ``path`` is inside the store, and OSError naming ``path`` (in its
+        message and ``filename``) if it cannot be written, e.g. on a full disk.
         """
         from ._export import export_tar
 
-        return export_tar(self, path, chunk_rows=chunk_rows, compresslevel=compresslevel)
+        return export_tar(self, path, chunk_rows=chunk_rows, compresslevel=compresslevel, overwrite=overwrite)
 
     def export_parquet(
-        self, path: str | os.PathLike[str], *, row_group_rows: int = 10_000, compression: str = "zstd"
+        self,
+        path: str | os.PathLike[str],
+        *,
+        row_group_rows: int = 10_000,
+        compression: str = "zstd",
+        overwrite: bool = True,
     ) -> dict[str, Any]:
         """Writes one Parquet file: one row per experiment (design order) with the id, the
         parameters, the status columns and every outcome (step 0): scalars as columns,
         fixed-shape arrays as (nested) fixed-size lists. Written row group by row group of
         ``row_group_rows`` rows, in bounded memory. pandas, polars, DuckDB and Spark read it
         without runstore. A store without a design writes :meth:`to_arrow`'s table instead.
-        Needs pyarrow (the ``arrow`` extra)."""
+        Needs pyarrow (the ``arrow`` extra). The file is written as :meth:`export_tar` writes
+        its own: whole or not at all, mode 0666 minus the umask, replacing an existing file
+        unless ``overwrite=False``, never inside the store, errors naming ``path``."""
         from ._export import export_parquet
 
-        return export_parquet(self, path, row_group_rows=row_group_rows, compression=compression)
+        return export_parquet(
+            self, path, row_group_rows=row_group_rows, compression=compression, overwrite=overwrite
+        )
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -548,7 +588,8 @@ def open(path: str | os.PathLike[str], mode: Literal["a", "r", "r+"] = "a") -> S
     writes an existing store.
 
     Raises FileNotFoundError if there is no store and the mode does not create one, ValueError
-    if ``path`` is a file or a non-empty directory that is not a store, UnsupportedFormatError
-    for a store written by a newer runstore, OSError for file-system errors.
+    if ``path`` is a file or a non-empty directory that is not a store, or holds a NUL
+    character, UnsupportedFormatError for a store written by a newer runstore, OSError for
+    file-system errors.
     """
     return Store(path, mode)

@@ -41,8 +41,10 @@ class PyWriter {
  public:
   explicit PyWriter(std::unique_ptr<Writer> writer) : writer_(std::move(writer)) {}
 
-  void Log(nb::handle run, int64_t step, nb::kwargs values);
-  void Put(nb::handle run, nb::handle name, nb::handle value, int64_t step);
+  // Run ids and steps are taken as handles and converted by ToRunRef and
+  // ToStep (convert.h), which say what was wrong with them.
+  void Log(nb::handle run, nb::handle step, nb::kwargs values);
+  void Put(nb::handle run, nb::handle name, nb::handle value, nb::handle step);
   void LogMany(nb::handle runs, nb::handle steps, nb::kwargs columns);
   void Define(nb::handle name, nb::handle dtype, nb::handle shape, bool variable_shape,
               nb::handle codec);
@@ -50,7 +52,7 @@ class PyWriter {
   void WaitForCommit(uint64_t ticket);
   uint64_t durable_ticket() const { return writer_->DurableTicket(); }
   void Flush();
-  void Resume(nb::handle run, int64_t step);
+  void Resume(nb::handle run, nb::handle step);
   void Close();
   bool Exit(nb::handle exc_type, nb::handle exc, nb::handle tb);
   nb::dict Stats() const;
@@ -85,9 +87,9 @@ class PyStore {
   nb::dict SeriesInfoOf(const std::string& name);
   nb::list Segments();
   uint64_t Verify();
-  nb::object Get(nb::handle run, const std::string& name, int64_t step);
+  nb::object Get(nb::handle run, const std::string& name, nb::handle step);
   // A numeric value whose bytes are checked as they are read (LazyValue).
-  nb::object GetLazy(nb::handle run, const std::string& name, int64_t step);
+  nb::object GetLazy(nb::handle run, const std::string& name, nb::handle step);
   nb::dict Scan(const std::string& name, bool keys, nb::handle runs,
                 std::optional<std::pair<int64_t, int64_t>> step_range);
 

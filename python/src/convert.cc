@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <type_traits>
@@ -87,24 +88,98 @@ std::string_view Utf8(PyObject* str, const char* what) {
   return {s, static_cast<size_t>(n)};
 }
 
-RunRef ToRunRef(PyObject* obj) {
-  if (PyLong_Check(obj)) {
-    int overflow = 0;
-    long long v = PyLong_AsLongLongAndOverflow(obj, &overflow);
-    if (overflow != 0) {
-      Throw(PyExc_OverflowError, std::string("run id ") + nb::str(nb::handle(obj)).c_str() +
-                                     " does not fit a 64-bit signed integer");
+namespace {
+
+// The start of a message about an argument: "log_many: runs[3]: ", "scan: "
+// or "".
+std::string Where(const char* what, const char* seq, Py_ssize_t index) {
+  std::string s;
+  if (what != nullptr) s += std::string(what) + ": ";
+  if (index >= 0) s += std::string(seq) + "[" + std::to_string(index) + "]: ";
+  return s;
+}
+
+bool IsBool(PyObject* obj) { return PyBool_Check(obj) || PyArray_IsScalar(obj, Bool); }
+
+// Sets *out to `obj` if it is an integer: an int, or an object with __index__
+// (numpy integers), but not a bool. Returns false for anything else. Raises
+// OverflowError ("<where><kind> N does not fit a 64-bit signed integer")
+// outside int64; `where` is called only then.
+template <typename WhereFn>
+bool IntegerValue(PyObject* obj, const char* kind, WhereFn where, int64_t* out) {
+  if (IsBool(obj) || !(PyLong_Check(obj) || PyIndex_Check(obj))) return false;
+  nb::object index;
+  if (!PyLong_Check(obj)) {
+    index = nb::steal(PyNumber_Index(obj));
+    if (!index.is_valid()) throw nb::python_error();
+    obj = index.ptr();
+  }
+  int overflow = 0;
+  const long long v = PyLong_AsLongLongAndOverflow(obj, &overflow);
+  if (overflow != 0) {
+    Throw(PyExc_OverflowError, where() + kind + " " + nb::str(nb::handle(obj)).c_str() +
+                                   " does not fit a 64-bit signed integer");
+  }
+  if (v == -1 && PyErr_Occurred()) throw nb::python_error();
+  *out = static_cast<int64_t>(v);
+  return true;
+}
+
+// A 1-d numpy array of integers as a C-contiguous int64 array; TypeError for
+// any other dtype (bool included), OverflowError for a uint64 beyond int64.
+// `kind` and `kinds` name an element and the elements ("step", "steps").
+nb::object Int64Array(PyObject* obj, const char* what, const char* kind, const char* kinds) {
+  auto* arr = reinterpret_cast<PyArrayObject*>(obj);
+  PyArray_Descr* d = PyArray_DESCR(arr);
+  if (d->kind != 'i' && d->kind != 'u') {
+    Throw(PyExc_TypeError,
+          Where(what, nullptr, -1) + kinds + " must be ints, got an array of " + DescrName(d));
+  }
+  nb::object out;
+  if (d->kind == 'u' && PyDataType_ELSIZE(d) == 8) {
+    nb::object u = nb::steal(PyArray_FromAny(obj, PyArray_DescrFromType(NPY_UINT64), 1, 1,
+                                             NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED, nullptr));
+    if (!u.is_valid()) throw nb::python_error();
+    auto* a = reinterpret_cast<PyArrayObject*>(u.ptr());
+    const auto* data = static_cast<const uint64_t*>(PyArray_DATA(a));
+    for (npy_intp i = 0; i < PyArray_DIM(a, 0); ++i) {
+      if (data[i] > static_cast<uint64_t>(INT64_MAX)) {
+        Throw(PyExc_OverflowError, Where(what, kinds, i) + kind + " " + std::to_string(data[i]) +
+                                       " does not fit a 64-bit signed integer");
+      }
     }
-    if (v == -1 && PyErr_Occurred()) throw nb::python_error();
-    return RunRef(static_cast<int64_t>(v));
   }
+  out = nb::steal(PyArray_FromAny(obj, PyArray_DescrFromType(NPY_INT64), 1, 1,
+                                  NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED | NPY_ARRAY_FORCECAST,
+                                  nullptr));
+  if (!out.is_valid()) throw nb::python_error();
+  return out;
+}
+
+}  // namespace
+
+RunRef ToRunRef(PyObject* obj, const char* what, Py_ssize_t index) {
   if (PyUnicode_Check(obj)) return RunRef(Utf8(obj, "run id"));
-  if (PyIndex_Check(obj)) {  // numpy integers
-    nb::object i = nb::steal(PyNumber_Index(obj));
-    if (!i.is_valid()) throw nb::python_error();
-    return ToRunRef(i.ptr());
+  auto where = [&] { return Where(what, "runs", index); };
+  int64_t v;
+  if (!IntegerValue(obj, "run id", where, &v)) {
+    Throw(PyExc_TypeError, where() + "run id must be an int or a str, got " + TypeName(obj));
   }
-  Throw(PyExc_TypeError, "run id must be an int or a str, got " + TypeName(obj));
+  return RunRef(v);
+}
+
+int64_t ToStep(PyObject* obj, const char* what, Py_ssize_t index) {
+  if (PyLong_CheckExact(obj)) {  // the common case, without the checks below
+    int overflow = 0;
+    const long long v = PyLong_AsLongLongAndOverflow(obj, &overflow);
+    if (overflow == 0 && !(v == -1 && PyErr_Occurred())) return v;
+  }
+  auto where = [&] { return Where(what, "steps", index); };
+  int64_t v;
+  if (!IntegerValue(obj, "step", where, &v)) {
+    Throw(PyExc_TypeError, where() + "step must be an int, got " + TypeName(obj));
+  }
+  return v;
 }
 
 Runs ParseRuns(nb::handle runs_obj, const char* what) {
@@ -118,10 +193,8 @@ Runs ParseRuns(nb::handle runs_obj, const char* what) {
                                   std::to_string(PyArray_NDIM(arr)) + " dimensions");
     }
     if (kind == 'i' || kind == 'u') {
-      // Fast path: an integer array, cast to int64 (safe casts only).
-      out.keep = nb::steal(PyArray_FromAny(obj, PyArray_DescrFromType(NPY_INT64), 1, 1,
-                                           NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED, nullptr));
-      if (!out.keep.is_valid()) throw nb::python_error();
+      // Fast path: an integer array, as int64.
+      out.keep = Int64Array(obj, what, "run id", "runs");
       auto* a = reinterpret_cast<PyArrayObject*>(out.keep.ptr());
       const auto* data = static_cast<const int64_t*>(PyArray_DATA(a));
       const size_t n = static_cast<size_t>(PyArray_DIM(a, 0));
@@ -130,10 +203,9 @@ Runs ParseRuns(nb::handle runs_obj, const char* what) {
       return out;
     }
     if (kind != 'U' && kind != 'O') {
-      Throw(PyExc_TypeError,
-            std::string(what) + ": runs must hold ints or strs, got an array of " +
-                std::string(
-                    nb::str(nb::handle(reinterpret_cast<PyObject*>(PyArray_DESCR(arr)))).c_str()));
+      Throw(PyExc_TypeError, std::string(what) +
+                                 ": run ids must be ints or strs, got an array of " +
+                                 DescrName(PyArray_DESCR(arr)));
     }
     out.keep = nb::steal(PyObject_CallMethod(runs_obj.ptr(), "tolist", nullptr));
     if (!out.keep.is_valid()) throw nb::python_error();
@@ -151,7 +223,61 @@ Runs ParseRuns(nb::handle runs_obj, const char* what) {
   const Py_ssize_t n = PyTuple_GET_SIZE(out.keep.ptr());
   out.refs.reserve(static_cast<size_t>(n));
   for (Py_ssize_t i = 0; i < n; ++i)
-    out.refs.push_back(ToRunRef(PyTuple_GET_ITEM(out.keep.ptr(), i)));
+    out.refs.push_back(ToRunRef(PyTuple_GET_ITEM(out.keep.ptr(), i), what, i));
+  return out;
+}
+
+Steps ParseSteps(nb::handle steps_obj, size_t n, const char* what) {
+  Steps out;
+  PyObject* obj = steps_obj.ptr();
+  if (obj == Py_None || PyUnicode_Check(obj) || PyBytes_Check(obj) ||
+      (!PyArray_Check(obj) && !PySequence_Check(obj))) {
+    // One step for every record (None: 0); ToStep refuses what is not an int
+    // (a str too, rather than taking it for a sequence of characters).
+    out.own.assign(n, obj == Py_None ? 0 : ToStep(obj, what));
+    out.data = out.own.data();
+    return out;
+  }
+  nb::object items;
+  if (PyArray_Check(obj)) {
+    auto* arr = reinterpret_cast<PyArrayObject*>(obj);
+    if (PyArray_NDIM(arr) != 1) {
+      Throw(PyExc_ValueError, std::string(what) + ": steps must be one-dimensional, got " +
+                                  std::to_string(PyArray_NDIM(arr)) + " dimensions");
+    }
+    const char kind = PyArray_DESCR(arr)->kind;
+    if (kind == 'O') {
+      items = nb::steal(PyObject_CallMethod(obj, "tolist", nullptr));
+      if (!items.is_valid()) throw nb::python_error();
+    } else if (PyArray_SIZE(arr) == 0) {
+      items = nb::steal(PyTuple_New(0));  // np.array([]) is float64, and holds no float
+    } else {
+      out.keep = Int64Array(obj, what, "step", "steps");
+    }
+  } else {
+    items = nb::borrow(obj);
+  }
+  if (items.is_valid()) {
+    nb::object tuple = nb::steal(PySequence_Tuple(items.ptr()));
+    if (!tuple.is_valid()) throw nb::python_error();
+    const Py_ssize_t len = PyTuple_GET_SIZE(tuple.ptr());
+    out.own.resize(static_cast<size_t>(len));
+    for (Py_ssize_t i = 0; i < len; ++i) {
+      out.own[static_cast<size_t>(i)] = ToStep(PyTuple_GET_ITEM(tuple.ptr(), i), what, i);
+    }
+    out.data = out.own.data();
+  } else {
+    out.data =
+        static_cast<const int64_t*>(PyArray_DATA(reinterpret_cast<PyArrayObject*>(out.keep.ptr())));
+  }
+  const size_t len =
+      out.keep.is_valid()
+          ? static_cast<size_t>(PyArray_DIM(reinterpret_cast<PyArrayObject*>(out.keep.ptr()), 0))
+          : out.own.size();
+  if (len != n) {
+    Throw(PyExc_ValueError, std::string(what) + ": " + std::to_string(n) + " runs but " +
+                                std::to_string(len) + " steps");
+  }
   return out;
 }
 

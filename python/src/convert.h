@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "runstore/types.h"
 
@@ -27,19 +28,42 @@ namespace nb = nanobind;
 // other types (`what` names the argument in the message).
 std::string_view Utf8(PyObject* str, const char* what);
 
-// A run id from a Python int (or anything with __index__) or str. A str run's
-// bytes are borrowed: keep `obj` alive while the RunRef is used.
-RunRef ToRunRef(PyObject* obj);
+// Every run id and step that Python hands to the core goes through ToRunRef
+// and ToStep (one element at a time) or ParseRuns and ParseSteps (many), so
+// that they are refused the same way everywhere: bool (Python's or numpy's)
+// and anything that is not an integer (float, None, ...) raise TypeError
+// naming the type given ("run id must be an int or a str, got bool", "step
+// must be an int, got float"), and an integer outside int64 OverflowError. A
+// bool is an int to Python, but True as a run id or step is a mistake, not run
+// or step 1. In messages, `what` names the caller ("log_many") and `index` the
+// element of a sequence (both omitted when null or negative).
+
+// A run id from a Python int (or an integer with __index__, like numpy.int64)
+// or str. A str run's bytes are borrowed: keep `obj` alive while the RunRef is
+// used.
+RunRef ToRunRef(PyObject* obj, const char* what = nullptr, Py_ssize_t index = -1);
 nb::object RunIdToPython(const RunId& run);
+
+// A step from a Python int or an integer with __index__.
+int64_t ToStep(PyObject* obj, const char* what = nullptr, Py_ssize_t index = -1);
 
 // Run ids from a sequence or 1-d array of ints and strs: borrowed RunRefs and
 // what keeps their strings alive (an immutable copy, so that they stay valid
-// with the GIL released). `what` names the caller in error messages.
+// with the GIL released).
 struct Runs {
   std::vector<RunRef> refs;
   nb::object keep;
 };
 Runs ParseRuns(nb::handle runs, const char* what);
+
+// The steps of `n` records: None (all 0), one step for all, or a sequence or
+// 1-d integer array of n steps. `data` points into `own` or `keep`.
+struct Steps {
+  std::vector<int64_t> own;
+  const int64_t* data = nullptr;
+  nb::object keep;
+};
+Steps ParseSteps(nb::handle steps, size_t n, const char* what);
 
 // A Python value converted for appending to series `name`. The slot keeps
 // alive whatever its ValueRef points at (a temporary contiguous copy, the

@@ -27,8 +27,15 @@ void InitErrors(nb::module_& m) {
       "read (e.g. a store written by a newer runstore). A subclass of NotImplementedError.");
 }
 
+nb::object MessageText(std::string_view message) {
+  nb::object text = nb::steal(
+      PyUnicode_DecodeUTF8(message.data(), static_cast<Py_ssize_t>(message.size()), "replace"));
+  if (!text.is_valid()) throw nb::python_error();
+  return text;
+}
+
 void Throw(PyObject* type, const std::string& message) {
-  PyErr_SetString(type, message.c_str());
+  PyErr_SetObject(type, MessageText(message).ptr());
   throw nb::python_error();
 }
 
@@ -44,7 +51,8 @@ void ThrowStatus(const Status& s) {
     case StatusCode::kIOError:
       if (s.sys_errno() != 0) {
         // OSError(errno, message) picks the subclass (PermissionError, ...).
-        nb::object args = nb::steal(Py_BuildValue("(is)", s.sys_errno(), msg.c_str()));
+        nb::object args =
+            nb::steal(Py_BuildValue("(iN)", s.sys_errno(), MessageText(msg).release().ptr()));
         if (!args.is_valid()) throw nb::python_error();
         PyErr_SetObject(PyExc_OSError, args.ptr());
         throw nb::python_error();

@@ -15,6 +15,7 @@
 #include <nanobind/nanobind.h>
 
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "runstore/status.h"
@@ -29,6 +30,12 @@ void InitErrors(nb::module_& m);
 // Sets the Python exception for `s` (not OK) and throws nb::python_error,
 // which nanobind hands back to Python.
 [[noreturn]] void ThrowStatus(const Status& s);
+
+// `message` as a str. Messages quote what the engine found (file names, a
+// damaged marker, the start of a name) and so need not be UTF-8: bytes that
+// are not become U+FFFD, so that the error is raised and not a
+// UnicodeDecodeError in its place.
+nb::object MessageText(std::string_view message);
 
 // Throws `type(message)`.
 [[noreturn]] void Throw(PyObject* type, const std::string& message);

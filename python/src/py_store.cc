@@ -57,6 +57,14 @@ void MakeReadOnly(const nb::object& a) {
 }  // namespace
 
 PyStore::PyStore(const std::string& path, bool read_only, bool create) : read_only_(read_only) {
+  // No file name holds a NUL: the system calls would see the path up to it,
+  // and create that.
+  if (const size_t nul = path.find('\0'); nul != std::string::npos) {
+    std::string shown = path;
+    for (size_t i = nul; i != std::string::npos; i = shown.find('\0', i))
+      shown.replace(i, 1, "\\0");
+    Throw(PyExc_ValueError, "store path '" + shown + "' contains a NUL character");
+  }
   StoreOptions o;
   o.read_only = read_only;
   o.create_if_missing = create && !read_only;
@@ -67,7 +75,8 @@ PyStore::PyStore(const std::string& path, bool read_only, bool create) : read_on
   }
   if (!r.ok() && r.status().code() == StatusCode::kNotFound) {
     nb::object args =
-        nb::steal(Py_BuildValue("(iss)", ENOENT, r.status().message().c_str(), path.c_str()));
+        nb::steal(Py_BuildValue("(iNN)", ENOENT, MessageText(r.status().message()).release().ptr(),
+                                MessageText(path).release().ptr()));
     PyErr_SetObject(PyExc_FileNotFoundError, args.ptr());
     throw nb::python_error();
   }
@@ -188,8 +197,9 @@ uint64_t PyStore::Verify() {
   return blocks;
 }
 
-nb::object PyStore::Get(nb::handle run, const std::string& name, int64_t step) {
+nb::object PyStore::Get(nb::handle run, const std::string& name, nb::handle step_obj) {
   const RunRef r = ToRunRef(run.ptr());  // borrows `run`, which the call keeps alive
+  const int64_t step = ToStep(step_obj.ptr());
   auto snap = store_->GetSnapshot();
   Result<Value> v = Status::NotFound("");
   {
@@ -302,8 +312,9 @@ class PyLazyValue {
 
 }  // namespace
 
-nb::object PyStore::GetLazy(nb::handle run, const std::string& name, int64_t step) {
+nb::object PyStore::GetLazy(nb::handle run, const std::string& name, nb::handle step_obj) {
   const RunRef r = ToRunRef(run.ptr());
+  const int64_t step = ToStep(step_obj.ptr());
   auto snap = store_->GetSnapshot();
   Result<LazyValue> v = Status::NotFound("");
   {
@@ -557,13 +568,13 @@ void BindStore(nb::module_& m) {
            "Reads every block and checks every checksum; returns the number of blocks. "
            "CorruptionError "
            "(naming the file and offset) on the first bad one.")
-      .def("get", &PyStore::Get, "run"_a, "name"_a, "step"_a = 0,
+      .def("get", &PyStore::Get, "run"_a.none(), "name"_a, "step"_a.none() = 0,
            nb::sig("def get(self, run: int | str, name: str, step: int = 0) -> numpy.ndarray | str "
                    "| bytes"),
            "The value under (run, name, step): a read-only numpy array (0-d for scalars; a view of "
            "the "
            "mapped file when stored uncompressed), a str, or bytes. KeyError if there is none.")
-      .def("get_lazy", &PyStore::GetLazy, "run"_a, "name"_a, "step"_a = 0,
+      .def("get_lazy", &PyStore::GetLazy, "run"_a.none(), "name"_a, "step"_a.none() = 0,
            "The core of Store.array: a LazyValue of a numeric record. KeyError if there is none, "
            "TypeError for str and bytes series.")
       .def("scan", &PyStore::Scan, "name"_a, "keys"_a = true, "runs"_a = nb::none(),

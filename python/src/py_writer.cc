@@ -46,45 +46,6 @@ std::string ShapeString(const ValueRef& v) {
   return s + (v.shape.size() == 1 ? ",)" : ")");
 }
 
-// Steps of log_many: None (all 0), one int for all, or an integer array of n.
-struct Steps {
-  std::vector<int64_t> own;
-  const int64_t* data = nullptr;
-  nb::object keep;
-};
-
-Steps ParseSteps(nb::handle steps_obj, size_t n) {
-  Steps out;
-  PyObject* obj = steps_obj.ptr();
-  if (obj == Py_None || PyLong_Check(obj) || (PyIndex_Check(obj) && !PyArray_Check(obj))) {
-    int64_t step = 0;
-    if (obj != Py_None) {
-      nb::object i = nb::steal(PyNumber_Index(obj));
-      if (!i.is_valid()) throw nb::python_error();
-      step = PyLong_AsLongLong(i.ptr());
-      if (step == -1 && PyErr_Occurred()) throw nb::python_error();
-    }
-    out.own.assign(n, step);
-    out.data = out.own.data();
-    return out;
-  }
-  out.keep = nb::steal(PyArray_FromAny(obj, PyArray_DescrFromType(NPY_INT64), 1, 1,
-                                       NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED, nullptr));
-  if (!out.keep.is_valid()) {
-    nb::python_error err;
-    Throw(
-        PyExc_TypeError,
-        std::string("log_many: steps must be None, an int or a 1-d array of ints: ") + err.what());
-  }
-  auto* a = reinterpret_cast<PyArrayObject*>(out.keep.ptr());
-  if (static_cast<size_t>(PyArray_DIM(a, 0)) != n) {
-    Throw(PyExc_ValueError, "log_many: " + std::to_string(n) + " runs but " +
-                                std::to_string(PyArray_DIM(a, 0)) + " steps");
-  }
-  out.data = static_cast<const int64_t*>(PyArray_DATA(a));
-  return out;
-}
-
 // One column of log_many: a numeric array appended with AppendBatch, or one
 // value per record (strings, bytes, arrays of differing shapes).
 struct Column {
@@ -179,8 +140,9 @@ void PyWriter::RunAppend(size_t bytes, F&& append) {
   Check(s);
 }
 
-void PyWriter::Log(nb::handle run, int64_t step, nb::kwargs values) {
+void PyWriter::Log(nb::handle run, nb::handle step_obj, nb::kwargs values) {
   const RunRef r = ToRunRef(run.ptr());
+  const int64_t step = ToStep(step_obj.ptr());
   PyObject* dict = values.ptr();
   const size_t n = static_cast<size_t>(PyDict_GET_SIZE(dict));
   struct Item {
@@ -206,8 +168,9 @@ void PyWriter::Log(nb::handle run, int64_t step, nb::kwargs values) {
   RunAppend(bytes, [&] { return w->AppendRecord(r, step, named); });
 }
 
-void PyWriter::Put(nb::handle run, nb::handle name, nb::handle value, int64_t step) {
+void PyWriter::Put(nb::handle run, nb::handle name, nb::handle value, nb::handle step_obj) {
   const RunRef r = ToRunRef(run.ptr());
+  const int64_t step = ToStep(step_obj.ptr());
   const std::string_view n = Utf8(name.ptr(), "series name");
   ValueSlot slot;
   slot.Set(value.ptr(), n);
@@ -218,7 +181,7 @@ void PyWriter::Put(nb::handle run, nb::handle name, nb::handle value, int64_t st
 void PyWriter::LogMany(nb::handle runs_obj, nb::handle steps_obj, nb::kwargs columns) {
   Runs runs = ParseRuns(runs_obj, "log_many");
   const size_t n = runs.refs.size();
-  Steps steps = ParseSteps(steps_obj, n);
+  Steps steps = ParseSteps(steps_obj, n, "log_many");
   PyObject* dict = columns.ptr();
   std::vector<Column> cols(static_cast<size_t>(PyDict_GET_SIZE(dict)));
   Py_ssize_t pos = 0;
@@ -291,8 +254,9 @@ void PyWriter::Flush() {
   Check(s);
 }
 
-void PyWriter::Resume(nb::handle run, int64_t step) {
+void PyWriter::Resume(nb::handle run, nb::handle step_obj) {
   const RunRef r = ToRunRef(run.ptr());
+  const int64_t step = ToStep(step_obj.ptr());
   Status s;
   {
     nb::gil_scoped_release nogil;
@@ -356,7 +320,7 @@ void BindWriter(nb::module_& m) {
       "processes, nodes) may append to one store at once. Its methods may be called from "
       "several threads.")
       .def(
-          "log", &PyWriter::Log, "run"_a, "step"_a = 0, "values"_a,
+          "log", &PyWriter::Log, "run"_a.none(), "step"_a.none() = 0, "values"_a,
           nb::sig("def log(self, run: int | str, step: int = 0, **values: object) -> None"),
           "Appends one record per keyword: (run, name, step) -> value. ``run`` is an int or a str. "
           "Values: int -> int64, float -> float64, bool -> bool, numpy scalars keep their dtype, "
@@ -369,14 +333,15 @@ void BindWriter(nb::module_& m) {
           "value conflicts with its series' dtype or shape (values before it in keyword order stay "
           "appended). Records are durable after commit().")
       .def(
-          "put", &PyWriter::Put, "run"_a, "name"_a, "value"_a, "step"_a = 0,
+          "put", &PyWriter::Put, "run"_a.none(), "name"_a, "value"_a.none(), "step"_a.none() = 0,
           nb::sig("def put(self, run: int | str, name: str, value: object, step: int = 0) -> None"),
           "Appends one value (typically a large array) under (run, name, step). Arrays of 1 MiB or "
           "more "
           "are written straight from the caller's memory into a block of their own, 64-byte "
           "aligned, "
           "with the GIL released.")
-      .def("log_many", &PyWriter::LogMany, "runs"_a, "steps"_a = nb::none(), "columns"_a,
+      .def("log_many", &PyWriter::LogMany, "runs"_a.none(), "steps"_a.none() = nb::none(),
+           "columns"_a,
            nb::sig("def log_many(self, runs: typing.Sequence[int | str] | numpy.ndarray, "
                    "steps: int | typing.Sequence[int] | numpy.ndarray | None = None, "
                    "**columns: object) -> None"),
@@ -423,7 +388,7 @@ void BindWriter(nb::module_& m) {
            "the cost of a write instead of an fdatasync. Raises OSError if the data could not be "
            "written.")
       .def(
-          "resume", &PyWriter::Resume, "run"_a, "step"_a,
+          "resume", &PyWriter::Resume, "run"_a.none(), "step"_a.none(),
           nb::sig("def resume(self, run: int | str, step: int) -> None"),
           "Hides this run's records at steps >= step written by earlier commits (of any writer), "
           "for a "

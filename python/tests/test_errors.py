@@ -188,3 +188,35 @@ def test_io_error_carries_errno(store_path):
         runstore.open(store_path).writer()
     if isinstance(e.value, OSError):
         assert e.value.errno is not None
+
+
+@pytest.mark.parametrize("char", ["é", "€", "𝔵"])
+def test_an_over_long_name_of_multi_byte_characters_is_a_value_error(store, char):
+    """The message quotes the name's first 40 bytes at most, cut between characters: a cut
+    inside one raised UnicodeDecodeError instead of the ValueError."""
+    name = char * (300 // len(char.encode()))
+    quoted = char * (40 // len(char.encode()))
+    with store.writer() as w:
+        with pytest.raises(ValueError, match=f"is longer than the limit of 255: '{quoted}\\.\\.\\.'$"):
+            w.log(1, **{name: 1.0})
+        with pytest.raises(ValueError, match="longer than the limit"):
+            w.define(name, "float64")
+
+
+def test_an_engine_message_that_is_not_utf8_still_raises_its_error(store_path):
+    """Messages quote what the engine found on disk, which may be any bytes: they are decoded
+    with replacement characters rather than raising UnicodeDecodeError."""
+    runstore.open(store_path)
+    (store_path / "RUNSTORE").write_bytes(b"runstore store\nformat_version 1\xff\xfe\n")
+    with pytest.raises(runstore.CorruptionError, match="unreadable format version '1\ufffd\ufffd'"):
+        runstore.open(store_path)
+
+
+@pytest.mark.parametrize("mode", ["a", "r", "r+"])
+def test_a_nul_in_the_store_path_is_refused_before_anything_is_created(tmp_path, mode):
+    """The directory before the NUL used to be created, then reported as FileExistsError."""
+    for path in [str(tmp_path / "a\0b"), tmp_path / "x" / "\0"]:
+        with pytest.raises(ValueError, match="store path '.*a\\\\0b'|store path '.*x/\\\\0'") as e:
+            runstore.open(path, mode=mode)
+        assert "contains a NUL character" in str(e.value)
+    assert list(tmp_path.iterdir()) == []

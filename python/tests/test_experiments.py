@@ -162,8 +162,10 @@ def test_bad_designs_get_clear_errors(store):
         store.define_experiments([{"a": 1}, {"a": "x"}])
     with pytest.raises(ValueError, match="reserved"):
         store.define_experiments([{"~a": 1}])
-    with pytest.raises(ValueError, match="ids are ints or non-empty strs"):
+    with pytest.raises(TypeError, match="experiment id must be an int or a str, got NoneType"):
         store.define_experiments([{"experiment": None, "a": 1}])
+    with pytest.raises(ValueError, match="1 to 255 bytes"):
+        store.define_experiments([{"experiment": "", "a": 1}])
 
 
 # -- running -------------------------------------------------------------------------------------

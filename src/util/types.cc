@@ -145,12 +145,27 @@ Result<Codec> ParseCodec(std::string_view name) {
                                  "' (expected none, lz4 or zstd)");
 }
 
+namespace {
+
+// The first `n` bytes of `s`, or up to 3 fewer so as not to end inside a UTF-8
+// character: a message quoting the start of a name stays valid UTF-8 (the
+// Python package decodes messages as such).
+std::string_view CutBetweenCharacters(std::string_view s, size_t n) {
+  if (s.size() <= n) return s;
+  auto continuation = [&](size_t i) { return (static_cast<unsigned char>(s[i]) & 0xC0) == 0x80; };
+  for (int k = 0; k < 3 && n > 0 && continuation(n); ++k) --n;
+  return s.substr(0, n);
+}
+
+}  // namespace
+
 Status ValidateSeriesName(std::string_view name, bool allow_reserved) {
   if (name.empty()) return Status::InvalidArgument("series name is empty");
   if (name.size() > kMaxNameLength) {
-    return Status::InvalidArgument(
-        "series name of " + std::to_string(name.size()) + " bytes is longer than the limit of " +
-        std::to_string(kMaxNameLength) + ": '" + std::string(name.substr(0, 40)) + "...'");
+    return Status::InvalidArgument("series name of " + std::to_string(name.size()) +
+                                   " bytes is longer than the limit of " +
+                                   std::to_string(kMaxNameLength) + ": '" +
+                                   std::string(CutBetweenCharacters(name, 40)) + "...'");
   }
   if (name.find('\0') != std::string_view::npos) {
     return Status::InvalidArgument("series name contains a NUL byte");
