@@ -66,7 +66,9 @@ class [[nodiscard]] Status {
   // "Corruption: segments/a-000001.rss: offset 4096: block header checksum mismatch".
   std::string ToString() const;
 
-  // Returns a copy whose message is prefixed with `context: `.
+  // Returns a copy whose message is prefixed with `context: ` (one ": ",
+  // whether or not `context` ends with one), or unchanged when the message
+  // already starts with `context`, so that a path is never said twice.
   Status WithContext(std::string_view context) const;
 
  private:

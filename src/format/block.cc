@@ -6,6 +6,7 @@
 
 #include "util/coding.h"
 #include "util/shape.h"
+#include "util/utf8.h"
 
 namespace runstore::format {
 namespace {
@@ -402,6 +403,26 @@ std::vector<int64_t> BlockView::value_shape(uint32_t i) const {
     shape[r] = DecodeFixed<int64_t>(shape_dims_ + 8 * (dim_starts_[i] + r));
   }
   return shape;
+}
+
+Status BlockView::CheckText() const {
+  if (run_encoding_ != RunEncoding::kInt) {
+    for (uint32_t i = 0; i < count_; ++i) {
+      if (run_is_string(i) && !IsValidUtf8(run_string(i))) {
+        return Status::Corruption("block payload: run id of record " + std::to_string(i) +
+                                  " is not valid UTF-8");
+      }
+    }
+  }
+  if (dtype_ == DType::kString) {
+    for (uint32_t i = 0; i < count_; ++i) {
+      if (!IsValidUtf8(value_bytes(i))) {
+        return Status::Corruption("block payload: string value of record " + std::to_string(i) +
+                                  " is not valid UTF-8");
+      }
+    }
+  }
+  return Status::OK();
 }
 
 Status BlockView::Parse(const BlockHeader& h, std::string_view payload) {

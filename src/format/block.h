@@ -195,6 +195,11 @@ class BlockView {
   // The value of record i: its bytes and its shape.
   std::string_view value_bytes(uint32_t i) const;
   std::vector<int64_t> value_shape(uint32_t i) const;
+  // Corruption unless every string run id, and every value of a string
+  // series, is valid UTF-8: what writers accept, and what readers (a Python
+  // str) can hold. O(bytes of text); Parse leaves it out, as the checksum
+  // checks, so that the store runs it once per block.
+  Status CheckText() const;
   // The value chunks of a block with kBlockValueChunks; null otherwise.
   const ValueChunks* value_chunks() const { return chunks_.table ? &chunks_ : nullptr; }
 

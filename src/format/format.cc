@@ -9,6 +9,7 @@
 #include "util/coding.h"
 #include "util/hash.h"
 #include "util/shape.h"
+#include "util/utf8.h"
 
 namespace runstore::format {
 namespace {
@@ -52,7 +53,7 @@ bool GetKey(Decoder* d, Key* k) {
     k->run = RunId(i);
   } else if (kind == 1) {
     std::string_view s;
-    if (!d->GetString16(&s) || s.size() > kMaxRunIdLength) return false;
+    if (!d->GetString16(&s) || s.size() > kMaxRunIdLength || !IsValidUtf8(s)) return false;
     k->run = RunId(std::string(s));
   } else {
     return false;
@@ -240,6 +241,9 @@ Status DecodeBlockHeader(std::string_view header, BlockHeader* h) {
   std::string_view name;
   if (name_len == 0 || name_len > kMaxNameLength || !d.GetBytes(name_len, &name)) {
     return Status::Corruption("block header: bad series name length");
+  }
+  if (!ValidateSeriesName(name, /*allow_reserved=*/true).ok()) {
+    return Status::Corruption("block header: series name is not valid UTF-8 or holds a NUL");
   }
   h->name.assign(name);
   if (!GetKey(&d, &h->min_key) || !GetKey(&d, &h->max_key)) {

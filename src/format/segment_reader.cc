@@ -122,12 +122,18 @@ Status Recover(const RandomAccessFile& file, const std::string& name, uint64_t f
       b.frame_offset = pos;
       b.payload_offset = payload_off;
       b.header_len = frame.prefix.header_len;
-      if (!DecodeBlockHeader(frame.header, &b.header).ok()) break;
+      // A header whose checksum holds but whose fields do not is no torn
+      // write (that would fail the checksum): a writer wrote it so.
+      if (Status d = DecodeBlockHeader(frame.header, &b.header); !d.ok()) {
+        return d.WithContext(AtOffset(name, pos));
+      }
       pending.push_back(std::move(b));
       digests.push_back(StoredHeaderChecksum(frame.header));
     } else if (frame.prefix.kind == FrameKind::kCommit) {
       CommitRecord c;
-      if (!DecodeCommitRecord(frame.header, &c).ok()) break;
+      if (Status d = DecodeCommitRecord(frame.header, &c); !d.ok()) {
+        return d.WithContext(AtOffset(name, pos));
+      }
       const uint64_t last_seq = index->commits.empty() ? 0 : index->commits.back().sequence;
       const int64_t last_time = index->commits.empty() ? INT64_MIN : index->commits.back().time_ns;
       if (c.sequence != last_seq + 1 || c.first_frame_offset != index->committed_end ||

@@ -189,7 +189,9 @@ Result<Payload> SnapshotImpl::ReadPayload(const BlockRef& b, Check check) const 
                               "block payload extends past the committed end");
   }
   std::string_view stored(seg.map->data() + info.payload_offset, h.payload_len);
-  if (!seg.verified[b.block].load(std::memory_order_acquire)) {
+  const bool unverified = !seg.verified[b.block].load(std::memory_order_acquire);
+  bool now_verified = false;  // this call checks the whole block
+  if (unverified) {
     if (check == Check::kAllButValue && (h.flags & format::kBlockValueChunks) &&
         seg.LazyBlockOf(b.block) != nullptr) {
       // Its keys and chunk table were checked by an earlier GetLazy.
@@ -214,14 +216,21 @@ Result<Payload> SnapshotImpl::ReadPayload(const BlockRef& b, Check check) const 
       // nor makes the mapping's readahead pull in the blocks after it.
       // Everything else is read whole anyway, and is hashed where it lies.
       RETURN_IF_ERROR(format::CheckPayloadByReading(*seg.handle, stored, info, seg.file));
-      seg.verified[b.block].store(true, std::memory_order_release);
+      now_verified = true;
     } else {
       RETURN_IF_ERROR(format::CheckPayload(stored, info, seg.file));
-      seg.verified[b.block].store(true, std::memory_order_release);
+      now_verified = true;
     }
   }
   Payload p;
   RETURN_IF_ERROR(format::DecodeBlock(stored, nullptr, seg.map, info, seg.file, &p));
+  if (unverified) {
+    // Text is checked once per block too, so that no reader (a Python str)
+    // meets bytes that are not UTF-8; only then is the block trusted.
+    Status t = p.view.CheckText();
+    if (!t.ok()) return t.WithContext(format::AtOffset(seg.file, info.payload_offset));
+    if (now_verified) seg.verified[b.block].store(true, std::memory_order_release);
+  }
   return p;
 }
 

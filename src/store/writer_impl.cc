@@ -11,6 +11,7 @@
 #include "format/segment_reader.h"
 #include "util/coding.h"
 #include "util/shape.h"
+#include "util/utf8.h"
 
 namespace runstore {
 namespace {
@@ -66,6 +67,12 @@ Status CheckValue(std::string_view name, const ValueRef& v) {
       return Status::InvalidArgument(
           "series '" + std::string(name) + "': a " + std::string(DTypeName(v.dtype)) +
           " value is one string (rank 0), got shape " + ShapeString(v.shape));
+    }
+    if (v.dtype == DType::kString &&
+        !IsValidUtf8(std::string_view(static_cast<const char*>(v.data), v.nbytes))) {
+      return Status::InvalidArgument("series '" + std::string(name) +
+                                     "': a string value must be valid UTF-8 (use the bytes dtype "
+                                     "for other bytes)");
     }
     if (v.nbytes > kMaxValueBytes) {
       return Status::InvalidArgument(

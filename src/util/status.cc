@@ -45,6 +45,13 @@ std::string Status::ToString() const {
 
 Status Status::WithContext(std::string_view context) const {
   if (ok()) return *this;
+  // "file: offset 8: " and "file" alike are joined with one ": ", and a
+  // context the message already starts with (the file, named by the call
+  // that failed) is not said twice.
+  while (!context.empty() && (context.back() == ' ' || context.back() == ':')) {
+    context.remove_suffix(1);
+  }
+  if (context.empty() || std::string_view(state_->message).starts_with(context)) return *this;
   std::string msg(context);
   msg += ": ";
   msg += state_->message;
