@@ -320,7 +320,8 @@ WriterOptions Options(const char* id) {
 // array, a block of its own. Stops at the first error.
 Status AppendSweepCommit(Writer* w, Written* written, int c) {
   for (int step = 0; step < 200; ++step) {
-    const ValueRef v = ValueRef::Scalar(LossValue(c, step));
+    const double x = LossValue(c, step);  // ValueRef borrows it
+    const ValueRef v = ValueRef::Scalar(x);
     written->Record(c, "loss", step, v);
     RETURN_IF_ERROR(w->Append(c, "loss", step, v));
   }
@@ -436,7 +437,8 @@ TEST_F(DiskFullTest, DiskFillsDuringTheSeal) {
   for (int c = 0; c < 6; ++c) {
     for (int run = 0; run < 20; ++run) {
       for (int step = 0; step < 100; ++step) {
-        const ValueRef v = ValueRef::Scalar(LossValue(c * 100 + run, step));
+        const double x = LossValue(c * 100 + run, step);
+        const ValueRef v = ValueRef::Scalar(x);
         written.Record(c * 100 + run, "loss", step, v);
         ASSERT_OK(w->Append(c * 100 + run, "loss", step, v));
       }
@@ -485,11 +487,13 @@ TEST_F(DiskFullTest, DiskFillsDuringGroupCommitOfSmallRecords) {
   Status first_error;
   for (int c = 0; c < 100000 && first_error.ok(); ++c) {
     for (int step = 0; step < 40 && first_error.ok(); ++step) {
-      const ValueRef v = ValueRef::Scalar(LossValue(c, step));
+      const double x = LossValue(c, step);
+      const ValueRef v = ValueRef::Scalar(x);
       written.Record(c, "loss", step, v);
       first_error = w->Append(c, "loss", step, v);
       if (first_error.ok() && step % 8 == 0) {
-        const ValueRef n = ValueRef::Scalar(int32_t{c * 100 + step});
+        const int32_t i = c * 100 + step;
+        const ValueRef n = ValueRef::Scalar(i);
         written.Record(c, "n", step, n);
         first_error = w->Append(c, "n", step, n);
       }
