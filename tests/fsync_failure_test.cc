@@ -511,30 +511,10 @@ const char* ModeName(DropMode m) {
   return "?";
 }
 
-// A known engine bug, by the problems it causes in a try: a try whose
-// problems include `first` and are all among `signatures` is counted as the
-// bug, not as a failure (see the tests that use it).
-struct KnownBug {
-  std::string first;
-  std::vector<std::string> signatures;
-  bool Explains(const Problems& p) const {
-    bool has_first = false;
-    for (const std::string& s : p.list) {
-      has_first |= s.find(first) != std::string::npos;
-      bool known = false;
-      for (const std::string& sig : signatures) known |= s.find(sig) != std::string::npos;
-      if (!known) return false;
-    }
-    return has_first;
-  }
-};
-
 // Runs `scenario` once per power-cut outcome: every DropMode, the random
-// ones with several seeds. Failing tries go to `failures`, except those
-// `known` explains; returns how many those were.
-int RunTries(const char* title, const std::function<void(Harness&, Figures*, Problems*)>& scenario,
-             FailureSummary* failures, const KnownBug* known = nullptr, int seeds_per_mode = 4) {
-  FailureSummary known_failures(0);
+// ones with several seeds. Failing tries go to `failures`.
+void RunTries(const char* title, const std::function<void(Harness&, Figures*, Problems*)>& scenario,
+              FailureSummary* failures, int seeds_per_mode = 4) {
   const uint64_t seed = TestSeed();
   Figures fig;
   for (DropMode mode :
@@ -551,7 +531,7 @@ int RunTries(const char* title, const std::function<void(Harness&, Figures*, Pro
       ++fig.tries;
       const std::string where = std::string(title) + ", " + ModeName(mode) + " try " +
                                 std::to_string(t) + " (RUNSTORE_SEED=" + std::to_string(seed) + ")";
-      (known && known->Explains(p) ? known_failures : *failures).Add(where, p);
+      failures->Add(where, p);
     }
   }
   std::printf(
@@ -564,8 +544,6 @@ int RunTries(const char* title, const std::function<void(Harness&, Figures*, Pro
       fig.in_flight_commits, fig.in_flight_visible, fig.in_flight_commits - fig.in_flight_visible,
       fig.syncs_after, fig.syncs_after_ok, fig.calls_after, fig.refused);
   failures->Print(title);
-  known_failures.Print(std::string(title) + ", the known engine bug");
-  return static_cast<int>(known_failures.failing());
 }
 
 // Whether the segment `path` (as the env names it) reads as sealed now,
@@ -741,39 +719,13 @@ TEST(FsyncFailureTest, FailedSyncOfTheSealIsReportedByClose) {
   EXPECT_EQ(failures.failing(), 0u);
 }
 
-// ENGINE BUG, found by the next two tests (skipped while it reproduces):
-// WriterImpl::SealSegment (src/store/writer_impl.cc) waits for a running
-// SyncPrefix and then seals without looking at bg_error_, which that sync's
-// failure has just set. The seal's Sync() fdatasyncs the file a second time
-// -- it succeeds, as on Linux after EIO, over pages that may be gone -- and
-// writes and syncs the footer; RunTaskLocked then sets durable_done_ to
-// commit_done_ because the seal succeeded, so DurableTicket() reaches the
-// ticket whose sync failed and WaitForCommit of it returns OK. After a power
-// cut that commit can be missing although the writer reported it durable;
-// or torn behind the footer, which says that everything before it was
-// synced, and then Store::Open refuses the whole store as corrupt
-// (docs/format.md "Recovery", rule 7). Replay one of those:
-// RUNSTORE_SEED=4292809207909, the segment roll, TornGarbage try 2.
-const KnownBug kSealAfterFailedSync{
-    "WaitForCommit of the commit whose sync failed returned OK",
-    {"WaitForCommit of the commit whose sync failed returned OK", "DurableTicket reached",
-     "after its fdatasync failed", "was sealed after its fdatasync failed",
-     "commits reported durable", "reopening: Corruption"}};
-constexpr char kSealAfterFailedSyncReport[] =
-    "ENGINE BUG: WriterImpl::SealSegment seals after the SyncPrefix it waited for failed: it "
-    "fdatasyncs the file again (and succeeds), writes the footer, and durable_done_ then "
-    "reaches the failed commit's ticket, so WaitForCommit returns OK for a commit whose "
-    "fdatasync failed; a power cut can take that commit away, or tear it behind a footer "
-    "that says it was synced, and then Store::Open refuses the whole store as corrupt "
-    "(details above)";
-
 // Close while the sync thread's fdatasync of a commit is failing: the seal
 // waits for the running sync and must then stop, not seal the file with a
 // second fdatasync that "succeeds" over pages the failed one may have lost,
 // and must not report the commit durable.
 TEST(FsyncFailureTest, CloseDuringAFailingSyncNeitherSealsNorReportsTheCommitDurable) {
   FailureSummary failures(3);
-  const int known = RunTries(
+  RunTries(
       "Close during a failing sync",
       [](Harness& h, Figures* fig, Problems* p) {
         h.Open(Options(), p);
@@ -826,9 +778,8 @@ TEST(FsyncFailureTest, CloseDuringAFailingSyncNeitherSealsNorReportsTheCommitDur
         }
         h.DropWriter();
       },
-      &failures, &kSealAfterFailedSync, /*seeds_per_mode=*/8);
+      &failures, /*seeds_per_mode=*/8);
   EXPECT_EQ(failures.failing(), 0u);
-  if (known > 0) GTEST_SKIP() << kSealAfterFailedSyncReport << " (" << known << " tries)";
 }
 
 // The same on the background thread without Close: a large value makes the
@@ -836,7 +787,7 @@ TEST(FsyncFailureTest, CloseDuringAFailingSyncNeitherSealsNorReportsTheCommitDur
 // and the writer seals the segment by itself.
 TEST(FsyncFailureTest, SegmentRollDuringAFailingSyncNeitherSealsNorReportsTheCommitDurable) {
   FailureSummary failures(3);
-  const int known = RunTries(
+  RunTries(
       "segment roll during a failing sync",
       [](Harness& h, Figures* fig, Problems* p) {
         WriterOptions o = Options();
@@ -897,9 +848,8 @@ TEST(FsyncFailureTest, SegmentRollDuringAFailingSyncNeitherSealsNorReportsTheCom
         h.DropWriter();
         if (f) p->Check(!IsSealed(h, f->path), f->path + " was sealed after its fdatasync failed");
       },
-      &failures, &kSealAfterFailedSync, /*seeds_per_mode=*/8);
+      &failures, /*seeds_per_mode=*/8);
   EXPECT_EQ(failures.failing(), 0u);
-  if (known > 0) GTEST_SKIP() << kSealAfterFailedSyncReport << " (" << known << " tries)";
 }
 
 }  // namespace

@@ -122,7 +122,17 @@ Status DecodeStoreMarker(std::string_view contents, std::string_view file, uint3
   uint64_t v = 0;
   if (digits.empty() || digits.size() > 9 ||
       !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-    return corrupt("unreadable format version '" + std::string(digits.substr(0, 32)) + "'");
+    std::string shown;  // printable, whatever the file holds
+    for (char c : digits.substr(0, 32)) {
+      if (c >= 0x20 && c < 0x7f) {
+        shown += c;
+      } else {
+        char buf[8];
+        std::snprintf(buf, sizeof(buf), "\\x%02x", static_cast<unsigned char>(c));
+        shown += buf;
+      }
+    }
+    return corrupt("unreadable format version '" + shown + "'");
   }
   for (char c : digits) v = v * 10 + static_cast<uint64_t>(c - '0');
   if (v == 0) return corrupt("unreadable format version 0");

@@ -31,6 +31,27 @@ TEST(FormatTest, SegmentFileNamesSortInWritingOrder) {
   EXPECT_FALSE(ParseSegmentFileName("-00000003.rss", &id, &seq));
 }
 
+TEST(FormatTest, StoreMarkerIsParsedStrictly) {
+  uint32_t v = 0;
+  ASSERT_OK(DecodeStoreMarker(EncodeStoreMarker(3), "RUNSTORE", &v));
+  EXPECT_EQ(v, 3u);
+  ASSERT_OK(DecodeStoreMarker("runstore store\nformat_version 2\nlater lines are ignored\n",
+                              "RUNSTORE", &v));
+  EXPECT_EQ(v, 2u);
+  EXPECT_THAT(DecodeStoreMarker("runstore store\nformat_version 4\n", "RUNSTORE", &v),
+              StatusIsWith(StatusCode::kNotSupported, "reads versions 1 to 3"));
+  for (const char* bad :
+       {"runstore store\nformat_version 1x\n", "runstore store\nformat_version \n",
+        "runstore store\nformat_version 99999999999999999999\n",
+        "runstore store\nformat_version -1\n", "runstore store\n", "hello"}) {
+    EXPECT_THAT(DecodeStoreMarker(bad, "RUNSTORE", &v), StatusIs(StatusCode::kCorruption)) << bad;
+  }
+  // Bytes that are not text are shown escaped, so that any message prints.
+  const Status s =
+      DecodeStoreMarker(std::string("runstore store\nformat_version \xff\x01", 32), "RUNSTORE", &v);
+  EXPECT_THAT(s, StatusIsWith(StatusCode::kCorruption, "'\\xff\\x01'"));
+}
+
 TEST(FormatTest, SegmentHeaderRoundTripAndNewerVersionIsNotSupported) {
   SegmentHeader h{1, 123456789, 7, "writer"};
   std::string b = EncodeSegmentHeader(h);

@@ -8,6 +8,16 @@
 namespace runstore::format {
 namespace {
 const char kZeros[kFrameAlign] = {};
+
+// "<path>: <what>: <the error>": `what` said after the path, which an env's
+// error already starts with (and which is added when it does not).
+Status About(const Status& s, const std::string& path, const std::string& what) {
+  std::string_view m = s.message();
+  if (!m.starts_with(path)) return s.WithContext(path + ": " + what);
+  m.remove_prefix(path.size());
+  while (!m.empty() && (m.front() == ':' || m.front() == ' ')) m.remove_prefix(1);
+  return Status(s.code(), path + ": " + what + ": " + std::string(m), s.sys_errno());
+}
 }  // namespace
 
 SegmentWriter::SegmentWriter(std::unique_ptr<WritableFile> file, std::string path)
@@ -159,7 +169,7 @@ Status SegmentWriter::Commit(int64_t time_ns, bool sync) {
 
 Status SegmentWriter::SyncFile(const std::string& what) {
   Status s = file_->Sync();
-  if (!s.ok()) return s.WithContext(path_ + ": " + what);
+  if (!s.ok()) return About(s, path_, what);
   synced_end_.store(offset_);
   return Status::OK();
 }
@@ -167,7 +177,7 @@ Status SegmentWriter::SyncFile(const std::string& what) {
 Status SegmentWriter::SyncPrefix(uint64_t length) {
   Status s = file_->SyncPrefix(length);
   if (!s.ok())
-    return s.WithContext(path_ + ": fdatasync of the first " + std::to_string(length) + " bytes");
+    return About(s, path_, "fdatasync of the first " + std::to_string(length) + " bytes");
   RaiseSynced(&synced_end_, length);
   return Status::OK();
 }

@@ -227,6 +227,13 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& path_in,
                                            const StoreOptions& options) {
   Env* env = options.env ? options.env : Env::Default();
   if (path_in.empty()) return Status::InvalidArgument("store path is empty");
+  if (const size_t nul = path_in.find('\0'); nul != std::string::npos) {
+    // The system would read the path only up to the NUL, and create or open
+    // a different directory than the one asked for.
+    return Status::InvalidArgument("store path '" + path_in.substr(0, nul) +
+                                   "\\0...' contains a NUL character at byte " +
+                                   std::to_string(nul));
+  }
   std::string path = path_in;
   while (path.size() > 1 && path.back() == '/') path.pop_back();
   uint32_t version = kFormatVersion;

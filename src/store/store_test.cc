@@ -21,6 +21,7 @@
 #include "testing/test_util.h"
 #include "util/coding.h"
 #include "util/hash.h"
+#include "util/utf8.h"
 
 namespace runstore {
 namespace {
@@ -1051,10 +1052,28 @@ TEST_F(StoreTest, BadNamesAndRunIdsAreRefused) {
               StatusIsWith(StatusCode::kInvalidArgument, "run id of 300 bytes"));
   EXPECT_OK(w->Append(std::string(255, 'r'), "x", 0, 1.0));
   EXPECT_OK(w->Append(1, std::string(255, 'n'), 0, 1.0));
+  // An over-long name of multi-byte characters is quoted in whole characters
+  // (the Python package decodes messages as UTF-8).
+  std::string euros;
+  for (int i = 0; i < 100; ++i) euros += "\xe2\x82\xac";  // U+20AC, 3 bytes
+  const Status too_long = w->Append(1, euros, 0, 1.0);
+  EXPECT_THAT(too_long, StatusIsWith(StatusCode::kInvalidArgument, "longer than the limit"));
+  EXPECT_TRUE(IsValidUtf8(too_long.message())) << too_long.message();
+  EXPECT_NE(too_long.message().find("\xe2\x82\xac..."), std::string::npos) << too_long.message();
+  // A string value must be UTF-8; bytes may be anything.
+  EXPECT_THAT(w->Append(1, "s", 0, ValueRef::String(std::string("a\xff", 2))),
+              StatusIsWith(StatusCode::kInvalidArgument, "valid UTF-8"));
+  EXPECT_OK(w->Append(1, "b", 0, ValueRef::Bytes(std::string("a\xff", 2))));
   ASSERT_OK(w->Close());
   EXPECT_THAT(w->Append(1, "x", 0, 1.0), StatusIs(StatusCode::kFailedPrecondition));
   ASSERT_OK_AND_ASSIGN(auto snap, store->Refresh());
   EXPECT_OK(snap->Get(std::string(255, 'r'), "x", 0).status());
+}
+
+TEST_F(StoreTest, PathWithANulIsRefusedBeforeAnythingIsCreated) {
+  const std::string path = StorePath() + std::string("\0/elsewhere", 11);
+  EXPECT_THAT(Store::Open(path, {}), StatusIsWith(StatusCode::kInvalidArgument, "NUL"));
+  EXPECT_FALSE(fs::exists(StorePath()));
 }
 
 TEST_F(StoreTest, FirstValueOfASeriesIsChecked) {

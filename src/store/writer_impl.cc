@@ -719,6 +719,11 @@ Status WriterImpl::SealSegment() {
     std::unique_lock lk(mu_);
     sealing_ = true;  // cleared by RunTaskLocked once the seal is done
     cv_done_.wait(lk, [&] { return !sync_running_; });
+    // A sync that failed stopped the writer: the seal must not sync again
+    // (after EIO the kernel may have dropped the pages that failed, and a
+    // second fdatasync succeeds without writing them), nor write a footer
+    // that claims every commit before it durable.
+    if (!bg_error_.ok()) return bg_error_;
   }
   uint64_t unused;
   RETURN_IF_ERROR(CommitSegment(/*sync=*/true, &unused));
