@@ -3,6 +3,8 @@
 #define RUNSTORE_CODEC_CODEC_H_
 
 #include <cstddef>
+#include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -37,11 +39,23 @@ class Compressor {
 // not at all.
 uint64_t MaxRawSize(Codec codec, uint64_t stored_size);
 
-// Checks what `input`'s own framing says of its raw size, where the codec
-// has one (zstd's frame headers declare their content size, and runstore's
-// writers always write it): Corruption unless it is exactly `raw_size`. For
-// lz4 and none, which declare nothing, only MaxRawSize is checked.
+// Checks what `input` itself says of its raw size, without decompressing
+// it: Corruption unless it is exactly `raw_size`. zstd's frame header
+// declares its content size (runstore's writers always write it); an lz4
+// block's sequences are walked to add up their lengths and check that each
+// match refers back into what was already produced. No memory of the raw
+// size is needed.
 Status CheckDeclaredRawSize(Codec codec, std::string_view input, uint64_t raw_size);
+
+// Decompresses `input` into a new 64-byte-aligned buffer of exactly
+// `raw_size` bytes, after CheckDeclaredRawSize. A zstd payload larger than a
+// fixed bound is decoded as a stream into memory that grows as the output
+// arrives, so that a frame which claims more than it holds fails before
+// the memory it claims is taken: what is allocated for a payload that does
+// not decode is at most that bound. Corruption if it does not decode to
+// exactly raw_size bytes; IOError (ENOMEM) if the memory cannot be had.
+Result<std::shared_ptr<char>> DecompressAligned(Codec codec, std::string_view input,
+                                                uint64_t raw_size);
 
 // Decompresses `input` into exactly `raw_size` bytes at `out`. Corruption if
 // the input does not decode to exactly raw_size bytes.

@@ -124,18 +124,6 @@ Status CheckPayloadByReading(const RandomAccessFile& file, std::string_view stor
   return Status::OK();
 }
 
-namespace {
-
-// Memory aligned for any dtype and for SIMD; null when it cannot be had.
-std::shared_ptr<char> AlignedBuffer(uint64_t n) {
-  if (n > (uint64_t{1} << 62)) return nullptr;
-  void* p = std::aligned_alloc(64, std::max<uint64_t>(64, AlignUp(n, 64)));
-  if (p == nullptr) return nullptr;
-  return std::shared_ptr<char>(static_cast<char*>(p), [](char* q) { std::free(q); });
-}
-
-}  // namespace
-
 Status DecodeBlock(std::string_view stored, std::shared_ptr<const void> owner,
                    std::shared_ptr<const MappedRegion> mapping, const BlockInfo& block,
                    const std::string& name, DecodedBlock* out) {
@@ -148,20 +136,16 @@ Status DecodeBlock(std::string_view stored, std::shared_ptr<const void> owner,
     out->bytes = stored;
   } else {
     // The codec's own framing must agree with the header before the raw size
-    // is allocated: a frame that claims less or more is refused, and one
-    // that claims what its bytes cannot hold was refused with the header.
-    Status s = CheckDeclaredRawSize(h.codec, stored, h.raw_len);
-    if (!s.ok()) return s.WithContext(AtOffset(name, block.payload_offset));
-    auto buf = AlignedBuffer(h.raw_len);
-    if (!buf) {
-      return Status::IOError(AtOffset(name, block.payload_offset) + "cannot allocate " +
-                                 std::to_string(h.raw_len) + " bytes to decompress the " +
-                                 std::string(CodecName(h.codec)) + " block of series '" + h.name +
-                                 "'",
-                             ENOMEM);
+    // is allocated (DecompressAligned): a frame that claims less or more is
+    // refused, and one that claims what its bytes cannot hold was refused
+    // with the header.
+    auto decoded = DecompressAligned(h.codec, stored, h.raw_len);
+    if (!decoded.ok()) {
+      return decoded.status().WithContext(AtOffset(name, block.payload_offset) + "the " +
+                                          std::string(CodecName(h.codec)) + " block of series '" +
+                                          h.name + "'");
     }
-    s = Decompress(h.codec, stored, buf.get(), h.raw_len);
-    if (!s.ok()) return s.WithContext(AtOffset(name, block.payload_offset));
+    std::shared_ptr<char> buf = std::move(decoded).value();
     out->bytes = std::string_view(buf.get(), h.raw_len);
     out->owner = std::move(buf);
   }

@@ -220,8 +220,12 @@ Status Recover(const RandomAccessFile& file, const std::string& name, uint64_t f
   return Status::OK();
 }
 
+// Reads the footer the trailer names into *index. *checksummed is set once
+// the footer's header and payload checksums hold: a footer that fails after
+// that was written so (a torn write fails a checksum), and is no torn seal.
 Status LoadFooter(const RandomAccessFile& file, const std::string& name, uint64_t file_size,
-                  const Trailer& t, SegmentIndex* index) {
+                  const Trailer& t, SegmentIndex* index, bool* checksummed) {
+  *checksummed = false;
   auto bad = [&](uint64_t off, const std::string& what) {
     return Status::Corruption(AtOffset(name, off) + what);
   };
@@ -254,6 +258,7 @@ Status LoadFooter(const RandomAccessFile& file, const std::string& name, uint64_
   if (!complete || Checksum(payload) != f.payload_checksum) {
     return bad(payload_off, "footer index checksum mismatch");
   }
+  *checksummed = true;
   Decoder d(payload);
   if (f.commit_count > payload.size() / 24)
     return bad(payload_off, "footer commit count too large");
@@ -377,8 +382,9 @@ Status LoadSegmentIndex(const RandomAccessFile& file, const std::string& name,
     RETURN_IF_ERROR(ReadAt(file, size - kTrailerSize, kTrailerSize, &buf, &got, &complete));
     Trailer t;
     if (complete && DecodeTrailer(got, &t)) {
-      Status s = LoadFooter(file, name, size, t, index);
-      if (s.ok() || s.code() != StatusCode::kCorruption) return s;
+      bool checksummed;
+      Status s = LoadFooter(file, name, size, t, index, &checksummed);
+      if (s.ok() || s.code() != StatusCode::kCorruption || checksummed) return s;
       // A damaged footer: every frame before it was committed and synced
       // before the footer was written, so recovery must read up to the
       // footer; stopping earlier means committed data is damaged.
@@ -430,10 +436,13 @@ Status RefreshSegmentIndex(const RandomAccessFile& file, const std::string& name
     Trailer t;
     if (complete && DecodeTrailer(got, &t)) {
       SegmentIndex sealed = *index;
-      if (LoadFooter(file, name, size, t, &sealed).ok()) {
+      bool checksummed;
+      Status s = LoadFooter(file, name, size, t, &sealed, &checksummed);
+      if (s.ok()) {
         *index = std::move(sealed);
         return Status::OK();
       }
+      if (s.code() != StatusCode::kCorruption || checksummed) return s;
       // A damaged footer behind a valid trailer: the rule of a fresh load
       // (recovery must reach the footer), not a torn-tail recovery.
       return LoadSegmentIndex(file, name, index);

@@ -1070,6 +1070,58 @@ TEST_F(StoreTest, BadNamesAndRunIdsAreRefused) {
   EXPECT_OK(snap->Get(std::string(255, 'r'), "x", 0).status());
 }
 
+// Arrays with a zero dimension hold no bytes and round-trip with their
+// shapes, in fixed-shape and variable-shape series alike; they used to be
+// written, then reported as corruption by every read and by verify.
+TEST_F(StoreTest, ZeroSizeArraysRoundTrip) {
+  auto store = Open();
+  ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter({}));
+  ASSERT_OK(w->DefineSeries("var", SeriesOptions{DType::kInt32, {}, true, Codec::kNone}));
+  ASSERT_OK(w->DefineSeries("zvar", SeriesOptions{DType::kInt32, {}, true, Codec::kZstd}));
+  const int64_t cols[] = {100, 0};
+  const int64_t wide[] = {0, int64_t{1} << 40};  // no bytes, whatever the other dimension
+  const int64_t rows[] = {3};
+  const int32_t three[] = {1, 2, 3};
+  for (int run = 0; run < 2000; ++run) {
+    ASSERT_OK(w->Append(run, "cols", 0, ValueRef{DType::kFloat64, cols, nullptr, 0}));
+    ASSERT_OK(w->Append(run, "wide", 0, ValueRef{DType::kUInt8, wide, nullptr, 0}));
+    const bool empty = run % 2 == 0;
+    for (const char* name : {"var", "zvar"}) {
+      ASSERT_OK(w->Append(run, name, 0,
+                          empty ? ValueRef{DType::kInt32, cols, nullptr, 0}
+                                : ValueRef{DType::kInt32, rows, three, sizeof(three)}));
+    }
+  }
+  const int64_t too_wide[] = {0, int64_t{1} << 62};
+  EXPECT_THAT(w->Append(1, "huge", 0, ValueRef{DType::kFloat64, too_wide, nullptr, 0}),
+              StatusIsWith(StatusCode::kInvalidArgument, "too large"));
+  ASSERT_OK(w->Close());
+  ASSERT_OK_AND_ASSIGN(auto snap, store->Refresh());
+  EXPECT_OK(snap->Verify());
+  ASSERT_OK_AND_ASSIGN(Value v, snap->Get(7, "cols", 0));
+  EXPECT_EQ(v.shape(), (std::vector<int64_t>{100, 0}));
+  EXPECT_EQ(v.nbytes(), 0u);
+  ASSERT_OK_AND_ASSIGN(Value wv, snap->Get(7, "wide", 0));
+  EXPECT_EQ(wv.shape(), (std::vector<int64_t>{0, int64_t{1} << 40}));
+  for (const char* name : {"var", "zvar"}) {
+    ASSERT_OK_AND_ASSIGN(Value e, snap->Get(8, name, 0));
+    EXPECT_EQ(e.shape(), (std::vector<int64_t>{100, 0}));
+    ASSERT_OK_AND_ASSIGN(Value f, snap->Get(9, name, 0));
+    EXPECT_EQ(f.shape(), (std::vector<int64_t>{3}));
+    EXPECT_EQ(f.as<int32_t>()[2], 3);
+  }
+  ASSERT_OK_AND_ASSIGN(auto scanner, snap->Scan("cols"));
+  ScanBatch b;
+  uint64_t n = 0;
+  while (*scanner->Next(&b)) {
+    ASSERT_EQ(b.values.shape().size(), 3u);
+    EXPECT_EQ(b.values.shape()[1], 100);
+    EXPECT_EQ(b.values.shape()[2], 0);
+    n += b.count;
+  }
+  EXPECT_EQ(n, 2000u);
+}
+
 TEST_F(StoreTest, PathWithANulIsRefusedBeforeAnythingIsCreated) {
   const std::string path = StorePath() + std::string("\0/elsewhere", 11);
   EXPECT_THAT(Store::Open(path, {}), StatusIsWith(StatusCode::kInvalidArgument, "NUL"));
