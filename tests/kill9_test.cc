@@ -16,11 +16,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <mutex>
 #include <random>
 #include <set>
 #include <sstream>
@@ -43,6 +45,14 @@ constexpr int kWriters = 6;
 constexpr int kRounds = 100;               // at least 50 kills
 constexpr int kMaxSleepMs = 100;           // between kills
 constexpr double kWallBudgetSeconds = 45;  // stop killing early past this
+constexpr int kReaders = 2;
+
+// $RUNSTORE_SOAK_SECONDS turns the test into a soak (scripts/soak.sh): it
+// kills and restarts writers for that long instead of kRounds times.
+double SoakSeconds() {
+  const char* env = std::getenv("RUNSTORE_SOAK_SECONDS");
+  return env ? std::atof(env) : 0;
+}
 
 std::string HelperPath(const char* name) {
   char buf[4096];
@@ -78,7 +88,10 @@ class Supervisor {
   ~Supervisor() { KillAll(); }
 
   // Starts writer `index` as life `life`; `extra` are further arguments.
-  void Spawn(int index, int life, const std::vector<std::string>& extra = {}) {
+  // With `writer_id`, the life writes under that id (KILL9_WRITER_ID) instead
+  // of one of its own.
+  void Spawn(int index, int life, const std::vector<std::string>& extra = {},
+             const std::string& writer_id = "") {
     int fds[2];
     ASSERT_EQ(::pipe2(fds, O_CLOEXEC), 0) << std::strerror(errno);
     std::vector<std::string> args{program_, store_, std::to_string(index), std::to_string(life)};
@@ -86,11 +99,20 @@ class Supervisor {
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
+    // The environment is built before fork: the child of a process with
+    // threads (the readers) may call nothing that allocates.
+    std::string id_var = "KILL9_WRITER_ID=" + writer_id;
+    std::vector<char*> envp;
+    for (char** e = environ; *e != nullptr; ++e) {
+      if (std::strncmp(*e, "KILL9_WRITER_ID=", 16) != 0) envp.push_back(*e);
+    }
+    if (!writer_id.empty()) envp.push_back(id_var.data());
+    envp.push_back(nullptr);
     const pid_t pid = ::fork();
     ASSERT_GE(pid, 0) << std::strerror(errno);
     if (pid == 0) {
       ::dup2(fds[1], 1);  // dup2 clears FD_CLOEXEC on the copy
-      ::execv(program_.c_str(), argv.data());
+      ::execve(program_.c_str(), argv.data(), envp.data());
       ::_exit(127);
     }
     ::close(fds[1]);
@@ -99,7 +121,7 @@ class Supervisor {
     c.fd = fds[0];
     c.index = index;
     c.life = life;
-    children_[index] = std::move(c);
+    children_[{index, life}] = std::move(c);
     Life& l = lives_[{index, life}];
     l.index = index;
     l.life = life;
@@ -112,11 +134,11 @@ class Supervisor {
       const int left = static_cast<int>(
           std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()).count());
       std::vector<pollfd> pfds;
-      std::vector<int> owners;
-      for (auto& [index, c] : children_) {
+      std::vector<std::pair<int, int>> owners;
+      for (auto& [key, c] : children_) {
         if (c.fd >= 0) {
           pfds.push_back(pollfd{c.fd, POLLIN, 0});
-          owners.push_back(index);
+          owners.push_back(key);
         }
       }
       const int r = ::poll(pfds.data(), pfds.size(), std::max(left, 0));
@@ -130,10 +152,10 @@ class Supervisor {
     }
   }
 
-  // SIGKILLs the writer `index` (unless it already died, which
+  // SIGKILLs life `life` of writer `index` (unless it already died, which
   // CheckForUnexpectedExits reported), reaps it and reads every line it wrote.
-  void Kill(int index) {
-    Child& c = children_[index];
+  void Kill(int index, int life) {
+    Child& c = children_[{index, life}];
     // Only ever signal a child of ours: kill(-1, ...) would signal every
     // process we may signal, and kill(0, ...) our own process group.
     if (c.pid > 0) {
@@ -149,9 +171,10 @@ class Supervisor {
     while (c.fd >= 0) ReadSome(c);  // to end of file: the pipe has no other writer
   }
 
-  // Waits for writer `index` to exit by itself; returns its wait status.
-  int Reap(int index) {
-    Child& c = children_[index];
+  // Waits for life `life` of writer `index` to exit by itself; returns its
+  // wait status.
+  int Reap(int index, int life) {
+    Child& c = children_[{index, life}];
     int status = 0;
     if (c.pid > 0) ::waitpid(c.pid, &status, 0);
     c.pid = -1;
@@ -160,8 +183,8 @@ class Supervisor {
   }
 
   void KillAll() {
-    for (auto& [index, c] : children_) {
-      if (c.pid > 0) Kill(index);
+    for (auto& [key, c] : children_) {
+      if (c.pid > 0) Kill(key.first, key.second);
     }
   }
 
@@ -212,7 +235,7 @@ class Supervisor {
   }
 
   void CheckForUnexpectedExits() {
-    for (auto& [index, c] : children_) {
+    for (auto& [key, c] : children_) {
       if (c.pid <= 0) continue;
       int status = 0;
       if (::waitpid(c.pid, &status, WNOHANG) == c.pid) {
@@ -232,10 +255,99 @@ class Supervisor {
 
   const std::string store_;
   const std::string program_;
-  std::map<int, Child> children_;
+  std::map<std::pair<int, int>, Child> children_;  // by (index, life)
   std::map<std::pair<int, int>, Life> lives_;
   int kills_ = 0;
   std::string failures_;
+};
+
+// Readers that refresh while the writers run and die: in every snapshot each
+// writer life shows a prefix of its records made of whole commits, never
+// shorter than in the snapshot before, with every value right.
+class Readers {
+ public:
+  Readers(std::string path, int n) : path_(std::move(path)) {
+    for (int i = 0; i < n; ++i) threads_.emplace_back([this] { Loop(); });
+  }
+  ~Readers() { Stop(); }
+  void Stop() {
+    stop_ = true;
+    for (auto& t : threads_) {
+      if (t.joinable()) t.join();
+    }
+  }
+  uint64_t refreshes() const { return refreshes_; }
+  uint64_t records() const { return records_; }
+  std::string failures() {
+    std::lock_guard lk(mu_);
+    return failures_;
+  }
+
+ private:
+  void Fail(const std::string& why) {
+    std::lock_guard lk(mu_);
+    if (failures_.size() < 2000) failures_ += why + "; ";
+  }
+  void Loop() {
+    auto store = Store::Open(path_, {.read_only = true});
+    if (!store.ok()) return Fail("reader open: " + store.status().ToString());
+    std::map<std::pair<int, int>, int64_t> last;  // life -> records seen last time
+    while (!stop_) {
+      auto snap = (*store)->Refresh();
+      if (!snap.ok()) return Fail("reader refresh: " + snap.status().ToString());
+      auto series = (*snap)->ListSeries();
+      if (!series.ok()) return Fail("reader list: " + series.status().ToString());
+      std::map<std::pair<int, int>, std::pair<int64_t, int64_t>> seen;  // count, max seq
+      for (const SeriesInfo& info : *series) {
+        auto kind = kill9::KindOfName(info.name);
+        auto scanner = (*snap)->Scan(info.name);
+        if (!kind || !scanner.ok()) return Fail("reader scan of " + info.name);
+        ScanBatch b;
+        while (true) {
+          auto more = (*scanner)->Next(&b);
+          if (!more.ok()) return Fail("reader scan: " + more.status().ToString());
+          if (!*more) break;
+          for (size_t i = 0; i < b.count; ++i) {
+            int index = -1, life = -1;
+            const RunId run = b.run(i);
+            const bool ours =
+                *kind == kill9::Kind::kText
+                    ? run.is_string() && kill9::ParseStringRun(run.string_value(), &index, &life)
+                    : run.is_int() && kill9::ParseIntRun(run.int_value(), &index, &life);
+            if (!ours) return Fail("reader: a record no writer writes");
+            if (testing::RecordValueAt(b, i).bytes !=
+                kill9::ValueBytes(*kind, index, life, b.steps[i])) {
+              return Fail("reader: a wrong value");
+            }
+            auto& [count, max_seq] = seen[{index, life}];
+            ++count;
+            max_seq = std::max(max_seq, b.steps[i]);
+            ++records_;
+          }
+        }
+      }
+      for (const auto& [life, cm] : seen) {
+        const auto [count, max_seq] = cm;
+        const std::string who =
+            "w" + std::to_string(life.first) + "-" + std::to_string(life.second);
+        if (max_seq != count - 1) Fail("reader: " + who + " shows records that are not a prefix");
+        if (!kill9::CommitsAfter(life.first, life.second, max_seq)) {
+          Fail("reader: " + who + " shows part of a commit");
+        }
+        if (count < last[life]) Fail("reader: " + who + " lost records between refreshes");
+        last[life] = count;
+      }
+      ++refreshes_;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+
+  const std::string path_;
+  std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> refreshes_{0}, records_{0};
+  std::mutex mu_;
+  std::string failures_;
+  std::vector<std::thread> threads_;
 };
 
 TEST(Kill9Test, EveryAcknowledgedCommitSurvivesSigkillOfConcurrentWriters) {
@@ -249,28 +361,45 @@ TEST(Kill9Test, EveryAcknowledgedCommitSurvivesSigkillOfConcurrentWriters) {
   ASSERT_OK(Store::Open(path, {}).status());  // created once, before the writers race
 
   const auto start = Clock::now();
+  const double soak = SoakSeconds();
   Supervisor sup(path, program);
+  Readers readers(path, kReaders);
+  // Writers of even index keep one id across their lives (a job restarted
+  // with a fixed id), and every other restart of theirs starts the new life
+  // before the old one is killed: two live writers with one id.
+  auto id_of = [](int index) { return index % 2 == 0 ? "w" + std::to_string(index) : ""; };
   std::map<int, int> life_of;
   for (int i = 0; i < kWriters; ++i) {
-    ASSERT_NO_FATAL_FAILURE(sup.Spawn(i, 0));
+    ASSERT_NO_FATAL_FAILURE(sup.Spawn(i, 0, {}, id_of(i)));
     life_of[i] = 0;
   }
-  int rounds = 0;
-  for (; rounds < kRounds; ++rounds) {
+  int rounds = 0, overlaps = 0;
+  for (; soak > 0 || rounds < kRounds; ++rounds) {
     sup.Pump(static_cast<int>(rng() % (kMaxSleepMs + 1)));
     const int victim = static_cast<int>(rng() % kWriters);
-    sup.Kill(victim);
-    ASSERT_NO_FATAL_FAILURE(sup.Spawn(victim, ++life_of[victim]));
-    if (rounds >= 50 &&
-        std::chrono::duration<double>(Clock::now() - start).count() > kWallBudgetSeconds) {
+    const int old_life = life_of[victim];
+    if (victim % 2 == 0 && rng() % 2 == 0) {
+      ASSERT_NO_FATAL_FAILURE(sup.Spawn(victim, ++life_of[victim], {}, id_of(victim)));
+      sup.Pump(static_cast<int>(rng() % (kMaxSleepMs + 1)));
+      sup.Kill(victim, old_life);
+      ++overlaps;
+    } else {
+      sup.Kill(victim, old_life);
+      ASSERT_NO_FATAL_FAILURE(sup.Spawn(victim, ++life_of[victim], {}, id_of(victim)));
+    }
+    const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+    if (soak > 0 ? elapsed > soak : rounds >= 50 && elapsed > kWallBudgetSeconds) {
       ++rounds;
       break;
     }
   }
   sup.Pump(static_cast<int>(rng() % (kMaxSleepMs + 1)));
   sup.KillAll();
+  readers.Stop();
   const double writing_s = std::chrono::duration<double>(Clock::now() - start).count();
   EXPECT_EQ(sup.failures(), "") << "writers must only ever die of SIGKILL";
+  EXPECT_EQ(readers.failures(), "");
+  EXPECT_GT(readers.refreshes(), 0u);
   for (const auto& [key, l] : sup.lives())
     EXPECT_EQ(l.problems, "") << "w" << l.index << "-" << l.life;
 
@@ -379,6 +508,11 @@ TEST(Kill9Test, EveryAcknowledgedCommitSurvivesSigkillOfConcurrentWriters) {
   }
   const double total_s = std::chrono::duration<double>(Clock::now() - start).count();
   std::printf(
+      "[ figures  ] readers: refreshes=%llu records checked=%llu; lives started while "
+      "another life of their id ran: %d\n",
+      static_cast<unsigned long long>(readers.refreshes()),
+      static_cast<unsigned long long>(readers.records()), overlaps);
+  std::printf(
       "[ figures  ] seed=%llu rounds=%d kills=%d writer lives=%zu (opened %llu) acknowledged "
       "commits=%llu records verified=%llu (256 KiB arrays %llu) records lost=%llu "
       "unacknowledged-but-present records=%llu (in %llu commits) records in store=%llu "
@@ -425,7 +559,7 @@ TEST(Kill9Test, ManyProcessesCreatingOneStoreAtOnceAllSucceed) {
     for (int i = 0; i < kProcesses; ++i) ASSERT_NO_FATAL_FAILURE(sup.Spawn(i, 0, {"0.02", at_ns}));
     int failed_here = 0;
     for (int i = 0; i < kProcesses; ++i) {
-      const int status = sup.Reap(i);
+      const int status = sup.Reap(i, 0);
       if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
         ++failed_here;
         if (first_failure.empty()) {

@@ -2,7 +2,9 @@
 //
 //   kill9_writer <store> <index> <life> [<seconds> [<start at>]]
 //
-// Opens the store, creates writer "w<index>-<life>" and appends the records
+// Opens the store, creates writer "w<index>-<life>" (or $KILL9_WRITER_ID,
+// which lives of one index may share: a restart that reuses its id, or two
+// lives alive at once with one id) and appends the records
 // of kill9_pattern.h for (index, life, seq = 0, 1, ...), committing (or
 // flushing) where the pattern says. After every Commit() or Flush() that
 // returns OK it writes one line to stdout, in one write(2):
@@ -57,7 +59,9 @@ int main(int argc, char** argv) {
     const std::chrono::system_clock::time_point at{std::chrono::nanoseconds(std::atoll(argv[5]))};
     std::this_thread::sleep_until(at);
   }
-  const std::string id = "w" + std::to_string(index) + "-" + std::to_string(life);
+  const char* shared_id = std::getenv("KILL9_WRITER_ID");
+  const std::string id =
+      shared_id ? shared_id : "w" + std::to_string(index) + "-" + std::to_string(life);
 
   auto store = runstore::Store::Open(path, {});
   if (!store.ok()) Die(id, store.status());
@@ -66,6 +70,7 @@ int main(int argc, char** argv) {
   wo.buffer_bytes = 8 << 20;
   wo.block_bytes = 64 << 10;         // several blocks in the larger commits
   wo.large_value_bytes = 128 << 10;  // the 256 KiB arrays are large values
+  wo.segment_bytes = 1 << 20;        // segments roll often: kills land in rolls too
   auto writer = (*store)->NewWriter(wo);
   if (!writer.ok()) Die(id, writer.status());
   runstore::Writer& w = **writer;
