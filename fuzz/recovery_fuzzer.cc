@@ -1,0 +1,60 @@
+// Recovery of a segment that a writer is still appending to, or that it left
+// behind when it crashed (docs/format.md "Recovery"). The input is a whole
+// segment file (no fix-ups) followed by two bytes, a u16 that picks where
+// the file is cut: LoadSegmentIndex reads the file cut there, the rest is
+// appended, and RefreshSegmentIndex continues from what the first read
+// accepted, as a reader of a running writer does. After each read, an index
+// that was accepted must be one the store can rely on (fuzz_util.h
+// CheckIndex), and every block it holds is checked, decoded and read record
+// by record.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "format/segment_reader.h"
+#include "fuzz_util.h"
+#include "util/coding.h"
+
+namespace runstore {
+namespace {
+
+constexpr char kFile[] = "segments/f-00000001.rss";
+
+bool Accepted(const Status& s) {
+  if (s.ok()) return true;
+  RUNSTORE_FUZZ_CHECK(
+      (s.code() == StatusCode::kCorruption || s.code() == StatusCode::kNotSupported) &&
+          s.message().starts_with(kFile),
+      s.ToString());
+  return false;
+}
+
+void Run(std::string_view in) {
+  if (in.size() < 2) return;
+  const std::string_view file_bytes = in.substr(0, in.size() - 2);
+  const size_t cut = DecodeFixed<uint16_t>(in.data() + in.size() - 2) % (file_bytes.size() + 1);
+  std::unique_ptr<Env> env = fuzzing::NewExactMemEnv();
+  fuzzing::PutFile(env.get(), "/seg", file_bytes.substr(0, cut));
+  auto file = env->NewRandomAccessFile("/seg");
+  RUNSTORE_FUZZ_CHECK(file.ok(), file.status().ToString());
+  format::SegmentIndex index;
+  if (!Accepted(format::LoadSegmentIndex(**file, kFile, &index))) return;
+  fuzzing::CheckIndex(index, cut, kFile);
+  fuzzing::ReadBlocks(**file, index, kFile);
+
+  // The writer appends the rest; the reader refreshes.
+  fuzzing::PutFile(env.get(), "/seg", file_bytes);
+  if (!Accepted(format::RefreshSegmentIndex(**file, kFile, &index))) return;
+  fuzzing::CheckIndex(index, file_bytes.size(), kFile);
+  fuzzing::ReadBlocks(**file, index, kFile);
+}
+
+}  // namespace
+}  // namespace runstore
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  runstore::Run(std::string_view(reinterpret_cast<const char*>(data), size));
+  return 0;
+}
