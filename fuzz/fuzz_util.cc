@@ -114,14 +114,22 @@ void TouchBlock(const BlockHeader& h, const BlockView& v, std::string_view paylo
   }
 }
 
-void TouchValue(const Value& v) {
+void TouchValue(const Value& v, bool batch) {
   Touch(v.data(), v.nbytes());
   if (IsVarLength(v.dtype())) {
     RUNSTORE_FUZZ_CHECK(v.shape().empty(), "string value with a shape");
     return;
   }
+  std::span<const int64_t> shape(v.shape());
+  uint64_t records = 1;
+  if (batch) {
+    RUNSTORE_FUZZ_CHECK(!shape.empty() && shape[0] >= 0, "batch shape");
+    records = static_cast<uint64_t>(shape[0]);
+    shape = shape.subspan(1);
+  }
   uint64_t expected = 0;
-  RUNSTORE_FUZZ_CHECK(ShapeBytes(v.shape(), DTypeSize(v.dtype()), &expected), "value shape");
+  RUNSTORE_FUZZ_CHECK(ShapeBytes(shape, DTypeSize(v.dtype()), &expected), "value shape");
+  RUNSTORE_FUZZ_CHECK(!__builtin_mul_overflow(expected, records, &expected), "batch shape");
   RUNSTORE_FUZZ_CHECK(expected == v.nbytes(), "value of " + std::to_string(v.nbytes()) +
                                                   " bytes whose shape holds " +
                                                   std::to_string(expected));
@@ -439,7 +447,7 @@ void ScanSeries(const Snapshot& snap, const std::string& name, const ScanOptions
       RUNSTORE_FUZZ_CHECK(!batch.values.shape().empty() &&
                               batch.values.shape()[0] == static_cast<int64_t>(batch.count),
                           "value array of a batch of '" + name + "'");
-      TouchValue(batch.values);
+      TouchValue(batch.values, /*batch=*/true);
     } else {
       RUNSTORE_FUZZ_CHECK(batch.records.size() == batch.count,
                           "records of a batch of '" + name + "'");

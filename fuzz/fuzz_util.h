@@ -69,8 +69,10 @@ inline void Touch(std::string_view s) { Touch(s.data(), s.size()); }
 void TouchBlock(const format::BlockHeader& h, const format::BlockView& v, std::string_view payload);
 
 // Reads a value's bytes and checks that a numeric one holds exactly what its
-// dtype and shape say (what a numpy view of it would read).
-void TouchValue(const Value& v);
+// dtype and shape say (what a numpy view of it would read). A batch's values
+// (`batch`: shape [count, record shape]) are held to that for the record
+// shape; only a record's shape is bounded by kMaxValueBytes.
+void TouchValue(const Value& v, bool batch = false);
 
 // An Env over NewMemEnv whose mappings are ExactBytes copies of the file, so
 // that ASan sees a read past the mapped length.

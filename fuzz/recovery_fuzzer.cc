@@ -6,7 +6,9 @@
 // accepted, as a reader of a running writer does. After each read, an index
 // that was accepted must be one the store can rely on (fuzz_util.h
 // CheckIndex), and every block it holds is checked, decoded and read record
-// by record.
+// by record. A refresh applies the rules to what the file holds now
+// (docs/format.md "Recovery"), so it must agree with a reader that opens
+// the whole file afresh: the same status, and the same commits and blocks.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -31,6 +33,33 @@ bool Accepted(const Status& s) {
   return false;
 }
 
+bool SameIndex(const format::SegmentIndex& a, const format::SegmentIndex& b) {
+  if (a.sealed != b.sealed || a.committed_end != b.committed_end ||
+      a.commits.size() != b.commits.size() || a.blocks.size() != b.blocks.size()) {
+    return false;
+  }
+  for (size_t i = 0; i < a.commits.size(); ++i) {
+    if (a.commits[i].sequence != b.commits[i].sequence ||
+        a.commits[i].time_ns != b.commits[i].time_ns ||
+        a.commits[i].end_offset != b.commits[i].end_offset) {
+      return false;
+    }
+  }
+  for (size_t i = 0; i < a.blocks.size(); ++i) {
+    if (a.blocks[i].frame_offset != b.blocks[i].frame_offset ||
+        a.blocks[i].commit_index != b.blocks[i].commit_index) {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::string Describe(const format::SegmentIndex& x) {
+  return std::string(x.sealed ? "sealed" : "unsealed") + ", " + std::to_string(x.commits.size()) +
+         " commits, " + std::to_string(x.blocks.size()) + " blocks, committed end " +
+         std::to_string(x.committed_end);
+}
+
 void Run(std::string_view in) {
   if (in.size() < 2) return;
   const std::string_view file_bytes = in.substr(0, in.size() - 2);
@@ -46,8 +75,17 @@ void Run(std::string_view in) {
 
   // The writer appends the rest; the reader refreshes.
   fuzzing::PutFile(env.get(), "/seg", file_bytes);
-  if (!Accepted(format::RefreshSegmentIndex(**file, kFile, &index))) return;
+  const Status refreshed = format::RefreshSegmentIndex(**file, kFile, &index);
+  format::SegmentIndex fresh;
+  const Status loaded = format::LoadSegmentIndex(**file, kFile, &fresh);
+  RUNSTORE_FUZZ_CHECK(refreshed.code() == loaded.code(), "cut at " + std::to_string(cut) +
+                                                             ": refresh: " + refreshed.ToString() +
+                                                             "; fresh load: " + loaded.ToString());
+  if (!Accepted(refreshed)) return;
   fuzzing::CheckIndex(index, file_bytes.size(), kFile);
+  RUNSTORE_FUZZ_CHECK(SameIndex(index, fresh), "cut at " + std::to_string(cut) +
+                                                   ": refresh gives " + Describe(index) +
+                                                   ", a fresh load " + Describe(fresh));
   fuzzing::ReadBlocks(**file, index, kFile);
 }
 
