@@ -1,5 +1,6 @@
 #include "fuzz_util.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
@@ -347,8 +348,12 @@ void FixFooter(std::string* segment, uint64_t footer_offset) {
         char* copy = payload + p;
         const uint64_t block_payload_len = DecodeFixed<uint64_t>(copy + 8);
         const uint64_t padded = AlignUp(hl, format::kFrameAlign);
-        if (RangeWithin(frame_offset, padded, s.size()) &&
-            RangeWithin(frame_offset + padded, block_payload_len, s.size())) {
+        // Only a payload among the frames: fixing the chunk table of one
+        // that a hostile entry places over the header, the footer or the
+        // trailer would rewrite those.
+        if (frame_offset >= format::kSegmentHeaderSize &&
+            RangeWithin(frame_offset, padded, footer_offset) &&
+            RangeWithin(frame_offset + padded, block_payload_len, footer_offset)) {
           EncodeFixed<uint64_t>(
               copy + 16, BlockPayloadChecksum(std::string_view(copy, hl),
                                               s.data() + frame_offset + padded, block_payload_len));
@@ -370,17 +375,27 @@ void FixChecksums(std::string* segment) {
       std::memcmp(s.data(), format::kSegmentMagic, 8) == 0) {
     EncodeFixed<uint64_t>(s.data() + 120, Checksum(s.data(), 120));
   }
+  // The frames end where a trailer names its footer: the walk rewrites
+  // nothing past it, so that a hostile frame over the footer or the trailer
+  // does not rewrite them.
+  uint64_t frames_end = s.size();
+  if (s.size() >= format::kSegmentHeaderSize + format::kTrailerSize) {
+    const char* t = s.data() + s.size() - format::kTrailerSize;
+    if (std::memcmp(t + 16, format::kTrailerMagic, 8) == 0) {
+      frames_end = std::min<uint64_t>(DecodeFixed<uint64_t>(t), s.size() - format::kTrailerSize);
+    }
+  }
   std::vector<uint64_t> digests;
   uint64_t pos = format::kSegmentHeaderSize;
-  while (RangeWithin(pos, 8, s.size())) {
+  while (RangeWithin(pos, 8, frames_end)) {
     const uint16_t len = format::PeekHeaderLength(std::string_view(s).substr(pos, 8));
-    if (len == 0 || !RangeWithin(pos, len, s.size())) break;
+    if (len == 0 || !RangeWithin(pos, len, frames_end)) break;
     char* hdr = s.data() + pos;
     const auto kind = static_cast<format::FrameKind>(hdr[4]);
     if (kind == format::FrameKind::kFooter) break;  // fixed with the trailer
     const uint64_t payload_len = DecodeFixed<uint64_t>(hdr + 8);
     const uint64_t payload_off = format::PayloadOffset(pos, len);
-    const bool payload_inside = RangeWithin(payload_off, payload_len, s.size());
+    const bool payload_inside = RangeWithin(payload_off, payload_len, frames_end);
     if (kind == format::FrameKind::kBlock) {
       if (payload_inside) {
         EncodeFixed<uint64_t>(hdr + 16, BlockPayloadChecksum(std::string_view(hdr, len),
