@@ -427,6 +427,14 @@ namespace {
 
 constexpr size_t kKeysPerSeries = 8;
 
+// What a read of a snapshot may fail with: NotFound for what is not there,
+// Corruption naming the segment for damage.
+void CheckReadStatus(const Status& s, const char* what) {
+  if (s.ok() || s.code() == StatusCode::kNotFound) return;
+  RUNSTORE_FUZZ_CHECK(s.code() == StatusCode::kCorruption && s.message().starts_with("segments/"),
+                      std::string(what) + ": " + s.ToString());
+}
+
 struct SeenKey {
   RunId run;
   int64_t step;
@@ -437,6 +445,7 @@ struct SeenKey {
 void ScanSeries(const Snapshot& snap, const std::string& name, const ScanOptions& options,
                 std::vector<SeenKey>* keys) {
   auto scanner = snap.Scan(name, options);
+  CheckReadStatus(scanner.status(), "Scan");
   if (!scanner.ok()) return;
   ScanBatch batch;
   // Every batch holds at least one record, so a scan ends within the
@@ -444,6 +453,7 @@ void ScanSeries(const Snapshot& snap, const std::string& name, const ScanOptions
   for (uint64_t batches = 0;; ++batches) {
     RUNSTORE_FUZZ_CHECK(batches <= (uint64_t{1} << 32), "scan of '" + name + "' does not end");
     auto more = (*scanner)->Next(&batch);
+    CheckReadStatus(more.status(), "SeriesScanner::Next");
     if (!more.ok() || !*more) return;
     RUNSTORE_FUZZ_CHECK(batch.count > 0, "empty batch of '" + name + "'");
     if (options.keys) {
@@ -473,11 +483,14 @@ void ScanSeries(const Snapshot& snap, const std::string& name, const ScanOptions
 
 void ReadLazy(const Snapshot& snap, const SeenKey& k, const std::string& name) {
   auto lazy = snap.GetLazy(k.run, name, k.step);
+  CheckReadStatus(lazy.status(), "GetLazy");
   if (!lazy.ok()) return;
   const uint64_t n = lazy->value().nbytes();
   const LazyValue::Range some[] = {{n / 2, 1}, {0, 1}, {n > 0 ? n - 1 : 0, 1}};
-  (void)lazy->Check(some);
-  const bool checked = lazy->CheckAll().ok();
+  CheckReadStatus(lazy->Check(some), "LazyValue::Check");
+  const Status all = lazy->CheckAll();
+  CheckReadStatus(all, "LazyValue::CheckAll");
+  const bool checked = all.ok();
   RUNSTORE_FUZZ_CHECK(!checked || lazy->all_checked(), "CheckAll passed, all_checked false");
   TouchValue(lazy->value());
 }
@@ -488,13 +501,14 @@ void ReadSnapshot(const Snapshot& snap) {
   for (const SegmentInfo& s : snap.ListSegments()) {
     RUNSTORE_FUZZ_CHECK(s.committed_bytes <= s.file_bytes, s.file + ": committed past the end");
   }
-  (void)snap.ListSeries(false);
-  (void)snap.ListRuns();
+  CheckReadStatus(snap.ListSeries(false).status(), "ListSeries");
+  CheckReadStatus(snap.ListRuns().status(), "ListRuns");
   auto series = snap.ListSeries(/*include_reserved=*/true);
+  CheckReadStatus(series.status(), "ListSeries");
   if (series.ok()) {
     for (const SeriesInfo& info : *series) {
       const std::string& name = info.name;
-      (void)snap.GetSeriesInfo(name);
+      CheckReadStatus(snap.GetSeriesInfo(name).status(), "GetSeriesInfo");
       std::vector<SeenKey> keys;
       ScanSeries(snap, name, ScanOptions(), &keys);
       if (!keys.empty()) {
@@ -515,10 +529,11 @@ void ReadSnapshot(const Snapshot& snap) {
       ScanSeries(snap, name, none, nullptr);
       for (const SeenKey& k : keys) {
         auto v = snap.Get(k.run, name, k.step);
+        CheckReadStatus(v.status(), "Get");
         if (v.ok()) TouchValue(*v);
         ReadLazy(snap, k, name);
       }
-      (void)snap.Get(RunId(int64_t{-7}), name, -7);
+      CheckReadStatus(snap.Get(RunId(int64_t{-7}), name, -7).status(), "Get");
     }
   }
   uint64_t last = 0;
@@ -540,8 +555,20 @@ std::unique_ptr<Store> OpenReadOnly(Env* env, const std::string& path) {
   options.create_if_missing = false;
   options.read_only = true;
   auto store = Store::Open(path, options);
-  if (!store.ok()) return nullptr;
+  if (!store.ok()) {
+    CheckOpenStatus(store.status(), path);
+    return nullptr;
+  }
   return std::move(store).value();
+}
+
+void CheckOpenStatus(const Status& s, const std::string& path) {
+  if (s.ok()) return;
+  RUNSTORE_FUZZ_CHECK(
+      (s.code() == StatusCode::kCorruption || s.code() == StatusCode::kNotSupported) &&
+          (s.message().starts_with(path + "/") || s.message().starts_with(path + ":") ||
+           s.message().starts_with("segments/")),
+      "opening or refreshing a store whose files are damaged: " + s.ToString());
 }
 
 }  // namespace runstore::fuzzing

@@ -128,13 +128,19 @@ bool SplitBlockInput(std::string_view in, std::string* header, std::string_view*
 // Reads everything a snapshot holds through the public API: ListSegments,
 // ListSeries, ListRuns, every series scanned whole and with run filters and
 // step windows, Get and GetLazy (with partial checks, then CheckAll) of keys
-// the scans returned and of one that is absent, VerifyAll. Any status is
-// fine; every value returned is read (TouchValue) and every batch must be
-// consistent with itself.
+// the scans returned and of one that is absent, VerifyAll. A read may fail
+// with NotFound, or with Corruption naming the segment; every value returned
+// is read (TouchValue) and every batch must be consistent with itself.
 void ReadSnapshot(const Snapshot& snap);
 
-// Opens the store at `path` in `env` read-only; nullptr if it does not open.
+// Opens the store at `path` in `env` read-only; nullptr if it does not open,
+// which must be for a reason CheckOpenStatus allows.
 std::unique_ptr<Store> OpenReadOnly(Env* env, const std::string& path);
+
+// What opening or refreshing a store whose directory is sound but whose
+// marker or segments may be damaged may fail with: Corruption or
+// NotSupported, naming the file (under `path`, or "segments/...").
+void CheckOpenStatus(const Status& s, const std::string& path);
 
 // A little-endian cursor over a fuzz input, for the parameters that a
 // harness takes from its front: each Get reads what is left, zero-filled.

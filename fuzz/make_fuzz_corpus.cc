@@ -136,6 +136,8 @@ class Scenario {
 class Corpora {
  public:
   void Add(const std::string& target, const std::string& name, std::string contents) {
+    // store_keys takes the store target's inputs.
+    if (target == "store") Add("store_keys", name, contents);
     if (!seen_[target].insert(contents).second) return;
     seeds_[target][name] = std::move(contents);
   }
@@ -276,6 +278,7 @@ void AddStore(Corpora* c, Scenario* s, const std::vector<SegmentFile>& segs) {
   c->Add("store", s->label() + "-one", StoreInput(0, 0, marker, first, ""));
   c->Add("store", s->label() + "-one-fixed", StoreInput(1, 0, marker, first, ""));
   c->Add("store", s->label() + "-one-grow", StoreInput(8, cut, marker, first, ""));
+  c->Add("store", s->label() + "-one-shrink", StoreInput(16, cut, marker, first, ""));
   if (segs.size() > 1) {
     const bool same_writer = segs[1].name.substr(0, segs[1].name.rfind('-')) ==
                              segs[0].name.substr(0, segs[0].name.rfind('-'));

@@ -6,18 +6,22 @@
 //                lies behind them; bit 1: a second segment; bit 2: it is of
 //                the same writer as the first (f-00000002.rss) rather than
 //                of another (g-00000001.rss); bit 3: the last segment grows
-//                while the store is open
-//   u32 cut      with bit 3, where the last segment is cut at first
+//                while the store is open; bit 4, without bit 3: it shrinks
+//                instead (damage behind its end)
+//   u32 cut      with bit 3, where the last segment is cut at first; with
+//                bit 4, where it is cut later
 //   u16 n, then n bytes   the RUNSTORE marker
 //   u32 n, then n bytes   the first segment, /s/segments/f-00000001.rss
 //   the rest     the second segment, with bit 1
 //
 // Store::Open (read-only, in an in-memory Env) and then everything a reader
 // can ask (fuzz_util.h ReadSnapshot); with bit 3, the rest of the last
-// segment is then appended, the store refreshed, and both the old and the
-// new snapshot read again. Any status is fine; nothing may crash, hang, leak
-// or allocate without bound, and every value read must be what its shape
-// says.
+// segment is then appended (or, with bit 4, cut off), the store refreshed,
+// and both the old and the new snapshot read again. Opening and refreshing
+// may fail with Corruption or NotSupported naming the file, reads with
+// NotFound or Corruption (fuzz_util.h CheckOpenStatus, ReadSnapshot);
+// nothing may crash, hang, leak or allocate without bound, and every value
+// read must be what its shape says.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -45,6 +49,7 @@ void Run(const uint8_t* data, size_t size) {
   }
   const std::string names[] = {"f-00000001.rss", (flags & 4) ? "f-00000002.rss" : "g-00000001.rss"};
   const bool grow = flags & 8;
+  const bool shrink = !grow && (flags & 16);
 
   std::unique_ptr<Env> env = fuzzing::NewExactMemEnv();
   fuzzing::MakeStoreDir(env.get(), kStore, marker);
@@ -58,9 +63,13 @@ void Run(const uint8_t* data, size_t size) {
   if (!store) return;
   std::shared_ptr<const Snapshot> before = store->GetSnapshot();
   fuzzing::ReadSnapshot(*before);
-  if (!grow) return;
-  fuzzing::PutFile(env.get(), dir + names[segments.size() - 1], segments.back());
+  if (!grow && !shrink) return;
+  const std::string& last = segments.back();
+  fuzzing::PutFile(
+      env.get(), dir + names[segments.size() - 1],
+      grow ? std::string_view(last) : std::string_view(last).substr(0, cut % (last.size() + 1)));
   auto after = store->Refresh();
+  fuzzing::CheckOpenStatus(after.status(), kStore);
   if (!after.ok()) return;
   fuzzing::ReadSnapshot(**after);
   fuzzing::ReadSnapshot(*before);
