@@ -71,7 +71,8 @@ campaign() {
   cp -n fuzz/corpus/"$t"/* "$corpus"/ 2> /dev/null || true
   regressions "$t" | xargs -r cp -n -t "$corpus"
   echo "== $t: ${secs}s, corpus $corpus ($(ls "$corpus" | wc -l) inputs)"
-  local rc=0
+  local rc=0 stamp="$build/logs/$t.start"
+  touch "$stamp"
   (cd "$artifacts" && "$build/fuzz/${t}_fuzzer" "${limits[@]}" -max_total_time="$secs" \
     -print_final_stats=1 -artifact_prefix="$artifacts/" "$corpus") > "$log" 2>&1 || rc=$?
   local last execs rate
@@ -82,10 +83,10 @@ campaign() {
     "$(echo "$last" | grep -oE 'cov: [0-9]+ ft: [0-9]+ corp: [0-9]+/[0-9]+[a-zA-Z]*' || true)" \
     | tee -a "$build/logs/summary.txt"
   local found
-  found=$(ls "$artifacts")
+  found=$(find "$artifacts" -type f -newer "$stamp")
   if [ -n "$found" ] || [ "$rc" != 0 ]; then
     echo "   FOUND (exit status $rc), log $log:"
-    for f in $found; do echo "   $artifacts/$f"; done
+    for f in $found; do echo "   $f"; done
     grep -E 'ERROR: |SUMMARY: |fuzz property failed|runtime error' "$log" | head -n 5 | sed 's/^/   /'
     return 1
   fi
