@@ -10,6 +10,7 @@ apt_packages=(
   libzstd-dev liblz4-dev libxxhash-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev clang-format
+  clang-16 libclang-rt-16-dev llvm
   python3 python3-venv python3-dev
 )
 

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Runs every test of runstore: the C++ suites (GoogleTest through CTest, including
 # the crash, corruption and kill -9 tests and the CLI tests), the corruption and
-# power-loss tests again under AddressSanitizer + UndefinedBehaviorSanitizer, the
-# unit and concurrency tests under ThreadSanitizer, the
+# power-loss tests again under AddressSanitizer + UndefinedBehaviorSanitizer, every
+# fuzz target over its seed corpus and regressions, the unit and concurrency tests
+# under ThreadSanitizer, the
 # Python suite (pytest), a small run of every benchmark harness, and the formatting
 # check. Installs what is missing first.
 #
 #   bash scripts/test.sh            # everything
-#   SKIP_ASAN=1 SKIP_TSAN=1 bash scripts/test.sh
+#   SKIP_ASAN=1 SKIP_FUZZ=1 SKIP_TSAN=1 bash scripts/test.sh
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 root=$(pwd)
@@ -38,6 +39,11 @@ if [ "${SKIP_ASAN:-0}" != 1 ]; then
     echo "-- $t (asan)"
     "build/asan/$t" --gtest_brief=1
   done
+fi
+
+if [ "${SKIP_FUZZ:-0}" != 1 ]; then
+  step "Fuzz targets over their seed corpora and regressions (libFuzzer, ASan+UBSan)"
+  bash scripts/fuzz.sh replay
 fi
 
 if [ "${SKIP_TSAN:-0}" != 1 ]; then
