@@ -154,6 +154,22 @@ std::vector<Case> Cases() {
   cases.push_back({"string value that is not UTF-8", [] {
                      return OneBlock(StringBlock("s", RunId("r"), 0, std::string("v\xc3", 2)));
                    }});
+  cases.push_back({"block whose steps lie outside its header's step range", [] {
+                     CraftedBlock b = ScalarBlock("x", Runs(4), {0, 1, 2, 1052311532}, Values(4));
+                     b.header.max_step = 2;
+                     return OneBlock(std::move(b));
+                   }});
+  cases.push_back({"block whose keys lie outside its header's key range", [] {
+                     CraftedBlock b = ScalarBlock("x", Runs(4), Zeros(4), Values(4));
+                     b.header.max_key = format::Key{RunId(int64_t{2}), 0};
+                     return OneBlock(std::move(b));
+                   }});
+  cases.push_back({"block flagged ascending that holds one key twice", [] {
+                     CraftedBlock b = ScalarBlock("x", {RunId(int64_t{0}), RunId(int64_t{0})},
+                                                  {1, 1}, Values(2));
+                     b.header.flags |= format::kBlockKeysAscending;
+                     return OneBlock(std::move(b));
+                   }});
   cases.push_back({"unsealed segment with a block claiming 2^32-1 records", [] {
                      CraftedBlock b = ScalarBlock("x", Runs(4), Zeros(4), Values(4));
                      b.header.count = 0xFFFFFFFF;

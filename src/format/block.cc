@@ -405,21 +405,99 @@ std::vector<int64_t> BlockView::value_shape(uint32_t i) const {
   return shape;
 }
 
-Status BlockView::CheckText() const {
-  if (run_encoding_ != RunEncoding::kInt) {
-    for (uint32_t i = 0; i < count_; ++i) {
-      if (run_is_string(i) && !IsValidUtf8(run_string(i))) {
-        return Status::Corruption("block payload: run id of record " + std::to_string(i) +
-                                  " is not valid UTF-8");
-      }
+namespace {
+
+// The values of an integer column stored plainly or as sequences, one after
+// another in O(1) each.
+class ColumnCursor {
+ public:
+  ColumnCursor(const char* plain, const char* sequences) : plain_(plain), seq_(sequences) {}
+  int64_t Next() {
+    if (plain_ != nullptr) return DecodeFixed<int64_t>(plain_ + 8 * i_++);
+    if (i_ == end_) {
+      const char* s = seq_ + kSequenceBytes * k_++;
+      end_ = DecodeFixed<uint64_t>(s);
+      value_ = DecodeFixed<uint64_t>(s + 8);
+      diff_ = DecodeFixed<uint64_t>(s + 16);
+    } else {
+      value_ += diff_;
     }
+    ++i_;
+    return static_cast<int64_t>(value_);
   }
-  if (dtype_ == DType::kString) {
+
+ private:
+  const char* plain_;
+  const char* seq_;
+  uint64_t i_ = 0, k_ = 0, end_ = 0;
+  uint64_t value_ = 0, diff_ = 0;
+};
+
+}  // namespace
+
+Status BlockView::CheckRecords(const BlockHeader& h) const {
+  auto bad = [](const std::string& what) {
+    return Status::Corruption("block payload: " + what + " (the header says otherwise)");
+  };
+  const bool ascending = (h.flags & kBlockKeysAscending) != 0;
+  if (run_encoding_ == RunEncoding::kInt && h.min_key.run.is_int()) {
+    // Integer runs: keys compared as integer pairs (the common case).
+    const int64_t lo_run = h.min_key.run.int_value(), lo_step = h.min_key.step;
+    const bool hi_is_int = h.max_key.run.is_int();
+    const int64_t hi_run = hi_is_int ? h.max_key.run.int_value() : 0, hi_step = h.max_key.step;
+    ColumnCursor runs(run_sequences_ ? nullptr : runs_int_, run_sequences_);
+    ColumnCursor steps(step_sequences_ ? nullptr : steps_, step_sequences_);
+    int64_t prev_run = 0, prev_step = 0;
     for (uint32_t i = 0; i < count_; ++i) {
-      if (!IsValidUtf8(value_bytes(i))) {
-        return Status::Corruption("block payload: string value of record " + std::to_string(i) +
-                                  " is not valid UTF-8");
+      const int64_t r = runs.Next(), st = steps.Next();
+      if (st < h.min_step || st > h.max_step) {
+        return bad("record " + std::to_string(i) + " has step " + std::to_string(st) +
+                   " outside [" + std::to_string(h.min_step) + ", " + std::to_string(h.max_step) +
+                   "]");
       }
+      if (r < lo_run || (r == lo_run && st < lo_step) ||
+          (hi_is_int && (r > hi_run || (r == hi_run && st > hi_step)))) {
+        return bad("record " + std::to_string(i) + " has a key outside the block's key range");
+      }
+      if (ascending && i > 0 && (r < prev_run || (r == prev_run && st <= prev_step))) {
+        return bad("record " + std::to_string(i) + " breaks the ascending order of keys");
+      }
+      prev_run = r;
+      prev_step = st;
+    }
+    return CheckValueText();
+  }
+  const KeyRef lo = ToKeyRef(h.min_key), hi = ToKeyRef(h.max_key);
+  KeyRef prev{};
+  for (uint32_t i = 0; i < count_; ++i) {
+    const bool is_string = run_is_string(i);
+    const std::string_view s = is_string ? run_string(i) : std::string_view();
+    if (is_string && !IsValidUtf8(s)) {
+      return Status::Corruption("block payload: run id of record " + std::to_string(i) +
+                                " is not valid UTF-8");
+    }
+    const KeyRef k{is_string, is_string ? 0 : run_int(i), s, step(i)};
+    if (k.step < h.min_step || k.step > h.max_step) {
+      return bad("record " + std::to_string(i) + " has step " + std::to_string(k.step) +
+                 " outside the block's step range");
+    }
+    if (CompareKeys(k, lo) < 0 || CompareKeys(k, hi) > 0) {
+      return bad("record " + std::to_string(i) + " has a key outside the block's key range");
+    }
+    if (ascending && i > 0 && CompareKeys(prev, k) >= 0) {
+      return bad("record " + std::to_string(i) + " breaks the ascending order of keys");
+    }
+    prev = k;
+  }
+  return CheckValueText();
+}
+
+Status BlockView::CheckValueText() const {
+  if (dtype_ != DType::kString) return Status::OK();
+  for (uint32_t i = 0; i < count_; ++i) {
+    if (!IsValidUtf8(value_bytes(i))) {
+      return Status::Corruption("block payload: string value of record " + std::to_string(i) +
+                                " is not valid UTF-8");
     }
   }
   return Status::OK();

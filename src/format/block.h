@@ -44,6 +44,7 @@ class Column {
   void clear() { size_ = 0; }
 
   void append(const void* p, size_t n) {
+    if (n == 0) return;  // p may be null (an empty value)
     if (size_ + n > capacity_) Grow(size_ + n);
     std::memcpy(data_ + size_, p, n);
     size_ += n;
@@ -195,15 +196,21 @@ class BlockView {
   // The value of record i: its bytes and its shape.
   std::string_view value_bytes(uint32_t i) const;
   std::vector<int64_t> value_shape(uint32_t i) const;
-  // Corruption unless every string run id, and every value of a string
-  // series, is valid UTF-8: what writers accept, and what readers (a Python
-  // str) can hold. O(bytes of text); Parse leaves it out, as the checksum
-  // checks, so that the store runs it once per block.
-  Status CheckText() const;
+  // Checks the records against what the block's header says of them, which
+  // readers rely on without reading the payload: every step lies in
+  // [min_step, max_step], every key in [min_key, max_key], and the keys
+  // strictly ascend when the header's flag says so (key resolution passes
+  // such a block whole, and point lookups binary-search it). Every string run
+  // id, and every value of a string series, must be valid UTF-8: what writers
+  // accept, and what readers (a Python str) can hold. Corruption otherwise.
+  // O(records + bytes of text); Parse leaves it out, as the checksum checks,
+  // so that the store runs it once per block.
+  Status CheckRecords(const BlockHeader& header) const;
   // The value chunks of a block with kBlockValueChunks; null otherwise.
   const ValueChunks* value_chunks() const { return chunks_.table ? &chunks_ : nullptr; }
 
  private:
+  Status CheckValueText() const;
   static int64_t LoadI64(const char* p, uint32_t i);
   // Value i of a column stored as `count` sequences at `seq`.
   static int64_t Nth(const char* seq, uint64_t count, uint32_t i);

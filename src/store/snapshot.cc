@@ -227,7 +227,7 @@ Result<Payload> SnapshotImpl::ReadPayload(const BlockRef& b, Check check) const 
   if (unverified) {
     // Text is checked once per block too, so that no reader (a Python str)
     // meets bytes that are not UTF-8; only then is the block trusted.
-    Status t = p.view.CheckText();
+    Status t = p.view.CheckRecords(h);
     if (!t.ok()) return t.WithContext(format::AtOffset(seg.file, info.payload_offset));
     if (now_verified) seg.verified[b.block].store(true, std::memory_order_release);
   }
