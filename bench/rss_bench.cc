@@ -1,5 +1,5 @@
 // rss_bench: peak resident memory of a writer that writes far more than its
-// buffer (DESIGN.md invariant 1).
+// buffer (docs/design.md#invariant-1).
 //
 // Target (performance issue, item 4): a writer with a 64 MiB buffer that
 // writes 10 GiB of records peaks at no more than 96 MiB of RSS (the whole

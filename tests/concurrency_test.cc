@@ -1,4 +1,4 @@
-// Readers refreshing while writers commit (DESIGN.md: commits are the unit of
+// Readers refreshing while writers commit (docs/design.md#concepts: commits are the unit of
 // visibility; snapshots are repeatable; readers need no locks). Several
 // writer threads append to one store on the real file system, each with its
 // own Writer, and commit in groups; reader threads Refresh() in a loop and

@@ -1,4 +1,4 @@
-// Corruption sweep (DESIGN.md invariant 3; STYLE.md "Tests that try to break
+// Corruption sweep (docs/design.md#invariant-3; STYLE.md "Tests that try to break
 // it"): every byte of a small sealed segment and of a small unsealed one is
 // damaged in turn (XOR 0xFF, and a one-bit flip), and each segment is cut at
 // every length. After each change the store is opened read-only and read in

@@ -1,4 +1,4 @@
-// Damage to whole stores (DESIGN invariant 3, docs/design.md#damaged-segments):
+// Damage to whole stores (docs/design.md#invariant-3, #damaged-segments):
 // a sealed segment that is damaged is Corruption naming the file and offset,
 // never read as a shorter segment or a crashed writer's tail; one damaged
 // segment does not make the rest of the store unreachable once the reader

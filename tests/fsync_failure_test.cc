@@ -1,5 +1,5 @@
-// An fdatasync that fails (STYLE.md "Tests that try to break it"; DESIGN.md
-// invariant 2).
+// An fdatasync that fails (STYLE.md "Tests that try to break it";
+// docs/design.md#invariant-2).
 //
 // After a failed fdatasync the kernel may already have dropped the dirty
 // pages it could not write (PostgreSQL's "fsyncgate", 2018): a later fsync

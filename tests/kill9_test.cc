@@ -1,4 +1,4 @@
-// Real processes, kill -9 (DESIGN.md invariant 2; STYLE.md "Tests that try to
+// Real processes, kill -9 (docs/design.md#invariant-2; STYLE.md "Tests that try to
 // break it"). A supervisor runs several kill9_writer processes on one store,
 // SIGKILLs a random one at a random moment, round after round, and starts it
 // again as a new life. Each writer reports "ACK <n> <first seq> <last seq>"
@@ -539,7 +539,7 @@ TEST(Kill9Test, EveryAcknowledgedCommitSurvivesSigkillOfConcurrentWriters) {
 // An MPI job's ranks all open the same new store at the same moment, each
 // with create_if_missing: every one of them must succeed, whichever creates
 // the directory, segments/ and the RUNSTORE marker, and whatever the others
-// see half-made meanwhile (DESIGN.md: 1 to 10,000 writers; no locks).
+// see half-made meanwhile (docs/design.md#invariant-5: any number of writers, no locks).
 TEST(Kill9Test, ManyProcessesCreatingOneStoreAtOnceAllSucceed) {
   const std::string program = HelperPath("kill9_writer");
   ASSERT_EQ(::access(program.c_str(), X_OK), 0)

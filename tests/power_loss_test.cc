@@ -1,4 +1,4 @@
-// Power loss, simulated (DESIGN.md invariant 2; STYLE.md "Tests that try to
+// Power loss, simulated (docs/design.md#invariant-2; STYLE.md "Tests that try to
 // break it").
 //
 // One scripted workload -- create a store, write several commits that cross

@@ -133,7 +133,7 @@ std::unique_ptr<Env> NewMemEnv();
 // Helpers built on any Env.
 Result<std::string> ReadFileToString(Env* env, const std::string& path);
 // Publishes `contents` at `path`: writes `path.tmp`, syncs it, renames it into
-// place and syncs the directory (DESIGN.md invariant 5).
+// place and syncs the directory (docs/design.md#invariant-5).
 Status WriteFileAtomically(Env* env, const std::string& path, std::string_view contents);
 
 }  // namespace runstore

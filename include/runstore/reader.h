@@ -6,7 +6,7 @@
 // (zero-copy); they stay valid while the Value (or a batch holding it) lives,
 // even after the Snapshot and the Store are gone.
 //
-// Key resolution (DESIGN.md invariant 6, docs/format.md "Resolving keys"):
+// Key resolution (docs/design.md#invariant-6, docs/format.md "Resolving keys"):
 // when (run, name, step) was written more than once, the record of the later
 // commit wins; a resume marker for (run, S) hides that run's records at
 // steps >= S from commits ordered before the marker.
@@ -82,7 +82,7 @@ struct ScanBatch {
 // (docs/format.md "Value chunks"). Its bytes are checked by Check: before
 // reading bytes [offset, offset + len) of value().data(), a reader checks the
 // chunks they touch, each once, so that reading a slice of a large array reads
-// and checks that slice rather than the whole array (DESIGN.md invariant 3:
+// and checks that slice rather than the whole array (docs/design.md#invariant-3:
 // every byte read is checked). Any other value was checked whole when it was
 // fetched, and Check returns OK at once.
 //

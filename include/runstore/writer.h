@@ -123,7 +123,7 @@ class Writer {
                              std::span<const int64_t> steps, const ValueRef& values) = 0;
 
   // Hides this run's records at steps >= step written by earlier commits of
-  // any writer (DESIGN.md invariant 6). Commits what was appended before it,
+  // any writer (docs/design.md#invariant-6). Commits what was appended before it,
   // then writes and commits the resume marker, so records appended after it
   // are not hidden. Use when a run restarts from a checkpoint taken at `step`.
   virtual Status Resume(RunRef run, int64_t step) = 0;

@@ -23,7 +23,7 @@ Result<std::string> ReadFileToString(Env* env, const std::string& path) {
 }
 
 Status WriteFileAtomically(Env* env, const std::string& path, std::string_view contents) {
-  // The order is the publish protocol (DESIGN.md invariant 5), and each step
+  // The order is the publish protocol (docs/design.md#invariant-5), and each step
   // guards against a specific crash:
   //  - Sync before the rename: otherwise the rename can reach the disk before
   //    the data, and a crash leaves `path` naming an empty or partial file

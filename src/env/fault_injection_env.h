@@ -1,7 +1,7 @@
 // fault_injection_env.h: an Env wrapper that models a machine which can fail
 // an I/O call, stop dead, and lose power (after leveldb's
 // fault_injection_test). Tests run a protocol over it, break it at a chosen
-// operation, simulate the reboot, and check DESIGN.md's invariants on what is
+// operation, simulate the reboot, and check docs/design.md's invariants on what is
 // left.
 //
 // OPERATIONS. Every mutating call is one numbered operation: NewWritableFile,

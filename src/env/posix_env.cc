@@ -246,7 +246,7 @@ class PosixRandomAccessFile final : public RandomAccessFile {
     }
     // The mapping holds its own reference to the file, so it outlives fd_ and
     // even an unlink. Its bytes stay unchanged only because runstore never
-    // rewrites published bytes (DESIGN.md invariant 4); a truncation by
+    // rewrites published bytes (docs/design.md#invariant-4); a truncation by
     // another process would make reads of the region fault.
     return std::shared_ptr<const MappedRegion>(
         new PosixMappedRegion(base, static_cast<size_t>(length)));
