@@ -16,7 +16,7 @@
 #include "format/segment_reader.h"
 #include "runstore/env.h"
 #include "runstore/reader.h"
-#include "store/writer_impl.h"
+#include "store/schema.h"
 
 namespace runstore {
 

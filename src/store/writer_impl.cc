@@ -169,11 +169,11 @@ Result<std::unique_ptr<Writer>> WriterImpl::Open(Env* env, std::string segments_
 WriterImpl::WriterImpl(Env* env, std::string segments_dir, const WriterOptions& options,
                        StoreSchema existing, uint64_t next_seq, uint64_t sealed_predecessor)
     : env_(env),
-      segments_dir_(std::move(segments_dir)),
       options_(options),
       existing_(std::move(existing)),
-      next_seq_(next_seq),
-      sealed_predecessor_(sealed_predecessor) {
+      queue_(options.buffer_bytes, options.block_bytes),
+      open_(env, std::move(segments_dir), options.writer_id, options.zstd_level, next_seq,
+            sealed_predecessor) {
   bg_ = std::thread([this] { BackgroundLoop(); });
   sync_thread_ = std::thread([this] { SyncLoop(); });
 }
@@ -234,7 +234,7 @@ Status WriterImpl::DefineSeries(std::string_view name, const SeriesOptions& o) {
                                    ShapeString(schema.shape) +
                                    " is too large: a value holds at most 2^48 bytes");
   }
-  std::lock_guard lk(mu_);
+  MutexLock lock(&mu_);
   RETURN_IF_ERROR(CheckUsableLocked());
   if (auto it = series_.find(std::string(name)); it != series_.end()) {
     const SeriesSchema& e = it->second->schema;
@@ -279,90 +279,71 @@ Result<WriterImpl::Series*> WriterImpl::GetSeriesLocked(std::string_view name,
   return last_series_;
 }
 
-std::unique_ptr<format::BlockBuilder> WriterImpl::NewBuilderLocked(const Series& s) {
-  format::BlockSchema bs{s.name, s.schema.dtype, s.schema.variable_shape, s.schema.shape, s.codec};
-  if (!free_builders_.empty()) {
-    auto b = std::move(free_builders_.back());
-    free_builders_.pop_back();
-    pooled_bytes_ -= b->memory_bytes();
-    buffered_bytes_ += b->memory_bytes();  // its capacity is in use again
-    b->Reset(std::move(bs));
-    return b;
-  }
-  return std::make_unique<format::BlockBuilder>(std::move(bs));
-}
-
-void WriterImpl::FlushSeriesLocked(Series* s) {
+void WriterImpl::QueueBlockOfLocked(Series* s) {
   if (!s->builder || s->builder->count() == 0) return;
-  Task t{Task::kBlock, std::move(s->builder)};
-  t.bytes = t.block->memory_bytes();  // counted in buffered_bytes_ as it grew
-  queued_bytes_ += t.bytes;
-  queue_.push_back(std::move(t));
-  cv_work_.notify_one();
+  queue_.PushBlock(std::move(s->builder));
+  work_cv_.Signal();
 }
 
-void WriterImpl::FlushAllLocked() {
-  for (auto& [name, s] : series_) FlushSeriesLocked(s.get());
+void WriterImpl::QueueAllBlocksLocked() {
+  for (auto& [name, s] : series_) QueueBlockOfLocked(s.get());
 }
 
-uint64_t WriterImpl::EnqueueCommitLocked(bool sync) {
-  FlushAllLocked();
+uint64_t WriterImpl::QueueCommitLocked(bool sync) {
+  QueueAllBlocksLocked();
   const uint64_t ticket = ++commit_requested_;
   if (sync) last_sync_ticket_ = ticket;
-  Task t{Task::kCommit, nullptr, ticket};
-  t.sync = sync;
-  queue_.push_back(std::move(t));
+  queue_.PushCommit(ticket, sync);
   // The automatic commits bound what a power cut can take; a flush does not
   // make anything durable, so it leaves their clocks running.
   if (sync) {
     bytes_since_commit_ = 0;
     first_uncommitted_.reset();
   }
-  cv_work_.notify_one();
+  work_cv_.Signal();
   return ticket;
 }
 
-Status WriterImpl::CommitLocked(std::unique_lock<std::mutex>& lk, bool sync) {
+Status WriterImpl::CommitLocked(bool sync) {
   RETURN_IF_ERROR(CheckUsableLocked());
-  const uint64_t ticket = EnqueueCommitLocked(sync);
+  const uint64_t ticket = QueueCommitLocked(sync);
   if (!sync) {
-    WaitForTaskLocked(lk, [&] { return commit_done_ >= ticket; });
+    WaitForTaskLocked([&]() RUNSTORE_REQUIRES(mu_) { return commit_done_ >= ticket; });
     return bg_error_;
   }
-  return WaitForCommitLocked(lk, ticket);
+  return WaitForCommitLocked(ticket);
 }
 
 Status WriterImpl::Commit() {
-  std::unique_lock lk(mu_);
-  return CommitLocked(lk);
+  MutexLock lock(&mu_);
+  return CommitLocked();
 }
 
 Result<uint64_t> WriterImpl::CommitAsync() {
-  std::unique_lock lk(mu_);
+  MutexLock lock(&mu_);
   RETURN_IF_ERROR(CheckUsableLocked());
-  return EnqueueCommitLocked(/*sync=*/true);
+  return QueueCommitLocked(/*sync=*/true);
 }
 
 Status WriterImpl::WaitForCommit(uint64_t ticket) {
-  std::unique_lock lk(mu_);
+  MutexLock lock(&mu_);
   if (ticket == 0 || ticket > commit_requested_) {
     return Status::InvalidArgument("writer '" + options_.writer_id +
                                    "' gave out no commit ticket " + std::to_string(ticket));
   }
-  return WaitForCommitLocked(lk, ticket);
+  return WaitForCommitLocked(ticket);
 }
 
-Status WriterImpl::WaitForCommitLocked(std::unique_lock<std::mutex>& lk, uint64_t ticket) {
+Status WriterImpl::WaitForCommitLocked(uint64_t ticket) {
   // A commit is durable once a sync covers it; a flush's ticket, once a later
   // commit is.
   WaitForTaskLocked(
-      lk,
-      [&] {
-        return durable_done_ >= ticket || (commit_done_ >= ticket && last_sync_ticket_ < ticket);
+      [&]() RUNSTORE_REQUIRES(mu_) {
+        return group_.durable() >= ticket || (commit_done_ >= ticket && last_sync_ticket_ < ticket);
       },
       /*run_syncs=*/true);
   // An error after the commit leaves it durable; one before it, not.
-  if (durable_done_ >= ticket) return Status::OK();
+  if (group_.durable() >= ticket) return Status::OK();
   if (!bg_error_.ok()) return bg_error_;
   return Status::FailedPrecondition("ticket " + std::to_string(ticket) + " of writer '" +
                                     options_.writer_id +
@@ -370,61 +351,60 @@ Status WriterImpl::WaitForCommitLocked(std::unique_lock<std::mutex>& lk, uint64_
 }
 
 uint64_t WriterImpl::DurableTicket() const {
-  std::lock_guard lk(mu_);
-  return durable_done_;
+  MutexLock lock(&mu_);
+  return group_.durable();
 }
 
 Status WriterImpl::Flush() {
-  std::unique_lock lk(mu_);
-  return CommitLocked(lk, /*sync=*/false);
+  MutexLock lock(&mu_);
+  return CommitLocked(/*sync=*/false);
 }
 
-void WriterImpl::BackpressureWaitLocked(std::unique_lock<std::mutex>& lk,
-                                        const std::function<bool()>& enough) {
+void WriterImpl::BackpressureWaitLocked(const std::function<bool()>& enough) {
   const auto start = std::chrono::steady_clock::now();
   ++stats_.backpressure_waits;
-  cv_done_.wait(lk, [&] { return enough() || !bg_error_.ok() || queue_.empty(); });
+  while (!enough() && bg_error_.ok() && !queue_.empty()) done_cv_.Wait(&mu_);
   stats_.backpressure_seconds +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-void WriterImpl::WaitForSpaceLocked(std::unique_lock<std::mutex>& lk) {
-  if (queued_bytes_ > QueueLimit()) {
-    BackpressureWaitLocked(lk, [&] { return queued_bytes_ <= QueueLimit() / 2; });
+void WriterImpl::WaitForSpaceLocked() {
+  if (queue_.QueueFull()) {
+    BackpressureWaitLocked(
+        [&]() RUNSTORE_REQUIRES(mu_) { return queue_.queued() <= queue_.QueueLimit() / 2; });
   }
-  if (buffered_bytes_ + pooled_bytes_ <= options_.buffer_bytes) return;
+  if (!queue_.OverBudget()) return;
   // Pooled builders are only a cache: give their memory back first.
-  while (!free_builders_.empty() && buffered_bytes_ + pooled_bytes_ > options_.buffer_bytes) {
-    pooled_bytes_ -= free_builders_.back()->memory_bytes();
-    free_builders_.pop_back();
-  }
-  if (buffered_bytes_ <= options_.buffer_bytes) return;
+  if (queue_.TrimPool()) return;
   // Hand partly filled blocks to the background thread so that it can free
   // their memory, then wait for it (back-pressure).
-  FlushAllLocked();
-  BackpressureWaitLocked(lk, [&] { return buffered_bytes_ <= options_.buffer_bytes / 2; });
+  QueueAllBlocksLocked();
+  BackpressureWaitLocked(
+      [&]() RUNSTORE_REQUIRES(mu_) { return queue_.buffered() <= options_.buffer_bytes / 2; });
 }
 
-void WriterImpl::AfterAppendLocked(std::unique_lock<std::mutex>& lk, size_t value_bytes) {
+void WriterImpl::AfterAppendLocked(size_t value_bytes) {
   ++stats_.records_appended;
   stats_.bytes_appended += value_bytes;
   bytes_since_commit_ += value_bytes;
-  if (buffered_bytes_ > stats_.peak_buffered_bytes) stats_.peak_buffered_bytes = buffered_bytes_;
+  if (queue_.buffered() > stats_.peak_buffered_bytes) {
+    stats_.peak_buffered_bytes = queue_.buffered();
+  }
   // The common case: nothing to do (one branch on the append path).
-  if (buffered_bytes_ + pooled_bytes_ <= options_.buffer_bytes && queued_bytes_ <= QueueLimit() &&
+  if (!queue_.OverBudget() && !queue_.QueueFull() &&
       (options_.commit_every_bytes == 0 || bytes_since_commit_ < options_.commit_every_bytes) &&
       (first_uncommitted_ || options_.commit_every_s <= 0)) {
     return;
   }
   if (!first_uncommitted_ && options_.commit_every_s > 0) {
     first_uncommitted_ = std::chrono::steady_clock::now();
-    cv_work_.notify_one();  // the background thread arms its timer
+    work_cv_.Signal();  // the background thread arms its timer
   }
   if (options_.commit_every_bytes > 0 && bytes_since_commit_ >= options_.commit_every_bytes &&
       auto_commit_holds_ == 0) {
-    EnqueueCommitLocked();  // asynchronous: the appender does not wait for it
+    QueueCommitLocked();  // asynchronous: the appender does not wait for it
   }
-  WaitForSpaceLocked(lk);
+  WaitForSpaceLocked();
 }
 
 void WriterImpl::HoldAutoCommitsLocked() { ++auto_commit_holds_; }
@@ -436,55 +416,51 @@ void WriterImpl::ReleaseAutoCommitsLocked() {
   if (time_commit_due_ ||
       (options_.commit_every_bytes > 0 && bytes_since_commit_ >= options_.commit_every_bytes)) {
     time_commit_due_ = false;
-    if (CheckUsableLocked().ok()) EnqueueCommitLocked();
+    if (CheckUsableLocked().ok()) QueueCommitLocked();
   }
 }
 
-Status WriterImpl::AppendLocked(std::unique_lock<std::mutex>& lk, Series* s, const RunRef& run,
-                                int64_t step, const ValueRef& value) {
-  if (value.nbytes >= options_.large_value_bytes) return AppendLarge(lk, s, run, step, value);
+Status WriterImpl::AppendLocked(Series* s, const RunRef& run, int64_t step, const ValueRef& value) {
+  if (value.nbytes >= options_.large_value_bytes) return AppendLarge(s, run, step, value);
   if (!s->builder) {
-    s->builder = NewBuilderLocked(*s);
+    s->builder = queue_.TakeBuilder(format::BlockSchema{
+        s->name, s->schema.dtype, s->schema.variable_shape, s->schema.shape, s->codec});
   }
-  AddToOpenBlockLocked(lk, s, run, step, value);
+  AddToOpenBlockLocked(s, run, step, value);
   return Status::OK();
 }
 
-void WriterImpl::AddToOpenBlockLocked(std::unique_lock<std::mutex>& lk, Series* s,
-                                      const RunRef& run, int64_t step, const ValueRef& value) {
+void WriterImpl::AddToOpenBlockLocked(Series* s, const RunRef& run, int64_t step,
+                                      const ValueRef& value) {
   format::BlockBuilder* b = s->builder.get();
   // The budget counts what is allocated (column capacity), not what is used.
   const size_t before = b->memory_bytes();
   b->Add(run, step, value);
-  buffered_bytes_ += b->memory_bytes() - before;
-  if (b->raw_bytes() >= options_.block_bytes || b->count() >= (1u << 24)) FlushSeriesLocked(s);
-  AfterAppendLocked(lk, value.nbytes);
+  queue_.Grew(b->memory_bytes() - before);
+  if (b->raw_bytes() >= options_.block_bytes || b->count() >= (1u << 24)) QueueBlockOfLocked(s);
+  AfterAppendLocked(value.nbytes);
 }
 
-Status WriterImpl::AppendLarge(std::unique_lock<std::mutex>& lk, Series* s, const RunRef& run,
-                               int64_t step, const ValueRef& value) {
+Status WriterImpl::AppendLarge(Series* s, const RunRef& run, int64_t step, const ValueRef& value) {
   // Keep the series' blocks in append order: a later record of the same key
   // must land later in the file (docs/format.md "Resolving keys").
-  FlushSeriesLocked(s);
+  QueueBlockOfLocked(s);
   auto block = std::make_unique<format::BlockBuilder>(format::BlockSchema{
       s->name, s->schema.dtype, s->schema.variable_shape, s->schema.shape, s->codec});
   block->AddBorrowed(run, step, value);
   const uint64_t ticket = ++borrowed_requested_;
-  const size_t mem = block->memory_bytes();  // the keys; the value stays the caller's
-  buffered_bytes_ += mem;
-  Task t{Task::kBlock, std::move(block), ticket, mem, true};
-  queue_.push_back(std::move(t));
-  cv_work_.notify_one();
+  queue_.PushBorrowed(std::move(block), ticket);
+  work_cv_.Signal();
   // The value is written straight from the caller's memory: wait until it is.
-  WaitForTaskLocked(lk, [&] { return borrowed_done_ >= ticket; });
+  WaitForTaskLocked([&]() RUNSTORE_REQUIRES(mu_) { return borrowed_done_ >= ticket; });
   RETURN_IF_ERROR(bg_error_);
-  AfterAppendLocked(lk, value.nbytes);
+  AfterAppendLocked(value.nbytes);
   return Status::OK();
 }
 
 Status WriterImpl::Append(RunRef run, std::string_view name, int64_t step, const ValueRef& value) {
   if (run.is_string) RETURN_IF_ERROR(ValidateRunId(run));
-  std::unique_lock lk(mu_);
+  MutexLock lock(&mu_);
   // The hot path: another small fixed-shape value of the series appended
   // last, into its open block, on a healthy writer.
   if (Series* s = last_series_;
@@ -495,13 +471,13 @@ Status WriterImpl::Append(RunRef run, std::string_view name, int64_t step, const
       (s->name[0] != '~' || options_.allow_reserved_names) &&
       value.shape.size() == s->schema.shape.size() &&
       std::equal(value.shape.begin(), value.shape.end(), s->schema.shape.begin())) {
-    AddToOpenBlockLocked(lk, s, run, step, value);
+    AddToOpenBlockLocked(s, run, step, value);
     return Status::OK();
   }
   RETURN_IF_ERROR(CheckUsableLocked());
   ASSIGN_OR_RETURN(Series * s, GetSeriesLocked(name, &value));
   RETURN_IF_ERROR(CheckAgainstSeries(*s, name, value));
-  return AppendLocked(lk, s, run, step, value);
+  return AppendLocked(s, run, step, value);
 }
 
 Status WriterImpl::CheckAgainstSeries(const Series& s, std::string_view name,
@@ -517,7 +493,7 @@ Status WriterImpl::CheckAgainstSeries(const Series& s, std::string_view name,
 
 Status WriterImpl::AppendRecord(RunRef run, int64_t step, std::span<const NamedValue> values) {
   if (run.is_string) RETURN_IF_ERROR(ValidateRunId(run));
-  std::unique_lock lk(mu_);
+  MutexLock lock(&mu_);
   RETURN_IF_ERROR(CheckUsableLocked());
   const AutoCommitHold hold(this);
   // Every value is checked before any is appended, so a bad one appends nothing.
@@ -534,7 +510,7 @@ Status WriterImpl::AppendRecord(RunRef run, int64_t step, std::span<const NamedV
   }
   for (size_t i = 0; i < values.size(); ++i) {
     RETURN_IF_ERROR(CheckUsableLocked());
-    RETURN_IF_ERROR(AppendLocked(lk, series[i], run, step, values[i].value));
+    RETURN_IF_ERROR(AppendLocked(series[i], run, step, values[i].value));
   }
   return Status::OK();
 }
@@ -563,7 +539,7 @@ Status WriterImpl::AppendBatch(std::span<const RunRef> runs, std::string_view na
   if (n == 0) return Status::OK();
   const size_t per = values.nbytes / n;
   ValueRef one{values.dtype, values.shape.subspan(1), values.data, per};
-  std::unique_lock lk(mu_);
+  MutexLock lock(&mu_);
   RETURN_IF_ERROR(CheckUsableLocked());
   const AutoCommitHold hold(this);
   ASSIGN_OR_RETURN(Series * s, GetSeriesLocked(name, &one));
@@ -573,7 +549,7 @@ Status WriterImpl::AppendBatch(std::span<const RunRef> runs, std::string_view na
     for (size_t i = 0; i < n; ++i) {
       one.data = base + i * per;
       RETURN_IF_ERROR(CheckUsableLocked());
-      RETURN_IF_ERROR(AppendLocked(lk, s, runs[i], steps[i], one));
+      RETURN_IF_ERROR(AppendLocked(s, runs[i], steps[i], one));
     }
     return Status::OK();
   }
@@ -581,7 +557,10 @@ Status WriterImpl::AppendBatch(std::span<const RunRef> runs, std::string_view na
   // at once.
   for (size_t i = 0; i < n;) {
     RETURN_IF_ERROR(CheckUsableLocked());
-    if (!s->builder) s->builder = NewBuilderLocked(*s);
+    if (!s->builder) {
+      s->builder = queue_.TakeBuilder(format::BlockSchema{
+          s->name, s->schema.dtype, s->schema.variable_shape, s->schema.shape, s->codec});
+    }
     format::BlockBuilder* b = s->builder.get();
     const size_t room = options_.block_bytes > b->raw_bytes()
                             ? (options_.block_bytes - b->raw_bytes()) / (per + 16) + 1
@@ -589,10 +568,10 @@ Status WriterImpl::AppendBatch(std::span<const RunRef> runs, std::string_view na
     const size_t k = std::min(n - i, room);
     const size_t before = b->memory_bytes();
     b->AddFixed(runs.subspan(i, k), steps.subspan(i, k), base + i * per, per);
-    buffered_bytes_ += b->memory_bytes() - before;
-    if (b->raw_bytes() >= options_.block_bytes) FlushSeriesLocked(s);
+    queue_.Grew(b->memory_bytes() - before);
+    if (b->raw_bytes() >= options_.block_bytes) QueueBlockOfLocked(s);
     stats_.records_appended += k - 1;  // AfterAppendLocked counts one
-    AfterAppendLocked(lk, k * per);
+    AfterAppendLocked(k * per);
     i += k;
   }
   return Status::OK();
@@ -600,125 +579,71 @@ Status WriterImpl::AppendBatch(std::span<const RunRef> runs, std::string_view na
 
 Status WriterImpl::Resume(RunRef run, int64_t step) {
   if (run.is_string) RETURN_IF_ERROR(ValidateRunId(run));
-  std::unique_lock lk(mu_);
+  MutexLock lock(&mu_);
   // The marker hides records of commits strictly before its own, so
   // everything appended so far is committed first.
-  RETURN_IF_ERROR(CommitLocked(lk));
+  RETURN_IF_ERROR(CommitLocked());
   const ValueRef marker = ValueRef::Scalar(step);
   ASSIGN_OR_RETURN(Series * s, GetSeriesLocked(kResumeSeries, &marker, /*internal=*/true));
-  RETURN_IF_ERROR(AppendLocked(lk, s, run, step, marker));
-  return CommitLocked(lk);
+  RETURN_IF_ERROR(AppendLocked(s, run, step, marker));
+  return CommitLocked();
 }
 
 Status WriterImpl::Close() {
   {
-    std::unique_lock lk(mu_);
+    MutexLock lock(&mu_);
     if (closed_) return bg_error_;
     if (!stopping_) {
-      FlushAllLocked();
-      queue_.push_back(Task{Task::kSeal});
+      QueueAllBlocksLocked();
+      queue_.PushSeal();
       stopping_ = true;
-      cv_work_.notify_one();
+      work_cv_.Signal();
     }
   }
   if (bg_.joinable()) bg_.join();
   {
-    std::lock_guard lk(mu_);
+    MutexLock lock(&mu_);
     sync_stop_ = true;
-    cv_sync_.notify_one();
+    sync_cv_.Signal();
   }
   if (sync_thread_.joinable()) sync_thread_.join();
-  std::lock_guard lk(mu_);
+  MutexLock lock(&mu_);
   closed_ = true;
   return bg_error_;
 }
 
 WriterStats WriterImpl::stats() const {
-  std::lock_guard lk(mu_);
+  MutexLock lock(&mu_);
   return stats_;
 }
 
-Status WriterImpl::EnsureSegment() {
-  if (segment_) return Status::OK();
-  format::SegmentHeader h;
-  h.version = format::kSegmentFormatVersion;
-  h.created_ns = env_->NowNanos();
-  h.writer_id = options_.writer_id;
-  h.sealed_predecessor = sealed_predecessor_;
-  // Numbers are claimed by creating the file exclusively. Another writer
-  // with the same id (a job started twice, a task that Dask or SLURM runs
-  // again while the first attempt still lives, on this node or another)
-  // may hold the next one: then take the one after, so that neither writer
-  // ever fails or touches the other's files (docs/design.md#writer-ids).
-  constexpr int kMaxNumbersTaken = 100000;
-  for (int taken = 0;; ++taken) {
-    h.sequence = next_seq_;
-    const std::string path =
-        segments_dir_ + "/" + format::SegmentFileName(options_.writer_id, next_seq_);
-    auto seg = format::SegmentWriter::Create(env_, path, h);
-    if (seg.ok()) {
-      segment_ = std::move(seg).value();
-      segment_seq_ = next_seq_++;
-      break;
-    }
-    if (seg.status().code() != StatusCode::kAlreadyExists) return seg.status();
-    if (taken == kMaxNumbersTaken) {
-      return Status::AlreadyExists(path + " exists, as do the " + std::to_string(taken) +
-                                   " numbers before it: writer id '" + options_.writer_id +
-                                   "' is in use by too many writers");
-    }
-    ++next_seq_;
-  }
-  // The new name must be durable before any commit in it is acknowledged, or
-  // a power cut could lose the whole file.
-  return env_->SyncDir(segments_dir_);
+Status WriterImpl::WriteBlock(BlockQueue::Task* t) {
+  uint64_t bytes = 0;
+  Status s = open_.AddBlock(t->block.get(), t->borrowed, &bytes);
+  MutexLock lock(&mu_);
+  stats_.bytes_written += bytes;
+  return s;
 }
 
-Status WriterImpl::ProcessBlock(Task* t) {
-  RETURN_IF_ERROR(EnsureSegment());
-  const uint64_t before = segment_->size();
-  format::BlockHeader h;
-  t->block->Finish(&h, &pieces_);
-  // A value of its own (AppendLarge) is large: its header goes last.
-  RETURN_IF_ERROR(
-      segment_->AddBlock(&h, pieces_, options_.zstd_level, /*header_last=*/t->borrowed,
-                         t->borrowed && !IsVarLength(h.dtype) ? format::kValueChunkShift : 0));
-  std::lock_guard lk(mu_);
-  stats_.bytes_written += segment_->size() - before;
-  return Status::OK();
-}
-
-Status WriterImpl::CommitSegment(bool sync, uint64_t* sync_length) {
-  *sync_length = 0;
-  if (!segment_) return Status::OK();
-  // Nothing new since the last commit: a commit still makes earlier flushes
-  // durable.
-  if (segment_->has_uncommitted()) {
-    const int64_t now = std::max(env_->NowNanos(), last_commit_time_ + 1);
-    const uint64_t before = segment_->size();
-    RETURN_IF_ERROR(segment_->Commit(now, /*sync=*/false));
-    last_commit_time_ = now;
-    std::lock_guard lk(mu_);
-    stats_.bytes_written += segment_->size() - before;
+Status WriterImpl::WriteCommit(bool sync, uint64_t* sync_length) {
+  bool wrote = false;
+  uint64_t bytes = 0;
+  Status s = open_.Commit(sync, env_->NowNanos(), sync_length, &wrote, &bytes);
+  MutexLock lock(&mu_);
+  stats_.bytes_written += bytes;
+  if (wrote) {
     ++stats_.commits;
     if (!sync) ++stats_.flushes;
   }
-  if (sync && segment_->has_unsynced()) *sync_length = segment_->size();
-  return Status::OK();
-}
-
-bool WriterImpl::SegmentWantsRoll() const {
-  return segment_ &&
-         (segment_->size() >= options_.segment_bytes ||
-          segment_->index_bytes() >= std::min<size_t>(options_.buffer_bytes / 8, 16u << 20));
+  return s;
 }
 
 Status WriterImpl::SealSegment() {
-  if (!segment_) return Status::OK();
+  if (!open_.is_open()) return Status::OK();
   {
-    std::unique_lock lk(mu_);
-    sealing_ = true;  // cleared by RunTaskLocked once the seal is done
-    cv_done_.wait(lk, [&] { return !sync_running_; });
+    MutexLock lock(&mu_);
+    group_.BeginSeal();  // ended by RunTaskLocked once the seal is done
+    while (group_.running()) done_cv_.Wait(&mu_);
     // A sync that failed stopped the writer: the seal must not sync again
     // (after EIO the kernel may have dropped the pages that failed, and a
     // second fdatasync succeeds without writing them), nor write a footer
@@ -726,170 +651,147 @@ Status WriterImpl::SealSegment() {
     if (!bg_error_.ok()) return bg_error_;
   }
   uint64_t unused;
-  RETURN_IF_ERROR(CommitSegment(/*sync=*/true, &unused));
-  RETURN_IF_ERROR(segment_->Seal());  // syncs everything
-  segment_.reset();
-  sealed_predecessor_ = segment_seq_;
-  std::lock_guard lk(mu_);
+  RETURN_IF_ERROR(WriteCommit(/*sync=*/true, &unused));
+  RETURN_IF_ERROR(open_.Seal());
+  MutexLock lock(&mu_);
   ++stats_.segments_sealed;
   return Status::OK();
 }
 
 void WriterImpl::SyncLoop() {
-  std::unique_lock lk(mu_);
+  MutexLock lock(&mu_);
   while (true) {
-    cv_sync_.wait(lk, [&] { return SyncPendingLocked() || sync_stop_; });
-    if (SyncPendingLocked()) {
-      RunSyncLocked(lk);
-    } else {
-      break;  // stopping, with nothing left that may be synced
-    }
+    while (!SyncPendingLocked() && !sync_stop_) sync_cv_.Wait(&mu_);
+    if (!SyncPendingLocked()) break;  // stopping, with nothing left that may be synced
+    RunSyncLocked();
   }
 }
 
-void WriterImpl::RunSyncLocked(std::unique_lock<std::mutex>& lk) {
-  const uint64_t ticket = sync_want_ticket_;
-  const uint64_t length = sync_want_length_;
-  format::SegmentWriter* const segment = sync_segment_;  // not sealed while sync_running_
-  sync_taken_ticket_ = ticket;
-  sync_running_ = true;
-  lk.unlock();
-  Status s = segment->SyncPrefix(length);
-  lk.lock();
-  sync_running_ = false;
+void WriterImpl::RunSyncLocked() {
+  const GroupCommit::Sync job = group_.Start();  // the segment is not sealed while it runs
+  mu_.Unlock();
+  Status s = job.segment->SyncPrefix(job.length);
+  mu_.Lock();
+  group_.Finish(job, s.ok());
   if (s.ok()) {
-    durable_done_ = std::max(durable_done_, ticket);
     ++stats_.syncs;
   } else if (bg_error_.ok()) {
     bg_error_ = s;
   }
-  cv_done_.notify_all();  // waiters for the commit, and a seal waiting for the sync
-  if (SyncPendingLocked()) cv_sync_.notify_one();
+  done_cv_.SignalAll();  // waiters for the commit, and a seal waiting for the sync
+  if (SyncPendingLocked()) sync_cv_.Signal();
 }
 
 void WriterImpl::BackgroundLoop() {
-  std::unique_lock lk(mu_);
+  MutexLock lock(&mu_);
   while (true) {
     if (queue_.empty() || running_) {
       // A caller may be running a task (WaitForTaskLocked): never leave
       // before it is done, and keep the commit timer while it runs.
       if (queue_.empty() && stopping_ && !running_) break;
-      if (first_uncommitted_ && options_.commit_every_s > 0) {
+      if (first_uncommitted_ && options_.commit_every_s > 0 && !time_commit_due_) {
         const auto deadline =
             *first_uncommitted_ + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                       std::chrono::duration<double>(options_.commit_every_s));
-        if (cv_work_.wait_until(lk, deadline) == std::cv_status::timeout && queue_.empty() &&
-            !running_ && first_uncommitted_ && std::chrono::steady_clock::now() >= deadline) {
+        if (!work_cv_.WaitUntil(&mu_, deadline) && queue_.empty() && !running_ &&
+            first_uncommitted_ && std::chrono::steady_clock::now() >= deadline) {
           if (auto_commit_holds_ == 0) {
-            EnqueueCommitLocked();
+            QueueCommitLocked();
           } else {
             // A call is appending several records (AppendRecord, AppendBatch)
             // and waits for buffer space: it commits when it is done.
             time_commit_due_ = true;
-            cv_work_.wait(lk);
           }
         }
       } else {
-        cv_work_.wait(lk);
+        work_cv_.Wait(&mu_);
       }
       continue;
     }
-    RunTaskLocked(lk, /*by_background=*/true);
+    RunTaskLocked(/*by_background=*/true);
   }
   // Anyone still waiting learns that the writer is gone.
-  cv_done_.notify_all();
+  done_cv_.SignalAll();
 }
 
-void WriterImpl::WaitForTaskLocked(std::unique_lock<std::mutex>& lk,
-                                   const std::function<bool()>& done, bool run_syncs) {
+void WriterImpl::WaitForTaskLocked(const std::function<bool()>& done, bool run_syncs) {
   while (!done() && bg_error_.ok()) {
     // A thread is idle: do its work here rather than wake it and sleep (two
     // thread hand-offs per commit or large value).
     if (run_syncs && SyncPendingLocked()) {
-      RunSyncLocked(lk);
+      RunSyncLocked();
     } else if (!running_ && !queue_.empty()) {
-      RunTaskLocked(lk, /*by_background=*/false);
+      RunTaskLocked(/*by_background=*/false);
     } else {
-      cv_done_.wait(lk);
+      done_cv_.Wait(&mu_);
     }
   }
 }
 
-void WriterImpl::RunTaskLocked(std::unique_lock<std::mutex>& lk, bool by_background) {
-  Task t = std::move(queue_.front());
-  queue_.pop_front();
+void WriterImpl::RunTaskLocked(bool by_background) {
+  BlockQueue::Task t = queue_.Pop();
   const bool failed = !bg_error_.ok();
-  uint64_t sync_length = 0;
   running_ = true;
-  lk.unlock();
+  mu_.Unlock();
+  task_role_.Take();
+  uint64_t sync_length = 0;
   Status s;
   bool sealed = false;  // a seal syncs every commit before it
   if (!failed) {
     switch (t.kind) {
-      case Task::kBlock:
-        s = ProcessBlock(&t);
+      case BlockQueue::Task::kBlock:
+        s = WriteBlock(&t);
         break;
-      case Task::kCommit:
-        s = CommitSegment(t.sync, &sync_length);
+      case BlockQueue::Task::kCommit:
+        s = WriteCommit(t.sync, &sync_length);
         // Roll the segment at its size target, or when its index would hold
         // too much memory, right after a commit: sealing commits nothing the
         // caller has not, and a commit never spans two segments. A batch that
         // crosses the target while uncommitted stays in this segment until
         // its commit (docs/design.md#segments).
-        if (s.ok() && SegmentWantsRoll()) {
+        if (s.ok() && open_.WantsRoll(options_.segment_bytes,
+                                      std::min<size_t>(options_.buffer_bytes / 8, 16u << 20))) {
           s = SealSegment();
           sealed = true;
           sync_length = 0;  // the seal synced everything
         }
         break;
-      case Task::kSeal:
+      case BlockQueue::Task::kSeal:
         s = SealSegment();
         sealed = true;
         break;
     }
   }
-  lk.lock();
+  format::SegmentWriter* const segment = open_.segment();
+  task_role_.GiveBack();
+  mu_.Lock();
   running_ = false;
   if (!s.ok() && bg_error_.ok()) bg_error_ = s;
-  if (t.kind == Task::kBlock) {
-    buffered_bytes_ -= t.bytes;
-    if (!t.borrowed) queued_bytes_ -= t.bytes;
-    if (t.borrowed) {
-      borrowed_done_ = t.ticket;
-    } else if (t.block &&
-               buffered_bytes_ + pooled_bytes_ + t.block->memory_bytes() <= options_.buffer_bytes &&
-               pooled_bytes_ + t.block->memory_bytes() <= QueueLimit()) {
-      // Keep as many builders as a full queue holds, so that a writer kept
-      // waiting by the disk reuses memory instead of faulting in new pages.
-      pooled_bytes_ += t.block->memory_bytes();
-      free_builders_.push_back(std::move(t.block));
-    }
-  } else if (t.kind == Task::kCommit) {
+  if (t.kind == BlockQueue::Task::kBlock) {
+    if (t.borrowed) borrowed_done_ = t.ticket;
+    queue_.Done(&t);
+  } else if (t.kind == BlockQueue::Task::kCommit) {
     commit_done_ = t.ticket;
     if (t.sync && !failed && s.ok()) {
       if (sync_length == 0) {
-        durable_done_ = std::max(durable_done_, t.ticket);  // nothing left to sync
+        group_.MarkDurable(t.ticket);  // nothing left to sync
       } else {
         // For the sync thread (or a waiting caller); a sync already running
         // leaves it to the next, which covers every commit written until then.
-        sync_want_ticket_ = t.ticket;
-        sync_want_length_ = sync_length;
-        sync_segment_ = segment_.get();
-        if (SyncPendingLocked()) cv_sync_.notify_one();
+        group_.Want(t.ticket, sync_length, segment);
+        if (SyncPendingLocked()) sync_cv_.Signal();
       }
     }
   }
   if (sealed) {
     // The seal synced every commit before it; a sync still wanted for the
     // sealed segment is moot.
-    sealing_ = false;
-    sync_taken_ticket_ = sync_want_ticket_;
-    if (s.ok()) durable_done_ = std::max(durable_done_, commit_done_);
+    group_.EndSeal(s.ok(), commit_done_);
   }
-  cv_done_.notify_all();
+  done_cv_.SignalAll();
   // Run by a caller: the background thread may be waiting for running_ to
   // clear (more tasks, its commit timer, or Close).
-  if (!by_background) cv_work_.notify_one();
+  if (!by_background) work_cv_.Signal();
 }
 
 }  // namespace runstore
