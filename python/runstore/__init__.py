@@ -45,7 +45,7 @@ from ._core import (
 )
 from ._experiments import experiment_id, grid
 from ._runner import RunSummary, run_experiments
-from ._store import LazyArray, SegmentInfo, SeriesInfo, Store, open
+from ._store import DamagedSegment, LazyArray, SegmentInfo, SeriesInfo, Store, open
 
 __version__ = "0.1.0"
 
@@ -100,6 +100,7 @@ __all__ = [
     "Writer",
     "SeriesInfo",
     "SegmentInfo",
+    "DamagedSegment",
     "ArrayOwner",
     "CorruptionError",
     "UnsupportedFormatError",

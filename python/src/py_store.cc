@@ -54,9 +54,28 @@ void MakeReadOnly(const nb::object& a) {
   PyArray_CLEARFLAGS(reinterpret_cast<PyArrayObject*>(a.ptr()), NPY_ARRAY_WRITEABLE);
 }
 
+// Whether `s`, returned by opening or refreshing a store, is the error of one
+// segment file that could not be read (Corruption or IOError naming the
+// file): what OnDamaged::kSkip would leave out and list instead.
+bool IsDamagedSegmentError(const Status& s) {
+  if (s.code() != StatusCode::kCorruption && s.code() != StatusCode::kIOError) return false;
+  const std::string& m = s.message();
+  const size_t at = m.find("segments/");
+  return at != std::string::npos && m.find(".rss", at) != std::string::npos;
+}
+
 }  // namespace
 
-PyStore::PyStore(const std::string& path, bool read_only, bool create) : read_only_(read_only) {
+void PyStore::CheckOpen(const Status& s) const {
+  if (s.ok()) return;
+  if (skip_damaged_ || !IsDamagedSegmentError(s)) ThrowStatus(s);
+  ThrowStatus(Status(s.code(),
+                     s.message() + " (open with on_damaged=\"skip\" to read the other segments)",
+                     s.sys_errno()));
+}
+
+PyStore::PyStore(const std::string& path, bool read_only, bool create, bool skip_damaged)
+    : read_only_(read_only), skip_damaged_(skip_damaged) {
   // No file name holds a NUL: the system calls would see the path up to it,
   // and create that.
   if (const size_t nul = path.find('\0'); nul != std::string::npos) {
@@ -68,6 +87,7 @@ PyStore::PyStore(const std::string& path, bool read_only, bool create) : read_on
   StoreOptions o;
   o.read_only = read_only;
   o.create_if_missing = create && !read_only;
+  o.on_damaged = skip_damaged ? OnDamaged::kSkip : OnDamaged::kFail;
   Result<std::unique_ptr<Store>> r = Status::NotFound("");
   {
     nb::gil_scoped_release nogil;
@@ -80,7 +100,8 @@ PyStore::PyStore(const std::string& path, bool read_only, bool create) : read_on
     PyErr_SetObject(PyExc_FileNotFoundError, args.ptr());
     throw nb::python_error();
   }
-  store_ = Unwrap(std::move(r));
+  CheckOpen(r.status());
+  store_ = std::move(r).value();
 }
 
 PyWriter* PyStore::NewWriter(nb::handle writer_id, nb::handle buffer_bytes, nb::handle codec,
@@ -103,7 +124,8 @@ PyWriter* PyStore::NewWriter(nb::handle writer_id, nb::handle buffer_bytes, nb::
     nb::gil_scoped_release nogil;
     r = store_->NewWriter(o);
   }
-  return new PyWriter(Unwrap(std::move(r)));
+  CheckOpen(r.status());  // it refreshes the store first
+  return new PyWriter(std::move(r).value());
 }
 
 void PyStore::Refresh() {
@@ -112,7 +134,7 @@ void PyStore::Refresh() {
     nb::gil_scoped_release nogil;
     s = store_->Refresh().status();
   }
-  Check(s);
+  CheckOpen(s);
 }
 
 namespace {
@@ -185,16 +207,36 @@ nb::list PyStore::Segments() {
   return out;
 }
 
-uint64_t PyStore::Verify() {
+nb::list PyStore::DamagedSegments() {
+  nb::list out;
+  for (const DamagedSegment& d : store_->GetSnapshot()->DamagedSegments()) {
+    nb::dict e;
+    e["file"] = MessageText(d.file);
+    e["kind"] = std::string(StatusCodeName(d.status.code()));
+    e["message"] = MessageText(d.status.message());
+    out.append(e);
+  }
+  return out;
+}
+
+nb::dict PyStore::VerifyAll() {
   auto snap = store_->GetSnapshot();
-  uint64_t blocks = 0;
-  Status s;
+  VerifyReport report;
   {
     nb::gil_scoped_release nogil;
-    s = snap->Verify(&blocks);
+    report = snap->VerifyAll();
   }
-  Check(s);
-  return blocks;
+  nb::list problems;
+  for (const Status& p : report.problems) {
+    problems.append(
+        nb::make_tuple(std::string(StatusCodeName(p.code())), MessageText(p.message())));
+  }
+  nb::dict d;
+  d["segments"] = report.segments;
+  d["blocks_checked"] = report.blocks_checked;
+  d["bytes_checked"] = report.bytes_checked;
+  d["problems"] = problems;
+  return d;
 }
 
 nb::object PyStore::Get(nb::handle run, const std::string& name, nb::handle step_obj) {
@@ -524,14 +566,19 @@ void BindStore(nb::module_& m) {
       .def_prop_ro("all_checked", &PyLazyValue::all_checked,
                    "Whether every byte has been checked.");
   nb::class_<PyStore>(m, "Store", "A runstore store (the C++ runstore::Store); see runstore.Store.")
-      .def(nb::init<const std::string&, bool, bool>(), "path"_a, "read_only"_a = false,
-           "create"_a = true,
+      .def(nb::init<const std::string&, bool, bool, bool>(), "path"_a, "read_only"_a = false,
+           "create"_a = true, "skip_damaged"_a = false,
            "Opens the store at ``path``; creates it when missing if ``create`` and not "
-           "``read_only``. "
+           "``read_only``. With ``skip_damaged``, segments that cannot be read are left out "
+           "and listed by damaged_segments(). "
            "FileNotFoundError if there is none, ValueError if the path is not a store, "
-           "UnsupportedFormatError for a newer format version, OSError for file-system errors.")
+           "UnsupportedFormatError for a newer format version, CorruptionError or OSError for "
+           "a damaged or unreadable segment (without skip_damaged), OSError for file-system "
+           "errors.")
       .def_prop_ro("path", &PyStore::path, "The store's directory.")
       .def_prop_ro("read_only", &PyStore::read_only, "True if opened read-only.")
+      .def_prop_ro("skip_damaged", &PyStore::skip_damaged,
+                   "True if damaged segments are left out (opened with skip_damaged).")
       .def("writer", &PyStore::NewWriter, nb::kw_only(), "writer_id"_a = nb::none(),
            "buffer_bytes"_a = nb::none(), "codec"_a = nb::none(), "zstd_level"_a = nb::none(),
            "commit_every_s"_a = nb::none(), "commit_every_bytes"_a = nb::none(),
@@ -564,10 +611,13 @@ void BindStore(nb::module_& m) {
       .def("series_info", &PyStore::SeriesInfoOf, "name"_a,
            "The series() dict of one series; KeyError if absent.")
       .def("segments", &PyStore::Segments, "One dict per segment file of the snapshot.")
-      .def("verify", &PyStore::Verify,
-           "Reads every block and checks every checksum; returns the number of blocks. "
-           "CorruptionError "
-           "(naming the file and offset) on the first bad one.")
+      .def("damaged_segments", &PyStore::DamagedSegments,
+           "One dict {file, kind, message} per segment the snapshot left out as damaged "
+           "(kind: 'Corruption' or 'IOError'); empty unless opened with skip_damaged.")
+      .def("verify_all", &PyStore::VerifyAll,
+           "Reads every block of every segment and checks every checksum, continuing past "
+           "problems: {segments, blocks_checked, bytes_checked, problems}, where problems "
+           "lists (kind, message) for every damaged segment left out and every bad block.")
       .def("get", &PyStore::Get, "run"_a.none(), "name"_a, "step"_a.none() = 0,
            nb::sig("def get(self, run: int | str, name: str, step: int = 0) -> numpy.ndarray | str "
                    "| bytes"),
