@@ -155,15 +155,19 @@ class ExperimentTable:
         if o.column is not None:
             return o.column.take(rows)
         ids = self.index.ids[rows].tolist()
-        col = ex.empty_column(len(ids), o.dtype, o.shape)
-        values, present = col.values, col.present
+        # Read before the chunk is made, so that a damaged record is Corruption before anything
+        # is allocated by the shape its series' headers claim.
         get, name = self.store._core.get, o.name
+        found = []
         for k, eid in enumerate(ids):
             try:
-                values[k] = get(eid, name, 0)
+                found.append((k, get(eid, name, 0)))
             except KeyError:
                 continue
-            present[k] = True
+        col = ex.empty_column(len(ids), o.dtype, o.shape)
+        for k, v in found:
+            col.values[k] = v
+            col.present[k] = True
         return col
 
     def chunks(self, chunk_rows: int, row_bytes: int = 0, budget: int = CHUNK_BYTES) -> Iterable[slice]:
