@@ -51,10 +51,11 @@ std::vector<std::string> ValueColumns(const SeriesInfo& info, int max_columns) {
 int RunExportCsv(const ExportCsvOptions& o) {
   constexpr std::string_view kCmd = "export csv";
   namespace fs = std::filesystem;
-  auto store = OpenStoreReadOnly(o.store);
-  if (!store.ok()) return ReportError(kCmd, store.status());
+  int open_rc = kExitOk;
+  auto store = OpenStoreForCommand(kCmd, o.store, &open_rc);
+  if (store == nullptr) return open_rc;
   if (Status s = CheckOutsideStore(o.store, o.outdir); !s.ok()) return ReportError(kCmd, s);
-  auto snap = (*store)->GetSnapshot();
+  auto snap = store->GetSnapshot();
 
   // Every named series must exist before anything is written.
   std::vector<SeriesInfo> series;
@@ -159,7 +160,7 @@ int RunExportCsv(const ExportCsvOptions& o) {
   const std::string mpath = (fs::path(o.outdir) / "manifest.json").string();
   auto m = Output::Create(mpath + suffix, mpath);
   if (!m.ok()) return ReportError(kCmd, m.status());
-  (*m)->Write(ordered_json{{"store", (*store)->path()}, {"series", manifest}}.dump(
+  (*m)->Write(ordered_json{{"store", store->path()}, {"series", manifest}}.dump(
                   2, ' ', false, ordered_json::error_handler_t::replace) +
               "\n");
   Status s = (*m)->Close();
