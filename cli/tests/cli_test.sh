@@ -521,6 +521,52 @@ touch "$T/a_file"
 run "$RS" export csv "$S" "$T/a_file"; expect_rc 4; expect_err_has "runstore: export csv: IOError:"
 run "$RS" export csv "$C" "$T/export5"; expect_rc 2; expect_err_has "$corrupt_file"
 
+# --- arrays with a zero dimension ----------------------------------------------
+test_name=zero_size
+Z=$T/zero
+"$MK" zero-size "$Z" || fail "make_fixture zero-size"
+run "$RS" ls "$Z"; expect_rc 0
+expect_out_has "^cols +float64 +\[100, 0\] +3 +[0-9]+$"
+expect_out_has "^rows3 +int32 +\[0, 3\] +3 +[0-9]+$"
+run "$RS" cat "$Z" rows3 -f jsonl; expect_rc 0
+expect_out '{"run":0,"step":0,"value":[]}
+{"run":1,"step":0,"value":[]}
+{"run":2,"step":0,"value":[]}'
+run "$RS" cat "$Z" cols -f csv --run 1; expect_rc 0
+expect_out "run,step,value
+1,0,\"[$(printf '[],%.0s' {1..99})[]]\""
+run "$RS" cat "$Z" var -f csv; expect_rc 0
+expect_out 'run,step,value
+0,0,[]
+1,0,"[1,2]"'
+run "$RS" get "$Z" 1 cols -o "$T/zcols.npy"; expect_rc 0
+npy_check "$T/zcols.npy" "'descr': '<f8', 'fortran_order': False, 'shape': (100, 0)" 0
+run "$RS" get "$Z" 2 rows3 -o "$T/zrows3.npy"; expect_rc 0
+npy_check "$T/zrows3.npy" "'descr': '<i4', 'fortran_order': False, 'shape': (0, 3)" 0
+run "$RS" get "$Z" 0 var -o "$T/zvar.npy"; expect_rc 0
+npy_check "$T/zvar.npy" "'descr': '<i4', 'fortran_order': False, 'shape': (0, 3)" 0
+# A zero-element shape has no element columns: one 'value' column of JSON lists.
+run "$RS" export csv "$Z" "$T/zero_csv"; expect_rc 0
+expect_file_eq "$T/zero_csv/rows3.csv" 'run,step,value
+0,0,[]
+1,0,[]
+2,0,[]'
+checks=$((checks + 1))
+grep -q '"shape": \[' "$T/zero_csv/manifest.json" && [[ $(grep -c '^[0-9],0,' "$T/zero_csv/cols.csv") == 3 ]] ||
+  fail "export csv of zero-size arrays"
+run "$RS" verify "$Z"; expect_rc 0
+ZPY=${RUNSTORE_PYTHON:-python3}
+if "$ZPY" -c "import numpy" 2>/dev/null; then
+  checks=$((checks + 1))
+  "$ZPY" - "$T" <<'EOF' || fail "numpy.load of the zero-size .npy files"
+import sys, numpy as np
+t = sys.argv[1]
+for f, shape, dtype in [("zcols", (100, 0), np.float64), ("zrows3", (0, 3), np.int32), ("zvar", (0, 3), np.int32)]:
+    a = np.load(f"{t}/{f}.npy")
+    assert a.shape == shape and a.dtype == dtype, (f, a.shape, a.dtype)
+EOF
+fi
+
 # --- export tar / export parquet: through the Python package -------------------
 # These run `python -m runstore`, so they need a Python that has the package:
 # $RUNSTORE_PYTHON, else the project's .venv (scripts/test.sh installs it there).
