@@ -211,7 +211,9 @@ class Store:
                 append (default: never).
             commit_every_bytes: commit automatically after this many bytes (default: never).
             writer_id: unique id, ``[A-Za-z0-9._-]{1,64}``, naming its segment files (default:
-                host, pid and randomness). FileExistsError if another writer uses it.
+                host, pid and randomness). Two live writers with one id write segment files
+                of their own (the second takes the next free number), as does a writer that
+                restarts with its id.
             zstd_level: zstd compression level (default 3).
             segment_bytes: size at which a segment file is sealed and a new one started
                 (default 1 GiB).
