@@ -77,9 +77,10 @@ int RunCat(const CatOptions& o) {
     run_filter = std::move(run).value();
   }
 
-  auto store = OpenStoreReadOnly(o.store);
-  if (!store.ok()) return ReportError(kCmd, store.status());
-  auto snap = (*store)->GetSnapshot();
+  int open_rc = kExitOk;
+  auto store = OpenStoreForCommand(kCmd, o.store, &open_rc);
+  if (store == nullptr) return open_rc;
+  auto snap = store->GetSnapshot();
   auto info = snap->GetSeriesInfo(o.name);
   if (!info.ok()) return ReportError(kCmd, info.status());
   // The scan reads only the blocks that can hold the run and steps asked for.

@@ -29,9 +29,12 @@ using nlohmann::ordered_json;
 // ("value_0", "value_1_2", ...) when the shape is fixed and small.
 std::vector<std::string> ValueColumns(const SeriesInfo& info, int max_columns) {
   if (info.variable_shape || IsVarLength(info.dtype) || info.shape.empty()) return {"value"};
+  // Elements per record, stopping past max_columns: a shape read from a block
+  // header must not overflow the count.
   int64_t n = 1;
-  for (int64_t d : info.shape) n *= d;
-  if (n < 1 || n > max_columns) return {"value"};
+  for (int64_t d : info.shape) {
+    if (d < 1 || d > max_columns || (n *= d) > max_columns) return {"value"};
+  }
   std::vector<std::string> cols;
   std::vector<int64_t> idx(info.shape.size(), 0);
   for (int64_t e = 0; e < n; ++e) {
@@ -51,10 +54,11 @@ std::vector<std::string> ValueColumns(const SeriesInfo& info, int max_columns) {
 int RunExportCsv(const ExportCsvOptions& o) {
   constexpr std::string_view kCmd = "export csv";
   namespace fs = std::filesystem;
-  auto store = OpenStoreReadOnly(o.store);
-  if (!store.ok()) return ReportError(kCmd, store.status());
+  int open_rc = kExitOk;
+  auto store = OpenStoreForCommand(kCmd, o.store, &open_rc);
+  if (store == nullptr) return open_rc;
   if (Status s = CheckOutsideStore(o.store, o.outdir); !s.ok()) return ReportError(kCmd, s);
-  auto snap = (*store)->GetSnapshot();
+  auto snap = store->GetSnapshot();
 
   // Every named series must exist before anything is written.
   std::vector<SeriesInfo> series;
@@ -121,6 +125,11 @@ int RunExportCsv(const ExportCsvOptions& o) {
         line += std::to_string(row.step);
         if (split) {
           const size_t elem = DTypeSize(info.dtype);
+          if (row.nbytes != cols.size() * elem) {
+            return fail(Status::Corruption("a record of " + std::to_string(row.nbytes) +
+                                           " bytes in a series of " + std::to_string(cols.size()) +
+                                           " elements per record"));
+          }
           for (size_t e = 0; e < cols.size(); ++e) {
             line += ',';
             AppendElement(&line, info.dtype, row.data + e * elem, OutFormat::kCsv);
@@ -159,7 +168,7 @@ int RunExportCsv(const ExportCsvOptions& o) {
   const std::string mpath = (fs::path(o.outdir) / "manifest.json").string();
   auto m = Output::Create(mpath + suffix, mpath);
   if (!m.ok()) return ReportError(kCmd, m.status());
-  (*m)->Write(ordered_json{{"store", (*store)->path()}, {"series", manifest}}.dump(
+  (*m)->Write(ordered_json{{"store", store->path()}, {"series", manifest}}.dump(
                   2, ' ', false, ordered_json::error_handler_t::replace) +
               "\n");
   Status s = (*m)->Close();

@@ -17,14 +17,15 @@ int RunGet(const GetOptions& o) {
   const Result<RunId> run = ParseRunArg(o.run, o.run_is_string, "RUN");
   if (!run.ok()) return ReportUsageError(kCmd, run.status().message());
   const bool to_stdout = o.out == "-";
-  auto store = OpenStoreReadOnly(o.store);
-  if (!store.ok()) return ReportError(kCmd, store.status());
+  int open_rc = kExitOk;
+  auto store = OpenStoreForCommand(kCmd, o.store, &open_rc);
+  if (store == nullptr) return open_rc;
   if (!to_stdout) {
     Status s = CheckOutsideStore(o.store, o.out);
     if (s.ok()) s = CheckMayCreate(o.out, o.force);
     if (!s.ok()) return ReportError(kCmd, s);
   }
-  auto snap = (*store)->GetSnapshot();
+  auto snap = store->GetSnapshot();
   auto value = snap->Get(*run, o.name, o.step);
   if (!value.ok()) return ReportError(kCmd, value.status());
   auto layout = PlanNpy(value->dtype(), value->shape(), value->nbytes());

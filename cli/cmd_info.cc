@@ -65,9 +65,10 @@ void PrintTable(const std::vector<std::vector<std::string>>& rows,
 
 int RunInfo(const InfoOptions& o) {
   constexpr std::string_view kCmd = "info";
-  auto store = OpenStoreReadOnly(o.store);
-  if (!store.ok()) return ReportError(kCmd, store.status());
-  auto snap = (*store)->GetSnapshot();
+  int open_rc = kExitOk;
+  auto store = OpenStoreForCommand(kCmd, o.store, &open_rc);
+  if (store == nullptr) return open_rc;
+  auto snap = store->GetSnapshot();
 
   const std::vector<SegmentInfo> segments = snap->ListSegments();
   std::set<std::string> writers;
@@ -93,12 +94,13 @@ int RunInfo(const InfoOptions& o) {
   }
   auto runs = snap->ListRuns();
   if (!runs.ok()) return ReportError(kCmd, runs.status());
-  const uint64_t disk = DiskBytes((*store)->path());
-  const uint32_t version = ReadMarkerFormatVersion((*store)->path());
+  const uint64_t disk = DiskBytes(store->path());
+  const uint32_t version = ReadMarkerFormatVersion(store->path());
+  const std::vector<DamagedSegment>& damaged = snap->DamagedSegments();
 
   if (o.json) {
     ordered_json j;
-    j["store"] = (*store)->path();
+    j["store"] = store->path();
     j["format_version"] = version;
     j["writers"] = writers.size();
     j["segments"] = {
@@ -112,12 +114,20 @@ int RunInfo(const InfoOptions& o) {
     j["bytes_on_disk"] = disk;
     j["segment_bytes"] = segment_bytes;
     j["committed_bytes"] = committed;
-    std::cout << j.dump(2) << "\n";
+    // The segments left out (--skip-damaged); always empty otherwise.
+    ordered_json left_out = ordered_json::array();
+    for (const DamagedSegment& d : damaged) {
+      left_out.push_back({{"file", d.file},
+                          {"code", StatusCodeName(d.status.code())},
+                          {"message", d.status.message()}});
+    }
+    j["damaged_segments"] = left_out;
+    std::cout << j.dump(2, ' ', false, ordered_json::error_handler_t::replace) << "\n";
     return kExitOk;
   }
   auto bytes = [](uint64_t n) { return std::to_string(n) + " (" + HumanBytes(n) + ")"; };
   std::vector<std::vector<std::string>> rows = {
-      {"store:", (*store)->path()},
+      {"store:", store->path()},
       {"format version:", version ? std::to_string(version) : "unknown"},
       {"writers:", std::to_string(writers.size())},
       {"segments:", std::to_string(segments.size()) + " (" + std::to_string(sealed) + " sealed, " +
@@ -132,15 +142,20 @@ int RunInfo(const InfoOptions& o) {
       {"segment bytes:", bytes(segment_bytes)},
       {"committed bytes:", bytes(committed)},
   };
+  if (!damaged.empty()) {
+    rows.push_back({"damaged segments:", std::to_string(damaged.size()) + " (left out)"});
+    for (const DamagedSegment& d : damaged) rows.push_back({"", d.file + ": " + DamageText(d)});
+  }
   PrintTable(rows, {false, false});
   return kExitOk;
 }
 
 int RunLs(const LsOptions& o) {
   constexpr std::string_view kCmd = "ls";
-  auto store = OpenStoreReadOnly(o.store);
-  if (!store.ok()) return ReportError(kCmd, store.status());
-  auto snap = (*store)->GetSnapshot();
+  int open_rc = kExitOk;
+  auto store = OpenStoreForCommand(kCmd, o.store, &open_rc);
+  if (store == nullptr) return open_rc;
+  auto snap = store->GetSnapshot();
 
   if (o.runs) {
     auto runs = snap->ListRuns();

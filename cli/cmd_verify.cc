@@ -1,5 +1,7 @@
 // `runstore verify`: reads every block of every segment and checks every
-// checksum (Snapshot::VerifyAll), reporting every problem found.
+// checksum (Snapshot::VerifyAll), reporting every problem found. It always
+// opens the store with OnDamaged::kSkip, so that a damaged or unreadable
+// segment is one problem among the others rather than the end of the check.
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -21,7 +23,7 @@ ordered_json ErrorJson(const Status& s) {
 
 int RunVerify(const VerifyOptions& o) {
   constexpr std::string_view kCmd = "verify";
-  auto store = OpenStoreReadOnly(o.store);
+  auto store = OpenStoreReadOnly(o.store, /*skip_damaged=*/true);
   if (!store.ok()) {
     // A corrupt segment header or index makes Open itself fail: the same
     // report as corruption found while reading blocks.
@@ -37,6 +39,7 @@ int RunVerify(const VerifyOptions& o) {
   }
   auto snap = (*store)->GetSnapshot();
   const auto segments = snap->ListSegments();
+  const std::vector<DamagedSegment>& damaged = snap->DamagedSegments();
   uint64_t blocks = 0;
   for (const auto& s : segments) blocks += s.blocks;
 
@@ -61,6 +64,13 @@ int RunVerify(const VerifyOptions& o) {
     ordered_json j = {{"store", (*store)->path()},   {"ok", status.ok()},
                       {"segments", segments.size()}, {"blocks", blocks},
                       {"blocks_checked", checked},   {"bytes_checked", report.bytes_checked}};
+    ordered_json left_out = ordered_json::array();
+    for (const DamagedSegment& d : damaged) {
+      ordered_json e = ErrorJson(d.status);
+      e["file"] = d.file;
+      left_out.push_back(e);
+    }
+    j["damaged_segments"] = left_out;
     if (!status.ok()) {
       j["error"] = ErrorJson(status);
       ordered_json all = ordered_json::array();
@@ -72,11 +82,21 @@ int RunVerify(const VerifyOptions& o) {
     std::cout << "ok: " << segments.size() << " segments, " << checked
               << " blocks checked, no corruption\n";
   } else {
-    std::cout << "CORRUPT: " << segments.size() << " segments, " << checked << " of " << blocks
-              << " blocks checked, " << report.problems.size() << " problem(s):\n";
-    for (const Status& p : report.problems) std::cout << "  " << p.message() << "\n";
+    std::cout << "CORRUPT: " << segments.size() << " segments";
+    if (!damaged.empty()) std::cout << " (and " << damaged.size() << " damaged, left out)";
+    std::cout << ", " << checked << " of " << blocks << " blocks checked, "
+              << report.problems.size() << " problem(s):\n";
+    for (const Status& p : report.problems) {
+      // Damaged segments may be unreadable (IOError) rather than corrupt.
+      std::cout << "  " << (p.code() == StatusCode::kCorruption ? p.message() : p.ToString())
+                << "\n";
+    }
   }
-  if (!status.ok()) return ReportError(kCmd, status);
+  // Any problem is corruption of the store, a segment that cannot be read too.
+  if (!status.ok()) {
+    ReportError(kCmd, status);
+    return kExitCorruption;
+  }
   return kExitOk;
 }
 

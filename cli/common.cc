@@ -76,11 +76,59 @@ int FinishStdout(std::string_view command, int rc) {
   return ReportError(command, Status::IOError(message, e));
 }
 
-Result<std::unique_ptr<Store>> OpenStoreReadOnly(const std::string& path) {
+bool g_skip_damaged = false;
+
+Result<std::unique_ptr<Store>> OpenStoreReadOnly(const std::string& path, bool skip_damaged) {
   StoreOptions options;
   options.read_only = true;
   options.create_if_missing = false;
+  options.on_damaged = skip_damaged ? OnDamaged::kSkip : OnDamaged::kFail;
   return Store::Open(path, options);
+}
+
+bool IsDamagedSegmentError(const Status& s) {
+  if (s.code() != StatusCode::kCorruption && s.code() != StatusCode::kIOError) return false;
+  const std::string& m = s.message();
+  const size_t at = m.find("segments/");
+  return at != std::string::npos && m.find(".rss", at) != std::string::npos;
+}
+
+std::string DamageText(const DamagedSegment& d) {
+  std::string_view m = d.status.message();
+  // The message starts with the file, relative to the store or as a full path.
+  if (const size_t at = m.find(d.file + ": ");
+      at != std::string_view::npos && (at == 0 || m[at - 1] == '/') &&
+      m.substr(0, at).find(' ') == std::string_view::npos) {
+    m.remove_prefix(at + d.file.size() + 2);
+  }
+  return std::string(StatusCodeName(d.status.code())) + ": " + std::string(m);
+}
+
+int ReportOpenError(std::string_view command, const Status& status) {
+  const int rc = ReportError(command, status);
+  if (!g_skip_damaged && IsDamagedSegmentError(status)) {
+    std::cerr << "runstore: " << command
+              << ": to read the other segments, leaving this one out, run with --skip-damaged\n";
+  }
+  return rc;
+}
+
+std::unique_ptr<Store> OpenStoreForCommand(std::string_view command, const std::string& path,
+                                           int* rc) {
+  auto store = OpenStoreReadOnly(path, g_skip_damaged);
+  if (!store.ok()) {
+    *rc = ReportOpenError(command, store.status());
+    return nullptr;
+  }
+  const auto& damaged = (*store)->GetSnapshot()->DamagedSegments();
+  if (!damaged.empty()) {
+    std::cout.flush();
+    for (const DamagedSegment& d : damaged) {
+      std::cerr << "runstore: left out damaged segment " << d.file << ": " << DamageText(d) << "\n";
+    }
+  }
+  *rc = kExitOk;
+  return std::move(store).value();
 }
 
 namespace {

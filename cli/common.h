@@ -67,8 +67,36 @@ int FinishStdout(std::string_view command, int rc);
 // after one more check), then unlinked. IOError naming both otherwise.
 Status PlaceFile(const std::string& tmp, const std::string& path, bool replace);
 
+// Set by the global flag --skip-damaged (main.cc): every command opens the
+// store with OnDamaged::kSkip.
+extern bool g_skip_damaged;
+
 // Opens the store at `path` read-only; never creates or writes anything.
-Result<std::unique_ptr<Store>> OpenStoreReadOnly(const std::string& path);
+// With skip_damaged, segments that cannot be read are left out
+// (OnDamaged::kSkip) instead of failing the open.
+Result<std::unique_ptr<Store>> OpenStoreReadOnly(const std::string& path, bool skip_damaged);
+
+// How a command opens its store: OpenStoreReadOnly with g_skip_damaged. Each
+// segment left out is reported on stderr, one line each:
+//   runstore: left out damaged segment segments/w-00000001.rss: Corruption: offset 0: ...
+// On failure the error is reported (ReportOpenError) and *rc set to its exit
+// code; the result is then null.
+std::unique_ptr<Store> OpenStoreForCommand(std::string_view command, const std::string& path,
+                                           int* rc);
+
+// ReportError for an error opening a store, followed, when it is the error of
+// one damaged or unreadable segment file and --skip-damaged was not given, by
+// a line saying that --skip-damaged reads the other segments.
+int ReportOpenError(std::string_view command, const Status& status);
+
+// Whether `s`, from opening a store, is the error of one segment file that
+// could not be read (Corruption or IOError naming a segments/*.rss file):
+// what OnDamaged::kSkip leaves out instead.
+bool IsDamagedSegmentError(const Status& s);
+
+// "Corruption: offset 0: segment header is damaged": the segment's error
+// without the file name that DamagedSegment::file already gives.
+std::string DamageText(const DamagedSegment& d);
 
 // A run id from the command line (`option` names it in messages: "--run",
 // "RUN"). With force_string, `text` as a string. Otherwise an integer when all

@@ -94,20 +94,31 @@ std::string UnknownCommand(const CLI::App& app, int argc, char** argv) {
 int Main(int argc, char** argv, std::string* command) {
   CLI::App app{
       "runstore: inspect and export runstore stores (results of large parallel computations).\n"
-      "Every command opens the store read-only and never writes to it.",
+      "Every command opens the store read-only and never writes to it.\n"
+      "A store with a damaged or unreadable segment file is refused, naming the file (exit\n"
+      "code 2 or 4); with --skip-damaged every command reads the other segments and prints\n"
+      "'runstore: left out damaged segment FILE: ERROR' on stderr for each one left out.",
       "runstore"};
   app.set_version_flag("--version", std::string("runstore ") + RUNSTORE_CLI_VERSION +
                                         " (reads store format versions 1 to " +
                                         std::to_string(kFormatVersion) + ")");
   app.require_subcommand(1);
+  // The global flags may also follow the command: `runstore info STORE --skip-damaged`.
+  app.fallthrough();
   app.add_flag("--no-progress", g_progress_disabled,
                "Never draw a progress bar (one is drawn on stderr only when it is a terminal)");
+  app.add_flag("--skip-damaged", g_skip_damaged,
+               "Read a store around segment files that cannot be read (damaged bytes, or a file "
+               "that cannot be opened): leave them out, as if they did not exist, and name each "
+               "on stderr. Without it such a store is refused, since leaving a segment out can "
+               "bring back values it overwrote and records its resume markers hid");
   app.footer(Footer("",
                     "  runstore info /scratch/sweep\n"
                     "  runstore ls /scratch/sweep\n"
                     "  runstore cat /scratch/sweep loss --format csv > loss.csv\n"
                     "  runstore get /scratch/sweep 42 trace --step 3 -o trace.npy\n"
                     "  runstore verify /scratch/sweep\n"
+                    "  runstore info /scratch/sweep --skip-damaged\n"
                     "  runstore export csv /scratch/sweep out/\n"
                     "  runstore export tar /scratch/sweep results.tar.gz\n"
                     "Run 'runstore COMMAND --help' for the details of a command."));
@@ -122,7 +133,9 @@ int Main(int argc, char** argv, std::string* command) {
       "Prints the store's format version, the number of writers (distinct writer ids), of\n"
       "segments (sealed and open), series (and reserved '~' series), runs, visible records,\n"
       "commits and blocks, the bytes on disk (every file under the store), the bytes of the\n"
-      "segment files, and the committed bytes (up to each segment's last valid commit).",
+      "segment files, and the committed bytes (up to each segment's last valid commit).\n"
+      "With --skip-damaged, also the segments left out as damaged, with their errors\n"
+      "(--json: \"damaged_segments\": [{file, code, message}], always present).",
       "  runstore info /scratch/sweep\n"
       "  runstore info /scratch/sweep --json | jq .records"));
 
@@ -233,12 +246,14 @@ int Main(int argc, char** argv, std::string* command) {
   verify_cmd->add_option("STORE", verify.store, "Store directory")->required();
   verify_cmd->add_flag("--json", verify.json,
                        "Print one JSON object {store, ok, segments, blocks, blocks_checked, "
-                       "error: {code, message}}");
+                       "bytes_checked, damaged_segments: [{code, message, file}], and when not "
+                       "ok error: {code, message} (the first problem) and problems: [...]}");
   verify_cmd->footer(Footer(
       "Reads every block of every segment and checks every checksum, then prints the number\n"
-      "of segments and blocks checked. On corruption it prints the error, which names the\n"
-      "segment file and the offset, and exits with 2. A store with a damaged segment header\n"
-      "may fail to open at all: that is reported the same way (exit 2).",
+      "of segments and blocks checked. It goes on past problems and prints every one, each\n"
+      "naming the segment file and the offset, then exits with 2. A segment file that cannot\n"
+      "be read at all (a damaged header or index, a file that cannot be opened) is one of\n"
+      "the problems: verify always reads around it, as --skip-damaged does.",
       "  runstore verify /scratch/sweep && echo clean\n"
       "  runstore verify /scratch/sweep --json | jq .error.message"));
 
@@ -354,13 +369,15 @@ int Main(int argc, char** argv, std::string* command) {
   if (*verify_cmd) return RunVerify(verify);
   if (*csv_cmd) return RunExportCsv(exp);
   if (*tar_cmd) {
-    return RunExportPython("tar", py_store, py_out, py_force,
-                           {"--chunk-rows", std::to_string(chunk_rows), "--compresslevel",
-                            std::to_string(compresslevel)});
+    std::vector<std::string> extra = {"--chunk-rows", std::to_string(chunk_rows), "--compresslevel",
+                                      std::to_string(compresslevel)};
+    if (g_skip_damaged) extra.push_back("--skip-damaged");
+    return RunExportPython("tar", py_store, py_out, py_force, extra);
   }
   if (*parquet_cmd) {
-    return RunExportPython("parquet", py_store, py_out, py_force,
-                           {"--row-group-rows", std::to_string(row_group_rows)});
+    std::vector<std::string> extra = {"--row-group-rows", std::to_string(row_group_rows)};
+    if (g_skip_damaged) extra.push_back("--skip-damaged");
+    return RunExportPython("parquet", py_store, py_out, py_force, extra);
   }
   return kExitUsage;
 }

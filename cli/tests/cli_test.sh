@@ -137,7 +137,7 @@ expect_out_has '^    "open": 1$'
 expect_out_has '^  "series": 13,$'
 expect_out_has '^  "runs": 18,$'
 expect_out_has '^  "records": 113,$'
-expect_out_has '^  "committed_bytes": [0-9]+$'
+expect_out_has '^  "committed_bytes": [0-9]+,$'
 
 # --- ls ----------------------------------------------------------------------
 test_name=ls
@@ -381,6 +381,87 @@ run "$RS" verify "$H" --json; expect_rc 2; expect_out_has '^  "ok": false,$'
 run "$RS" info "$H"; expect_rc 2; expect_err_has "$header_file"
 run "$RS" verify "$T/nowhere"; expect_rc 3
 
+# --- damaged segments and --skip-damaged --------------------------------------
+# A copy of the good store with beta's segment header damaged (a byte of its
+# writer id: the header checksum fails) and a FIFO where a segment should be.
+test_name=damaged
+D=$T/damaged
+cp -a "$S" "$D"
+printf '\x5a' | dd of="$D/segments/beta-00000001.rss" bs=1 seek=50 conv=notrunc status=none
+mkfifo "$D/segments/z-00000001.rss"
+hint="to read the other segments, leaving this one out, run with --skip-damaged"
+# Without --skip-damaged every command refuses the store, naming the file, with a hint.
+for cmd in "info $D" "ls $D" "ls $D --runs" "cat $D loss" "get $D 7 big -o $T/damaged.npy" "export csv $D $T/damaged_csv"; do
+  # shellcheck disable=SC2086
+  run timeout 20 "$RS" $cmd; expect_rc 2
+  name=${cmd%% /*}  # the command's words before the store's path
+  expect_err_has "runstore: $name: Corruption: segments/beta-00000001.rss: offset 0"
+  expect_err_has "runstore: $name: $hint"
+  [[ $(grep -c . <<<"$err") == 2 ]] || fail "$cmd: stderr is not the error and the hint: $err"
+done
+checks=$((checks + 1))
+[[ ! -e $T/damaged.npy && ! -e $T/damaged_csv ]] || fail "a refused store was exported"
+# An unreadable segment alone is an I/O error, with the same hint.
+F=$T/fifo_segment
+cp -a "$S" "$F"
+mkfifo "$F/segments/z-00000001.rss"
+run timeout 20 "$RS" info "$F"; expect_rc 4
+expect_err_has "runstore: info: IOError: $F/segments/z-00000001.rss: not a regular file (a FIFO)"
+expect_err_has "runstore: info: $hint"
+# With it (before or after the command) the rest is read, and each segment left out is named.
+left_beta="runstore: left out damaged segment segments/beta-00000001.rss: Corruption: offset 0: "
+left_fifo="runstore: left out damaged segment segments/z-00000001.rss: IOError: not a regular file (a FIFO)"
+run timeout 20 "$RS" info "$D" --skip-damaged; expect_rc 0
+expect_err_has "$left_beta"; expect_err_has "$left_fifo"
+[[ $(grep -c . <<<"$err") == 2 ]] || fail "info --skip-damaged: stderr has more than the two segments: $err"
+expect_out_has "^writers: +2$"
+expect_out_has "^segments: +2 \(1 sealed, 1 open\)$"
+expect_out_has "^damaged segments: +2 \(left out\)$"
+expect_out_has "^ +segments/beta-00000001.rss: Corruption: offset 0: "
+expect_out_has "^ +segments/z-00000001.rss: IOError: not a regular file \(a FIFO\)$"
+run timeout 20 "$RS" --skip-damaged info "$D" --json; expect_rc 0
+expect_out_has '^  "damaged_segments": \[$'
+expect_out_has '^      "file": "segments/beta-00000001.rss",$'
+expect_out_has '^      "code": "Corruption",$'
+expect_out_has '^      "file": "segments/z-00000001.rss",$'
+expect_out_has '^      "code": "IOError",$'
+run "$RS" info "$S" --json; expect_out_has '^  "damaged_segments": \[\]$'
+run "$RS" info "$S"; expect_out_lacks "damaged"
+# Leaving beta out drops its records and brings back what its resume marker hid.
+run timeout 20 "$RS" --skip-damaged ls "$D" --runs; expect_rc 0; expect_out_lacks "^s1$"
+expect_out_has "^exp-d$"
+run timeout 20 "$RS" cat "$D" loss --run 3 -f csv --skip-damaged; expect_rc 0
+expect_out 'run,step,value
+3,0,1.5
+3,1,2.5
+3,2,3.5
+3,3,4.5
+3,4,5.5'
+expect_err_has "$left_beta"
+run timeout 20 "$RS" --skip-damaged get "$D" 7 big -o "$T/damaged.npy"; expect_rc 0
+npy_check "$T/damaged.npy" "'descr': '<f8', 'fortran_order': False, 'shape': (100, 200)" 160000
+run timeout 20 "$RS" export csv "$D" "$T/damaged_csv" --skip-damaged; expect_rc 0
+expect_out_has "^exported 13 series "; expect_err_has "$left_fifo"
+checks=$((checks + 1))
+[[ $(grep -c '^3,' "$T/damaged_csv/loss.csv") == 5 && ! -e $T/damaged_csv/late.csv.x ]] ||
+  fail "export --skip-damaged: loss.csv has $(grep -c '^3,' "$T/damaged_csv/loss.csv") rows of run 3"
+# verify always reads around damaged segments and reports them with every other problem.
+for flag in "" --skip-damaged; do
+  # shellcheck disable=SC2086
+  run timeout 20 "$RS" verify "$D" $flag; expect_rc 2
+  expect_out_has "^CORRUPT: 2 segments \(and 2 damaged, left out\), [0-9]+ of [0-9]+ blocks checked, 2 problem\(s\):$"
+  expect_out_has "^  segments/beta-00000001.rss: offset 0: "
+  expect_out_has "^  IOError: $D/segments/z-00000001.rss: not a regular file \(a FIFO\)$"
+  expect_err_has "runstore: verify: Corruption: segments/beta-00000001.rss: offset 0"
+done
+run timeout 20 "$RS" verify "$D" --json; expect_rc 2
+expect_out_has '^  "ok": false,$'; expect_out_has '"file": "segments/z-00000001.rss"'
+expect_out_has '"code": "IOError",'
+# A segment that cannot be read is a problem of the store: exit code 2, not 4.
+run timeout 20 "$RS" verify "$F"; expect_rc 2; expect_out_has "^  IOError: .*not a regular file"
+run "$RS" --help; expect_out_has "--skip-damaged"
+run "$RS" verify --help; expect_out_has "as --skip-damaged does"
+
 # --- export csv --------------------------------------------------------------
 test_name=export_csv
 E=$T/export
@@ -440,6 +521,52 @@ touch "$T/a_file"
 run "$RS" export csv "$S" "$T/a_file"; expect_rc 4; expect_err_has "runstore: export csv: IOError:"
 run "$RS" export csv "$C" "$T/export5"; expect_rc 2; expect_err_has "$corrupt_file"
 
+# --- arrays with a zero dimension ----------------------------------------------
+test_name=zero_size
+Z=$T/zero
+"$MK" zero-size "$Z" || fail "make_fixture zero-size"
+run "$RS" ls "$Z"; expect_rc 0
+expect_out_has "^cols +float64 +\[100, 0\] +3 +[0-9]+$"
+expect_out_has "^rows3 +int32 +\[0, 3\] +3 +[0-9]+$"
+run "$RS" cat "$Z" rows3 -f jsonl; expect_rc 0
+expect_out '{"run":0,"step":0,"value":[]}
+{"run":1,"step":0,"value":[]}
+{"run":2,"step":0,"value":[]}'
+run "$RS" cat "$Z" cols -f csv --run 1; expect_rc 0
+expect_out "run,step,value
+1,0,\"[$(printf '[],%.0s' {1..99})[]]\""
+run "$RS" cat "$Z" var -f csv; expect_rc 0
+expect_out 'run,step,value
+0,0,[]
+1,0,"[1,2]"'
+run "$RS" get "$Z" 1 cols -o "$T/zcols.npy"; expect_rc 0
+npy_check "$T/zcols.npy" "'descr': '<f8', 'fortran_order': False, 'shape': (100, 0)" 0
+run "$RS" get "$Z" 2 rows3 -o "$T/zrows3.npy"; expect_rc 0
+npy_check "$T/zrows3.npy" "'descr': '<i4', 'fortran_order': False, 'shape': (0, 3)" 0
+run "$RS" get "$Z" 0 var -o "$T/zvar.npy"; expect_rc 0
+npy_check "$T/zvar.npy" "'descr': '<i4', 'fortran_order': False, 'shape': (0, 3)" 0
+# A zero-element shape has no element columns: one 'value' column of JSON lists.
+run "$RS" export csv "$Z" "$T/zero_csv"; expect_rc 0
+expect_file_eq "$T/zero_csv/rows3.csv" 'run,step,value
+0,0,[]
+1,0,[]
+2,0,[]'
+checks=$((checks + 1))
+grep -q '"shape": \[' "$T/zero_csv/manifest.json" && [[ $(grep -c '^[0-9],0,' "$T/zero_csv/cols.csv") == 3 ]] ||
+  fail "export csv of zero-size arrays"
+run "$RS" verify "$Z"; expect_rc 0
+ZPY=${RUNSTORE_PYTHON:-python3}
+if "$ZPY" -c "import numpy" 2>/dev/null; then
+  checks=$((checks + 1))
+  "$ZPY" - "$T" <<'EOF' || fail "numpy.load of the zero-size .npy files"
+import sys, numpy as np
+t = sys.argv[1]
+for f, shape, dtype in [("zcols", (100, 0), np.float64), ("zrows3", (0, 3), np.int32), ("zvar", (0, 3), np.int32)]:
+    a = np.load(f"{t}/{f}.npy")
+    assert a.shape == shape and a.dtype == dtype, (f, a.shape, a.dtype)
+EOF
+fi
+
 # --- export tar / export parquet: through the Python package -------------------
 # These run `python -m runstore`, so they need a Python that has the package:
 # $RUNSTORE_PYTHON, else the project's .venv (scripts/test.sh installs it there).
@@ -482,6 +609,14 @@ if [[ -n $PY ]] && "$PY" -c "import runstore._core" 2>/dev/null; then
     rc=$?; err=$(cat "$T/stderr")
     expect_rc 4; expect_err_has "runstore: export tar: IOError: standard output: No space left on device"
   fi
+  # --skip-damaged reaches the Python export, which names what it left out.
+  run env RUNSTORE_PYTHON="$PY" timeout 60 "$RS" export tar "$D" "$T/damaged.tar.gz"; expect_rc 2
+  expect_err_has "runstore: export tar: Corruption: segments/beta-00000001.rss: offset 0"
+  expect_err_has "runstore: export tar: to read the other segments, leaving this one out, run with --skip-damaged"
+  run env RUNSTORE_PYTHON="$PY" timeout 60 "$RS" export tar "$D" "$T/damaged.tar.gz" --skip-damaged
+  expect_rc 0; expect_err_has "$left_beta"; expect_err_has "$left_fifo"
+  checks=$((checks + 1))
+  tar tzf "$T/damaged.tar.gz" | grep -qx 'outcomes/big.npy' || fail "export tar --skip-damaged lacks big"
   if "$PY" -c "import pyarrow" 2>/dev/null; then
     run env RUNSTORE_PYTHON="$PY" "$RS" export parquet "$S" "$T/store.parquet"; expect_rc 0
     checks=$((checks + 1))

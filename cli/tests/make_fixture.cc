@@ -12,6 +12,11 @@
 //                                   opening the store fails with Corruption.
 //                                   (A damaged index footer does not: the
 //                                   reader then recovers by scanning frames.)
+//   make_fixture zero-size DIR      arrays with a zero dimension: "cols"
+//                                   float64 (100, 0) and "rows3" int32 (0, 3)
+//                                   for runs 0..2, and "var" (variable
+//                                   shape, int32) of shape (0, 3) for run 0
+//                                   and [1, 2] for run 1.
 //
 // Uses only the public headers; the corruption is done with plain file I/O.
 #include <unistd.h>
@@ -209,6 +214,25 @@ int Corrupt(const std::string& dir) {
   return 0;
 }
 
+int ZeroSize(const std::string& dir) {
+  auto store = OpenStore(dir);
+  auto w = NewWriter(store.get(), "zero");
+  const int64_t cols[] = {100, 0}, rows3[] = {0, 3}, two[] = {2};
+  runstore::SeriesOptions var;
+  var.dtype = DType::kInt32;
+  var.variable_shape = true;
+  Check(w->DefineSeries("var", var), "define var");
+  for (int run = 0; run < 3; ++run) {
+    Check(w->Append(run, "cols", 0, ValueRef{DType::kFloat64, cols, nullptr, 0}), "cols");
+    Check(w->Append(run, "rows3", 0, ValueRef{DType::kInt32, rows3, nullptr, 0}), "rows3");
+  }
+  const int32_t one_two[] = {1, 2};
+  Check(w->Append(0, "var", 0, ValueRef{DType::kInt32, rows3, nullptr, 0}), "var");
+  Check(w->Append(1, "var", 0, ValueRef::Array(one_two, two)), "var");
+  Check(w->Close(), "close zero");
+  return 0;
+}
+
 int CorruptHeader(const std::string& dir) {
   WriteSealedStore(dir);
   const std::string rel = OnlySegment(dir);
@@ -221,7 +245,7 @@ int CorruptHeader(const std::string& dir) {
 
 int main(int argc, char** argv) {
   if (argc != 3) {
-    std::cerr << "usage: make_fixture good|corrupt|corrupt-header DIR\n";
+    std::cerr << "usage: make_fixture good|corrupt|corrupt-header|zero-size DIR\n";
     return 1;
   }
   const std::string mode = argv[1];
@@ -233,6 +257,7 @@ int main(int argc, char** argv) {
   if (mode == "good") return Good(dir);
   if (mode == "corrupt") return Corrupt(dir);
   if (mode == "corrupt-header") return CorruptHeader(dir);
+  if (mode == "zero-size") return ZeroSize(dir);
   std::cerr << "make_fixture: unknown mode '" << mode << "'\n";
   return 1;
 }

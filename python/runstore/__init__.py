@@ -24,8 +24,8 @@ Errors: ``ValueError`` (bad input, e.g. a dtype that conflicts with an existing 
 ``KeyError`` (no such record or series), ``OSError`` (file-system errors, with errno),
 ``CorruptionError`` (a checksum failed; the message names the file and offset),
 ``UnsupportedFormatError`` (a subclass of NotImplementedError: a store written by a newer
-runstore), ``FileExistsError`` (a writer id already in use), ``RuntimeError`` (writing to a
-read-only store or a closed writer).
+runstore), ``FileExistsError`` (an export onto an existing file with overwrite=False),
+``RuntimeError`` (writing to a read-only store or a closed writer).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from ._core import (
 )
 from ._experiments import experiment_id, grid
 from ._runner import RunSummary, run_experiments
-from ._store import LazyArray, SegmentInfo, SeriesInfo, Store, open
+from ._store import DamagedSegment, LazyArray, SegmentInfo, SeriesInfo, Store, open
 
 __version__ = "0.1.0"
 
@@ -100,6 +100,7 @@ __all__ = [
     "Writer",
     "SeriesInfo",
     "SegmentInfo",
+    "DamagedSegment",
     "ArrayOwner",
     "CorruptionError",
     "UnsupportedFormatError",

@@ -1,14 +1,17 @@
 """python -m runstore: the commands of the runstore package that need Python.
 
     python -m runstore export tar STORE OUT.tar.gz [--chunk-rows N] [--compresslevel L] [--force]
+                                  [--skip-damaged]
     python -m runstore export parquet STORE OUT.parquet [--row-group-rows N] [--force]
+                                      [--skip-damaged]
     python -m runstore import tar ARCHIVE.tar.gz STORE
 
 The C++ `runstore` tool runs the export commands through this module. Like the tool (and zstd
 or gzip), they refuse to replace an existing OUT unless --force is given, where the Python API
 (Store.export_tar) replaces it as pandas and numpy do. Exit codes are the CLI's: 0 ok, 1 bad
 command line, 2 corruption, 3 not found, 4 I/O error (also writing standard output), 5 anything
-else (OUT exists, OUT inside STORE, ...).
+else (OUT exists, OUT inside STORE, ...). With --skip-damaged, the store is opened with
+on_damaged="skip" and each segment left out is named on stderr, as the tool does.
 """
 
 from __future__ import annotations
@@ -19,6 +22,11 @@ import os
 import sys
 
 EXIT_OK, EXIT_USAGE, EXIT_CORRUPTION, EXIT_NOT_FOUND, EXIT_IO, EXIT_OTHER = 0, 1, 2, 3, 4, 5
+#: The end of the message of an error opening a store meets in one segment file
+#: (python/src/py_store.cc), which the command says in its own terms.
+_PYTHON_HINT = ' (open with on_damaged="skip" to read the other segments)'
+_SKIP_HELP = ("read the store around segment files that cannot be read, leaving them out "
+              "(each is named on stderr)")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -38,6 +46,7 @@ def _parser() -> argparse.ArgumentParser:
     tar.add_argument("--compresslevel", type=int, default=1, choices=range(0, 10), metavar="0-9",
                      help="gzip level (default 1)")
     tar.add_argument("-f", "--force", action="store_true", help="replace OUT if it exists")
+    tar.add_argument("--skip-damaged", action="store_true", help=_SKIP_HELP)
     pq = exp_sub.add_parser(
         "parquet", help="one Parquet file: a row per experiment",
         description="Writes one row per experiment (id, parameters, status, outcomes; arrays as "
@@ -47,6 +56,7 @@ def _parser() -> argparse.ArgumentParser:
     pq.add_argument("--row-group-rows", type=int, default=10_000, help="rows per row group")
     pq.add_argument("--compression", default="zstd", help="Parquet codec (default zstd)")
     pq.add_argument("-f", "--force", action="store_true", help="replace OUT if it exists")
+    pq.add_argument("--skip-damaged", action="store_true", help=_SKIP_HELP)
     imp = sub.add_parser("import", help="rebuild a store from an export")
     imp_sub = imp.add_subparsers(dest="format", required=True)
     itar = imp_sub.add_parser("tar", help="from a tarball of `export tar`")
@@ -63,7 +73,11 @@ def main(argv: list[str] | None = None) -> int:
     note = None
     try:
         if args.command == "export":
-            store = runstore.open(args.store, mode="r")
+            store = runstore.open(args.store, mode="r",
+                                  on_damaged="skip" if args.skip_damaged else "raise")
+            for d in store.damaged_segments:
+                print(f"runstore: left out damaged segment {d.file}: {d.kind}: "
+                      f"{_without_file(d.message, d.file)}", file=sys.stderr)
             if args.format == "tar":
                 r = store.export_tar(args.out, chunk_rows=args.chunk_rows, compresslevel=args.compresslevel,
                                      overwrite=args.force)
@@ -116,13 +130,26 @@ def _print_report(what: str, report: str) -> int:
     return EXIT_OK
 
 
+def _without_file(message: str, file: str) -> str:
+    """A damaged segment's message without its leading file name (relative or full path)."""
+    head, sep, rest = message.partition(file + ": ")
+    return rest if sep and (not head or (head.endswith("/") and " " not in head)) else message
+
+
 def _fail(what: str, kind: str, e: object, code: int) -> int:
     msg: object = e
     if isinstance(e, KeyError) and e.args:
         msg = e.args[0]
     elif isinstance(e, OSError) and e.strerror:
         msg = e.strerror if e.filename is None or str(e.filename) in e.strerror else f"{e.filename}: {e.strerror}"
-    print(f"runstore: {what}: {kind}: {msg}", file=sys.stderr)
+    text = str(msg)
+    damaged = text.endswith(_PYTHON_HINT)
+    if damaged:
+        text = text[: -len(_PYTHON_HINT)]
+    print(f"runstore: {what}: {kind}: {text}", file=sys.stderr)
+    if damaged:
+        print(f"runstore: {what}: to read the other segments, leaving this one out, run with "
+              "--skip-damaged", file=sys.stderr)
     return code
 
 

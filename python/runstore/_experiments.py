@@ -192,10 +192,12 @@ def read_column(
     """Series ``name``'s step-0 records placed in experiment order (a vectorised scan)."""
     info = store._core.series_info(name) if info is None else info
     shape = None if info["variable_shape"] else tuple(info["shape"])
-    col = empty_column(len(index), info["dtype"], shape)
     if len(index) == 0:
-        return col
+        return empty_column(0, info["dtype"], shape)
+    # Scanned before the column is made: a store whose headers claim more than its blocks hold
+    # is Corruption here, before anything is allocated by what they claim.
     d = store._core.scan(name)
+    col = empty_column(len(index), info["dtype"], shape)
     steps = d["step"]
     pos = index.positions(d["run"])
     keep = (pos >= 0) & (steps == 0)

@@ -79,6 +79,10 @@ class _Outcome:
             np.dtype(self.dtype).itemsize * int(np.prod(self.shape, dtype=np.int64)))
         #: Held in memory as one Column (scalars); arrays are read per chunk.
         self.scalar = self.shape == ()
+        #: Fixed-shape arrays of no elements ((100, 0)): no cell tells an absent record from an
+        #: empty one, so their presence is read up front (a Column of no value bytes) and
+        #: recorded in metadata.json (missing, missing_rows).
+        self.empty = self.shape is not None and 0 in self.shape
         self.column: ex.Column | None = None
 
     @property
@@ -121,7 +125,7 @@ class ExperimentTable:
             if n not in infos:
                 raise KeyError(f"series {n!r} not found")
             o = _Outcome(n, infos[n])
-            if o.scalar:
+            if o.scalar or o.empty:
                 o.column = ex.read_column(store, n, self.index, infos[n])
                 release()
             self.outcomes.append(o)
@@ -155,15 +159,19 @@ class ExperimentTable:
         if o.column is not None:
             return o.column.take(rows)
         ids = self.index.ids[rows].tolist()
-        col = ex.empty_column(len(ids), o.dtype, o.shape)
-        values, present = col.values, col.present
+        # Read before the chunk is made, so that a damaged record is Corruption before anything
+        # is allocated by the shape its series' headers claim.
         get, name = self.store._core.get, o.name
+        found = []
         for k, eid in enumerate(ids):
             try:
-                values[k] = get(eid, name, 0)
+                found.append((k, get(eid, name, 0)))
             except KeyError:
                 continue
-            present[k] = True
+        col = ex.empty_column(len(ids), o.dtype, o.shape)
+        for k, v in found:
+            col.values[k] = v
+            col.present[k] = True
         return col
 
     def chunks(self, chunk_rows: int, row_bytes: int = 0, budget: int = CHUNK_BYTES) -> Iterable[slice]:
@@ -338,6 +346,9 @@ def _column_meta(name: str, col: ex.Column, role: str, **extra: Any) -> dict[str
         empty = any(len(v) == 0 for v in vals.tolist())
         if empty:
             m["missing_rows"] = np.flatnonzero(~col.present).tolist()
+    elif missing and col.values.ndim > 1 and 0 in col.values.shape[1:]:
+        # Arrays of no elements have no cells at all: only the list says which are absent.
+        m["missing_rows"] = np.flatnonzero(~col.present).tolist()
     return m
 
 
@@ -557,6 +568,10 @@ def _parse_cells(cells: np.ndarray, dtype: str, shape: tuple[int, ...], meta: di
     flat = cells.reshape(n, -1).astype(str)
     absent = flat == ""
     present = ~absent.any(axis=1)
+    if flat.shape[1] == 0 and meta and meta.get("missing_rows"):
+        # An outcome of arrays with no elements: no cells, only the list of absent rows.
+        rows = np.asarray(meta["missing_rows"], dtype=np.int64) - row0
+        present[rows[(rows >= 0) & (rows < n)]] = False
     np_dtype = np.dtype(dtype)
     fill = "0" if np_dtype.kind != "b" else "false"
     filled = np.where(absent, fill, flat)
@@ -803,8 +818,51 @@ def _arrow_array(
     arr = _zero_copy_primitive(values.reshape(-1))
     for k, d in enumerate(reversed(shape)):
         last = k == len(shape) - 1
-        arr = pa.FixedSizeListArray.from_arrays(arr, d, mask=mask if last else None)
+        if d == 0:
+            # from_arrays cannot count lists of no elements: n * (the dimensions before) of them.
+            lists = n * int(np.prod(shape[: len(shape) - 1 - k], dtype=np.int64))
+            # A validity bitmap is set where present (the mask is set where absent).
+            validity = pa.array(present).buffers()[1] if last and mask is not None else None
+            arr = pa.Array.from_buffers(pa.list_(arr.type, 0), lists, [validity], children=[arr])
+        else:
+            arr = pa.FixedSizeListArray.from_arrays(arr, d, mask=mask if last else None)
     return arr
+
+
+def _has_empty_fixed_list(t: Any) -> bool:
+    import pyarrow as pa
+
+    while pa.types.is_fixed_size_list(t):
+        if t.list_size == 0:
+            return True
+        t = t.value_type
+    return False
+
+
+def _as_lists(t: Any) -> Any:
+    import pyarrow as pa
+
+    return pa.list_(_as_lists(t.value_type)) if pa.types.is_fixed_size_list(t) else t
+
+
+def _for_parquet(data: Any) -> Any:
+    """``data`` (a Table or RecordBatch) as Parquet can read it back: a column of fixed-size
+    lists with a dimension of 0 (an outcome of shape (100, 0)) becomes lists of variable size
+    (Parquet readers refuse fixed-size lists of size 0 they wrote); its shape stays in the
+    schema's metadata and in runstore's own."""
+    import pyarrow as pa
+
+    if not any(_has_empty_fixed_list(f.type) for f in data.schema):
+        return data
+    fields, columns = [], []
+    for f, c in zip(data.schema, data.columns):
+        if _has_empty_fixed_list(f.type):
+            f = f.with_type(_as_lists(f.type))
+            c = c.cast(f.type)
+        fields.append(f)
+        columns.append(c)
+    schema = pa.schema(fields, metadata=data.schema.metadata)
+    return type(data).from_arrays(columns, schema=schema)
 
 
 def to_arrow(store: Store, names: Iterable[str] | str | None,
@@ -913,7 +971,7 @@ def export_parquet(store: Store, path: str | os.PathLike[str], *, row_group_rows
         sink = out.file
         infos = ex.reserved_series(store)
         if ex.ROW not in infos:
-            t = to_arrow(store, None)
+            t = _for_parquet(to_arrow(store, None))
             pq.write_table(t, sink, row_group_size=row_group_rows, compression=compression)
             rows = t.num_rows
         else:
@@ -934,14 +992,14 @@ def export_parquet(store: Store, path: str | os.PathLike[str], *, row_group_rows
             rows = 0
             row_bytes = sum(o.row_bytes for o in table.outcomes) + 64
             for sl in table.chunks(row_group_rows, row_bytes, PARQUET_ROW_GROUP_BYTES):
-                batch = _experiment_batch(table, sl, names, status)
+                batch = _for_parquet(_experiment_batch(table, sl, names, status))
                 if writer is None:
                     schema = batch.schema.with_metadata({"runstore": json.dumps(meta)})
                     writer = pq.ParquetWriter(sink, schema, compression=compression)
                 writer.write_batch(batch, row_group_size=row_group_rows)
                 rows += batch.num_rows
             if writer is None:  # no experiments: an empty table with the columns
-                batch = _experiment_batch(table, slice(0, 0), names, status)
+                batch = _for_parquet(_experiment_batch(table, slice(0, 0), names, status))
                 schema = batch.schema.with_metadata({"runstore": json.dumps(meta)})
                 writer = pq.ParquetWriter(sink, schema, compression=compression)
                 writer.write_batch(batch)

@@ -64,6 +64,10 @@ _MODES = {
     "r": (True, False),
     "r+": (False, False),
 }
+#: on_damaged: whether segments that cannot be read are left out (OnDamaged::kSkip).
+_ON_DAMAGED = {"raise": False, "skip": True}
+#: How many problems the message of Store.verify's CorruptionError spells out.
+_VERIFY_MESSAGE_PROBLEMS = 10
 
 
 @dataclass(frozen=True)
@@ -89,6 +93,20 @@ class SeriesInfo:
 
 
 @dataclass(frozen=True)
+class DamagedSegment:
+    """A segment file that a store opened with ``on_damaged="skip"`` left out: its records are
+    not read, and keys it overwrote or hid resolve as if it did not exist."""
+
+    #: Path relative to the store ("segments/w1-00000001.rss").
+    file: str
+    #: What reading it gave: "Corruption" (its bytes are damaged) or "IOError" (it cannot be
+    #: opened or read, e.g. it is not a regular file).
+    kind: str
+    #: The error, naming the file and, for Corruption, the offset.
+    message: str
+
+
+@dataclass(frozen=True)
 class SegmentInfo:
     """One segment file of a store."""
 
@@ -107,21 +125,34 @@ class Store:
     """A runstore store: a directory of segment files written by any number of writers.
 
     Reads see a snapshot: the commits made before the store was opened or last refreshed.
-    A Store may be used from several threads; it pickles as (path, mode), so it can be handed
-    to worker processes, each of which then opens it again.
+    A Store may be used from several threads; it pickles as (path, mode, on_damaged), so it can
+    be handed to worker processes, each of which then opens it again.
     """
 
-    __slots__ = ("_core", "_mode", "__weakref__")
+    __slots__ = ("_core", "_mode", "_on_damaged", "__weakref__")
 
-    def __init__(self, path: str | os.PathLike[str], mode: Literal["a", "r", "r+"] = "a") -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        mode: Literal["a", "r", "r+"] = "a",
+        on_damaged: Literal["raise", "skip"] = "raise",
+    ) -> None:
         """Opens the store at ``path``; see :func:`runstore.open`."""
         if mode not in _MODES:
             raise ValueError(f"mode must be 'a', 'r' or 'r+', got {mode!r}")
+        if not isinstance(on_damaged, str) or on_damaged not in _ON_DAMAGED:
+            raise ValueError(f"on_damaged must be 'raise' or 'skip', got {on_damaged!r}")
         read_only, create = _MODES[mode]
         # An absolute path, so that a pickled Store opens the same store in a worker process
         # whatever its working directory.
-        self._core = _core.Store(os.path.abspath(os.fspath(path)), read_only=read_only, create=create)
+        self._core = _core.Store(
+            os.path.abspath(os.fspath(path)),
+            read_only=read_only,
+            create=create,
+            skip_damaged=_ON_DAMAGED[on_damaged],
+        )
         self._mode = mode
+        self._on_damaged = on_damaged
 
     # -- properties ---------------------------------------------------------------------------
 
@@ -139,6 +170,18 @@ class Store:
     def read_only(self) -> bool:
         """True if opened with mode='r'."""
         return self._core.read_only
+
+    @property
+    def on_damaged(self) -> str:
+        """What opening and refreshing do with a segment that cannot be read: "raise" or
+        "skip" (see :func:`runstore.open`)."""
+        return self._on_damaged
+
+    @property
+    def damaged_segments(self) -> list[DamagedSegment]:
+        """The segments the current snapshot left out because they could not be read, sorted by
+        file name; always empty unless the store was opened with ``on_damaged="skip"``."""
+        return [DamagedSegment(**d) for d in self._core.damaged_segments()]
 
     # -- writing ------------------------------------------------------------------------------
 
@@ -168,7 +211,9 @@ class Store:
                 append (default: never).
             commit_every_bytes: commit automatically after this many bytes (default: never).
             writer_id: unique id, ``[A-Za-z0-9._-]{1,64}``, naming its segment files (default:
-                host, pid and randomness). FileExistsError if another writer uses it.
+                host, pid and randomness). Two live writers with one id write segment files
+                of their own (the second takes the next free number), as does a writer that
+                restarts with its id.
             zstd_level: zstd compression level (default 3).
             segment_bytes: size at which a segment file is sealed and a new one started
                 (default 1 GiB).
@@ -351,16 +396,34 @@ class Store:
             "records": sum(s["count"] for s in series),
             "segments": len(segments),
             "sealed_segments": sum(1 for s in segments if s["sealed"]),
+            "damaged_segments": len(self._core.damaged_segments()),
             "bytes": sum(s["file_bytes"] for s in segments),
         }
 
     def verify(self) -> int:
-        """Reads every block of every segment and checks its checksum.
+        """Reads every block of every segment and checks its checksum, continuing past problems.
 
-        Returns the number of blocks checked; raises CorruptionError (naming the file and the
-        offset) at the first bad one.
+        Returns the number of blocks checked when there is no problem. Otherwise raises
+        CorruptionError once everything has been read: its message is the problem's (naming the
+        file and the offset), or for several ``"N problems: first; second; ..."``, and its
+        ``problems`` attribute lists every one as ``"Kind: message"``. The segments left out as
+        damaged (``on_damaged="skip"``) are problems too, a segment that cannot be read at all
+        as ``"IOError: ..."``.
         """
-        return self._core.verify()
+        report = self._core.verify_all()
+        problems = [f"{kind}: {message}" for kind, message in report["problems"]]
+        if not problems:
+            return report["blocks_checked"]
+        shown = [p.removeprefix("Corruption: ") for p in problems[:_VERIFY_MESSAGE_PROBLEMS]]
+        if len(problems) == 1:
+            text = shown[0]
+        else:
+            text = f"{len(problems)} problems: " + "; ".join(shown)
+            if len(problems) > len(shown):
+                text += f"; and {len(problems) - len(shown)} more (see .problems)"
+        error = _core.CorruptionError(text)
+        error.problems = problems
+        raise error
 
     def get(self, run: RunId, name: str, step: int = 0) -> np.ndarray | str | bytes:
         """The value stored under ``(run, name, step)``.
@@ -480,10 +543,11 @@ class Store:
     # -- protocol -----------------------------------------------------------------------------
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (Store, (self.path, self._mode))
+        return (Store, (self.path, self._mode, self._on_damaged))
 
     def __repr__(self) -> str:
-        return f"<runstore.Store {self.path!r} mode={self._mode!r}>"
+        damaged = f" on_damaged={self._on_damaged!r}" if self._on_damaged != "raise" else ""
+        return f"<runstore.Store {self.path!r} mode={self._mode!r}{damaged}>"
 
 
 def _is_basic_index(x: object) -> bool:
@@ -580,16 +644,29 @@ def _lazy_array(store: Store, run: RunId, name: str, step: int) -> LazyArray:
     return store.array(run, name, step)
 
 
-def open(path: str | os.PathLike[str], mode: Literal["a", "r", "r+"] = "a") -> Store:  # noqa: A001
+def open(  # noqa: A001
+    path: str | os.PathLike[str],
+    mode: Literal["a", "r", "r+"] = "a",
+    on_damaged: Literal["raise", "skip"] = "raise",
+) -> Store:
     """Opens the store at ``path``.
 
     Modes: "a" (default) reads and writes, creating the store (and missing parent directories)
     if it does not exist; "r" only reads (``Store.writer`` raises RuntimeError); "r+" reads and
     writes an existing store.
 
+    ``on_damaged`` says what opening (and :meth:`Store.refresh`) does with a segment file that
+    cannot be read, because its bytes are damaged or the file cannot be opened or read:
+    "raise" (default) raises CorruptionError or OSError naming the file, since leaving a
+    segment out can bring back values it overwrote and records its resume markers hid;
+    "skip" reads every other segment, as if that one did not exist, and lists what was left
+    out in :attr:`Store.damaged_segments` (and among the problems of :meth:`Store.verify`).
+
     Raises FileNotFoundError if there is no store and the mode does not create one, ValueError
     if ``path`` is a file or a non-empty directory that is not a store, or holds a NUL
-    character, UnsupportedFormatError for a store written by a newer runstore, OSError for
-    file-system errors.
+    character, or for an ``on_damaged`` other than "raise" and "skip", UnsupportedFormatError
+    for a store written by a newer runstore, CorruptionError or OSError for a damaged or
+    unreadable segment (ending in ``(open with on_damaged="skip" to read the other
+    segments)``), OSError for other file-system errors.
     """
-    return Store(path, mode)
+    return Store(path, mode, on_damaged)

@@ -72,11 +72,14 @@ class PyWriter {
 
 class PyStore {
  public:
-  PyStore(const std::string& path, bool read_only, bool create);
+  // skip_damaged: StoreOptions::on_damaged = OnDamaged::kSkip; otherwise an
+  // error met in one segment file ends with a hint that names the option.
+  PyStore(const std::string& path, bool read_only, bool create, bool skip_damaged);
 
   const std::string& path() const { return store_->path(); }
   Store* store() const { return store_.get(); }
   bool read_only() const { return read_only_; }
+  bool skip_damaged() const { return skip_damaged_; }
   PyWriter* NewWriter(nb::handle writer_id, nb::handle buffer_bytes, nb::handle codec,
                       nb::handle zstd_level, nb::handle commit_every_s,
                       nb::handle commit_every_bytes, nb::handle segment_bytes, bool allow_reserved);
@@ -86,7 +89,11 @@ class PyStore {
   nb::list Series(bool include_reserved);
   nb::dict SeriesInfoOf(const std::string& name);
   nb::list Segments();
-  uint64_t Verify();
+  // Snapshot::DamagedSegments(): one dict {file, kind, message} each.
+  nb::list DamagedSegments();
+  // Snapshot::VerifyAll(): {segments, blocks_checked, bytes_checked,
+  // problems: [(kind, message), ...]}.
+  nb::dict VerifyAll();
   nb::object Get(nb::handle run, const std::string& name, nb::handle step);
   // A numeric value whose bytes are checked as they are read (LazyValue).
   nb::object GetLazy(nb::handle run, const std::string& name, nb::handle step);
@@ -94,8 +101,12 @@ class PyStore {
                 std::optional<std::pair<int64_t, int64_t>> step_range);
 
  private:
+  // Check() for what opening or refreshing the store returned.
+  void CheckOpen(const Status& s) const;
+
   std::unique_ptr<Store> store_;
   bool read_only_;
+  bool skip_damaged_;
 };
 
 void BindWriter(nb::module_& m);

@@ -1,4 +1,10 @@
 // runstore._core.Store: opening a store and reading it.
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <optional>
@@ -54,9 +60,28 @@ void MakeReadOnly(const nb::object& a) {
   PyArray_CLEARFLAGS(reinterpret_cast<PyArrayObject*>(a.ptr()), NPY_ARRAY_WRITEABLE);
 }
 
+// Whether `s`, returned by opening or refreshing a store, is the error of one
+// segment file that could not be read (Corruption or IOError naming the
+// file): what OnDamaged::kSkip would leave out and list instead.
+bool IsDamagedSegmentError(const Status& s) {
+  if (s.code() != StatusCode::kCorruption && s.code() != StatusCode::kIOError) return false;
+  const std::string& m = s.message();
+  const size_t at = m.find("segments/");
+  return at != std::string::npos && m.find(".rss", at) != std::string::npos;
+}
+
 }  // namespace
 
-PyStore::PyStore(const std::string& path, bool read_only, bool create) : read_only_(read_only) {
+void PyStore::CheckOpen(const Status& s) const {
+  if (s.ok()) return;
+  if (skip_damaged_ || !IsDamagedSegmentError(s)) ThrowStatus(s);
+  ThrowStatus(Status(s.code(),
+                     s.message() + " (open with on_damaged=\"skip\" to read the other segments)",
+                     s.sys_errno()));
+}
+
+PyStore::PyStore(const std::string& path, bool read_only, bool create, bool skip_damaged)
+    : read_only_(read_only), skip_damaged_(skip_damaged) {
   // No file name holds a NUL: the system calls would see the path up to it,
   // and create that.
   if (const size_t nul = path.find('\0'); nul != std::string::npos) {
@@ -68,6 +93,7 @@ PyStore::PyStore(const std::string& path, bool read_only, bool create) : read_on
   StoreOptions o;
   o.read_only = read_only;
   o.create_if_missing = create && !read_only;
+  o.on_damaged = skip_damaged ? OnDamaged::kSkip : OnDamaged::kFail;
   Result<std::unique_ptr<Store>> r = Status::NotFound("");
   {
     nb::gil_scoped_release nogil;
@@ -80,7 +106,8 @@ PyStore::PyStore(const std::string& path, bool read_only, bool create) : read_on
     PyErr_SetObject(PyExc_FileNotFoundError, args.ptr());
     throw nb::python_error();
   }
-  store_ = Unwrap(std::move(r));
+  CheckOpen(r.status());
+  store_ = std::move(r).value();
 }
 
 PyWriter* PyStore::NewWriter(nb::handle writer_id, nb::handle buffer_bytes, nb::handle codec,
@@ -103,7 +130,8 @@ PyWriter* PyStore::NewWriter(nb::handle writer_id, nb::handle buffer_bytes, nb::
     nb::gil_scoped_release nogil;
     r = store_->NewWriter(o);
   }
-  return new PyWriter(Unwrap(std::move(r)));
+  CheckOpen(r.status());  // it refreshes the store first
+  return new PyWriter(std::move(r).value());
 }
 
 void PyStore::Refresh() {
@@ -112,7 +140,7 @@ void PyStore::Refresh() {
     nb::gil_scoped_release nogil;
     s = store_->Refresh().status();
   }
-  Check(s);
+  CheckOpen(s);
 }
 
 namespace {
@@ -185,16 +213,36 @@ nb::list PyStore::Segments() {
   return out;
 }
 
-uint64_t PyStore::Verify() {
+nb::list PyStore::DamagedSegments() {
+  nb::list out;
+  for (const DamagedSegment& d : store_->GetSnapshot()->DamagedSegments()) {
+    nb::dict e;
+    e["file"] = MessageText(d.file);
+    e["kind"] = std::string(StatusCodeName(d.status.code()));
+    e["message"] = MessageText(d.status.message());
+    out.append(e);
+  }
+  return out;
+}
+
+nb::dict PyStore::VerifyAll() {
   auto snap = store_->GetSnapshot();
-  uint64_t blocks = 0;
-  Status s;
+  VerifyReport report;
   {
     nb::gil_scoped_release nogil;
-    s = snap->Verify(&blocks);
+    report = snap->VerifyAll();
   }
-  Check(s);
-  return blocks;
+  nb::list problems;
+  for (const Status& p : report.problems) {
+    problems.append(
+        nb::make_tuple(std::string(StatusCodeName(p.code())), MessageText(p.message())));
+  }
+  nb::dict d;
+  d["segments"] = report.segments;
+  d["blocks_checked"] = report.blocks_checked;
+  d["bytes_checked"] = report.bytes_checked;
+  d["problems"] = problems;
+  return d;
 }
 
 nb::object PyStore::Get(nb::handle run, const std::string& name, nb::handle step_obj) {
@@ -332,6 +380,147 @@ nb::object PyStore::GetLazy(nb::handle run, const std::string& name, nb::handle 
 
 namespace {
 
+// The memory of one column of a scan, grown as its batches arrive, and handed
+// to numpy at the end without a copy. Small columns are malloc'd; from
+// kMapFrom bytes a column is a mapping aligned to huge pages, which the
+// kernel may back with transparent huge pages as it does numpy's own large
+// arrays (fewer page faults on the copy), and which grows by moving its pages
+// into a larger mapping (mremap) rather than by copying them. Rows of zero
+// bytes take no memory.
+class GrowingColumn {
+ public:
+  explicit GrowingColumn(size_t row_bytes) : row_bytes_(row_bytes) {}
+  ~GrowingColumn() { Free(data_, mapped_bytes_); }
+  GrowingColumn(const GrowingColumn&) = delete;
+  GrowingColumn& operator=(const GrowingColumn&) = delete;
+
+  // Makes room for `rows` rows: at least twice the rows it had, or `hint`
+  // (the rows expected in all) if that is enough and less. False if the
+  // memory cannot be had. GIL not needed.
+  bool Reserve(size_t rows, size_t hint) {
+    if (rows <= capacity_ || row_bytes_ == 0) return true;
+    size_t grown = std::max(rows, capacity_ > SIZE_MAX / 2 ? SIZE_MAX : 2 * capacity_);
+    if (hint >= rows && hint < grown) grown = hint;
+    if (grown > (SIZE_MAX - kHugePage) / row_bytes_) return false;
+    return Grow(grown);
+  }
+  // Copies `n` rows from `src` to row `at` (room reserved).
+  void Put(size_t at, const void* src, size_t n) {
+    if (n > 0 && row_bytes_ > 0) std::memcpy(data_ + at * row_bytes_, src, n * row_bytes_);
+  }
+  // A writable C-contiguous numpy array of the first dims[0] rows with these
+  // dims, owning the memory (its base is a capsule that frees it); the column
+  // is empty afterwards. Needs the GIL.
+  nb::object Release(int type_num, const std::vector<npy_intp>& dims) {
+    const size_t rows = static_cast<size_t>(dims[0]);
+    if (row_bytes_ == 0 || rows == 0) return NewArray(type_num, dims);
+    Shrink(rows);  // gives back what a count that the rows did not confirm asked for
+    PyArray_Descr* descr = PyArray_DescrFromType(type_num);  // stolen below
+    PyObject* a = PyArray_NewFromDescr(&PyArray_Type, descr, static_cast<int>(dims.size()),
+                                       const_cast<npy_intp*>(dims.data()), nullptr, data_,
+                                       NPY_ARRAY_CARRAY, nullptr);
+    if (a == nullptr) throw nb::python_error();
+    nb::object array = nb::steal(a);
+    PyObject* capsule = PyCapsule_New(data_, nullptr, [](PyObject* c) {
+      Free(PyCapsule_GetPointer(c, nullptr), reinterpret_cast<size_t>(PyCapsule_GetContext(c)));
+    });
+    if (capsule == nullptr) throw nb::python_error();
+    if (PyCapsule_SetContext(capsule, reinterpret_cast<void*>(mapped_bytes_)) != 0) {
+      Py_DECREF(capsule);
+      throw nb::python_error();
+    }
+    data_ = nullptr;
+    capacity_ = mapped_bytes_ = 0;
+    if (PyArray_SetBaseObject(reinterpret_cast<PyArrayObject*>(a), capsule) != 0) {
+      throw nb::python_error();
+    }
+    return array;
+  }
+
+ private:
+  static constexpr size_t kMapFrom = size_t{4} << 20;  // as numpy asks for huge pages
+  static constexpr size_t kHugePage = size_t{2} << 20;
+
+  static size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
+  // Frees memory of this class: a mapping of `mapped_bytes`, or malloc'd if 0.
+  static void Free(void* p, size_t mapped_bytes) {
+    if (mapped_bytes != 0) {
+      munmap(p, mapped_bytes);
+    } else {
+      std::free(p);
+    }
+  }
+
+  bool Grow(size_t rows) {
+    const size_t bytes = rows * row_bytes_;
+#ifdef __linux__
+    if (mapped_bytes_ != 0 || bytes >= kMapFrom) return GrowMapped(rows, bytes);
+#endif
+    void* p = std::realloc(data_, bytes);
+    if (p == nullptr) return false;
+    data_ = static_cast<char*>(p);
+    capacity_ = rows;
+    return true;
+  }
+
+#ifdef __linux__
+  bool GrowMapped(size_t rows, size_t bytes) {
+    const size_t len = RoundUp(bytes, kHugePage);
+    // A fresh mapping aligned to a huge page: map one huge page more than
+    // needed and trim both ends.
+    void* r =
+        mmap(nullptr, len + kHugePage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (r == MAP_FAILED) return false;
+    char* const raw = static_cast<char*>(r);
+    char* const at = raw + (RoundUp(reinterpret_cast<uintptr_t>(raw), kHugePage) -
+                            reinterpret_cast<uintptr_t>(raw));
+    if (at > raw) munmap(raw, static_cast<size_t>(at - raw));
+    if (raw + len + kHugePage > at + len) {
+      munmap(at + len, static_cast<size_t>(raw + len + kHugePage - (at + len)));
+    }
+#ifdef MADV_HUGEPAGE
+    madvise(at, len, MADV_HUGEPAGE);
+#endif
+    if (mapped_bytes_ != 0) {
+      // The old pages move to the start of the new mapping (page tables, not
+      // bytes); they are copied only if the kernel refuses the move.
+      if (mremap(data_, mapped_bytes_, mapped_bytes_, MREMAP_MAYMOVE | MREMAP_FIXED, at) ==
+          MAP_FAILED) {
+        std::memcpy(at, data_, capacity_ * row_bytes_);
+        munmap(data_, mapped_bytes_);
+      }
+    } else if (data_ != nullptr) {
+      std::memcpy(at, data_, capacity_ * row_bytes_);
+      std::free(data_);
+    }
+    data_ = at;
+    mapped_bytes_ = len;
+    capacity_ = rows;
+    return true;
+  }
+#endif
+
+  void Shrink(size_t rows) {
+    if (rows >= capacity_) return;
+    const size_t bytes = rows * row_bytes_;
+    if (mapped_bytes_ != 0) {
+      const size_t keep = RoundUp(bytes, static_cast<size_t>(sysconf(_SC_PAGESIZE)));
+      if (keep < mapped_bytes_) {
+        munmap(data_ + keep, mapped_bytes_ - keep);
+        mapped_bytes_ = keep;
+      }
+    } else if (void* p = std::realloc(data_, bytes); p != nullptr) {
+      data_ = static_cast<char*>(p);
+    }
+    capacity_ = rows;
+  }
+
+  const size_t row_bytes_;
+  char* data_ = nullptr;
+  size_t capacity_ = 0;      // rows
+  size_t mapped_bytes_ = 0;  // the length of the mapping data_ starts, or 0 if malloc'd
+};
+
 // The run ids a scan asks for. A str itself is refused: as a sequence it
 // would be taken for its characters.
 std::vector<RunId> ToRunIds(nb::handle runs) {
@@ -408,36 +597,58 @@ nb::dict PyStore::Scan(const std::string& name, bool keys, nb::handle runs_obj,
     return out;
   }
 
-  const npy_intp key_len = keys ? static_cast<npy_intp>(total) : 0;
-  nb::object runs = NewArray(NPY_INT64, {key_len});
-  nb::object steps = NewArray(NPY_INT64, {key_len});
-  std::vector<npy_intp> vdims{static_cast<npy_intp>(total)};
-  if (fixed) vdims.insert(vdims.end(), info.shape.begin(), info.shape.end());
-  nb::object values = NewArray(fixed ? NumpyTypeNum(info.dtype) : NPY_OBJECT, vdims);
-  auto* run_out = reinterpret_cast<int64_t*>(ArrayData(runs));
-  auto* step_out = reinterpret_cast<int64_t*>(ArrayData(steps));
-  char* value_out = ArrayData(values);
-  const size_t record_bytes =
-      fixed ? PyArray_ITEMSIZE(reinterpret_cast<PyArrayObject*>(values.ptr())) *
-                  (total ? PyArray_SIZE(reinterpret_cast<PyArrayObject*>(values.ptr())) / total : 0)
-            : 0;
+  // Rows are counted as they arrive: `total` is what the block headers claim,
+  // which a compressed block's payload confirms only when it is decoded (a zstd
+  // block may claim 32768 records per stored byte). The columns start with the
+  // rows whose values the series' stored bytes could hold uncompressed (all of
+  // an uncompressed series: one allocation, as before), grow to twice their
+  // rows as more arrive, and never past `total` while it holds; so a lying
+  // header gets at most twice what the blocks really hold. A filtered scan has
+  // read its batches already: `total` is what they hold.
+  const size_t elem = fixed ? DTypeSize(info.dtype) : 0;
+  size_t record_bytes = elem;
+  for (int64_t d : info.shape) {
+    if (d < 0 || (d > 0 && record_bytes > SIZE_MAX / static_cast<size_t>(d))) {
+      Check(Status::Corruption("series '" + name + "': its record shape is too large"));
+    }
+    record_bytes *= static_cast<size_t>(d);
+  }
+  GrowingColumn runs(keys ? 8 : 0), steps(keys ? 8 : 0), values(fixed ? record_bytes : 0);
+  const size_t initial = filtered
+                             ? total
+                             : static_cast<size_t>(std::min<uint64_t>(
+                                   total, info.stored_bytes / std::max<size_t>(record_bytes, 1)));
+  if (!runs.Reserve(initial, total) || !steps.Reserve(initial, total) ||
+      !values.Reserve(initial, total)) {
+    throw std::bad_alloc();
+  }
+  std::vector<nb::object> objects;  // variable-shape, string and bytes values
   std::vector<std::pair<size_t, std::string>> string_runs;
   size_t pos = 0;
   ScanBatch batch = std::move(first);
   Status error;
+  bool out_of_memory = false;
   // Copies the numeric columns of `batch` to row `pos` (GIL not needed).
   auto copy_batch = [&]() -> Status {
-    if (pos + batch.count > total) {
+    if (!filtered && pos + batch.count > total) {
       return Status::Corruption("series '" + name + "': the scan returned more than its " +
                                 std::to_string(total) + " records");
     }
+    if (fixed && batch.values.nbytes() != batch.count * record_bytes) {
+      return Status::Corruption("series '" + name + "': a batch of " + std::to_string(batch.count) +
+                                " records holds " + std::to_string(batch.values.nbytes()) +
+                                " bytes of values");
+    }
+    if (!runs.Reserve(pos + batch.count, total) || !steps.Reserve(pos + batch.count, total) ||
+        !values.Reserve(pos + batch.count, total)) {
+      out_of_memory = true;
+      return Status::OK();
+    }
     if (keys) {
-      std::memcpy(run_out + pos, batch.int_runs.data(), batch.count * 8);
-      std::memcpy(step_out + pos, batch.steps.data(), batch.count * 8);
+      runs.Put(pos, batch.int_runs.data(), batch.count);
+      steps.Put(pos, batch.steps.data(), batch.count);
     }
-    if (fixed && batch.count > 0) {
-      std::memcpy(value_out + pos * record_bytes, batch.values.data(), batch.count * record_bytes);
-    }
+    if (fixed) values.Put(pos, batch.values.data(), batch.count);
     for (size_t i = 0; i < batch.run_is_string.size(); ++i) {
       if (batch.run_is_string[i])
         string_runs.emplace_back(pos + i, std::move(batch.string_runs[i]));
@@ -450,7 +661,7 @@ nb::dict PyStore::Scan(const std::string& name, bool keys, nb::handle runs_obj,
       // Copy this batch and read the next one without the GIL.
       while (have) {
         error = copy_batch();
-        if (!error.ok()) break;
+        if (!error.ok() || out_of_memory) break;
         pos += batch.count;
         Result<bool> next = next_batch(&batch);
         if (!next.ok()) {
@@ -462,11 +673,9 @@ nb::dict PyStore::Scan(const std::string& name, bool keys, nb::handle runs_obj,
       break;
     }
     Check(copy_batch());
-    auto** objects = reinterpret_cast<PyObject**>(value_out);
-    for (size_t i = 0; i < batch.count; ++i) {
-      nb::object o = ValueToPython(batch.records[i]);
-      Py_XSETREF(objects[pos + i], o.release().ptr());
-    }
+    if (out_of_memory) break;
+    objects.reserve(pos + batch.count);
+    for (size_t i = 0; i < batch.count; ++i) objects.push_back(ValueToPython(batch.records[i]));
     pos += batch.count;
     Result<bool> next = false;
     {
@@ -476,16 +685,20 @@ nb::dict PyStore::Scan(const std::string& name, bool keys, nb::handle runs_obj,
     have = Unwrap(std::move(next));
   }
   Check(error);
-  if (pos != total) {
+  if (out_of_memory) throw std::bad_alloc();  // nanobind raises MemoryError
+  if (!filtered && pos != total) {
     Throw(PyExc_RuntimeError, "series '" + name + "': the scan returned " + std::to_string(pos) +
                                   " records, expected " + std::to_string(total));
   }
+  const auto rows = static_cast<npy_intp>(pos);
+  nb::object run_array = runs.Release(NPY_INT64, {keys ? rows : 0});
   if (!string_runs.empty()) {
     // Mixed run ids: an object array of int and str.
-    nb::object mixed = NewArray(NPY_OBJECT, {static_cast<npy_intp>(total)});
-    auto** objects = reinterpret_cast<PyObject**>(ArrayData(mixed));
+    const auto* run_out = reinterpret_cast<const int64_t*>(ArrayData(run_array));
+    nb::object mixed = NewArray(NPY_OBJECT, {rows});
+    auto** slots = reinterpret_cast<PyObject**>(ArrayData(mixed));
     size_t k = 0;
-    for (size_t i = 0; i < total; ++i) {
+    for (size_t i = 0; i < pos; ++i) {
       nb::object o;
       if (k < string_runs.size() && string_runs[k].first == i) {
         const std::string& s = string_runs[k++].second;
@@ -495,18 +708,29 @@ nb::dict PyStore::Scan(const std::string& name, bool keys, nb::handle runs_obj,
         o = nb::steal(PyLong_FromLongLong(run_out[i]));
       }
       if (!o.is_valid()) throw nb::python_error();
-      Py_XSETREF(objects[i], o.release().ptr());
+      Py_XSETREF(slots[i], o.release().ptr());
     }
-    runs = std::move(mixed);
+    run_array = std::move(mixed);
+  }
+  nb::object value_array;
+  if (fixed) {
+    std::vector<npy_intp> vdims{rows};
+    vdims.insert(vdims.end(), info.shape.begin(), info.shape.end());
+    value_array = values.Release(NumpyTypeNum(info.dtype), vdims);
+  } else {
+    value_array = NewArray(NPY_OBJECT, {rows});
+    auto** slots = reinterpret_cast<PyObject**>(ArrayData(value_array));
+    for (size_t i = 0; i < pos; ++i) Py_XSETREF(slots[i], objects[i].release().ptr());
   }
   if (keys) {
-    MakeReadOnly(runs);
-    MakeReadOnly(steps);
-    out["run"] = runs;
-    out["step"] = steps;
+    nb::object step_array = steps.Release(NPY_INT64, {rows});
+    MakeReadOnly(run_array);
+    MakeReadOnly(step_array);
+    out["run"] = run_array;
+    out["step"] = step_array;
   }
-  MakeReadOnly(values);
-  out["value"] = values;
+  MakeReadOnly(value_array);
+  out["value"] = value_array;
   return out;
 }
 
@@ -524,14 +748,19 @@ void BindStore(nb::module_& m) {
       .def_prop_ro("all_checked", &PyLazyValue::all_checked,
                    "Whether every byte has been checked.");
   nb::class_<PyStore>(m, "Store", "A runstore store (the C++ runstore::Store); see runstore.Store.")
-      .def(nb::init<const std::string&, bool, bool>(), "path"_a, "read_only"_a = false,
-           "create"_a = true,
+      .def(nb::init<const std::string&, bool, bool, bool>(), "path"_a, "read_only"_a = false,
+           "create"_a = true, "skip_damaged"_a = false,
            "Opens the store at ``path``; creates it when missing if ``create`` and not "
-           "``read_only``. "
+           "``read_only``. With ``skip_damaged``, segments that cannot be read are left out "
+           "and listed by damaged_segments(). "
            "FileNotFoundError if there is none, ValueError if the path is not a store, "
-           "UnsupportedFormatError for a newer format version, OSError for file-system errors.")
+           "UnsupportedFormatError for a newer format version, CorruptionError or OSError for "
+           "a damaged or unreadable segment (without skip_damaged), OSError for file-system "
+           "errors.")
       .def_prop_ro("path", &PyStore::path, "The store's directory.")
       .def_prop_ro("read_only", &PyStore::read_only, "True if opened read-only.")
+      .def_prop_ro("skip_damaged", &PyStore::skip_damaged,
+                   "True if damaged segments are left out (opened with skip_damaged).")
       .def("writer", &PyStore::NewWriter, nb::kw_only(), "writer_id"_a = nb::none(),
            "buffer_bytes"_a = nb::none(), "codec"_a = nb::none(), "zstd_level"_a = nb::none(),
            "commit_every_s"_a = nb::none(), "commit_every_bytes"_a = nb::none(),
@@ -564,10 +793,13 @@ void BindStore(nb::module_& m) {
       .def("series_info", &PyStore::SeriesInfoOf, "name"_a,
            "The series() dict of one series; KeyError if absent.")
       .def("segments", &PyStore::Segments, "One dict per segment file of the snapshot.")
-      .def("verify", &PyStore::Verify,
-           "Reads every block and checks every checksum; returns the number of blocks. "
-           "CorruptionError "
-           "(naming the file and offset) on the first bad one.")
+      .def("damaged_segments", &PyStore::DamagedSegments,
+           "One dict {file, kind, message} per segment the snapshot left out as damaged "
+           "(kind: 'Corruption' or 'IOError'); empty unless opened with skip_damaged.")
+      .def("verify_all", &PyStore::VerifyAll,
+           "Reads every block of every segment and checks every checksum, continuing past "
+           "problems: {segments, blocks_checked, bytes_checked, problems}, where problems "
+           "lists (kind, message) for every damaged segment left out and every bad block.")
       .def("get", &PyStore::Get, "run"_a.none(), "name"_a, "step"_a.none() = 0,
            nb::sig("def get(self, run: int | str, name: str, step: int = 0) -> numpy.ndarray | str "
                    "| bytes"),

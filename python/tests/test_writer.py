@@ -38,17 +38,16 @@ def test_exception_in_with_block_still_commits_then_reraises(store):
     assert store.get(1, "x") == 1.0 and store.get(2, "x") == 2.0
 
 
-def test_commit_failure_on_exit_keeps_the_original_exception(store):
-    a = store.writer(writer_id="dup")
+def test_commit_failure_on_exit_keeps_the_original_exception(store, store_path):
     with pytest.raises(Boom) as e:
-        with store.writer(writer_id="dup") as b:
-            a.log(1, x=1.0)
-            a.commit()  # takes dup-00000001.rss, which b meant to create
-            b.log(2, x=2.0)
+        with store.writer(writer_id="w") as w:
+            w.log(2, x=2.0)
+            # The segment file is created at the first commit: make that fail (ENOTDIR).
+            os.rename(store_path / "segments", store_path / "moved")
+            (store_path / "segments").write_bytes(b"")
             raise Boom("original")
     assert str(e.value) == "original"
     assert any("committing" in n for n in getattr(e.value, "__notes__", []))
-    a.close()
 
 
 def test_nothing_is_visible_before_commit_and_refresh(store_path):
