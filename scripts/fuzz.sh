@@ -8,6 +8,9 @@
 #                                         and its regressions (scripts/test.sh)
 #   bash scripts/fuzz.sh list             the targets
 #
+# RUNSTORE_FUZZ_RUNS=N ends each campaign after N executions instead, if that
+# comes first (e.g. RUNSTORE_FUZZ_RUNS=10000000 bash scripts/fuzz.sh all 36000).
+#
 # A campaign works on build/fuzz/corpus/<target>, seeded from fuzz/corpus/<target>
 # and fuzz/regressions/<target>, writes what it finds to
 # build/fuzz/artifacts/<target>/ and prints its executions, exec/s and coverage.
@@ -73,7 +76,9 @@ campaign() {
   echo "== $t: ${secs}s, corpus $corpus ($(ls "$corpus" | wc -l) inputs)"
   local rc=0 stamp="$build/logs/$t.start"
   touch "$stamp"
-  (cd "$artifacts" && "$build/fuzz/${t}_fuzzer" "${limits[@]}" -max_total_time="$secs" \
+  local runs=()
+  [ -n "${RUNSTORE_FUZZ_RUNS:-}" ] && runs=(-runs="$RUNSTORE_FUZZ_RUNS")
+  (cd "$artifacts" && "$build/fuzz/${t}_fuzzer" "${limits[@]}" "${runs[@]}" -max_total_time="$secs" \
     -print_final_stats=1 -artifact_prefix="$artifacts/" "$corpus") > "$log" 2>&1 || rc=$?
   local last execs rate
   last=$(grep -E '^#[0-9]+' "$log" | tail -n 1 || true)
