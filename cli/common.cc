@@ -215,7 +215,7 @@ Status PlaceFile(const std::string& tmp, const std::string& path, bool replace) 
     const int e = errno;
     if (e == EEXIST) return CheckMayCreate(path, false);
     if (e != EPERM && e != EOPNOTSUPP && e != ENOSYS) return failed(e);
-    RETURN_IF_ERROR(CheckMayCreate(path, false));  // no hard links here
+    RUNSTORE_RETURN_IF_ERROR(CheckMayCreate(path, false));  // no hard links here
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) return failed(errno);
   return Status::OK();

@@ -157,7 +157,7 @@ class ExactFile final : public RandomAccessFile {
   }
   Result<uint64_t> Size() const override { return base_->Size(); }
   Result<std::shared_ptr<const MappedRegion>> Map(uint64_t length) const override {
-    ASSIGN_OR_RETURN(auto m, base_->Map(length));
+    RUNSTORE_ASSIGN_OR_RETURN(auto m, base_->Map(length));
     return std::shared_ptr<const MappedRegion>(new ExactRegion({m->data(), m->size()}));
   }
 
@@ -172,7 +172,7 @@ class ExactEnv final : public Env {
     return base_->NewWritableFile(path, exclusive);
   }
   Result<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(const std::string& path) override {
-    ASSIGN_OR_RETURN(auto f, base_->NewRandomAccessFile(path));
+    RUNSTORE_ASSIGN_OR_RETURN(auto f, base_->NewRandomAccessFile(path));
     return std::unique_ptr<RandomAccessFile>(new ExactFile(std::move(f)));
   }
   Status FileExists(const std::string& path) override { return base_->FileExists(path); }

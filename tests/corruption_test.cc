@@ -355,8 +355,8 @@ class CorruptionTest : public ::testing::Test {
   static std::string Path(const std::string& rel) { return std::string(kStorePath) + "/" + rel; }
 
   Status Put(const std::string& rel, std::string_view bytes) {
-    ASSIGN_OR_RETURN(auto f, env_->NewWritableFile(Path(rel), /*exclusive=*/false));
-    RETURN_IF_ERROR(f->Append(bytes));
+    RUNSTORE_ASSIGN_OR_RETURN(auto f, env_->NewWritableFile(Path(rel), /*exclusive=*/false));
+    RUNSTORE_RETURN_IF_ERROR(f->Append(bytes));
     return f->Close();
   }
 

@@ -266,16 +266,16 @@ Status ReadAll(Env* env, const std::string& dir, OnDamaged on_damaged, Contents*
                std::vector<std::string>* damaged) {
   out->clear();
   damaged->clear();
-  ASSIGN_OR_RETURN(auto store,
-                   Store::Open(dir, {.env = env, .read_only = true, .on_damaged = on_damaged}));
+  RUNSTORE_ASSIGN_OR_RETURN(
+      auto store, Store::Open(dir, {.env = env, .read_only = true, .on_damaged = on_damaged}));
   auto snap = store->GetSnapshot();
   for (const DamagedSegment& d : snap->DamagedSegments()) damaged->push_back(d.file);
-  ASSIGN_OR_RETURN(auto series, snap->ListSeries(true));
+  RUNSTORE_ASSIGN_OR_RETURN(auto series, snap->ListSeries(true));
   for (const SeriesInfo& info : series) {
-    ASSIGN_OR_RETURN(auto scanner, snap->Scan(info.name));
+    RUNSTORE_ASSIGN_OR_RETURN(auto scanner, snap->Scan(info.name));
     ScanBatch b;
     while (true) {
-      ASSIGN_OR_RETURN(bool more, scanner->Next(&b));
+      RUNSTORE_ASSIGN_OR_RETURN(bool more, scanner->Next(&b));
       if (!more) break;
       for (size_t i = 0; i < b.count; ++i) {
         out->emplace(RecordKey{info.name, b.run(i), b.steps[i]}, RecordValueAt(b, i));
@@ -293,7 +293,7 @@ Status ReadFiles(const Files& files, OnDamaged on_damaged, Contents* out,
                  std::vector<std::string>* damaged) {
   auto env = NewMemEnv();
   std::vector<std::pair<std::string, std::string>> list(files.begin(), files.end());
-  RETURN_IF_ERROR(testing::WriteCraftedStore(env.get(), "/s", list));
+  RUNSTORE_RETURN_IF_ERROR(testing::WriteCraftedStore(env.get(), "/s", list));
   return ReadAll(env.get(), "/s", on_damaged, out, damaged);
 }
 

@@ -119,7 +119,7 @@ Result<Contents> ScanAll(const Snapshot& snap, const std::set<std::string>& seri
     }
     ScanBatch b;
     while (true) {
-      ASSIGN_OR_RETURN(bool more, (*scanner)->Next(&b));
+      RUNSTORE_ASSIGN_OR_RETURN(bool more, (*scanner)->Next(&b));
       if (!more) break;
       for (size_t i = 0; i < b.count; ++i) {
         RecordKey k{name, b.run(i), b.steps[i]};
@@ -323,18 +323,18 @@ Status AppendSweepCommit(Writer* w, Written* written, int c) {
     const double x = LossValue(c, step);  // ValueRef borrows it
     const ValueRef v = ValueRef::Scalar(x);
     written->Record(c, "loss", step, v);
-    RETURN_IF_ERROR(w->Append(c, "loss", step, v));
+    RUNSTORE_RETURN_IF_ERROR(w->Append(c, "loss", step, v));
   }
   const std::vector<double> big = BigArray(c, 4096);
   const int64_t shape[] = {4096};
   const ValueRef bv = ValueRef::Array(big.data(), shape);
   written->Record(c, "big", 0, bv);
-  RETURN_IF_ERROR(w->Append(c, "big", 0, bv));
+  RUNSTORE_RETURN_IF_ERROR(w->Append(c, "big", 0, bv));
   for (int step = 0; step < 300; ++step) {
     const std::string text = "commit " + std::to_string(c) + ", step " + std::to_string(step) +
                              std::string(static_cast<size_t>(40 + step % 7), '.');
     written->Record(c, "text", step, ValueRef::String(text));
-    RETURN_IF_ERROR(w->Append(c, "text", step, ValueRef::String(text)));
+    RUNSTORE_RETURN_IF_ERROR(w->Append(c, "text", step, ValueRef::String(text)));
   }
   return Status::OK();
 }

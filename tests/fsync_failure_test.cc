@@ -273,7 +273,7 @@ Result<Contents> ScanAll(const Snapshot& snap, const std::set<std::string>& seri
     }
     ScanBatch b;
     while (true) {
-      ASSIGN_OR_RETURN(bool more, (*scanner)->Next(&b));
+      RUNSTORE_ASSIGN_OR_RETURN(bool more, (*scanner)->Next(&b));
       if (!more) break;
       for (size_t i = 0; i < b.count; ++i) {
         RecordKey k{name, b.run(i), b.steps[i]};

@@ -205,11 +205,11 @@ std::map<std::string, std::string> Files(const fs::path& dir) {
 // returned twice is an error.
 Result<Contents> ScanSeries(const Snapshot& snap, const std::string& series,
                             const ScanOptions& options = {}) {
-  ASSIGN_OR_RETURN(auto scanner, snap.Scan(series, options));
+  RUNSTORE_ASSIGN_OR_RETURN(auto scanner, snap.Scan(series, options));
   Contents out;
   ScanBatch b;
   while (true) {
-    ASSIGN_OR_RETURN(bool more, scanner->Next(&b));
+    RUNSTORE_ASSIGN_OR_RETURN(bool more, scanner->Next(&b));
     if (!more) break;
     for (size_t i = 0; i < b.count; ++i) {
       RecordKey k{series, b.run(i), b.steps[i]};

@@ -122,18 +122,18 @@ class [[nodiscard]] Result {
 #define RUNSTORE_CONCAT_(a, b) RUNSTORE_CONCAT_INNER_(a, b)
 
 // Returns from the enclosing function if `expr` (a Status) is not OK.
-#define RETURN_IF_ERROR(expr)                \
+#define RUNSTORE_RETURN_IF_ERROR(expr)       \
   do {                                       \
     ::runstore::Status _rs_status = (expr);  \
     if (!_rs_status.ok()) return _rs_status; \
   } while (0)
 
-// `ASSIGN_OR_RETURN(auto x, F())` declares x from a Result, or returns its Status.
-#define ASSIGN_OR_RETURN(lhs, expr) \
-  ASSIGN_OR_RETURN_IMPL_(RUNSTORE_CONCAT_(_rs_result_, __LINE__), lhs, expr)
-#define ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr) \
-  auto tmp = (expr);                           \
-  if (!tmp.ok()) return tmp.status();          \
+// `RUNSTORE_ASSIGN_OR_RETURN(auto x, F())` declares x from a Result, or returns its Status.
+#define RUNSTORE_ASSIGN_OR_RETURN(lhs, expr) \
+  RUNSTORE_ASSIGN_OR_RETURN_IMPL_(RUNSTORE_CONCAT_(_rs_result_, __LINE__), lhs, expr)
+#define RUNSTORE_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr) \
+  auto tmp = (expr);                                    \
+  if (!tmp.ok()) return tmp.status();                   \
   lhs = std::move(tmp).value()
 
 #endif  // RUNSTORE_STATUS_H_

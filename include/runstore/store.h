@@ -4,12 +4,12 @@
 // version) and `segments/`, where every writer appends its own segment files.
 // Open a Store, then create Writers to append and take Snapshots to read.
 //
-//   ASSIGN_OR_RETURN(auto store, runstore::Store::Open("/scratch/sweep", {}));
-//   ASSIGN_OR_RETURN(auto writer, store->NewWriter({}));
-//   RETURN_IF_ERROR(writer->Append(42, "loss", 0, 0.25));
-//   RETURN_IF_ERROR(writer->Commit());
-//   ASSIGN_OR_RETURN(auto snap, store->GetSnapshot());
-//   ASSIGN_OR_RETURN(runstore::Value v, snap->Get(42, "loss", 0));
+//   RUNSTORE_ASSIGN_OR_RETURN(auto store, runstore::Store::Open("/scratch/sweep", {}));
+//   RUNSTORE_ASSIGN_OR_RETURN(auto writer, store->NewWriter({}));
+//   RUNSTORE_RETURN_IF_ERROR(writer->Append(42, "loss", 0, 0.25));
+//   RUNSTORE_RETURN_IF_ERROR(writer->Commit());
+//   RUNSTORE_ASSIGN_OR_RETURN(auto snap, store->GetSnapshot());
+//   RUNSTORE_ASSIGN_OR_RETURN(runstore::Value v, snap->Get(42, "loss", 0));
 //
 // Thread safety: a Store may be used from many threads; Refresh() and
 // GetSnapshot() are serialised internally.

@@ -333,7 +333,7 @@ class PyLazyValue {
         return Status::OK();
       }
       if (ranges->size() == kBatch) {
-        RETURN_IF_ERROR(lazy_.Check(*ranges));
+        RUNSTORE_RETURN_IF_ERROR(lazy_.Check(*ranges));
         ranges->clear();
       }
       ranges->push_back({o, n});
@@ -347,9 +347,9 @@ class PyLazyValue {
       return add(stride < 0 ? at + (n - 1) * stride : at, std::abs(stride) * (n - 1) + itemsize);
     }
     for (int64_t i = 0; i < n; ++i) {
-      RETURN_IF_ERROR(d + 1 == nd
-                          ? add(at + i * stride, itemsize)
-                          : CheckStrided(at + i * stride, dims, strides, itemsize, d + 1, ranges));
+      RUNSTORE_RETURN_IF_ERROR(
+          d + 1 == nd ? add(at + i * stride, itemsize)
+                      : CheckStrided(at + i * stride, dims, strides, itemsize, d + 1, ranges));
     }
     return Status::OK();
   }

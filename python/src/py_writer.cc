@@ -199,10 +199,11 @@ void PyWriter::LogMany(nb::handle runs_obj, nb::handle steps_obj, nb::kwargs col
   RunAppend(bytes, [&] {
     for (const Column& c : cols) {
       if (c.batch) {
-        RETURN_IF_ERROR(w->AppendBatch(run_span, c.name, step_span, c.values.ref()));
+        RUNSTORE_RETURN_IF_ERROR(w->AppendBatch(run_span, c.name, step_span, c.values.ref()));
       } else {
         for (size_t k = 0; k < n; ++k) {
-          RETURN_IF_ERROR(w->Append(run_span[k], c.name, step_span[k], c.records[k].ref()));
+          RUNSTORE_RETURN_IF_ERROR(
+              w->Append(run_span[k], c.name, step_span[k], c.records[k].ref()));
         }
       }
     }

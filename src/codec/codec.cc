@@ -312,11 +312,11 @@ Result<std::shared_ptr<char>> ZstdStream(std::string_view input, uint64_t raw_si
 
 Result<std::shared_ptr<char>> DecompressAligned(Codec codec, std::string_view input,
                                                 uint64_t raw_size) {
-  RETURN_IF_ERROR(CheckDeclaredRawSize(codec, input, raw_size));
+  RUNSTORE_RETURN_IF_ERROR(CheckDeclaredRawSize(codec, input, raw_size));
   if (codec == Codec::kZstd && raw_size > kOneShotBytes) return ZstdStream(input, raw_size);
   auto buf = AlignedAlloc(raw_size);
   if (!buf) return NoMemory(raw_size);
-  RETURN_IF_ERROR(Decompress(codec, input, buf.get(), raw_size));
+  RUNSTORE_RETURN_IF_ERROR(Decompress(codec, input, buf.get(), raw_size));
   return buf;
 }
 

@@ -10,12 +10,13 @@ namespace runstore {
 namespace {}  // namespace
 
 Result<std::string> ReadFileToString(Env* env, const std::string& path) {
-  ASSIGN_OR_RETURN(const std::unique_ptr<RandomAccessFile> file, env->NewRandomAccessFile(path));
-  ASSIGN_OR_RETURN(const uint64_t size, file->Size());
+  RUNSTORE_ASSIGN_OR_RETURN(const std::unique_ptr<RandomAccessFile> file,
+                            env->NewRandomAccessFile(path));
+  RUNSTORE_ASSIGN_OR_RETURN(const uint64_t size, file->Size());
   std::string contents;
   contents.resize(size);
   std::string_view got;
-  RETURN_IF_ERROR(file->Read(0, contents.size(), contents.data(), &got));
+  RUNSTORE_RETURN_IF_ERROR(file->Read(0, contents.size(), contents.data(), &got));
   // Read may hand back bytes it holds elsewhere instead of filling scratch.
   if (got.data() != contents.data()) contents.assign(got);
   contents.resize(got.size());  // the file may have shrunk since Size()
@@ -35,11 +36,11 @@ Status WriteFileAtomically(Env* env, const std::string& path, std::string_view c
   //    report success must not return before it.
   const std::string tmp = path + ".tmp";
   Status s = [&]() -> Status {
-    ASSIGN_OR_RETURN(const std::unique_ptr<WritableFile> file,
-                     env->NewWritableFile(tmp, /*exclusive=*/false));
-    RETURN_IF_ERROR(file->Append(contents));
-    RETURN_IF_ERROR(file->Sync());
-    RETURN_IF_ERROR(file->Close());
+    RUNSTORE_ASSIGN_OR_RETURN(const std::unique_ptr<WritableFile> file,
+                              env->NewWritableFile(tmp, /*exclusive=*/false));
+    RUNSTORE_RETURN_IF_ERROR(file->Append(contents));
+    RUNSTORE_RETURN_IF_ERROR(file->Sync());
+    RUNSTORE_RETURN_IF_ERROR(file->Close());
     return env->RenameFile(tmp, path);
   }();
   if (!s.ok()) {

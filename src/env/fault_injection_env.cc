@@ -204,8 +204,8 @@ Result<std::unique_ptr<WritableFile>> FaultInjectionEnv::NewWritableFile(
   const Fate fate = CountOperationLocked();
   if (fate != Fate::kRun) return FateError(fate, path, "open for writing");
   const bool existed = base_->FileExists(path).ok();
-  ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> base_file,
-                   base_->NewWritableFile(path, exclusive));
+  RUNSTORE_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> base_file,
+                            base_->NewWritableFile(path, exclusive));
   std::shared_ptr<FileInfo>& info = files_[path];
   if (info == nullptr) {
     info = std::make_shared<FileInfo>();
@@ -224,7 +224,7 @@ Status FaultInjectionEnv::CreateDir(const std::string& raw_path) {
   std::lock_guard<std::mutex> lock(mu_);
   const Fate fate = CountOperationLocked();
   if (fate != Fate::kRun) return FateError(fate, path, "mkdir");
-  RETURN_IF_ERROR(base_->CreateDir(path));
+  RUNSTORE_RETURN_IF_ERROR(base_->CreateDir(path));
   pending_.push_back({PendingChange::Kind::kCreateDir, ParentDir(path), path, {}, std::nullopt});
   return Status::OK();
 }
@@ -270,7 +270,7 @@ Status FaultInjectionEnv::SyncDir(const std::string& raw_dir) {
   std::lock_guard<std::mutex> lock(mu_);
   const Fate fate = CountOperationLocked();
   if (fate != Fate::kRun) return FateError(fate, dir, "fsync directory");
-  RETURN_IF_ERROR(base_->SyncDir(dir));
+  RUNSTORE_RETURN_IF_ERROR(base_->SyncDir(dir));
   std::erase_if(pending_, [&](const PendingChange& change) {
     if (change.dir != dir) return false;
     ForgetPendingLocked(change);
@@ -365,17 +365,17 @@ Status FaultInjectionEnv::UndoLocked(PendingChange& change) {
       return EmptyDirLocked(change.path);
     case PendingChange::Kind::kRemoveFile:
       if (!change.saved) return Status::OK();  // too large to keep: stays removed
-      RETURN_IF_ERROR(WriteBaseFileLocked(change.path, change.saved->contents));
+      RUNSTORE_RETURN_IF_ERROR(WriteBaseFileLocked(change.path, change.saved->contents));
       if (change.saved->info) files_[change.path] = change.saved->info;
       return Status::OK();
     case PendingChange::Kind::kRename:
       if (base_->FileExists(change.path).ok()) {
-        RETURN_IF_ERROR(base_->RenameFile(change.path, change.from));
+        RUNSTORE_RETURN_IF_ERROR(base_->RenameFile(change.path, change.from));
         files_.erase(change.from);
         MoveTrackedLocked(change.path, change.from);
       }
       if (!change.saved) return Status::OK();  // `to` did not exist, or was too large
-      RETURN_IF_ERROR(WriteBaseFileLocked(change.path, change.saved->contents));
+      RUNSTORE_RETURN_IF_ERROR(WriteBaseFileLocked(change.path, change.saved->contents));
       if (change.saved->info) files_[change.path] = change.saved->info;
       return Status::OK();
   }
@@ -389,11 +389,11 @@ Status FaultInjectionEnv::EmptyDirLocked(const std::string& dir) {
   }
   for (const std::string& name : *children) {
     const std::string path = dir == "/" ? "/" + name : dir + "/" + name;
-    ASSIGN_OR_RETURN(const bool is_dir, base_->IsDirectory(path));
+    RUNSTORE_ASSIGN_OR_RETURN(const bool is_dir, base_->IsDirectory(path));
     if (is_dir) {
-      RETURN_IF_ERROR(EmptyDirLocked(path));
+      RUNSTORE_RETURN_IF_ERROR(EmptyDirLocked(path));
     } else {
-      RETURN_IF_ERROR(base_->RemoveFile(path));
+      RUNSTORE_RETURN_IF_ERROR(base_->RemoveFile(path));
     }
   }
   std::erase_if(files_, [&](const auto& entry) { return IsAtOrUnder(entry.first, dir); });
@@ -403,9 +403,9 @@ Status FaultInjectionEnv::EmptyDirLocked(const std::string& dir) {
 Status FaultInjectionEnv::WriteBaseFileLocked(const std::string& path,
                                               const std::string& contents) {
   // No Sync: after the simulated reboot the base env itself never loses data.
-  ASSIGN_OR_RETURN(const std::unique_ptr<WritableFile> file,
-                   base_->NewWritableFile(path, /*exclusive=*/false));
-  RETURN_IF_ERROR(file->Append(contents));
+  RUNSTORE_ASSIGN_OR_RETURN(const std::unique_ptr<WritableFile> file,
+                            base_->NewWritableFile(path, /*exclusive=*/false));
+  RUNSTORE_RETURN_IF_ERROR(file->Append(contents));
   return file->Close();
 }
 

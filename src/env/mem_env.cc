@@ -59,7 +59,7 @@ class MemWritableFile final : public WritableFile {
 
   Status WriteAt(uint64_t offset, std::string_view data) override {
     if (file_ == nullptr) return ClosedFileStatus(path_, "write");
-    RETURN_IF_ERROR(CheckWriteAt(path_, offset, data.size(), synced_.load(), size_));
+    RUNSTORE_RETURN_IF_ERROR(CheckWriteAt(path_, offset, data.size(), synced_.load(), size_));
     std::lock_guard<std::mutex> lock(file_->mu);
     file_->data.replace(static_cast<size_t>(offset), data.size(), data);
     return Status::OK();
@@ -146,7 +146,7 @@ class MemEnv final : public Env {
     const char* op = exclusive ? ": create exclusively" : ": open for writing";
     std::lock_guard<std::mutex> lock(mu_);
     if (dirs_.count(path)) return ErrnoStatus(path + op, exclusive ? EEXIST : EISDIR);
-    RETURN_IF_ERROR(CheckParentLocked(path, op));
+    RUNSTORE_RETURN_IF_ERROR(CheckParentLocked(path, op));
     std::shared_ptr<FileState>& file = files_[path];
     if (file == nullptr) {
       file = std::make_shared<FileState>();
@@ -221,7 +221,7 @@ class MemEnv final : public Env {
     const std::string path = NormalizePath(raw_path);
     std::lock_guard<std::mutex> lock(mu_);
     if (dirs_.count(path) || files_.count(path)) return ErrnoStatus(path + ": mkdir", EEXIST);
-    RETURN_IF_ERROR(CheckParentLocked(path, ": mkdir"));
+    RUNSTORE_RETURN_IF_ERROR(CheckParentLocked(path, ": mkdir"));
     dirs_.insert(path);
     return Status::OK();
   }

@@ -102,7 +102,7 @@ class PosixWritableFile final : public WritableFile {
 
   Status WriteAt(uint64_t offset, std::string_view data) override {
     if (fd_ < 0) return ClosedFileStatus(path_, "write");
-    RETURN_IF_ERROR(CheckWriteAt(path_, offset, data.size(), synced_.load(), size_));
+    RUNSTORE_RETURN_IF_ERROR(CheckWriteAt(path_, offset, data.size(), synced_.load(), size_));
     for (size_t done = 0; done < data.size();) {
       const ssize_t n =
           ::pwrite(fd_, data.data() + done, data.size() - done, static_cast<off_t>(offset + done));
@@ -116,7 +116,7 @@ class PosixWritableFile final : public WritableFile {
   }
 
   Status Sync() override {
-    RETURN_IF_ERROR(SyncPrefix(size_));
+    RUNSTORE_RETURN_IF_ERROR(SyncPrefix(size_));
     written_back_ = size_;
     return Status::OK();
   }
@@ -233,7 +233,7 @@ class PosixRandomAccessFile final : public RandomAccessFile {
 
   Result<std::shared_ptr<const MappedRegion>> Map(uint64_t length) const override {
     if (length == 0) return std::shared_ptr<const MappedRegion>(new PosixMappedRegion(nullptr, 0));
-    ASSIGN_OR_RETURN(const uint64_t size, Size());
+    RUNSTORE_ASSIGN_OR_RETURN(const uint64_t size, Size());
     // Touching a mapped page wholly past the end of the file raises SIGBUS, so
     // a mapping longer than the file is refused rather than made.
     if (length > size || length > std::numeric_limits<size_t>::max()) {

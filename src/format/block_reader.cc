@@ -62,7 +62,7 @@ Status CheckPayload(std::string_view stored, const BlockInfo& block, const std::
   if (stored.size() != block.header.payload_len) return PayloadTruncated(block, name);
   if (block.header.flags & kBlockValueChunks) {
     BlockView view;
-    RETURN_IF_ERROR(CheckPayloadOutsideValue(stored, block, name, &view));
+    RUNSTORE_RETURN_IF_ERROR(CheckPayloadOutsideValue(stored, block, name, &view));
     return CheckValueChunks(stored, view, 0, view.value_chunks()->count, block, name);
   }
   if (Checksum(stored) != block.header.payload_checksum) return PayloadMismatch(block, name);
@@ -85,7 +85,7 @@ Status CheckPayloadByReading(const RandomAccessFile& file, std::string_view stor
   const ValueChunks* chunks = nullptr;
   uint64_t begin = 0, len = block.header.payload_len;
   if (block.header.flags & kBlockValueChunks) {
-    RETURN_IF_ERROR(CheckPayloadOutsideValue(stored, block, name, &view));
+    RUNSTORE_RETURN_IF_ERROR(CheckPayloadOutsideValue(stored, block, name, &view));
     chunks = view.value_chunks();
     begin = chunks->data_offset;
     len = chunks->data_len;
@@ -95,7 +95,8 @@ Status CheckPayloadByReading(const RandomAccessFile& file, std::string_view stor
   for (uint64_t done = 0; done < len;) {
     const size_t n = static_cast<size_t>(std::min<uint64_t>(kPiece, len - done));
     std::string_view got;
-    RETURN_IF_ERROR(file.Read(block.payload_offset + begin + done, n, scratch.get(), &got));
+    RUNSTORE_RETURN_IF_ERROR(
+        file.Read(block.payload_offset + begin + done, n, scratch.get(), &got));
     if (got.size() != n) return PayloadTruncated(block, name);
     if (!chunks) {
       hash.Update(got.data(), got.size());

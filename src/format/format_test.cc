@@ -413,8 +413,8 @@ TEST(FormatTest, FlushedCommitsAreTornTailsUntilARecordProvesThemSynced) {
     const std::string path = "/damaged-" + std::to_string(keep) + "-" + std::to_string(damage);
     auto f = env->NewWritableFile(path, true);
     if (!f.ok()) return f.status();
-    RETURN_IF_ERROR((*f)->Append(bytes));
-    RETURN_IF_ERROR((*f)->Close());
+    RUNSTORE_RETURN_IF_ERROR((*f)->Append(bytes));
+    RUNSTORE_RETURN_IF_ERROR((*f)->Close());
     auto r = env->NewRandomAccessFile(path);
     if (!r.ok()) return r.status();
     return LoadSegmentIndex(**r, path, out);

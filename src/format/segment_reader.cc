@@ -17,7 +17,7 @@ namespace {
 Status ReadAt(const RandomAccessFile& file, uint64_t offset, size_t n, std::string* buf,
               std::string_view* out, bool* complete) {
   buf->resize(n);
-  RETURN_IF_ERROR(file.Read(offset, n, buf->data(), out));
+  RUNSTORE_RETURN_IF_ERROR(file.Read(offset, n, buf->data(), out));
   *complete = out->size() == n;
   return Status::OK();
 }
@@ -36,11 +36,11 @@ Status ReadFrame(const RandomAccessFile& file, uint64_t pos, uint64_t file_size,
   std::string buf;
   std::string_view got;
   bool complete;
-  RETURN_IF_ERROR(ReadAt(file, pos, 8, &buf, &got, &complete));
+  RUNSTORE_RETURN_IF_ERROR(ReadAt(file, pos, 8, &buf, &got, &complete));
   if (!complete) return Status::OK();
   uint16_t len = PeekHeaderLength(got);
   if (len == 0 || !RangeWithin(pos, len, file_size)) return Status::OK();
-  RETURN_IF_ERROR(ReadAt(file, pos, len, &buf, &got, &complete));
+  RUNSTORE_RETURN_IF_ERROR(ReadAt(file, pos, len, &buf, &got, &complete));
   if (!complete) return Status::OK();
   if (!CheckFrameHeader(got, &frame->prefix).ok()) return Status::OK();
   frame->header.assign(got);
@@ -70,7 +70,7 @@ Status FindLaterRecords(const RandomAccessFile& file, uint64_t from, uint64_t fi
   bool complete;
   for (uint64_t base = AlignUp(from + 1, kFrameAlign); base < file_size; base += kChunk) {
     size_t n = static_cast<size_t>(std::min<uint64_t>(kChunk, file_size - base));
-    RETURN_IF_ERROR(ReadAt(file, base, n, &buf, &got, &complete));
+    RUNSTORE_RETURN_IF_ERROR(ReadAt(file, base, n, &buf, &got, &complete));
     for (size_t off = 0; off + 8 <= got.size(); off += kFrameAlign) {
       if (DecodeFixed<uint32_t>(got.data() + off) != kFrameMagic ||
           (got[off + 4] != static_cast<char>(FrameKind::kCommit) &&
@@ -78,7 +78,7 @@ Status FindLaterRecords(const RandomAccessFile& file, uint64_t from, uint64_t fi
         continue;
       }
       FrameAt frame;
-      RETURN_IF_ERROR(ReadFrame(file, base + off, file_size, &frame));
+      RUNSTORE_RETURN_IF_ERROR(ReadFrame(file, base + off, file_size, &frame));
       if (!frame.valid) continue;
       const uint64_t at = base + off;
       CommitRecord c;
@@ -112,7 +112,7 @@ Status Recover(const RandomAccessFile& file, const std::string& name, uint64_t f
   bool saw_footer = false;
   while (true) {
     FrameAt frame;
-    RETURN_IF_ERROR(ReadFrame(file, pos, file_size, &frame));
+    RUNSTORE_RETURN_IF_ERROR(ReadFrame(file, pos, file_size, &frame));
     if (!frame.valid) break;
     const uint64_t payload_off = PayloadOffset(pos, frame.prefix.header_len);
     if (!RangeWithin(payload_off, frame.prefix.payload_len, file_size)) break;
@@ -180,7 +180,8 @@ Status Recover(const RandomAccessFile& file, const std::string& name, uint64_t f
       const BlockInfo& b = index->blocks[i];
       std::string_view got;
       bool complete;
-      RETURN_IF_ERROR(ReadAt(file, b.payload_offset, b.header.payload_len, &buf, &got, &complete));
+      RUNSTORE_RETURN_IF_ERROR(
+          ReadAt(file, b.payload_offset, b.header.payload_len, &buf, &got, &complete));
       if (!complete || !CheckPayload(got, b, name).ok()) {
         torn_block = i;
         break;
@@ -209,7 +210,7 @@ Status Recover(const RandomAccessFile& file, const std::string& name, uint64_t f
   // it was written, or a footer. Otherwise committed data is damaged.
   if (!saw_footer && pos < file_size) {
     LaterRecords later;
-    RETURN_IF_ERROR(FindLaterRecords(file, pos, file_size, &later));
+    RUNSTORE_RETURN_IF_ERROR(FindLaterRecords(file, pos, file_size, &later));
     if (!later.proof.empty()) {
       const uint64_t last_seq = index->commits.empty() ? 0 : index->commits.back().sequence;
       return Status::Corruption(AtOffset(name, pos) + "damaged frame after commit " +
@@ -239,7 +240,7 @@ Status LoadFooter(const RandomAccessFile& file, const std::string& name, uint64_
                                              std::to_string(t.footer_offset) + " outside the file");
   }
   FrameAt frame;
-  RETURN_IF_ERROR(ReadFrame(file, t.footer_offset, file_size, &frame));
+  RUNSTORE_RETURN_IF_ERROR(ReadFrame(file, t.footer_offset, file_size, &frame));
   FooterHeader f;
   if (!frame.valid || frame.prefix.kind != FrameKind::kFooter ||
       !DecodeFooterHeader(frame.header, &f).ok()) {
@@ -254,7 +255,7 @@ Status LoadFooter(const RandomAccessFile& file, const std::string& name, uint64_
   std::string buf;
   std::string_view payload;
   bool complete;
-  RETURN_IF_ERROR(ReadAt(file, payload_off, f.payload_len, &buf, &payload, &complete));
+  RUNSTORE_RETURN_IF_ERROR(ReadAt(file, payload_off, f.payload_len, &buf, &payload, &complete));
   if (!complete || Checksum(payload) != f.payload_checksum) {
     return bad(payload_off, "footer index checksum mismatch");
   }
@@ -333,12 +334,12 @@ Status LoadFooter(const RandomAccessFile& file, const std::string& name, uint64_
 Status LoadSegmentIndex(const RandomAccessFile& file, const std::string& name,
                         SegmentIndex* index) {
   *index = SegmentIndex();
-  ASSIGN_OR_RETURN(uint64_t size, file.Size());
+  RUNSTORE_ASSIGN_OR_RETURN(uint64_t size, file.Size());
   index->file_size = size;
   std::string buf;
   std::string_view got;
   bool complete;
-  RETURN_IF_ERROR(
+  RUNSTORE_RETURN_IF_ERROR(
       ReadAt(file, 0, std::min<uint64_t>(size, kSegmentHeaderSize), &buf, &got, &complete));
   Status hs = DecodeSegmentHeader(got, name, &index->header);
   if (hs.code() == StatusCode::kNotSupported) return hs;
@@ -356,7 +357,7 @@ Status LoadSegmentIndex(const RandomAccessFile& file, const std::string& name,
     }
     if (size > kSegmentHeaderSize) {
       LaterRecords later;
-      RETURN_IF_ERROR(FindLaterRecords(file, 0, size, &later));
+      RUNSTORE_RETURN_IF_ERROR(FindLaterRecords(file, 0, size, &later));
       if (!later.proof.empty()) {
         return Status::Corruption(AtOffset(name, 0) + "segment header is damaged, but " +
                                   later.proof + " follows");
@@ -379,7 +380,8 @@ Status LoadSegmentIndex(const RandomAccessFile& file, const std::string& name,
     return Status::OK();
   }
   if (size >= kSegmentHeaderSize + kTrailerSize) {
-    RETURN_IF_ERROR(ReadAt(file, size - kTrailerSize, kTrailerSize, &buf, &got, &complete));
+    RUNSTORE_RETURN_IF_ERROR(
+        ReadAt(file, size - kTrailerSize, kTrailerSize, &buf, &got, &complete));
     Trailer t;
     if (complete && DecodeTrailer(got, &t)) {
       bool checksummed;
@@ -391,7 +393,7 @@ Status LoadSegmentIndex(const RandomAccessFile& file, const std::string& name,
       index->commits.clear();
       index->blocks.clear();
       index->committed_end = kSegmentHeaderSize;
-      RETURN_IF_ERROR(Recover(file, name, size, index));
+      RUNSTORE_RETURN_IF_ERROR(Recover(file, name, size, index));
       if (index->committed_end != t.footer_offset) {
         return Status::Corruption(AtOffset(name, index->committed_end) +
                                   "sealed segment (footer at offset " +
@@ -423,7 +425,7 @@ bool HasValidTrailer(const RandomAccessFile& file) {
 Status RefreshSegmentIndex(const RandomAccessFile& file, const std::string& name,
                            SegmentIndex* index) {
   if (index->sealed) return Status::OK();
-  ASSIGN_OR_RETURN(uint64_t size, file.Size());
+  RUNSTORE_ASSIGN_OR_RETURN(uint64_t size, file.Size());
   if (size == index->file_size) return Status::OK();
   if (index->commits.empty()) return LoadSegmentIndex(file, name, index);
   index->file_size = size;
@@ -432,7 +434,8 @@ Status RefreshSegmentIndex(const RandomAccessFile& file, const std::string& name
     std::string buf;
     std::string_view got;
     bool complete;
-    RETURN_IF_ERROR(ReadAt(file, size - kTrailerSize, kTrailerSize, &buf, &got, &complete));
+    RUNSTORE_RETURN_IF_ERROR(
+        ReadAt(file, size - kTrailerSize, kTrailerSize, &buf, &got, &complete));
     Trailer t;
     if (complete && DecodeTrailer(got, &t)) {
       SegmentIndex sealed = *index;

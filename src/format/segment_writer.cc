@@ -25,14 +25,14 @@ SegmentWriter::SegmentWriter(std::unique_ptr<WritableFile> file, std::string pat
 
 Result<std::unique_ptr<SegmentWriter>> SegmentWriter::Create(Env* env, const std::string& path,
                                                              const SegmentHeader& header) {
-  ASSIGN_OR_RETURN(auto file, env->NewWritableFile(path, /*exclusive=*/true));
+  RUNSTORE_ASSIGN_OR_RETURN(auto file, env->NewWritableFile(path, /*exclusive=*/true));
   std::unique_ptr<SegmentWriter> w(new SegmentWriter(std::move(file), path));
   std::string h = EncodeSegmentHeader(header);
-  RETURN_IF_ERROR(w->file_->Append(h));
+  RUNSTORE_RETURN_IF_ERROR(w->file_->Append(h));
   // The header is durable before the name is (EnsureSegment syncs the
   // directory next), so a power cut never leaves a durable name in front of a
   // torn header, which readers would take for a foreign file.
-  RETURN_IF_ERROR(w->file_->Sync());
+  RUNSTORE_RETURN_IF_ERROR(w->file_->Sync());
   w->offset_ = h.size();
   w->commit_start_ = w->offset_;
   w->synced_end_.store(w->offset_);
@@ -65,7 +65,7 @@ Status SegmentWriter::AddBlock(BlockHeader* h, const std::vector<std::string_vie
     // by the block size).
     joined_.clear();
     for (auto p : raw) joined_.append(p);
-    RETURN_IF_ERROR(compressor_.Compress(h->codec, zstd_level, joined_, &scratch_));
+    RUNSTORE_RETURN_IF_ERROR(compressor_.Compress(h->codec, zstd_level, joined_, &scratch_));
     if (scratch_.size() >= joined_.size()) {
       h->codec = Codec::kNone;  // incompressible: store raw so that reads are zero-copy
     } else {
@@ -98,7 +98,8 @@ Status SegmentWriter::AddBlock(BlockHeader* h, const std::vector<std::string_vie
     // payload is hashed; the header (and a chunk table) is written in place
     // below.
     h->payload_checksum = 0;
-    RETURN_IF_ERROR(WriteFrame(std::string(EncodeBlockHeader(*h).size(), '\0'), stored, len));
+    RUNSTORE_RETURN_IF_ERROR(
+        WriteFrame(std::string(EncodeBlockHeader(*h).size(), '\0'), stored, len));
   }
   ChecksumStream checksum;
   if (chunked) {
@@ -122,7 +123,7 @@ Status SegmentWriter::AddBlock(BlockHeader* h, const std::vector<std::string_vie
     if (s.ok()) s = file_->WriteAt(frame_offset, header);
     if (!s.ok()) return s.WithContext(path_);
   } else {
-    RETURN_IF_ERROR(WriteFrame(header, stored, len));
+    RUNSTORE_RETURN_IF_ERROR(WriteFrame(header, stored, len));
   }
   pending_digests_.push_back(StoredHeaderChecksum(header));
   // Footer entry: frame offset, header length, header bytes (docs/format.md "Footer").
@@ -144,13 +145,13 @@ Status SegmentWriter::Commit(int64_t time_ns, bool sync) {
   c.unsynced_before = synced_end_.load() < commit_start_;
   c.frames_digest = Checksum(pending_digests_.data(), pending_digests_.size() * 8);
   std::string rec = EncodeCommitRecord(c);
-  RETURN_IF_ERROR(WriteFrame(rec, {}, 0));
+  RUNSTORE_RETURN_IF_ERROR(WriteFrame(rec, {}, 0));
   // The record is written after the blocks it covers and the sync comes last:
   // recovery trusts a commit record only once every payload it covers
   // verifies, back to the newest record that proves what precedes it synced,
   // so a reordering of page writes by the disk cannot expose a torn block
   // (docs/format.md "Recovery").
-  if (sync) RETURN_IF_ERROR(SyncFile("fdatasync of commit " + std::to_string(c.sequence)));
+  if (sync) RUNSTORE_RETURN_IF_ERROR(SyncFile("fdatasync of commit " + std::to_string(c.sequence)));
   commit_seq_ = c.sequence;
   commit_start_ = offset_;
   const uint32_t commit_index = static_cast<uint32_t>(commit_seq_ - 1);
@@ -191,7 +192,7 @@ Status SegmentWriter::Seal() {
   if (has_uncommitted())
     return Status::FailedPrecondition(path_ + ": seal with uncommitted blocks");
   // A valid footer tells recovery that every commit before it is durable.
-  RETURN_IF_ERROR(Sync());
+  RUNSTORE_RETURN_IF_ERROR(Sync());
   FooterHeader f;
   f.commit_count = commit_seq_;
   f.block_count = block_count_;
@@ -200,12 +201,12 @@ Status SegmentWriter::Seal() {
   f.payload_len = payload.size();
   f.payload_checksum = Checksum(payload);
   const uint64_t footer_offset = offset_;
-  RETURN_IF_ERROR(WriteFrame(EncodeFooterHeader(f), {payload}, payload.size()));
+  RUNSTORE_RETURN_IF_ERROR(WriteFrame(EncodeFooterHeader(f), {payload}, payload.size()));
   Trailer t{footer_offset, kSegmentFormatVersion};
   Status s = file_->Append(EncodeTrailer(t));
   if (!s.ok()) return s.WithContext(path_);
   offset_ += kTrailerSize;
-  RETURN_IF_ERROR(SyncFile("fdatasync of footer"));
+  RUNSTORE_RETURN_IF_ERROR(SyncFile("fdatasync of footer"));
   s = file_->Close();
   if (!s.ok()) return s.WithContext(path_);
   return Status::OK();

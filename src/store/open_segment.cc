@@ -52,12 +52,12 @@ Status OpenSegment::Create() {
 
 Status OpenSegment::AddBlock(format::BlockBuilder* builder, bool borrowed, uint64_t* bytes) {
   *bytes = 0;
-  if (!segment_) RETURN_IF_ERROR(Create());
+  if (!segment_) RUNSTORE_RETURN_IF_ERROR(Create());
   const uint64_t before = segment_->size();
   format::BlockHeader h;
   builder->Finish(&h, &pieces_);
   // A value of its own (a large value) is large: its header goes last.
-  RETURN_IF_ERROR(
+  RUNSTORE_RETURN_IF_ERROR(
       segment_->AddBlock(&h, pieces_, zstd_level_, /*header_last=*/borrowed,
                          borrowed && !IsVarLength(h.dtype) ? format::kValueChunkShift : 0));
   *bytes = segment_->size() - before;
@@ -75,7 +75,7 @@ Status OpenSegment::Commit(bool sync, int64_t time_ns, uint64_t* sync_length, bo
   if (segment_->has_uncommitted()) {
     const int64_t now = std::max(time_ns, last_commit_time_ + 1);
     const uint64_t before = segment_->size();
-    RETURN_IF_ERROR(segment_->Commit(now, /*sync=*/false));
+    RUNSTORE_RETURN_IF_ERROR(segment_->Commit(now, /*sync=*/false));
     last_commit_time_ = now;
     *wrote_record = true;
     *bytes = segment_->size() - before;
@@ -90,7 +90,7 @@ bool OpenSegment::WantsRoll(uint64_t segment_bytes, size_t index_bytes) const {
 
 Status OpenSegment::Seal() {
   if (!segment_) return Status::OK();
-  RETURN_IF_ERROR(segment_->Seal());  // syncs everything
+  RUNSTORE_RETURN_IF_ERROR(segment_->Seal());  // syncs everything
   segment_.reset();
   sealed_predecessor_ = segment_seq_;
   return Status::OK();

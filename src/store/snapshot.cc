@@ -150,7 +150,7 @@ Result<std::shared_ptr<SnapshotImpl>> SnapshotImpl::Build(
   if (auto it = snap->series_.find(kResumeSeries); it != snap->series_.end()) {
     std::map<RunId, std::vector<std::pair<int64_t, CommitOrder>>, RunLess> markers;
     for (const BlockRef& b : it->second->blocks) {
-      ASSIGN_OR_RETURN(Payload p, snap->ReadPayload(b));
+      RUNSTORE_ASSIGN_OR_RETURN(Payload p, snap->ReadPayload(b));
       for (uint32_t r = 0; r < p.view.count(); ++r) {
         auto m = markers.find(p.view.run(r));
         if (m == markers.end()) m = markers.emplace(p.view.run(r).ToRunId(), 0).first;
@@ -207,7 +207,7 @@ Result<Payload> SnapshotImpl::ReadPayload(const BlockRef& b, Check check) const 
         seg.handle->WillNeed(info.payload_offset + h.payload_len - tail, tail);
       }
       format::BlockView view;
-      RETURN_IF_ERROR(format::CheckPayloadOutsideValue(stored, info, seg.file, &view));
+      RUNSTORE_RETURN_IF_ERROR(format::CheckPayloadOutsideValue(stored, info, seg.file, &view));
       seg.LazyBlockOf(b.block, view.value_chunks()->count);
     } else if (h.codec == Codec::kNone && h.payload_len >= kVerifyByReadingBytes && seg.handle) {
       // A large uncompressed block goes to the caller as a view of the
@@ -215,15 +215,15 @@ Result<Payload> SnapshotImpl::ReadPayload(const BlockRef& b, Check check) const 
       // verify it by reading, so that the check neither maps all of its pages
       // nor makes the mapping's readahead pull in the blocks after it.
       // Everything else is read whole anyway, and is hashed where it lies.
-      RETURN_IF_ERROR(format::CheckPayloadByReading(*seg.handle, stored, info, seg.file));
+      RUNSTORE_RETURN_IF_ERROR(format::CheckPayloadByReading(*seg.handle, stored, info, seg.file));
       now_verified = true;
     } else {
-      RETURN_IF_ERROR(format::CheckPayload(stored, info, seg.file));
+      RUNSTORE_RETURN_IF_ERROR(format::CheckPayload(stored, info, seg.file));
       now_verified = true;
     }
   }
   Payload p;
-  RETURN_IF_ERROR(format::DecodeBlock(stored, nullptr, seg.map, info, seg.file, &p));
+  RUNSTORE_RETURN_IF_ERROR(format::DecodeBlock(stored, nullptr, seg.map, info, seg.file, &p));
   if (unverified) {
     // Text is checked once per block too, so that no reader (a Python str)
     // meets bytes that are not UTF-8; only then is the block trusted.
@@ -400,7 +400,7 @@ Status SnapshotImpl::ComputePlan(const SeriesEntry& e) const {
     bool run_major = true;  // every header says its keys ascend by (run, step)
     for (size_t k = i; k < j; ++k) {
       const BlockRef& b = e.blocks[e.by_min_key[k]];
-      ASSIGN_OR_RETURN(payloads[k - i], ReadPayload(b));
+      RUNSTORE_ASSIGN_OR_RETURN(payloads[k - i], ReadPayload(b));
       may_be_hidden = may_be_hidden || (!reserved && BlockMayBeHidden(b));
       run_major = run_major && (b.header->flags & format::kBlockKeysAscending);
     }
@@ -467,7 +467,7 @@ Result<std::vector<SeriesInfo>> SnapshotImpl::ListSeries(bool include_reserved) 
   std::vector<SeriesInfo> out;
   for (const auto& [name, e] : series_) {
     if (!include_reserved && !name.empty() && name[0] == '~') continue;
-    RETURN_IF_ERROR(EnsurePlan(*e));
+    RUNSTORE_RETURN_IF_ERROR(EnsurePlan(*e));
     if (e->info.count == 0) continue;
     out.push_back(e->info);
   }
@@ -477,7 +477,7 @@ Result<std::vector<SeriesInfo>> SnapshotImpl::ListSeries(bool include_reserved) 
 Result<SeriesInfo> SnapshotImpl::GetSeriesInfo(std::string_view name) const {
   auto it = series_.find(name);
   if (it == series_.end()) return Status::NotFound("series '" + std::string(name) + "' not found");
-  RETURN_IF_ERROR(EnsurePlan(*it->second));
+  RUNSTORE_RETURN_IF_ERROR(EnsurePlan(*it->second));
   return it->second->info;
 }
 
@@ -589,7 +589,7 @@ Result<SnapshotImpl::Found> SnapshotImpl::Find(RunRef run, std::string_view name
     const BlockHeader& h = *b.header;
     if (CompareKey(run, step, h.max_key) > 0 || step < h.min_step || step > h.max_step) continue;
     if (best && std::tie(b.commit, b.offset) < std::tie(best->commit, best->offset)) continue;
-    ASSIGN_OR_RETURN(Payload p, ReadPayload(b, check));
+    RUNSTORE_ASSIGN_OR_RETURN(Payload p, ReadPayload(b, check));
     const auto& v = p.view;
     int64_t found = -1;
     auto cmp = [&](uint32_t r) {
@@ -626,7 +626,7 @@ Result<SnapshotImpl::Found> SnapshotImpl::Find(RunRef run, std::string_view name
 }
 
 Result<Value> SnapshotImpl::Get(RunRef run, std::string_view name, int64_t step) const {
-  ASSIGN_OR_RETURN(Found f, Find(run, name, step, Check::kAll));
+  RUNSTORE_ASSIGN_OR_RETURN(Found f, Find(run, name, step, Check::kAll));
   return MakeRecordValue(*f.block->header, f.payload, f.row);
 }
 
@@ -699,7 +699,7 @@ class ChunkChecker final : public LazyValue::Checker {
         }
         ahead += bytes(pieces[asked++]);
       }
-      RETURN_IF_ERROR(CheckRun(pieces[k].first, pieces[k].second));
+      RUNSTORE_RETURN_IF_ERROR(CheckRun(pieces[k].first, pieces[k].second));
       ahead -= bytes(pieces[k]);
     }
     return Status::OK();
@@ -718,7 +718,8 @@ class ChunkChecker final : public LazyValue::Checker {
 
   Status CheckRun(uint64_t first, uint64_t last) const {
     const format::BlockInfo& info = seg_->index.blocks[block_];
-    RETURN_IF_ERROR(format::CheckValueChunks(stored_, view_, first, last, info, seg_->file));
+    RUNSTORE_RETURN_IF_ERROR(
+        format::CheckValueChunks(stored_, view_, first, last, info, seg_->file));
     uint64_t newly = 0;
     for (uint64_t i = first; i < last; ++i) {
       const uint64_t bit = uint64_t{1} << (i % 64);
@@ -740,7 +741,7 @@ class ChunkChecker final : public LazyValue::Checker {
 }  // namespace
 
 Result<LazyValue> SnapshotImpl::GetLazy(RunRef run, std::string_view name, int64_t step) const {
-  ASSIGN_OR_RETURN(Found f, Find(run, name, step, Check::kAllButValue));
+  RUNSTORE_ASSIGN_OR_RETURN(Found f, Find(run, name, step, Check::kAllButValue));
   const BlockRef& b = *f.block;
   Value value = MakeRecordValue(*b.header, f.payload, f.row);
   const auto& seg = segments_[b.segment];
@@ -795,7 +796,7 @@ class ScannerImpl final : public SeriesScanner {
       const bool one_run = h.min_key.run == h.max_key.run;
       if (filter_ && !filter_->Overlaps(h.min_key.run, h.max_key.run)) continue;
       if (steps_ && (h.max_step < steps_->first || h.min_step > steps_->last)) continue;
-      ASSIGN_OR_RETURN(Payload p, snap_->ReadPayload(e_->blocks[item.block]));
+      RUNSTORE_ASSIGN_OR_RETURN(Payload p, snap_->ReadPayload(e_->blocks[item.block]));
       const bool steps_within =
           !steps_ || (h.min_step >= steps_->first && h.max_step <= steps_->last);
       if ((!filter_ || one_run) && steps_within) {
@@ -908,7 +909,7 @@ Result<std::unique_ptr<SeriesScanner>> SnapshotImpl::Scan(std::string_view name,
                                                           const ScanOptions& options) const {
   auto it = series_.find(name);
   if (it == series_.end()) return Status::NotFound("series '" + std::string(name) + "' not found");
-  RETURN_IF_ERROR(EnsurePlan(*it->second));
+  RUNSTORE_RETURN_IF_ERROR(EnsurePlan(*it->second));
   return std::unique_ptr<SeriesScanner>(new ScannerImpl(this, it->second.get(), options));
 }
 

@@ -24,10 +24,10 @@ constexpr char kSegmentsDir[] = "segments";
 constexpr size_t kMaxMarkerBytes = 4096;
 
 Result<std::string> ReadMarker(Env* env, const std::string& path) {
-  ASSIGN_OR_RETURN(auto file, env->NewRandomAccessFile(path));
+  RUNSTORE_ASSIGN_OR_RETURN(auto file, env->NewRandomAccessFile(path));
   std::string buf(kMaxMarkerBytes + 1, '\0');
   std::string_view got;
-  RETURN_IF_ERROR(file->Read(0, buf.size(), buf.data(), &got));
+  RUNSTORE_RETURN_IF_ERROR(file->Read(0, buf.size(), buf.data(), &got));
   if (got.size() > kMaxMarkerBytes) {
     return Status::Corruption(path + ": not a runstore marker file (larger than " +
                               std::to_string(kMaxMarkerBytes) + " bytes)");
@@ -48,7 +48,7 @@ class StoreImpl final : public Store {
       return Status::FailedPrecondition(path_ + ": store was opened read-only");
     }
     // The latest schema, so that a conflicting dtype is refused at Append.
-    ASSIGN_OR_RETURN(auto snap, Refresh());
+    RUNSTORE_ASSIGN_OR_RETURN(auto snap, Refresh());
     return WriterImpl::Open(env_, path_ + "/" + kSegmentsDir, options,
                             static_cast<const SnapshotImpl&>(*snap).Schema());
   }
@@ -61,7 +61,7 @@ class StoreImpl final : public Store {
   Result<std::shared_ptr<const Snapshot>> Refresh() override {
     std::lock_guard lk(mu_);
     const std::string dir = path_ + "/" + kSegmentsDir;
-    ASSIGN_OR_RETURN(auto children, env_->GetChildren(dir));
+    RUNSTORE_ASSIGN_OR_RETURN(auto children, env_->GetChildren(dir));
     std::sort(children.begin(), children.end());
     std::map<std::string, std::shared_ptr<const LoadedSegment>> next;
     std::vector<DamagedSegment> damaged;
@@ -87,7 +87,7 @@ class StoreImpl final : public Store {
       if (!loaded.ok()) {
         if (loaded.status().code() == StatusCode::kNotFound) continue;  // removed meanwhile
         if (!IsDamage(loaded.status())) return loaded.status();
-        RETURN_IF_ERROR(damage(rel, loaded.status()));
+        RUNSTORE_RETURN_IF_ERROR(damage(rel, loaded.status()));
         continue;
       }
       next[name] = std::move(loaded).value();
@@ -121,14 +121,15 @@ class StoreImpl final : public Store {
                            " names it as its sealed predecessor; the file is "
                            "cut or damaged after its last readable commit")
                      : fresh.status();
-      RETURN_IF_ERROR(damage(rel, std::move(s)));
+      RUNSTORE_RETURN_IF_ERROR(damage(rel, std::move(s)));
       it->second = nullptr;
     }
     std::erase_if(next, [](const auto& kv) { return kv.second == nullptr; });
     std::vector<std::shared_ptr<const LoadedSegment>> segs;
     for (auto& [name, s] : next) segs.push_back(s);
-    ASSIGN_OR_RETURN(auto snap, SnapshotImpl::Build(std::move(segs), std::move(damaged),
-                                                    options_.on_damaged == OnDamaged::kSkip));
+    RUNSTORE_ASSIGN_OR_RETURN(auto snap,
+                              SnapshotImpl::Build(std::move(segs), std::move(damaged),
+                                                  options_.on_damaged == OnDamaged::kSkip));
     loaded_ = std::move(next);
     // Segments the snapshot left out for damaged resume markers are loaded
     // again next time, like any damaged segment.
@@ -165,20 +166,20 @@ class StoreImpl final : public Store {
     if (old) {
       seg->handle = old->handle;
       seg->index = old->index;
-      RETURN_IF_ERROR(format::RefreshSegmentIndex(*seg->handle, rel, &seg->index));
+      RUNSTORE_RETURN_IF_ERROR(format::RefreshSegmentIndex(*seg->handle, rel, &seg->index));
       if (seg->index.committed_end == old->index.committed_end &&
           seg->index.sealed == old->index.sealed) {
         return old;
       }
     } else {
-      ASSIGN_OR_RETURN(seg->handle, env_->NewRandomAccessFile(path_ + "/" + rel));
-      RETURN_IF_ERROR(format::LoadSegmentIndex(*seg->handle, rel, &seg->index));
+      RUNSTORE_ASSIGN_OR_RETURN(seg->handle, env_->NewRandomAccessFile(path_ + "/" + rel));
+      RUNSTORE_RETURN_IF_ERROR(format::LoadSegmentIndex(*seg->handle, rel, &seg->index));
     }
     if (seg->index.header.writer_id.empty()) {
       seg->index.header.writer_id = writer_id;  // torn header of an empty segment
       seg->index.header.sequence = seq;
     }
-    ASSIGN_OR_RETURN(seg->map, seg->handle->Map(seg->index.committed_end));
+    RUNSTORE_ASSIGN_OR_RETURN(seg->map, seg->handle->Map(seg->index.committed_end));
     seg->verified = std::make_unique<std::atomic<bool>[]>(seg->index.blocks.size());
     return std::shared_ptr<const LoadedSegment>(std::move(seg));
   }
@@ -201,7 +202,7 @@ Status CreateStore(Env* env, const std::string& path) {
   Status s = env->CreateDir(path + "/" + kSegmentsDir);
   if (!s.ok() && s.code() != StatusCode::kAlreadyExists) return s.WithContext("creating store");
   // segments/ must exist before the marker says this is a store.
-  RETURN_IF_ERROR(env->SyncDir(path));
+  RUNSTORE_RETURN_IF_ERROR(env->SyncDir(path));
   // Several processes may create the store at once (every rank of a job):
   // each writes its own temporary file, and the atomic renames all install
   // the same bytes. A fixed temporary name would let one process rename the
@@ -210,14 +211,14 @@ Status CreateStore(Env* env, const std::string& path) {
   const std::string tmp =
       path + "/" + kMarkerName + ".tmp." + std::to_string(rd()) + std::to_string(env->NowNanos());
   {
-    ASSIGN_OR_RETURN(auto f, env->NewWritableFile(tmp, /*exclusive=*/true));
-    RETURN_IF_ERROR(f->Append(format::EncodeStoreMarker(kFormatVersion)));
-    RETURN_IF_ERROR(f->Sync());
-    RETURN_IF_ERROR(f->Close());
+    RUNSTORE_ASSIGN_OR_RETURN(auto f, env->NewWritableFile(tmp, /*exclusive=*/true));
+    RUNSTORE_RETURN_IF_ERROR(f->Append(format::EncodeStoreMarker(kFormatVersion)));
+    RUNSTORE_RETURN_IF_ERROR(f->Sync());
+    RUNSTORE_RETURN_IF_ERROR(f->Close());
   }
-  RETURN_IF_ERROR(env->RenameFile(tmp, path + "/" + kMarkerName));
-  RETURN_IF_ERROR(env->SyncDir(path));
-  if (!missing.empty()) RETURN_IF_ERROR(env->SyncDir(ParentDir(path)));
+  RUNSTORE_RETURN_IF_ERROR(env->RenameFile(tmp, path + "/" + kMarkerName));
+  RUNSTORE_RETURN_IF_ERROR(env->SyncDir(path));
+  if (!missing.empty()) RUNSTORE_RETURN_IF_ERROR(env->SyncDir(ParentDir(path)));
   return Status::OK();
 }
 
@@ -243,20 +244,20 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& path_in,
     if (options.read_only || !options.create_if_missing) {
       return Status::NotFound(path + ": no store here (the directory does not exist)");
     }
-    RETURN_IF_ERROR(CreateStore(env, path));
+    RUNSTORE_RETURN_IF_ERROR(CreateStore(env, path));
   } else if (!*is_dir) {
     return Status::InvalidArgument(path + " is not a directory, so it cannot be a store");
   } else {
     const std::string marker = path + "/" + kMarkerName;
     Status exists = env->FileExists(marker);
     if (exists.ok()) {
-      ASSIGN_OR_RETURN(std::string contents, ReadMarker(env, marker));
-      RETURN_IF_ERROR(format::DecodeStoreMarker(contents, marker, &version));
+      RUNSTORE_ASSIGN_OR_RETURN(std::string contents, ReadMarker(env, marker));
+      RUNSTORE_RETURN_IF_ERROR(format::DecodeStoreMarker(contents, marker, &version));
       if (!env->IsDirectory(path + "/" + kSegmentsDir).ok()) {
         return Status::Corruption(path + ": store has a marker but no segments/ directory");
       }
     } else if (exists.code() == StatusCode::kNotFound) {
-      ASSIGN_OR_RETURN(auto children, env->GetChildren(path));
+      RUNSTORE_ASSIGN_OR_RETURN(auto children, env->GetChildren(path));
       // What an interrupted or concurrent creation leaves -- segments/ with no
       // segment in it, marker temporaries -- is not somebody else's data.
       std::erase_if(children, [&](const std::string& c) {
@@ -271,19 +272,19 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& path_in,
       }
       if (env->FileExists(marker).ok()) {
         // Created meanwhile by another process: check it like any marker.
-        ASSIGN_OR_RETURN(std::string contents, ReadMarker(env, marker));
-        RETURN_IF_ERROR(format::DecodeStoreMarker(contents, marker, &version));
+        RUNSTORE_ASSIGN_OR_RETURN(std::string contents, ReadMarker(env, marker));
+        RUNSTORE_RETURN_IF_ERROR(format::DecodeStoreMarker(contents, marker, &version));
       } else if (options.read_only || !options.create_if_missing) {
         return Status::NotFound(path + ": empty directory, no store here");
       } else {
-        RETURN_IF_ERROR(CreateStore(env, path));
+        RUNSTORE_RETURN_IF_ERROR(CreateStore(env, path));
       }
     } else {
       return exists;
     }
   }
   auto store = std::make_unique<StoreImpl>(env, path, options, version);
-  RETURN_IF_ERROR(store->Refresh().status());
+  RUNSTORE_RETURN_IF_ERROR(store->Refresh().status());
   return std::unique_ptr<Store>(std::move(store));
 }
 

@@ -430,7 +430,7 @@ class GateEnv final : public Env {
 
   Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path,
                                                         bool exclusive) override {
-    ASSIGN_OR_RETURN(auto f, base_->NewWritableFile(path, exclusive));
+    RUNSTORE_ASSIGN_OR_RETURN(auto f, base_->NewWritableFile(path, exclusive));
     return std::unique_ptr<WritableFile>(new File(this, std::move(f)));
   }
   Result<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(const std::string& p) override {
@@ -636,8 +636,9 @@ TEST(WriterBackpressureTest, QueuedBlocksStopAppendersBeforeTheBufferIsFull) {
     const std::vector<int64_t> steps(kRows, 1);
     const int64_t shape[] = {kRows, 128};
     for (int64_t b = 0; b < kBatches; ++b) {
-      RETURN_IF_ERROR(w->AppendBatch(runs, "rows", steps, ValueRef::Array(rows.data(), shape)));
-      RETURN_IF_ERROR(w->CommitAsync().status());
+      RUNSTORE_RETURN_IF_ERROR(
+          w->AppendBatch(runs, "rows", steps, ValueRef::Array(rows.data(), shape)));
+      RUNSTORE_RETURN_IF_ERROR(w->CommitAsync().status());
     }
     return Status::OK();
   });

@@ -127,7 +127,7 @@ Result<std::unique_ptr<Writer>> WriterImpl::Open(Env* env, std::string segments_
                                                  StoreSchema existing) {
   WriterOptions options = options_in;
   if (options.writer_id.empty()) options.writer_id = DefaultWriterId(env);
-  RETURN_IF_ERROR(ValidateWriterId(options.writer_id));
+  RUNSTORE_RETURN_IF_ERROR(ValidateWriterId(options.writer_id));
   if (options.buffer_bytes < (1u << 16)) {
     return Status::InvalidArgument("buffer_bytes must be at least 64 KiB, got " +
                                    std::to_string(options.buffer_bytes));
@@ -143,7 +143,7 @@ Result<std::unique_ptr<Writer>> WriterImpl::Open(Env* env, std::string segments_
   if (!w.ok()) return w.WithContext("store is not writable");
   // Continue this writer id's numbering, so a restarted writer that reuses its
   // id never touches the segments of its previous life (invariant 4).
-  ASSIGN_OR_RETURN(auto children, env->GetChildren(segments_dir));
+  RUNSTORE_ASSIGN_OR_RETURN(auto children, env->GetChildren(segments_dir));
   uint64_t next_seq = 1;
   for (const auto& c : children) {
     std::string id;
@@ -214,7 +214,7 @@ Status WriterImpl::DefineSeriesLocked(std::string_view name, const SeriesSchema&
 }
 
 Status WriterImpl::DefineSeries(std::string_view name, const SeriesOptions& o) {
-  RETURN_IF_ERROR(ValidateSeriesName(name, options_.allow_reserved_names));
+  RUNSTORE_RETURN_IF_ERROR(ValidateSeriesName(name, options_.allow_reserved_names));
   SeriesSchema schema{o.dtype, o.variable_shape,
                       o.variable_shape ? std::vector<int64_t>{} : o.shape};
   if (!IsValidDType(static_cast<uint8_t>(o.dtype))) return Status::InvalidArgument("invalid dtype");
@@ -235,7 +235,7 @@ Status WriterImpl::DefineSeries(std::string_view name, const SeriesOptions& o) {
                                    " is too large: a value holds at most 2^48 bytes");
   }
   MutexLock lock(&mu_);
-  RETURN_IF_ERROR(CheckUsableLocked());
+  RUNSTORE_RETURN_IF_ERROR(CheckUsableLocked());
   if (auto it = series_.find(std::string(name)); it != series_.end()) {
     const SeriesSchema& e = it->second->schema;
     if (e.dtype == schema.dtype && e.variable_shape == schema.variable_shape &&
@@ -261,10 +261,10 @@ Result<WriterImpl::Series*> WriterImpl::GetSeriesLocked(std::string_view name,
   if (last_series_ != nullptr && last_series_->name == name) return last_series_;
   auto it = series_.find(std::string(name));
   if (it == series_.end()) {
-    RETURN_IF_ERROR(ValidateSeriesName(name, /*allow_reserved=*/true));
+    RUNSTORE_RETURN_IF_ERROR(ValidateSeriesName(name, /*allow_reserved=*/true));
     // The first value defines the series, so it must be valid by itself
     // (the fast path below only compares later values with it).
-    RETURN_IF_ERROR(CheckValue(name, *first_value));
+    RUNSTORE_RETURN_IF_ERROR(CheckValue(name, *first_value));
     SeriesSchema schema{first_value->dtype, false,
                         std::vector<int64_t>(first_value->shape.begin(), first_value->shape.end())};
     if (auto e = existing_.find(std::string(name));
@@ -272,7 +272,7 @@ Result<WriterImpl::Series*> WriterImpl::GetSeriesLocked(std::string_view name,
       schema.variable_shape = true;  // adopt the store's variable-shape series
       schema.shape.clear();
     }
-    RETURN_IF_ERROR(DefineSeriesLocked(name, schema, options_.codec));
+    RUNSTORE_RETURN_IF_ERROR(DefineSeriesLocked(name, schema, options_.codec));
     it = series_.find(std::string(name));
   }
   last_series_ = it->second.get();
@@ -305,7 +305,7 @@ uint64_t WriterImpl::QueueCommitLocked(bool sync) {
 }
 
 Status WriterImpl::CommitLocked(bool sync) {
-  RETURN_IF_ERROR(CheckUsableLocked());
+  RUNSTORE_RETURN_IF_ERROR(CheckUsableLocked());
   const uint64_t ticket = QueueCommitLocked(sync);
   if (!sync) {
     WaitForTaskLocked([&]() RUNSTORE_REQUIRES(mu_) { return commit_done_ >= ticket; });
@@ -321,7 +321,7 @@ Status WriterImpl::Commit() {
 
 Result<uint64_t> WriterImpl::CommitAsync() {
   MutexLock lock(&mu_);
-  RETURN_IF_ERROR(CheckUsableLocked());
+  RUNSTORE_RETURN_IF_ERROR(CheckUsableLocked());
   return QueueCommitLocked(/*sync=*/true);
 }
 
@@ -453,13 +453,13 @@ Status WriterImpl::AppendLarge(Series* s, const RunRef& run, int64_t step, const
   work_cv_.Signal();
   // The value is written straight from the caller's memory: wait until it is.
   WaitForTaskLocked([&]() RUNSTORE_REQUIRES(mu_) { return borrowed_done_ >= ticket; });
-  RETURN_IF_ERROR(bg_error_);
+  RUNSTORE_RETURN_IF_ERROR(bg_error_);
   AfterAppendLocked(value.nbytes);
   return Status::OK();
 }
 
 Status WriterImpl::Append(RunRef run, std::string_view name, int64_t step, const ValueRef& value) {
-  if (run.is_string) RETURN_IF_ERROR(ValidateRunId(run));
+  if (run.is_string) RUNSTORE_RETURN_IF_ERROR(ValidateRunId(run));
   MutexLock lock(&mu_);
   // The hot path: another small fixed-shape value of the series appended
   // last, into its open block, on a healthy writer.
@@ -474,9 +474,9 @@ Status WriterImpl::Append(RunRef run, std::string_view name, int64_t step, const
     AddToOpenBlockLocked(s, run, step, value);
     return Status::OK();
   }
-  RETURN_IF_ERROR(CheckUsableLocked());
-  ASSIGN_OR_RETURN(Series * s, GetSeriesLocked(name, &value));
-  RETURN_IF_ERROR(CheckAgainstSeries(*s, name, value));
+  RUNSTORE_RETURN_IF_ERROR(CheckUsableLocked());
+  RUNSTORE_ASSIGN_OR_RETURN(Series * s, GetSeriesLocked(name, &value));
+  RUNSTORE_RETURN_IF_ERROR(CheckAgainstSeries(*s, name, value));
   return AppendLocked(s, run, step, value);
 }
 
@@ -487,14 +487,14 @@ Status WriterImpl::CheckAgainstSeries(const Series& s, std::string_view name,
       std::equal(value.shape.begin(), value.shape.end(), s.schema.shape.begin())) {
     return Status::OK();  // a fixed-shape numeric value of the series' exact type
   }
-  RETURN_IF_ERROR(CheckValue(name, value));
+  RUNSTORE_RETURN_IF_ERROR(CheckValue(name, value));
   return CheckValueAgainst(name, s.schema, value);
 }
 
 Status WriterImpl::AppendRecord(RunRef run, int64_t step, std::span<const NamedValue> values) {
-  if (run.is_string) RETURN_IF_ERROR(ValidateRunId(run));
+  if (run.is_string) RUNSTORE_RETURN_IF_ERROR(ValidateRunId(run));
   MutexLock lock(&mu_);
-  RETURN_IF_ERROR(CheckUsableLocked());
+  RUNSTORE_RETURN_IF_ERROR(CheckUsableLocked());
   const AutoCommitHold hold(this);
   // Every value is checked before any is appended, so a bad one appends nothing.
   Series* one[16];
@@ -505,12 +505,12 @@ Status WriterImpl::AppendRecord(RunRef run, int64_t step, std::span<const NamedV
     series = many.data();
   }
   for (size_t i = 0; i < values.size(); ++i) {
-    ASSIGN_OR_RETURN(series[i], GetSeriesLocked(values[i].name, &values[i].value));
-    RETURN_IF_ERROR(CheckAgainstSeries(*series[i], values[i].name, values[i].value));
+    RUNSTORE_ASSIGN_OR_RETURN(series[i], GetSeriesLocked(values[i].name, &values[i].value));
+    RUNSTORE_RETURN_IF_ERROR(CheckAgainstSeries(*series[i], values[i].name, values[i].value));
   }
   for (size_t i = 0; i < values.size(); ++i) {
-    RETURN_IF_ERROR(CheckUsableLocked());
-    RETURN_IF_ERROR(AppendLocked(series[i], run, step, values[i].value));
+    RUNSTORE_RETURN_IF_ERROR(CheckUsableLocked());
+    RUNSTORE_RETURN_IF_ERROR(AppendLocked(series[i], run, step, values[i].value));
   }
   return Status::OK();
 }
@@ -532,31 +532,31 @@ Status WriterImpl::AppendBatch(std::span<const RunRef> runs, std::string_view na
                                    "': values need a first dimension of " + std::to_string(n) +
                                    ", got shape " + ShapeString(values.shape));
   }
-  RETURN_IF_ERROR(CheckValue(name, values));
+  RUNSTORE_RETURN_IF_ERROR(CheckValue(name, values));
   for (const RunRef& r : runs) {
-    if (r.is_string) RETURN_IF_ERROR(ValidateRunId(r));
+    if (r.is_string) RUNSTORE_RETURN_IF_ERROR(ValidateRunId(r));
   }
   if (n == 0) return Status::OK();
   const size_t per = values.nbytes / n;
   ValueRef one{values.dtype, values.shape.subspan(1), values.data, per};
   MutexLock lock(&mu_);
-  RETURN_IF_ERROR(CheckUsableLocked());
+  RUNSTORE_RETURN_IF_ERROR(CheckUsableLocked());
   const AutoCommitHold hold(this);
-  ASSIGN_OR_RETURN(Series * s, GetSeriesLocked(name, &one));
-  RETURN_IF_ERROR(CheckValueAgainst(name, s->schema, one));
+  RUNSTORE_ASSIGN_OR_RETURN(Series * s, GetSeriesLocked(name, &one));
+  RUNSTORE_RETURN_IF_ERROR(CheckValueAgainst(name, s->schema, one));
   const char* base = static_cast<const char*>(values.data);
   if (s->record_bytes == 0 || per >= options_.large_value_bytes) {
     for (size_t i = 0; i < n; ++i) {
       one.data = base + i * per;
-      RETURN_IF_ERROR(CheckUsableLocked());
-      RETURN_IF_ERROR(AppendLocked(s, runs[i], steps[i], one));
+      RUNSTORE_RETURN_IF_ERROR(CheckUsableLocked());
+      RUNSTORE_RETURN_IF_ERROR(AppendLocked(s, runs[i], steps[i], one));
     }
     return Status::OK();
   }
   // Fixed-shape values: copy as many whole records as fit in the open block
   // at once.
   for (size_t i = 0; i < n;) {
-    RETURN_IF_ERROR(CheckUsableLocked());
+    RUNSTORE_RETURN_IF_ERROR(CheckUsableLocked());
     if (!s->builder) {
       s->builder = queue_.TakeBuilder(format::BlockSchema{
           s->name, s->schema.dtype, s->schema.variable_shape, s->schema.shape, s->codec});
@@ -578,14 +578,14 @@ Status WriterImpl::AppendBatch(std::span<const RunRef> runs, std::string_view na
 }
 
 Status WriterImpl::Resume(RunRef run, int64_t step) {
-  if (run.is_string) RETURN_IF_ERROR(ValidateRunId(run));
+  if (run.is_string) RUNSTORE_RETURN_IF_ERROR(ValidateRunId(run));
   MutexLock lock(&mu_);
   // The marker hides records of commits strictly before its own, so
   // everything appended so far is committed first.
-  RETURN_IF_ERROR(CommitLocked());
+  RUNSTORE_RETURN_IF_ERROR(CommitLocked());
   const ValueRef marker = ValueRef::Scalar(step);
-  ASSIGN_OR_RETURN(Series * s, GetSeriesLocked(kResumeSeries, &marker, /*internal=*/true));
-  RETURN_IF_ERROR(AppendLocked(s, run, step, marker));
+  RUNSTORE_ASSIGN_OR_RETURN(Series * s, GetSeriesLocked(kResumeSeries, &marker, /*internal=*/true));
+  RUNSTORE_RETURN_IF_ERROR(AppendLocked(s, run, step, marker));
   return CommitLocked();
 }
 
@@ -651,8 +651,8 @@ Status WriterImpl::SealSegment() {
     if (!bg_error_.ok()) return bg_error_;
   }
   uint64_t unused;
-  RETURN_IF_ERROR(WriteCommit(/*sync=*/true, &unused));
-  RETURN_IF_ERROR(open_.Seal());
+  RUNSTORE_RETURN_IF_ERROR(WriteCommit(/*sync=*/true, &unused));
+  RUNSTORE_RETURN_IF_ERROR(open_.Seal());
   MutexLock lock(&mu_);
   ++stats_.segments_sealed;
   return Status::OK();

@@ -135,15 +135,15 @@ Status WriteCraftedStore(Env* env, const std::string& dir,
     if (!s.ok() && s.code() != StatusCode::kAlreadyExists) return s;
   }
   auto write = [&](const std::string& path, const std::string& bytes) -> Status {
-    ASSIGN_OR_RETURN(auto f, env->NewWritableFile(path, /*exclusive=*/false));
-    RETURN_IF_ERROR(f->Append(bytes));
-    RETURN_IF_ERROR(f->Sync());
+    RUNSTORE_ASSIGN_OR_RETURN(auto f, env->NewWritableFile(path, /*exclusive=*/false));
+    RUNSTORE_RETURN_IF_ERROR(f->Append(bytes));
+    RUNSTORE_RETURN_IF_ERROR(f->Sync());
     return f->Close();
   };
-  RETURN_IF_ERROR(
+  RUNSTORE_RETURN_IF_ERROR(
       write(dir + "/RUNSTORE", format::EncodeStoreMarker(format::kSegmentFormatVersion)));
   for (const auto& [name, bytes] : segments) {
-    RETURN_IF_ERROR(write(dir + "/segments/" + name, bytes));
+    RUNSTORE_RETURN_IF_ERROR(write(dir + "/segments/" + name, bytes));
   }
   return Status::OK();
 }
