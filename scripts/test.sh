@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Runs every test of runstore: the C++ suites (GoogleTest through CTest, including
-# the crash, corruption and kill -9 tests and the CLI tests), the corruption and
+# the crash, corruption and kill -9 tests and the CLI tests), the layering check and
+# a Clang build with its thread-safety analysis as errors, the corruption and
 # power-loss tests again under AddressSanitizer + UndefinedBehaviorSanitizer, every
 # fuzz target over its seed corpus and regressions, the unit and concurrency tests
-# under ThreadSanitizer, the
-# Python suite (pytest), a small run of every benchmark harness, and the formatting
-# check. Installs what is missing first.
+# under ThreadSanitizer, the Python suite (pytest), a small run of every benchmark
+# harness, and the formatting checks. Installs what is missing first.
 #
 #   bash scripts/test.sh            # everything
 #   SKIP_ASAN=1 SKIP_FUZZ=1 SKIP_TSAN=1 bash scripts/test.sh
@@ -28,6 +28,18 @@ cmake --preset release -DRUNSTORE_BUILD_BENCHMARKS=ON > build-release-configure.
 rm -f build-release-configure.log
 cmake --build build/release -j "$jobs"
 ctest --test-dir build/release --output-on-failure -j "$jobs" --timeout 900
+
+step "Layers: includes point down, the library holds no test code, Clang's thread-safety analysis"
+python3 scripts/check_layers.py --self-test
+python3 scripts/check_layers.py
+# The fault-injecting env is test code (src/testing): never in the library.
+if nm -C build/release/librunstore.a | grep -qi 'FaultInjection'; then
+  echo "librunstore.a holds fault-injection symbols: src/testing must stay out of it"; exit 1
+fi
+echo "nm librunstore.a: no fault-injection symbols"
+cmake --preset clang-tsa > /dev/null
+cmake --build build/clang-tsa -j "$jobs" --target runstore runstore_present
+echo "clang -Wthread-safety -Werror: clean"
 
 if [ "${SKIP_ASAN:-0}" != 1 ]; then
   step "C++ tests under ASan+UBSan (unit, power loss, corruption sweep)"

@@ -37,7 +37,7 @@
 #include <thread>
 #include <vector>
 
-#include "env/fault_injection_env.h"
+#include "testing/fault_injection_env.h"
 #include "runstore/env.h"
 #include "runstore/store.h"
 #include "testing/test_util.h"

@@ -34,7 +34,7 @@
 #include <tuple>
 #include <vector>
 
-#include "env/fault_injection_env.h"
+#include "testing/fault_injection_env.h"
 #include "format/format.h"
 #include "runstore/env.h"
 #include "runstore/store.h"

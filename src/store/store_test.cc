@@ -16,7 +16,7 @@
 #include <set>
 #include <thread>
 
-#include "env/fault_injection_env.h"
+#include "testing/fault_injection_env.h"
 #include "format/format.h"
 #include "testing/test_util.h"
 #include "util/coding.h"

@@ -1,4 +1,4 @@
-#include "env/fault_injection_env.h"
+#include "testing/fault_injection_env.h"
 
 #include <algorithm>
 #include <cerrno>

@@ -1,6 +1,6 @@
 // Tests of FaultInjectionEnv over the POSIX env (in a temporary directory)
 // and over the in-memory env: the power-loss model, injected errors, crashes.
-#include "env/fault_injection_env.h"
+#include "testing/fault_injection_env.h"
 
 #include <cerrno>
 #include <cstring>
