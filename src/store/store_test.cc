@@ -16,8 +16,8 @@
 #include <set>
 #include <thread>
 
-#include "testing/fault_injection_env.h"
 #include "format/format.h"
+#include "testing/fault_injection_env.h"
 #include "testing/test_util.h"
 #include "util/coding.h"
 #include "util/hash.h"

@@ -1,0 +1,59 @@
+// Helpers the files of the snapshot share (snapshot.cc, key_resolution.cc,
+// point_lookup.cc, lazy_value.cc, scan.cc, verify.cc): comparing run ids and
+// keys, memory for gathered columns, and a record's value.
+#ifndef RUNSTORE_STORE_SNAPSHOT_HELPERS_H_
+#define RUNSTORE_STORE_SNAPSHOT_HELPERS_H_
+
+#include <algorithm>
+#include <cstdlib>
+#include <memory>
+#include <new>
+#include <vector>
+
+#include "format/format.h"
+#include "store/snapshot.h"
+#include "util/coding.h"
+
+namespace runstore {
+
+inline int CompareRunRef(const RunRef& a, const RunId& b) {
+  if (a.is_string != b.is_string()) return a.is_string ? 1 : -1;
+  if (!a.is_string) return a.i < b.int_value() ? -1 : (a.i > b.int_value() ? 1 : 0);
+  int c = a.s.compare(b.string_value());
+  return c < 0 ? -1 : (c > 0 ? 1 : 0);
+}
+inline int CompareRunRefs(const RunRef& a, const RunRef& b) {
+  if (a.is_string != b.is_string) return a.is_string ? 1 : -1;
+  if (!a.is_string) return a.i < b.i ? -1 : (a.i > b.i ? 1 : 0);
+  int c = a.s.compare(b.s);
+  return c < 0 ? -1 : (c > 0 ? 1 : 0);
+}
+// Compares (run, step) with a stored key.
+inline int CompareKey(const RunRef& run, int64_t step, const format::Key& k) {
+  if (int c = CompareRunRef(run, k.run); c != 0) return c;
+  return step < k.step ? -1 : (step > k.step ? 1 : 0);
+}
+
+// Memory aligned for any dtype and for SIMD, shared by whoever needs it.
+inline std::shared_ptr<char> AlignedBuffer(size_t n) {
+  void* p = std::aligned_alloc(64, std::max<size_t>(64, AlignUp(n, 64)));
+  if (p == nullptr) throw std::bad_alloc();
+  return std::shared_ptr<char>(static_cast<char*>(p), [](char* q) { std::free(q); });
+}
+
+// Bytes of a payload as a Value: a view of the mapping, or kept alive by the
+// payload's decompressed buffer.
+inline Value PayloadValue(const Payload& p, DType dtype, std::vector<int64_t> shape,
+                          const char* data, size_t n) {
+  if (p.mapping) return Value(dtype, std::move(shape), data, n, p.mapping);
+  return Value(dtype, std::move(shape), data, n, p.owner, false);
+}
+
+inline Value MakeRecordValue(const format::BlockHeader& h, const Payload& p, uint32_t row) {
+  std::string_view bytes = p.view.value_bytes(row);
+  return PayloadValue(p, h.dtype, p.view.value_shape(row), bytes.data(), bytes.size());
+}
+
+}  // namespace runstore
+
+#endif  // RUNSTORE_STORE_SNAPSHOT_HELPERS_H_
