@@ -503,39 +503,37 @@ Status BlockView::CheckValueText() const {
   return Status::OK();
 }
 
-Status BlockView::Parse(const BlockHeader& h, std::string_view payload) {
-  const char* p = payload.data();
-  const uint64_t size = payload.size();
-  const uint64_t n = h.count;
-  count_ = h.count;
-  run_encoding_ = h.run_encoding;
-  dtype_ = h.dtype;
-  variable_shape_ = h.variable_shape;
-  dims_ = h.dims;
-  value_offsets_ = nullptr;
-  auto bad = [&](const char* what) {
-    return Status::Corruption(std::string("block payload: ") + what);
-  };
-  if (size != h.raw_len) return bad("size differs from the header's raw size");
-  uint64_t pos = 0, len = 0;
-  auto take = [&](uint64_t count, uint64_t elem, const char** out) {
-    if (!MulWithin(count, elem, size, &len) || !RangeWithin(pos, len, size)) return false;
-    *out = p + pos;
-    pos += len;
+// A cursor over a raw payload that hands out pieces of it, each checked to
+// lie inside: the one way Parse's steps read it.
+class PayloadCursor {
+ public:
+  explicit PayloadCursor(std::string_view payload) : p_(payload.data()), size_(payload.size()) {}
+  // `count` elements of `elem` bytes at the position, then past them.
+  bool Take(uint64_t count, uint64_t elem, const char** out) {
+    uint64_t len;
+    if (!MulWithin(count, elem, size_, &len) || !RangeWithin(pos_, len, size_)) return false;
+    *out = p_ + pos_;
+    pos_ += len;
     return true;
-  };
-  auto align = [&](uint64_t a) {
-    pos = AlignUp(pos, a);
-    return pos <= size;
-  };
-  const char* ignored;
-  // A column stored as sequences: a count, then sequences whose ends ascend
-  // strictly to n.
-  auto take_sequences = [&](const char** seq, uint64_t* count) {
+  }
+  template <typename T>
+  bool TakeBytes(uint64_t count, const T** out) {
     const char* at;
-    if (!take(1, 8, &at)) return false;
+    if (!Take(count, 1, &at)) return false;
+    *out = reinterpret_cast<const T*>(at);
+    return true;
+  }
+  bool Align(uint64_t a) {
+    pos_ = AlignUp(pos_, a);
+    return pos_ <= size_;
+  }
+  // A column of `n` values stored as sequences (docs/format.md "Block
+  // payload"): a count, then sequences whose ends ascend strictly to n.
+  bool TakeSequences(uint64_t n, const char** seq, uint64_t* count) {
+    const char* at;
+    if (!Take(1, 8, &at)) return false;
     *count = DecodeFixed<uint64_t>(at);
-    if (*count == 0 || *count > n || !take(*count, kSequenceBytes, seq)) return false;
+    if (*count == 0 || *count > n || !Take(*count, kSequenceBytes, seq)) return false;
     uint64_t prev = 0;
     for (uint64_t k = 0; k < *count; ++k) {
       const uint64_t end = DecodeFixed<uint64_t>(*seq + kSequenceBytes * k);
@@ -543,104 +541,163 @@ Status BlockView::Parse(const BlockHeader& h, std::string_view payload) {
       prev = end;
     }
     return prev == n;
-  };
+  }
+  const char* base() const { return p_; }
+  uint64_t pos() const { return pos_; }
+  uint64_t size() const { return size_; }
+
+ private:
+  const char* const p_;
+  const uint64_t size_;
+  uint64_t pos_ = 0;
+};
+
+namespace {
+Status BadPayload(const char* what) {
+  return Status::Corruption(std::string("block payload: ") + what);
+}
+}  // namespace
+
+// docs/format.md "Block payload", in its order: the run column, the step
+// column, the value column, then (docs/format.md "Value chunks") the chunk
+// table; nothing may follow.
+Status BlockView::Parse(const BlockHeader& h, std::string_view payload) {
+  count_ = h.count;
+  run_encoding_ = h.run_encoding;
+  dtype_ = h.dtype;
+  variable_shape_ = h.variable_shape;
+  dims_ = h.dims;
+  value_offsets_ = nullptr;
   run_sequences_ = step_sequences_ = nullptr;
   run_sequence_count_ = step_sequence_count_ = 0;
+  chunks_ = ValueChunks();
+  if (payload.size() != h.raw_len) return BadPayload("size differs from the header's raw size");
+  PayloadCursor cur(payload);
+  RUNSTORE_RETURN_IF_ERROR(ParseRunColumn(h, &cur));
+  RUNSTORE_RETURN_IF_ERROR(ParseStepColumn(h, &cur));
+  RUNSTORE_RETURN_IF_ERROR(IsVarLength(h.dtype) || h.variable_shape ? ParseOffsetValues(h, &cur)
+                                                                    : ParseFixedValues(h, &cur));
+  if (h.flags & kBlockValueChunks) RUNSTORE_RETURN_IF_ERROR(ParseChunkTable(h, &cur));
+  if (cur.pos() != cur.size()) return BadPayload("trailing bytes after the value column");
+  return Status::OK();
+}
+
+// 1. The run column: integers (plain or as sequences), strings (offsets and
+// bytes), or both (a kind per record, integers, then the strings).
+Status BlockView::ParseRunColumn(const BlockHeader& h, PayloadCursor* cur) {
+  const uint64_t n = h.count;
   switch (h.run_encoding) {
     case RunEncoding::kInt:
-      if ((h.flags & kBlockRunSequences) ? !take_sequences(&run_sequences_, &run_sequence_count_)
-                                         : !take(n, 8, &runs_int_)) {
-        return bad("run column out of bounds");
+      if ((h.flags & kBlockRunSequences)
+              ? !cur->TakeSequences(n, &run_sequences_, &run_sequence_count_)
+              : !cur->Take(n, 8, &runs_int_)) {
+        return BadPayload("run column out of bounds");
       }
-      break;
+      return Status::OK();
     case RunEncoding::kMixed:
-      if (!take(n, 1, reinterpret_cast<const char**>(&run_is_string_)) || !align(8) ||
-          !take(n, 8, &runs_int_)) {
-        return bad("run column out of bounds");
+      if (!cur->TakeBytes(n, &run_is_string_) || !cur->Align(8) || !cur->Take(n, 8, &runs_int_)) {
+        return BadPayload("run column out of bounds");
+      }
+      for (uint64_t i = 0; i < n; ++i) {
+        if (run_is_string_[i] > 1) return BadPayload("invalid run kind");
       }
       [[fallthrough]];
     case RunEncoding::kString: {
-      if (!take(n + 1, 4, &run_str_offsets_)) return bad("run offsets out of bounds");
+      if (!cur->Take(n + 1, 4, &run_str_offsets_)) return BadPayload("run offsets out of bounds");
       uint32_t prev = 0;
       for (uint64_t i = 0; i <= n; ++i) {
-        uint32_t o = DecodeFixed<uint32_t>(run_str_offsets_ + 4 * i);
+        const uint32_t o = DecodeFixed<uint32_t>(run_str_offsets_ + 4 * i);
         if ((i == 0 && o != 0) || o < prev || o - prev > kMaxRunIdLength) {
-          return bad("run string offsets are not ascending");
+          return BadPayload("run string offsets are not ascending");
         }
         prev = o;
       }
-      if (!take(prev, 1, &run_str_bytes_)) return bad("run strings out of bounds");
-      if (h.run_encoding == RunEncoding::kMixed) {
-        for (uint64_t i = 0; i < n; ++i) {
-          if (run_is_string_[i] > 1) return bad("invalid run kind");
-        }
-      }
-      break;
+      if (!cur->Take(prev, 1, &run_str_bytes_)) return BadPayload("run strings out of bounds");
+      return Status::OK();
     }
   }
-  if (!align(kFrameAlign) ||
-      ((h.flags & kBlockStepSequences) ? !take_sequences(&step_sequences_, &step_sequence_count_)
-                                       : !take(n, 8, &steps_)) ||
-      !align(kFrameAlign)) {
-    return bad("step column out of bounds");
+  return BadPayload("invalid run encoding");
+}
+
+// 2. The step column, at a multiple of 64, plain or as sequences.
+Status BlockView::ParseStepColumn(const BlockHeader& h, PayloadCursor* cur) {
+  if (!cur->Align(kFrameAlign) ||
+      ((h.flags & kBlockStepSequences)
+           ? !cur->TakeSequences(h.count, &step_sequences_, &step_sequence_count_)
+           : !cur->Take(h.count, 8, &steps_)) ||
+      !cur->Align(kFrameAlign)) {
+    return BadPayload("step column out of bounds");
   }
-  if (IsVarLength(h.dtype) || h.variable_shape) {
-    dim_starts_.clear();
-    if (!IsVarLength(h.dtype)) {
-      if (!take(n, 1, reinterpret_cast<const char**>(&ranks_)) || !align(8)) {
-        return bad("rank column out of bounds");
-      }
-      uint64_t total = 0;
-      dim_starts_.resize(n);
-      for (uint64_t i = 0; i < n; ++i) {
-        if (ranks_[i] > kMaxRank) return bad("rank exceeds 32");
-        dim_starts_[i] = total;
-        total += ranks_[i];
-      }
-      if (!take(total, 8, &shape_dims_)) return bad("shape column out of bounds");
+  return Status::OK();
+}
+
+// 3a. The value column of a fixed-shape numeric series: count records of one
+// size, back to back.
+Status BlockView::ParseFixedValues(const BlockHeader& h, PayloadCursor* cur) {
+  uint64_t rb = 0;
+  if (!ShapeBytes(h.dims, DTypeSize(h.dtype), &rb)) return BadPayload("record shape out of bounds");
+  record_bytes_ = rb;
+  if (!cur->Take(h.count, rb, &values_)) return BadPayload("value column out of bounds");
+  return Status::OK();
+}
+
+// 3b. The value column of strings and bytes (offsets, then the bytes) and of
+// variable shapes (ranks, dims, offsets at multiples of 8, then the data at
+// a multiple of 64): every offset ascending and inside, every record's shape
+// matching its bytes.
+Status BlockView::ParseOffsetValues(const BlockHeader& h, PayloadCursor* cur) {
+  const uint64_t n = h.count;
+  const bool shapes = !IsVarLength(h.dtype);
+  dim_starts_.clear();
+  if (shapes) {
+    if (!cur->TakeBytes(n, &ranks_) || !cur->Align(8)) {
+      return BadPayload("rank column out of bounds");
     }
-    if (!take(n + 1, 8, &value_offsets_)) return bad("value offsets out of bounds");
-    if (!IsVarLength(h.dtype) && !align(kFrameAlign)) return bad("value column out of bounds");
-    uint64_t end = DecodeFixed<uint64_t>(value_offsets_ + 8 * n);
-    if (!take(end, 1, &values_)) return bad("value column out of bounds");
-    uint64_t prev = 0;
+    uint64_t total = 0;
+    dim_starts_.resize(n);
     for (uint64_t i = 0; i < n; ++i) {
-      uint64_t a = DecodeFixed<uint64_t>(value_offsets_ + 8 * i);
-      uint64_t b = DecodeFixed<uint64_t>(value_offsets_ + 8 * (i + 1));
-      if ((i == 0 && a != 0) || a < prev || b < a || b > end)
-        return bad("value offsets are not ascending");
-      if (!IsVarLength(h.dtype) && a % 8 != 0) return bad("value offset is not a multiple of 8");
-      prev = a;
-      if (!IsVarLength(h.dtype)) {
-        int64_t dims[kMaxRank];
-        for (uint8_t r = 0; r < ranks_[i]; ++r) {
-          dims[r] = DecodeFixed<int64_t>(shape_dims_ + 8 * (dim_starts_[i] + r));
-        }
-        uint64_t bytes = 0;
-        if (!ShapeBytes(std::span<const int64_t>(dims, ranks_[i]), DTypeSize(h.dtype), &bytes)) {
-          return bad("record shape out of bounds");
-        }
-        if (bytes > b - a) return bad("record shape does not match its bytes");
-      }
+      if (ranks_[i] > kMaxRank) return BadPayload("rank exceeds 32");
+      dim_starts_[i] = total;
+      total += ranks_[i];
     }
-  } else {
-    uint64_t rb = 0;
-    if (!ShapeBytes(h.dims, DTypeSize(h.dtype), &rb)) return bad("record shape out of bounds");
-    record_bytes_ = rb;
-    if (!take(n, rb, &values_)) return bad("value column out of bounds");
+    if (!cur->Take(total, 8, &shape_dims_)) return BadPayload("shape column out of bounds");
   }
-  (void)ignored;
-  chunks_ = ValueChunks();
-  if (h.flags & kBlockValueChunks) {
-    chunks_.data_offset = static_cast<uint64_t>(values_ - p);
-    chunks_.data_len = pos - chunks_.data_offset;
-    chunks_.shift = h.chunk_shift;
-    chunks_.count = (chunks_.data_len + (uint64_t{1} << h.chunk_shift) - 1) >> h.chunk_shift;
-    if (!align(kFrameAlign) || !take(chunks_.count, 8, &chunks_.table)) {
-      return bad("value chunk checksums out of bounds");
+  if (!cur->Take(n + 1, 8, &value_offsets_)) return BadPayload("value offsets out of bounds");
+  if (shapes && !cur->Align(kFrameAlign)) return BadPayload("value column out of bounds");
+  const uint64_t end = DecodeFixed<uint64_t>(value_offsets_ + 8 * n);
+  if (!cur->Take(end, 1, &values_)) return BadPayload("value column out of bounds");
+  uint64_t prev = 0;
+  for (uint64_t i = 0; i < n; ++i) {
+    const uint64_t a = DecodeFixed<uint64_t>(value_offsets_ + 8 * i);
+    const uint64_t b = DecodeFixed<uint64_t>(value_offsets_ + 8 * (i + 1));
+    if ((i == 0 && a != 0) || a < prev || b < a || b > end) {
+      return BadPayload("value offsets are not ascending");
     }
+    prev = a;
+    if (!shapes) continue;
+    if (a % 8 != 0) return BadPayload("value offset is not a multiple of 8");
+    int64_t dims[kMaxRank];
+    for (uint8_t r = 0; r < ranks_[i]; ++r) {
+      dims[r] = DecodeFixed<int64_t>(shape_dims_ + 8 * (dim_starts_[i] + r));
+    }
+    uint64_t bytes = 0;
+    if (!ShapeBytes(std::span<const int64_t>(dims, ranks_[i]), DTypeSize(h.dtype), &bytes)) {
+      return BadPayload("record shape out of bounds");
+    }
+    if (bytes > b - a) return BadPayload("record shape does not match its bytes");
   }
-  if (pos != size) return bad("trailing bytes after the value column");
+  return Status::OK();
+}
+
+// 4. The chunk table of a value checksummed in chunks, at a multiple of 64.
+Status BlockView::ParseChunkTable(const BlockHeader& h, PayloadCursor* cur) {
+  chunks_.data_offset = static_cast<uint64_t>(values_ - cur->base());
+  chunks_.data_len = cur->pos() - chunks_.data_offset;
+  chunks_.shift = h.chunk_shift;
+  chunks_.count = (chunks_.data_len + (uint64_t{1} << h.chunk_shift) - 1) >> h.chunk_shift;
+  if (!cur->Align(kFrameAlign) || !cur->Take(chunks_.count, 8, &chunks_.table)) {
+    return BadPayload("value chunk checksums out of bounds");
+  }
   return Status::OK();
 }
 

@@ -159,6 +159,8 @@ struct ValueChunks {
   uint64_t expected(uint64_t i) const;
 };
 
+class PayloadCursor;  // block.cc
+
 // Read access to a raw (decompressed) payload. Checks every offset and length
 // against the payload size on Parse, so accessors need no further checks.
 class BlockView {
@@ -210,6 +212,12 @@ class BlockView {
   const ValueChunks* value_chunks() const { return chunks_.table ? &chunks_ : nullptr; }
 
  private:
+  // The steps of Parse, in the order of docs/format.md "Block payload".
+  Status ParseRunColumn(const BlockHeader& h, PayloadCursor* cur);
+  Status ParseStepColumn(const BlockHeader& h, PayloadCursor* cur);
+  Status ParseFixedValues(const BlockHeader& h, PayloadCursor* cur);
+  Status ParseOffsetValues(const BlockHeader& h, PayloadCursor* cur);
+  Status ParseChunkTable(const BlockHeader& h, PayloadCursor* cur);
   Status CheckValueText() const;
   static int64_t LoadI64(const char* p, uint32_t i);
   // Value i of a column stored as `count` sequences at `seq`.
