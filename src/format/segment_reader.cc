@@ -101,15 +101,22 @@ Status FindLaterRecords(const RandomAccessFile& file, uint64_t from, uint64_t fi
   return Status::OK();
 }
 
-// Walks frames from index->committed_end, accepting each commit whose frames
-// are complete and consistent. See docs/format.md "Recovery".
-Status Recover(const RandomAccessFile& file, const std::string& name, uint64_t file_size,
-               SegmentIndex* index) {
-  const size_t first_new_commit = index->commits.size();
+// Where the walk of recovery stopped.
+struct WalkEnd {
+  uint64_t pos = 0;         // the first frame not accepted
+  bool saw_footer = false;  // it is a footer (rule 5)
+};
+
+// Rules 1-5 of docs/format.md "Recovery": walks the frames from
+// index->committed_end, collecting blocks as pending and accepting each
+// commit record whose sequence, time, extent, frame count and digest are
+// those it must have. Stops at the first frame that is not complete and
+// checksummed, at a commit that does not fit, or at a footer.
+Status WalkFrames(const RandomAccessFile& file, const std::string& name, uint64_t file_size,
+                  SegmentIndex* index, WalkEnd* end) {
   uint64_t pos = index->committed_end;
   std::vector<BlockInfo> pending;
   std::vector<uint64_t> digests;
-  bool saw_footer = false;
   while (true) {
     FrameAt frame;
     RUNSTORE_RETURN_IF_ERROR(ReadFrame(file, pos, file_size, &frame));
@@ -151,17 +158,22 @@ Status Recover(const RandomAccessFile& file, const std::string& name, uint64_t f
       index->commits.push_back(CommitInfo{c.sequence, c.time_ns, next, c.unsynced_before});
       index->committed_end = next;
     } else {
-      saw_footer = true;
+      end->saw_footer = true;
       break;
     }
     pos = next;
   }
+  end->pos = pos;
+  return Status::OK();
+}
 
-  // The commits whose payloads may be torn though their records are intact:
-  // the newest one whose record proves the bytes before its frames synced
-  // (every commit of a writer that only commits durably is such a one) and
-  // those after it (flushes, Writer::Flush). Check them in order; the first
-  // that fails is dropped with everything after it.
+// Rule 6: the commits whose payloads may be torn though their records are
+// intact (the newest one, from `first_new_commit` on, whose record proves
+// the bytes before its frames synced, and the flushes after it) have their
+// payloads checked in order; the first that fails is dropped with every
+// commit after it, and the walk's end moves back to the last one kept.
+Status CheckCommitsInFlight(const RandomAccessFile& file, const std::string& name,
+                            size_t first_new_commit, SegmentIndex* index, WalkEnd* end) {
   size_t check_from = first_new_commit;
   for (size_t c = index->commits.size(); c-- > first_new_commit;) {
     if (!index->commits[c].unsynced_before) {
@@ -169,54 +181,68 @@ Status Recover(const RandomAccessFile& file, const std::string& name, uint64_t f
       break;
     }
   }
-  if (index->commits.size() > check_from) {
-    size_t first_block = index->blocks.size();
-    while (first_block > 0 && index->blocks[first_block - 1].commit_index >= check_from) {
-      --first_block;
-    }
-    std::string buf;
-    size_t torn_block = index->blocks.size();
-    for (size_t i = first_block; i < index->blocks.size(); ++i) {
-      const BlockInfo& b = index->blocks[i];
-      std::string_view got;
-      bool complete;
-      RUNSTORE_RETURN_IF_ERROR(
-          ReadAt(file, b.payload_offset, b.header.payload_len, &buf, &got, &complete));
-      if (!complete || !CheckPayload(got, b, name).ok()) {
-        torn_block = i;
-        break;
-      }
-    }
-    if (torn_block < index->blocks.size()) {
-      if (saw_footer) {
-        return Status::Corruption(
-            AtOffset(name, index->blocks[torn_block].payload_offset) + "payload of commit " +
-            std::to_string(index->commits[index->blocks[torn_block].commit_index].sequence) +
-            " is damaged, but a valid footer follows");
-      }
-      const uint32_t torn_commit = index->blocks[torn_block].commit_index;
-      while (!index->blocks.empty() && index->blocks.back().commit_index >= torn_commit) {
-        index->blocks.pop_back();
-      }
-      index->commits.resize(torn_commit);
-      index->committed_end =
-          index->commits.empty() ? kSegmentHeaderSize : index->commits.back().end_offset;
-      pos = index->committed_end;
+  if (index->commits.size() <= check_from) return Status::OK();
+  size_t first_block = index->blocks.size();
+  while (first_block > 0 && index->blocks[first_block - 1].commit_index >= check_from) {
+    --first_block;
+  }
+  std::string buf;
+  size_t torn_block = index->blocks.size();
+  for (size_t i = first_block; i < index->blocks.size(); ++i) {
+    const BlockInfo& b = index->blocks[i];
+    std::string_view got;
+    bool complete;
+    RUNSTORE_RETURN_IF_ERROR(
+        ReadAt(file, b.payload_offset, b.header.payload_len, &buf, &got, &complete));
+    if (!complete || !CheckPayload(got, b, name).ok()) {
+      torn_block = i;
+      break;
     }
   }
+  if (torn_block == index->blocks.size()) return Status::OK();
+  if (end->saw_footer) {
+    return Status::Corruption(
+        AtOffset(name, index->blocks[torn_block].payload_offset) + "payload of commit " +
+        std::to_string(index->commits[index->blocks[torn_block].commit_index].sequence) +
+        " is damaged, but a valid footer follows");
+  }
+  const uint32_t torn_commit = index->blocks[torn_block].commit_index;
+  while (!index->blocks.empty() && index->blocks.back().commit_index >= torn_commit) {
+    index->blocks.pop_back();
+  }
+  index->commits.resize(torn_commit);
+  index->committed_end =
+      index->commits.empty() ? kSegmentHeaderSize : index->commits.back().end_offset;
+  end->pos = index->committed_end;
+  return Status::OK();
+}
 
-  // A damaged frame is a torn tail only if nothing after it proves it synced:
-  // a commit record that says everything before its frames was synced when
-  // it was written, or a footer. Otherwise committed data is damaged.
-  if (!saw_footer && pos < file_size) {
-    LaterRecords later;
-    RUNSTORE_RETURN_IF_ERROR(FindLaterRecords(file, pos, file_size, &later));
-    if (!later.proof.empty()) {
-      const uint64_t last_seq = index->commits.empty() ? 0 : index->commits.back().sequence;
-      return Status::Corruption(AtOffset(name, pos) + "damaged frame after commit " +
-                                std::to_string(last_seq) + ", but " + later.proof + " follows");
-    }
-  }
+// Rule 7: a damaged frame is a torn tail only if nothing after it proves it
+// synced (a commit record that says everything before its frames was
+// synced when it was written, or a footer); otherwise committed data is
+// damaged.
+Status CheckNothingProvesTheTailSynced(const RandomAccessFile& file, const std::string& name,
+                                       uint64_t file_size, const SegmentIndex& index,
+                                       const WalkEnd& end) {
+  if (end.saw_footer || end.pos >= file_size) return Status::OK();
+  LaterRecords later;
+  RUNSTORE_RETURN_IF_ERROR(FindLaterRecords(file, end.pos, file_size, &later));
+  if (later.proof.empty()) return Status::OK();
+  const uint64_t last_seq = index.commits.empty() ? 0 : index.commits.back().sequence;
+  return Status::Corruption(AtOffset(name, end.pos) + "damaged frame after commit " +
+                            std::to_string(last_seq) + ", but " + later.proof + " follows");
+}
+
+// Recovery of a segment that was never sealed (docs/format.md "Recovery"),
+// from index->committed_end on: the walk, the check of the commits in
+// flight, and the search for a proof that the tail was synced.
+Status Recover(const RandomAccessFile& file, const std::string& name, uint64_t file_size,
+               SegmentIndex* index) {
+  const size_t first_new_commit = index->commits.size();
+  WalkEnd end;
+  RUNSTORE_RETURN_IF_ERROR(WalkFrames(file, name, file_size, index, &end));
+  RUNSTORE_RETURN_IF_ERROR(CheckCommitsInFlight(file, name, first_new_commit, index, &end));
+  RUNSTORE_RETURN_IF_ERROR(CheckNothingProvesTheTailSynced(file, name, file_size, *index, end));
   index->sealed = false;
   return Status::OK();
 }
