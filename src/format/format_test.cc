@@ -446,5 +446,44 @@ TEST(FormatTest, FlushedCommitsAreTornTailsUntilARecordProvesThemSynced) {
   EXPECT_EQ(got.commits.size(), 4u);
 }
 
+// A block's records are checked against its header, whatever the columns'
+// encoding: sequences (checked by stretches), plain, or mixed.
+TEST(FormatTest, RecordsAreCheckedAgainstTheHeader) {
+  for (int layout = 0; layout < 3; ++layout) {
+    BlockBuilder b(BlockSchema{"x", DType::kFloat64, false, {}, Codec::kNone});
+    for (int i = 0; i < 1000; ++i) {
+      // 0: runs 0..9 of 100 steps each (both columns sequences); 1: keys
+      // that fit no sequence (plain); 2: runs as sequences, steps plain.
+      const int64_t run = layout == 1 ? (int64_t{i} * 2654435761) % 1000003 : i / 100;
+      const int64_t step = layout == 0 ? i % 100 : (i * 31) % 97 + 1000 * i;
+      b.Add(RunRef(run), step, ValueRef::Scalar(double(i)));
+    }
+    BlockHeader h;
+    std::vector<std::string_view> pieces;
+    b.Finish(&h, &pieces);
+    std::string raw;
+    for (auto piece : pieces) raw.append(piece);
+    h.payload_len = raw.size();
+    EXPECT_EQ((h.flags & kBlockRunSequences) != 0, layout != 1) << "layout " << layout;
+    EXPECT_EQ((h.flags & kBlockStepSequences) != 0, layout == 0) << "layout " << layout;
+    BlockView v;
+    ASSERT_OK(v.Parse(h, raw));
+    EXPECT_OK(v.CheckRecords(h));
+    BlockHeader lie = h;
+    lie.max_step = h.max_step - 1;
+    EXPECT_THAT(v.CheckRecords(lie), StatusIsWith(StatusCode::kCorruption, "outside"));
+    lie = h;
+    lie.min_key.step = h.min_key.step + 1;
+    EXPECT_THAT(v.CheckRecords(lie), StatusIs(StatusCode::kCorruption)) << "layout " << layout;
+    lie = h;
+    lie.max_key = Key{RunId(h.max_key.run.int_value() - 1), h.max_key.step};
+    EXPECT_THAT(v.CheckRecords(lie), StatusIs(StatusCode::kCorruption)) << "layout " << layout;
+    if (!(h.flags & kBlockKeysAscending)) {
+      lie = h;
+      lie.flags |= kBlockKeysAscending;
+      EXPECT_THAT(v.CheckRecords(lie), StatusIsWith(StatusCode::kCorruption, "ascending"));
+    }
+  }
+}
 }  // namespace
 }  // namespace runstore::format
