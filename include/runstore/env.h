@@ -1,7 +1,8 @@
 // env.h: the file-system seam. Every file-system call runstore makes goes
 // through an Env, so that tests can substitute an in-memory file system or a
 // fault-injecting wrapper that drops unsynced data, fails the Nth operation
-// with EIO or ENOSPC, or simulates a crash (see src/testing/fault_injection_env.h).
+// with EIO or ENOSPC, or simulates a crash (the tests' fault-injecting env,
+// docs/reliability.md "Crash tests").
 //
 // Thread safety: an Env may be used from any number of threads at once. A
 // WritableFile is used by one thread at a time; a RandomAccessFile and a

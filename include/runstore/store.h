@@ -13,6 +13,10 @@
 //
 // Thread safety: a Store may be used from many threads; Refresh() and
 // GetSnapshot() are serialised internally.
+//
+// The headers cite the documents of runstore's repository (docs/design.md,
+// docs/format.md, docs/reliability.md), which `cmake --install` puts beside
+// them, in share/doc/runstore/.
 #ifndef RUNSTORE_STORE_H_
 #define RUNSTORE_STORE_H_
 
