@@ -82,6 +82,13 @@ class ScriptWriter {
  public:
   ScriptWriter(Writer* w, WriterScript* script) : w_(w), script_(script) {}
 
+  // A scalar by value: ValueRef::Scalar borrows, so the caller's temporary
+  // is held here for the call.
+  template <typename T>
+  requires std::is_arithmetic_v<T>
+  void Put(RunRef run, std::string_view series, int64_t step, T scalar) {
+    Put(run, series, step, ValueRef::Scalar(scalar));
+  }
   void Put(RunRef run, std::string_view series, int64_t step, const ValueRef& v) {
     current_.emplace(RecordKey{std::string(series), run.ToRunId(), step},
                      RecordValue{v.dtype, std::vector<int64_t>(v.shape.begin(), v.shape.end()),
@@ -111,10 +118,10 @@ void WriteCommits(Writer* w, WriterScript* script, int base, const std::string& 
   ScriptWriter sw(w, script);
   for (int run = base + 1; run <= base + 2; ++run) {
     for (int step = 0; step < 3; ++step)
-      sw.Put(run, "f64", step, ValueRef::Scalar(run + step * 0.25));
+      sw.Put(run, "f64", step, run + step * 0.25);
   }
   for (int step = 0; step < 3; ++step)
-    sw.Put(base + 1, "i32", step, ValueRef::Scalar(int32_t{base * 10 + step}));
+    sw.Put(base + 1, "i32", step, int32_t{base * 10 + step});
   for (int step = 0; step < 2; ++step) {
     const std::string text = prefix + " status " + std::to_string(step);
     sw.Put(prefix + "-a", "txt", step, ValueRef::String(text));
@@ -141,7 +148,7 @@ void WriteCommits(Writer* w, WriterScript* script, int base, const std::string& 
   sw.Put(base + 2, "big", 0, ValueRef::Array(big.data(), big_shape));
   sw.Commit();
 
-  for (int step = 0; step < 3; ++step) sw.Put(base + 3, "f64", step, ValueRef::Scalar(-1.0 * step));
+  for (int step = 0; step < 3; ++step) sw.Put(base + 3, "f64", step, -1.0 * step);
   sw.Put(prefix + "-b", "txt", 0, ValueRef::String(prefix + " done"));
   sw.Commit();
 }

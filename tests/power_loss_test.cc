@@ -163,6 +163,13 @@ class Driver {
     Fail(writer_->DefineSeries(name, o));
   }
 
+  // A scalar by value: ValueRef::Scalar borrows, so the caller's temporary
+  // is held here for the call.
+  template <typename T>
+  requires std::is_arithmetic_v<T>
+  void Put(RunRef run, std::string_view series, int64_t step, T scalar) {
+    Put(run, series, step, ValueRef::Scalar(scalar));
+  }
   void Put(RunRef run, std::string_view series, int64_t step, const ValueRef& v) {
     if (!ok()) return;
     // Recorded before the call: a large value may reach the file even if
@@ -274,9 +281,9 @@ void Workload(Driver& d) {
 
   for (int run = 0; run < 10; ++run) {
     for (int step = 0; step < 20; ++step) {
-      d.Put(run, "loss", step, ValueRef::Scalar(run * 100.0 + step + 0.5));
+      d.Put(run, "loss", step, run * 100.0 + step + 0.5);
     }
-    d.Put(run, "count", 0, ValueRef::Scalar(int32_t{run * 7}));
+    d.Put(run, "count", 0, int32_t{run * 7});
   }
   d.Commit();
 
@@ -300,7 +307,7 @@ void Workload(Driver& d) {
       const std::string text =
           (step % 2 ? "done on host-" : "running ") + std::to_string(e * 10 + step);
       d.Put(run, "status", step, ValueRef::String(text));
-      d.Put(run, "score", step, ValueRef::Scalar(e + step * 0.125));
+      d.Put(run, "score", step, e + step * 0.125);
       std::vector<int16_t> v(static_cast<size_t>((step % 3 + 1) * (e + 1)));
       for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<int16_t>(e * 100 + step * 10 + i);
       const int64_t shape2[] = {step % 3 + 1, e + 1};
@@ -316,8 +323,8 @@ void Workload(Driver& d) {
 
   d.Resume(3, 10);
 
-  for (int step = 10; step < 20; ++step) d.Put(3, "loss", step, ValueRef::Scalar(-1000.0 - step));
-  d.Put(0, "loss", 0, ValueRef::Scalar(42.0));
+  for (int step = 10; step < 20; ++step) d.Put(3, "loss", step, -1000.0 - step);
+  d.Put(0, "loss", 0, 42.0);
   d.Commit();
 
   {
@@ -329,7 +336,7 @@ void Workload(Driver& d) {
 
   for (int run = 10; run < 15; ++run) {
     for (int step = 0; step < 20; ++step)
-      d.Put(run, "loss", step, ValueRef::Scalar(run * 100.0 + step));
+      d.Put(run, "loss", step, run * 100.0 + step);
   }
   d.Put(42, "status", 0, ValueRef::String("int run in a string series"));
   d.Put("exp-z", "status", 0, ValueRef::String("and a string run"));
@@ -343,7 +350,7 @@ void Workload(Driver& d) {
   }
   d.Flush();
 
-  for (int step = 0; step < 10; ++step) d.Put(15, "loss", step, ValueRef::Scalar(1500.0 + step));
+  for (int step = 0; step < 10; ++step) d.Put(15, "loss", step, 1500.0 + step);
   {
     float t[16] = {};
     d.Put(4, "trace", 0, ValueRef::Array(t, vec16));

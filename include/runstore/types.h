@@ -153,9 +153,15 @@ struct ValueRef {
   const void* data = nullptr;
   size_t nbytes = 0;
 
+  // The value is borrowed, not copied: `v` must outlive the append call. A
+  // temporary would not (ValueRef::Scalar(2.0) would point at a dead stack
+  // slot), so binding one is a compile error.
   template <typename T>
   requires std::is_arithmetic_v<T>
   static ValueRef Scalar(const T& v) { return ValueRef{DTypeOf<T>(), {}, &v, sizeof(T)}; }
+  template <typename T>
+  requires std::is_arithmetic_v<T>
+  static ValueRef Scalar(const T&& v) = delete;
   template <typename T>
   static ValueRef Array(const T* data, std::span<const int64_t> shape) {
     size_t n = 1;

@@ -175,7 +175,8 @@ TEST(FormatTest, KeyColumnsThatAreSequencesAreStoredAsSequences) {
     SCOPED_TRACE(c.what);
     BlockBuilder b(BlockSchema{"x", DType::kInt32});
     for (size_t i = 0; i < c.runs.size(); ++i) {
-      b.Add(RunRef(c.runs[i]), c.steps[i], ValueRef::Scalar(static_cast<int32_t>(i)));
+      const auto v = static_cast<int32_t>(i);
+      b.Add(RunRef(c.runs[i]), c.steps[i], ValueRef::Scalar(v));
     }
     BlockHeader h;
     std::vector<std::string_view> pieces;
@@ -217,7 +218,8 @@ TEST(FormatTest, KeyColumnsThatAreSequencesAreStoredAsSequences) {
 // not read past.
 TEST(FormatTest, SequenceColumnsWithBadEndsAreRefused) {
   BlockBuilder b(BlockSchema{"x", DType::kFloat64});
-  for (int64_t i = 0; i < 100; ++i) b.Add(RunRef(i / 10), i % 10, ValueRef::Scalar(1.0));
+  const double one = 1.0;
+  for (int64_t i = 0; i < 100; ++i) b.Add(RunRef(i / 10), i % 10, ValueRef::Scalar(one));
   BlockHeader h;
   std::vector<std::string_view> pieces;
   b.Finish(&h, &pieces);
@@ -270,7 +272,10 @@ TEST(FormatTest, WorkedExampleOfTheSpec) {
 // records to add to it any number of times.
 struct TestSegment {
   TestSegment() {
-    for (int i = 0; i < 10; ++i) b.Add(RunRef(int64_t{i}), 0, ValueRef::Scalar(1.0 * i));
+    for (int i = 0; i < 10; ++i) {
+      const double v = 1.0 * i;
+      b.Add(RunRef(int64_t{i}), 0, ValueRef::Scalar(v));
+    }
     b.Finish(&h, &pieces);
     auto w = SegmentWriter::Create(env.get(), "/seg.rss", SegmentHeader{1, 1, 1, "w"});
     EXPECT_OK(w.status());
@@ -456,7 +461,8 @@ TEST(FormatTest, RecordsAreCheckedAgainstTheHeader) {
       // that fit no sequence (plain); 2: runs as sequences, steps plain.
       const int64_t run = layout == 1 ? (int64_t{i} * 2654435761) % 1000003 : i / 100;
       const int64_t step = layout == 0 ? i % 100 : (i * 31) % 97 + 1000 * i;
-      b.Add(RunRef(run), step, ValueRef::Scalar(double(i)));
+      const double v = double(i);
+      b.Add(RunRef(run), step, ValueRef::Scalar(v));
     }
     BlockHeader h;
     std::vector<std::string_view> pieces;

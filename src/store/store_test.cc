@@ -882,8 +882,9 @@ TEST_F(StoreTest, SegmentRollNeverPublishesAnUncommittedBatch) {
   const int64_t shape[] = {640};
   for (int i = 0; i < 40; ++i) {
     for (size_t k = 0; k < trace.size(); ++k) trace[k] = i + 0.001 * static_cast<double>(k);
+    const double loss = i;
     const NamedValue values[] = {{"trace", ValueRef::Array(trace.data(), shape)},
-                                 {"loss", ValueRef::Scalar(double(i))}};
+                                 {"loss", ValueRef::Scalar(loss)}};
     ASSERT_OK(w->AppendRecord(1, i, values));
     // Nothing of the batch is visible (and so nothing would survive a
     // kill -9) until it is committed.
@@ -1171,7 +1172,8 @@ TEST_F(StoreTest, AppendRecordChecksEveryValueBeforeAppendingAny) {
                                  {"curve", ValueRef::Array<float>(curve.data(), shape)},
                                  {"label", ValueRef::String("ok")}};
   ASSERT_OK(w->AppendRecord(7, 0, rec));
-  rec[1].value = ValueRef::Scalar(2.0);  // epochs is int32
+  const double wrong_epochs = 2.0;
+  rec[1].value = ValueRef::Scalar(wrong_epochs);  // epochs is int32
   EXPECT_THAT(w->AppendRecord(8, 0, rec), StatusIsWith(StatusCode::kInvalidArgument, "int32"));
   ASSERT_OK(w->Close());
   ASSERT_OK_AND_ASSIGN(auto snap, store->Refresh());
