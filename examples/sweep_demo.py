@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
+import sys
 import tempfile
 
 import numpy as np
@@ -101,10 +103,17 @@ def main() -> None:
     if args.tar:
         r = store.export_tar(args.tar)
         print(f"\nexported {r['experiments']:,} experiments to {r['path']} ({r['bytes'] / 2**20:.1f} MiB)")
+    # The commands as they can be typed: the `runstore` of this environment by its full path
+    # when it is not the one on PATH (a virtual environment that is not activated).
+    rs = shutil.which("runstore", path=os.path.dirname(sys.executable)) or "runstore"
+    if shutil.which("runstore") == rs:
+        rs = "runstore"
     print(f"\nthe store is at {path}")
-    print(f"  look at it:  runstore ls {path}    runstore cat {path} final_size --limit 5")
-    print(f"  resume it:   python examples/sweep_demo.py --store {path}   (runs only what is not done)")
-    print(f"  export it:   runstore export tar {path} results.tar.gz")
+    print(f"  look at it:  {rs} ls {path}")
+    print(f"               {rs} cat {path} final_size --limit 5")
+    print(f"  resume it:   {sys.executable} {os.path.abspath(__file__)} --store {path}")
+    print("               (runs only what is not done)")
+    print(f"  export it:   {rs} export tar {path} results.tar.gz")
     if args.store is None:
         print(f"  remove it:   rm -r {os.path.dirname(path)}")
 

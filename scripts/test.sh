@@ -18,8 +18,13 @@ bash scripts/install-deps.sh
 
 step() { printf '\n==== %s (at %ds) ====\n' "$*" "$SECONDS"; }
 
-step "Python package (into .venv; the CLI test's export checks use it)"
-"$root/.venv/bin/python" -m pip install -q --no-build-isolation "$root"
+step "Python package: its wheel (with the command-line tool), installed into .venv"
+# What `pip install .` builds; built once, installed here and into a new environment below.
+rm -rf "$root/build/wheel"
+"$root/.venv/bin/python" -m pip wheel -q --no-build-isolation --no-deps -w "$root/build/wheel" "$root"
+wheel=$(ls "$root"/build/wheel/runstore-*.whl)
+"$root/.venv/bin/python" -m pip install -q --force-reinstall --no-deps "$wheel"
+# The Python the CLI test runs the package's `runstore export tar|parquet` with.
 export RUNSTORE_PYTHON="$root/.venv/bin/python"
 
 step "C++ build (release) and tests"
@@ -73,6 +78,9 @@ step "Python tests"
 cd "$root/python/tests"
 "$root/.venv/bin/python" -m pytest -q -p no:cacheprovider "$root/python/tests"
 cd "$root"
+
+step "A new virtual environment: pip install of the wheel, then the runstore command as typed"
+bash tests/package_install_test.sh "$wheel"
 
 step "Benchmark harnesses at small sizes (that they run and read back right; not their speed)"
 smoke="$root/build/bench-smoke"  # on the repository's disk: the suite refuses tmpfs

@@ -1,0 +1,59 @@
+"""The ``runstore`` command of an environment where the package is installed.
+
+Each command has one engine. The tar and Parquet exports and ``import tar`` are the package's
+own (:mod:`runstore._commands`, pandas and pyarrow do the work); every other command (``info``,
+``ls``, ``cat``, ``get``, ``verify``, ``export csv``, ``--help``, ``--version``) is the compiled
+tool the wheel carries as ``runstore/_bin/runstore``, which this module becomes (``exec``), so
+that its output, exit codes and signals are the tool's own. ``python -m runstore`` is the same
+command.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from . import _commands
+
+#: The options of the tool that come before a command and take no value.
+_GLOBAL_FLAGS = {"--no-progress", "--skip-damaged"}
+#: The commands done in Python, as (command, subcommand).
+_PYTHON_COMMANDS = {("export", "tar"), ("export", "parquet"), ("import", "tar")}
+
+
+def tool_path() -> Path:
+    """Where the compiled tool of this installation is (it may be missing: see :func:`main`)."""
+    return Path(__file__).resolve().parent / "_bin" / "runstore"
+
+
+def _command_words(argv: list[str]) -> list[str]:
+    """The words of ``argv`` that name a command, up to the first argument of one: ``runstore
+    --skip-damaged export tar S O`` -> ``["export", "tar", "S", ...]``."""
+    return [a for a in argv if not a.startswith("-")]
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    words = _command_words(argv)
+    if tuple(words[:2]) in _PYTHON_COMMANDS or words[:1] == ["import"]:
+        # The global flags may come first (`runstore --skip-damaged export tar ...`), as the
+        # tool allows: the Python commands take them after the command.
+        flags = []
+        while argv and argv[0] in _GLOBAL_FLAGS:
+            flags.append(argv.pop(0))
+        return _commands.main(argv + flags)
+    tool = tool_path()
+    if not os.access(tool, os.X_OK):
+        print(
+            f"runstore: this installation of the runstore package has no command-line tool "
+            f"({tool} is missing; the package was built with RUNSTORE_BUILD_CLI=OFF). Reinstall "
+            "it with its default build options (pip install runstore, or pip install . in a "
+            "clone), or build the tool with CMake (README.md).",
+            file=sys.stderr,
+        )
+        return _commands.EXIT_OTHER
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(tool, ["runstore", *argv])
+    return _commands.EXIT_OTHER  # not reached: execv returns only by raising OSError

@@ -1,0 +1,165 @@
+"""The commands of ``runstore`` that the package does in Python (see :mod:`runstore._cli`).
+
+    runstore export tar STORE OUT.tar.gz [--chunk-rows N] [--compresslevel L] [--force]
+                                  [--skip-damaged]
+    runstore export parquet STORE OUT.parquet [--row-group-rows N] [--force] [--skip-damaged]
+    runstore import tar ARCHIVE.tar.gz STORE
+
+Like the rest of the tool (and zstd or gzip), the exports refuse to replace an existing OUT
+unless --force is given, where the Python API (Store.export_tar) replaces it as pandas and
+numpy do. Exit codes are the tool's: 0 ok, 1 bad command line, 2 corruption, 3 not found, 4 I/O
+error (also writing standard output), 5 anything else (OUT exists, OUT inside STORE, ...). With
+--skip-damaged, the store is opened with on_damaged="skip" and each segment left out is named on
+stderr, as the tool does. --no-progress is accepted and changes nothing: these commands draw no
+progress bar.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import os
+import sys
+from typing import NoReturn
+
+import runstore
+
+EXIT_OK, EXIT_USAGE, EXIT_CORRUPTION, EXIT_NOT_FOUND, EXIT_IO, EXIT_OTHER = 0, 1, 2, 3, 4, 5
+#: The end of the message of an error opening a store meets in one segment file
+#: (python/src/py_store.cc), which the command says in its own terms.
+_PYTHON_HINT = ' (open with on_damaged="skip" to read the other segments)'
+_SKIP_HELP = ("read the store around segment files that cannot be read, leaving them out "
+              "(each is named on stderr)")
+
+
+class _Parser(argparse.ArgumentParser):
+    """Exits with the tool's usage code (1) on a bad command line; argparse's own is 2, which
+    the tool uses for corruption."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = _Parser(prog="runstore", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--no-progress", action="store_true", help=argparse.SUPPRESS)
+    sub = ap.add_subparsers(dest="command", required=True)
+    exp = sub.add_parser("export", help="export a store's experiments")
+    exp_sub = exp.add_subparsers(dest="format", required=True)
+    tar = exp_sub.add_parser(
+        "tar", help="a .tar.gz of CSVs (and .npy) that opens in a spreadsheet",
+        description="Writes experiments.csv (id, parameters, status), one CSV per outcome of up to "
+                    "two dimensions, .npy for more, and metadata.json with every dtype and shape, "
+                    "streamed in bounded memory. Read it back with `runstore import tar`.")
+    tar.add_argument("store")
+    tar.add_argument("out")
+    tar.add_argument("--chunk-rows", type=int, default=10_000, help="experiments formatted at a time")
+    tar.add_argument("--compresslevel", type=int, default=1, choices=range(0, 10), metavar="0-9",
+                     help="gzip level (default 1)")
+    tar.add_argument("-f", "--force", action="store_true", help="replace OUT if it exists")
+    tar.add_argument("--skip-damaged", action="store_true", help=_SKIP_HELP)
+    pq = exp_sub.add_parser(
+        "parquet", help="one Parquet file: a row per experiment",
+        description="Writes one row per experiment (id, parameters, status, outcomes; arrays as "
+                    "fixed-size lists), row group by row group, for pandas, polars, DuckDB, Spark.")
+    pq.add_argument("store")
+    pq.add_argument("out")
+    pq.add_argument("--row-group-rows", type=int, default=10_000, help="rows per row group")
+    pq.add_argument("--compression", default="zstd", help="Parquet codec (default zstd)")
+    pq.add_argument("-f", "--force", action="store_true", help="replace OUT if it exists")
+    pq.add_argument("--skip-damaged", action="store_true", help=_SKIP_HELP)
+    imp = sub.add_parser("import", help="rebuild a store from an export")
+    imp_sub = imp.add_subparsers(dest="format", required=True)
+    itar = imp_sub.add_parser("tar", help="from a tarball of `export tar`")
+    itar.add_argument("archive")
+    itar.add_argument("store")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+
+    what = f"{args.command} {args.format}"
+    note = None
+    try:
+        if args.command == "export":
+            store = runstore.open(args.store, mode="r",
+                                  on_damaged="skip" if args.skip_damaged else "raise")
+            for d in store.damaged_segments:
+                print(f"runstore: left out damaged segment {d.file}: {d.kind}: "
+                      f"{_without_file(d.message, d.file)}", file=sys.stderr)
+            if args.format == "tar":
+                r = store.export_tar(args.out, chunk_rows=args.chunk_rows, compresslevel=args.compresslevel,
+                                     overwrite=args.force)
+                report = (f"{r['path']}: {r['experiments']:,} experiments, {len(r['members'])} members, "
+                          f"{r['bytes']:,} bytes in {r['seconds']:.1f} s")
+                if r["left_out"]:
+                    note = (f"note: {sum(r['left_out'].values()):,} records at steps other than 0 (or of "
+                            f"runs that are not experiments) are not part of the table: "
+                            f"{', '.join(f'{k} ({v:,})' for k, v in r['left_out'].items())}; "
+                            "`runstore export csv` writes every record")
+            else:
+                r = store.export_parquet(args.out, row_group_rows=args.row_group_rows,
+                                         compression=args.compression, overwrite=args.force)
+                report = f"{r['path']}: {r['rows']:,} rows, {r['bytes']:,} bytes in {r['seconds']:.1f} s"
+        else:
+            store = runstore.import_tar(args.archive, args.store)
+            report = f"{store.path}: {len(store.design()):,} experiments imported"
+    except runstore.CorruptionError as e:
+        return _fail(what, "Corruption", e, EXIT_CORRUPTION)
+    except FileExistsError as e:
+        return _fail(what, "AlreadyExists", f"{e.filename} exists; use --force (-f) to replace it",
+                     EXIT_OTHER)
+    except (FileNotFoundError, KeyError) as e:
+        return _fail(what, "NotFound", e, EXIT_NOT_FOUND)
+    except OSError as e:
+        return _fail(what, "IOError", e, EXIT_IO)
+    except ImportError as e:
+        return _fail(what, "NotSupported", f"{e} (pip install pyarrow, or runstore[arrow])", EXIT_OTHER)
+    except (ValueError, TypeError, RuntimeError, NotImplementedError) as e:
+        return _fail(what, type(e).__name__, e, EXIT_OTHER)
+    if note is not None:
+        print(note, file=sys.stderr)
+    return _print_report(what, report)
+
+
+def _print_report(what: str, report: str) -> int:
+    """Prints ``report`` on standard output: EXIT_OK, or EXIT_IO with a message if it could not
+    be written (a full disk, a closed pipe), as a command whose output was lost has failed."""
+    if sys.stdout is None:  # started with descriptor 1 closed
+        return _fail(what, "IOError", f"standard output: {os.strerror(errno.EBADF)}", EXIT_IO)
+    try:
+        print(report)
+        sys.stdout.flush()
+    except OSError as e:
+        # Point the descriptor at /dev/null, or the interpreter's own flush at exit fails again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return _fail(what, "IOError", f"standard output: {e.strerror or e}", EXIT_IO)
+    return EXIT_OK
+
+
+def _without_file(message: str, file: str) -> str:
+    """A damaged segment's message without its leading file name (relative or full path)."""
+    head, sep, rest = message.partition(file + ": ")
+    return rest if sep and (not head or (head.endswith("/") and " " not in head)) else message
+
+
+def _fail(what: str, kind: str, e: object, code: int) -> int:
+    msg: object = e
+    if isinstance(e, KeyError) and e.args:
+        msg = e.args[0]
+    elif isinstance(e, OSError) and e.strerror:
+        msg = e.strerror if e.filename is None or str(e.filename) in e.strerror else f"{e.filename}: {e.strerror}"
+    text = str(msg)
+    damaged = text.endswith(_PYTHON_HINT)
+    if damaged:
+        text = text[: -len(_PYTHON_HINT)]
+    print(f"runstore: {what}: {kind}: {text}", file=sys.stderr)
+    if damaged:
+        print(f"runstore: {what}: to read the other segments, leaving this one out, run with "
+              "--skip-damaged", file=sys.stderr)
+    return code
