@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
@@ -18,6 +19,7 @@
 #include "commands.h"
 #include "common.h"
 #include "progress.h"
+#include "registry.h"
 #include "runstore/text.h"
 
 namespace runstore::cli {
@@ -213,8 +215,10 @@ int RunQuietly(const std::vector<std::string>& argv) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-}  // namespace
-
+// Runs `python -m runstore export FORMAT STORE OUT EXTRA...` with
+// $RUNSTORE_PYTHON (default python3), or says how to install the package if
+// that Python cannot import it. Returns only on failure (otherwise the process
+// becomes Python, whose exit code is the command's).
 int RunExportPython(const std::string& format, const std::string& store, const std::string& out,
                     bool force, const std::vector<std::string>& extra) {
   const std::string cmd = "export " + format;
@@ -247,6 +251,121 @@ int RunExportPython(const std::string& format, const std::string& store, const s
   execvp(args[0], args.data());  // returns only on failure
   const int e = errno;
   return ReportError(cmd, Status::IOError("cannot run " + python + ": " + std::strerror(e), e));
+}
+
+void RegisterExportCsv(CLI::App& export_cmd, ChosenCommand* chosen) {
+  auto o = std::make_shared<ExportCsvOptions>();
+  CLI::App* cmd =
+      export_cmd.add_subcommand("csv", "Write one CSV file per series into a directory");
+  cmd->add_option("STORE", o->store, "Store directory")->required();
+  cmd->add_option("OUTDIR", o->outdir, "Output directory (not inside the store)")->required();
+  cmd->add_option("--names", o->names, "Only these series (comma-separated or repeated)")
+      ->delimiter(',');
+  cmd->add_flag("--all,-a", o->all, "Include reserved '~' series when --names is not given");
+  cmd->add_option("--max-columns", o->max_columns,
+                  "Split fixed shapes of up to this many elements into columns (0: never)")
+      ->transform(Integer<int>(0))
+      ->capture_default_str();
+  cmd->footer(Footer(
+      "Writes one CSV file per series into OUTDIR (created if missing), streaming batch by\n"
+      "batch in bounded memory, and manifest.json, which maps file names to series names.\n"
+      "Columns: run, step, then the value. A fixed-shape numeric series with at most\n"
+      "--max-columns elements per record gets one column per element, in C order (value_0,\n"
+      "value_1, ...; value_0_0, value_0_1, ... for two dimensions); any other series gets one\n"
+      "'value' column holding a JSON list ([[1,2],[3,4]]), the string, or base64 for bytes.\n"
+      "Quoting follows RFC 4180; lines end in \\n; NaN and infinities are nan, inf, -inf.\n"
+      "File names are the series names with every byte outside [A-Za-z0-9._-] (and a leading\n"
+      "'.') escaped as %XX, plus .csv: 'qi/3_17' -> qi%2F3_17.csv. Names that escape to more\n"
+      "than 200 bytes are cut and end in '~' and a hash. Each file is written under a\n"
+      "temporary name and renamed into place when complete.",
+      "  runstore export csv /scratch/sweep out/\n"
+      "  runstore export csv /scratch/sweep out/ --names loss,reward"));
+  ChooseOnParse(cmd, "export csv", chosen, [o] { return RunExportCsv(*o); });
+}
+
+// What `export tar` and `export parquet` parse their options into.
+struct ExportTableOptions {
+  std::string store, out;
+  int chunk_rows = 10000, compresslevel = 1;  // tar
+  int row_group_rows = 10000;                 // parquet
+  bool force = false;
+};
+
+void RegisterExportTar(CLI::App& export_cmd, ChosenCommand* chosen) {
+  auto o = std::make_shared<ExportTableOptions>();
+  CLI::App* cmd = export_cmd.add_subcommand(
+      "tar", "Write experiments and outcomes as a .tar.gz of CSVs (and .npy) for spreadsheets");
+  cmd->add_option("STORE", o->store, "Store directory")->required();
+  cmd->add_option("OUT", o->out, "Output .tar.gz (not inside the store)")->required();
+  cmd->add_option("--chunk-rows", o->chunk_rows, "Experiments formatted at a time")
+      ->transform(Integer<int>(1))
+      ->capture_default_str();
+  cmd->add_option("--compresslevel", o->compresslevel, "gzip level")
+      ->transform(Integer<int>(0, 9))
+      ->capture_default_str();
+  cmd->add_flag("--force,-f", o->force, "Replace OUT if it exists");
+  cmd->footer(Footer(
+      "Writes metadata.json (every column's and outcome's dtype and shape, and the member file\n"
+      "of each outcome), experiments.csv (experiment id, parameters, status: state, error,\n"
+      "host, started, finished, seconds, attempt), one CSV per outcome of up to two dimensions\n"
+      "(rows in experiment order; one column per element, '<name>_i_j' for 2-d), and .npy for\n"
+      "outcomes of three or more dimensions (with a .mask.npy of absent rows). Streamed in\n"
+      "bounded memory; OUT appears whole when complete or not at all (see the Python package's\n"
+      "README), with mode 0666 minus the umask; an existing OUT is replaced only with --force.\n"
+      "A store without a design exports its runs as the experiments. runstore.import_tar\n"
+      "(Python) reads it back with dtypes intact; docs/experiments.md specifies the layout.\n"
+      "Runs `python -m runstore export tar` with the Python of $RUNSTORE_PYTHON (default\n"
+      "python3), which must have the runstore package installed.",
+      "  runstore export tar /scratch/sweep results.tar.gz\n"
+      "  RUNSTORE_PYTHON=.venv/bin/python runstore export tar /scratch/sweep results.tar.gz"));
+  ChooseOnParse(cmd, "export tar", chosen, [o] {
+    std::vector<std::string> extra = {"--chunk-rows", std::to_string(o->chunk_rows),
+                                      "--compresslevel", std::to_string(o->compresslevel)};
+    if (g_skip_damaged) extra.push_back("--skip-damaged");
+    return RunExportPython("tar", o->store, o->out, o->force, extra);
+  });
+}
+
+void RegisterExportParquet(CLI::App& export_cmd, ChosenCommand* chosen) {
+  auto o = std::make_shared<ExportTableOptions>();
+  CLI::App* cmd = export_cmd.add_subcommand(
+      "parquet",
+      "Write one Parquet file with a row per experiment (pandas, polars, DuckDB, Spark)");
+  cmd->add_option("STORE", o->store, "Store directory")->required();
+  cmd->add_option("OUT", o->out, "Output .parquet (not inside the store)")->required();
+  cmd->add_option("--row-group-rows", o->row_group_rows, "Rows per row group")
+      ->transform(Integer<int>(1))
+      ->capture_default_str();
+  cmd->add_flag("--force,-f", o->force, "Replace OUT if it exists");
+  cmd->footer(Footer(
+      "Writes one row per experiment in design order: experiment, parameters, status columns\n"
+      "and every outcome (scalars as columns, fixed-shape arrays as fixed-size lists), row\n"
+      "group by row group in bounded memory. A store without a design writes its records as\n"
+      "run, step and one column per series. OUT is written as 'export tar' writes its own\n"
+      "(replaced only with --force). Needs the runstore Python package with pyarrow\n"
+      "(runstore[arrow]) in $RUNSTORE_PYTHON (default python3).",
+      "  runstore export parquet /scratch/sweep results.parquet\n"
+      "  duckdb -c \"SELECT state, count(*) FROM 'results.parquet' GROUP BY state\""));
+  ChooseOnParse(cmd, "export parquet", chosen, [o] {
+    std::vector<std::string> extra = {"--row-group-rows", std::to_string(o->row_group_rows)};
+    if (g_skip_damaged) extra.push_back("--skip-damaged");
+    return RunExportPython("parquet", o->store, o->out, o->force, extra);
+  });
+}
+
+}  // namespace
+
+void RegisterExport(CLI::App& app, ChosenCommand* chosen) {
+  CLI::App* export_cmd = app.add_subcommand(
+      "export", "Export series or experiments to other formats (csv, tar, parquet)");
+  export_cmd->require_subcommand(1);
+  export_cmd->footer(Footer("",
+                            "  runstore export csv /scratch/sweep out/\n"
+                            "  runstore export tar /scratch/sweep results.tar.gz\n"
+                            "  runstore export parquet /scratch/sweep results.parquet"));
+  RegisterExportCsv(*export_cmd, chosen);
+  RegisterExportTar(*export_cmd, chosen);
+  RegisterExportParquet(*export_cmd, chosen);
 }
 
 }  // namespace runstore::cli
