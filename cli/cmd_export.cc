@@ -1,13 +1,10 @@
-// `runstore export csv`: one CSV file per series, streamed batch by batch
-// from Snapshot::Scan so that memory stays bounded by one block plus the
-// output buffer, whatever the size of the series.
-#include <sys/wait.h>
+// `runstore export`: `export csv` writes one CSV file per series, streamed
+// batch by batch from Snapshot::Scan so that memory stays bounded by one block
+// plus the output buffer, whatever the size of the series. `export tar` and
+// `export parquet` are done by the Python package's runstore command (below).
 #include <unistd.h>
 
-#include <cerrno>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -184,74 +181,7 @@ int RunExportCsv(const ExportCsvOptions& o) {
   return kExitOk;
 }
 
-// `runstore export tar` and `runstore export parquet`: the experiment-table
-// exports live in the Python package (they need its CSV, tar and Arrow
-// writers), so these commands run `python -m runstore export ...` with the
-// Python of $RUNSTORE_PYTHON (default python3), after checking that it can
-// import runstore.
 namespace {
-
-// Runs `argv` and waits; its exit code, or -1 if it could not be started or
-// did not exit normally. Its output goes to /dev/null.
-int RunQuietly(const std::vector<std::string>& argv) {
-  std::vector<char*> args;
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  const pid_t pid = fork();
-  if (pid < 0) return -1;
-  if (pid == 0) {
-    FILE* null = std::fopen("/dev/null", "w");
-    if (null != nullptr) {
-      dup2(fileno(null), STDOUT_FILENO);
-      dup2(fileno(null), STDERR_FILENO);
-    }
-    execvp(args[0], args.data());
-    _exit(127);
-  }
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0) {
-    if (errno != EINTR) return -1;
-  }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-// Runs `python -m runstore export FORMAT STORE OUT EXTRA...` with
-// $RUNSTORE_PYTHON (default python3), or says how to install the package if
-// that Python cannot import it. Returns only on failure (otherwise the process
-// becomes Python, whose exit code is the command's).
-int RunExportPython(const std::string& format, const std::string& store, const std::string& out,
-                    bool force, const std::vector<std::string>& extra) {
-  const std::string cmd = "export " + format;
-  // Checked here too (the Python package checks again), so that the answer
-  // does not depend on which Python is installed.
-  Status checked = CheckOutsideStore(store, out);
-  if (checked.ok()) checked = CheckMayCreate(out, force);
-  if (!checked.ok()) return ReportError(cmd, checked);
-  const char* env = std::getenv("RUNSTORE_PYTHON");
-  const std::string python = env != nullptr && *env != '\0' ? env : "python3";
-  if (RunQuietly({python, "-c", "import runstore._core"}) != 0) {
-    std::cerr << "runstore: " << cmd << ": this command needs the runstore Python package, and '"
-              << python << "' cannot import it.\n"
-              << "  Install it into that Python:  " << python << " -m pip install /path/to/runstore"
-              << (format == "parquet" ? "[arrow]" : "") << "\n"
-              << "  or point RUNSTORE_PYTHON at a Python that has it, e.g. the project's "
-                 "virtual environment:\n"
-              << "    RUNSTORE_PYTHON=/path/to/runstore/.venv/bin/python runstore " << cmd
-              << " ...\n";
-    return kExitOther;
-  }
-  std::vector<std::string> argv = {python, "-m", "runstore", "export", format, store, out};
-  argv.insert(argv.end(), extra.begin(), extra.end());
-  if (force) argv.push_back("--force");
-  std::vector<char*> args;
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  std::cout.flush();
-  std::cerr.flush();
-  execvp(args[0], args.data());  // returns only on failure
-  const int e = errno;
-  return ReportError(cmd, Status::IOError("cannot run " + python + ": " + std::strerror(e), e));
-}
 
 void RegisterExportCsv(CLI::App& export_cmd, ChosenCommand* chosen) {
   auto o = std::make_shared<ExportCsvOptions>();
@@ -283,13 +213,34 @@ void RegisterExportCsv(CLI::App& export_cmd, ChosenCommand* chosen) {
   ChooseOnParse(cmd, "export csv", chosen, [o] { return RunExportCsv(*o); });
 }
 
-// What `export tar` and `export parquet` parse their options into.
+// `export tar` and `export parquet` write the experiment table, and their one
+// engine is the Python package: its `runstore` command does these two exports
+// and hands every other command to this tool. This tool keeps them on its
+// command line, so that its help lists them and a bad command line is a usage
+// error as there, and when run they say where they are done, without starting
+// a Python behind the user's back.
+
+// What their options are parsed into (checked, then not used).
 struct ExportTableOptions {
   std::string store, out;
   int chunk_rows = 10000, compresslevel = 1;  // tar
   int row_group_rows = 10000;                 // parquet
   bool force = false;
 };
+
+// NotSupported (exit code 5), saying what to install to run `export FORMAT`.
+int ReportExportInPython(const std::string& format) {
+  const bool parquet = format == "parquet";
+  return ReportError(
+      "export " + format,
+      Status::NotSupported(
+          std::string("the C++ runstore tool on its own has no ") + (parquet ? "Parquet" : "tar") +
+          " engine; tar and Parquet exports are done by the Python package's runstore command: " +
+          (parquet ? "pip install 'runstore[arrow]' (the package with pyarrow)"
+                   : "pip install runstore") +
+          ", then run 'runstore export " + format + " STORE OUT" +
+          (parquet ? ".parquet" : ".tar.gz") + "' from that environment"));
+}
 
 void RegisterExportTar(CLI::App& export_cmd, ChosenCommand* chosen) {
   auto o = std::make_shared<ExportTableOptions>();
@@ -314,16 +265,13 @@ void RegisterExportTar(CLI::App& export_cmd, ChosenCommand* chosen) {
       "README), with mode 0666 minus the umask; an existing OUT is replaced only with --force.\n"
       "A store without a design exports its runs as the experiments. runstore.import_tar\n"
       "(Python) reads it back with dtypes intact; docs/experiments.md specifies the layout.\n"
-      "Runs `python -m runstore export tar` with the Python of $RUNSTORE_PYTHON (default\n"
-      "python3), which must have the runstore package installed.",
-      "  runstore export tar /scratch/sweep results.tar.gz\n"
-      "  RUNSTORE_PYTHON=.venv/bin/python runstore export tar /scratch/sweep results.tar.gz"));
-  ChooseOnParse(cmd, "export tar", chosen, [o] {
-    std::vector<std::string> extra = {"--chunk-rows", std::to_string(o->chunk_rows),
-                                      "--compresslevel", std::to_string(o->compresslevel)};
-    if (g_skip_damaged) extra.push_back("--skip-damaged");
-    return RunExportPython("tar", o->store, o->out, o->force, extra);
-  });
+      "This export is done by the Python package's runstore command (pip install runstore),\n"
+      "which hands every other command to this tool; the C++ tool on its own says where the\n"
+      "export is done and exits with 5.",
+      "  pip install runstore\n"
+      "  runstore export tar /scratch/sweep results.tar.gz"));
+  // The callback holds `o`, which CLI11 parses into, for as long as the app lives.
+  ChooseOnParse(cmd, "export tar", chosen, [o] { return ReportExportInPython("tar"); });
 }
 
 void RegisterExportParquet(CLI::App& export_cmd, ChosenCommand* chosen) {
@@ -342,15 +290,13 @@ void RegisterExportParquet(CLI::App& export_cmd, ChosenCommand* chosen) {
       "and every outcome (scalars as columns, fixed-shape arrays as fixed-size lists), row\n"
       "group by row group in bounded memory. A store without a design writes its records as\n"
       "run, step and one column per series. OUT is written as 'export tar' writes its own\n"
-      "(replaced only with --force). Needs the runstore Python package with pyarrow\n"
-      "(runstore[arrow]) in $RUNSTORE_PYTHON (default python3).",
+      "(replaced only with --force). This export is done by the Python package's runstore\n"
+      "command, with pyarrow (pip install 'runstore[arrow]'), which hands every other command\n"
+      "to this tool; the C++ tool on its own says where the export is done and exits with 5.",
+      "  pip install 'runstore[arrow]'\n"
       "  runstore export parquet /scratch/sweep results.parquet\n"
       "  duckdb -c \"SELECT state, count(*) FROM 'results.parquet' GROUP BY state\""));
-  ChooseOnParse(cmd, "export parquet", chosen, [o] {
-    std::vector<std::string> extra = {"--row-group-rows", std::to_string(o->row_group_rows)};
-    if (g_skip_damaged) extra.push_back("--skip-damaged");
-    return RunExportPython("parquet", o->store, o->out, o->force, extra);
-  });
+  ChooseOnParse(cmd, "export parquet", chosen, [o] { return ReportExportInPython("parquet"); });
 }
 
 }  // namespace
