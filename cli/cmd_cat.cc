@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "commands.h"
 #include "common.h"
 #include "progress.h"
+#include "registry.h"
 #include "runstore/text.h"
 
 namespace runstore::cli {
@@ -162,6 +164,65 @@ int RunCat(const CatOptions& o) {
                                               run_filter->ToString()));
   }
   return kExitOk;
+}
+
+void RegisterCat(CLI::App& app, ChosenCommand* chosen) {
+  // What the options are parsed into; the CatOptions run are made from it
+  // and from which options were given.
+  struct Parsed {
+    CatOptions o;
+    int64_t first_step = 0, last_step = 0;
+  };
+  auto p = std::make_shared<Parsed>();
+  CLI::App* cmd =
+      app.add_subcommand("cat", "Print the records of one series as text, CSV or JSON lines");
+  cmd->add_option("STORE", p->o.store, "Store directory")->required();
+  cmd->add_option("NAME", p->o.name, "Series name")->required();
+  CLI::Option* run_opt = cmd->add_option(
+      "--run,-r", p->o.run,
+      "Only records of this run: an integer if all of it is one (digits, an optional '-'), a "
+      "string if it does not start like a number; a value that starts like one but is not an "
+      "integer (1x, 1.5, 0x10, ' 1', beyond int64) is refused: use --run-str for such a run");
+  CLI::Option* run_str_opt =
+      cmd->add_option("--run-str", p->o.run, "Only records of this run, always taken as a string");
+  run_opt->excludes(run_str_opt);
+  cmd->add_option("--format,-f", p->o.format, "Output format")
+      ->check(CLI::IsMember({"text", "csv", "jsonl"}))
+      ->capture_default_str();
+  CLI::Option* first_step_opt =
+      cmd->add_option("--first-step", p->first_step, "Only records at this step or later")
+          ->transform(Integer<int64_t>());
+  CLI::Option* last_step_opt =
+      cmd->add_option("--last-step", p->last_step, "Only records at this step or earlier")
+          ->transform(Integer<int64_t>());
+  cmd->add_option("--limit,-n", p->o.limit, "Print at most N records")
+      ->transform(Integer<int64_t>(0));
+  cmd->footer(Footer(
+      "Prints the records of one series with columns run, step, value, in storage order\n"
+      "(segment by segment, block by block; not sorted). Formats:\n"
+      "  text   aligned columns under a header line (the default)\n"
+      "  csv    a header line run,step,value; RFC 4180 quoting: a cell holding a comma, a\n"
+      "         quote, CR or LF is put in quotes, with quotes doubled; lines end in \\n\n"
+      "  jsonl  one JSON object per line: {\"run\":..,\"step\":..,\"value\":..}\n"
+      "Values: arrays are nested lists in C order ([[1, 2], [3, 4]]; compact JSON in csv);\n"
+      "floats are printed in the shortest form that reads back exactly; NaN and infinities\n"
+      "are nan, inf, -inf in text and csv and null in jsonl; strings are JSON-quoted in text\n"
+      "and jsonl and raw in csv; bytes are base64 (RFC 4648, padded), prefixed \"base64:\" in\n"
+      "text. String run ids are printed as they are in text and csv (quoted in jsonl).\n"
+      "Exit code 3 also when --run matches no record. With --run, --first-step and\n"
+      "--last-step only the blocks that can hold the records asked for are read.",
+      "  runstore cat /scratch/sweep loss\n"
+      "  runstore cat /scratch/sweep loss --run 42 --format jsonl\n"
+      "  runstore cat /scratch/rl reward --run 7 --first-step 1000000 --last-step 1000999\n"
+      "  runstore cat /scratch/sweep label --run-str 007 -n 10"));
+  ChooseOnParse(cmd, "cat", chosen, [p, run_opt, run_str_opt, first_step_opt, last_step_opt] {
+    CatOptions o = p->o;
+    o.run_set = run_opt->count() > 0 || run_str_opt->count() > 0;
+    o.run_is_string = run_str_opt->count() > 0;
+    if (first_step_opt->count() > 0) o.first_step = p->first_step;
+    if (last_step_opt->count() > 0) o.last_step = p->last_step;
+    return RunCat(o);
+  });
 }
 
 }  // namespace runstore::cli

@@ -1,15 +1,13 @@
-// `runstore export csv`: one CSV file per series, streamed batch by batch
-// from Snapshot::Scan so that memory stays bounded by one block plus the
-// output buffer, whatever the size of the series.
-#include <sys/wait.h>
+// `runstore export`: `export csv` writes one CSV file per series, streamed
+// batch by batch from Snapshot::Scan so that memory stays bounded by one block
+// plus the output buffer, whatever the size of the series. `export tar` and
+// `export parquet` are done by the Python package's runstore command (below).
 #include <unistd.h>
 
-#include <cerrno>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
@@ -18,6 +16,7 @@
 #include "commands.h"
 #include "common.h"
 #include "progress.h"
+#include "registry.h"
 #include "runstore/text.h"
 
 namespace runstore::cli {
@@ -182,71 +181,137 @@ int RunExportCsv(const ExportCsvOptions& o) {
   return kExitOk;
 }
 
-// `runstore export tar` and `runstore export parquet`: the experiment-table
-// exports live in the Python package (they need its CSV, tar and Arrow
-// writers), so these commands run `python -m runstore export ...` with the
-// Python of $RUNSTORE_PYTHON (default python3), after checking that it can
-// import runstore.
 namespace {
 
-// Runs `argv` and waits; its exit code, or -1 if it could not be started or
-// did not exit normally. Its output goes to /dev/null.
-int RunQuietly(const std::vector<std::string>& argv) {
-  std::vector<char*> args;
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  const pid_t pid = fork();
-  if (pid < 0) return -1;
-  if (pid == 0) {
-    FILE* null = std::fopen("/dev/null", "w");
-    if (null != nullptr) {
-      dup2(fileno(null), STDOUT_FILENO);
-      dup2(fileno(null), STDERR_FILENO);
-    }
-    execvp(args[0], args.data());
-    _exit(127);
-  }
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0) {
-    if (errno != EINTR) return -1;
-  }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+void RegisterExportCsv(CLI::App& export_cmd, ChosenCommand* chosen) {
+  auto o = std::make_shared<ExportCsvOptions>();
+  CLI::App* cmd =
+      export_cmd.add_subcommand("csv", "Write one CSV file per series into a directory");
+  cmd->add_option("STORE", o->store, "Store directory")->required();
+  cmd->add_option("OUTDIR", o->outdir, "Output directory (not inside the store)")->required();
+  cmd->add_option("--names", o->names, "Only these series (comma-separated or repeated)")
+      ->delimiter(',');
+  cmd->add_flag("--all,-a", o->all, "Include reserved '~' series when --names is not given");
+  cmd->add_option("--max-columns", o->max_columns,
+                  "Split fixed shapes of up to this many elements into columns (0: never)")
+      ->transform(Integer<int>(0))
+      ->capture_default_str();
+  cmd->footer(Footer(
+      "Writes one CSV file per series into OUTDIR (created if missing), streaming batch by\n"
+      "batch in bounded memory, and manifest.json, which maps file names to series names.\n"
+      "Columns: run, step, then the value. A fixed-shape numeric series with at most\n"
+      "--max-columns elements per record gets one column per element, in C order (value_0,\n"
+      "value_1, ...; value_0_0, value_0_1, ... for two dimensions); any other series gets one\n"
+      "'value' column holding a JSON list ([[1,2],[3,4]]), the string, or base64 for bytes.\n"
+      "Quoting follows RFC 4180; lines end in \\n; NaN and infinities are nan, inf, -inf.\n"
+      "File names are the series names with every byte outside [A-Za-z0-9._-] (and a leading\n"
+      "'.') escaped as %XX, plus .csv: 'qi/3_17' -> qi%2F3_17.csv. Names that escape to more\n"
+      "than 200 bytes are cut and end in '~' and a hash. Each file is written under a\n"
+      "temporary name and renamed into place when complete.",
+      "  runstore export csv /scratch/sweep out/\n"
+      "  runstore export csv /scratch/sweep out/ --names loss,reward"));
+  ChooseOnParse(cmd, "export csv", chosen, [o] { return RunExportCsv(*o); });
+}
+
+// `export tar` and `export parquet` write the experiment table, and their one
+// engine is the Python package: its `runstore` command does these two exports
+// and hands every other command to this tool. This tool keeps them on its
+// command line, so that its help lists them and a bad command line is a usage
+// error as there, and when run they say where they are done, without starting
+// a Python behind the user's back.
+
+// What their options are parsed into (checked, then not used).
+struct ExportTableOptions {
+  std::string store, out;
+  int chunk_rows = 10000, compresslevel = 1;  // tar
+  int row_group_rows = 10000;                 // parquet
+  bool force = false;
+};
+
+// NotSupported (exit code 5), saying what to install to run `export FORMAT`.
+int ReportExportInPython(const std::string& format) {
+  const bool parquet = format == "parquet";
+  return ReportError(
+      "export " + format,
+      Status::NotSupported(
+          std::string("the C++ runstore tool on its own has no ") + (parquet ? "Parquet" : "tar") +
+          " engine; tar and Parquet exports are done by the Python package's runstore command: " +
+          (parquet ? "pip install 'runstore[arrow]' (the package with pyarrow)"
+                   : "pip install runstore") +
+          ", then run 'runstore export " + format + " STORE OUT" +
+          (parquet ? ".parquet" : ".tar.gz") + "' from that environment"));
+}
+
+void RegisterExportTar(CLI::App& export_cmd, ChosenCommand* chosen) {
+  auto o = std::make_shared<ExportTableOptions>();
+  CLI::App* cmd = export_cmd.add_subcommand(
+      "tar", "Write experiments and outcomes as a .tar.gz of CSVs (and .npy) for spreadsheets");
+  cmd->add_option("STORE", o->store, "Store directory")->required();
+  cmd->add_option("OUT", o->out, "Output .tar.gz (not inside the store)")->required();
+  cmd->add_option("--chunk-rows", o->chunk_rows, "Experiments formatted at a time")
+      ->transform(Integer<int>(1))
+      ->capture_default_str();
+  cmd->add_option("--compresslevel", o->compresslevel, "gzip level")
+      ->transform(Integer<int>(0, 9))
+      ->capture_default_str();
+  cmd->add_flag("--force,-f", o->force, "Replace OUT if it exists");
+  cmd->footer(Footer(
+      "Writes metadata.json (every column's and outcome's dtype and shape, and the member file\n"
+      "of each outcome), experiments.csv (experiment id, parameters, status: state, error,\n"
+      "host, started, finished, seconds, attempt), one CSV per outcome of up to two dimensions\n"
+      "(rows in experiment order; one column per element, '<name>_i_j' for 2-d), and .npy for\n"
+      "outcomes of three or more dimensions (with a .mask.npy of absent rows). Streamed in\n"
+      "bounded memory; OUT appears whole when complete or not at all (see the Python package's\n"
+      "README), with mode 0666 minus the umask; an existing OUT is replaced only with --force.\n"
+      "A store without a design exports its runs as the experiments. runstore.import_tar\n"
+      "(Python) reads it back with dtypes intact; docs/experiments.md specifies the layout.\n"
+      "This export is done by the Python package's runstore command (pip install runstore),\n"
+      "which hands every other command to this tool; the C++ tool on its own says where the\n"
+      "export is done and exits with 5.",
+      "  pip install runstore\n"
+      "  runstore export tar /scratch/sweep results.tar.gz"));
+  // The callback holds `o`, which CLI11 parses into, for as long as the app lives.
+  ChooseOnParse(cmd, "export tar", chosen, [o] { return ReportExportInPython("tar"); });
+}
+
+void RegisterExportParquet(CLI::App& export_cmd, ChosenCommand* chosen) {
+  auto o = std::make_shared<ExportTableOptions>();
+  CLI::App* cmd = export_cmd.add_subcommand(
+      "parquet",
+      "Write one Parquet file with a row per experiment (pandas, polars, DuckDB, Spark)");
+  cmd->add_option("STORE", o->store, "Store directory")->required();
+  cmd->add_option("OUT", o->out, "Output .parquet (not inside the store)")->required();
+  cmd->add_option("--row-group-rows", o->row_group_rows, "Rows per row group")
+      ->transform(Integer<int>(1))
+      ->capture_default_str();
+  cmd->add_flag("--force,-f", o->force, "Replace OUT if it exists");
+  cmd->footer(Footer(
+      "Writes one row per experiment in design order: experiment, parameters, status columns\n"
+      "and every outcome (scalars as columns, fixed-shape arrays as fixed-size lists), row\n"
+      "group by row group in bounded memory. A store without a design writes its records as\n"
+      "run, step and one column per series. OUT is written as 'export tar' writes its own\n"
+      "(replaced only with --force). This export is done by the Python package's runstore\n"
+      "command, with pyarrow (pip install 'runstore[arrow]'), which hands every other command\n"
+      "to this tool; the C++ tool on its own says where the export is done and exits with 5.",
+      "  pip install 'runstore[arrow]'\n"
+      "  runstore export parquet /scratch/sweep results.parquet\n"
+      "  duckdb -c \"SELECT state, count(*) FROM 'results.parquet' GROUP BY state\""));
+  ChooseOnParse(cmd, "export parquet", chosen, [o] { return ReportExportInPython("parquet"); });
 }
 
 }  // namespace
 
-int RunExportPython(const std::string& format, const std::string& store, const std::string& out,
-                    bool force, const std::vector<std::string>& extra) {
-  const std::string cmd = "export " + format;
-  // Checked here too (the Python package checks again), so that the answer
-  // does not depend on which Python is installed.
-  Status checked = CheckOutsideStore(store, out);
-  if (checked.ok()) checked = CheckMayCreate(out, force);
-  if (!checked.ok()) return ReportError(cmd, checked);
-  const char* env = std::getenv("RUNSTORE_PYTHON");
-  const std::string python = env != nullptr && *env != '\0' ? env : "python3";
-  if (RunQuietly({python, "-c", "import runstore._core"}) != 0) {
-    std::cerr << "runstore: " << cmd << ": this command needs the runstore Python package, and '"
-              << python << "' cannot import it.\n"
-              << "  Install it into that Python:  " << python << " -m pip install /path/to/runstore"
-              << (format == "parquet" ? "[arrow]" : "") << "\n"
-              << "  or point RUNSTORE_PYTHON at a Python that has it, e.g. the project's "
-                 "virtual environment:\n"
-              << "    RUNSTORE_PYTHON=/path/to/runstore/.venv/bin/python runstore " << cmd
-              << " ...\n";
-    return kExitOther;
-  }
-  std::vector<std::string> argv = {python, "-m", "runstore", "export", format, store, out};
-  argv.insert(argv.end(), extra.begin(), extra.end());
-  if (force) argv.push_back("--force");
-  std::vector<char*> args;
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  std::cout.flush();
-  std::cerr.flush();
-  execvp(args[0], args.data());  // returns only on failure
-  const int e = errno;
-  return ReportError(cmd, Status::IOError("cannot run " + python + ": " + std::strerror(e), e));
+void RegisterExport(CLI::App& app, ChosenCommand* chosen) {
+  CLI::App* export_cmd = app.add_subcommand(
+      "export", "Export series or experiments to other formats (csv, tar, parquet)");
+  export_cmd->require_subcommand(1);
+  export_cmd->footer(Footer("",
+                            "  runstore export csv /scratch/sweep out/\n"
+                            "  runstore export tar /scratch/sweep results.tar.gz\n"
+                            "  runstore export parquet /scratch/sweep results.parquet"));
+  RegisterExportCsv(*export_cmd, chosen);
+  RegisterExportTar(*export_cmd, chosen);
+  RegisterExportParquet(*export_cmd, chosen);
 }
 
 }  // namespace runstore::cli

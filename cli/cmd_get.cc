@@ -5,10 +5,12 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 
 #include "commands.h"
 #include "common.h"
 #include "npy.h"
+#include "registry.h"
 
 namespace runstore::cli {
 
@@ -53,6 +55,40 @@ int RunGet(const GetOptions& o) {
     return ReportError(kCmd, s);
   }
   return kExitOk;
+}
+
+void RegisterGet(CLI::App& app, ChosenCommand* chosen) {
+  auto o = std::make_shared<GetOptions>();
+  CLI::App* cmd = app.add_subcommand("get", "Write one value to a NumPy .npy file");
+  cmd->add_option("STORE", o->store, "Store directory")->required();
+  cmd->add_option("RUN", o->run,
+                  "Run id: an integer if all of it is one, a string if it does not start like a "
+                  "number; one that starts like a number but is not an integer (1x, 1.5) is "
+                  "refused: use --run-str for it")
+      ->required();
+  cmd->add_option("NAME", o->name, "Series name")->required();
+  cmd->add_flag("--run-str", o->run_is_string,
+                "Take RUN as a string even if it looks like an integer");
+  cmd->add_option("--step,-s", o->step, "Step of the record")
+      ->transform(Integer<int64_t>())
+      ->capture_default_str();
+  cmd->add_option("--output,-o", o->out,
+                  "Output .npy file ('-' for standard output); not inside the store")
+      ->required();
+  cmd->add_flag("--force,-f", o->force, "Replace the output file if it exists");
+  cmd->footer(Footer(
+      "Writes the value of the record (RUN, NAME, step) to a NumPy .npy file (format 1.0,\n"
+      "data aligned to 64 bytes), streaming its bytes from the store without a copy. The file\n"
+      "is written under a temporary name and renamed into place when complete; an existing\n"
+      "file is replaced only with --force, and a file inside the store is refused.\n"
+      "Numeric values keep their dtype and shape ('<f8', '|b1', '<i4', ...). A string value\n"
+      "becomes a 0-d '|S<n>' array of its UTF-8 bytes (np.load(f)[()].decode() gives the\n"
+      "str); a bytes value becomes a 1-d uint8 ('|u1') array of its length, which keeps\n"
+      "trailing NUL bytes that '|S' would drop.",
+      "  runstore get /scratch/sweep 42 trace --step 3 -o trace.npy\n"
+      "  runstore get /scratch/sweep exp-7 label --run-str -o label.npy\n"
+      "  python -c 'import numpy; print(numpy.load(\"trace.npy\").shape)'"));
+  ChooseOnParse(cmd, "get", chosen, [o] { return RunGet(*o); });
 }
 
 }  // namespace runstore::cli

@@ -1,11 +1,13 @@
 // `runstore info` and `runstore ls`.
 #include <filesystem>
 #include <iostream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
 
 #include "commands.h"
 #include "common.h"
+#include "registry.h"
 #include "runstore/text.h"
 
 namespace runstore::cli {
@@ -194,6 +196,47 @@ int RunLs(const LsOptions& o) {
   }
   PrintTable(rows, {false, false, false, true, true});
   return kExitOk;
+}
+
+void RegisterInfo(CLI::App& app, ChosenCommand* chosen) {
+  auto o = std::make_shared<InfoOptions>();
+  CLI::App* cmd =
+      app.add_subcommand("info", "Summarise a store: writers, segments, series, runs, bytes");
+  cmd->add_option("STORE", o->store, "Store directory")->required();
+  cmd->add_flag("--json", o->json, "Print one JSON object instead of text");
+  cmd->footer(Footer(
+      "Prints the store's format version, the number of writers (distinct writer ids), of\n"
+      "segments (sealed and open), series (and reserved '~' series), runs, visible records,\n"
+      "commits and blocks, the bytes on disk (every file under the store), the bytes of the\n"
+      "segment files, and the committed bytes (up to each segment's last valid commit).\n"
+      "With --skip-damaged, also the segments left out as damaged, with their errors\n"
+      "(--json: \"damaged_segments\": [{file, code, message}], always present).",
+      "  runstore info /scratch/sweep\n"
+      "  runstore info /scratch/sweep --json | jq .records"));
+  ChooseOnParse(cmd, "info", chosen, [o] { return RunInfo(*o); });
+}
+
+void RegisterLs(CLI::App& app, ChosenCommand* chosen) {
+  auto o = std::make_shared<LsOptions>();
+  CLI::App* cmd =
+      app.add_subcommand("ls", "List the series (or with --runs the run ids) of a store");
+  cmd->add_option("STORE", o->store, "Store directory")->required();
+  cmd->add_flag("--runs", o->runs, "List run ids instead of series");
+  cmd->add_flag("--json", o->json,
+                "Print a JSON array: of objects {name, dtype, shape (a list, [] for scalars), "
+                "variable_shape, count, stored_bytes}, or with --runs of run ids (numbers "
+                "and strings)");
+  cmd->add_flag("--all,-a", o->all,
+                "Include series reserved for runstore (names starting with '~')");
+  cmd->footer(Footer(
+      "Lists every series with its dtype, the shape of each record (\"scalar\", \"[3, 4]\" or\n"
+      "\"variable\"), the number of visible records and the bytes its blocks take on disk,\n"
+      "sorted by name. With --runs, lists the run ids instead (integers first, then strings),\n"
+      "one per line.",
+      "  runstore ls /scratch/sweep\n"
+      "  runstore ls /scratch/sweep --runs | wc -l\n"
+      "  runstore ls /scratch/sweep --all --json"));
+  ChooseOnParse(cmd, "ls", chosen, [o] { return RunLs(*o); });
 }
 
 }  // namespace runstore::cli

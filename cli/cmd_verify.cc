@@ -4,11 +4,13 @@
 // segment is one problem among the others rather than the end of the check.
 #include <cstdio>
 #include <iostream>
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
 #include "common.h"
 #include "progress.h"
+#include "registry.h"
 
 namespace runstore::cli {
 namespace {
@@ -98,6 +100,26 @@ int RunVerify(const VerifyOptions& o) {
     return kExitCorruption;
   }
   return kExitOk;
+}
+
+void RegisterVerify(CLI::App& app, ChosenCommand* chosen) {
+  auto o = std::make_shared<VerifyOptions>();
+  CLI::App* cmd =
+      app.add_subcommand("verify", "Check the checksum of every block of every segment");
+  cmd->add_option("STORE", o->store, "Store directory")->required();
+  cmd->add_flag("--json", o->json,
+                "Print one JSON object {store, ok, segments, blocks, blocks_checked, "
+                "bytes_checked, damaged_segments: [{code, message, file}], and when not "
+                "ok error: {code, message} (the first problem) and problems: [...]}");
+  cmd->footer(Footer(
+      "Reads every block of every segment and checks every checksum, then prints the number\n"
+      "of segments and blocks checked. It goes on past problems and prints every one, each\n"
+      "naming the segment file and the offset, then exits with 2. A segment file that cannot\n"
+      "be read at all (a damaged header or index, a file that cannot be opened) is one of\n"
+      "the problems: verify always reads around it, as --skip-damaged does.",
+      "  runstore verify /scratch/sweep && echo clean\n"
+      "  runstore verify /scratch/sweep --json | jq .error.message"));
+  ChooseOnParse(cmd, "verify", chosen, [o] { return RunVerify(*o); });
 }
 
 }  // namespace runstore::cli

@@ -1,7 +1,8 @@
-// commands.h: the subcommands of the `runstore` program. main.cc parses the
-// command line into these option structs; each Run* function does the work
-// and returns the process exit code (common.h), having printed any error as
-// "runstore: <command>: <status>" on stderr.
+// commands.h: the subcommands of the `runstore` program. Each one's
+// registration (registry.h) parses the command line into these option structs;
+// each Run* function does the work and returns the process exit code
+// (common.h), having printed any error as "runstore: <command>: <status>" on
+// stderr.
 //
 // Every command opens the store read-only and writes nothing into it.
 #ifndef RUNSTORE_CLI_COMMANDS_H_

@@ -6,7 +6,9 @@
 #
 # Registered with ctest as cli_test (cli/CMakeLists.txt). Needs bash and
 # coreutils; if python3 with numpy is present, the .npy files are also loaded
-# with numpy.load.
+# with numpy.load. The tar and Parquet exports, which the Python package does,
+# are checked through `$RUNSTORE_PYTHON -m runstore` (else the project's .venv)
+# when that Python has the package.
 set -u
 shopt -s extglob
 
@@ -101,7 +103,7 @@ run "$RS" cat "$S" loss --limit -2; expect_rc 1
 run "$RS" get "$S" 1 loss; expect_rc 1; expect_err_has "--output is required"
 run "$RS" export "$S"; expect_rc 1
 run "$RS" --help; expect_rc 0; expect_out_has "^Exit codes:"; expect_out_has "^  export "
-for cmd in info ls cat get verify "export csv"; do
+for cmd in info ls cat get verify "export csv" "export tar" "export parquet"; do
   # shellcheck disable=SC2086
   run "$RS" $cmd --help
   expect_rc 0; expect_out_has "^Examples:"; expect_out_has "^  2  corruption"
@@ -567,15 +569,50 @@ for f, shape, dtype in [("zcols", (100, 0), np.float64), ("zrows3", (0, 3), np.i
 EOF
 fi
 
-# --- export tar / export parquet: through the Python package -------------------
-# These run `python -m runstore`, so they need a Python that has the package:
+# --- export tar / export parquet: done by the Python package --------------------
+# The Python package's runstore command does these two exports and hands every
+# other command to this tool. This tool lists them and checks their command
+# line; run, they say what to install and exit with 5, starting no Python (not
+# the python3 first on PATH, not $RUNSTORE_PYTHON) and writing nothing.
+test_name=export_engine
+mkdir "$T/bin"
+printf '#!/bin/sh\ntouch "%s/python_ran"\n' "$T" >"$T/bin/python3"
+chmod +x "$T/bin/python3"
+ln -s python3 "$T/bin/python"
+run env PATH="$T/bin:$PATH" RUNSTORE_PYTHON="$T/bin/python3" "$RS" export tar "$S" "$T/none.tar.gz"
+expect_rc 5; expect_out ""
+expect_err_has "runstore: export tar: NotSupported: the C++ runstore tool on its own has no tar engine; tar and Parquet exports are done by the Python package's runstore command: pip install runstore, then run 'runstore export tar STORE OUT.tar.gz' from that environment"
+checks=$((checks + 1))
+[[ $(grep -c . <<<"$err") == 1 ]] || fail "export tar: stderr is not one line: $err"
+run env PATH="$T/bin:$PATH" RUNSTORE_PYTHON="$T/bin/python3" "$RS" export parquet "$S" "$T/none.parquet" -f
+expect_rc 5; expect_out ""
+expect_err_has "runstore: export parquet: NotSupported: the C++ runstore tool on its own has no Parquet engine"
+expect_err_has "pip install 'runstore[arrow]' (the package with pyarrow), then run 'runstore export parquet STORE OUT.parquet'"
+# Whatever the store and the flags: the store is not even opened.
+run "$RS" --skip-damaged export tar "$T/nowhere" "$T/none.tar.gz" --chunk-rows 5; expect_rc 5
+expect_err_has "pip install runstore"
+run "$RS" export parquet "$C" "$T/none.parquet" --skip-damaged; expect_rc 5; expect_err_has "pip install"
+checks=$((checks + 1))
+[[ ! -e $T/python_ran && ! -e $T/none.tar.gz && ! -e $T/none.parquet ]] ||
+  fail "export tar|parquet started a Python or wrote its output"
+run "$RS" export --help; expect_rc 0; expect_out_has "^  tar "; expect_out_has "^  parquet "
+run "$RS" export tar --help; expect_rc 0; expect_out_has "^  --chunk-rows INT=10000 "
+expect_out_has "^This export is done by the Python package's runstore command \(pip install runstore\),$"
+run "$RS" export parquet --help; expect_rc 0; expect_out_has "^  --row-group-rows INT=10000 "
+expect_out_has "pip install 'runstore\[arrow\]'"
+
+# The exports themselves, through the Python front end (python -m runstore, as
+# the package's runstore command does them): with the Python of
 # $RUNSTORE_PYTHON, else the project's .venv (scripts/test.sh installs it there).
 test_name=export_python
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 PY=${RUNSTORE_PYTHON:-}
 [[ -z $PY && -x $root/.venv/bin/python ]] && PY=$root/.venv/bin/python
+have_py= have_arrow=
 if [[ -n $PY ]] && "$PY" -c "import runstore._core" 2>/dev/null; then
-  run env RUNSTORE_PYTHON="$PY" "$RS" export tar "$S" "$T/store.tar.gz"; expect_rc 0
+  have_py=1
+  "$PY" -c "import pyarrow" 2>/dev/null && have_arrow=1
+  run "$PY" -m runstore export tar "$S" "$T/store.tar.gz"; expect_rc 0
   expect_out_has "experiments, [0-9]+ members"
   expect_err_has "are not part of the table: loss"  # records at steps other than 0
   checks=$((checks + 1))
@@ -583,56 +620,54 @@ if [[ -n $PY ]] && "$PY" -c "import runstore._core" 2>/dev/null; then
   [[ $members == "metadata.json experiments.csv " ]] || fail "tarball starts with: $members"
   checks=$((checks + 1))
   tar tzf "$T/store.tar.gz" | grep -qx 'outcomes/qi%2F3_17.csv' || fail "no outcomes/qi%2F3_17.csv"
-  run env RUNSTORE_PYTHON="$PY" "$RS" export tar "$T/no-store" "$T/none.tar.gz"; expect_rc 3
+  run "$PY" -m runstore export tar "$T/no-store" "$T/none.tar.gz"; expect_rc 3
   expect_err_has "runstore: export tar: NotFound:"
-  run env RUNSTORE_PYTHON="$PY" "$RS" export tar "$C" "$T/none.tar.gz"; expect_rc 2
+  run "$PY" -m runstore export tar "$C" "$T/none.tar.gz"; expect_rc 2
   expect_err_has "$corrupt_file"
   checks=$((checks + 1))
   [[ ! -e $T/none.tar.gz ]] || fail "a failed export left its output behind"
   # An existing OUT is replaced only with --force; OUT gets the umask's mode.
   cp "$T/store.tar.gz" "$T/store_before.tar.gz"
-  run env RUNSTORE_PYTHON="$PY" "$RS" export tar "$S" "$T/store.tar.gz"; expect_rc 5
+  run "$PY" -m runstore export tar "$S" "$T/store.tar.gz"; expect_rc 5
   expect_err_has "runstore: export tar: AlreadyExists: $T/store.tar.gz exists; use --force (-f) to replace it"
   checks=$((checks + 1))
   cmp -s "$T/store.tar.gz" "$T/store_before.tar.gz" || fail "export tar replaced a file without --force"
-  run env RUNSTORE_PYTHON="$PY" "$RS" export tar "$S" "$T/store.tar.gz" -f; expect_rc 0
+  run "$PY" -m runstore export tar "$S" "$T/store.tar.gz" -f; expect_rc 0
   rm "$T/store.tar.gz"
-  run env RUNSTORE_PYTHON="$PY" "$PY" -m runstore export tar "$S" "$T/store_before.tar.gz"; expect_rc 5
-  expect_err_has "AlreadyExists: $T/store_before.tar.gz exists; use --force (-f)"
-  (umask 002 && env RUNSTORE_PYTHON="$PY" "$RS" export tar "$S" "$T/store.tar.gz" --force) >/dev/null 2>&1
+  (umask 002 && "$PY" -m runstore export tar "$S" "$T/store.tar.gz" --force) >/dev/null 2>&1
   checks=$((checks + 1))
   [[ $(stat -c %a "$T/store.tar.gz") == 664 ]] || fail "export tar with umask 002: mode $(stat -c %a "$T/store.tar.gz")"
   checks=$((checks + 1))
   [[ -z $(find "$T" -maxdepth 1 -name '.*runstore*') ]] || fail "export tar left temporaries"
   if [[ -w /dev/full ]]; then
-    env RUNSTORE_PYTHON="$PY" "$RS" export tar "$S" "$T/full_stdout.tar.gz" >/dev/full 2>"$T/stderr"
+    "$PY" -m runstore export tar "$S" "$T/full_stdout.tar.gz" >/dev/full 2>"$T/stderr"
     rc=$?; err=$(cat "$T/stderr")
     expect_rc 4; expect_err_has "runstore: export tar: IOError: standard output: No space left on device"
   fi
-  # --skip-damaged reaches the Python export, which names what it left out.
-  run env RUNSTORE_PYTHON="$PY" timeout 60 "$RS" export tar "$D" "$T/damaged.tar.gz"; expect_rc 2
+  # A damaged store is refused as by every command; --skip-damaged names what it leaves out.
+  run timeout 60 "$PY" -m runstore export tar "$D" "$T/damaged.tar.gz"; expect_rc 2
   expect_err_has "runstore: export tar: Corruption: segments/beta-00000001.rss: offset 0"
   expect_err_has "runstore: export tar: to read the other segments, leaving this one out, run with --skip-damaged"
-  run env RUNSTORE_PYTHON="$PY" timeout 60 "$RS" export tar "$D" "$T/damaged.tar.gz" --skip-damaged
+  run timeout 60 "$PY" -m runstore export tar "$D" "$T/damaged.tar.gz" --skip-damaged
   expect_rc 0; expect_err_has "$left_beta"; expect_err_has "$left_fifo"
   checks=$((checks + 1))
   tar tzf "$T/damaged.tar.gz" | grep -qx 'outcomes/big.npy' || fail "export tar --skip-damaged lacks big"
-  if "$PY" -c "import pyarrow" 2>/dev/null; then
-    run env RUNSTORE_PYTHON="$PY" "$RS" export parquet "$S" "$T/store.parquet"; expect_rc 0
+  if [[ -n $have_arrow ]]; then
+    run "$PY" -m runstore export parquet "$S" "$T/store.parquet"; expect_rc 0
     checks=$((checks + 1))
     rows=$("$PY" -c "import pyarrow.parquet as pq, sys; print(pq.read_metadata(sys.argv[1]).num_rows)" \
       "$T/store.parquet")
     [[ $rows -gt 0 ]] || fail "export parquet wrote $rows rows"
-    run env RUNSTORE_PYTHON="$PY" "$RS" export parquet "$S" "$T/store.parquet"; expect_rc 5
+    run "$PY" -m runstore export parquet "$S" "$T/store.parquet"; expect_rc 5
     expect_err_has "runstore: export parquet: AlreadyExists: $T/store.parquet exists; use --force"
-    run env RUNSTORE_PYTHON="$PY" "$RS" export parquet "$S" "$T/store.parquet" --force; expect_rc 0
+    run "$PY" -m runstore export parquet "$S" "$T/store.parquet" --force; expect_rc 0
+  else
+    echo "cli_test: export parquet checks skipped: $PY has no pyarrow"
   fi
 else
   echo "cli_test: export tar/parquet checks skipped: no Python with the runstore package" \
     "(set RUNSTORE_PYTHON, or install it into .venv)"
 fi
-run env RUNSTORE_PYTHON="$T/no-such-python" "$RS" export tar "$S" "$T/none.tar.gz"; expect_rc 5
-expect_err_has "needs the runstore Python package"
 
 # --- integers and run ids on the command line ---------------------------------
 # Out of range and malformed integers are refused, naming the option and the
@@ -727,9 +762,15 @@ expect_err_has "runstore: get: InvalidArgument: $V/RUNSTORE: refusing to write i
 run "$RS" get "$V" 3 loss -o "$T/victim_link/x.npy"; expect_rc 5; expect_err_has "refusing to write inside"
 run env -C "$V/segments" "$RS" get "$V" 3 loss -o ../x.npy; expect_rc 5; expect_err_has "refusing to write inside"
 run env -C "$V" "$RS" export csv . out; expect_rc 5; expect_err_has "refusing to write inside the store ."
-run "$RS" export tar "$V" "$V/x.tar.gz"; expect_rc 5; expect_err_has "refusing to write inside the store"
-run "$RS" export parquet "$T/victim_link" "$V/x.parquet" --force; expect_rc 5
-expect_err_has "refusing to write inside the store"
+run "$RS" export tar "$V" "$V/x.tar.gz"; expect_rc 5; expect_err_has "has no tar engine"
+if [[ -n $have_py ]]; then
+  run "$PY" -m runstore export tar "$V" "$V/x.tar.gz"; expect_rc 5
+  expect_err_has "refusing to write the export inside the store"
+  if [[ -n $have_arrow ]]; then
+    run "$PY" -m runstore export parquet "$T/victim_link" "$V/x.parquet" --force; expect_rc 5
+    expect_err_has "refusing to write the export inside the store"
+  fi
+fi
 checks=$((checks + 1))
 [[ $(fingerprint "$V") == "$victim_before" ]] || fail "a command wrote into the store"
 run "$RS" verify "$V"; expect_rc 0
