@@ -301,6 +301,34 @@ void RegisterExportParquet(CLI::App& export_cmd, ChosenCommand* chosen) {
 
 }  // namespace
 
+// `import tar` rebuilds a store from the tarball of `export tar`; as that
+// export, it is done by the Python package's runstore command.
+void RegisterImport(CLI::App& app, ChosenCommand* chosen) {
+  CLI::App* import_cmd =
+      app.add_subcommand("import", "Rebuild a store from an export (tar; the Python package)");
+  import_cmd->require_subcommand(1);
+  auto o = std::make_shared<ExportTableOptions>();
+  CLI::App* cmd = import_cmd->add_subcommand(
+      "tar", "Rebuild a store from a tarball of 'export tar': design, status, outcomes");
+  cmd->add_option("ARCHIVE", o->out, "A .tar.gz written by 'runstore export tar'")->required();
+  cmd->add_option("STORE", o->store, "The store to write (created if missing)")->required();
+  cmd->footer(Footer(
+      "Reads metadata.json, experiments.csv and the outcome members, and writes them into\n"
+      "STORE with their dtypes and shapes (runstore.import_tar in Python). This command is\n"
+      "done by the Python package's runstore command (pip install runstore); the C++ tool on\n"
+      "its own says so and exits with 5.",
+      "  pip install runstore\n"
+      "  runstore import tar results.tar.gz /scratch/sweep-again"));
+  ChooseOnParse(cmd, "import tar", chosen, [o] {
+    return ReportError(
+        "import tar",
+        Status::NotSupported("the C++ runstore tool on its own does not import; 'import tar' is "
+                             "done by the Python package's runstore command: pip install "
+                             "runstore, then run 'runstore import tar ARCHIVE STORE' from that "
+                             "environment"));
+  });
+}
+
 void RegisterExport(CLI::App& app, ChosenCommand* chosen) {
   CLI::App* export_cmd = app.add_subcommand(
       "export", "Export series or experiments to other formats (csv, tar, parquet)");

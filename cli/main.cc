@@ -87,6 +87,7 @@ int Main(int argc, char** argv, std::string* command) {
   RegisterGet(app, &chosen);
   RegisterVerify(app, &chosen);
   RegisterExport(app, &chosen);
+  RegisterImport(app, &chosen);
 
   try {
     app.parse(argc, argv);

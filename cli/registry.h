@@ -20,6 +20,8 @@ void RegisterGet(CLI::App& app, ChosenCommand* chosen);     // cmd_get.cc
 void RegisterVerify(CLI::App& app, ChosenCommand* chosen);  // cmd_verify.cc
 // `export` and its commands csv, tar and parquet.
 void RegisterExport(CLI::App& app, ChosenCommand* chosen);  // cmd_export.cc
+// `import` and its command tar.
+void RegisterImport(CLI::App& app, ChosenCommand* chosen);  // cmd_export.cc
 
 }  // namespace runstore::cli
 

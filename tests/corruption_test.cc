@@ -117,11 +117,9 @@ void WriteCommits(Writer* w, WriterScript* script, int base, const std::string& 
   ASSERT_OK(w->DefineSeries("var", SeriesOptions{DType::kInt16, {}, true, Codec::kNone}));
   ScriptWriter sw(w, script);
   for (int run = base + 1; run <= base + 2; ++run) {
-    for (int step = 0; step < 3; ++step)
-      sw.Put(run, "f64", step, run + step * 0.25);
+    for (int step = 0; step < 3; ++step) sw.Put(run, "f64", step, run + step * 0.25);
   }
-  for (int step = 0; step < 3; ++step)
-    sw.Put(base + 1, "i32", step, int32_t{base * 10 + step});
+  for (int step = 0; step < 3; ++step) sw.Put(base + 1, "i32", step, int32_t{base * 10 + step});
   for (int step = 0; step < 2; ++step) {
     const std::string text = prefix + " status " + std::to_string(step);
     sw.Put(prefix + "-a", "txt", step, ValueRef::String(text));

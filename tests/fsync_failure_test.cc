@@ -37,9 +37,9 @@
 #include <thread>
 #include <vector>
 
-#include "testing/fault_injection_env.h"
 #include "runstore/env.h"
 #include "runstore/store.h"
+#include "testing/fault_injection_env.h"
 #include "testing/test_util.h"
 
 namespace runstore {

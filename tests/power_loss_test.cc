@@ -34,10 +34,10 @@
 #include <tuple>
 #include <vector>
 
-#include "testing/fault_injection_env.h"
 #include "format/format.h"
 #include "runstore/env.h"
 #include "runstore/store.h"
+#include "testing/fault_injection_env.h"
 #include "testing/test_util.h"
 #include "util/hash.h"
 
@@ -335,8 +335,7 @@ void Workload(Driver& d) {
   d.Commit();
 
   for (int run = 10; run < 15; ++run) {
-    for (int step = 0; step < 20; ++step)
-      d.Put(run, "loss", step, run * 100.0 + step);
+    for (int step = 0; step < 20; ++step) d.Put(run, "loss", step, run * 100.0 + step);
   }
   d.Put(42, "status", 0, ValueRef::String("int run in a string series"));
   d.Put("exp-z", "status", 0, ValueRef::String("and a string run"));

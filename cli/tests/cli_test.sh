@@ -102,8 +102,8 @@ run "$RS" cat "$S" loss --run 1 --run-str 1; expect_rc 1
 run "$RS" cat "$S" loss --limit -2; expect_rc 1
 run "$RS" get "$S" 1 loss; expect_rc 1; expect_err_has "--output is required"
 run "$RS" export "$S"; expect_rc 1
-run "$RS" --help; expect_rc 0; expect_out_has "^Exit codes:"; expect_out_has "^  export "
-for cmd in info ls cat get verify "export csv" "export tar" "export parquet"; do
+run "$RS" --help; expect_rc 0; expect_out_has "^Exit codes:"; expect_out_has "^  export "; expect_out_has "^  import "
+for cmd in info ls cat get verify "export csv" "export tar" "export parquet" "import tar"; do
   # shellcheck disable=SC2086
   run "$RS" $cmd --help
   expect_rc 0; expect_out_has "^Examples:"; expect_out_has "^  2  corruption"
@@ -592,10 +592,16 @@ expect_err_has "pip install 'runstore[arrow]' (the package with pyarrow), then r
 run "$RS" --skip-damaged export tar "$T/nowhere" "$T/none.tar.gz" --chunk-rows 5; expect_rc 5
 expect_err_has "pip install runstore"
 run "$RS" export parquet "$C" "$T/none.parquet" --skip-damaged; expect_rc 5; expect_err_has "pip install"
+run env PATH="$T/bin:$PATH" "$RS" import tar "$T/none.tar.gz" "$T/imported"; expect_rc 5
+expect_err_has "runstore: import tar: NotSupported: the C++ runstore tool on its own does not import"
+expect_err_has "pip install runstore"
+checks=$((checks + 1))
+[[ ! -e $T/imported ]] || fail "import tar created the store"
 checks=$((checks + 1))
 [[ ! -e $T/python_ran && ! -e $T/none.tar.gz && ! -e $T/none.parquet ]] ||
   fail "export tar|parquet started a Python or wrote its output"
 run "$RS" export --help; expect_rc 0; expect_out_has "^  tar "; expect_out_has "^  parquet "
+run "$RS" import --help; expect_rc 0; expect_out_has "^  tar "
 run "$RS" export tar --help; expect_rc 0; expect_out_has "^  --chunk-rows INT=10000 "
 expect_out_has "^This export is done by the Python package's runstore command \(pip install runstore\),$"
 run "$RS" export parquet --help; expect_rc 0; expect_out_has "^  --row-group-rows INT=10000 "

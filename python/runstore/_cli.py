@@ -37,12 +37,13 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     words = _command_words(argv)
     if tuple(words[:2]) in _PYTHON_COMMANDS or words[:1] == ["import"]:
-        # The global flags may come first (`runstore --skip-damaged export tar ...`), as the
-        # tool allows: the Python commands take them after the command.
-        flags = []
-        while argv and argv[0] in _GLOBAL_FLAGS:
-            flags.append(argv.pop(0))
-        return _commands.main(argv + flags)
+        # The tool's global flags may come anywhere (`runstore --skip-damaged export tar ...`):
+        # the exports take --skip-damaged as an option of their own, and --no-progress changes
+        # nothing for commands that draw no progress bar.
+        args = [a for a in argv if a not in _GLOBAL_FLAGS]
+        if "--skip-damaged" in argv and words[0] == "export":
+            args.append("--skip-damaged")
+        return _commands.main(args)
     tool = tool_path()
     if not os.access(tool, os.X_OK):
         print(
