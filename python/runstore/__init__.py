@@ -46,8 +46,7 @@ from ._core import (
 from ._experiments import experiment_id, grid
 from ._runner import RunSummary, run_experiments
 from ._store import DamagedSegment, LazyArray, SegmentInfo, SeriesInfo, Store, open
-
-__version__ = "0.1.0"
+from ._version import __version__
 
 
 def load_results(

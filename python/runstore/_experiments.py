@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ._checks import RunId, check_run_id
 from ._frame import _NULLABLE  # numpy dtype name -> pandas nullable dtype
 
 if TYPE_CHECKING:
@@ -26,7 +27,6 @@ if TYPE_CHECKING:
 
     from ._store import Store
 
-RunId = int | str
 
 DESIGN = "~design/"
 ROW = "~design/~row"
@@ -504,8 +504,6 @@ def _check_param_name(name: str) -> None:
 
 
 def _check_ids(ids: list[Any]) -> np.ndarray:
-    from ._store import check_run_id
-
     out = []
     for i, e in enumerate(ids):
         # Run ids as the core takes them: a bool, a float (even 3.0) or None is refused, not

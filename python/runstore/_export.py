@@ -32,6 +32,7 @@ import numpy as np
 from . import _core
 from . import _experiments as ex
 from ._output import ExportFile
+from ._version import __version__
 
 if TYPE_CHECKING:
     import pyarrow
@@ -428,7 +429,7 @@ def _write_tar(table: ExperimentTable, out: _TarOut, chunk_rows: int) -> dict[st
     meta = {
         "format": EXPORT_FORMAT,
         "version": EXPORT_VERSION,
-        "runstore_version": _version(),
+        "runstore_version": __version__,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "store": table.store.path,
         "has_design": table.has_design,
@@ -534,12 +535,6 @@ def _needs_v2(header: dict[str, Any]) -> bool:
         return False
     except ValueError:
         return True
-
-
-def _version() -> str:
-    from . import __version__
-
-    return __version__
 
 
 # -- import --------------------------------------------------------------------------------------

@@ -9,7 +9,8 @@ import numpy as np
 if TYPE_CHECKING:
     import pandas
 
-    from ._store import RunId, StepWindow, Store
+    from ._checks import RunId, StepWindow
+    from ._store import Store
 
 # numpy dtype -> pandas nullable dtype, for int/uint/bool columns with gaps.
 _NULLABLE = {
