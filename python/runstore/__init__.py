@@ -34,6 +34,7 @@ import os
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from . import export
 from ._core import (
     CODECS,
     DTYPES,
@@ -45,7 +46,15 @@ from ._core import (
 )
 from ._experiments import experiment_id, grid
 from ._runner import RunSummary, run_experiments
-from ._store import DamagedSegment, LazyArray, SegmentInfo, SeriesInfo, Store, open
+from ._store import (
+    DamagedSegment,
+    LazyArray,
+    SegmentInfo,
+    SeriesInfo,
+    Store,
+    import_tar,
+    open,
+)
 from ._version import __version__
 
 
@@ -73,20 +82,12 @@ def load_results(
     return _load(store, names)
 
 
-def import_tar(
-    path: str | os.PathLike[str], store_path: str | os.PathLike[str], *, chunk_rows: int = 10_000
-) -> Store:
-    """Rebuilds a store from a tarball of :meth:`Store.export_tar`: design, status and
-    outcomes with their dtypes and shapes. See :func:`runstore._export.import_tar`."""
-    from ._export import import_tar as _import
-
-    return _import(path, store_path, chunk_rows=chunk_rows)
-
 if TYPE_CHECKING:
     import numpy as np
     import pandas
 
 __all__ = [
+    "export",
     "open",
     "grid",
     "run_experiments",

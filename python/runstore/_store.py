@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable, Literal
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import numpy as np
 
-from . import _core
+from . import _core, export
 from ._checks import RunId, StepWindow, step_range
 from ._core import Writer
 
@@ -26,6 +27,18 @@ _MODES = {
 _ON_DAMAGED = {"raise": False, "skip": True}
 #: How many problems the message of Store.verify's CorruptionError spells out.
 _VERIFY_MESSAGE_PROBLEMS = 10
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _doc(fn: Callable[..., Any]) -> Callable[[_F], _F]:
+    """Gives the Store method it decorates the docstring of ``fn``, the module function the
+    method delegates to, so that both are documented by one text."""
+
+    def decorate(method: _F) -> _F:
+        method.__doc__ = fn.__doc__
+        return method
+
+    return decorate
 
 
 @dataclass(frozen=True)
@@ -251,6 +264,7 @@ class Store:
 
     # -- export -------------------------------------------------------------------------------
 
+    @_doc(export.export_tar)
     def export_tar(
         self,
         path: str | os.PathLike[str],
@@ -259,37 +273,11 @@ class Store:
         compresslevel: int = 1,
         overwrite: bool = True,
     ) -> dict[str, Any]:
-        """Writes the experiments and their outcomes to a .tar.gz that opens in a spreadsheet.
+        return export.export_tar(
+            self, path, chunk_rows=chunk_rows, compresslevel=compresslevel, overwrite=overwrite
+        )
 
-        Members: ``metadata.json`` (every dtype and shape, member file names), then
-        ``experiments.csv`` (id, parameters, status), one CSV per outcome of up to two
-        dimensions (rows in experiment order; a 1-d outcome gets one column per element, a 2-d
-        one columns ``<name>_i_j``), and ``.npy`` files for outcomes of three or more
-        dimensions. :func:`runstore.import_tar` reads it back with dtypes intact. The layout is
-        specified in docs/experiments.md.
-
-        Streamed: rows are formatted ``chunk_rows`` at a time and each member goes through a
-        temporary file, so memory does not grow with the outcomes' size. gzip ``compresslevel``
-        1 (default) compresses CSVs of floats almost as well as 6 and several times faster. Returns
-        a summary: path, experiments, members, bytes, seconds, and left_out: the number of records
-        per outcome that are not in the table (records at steps other than 0, or of run ids that
-        are not experiments; ``runstore export csv`` writes every record).
-        A store without a design exports its runs (every run id with step-0 records) as the
-        experiments.
-
-        The file appears whole when complete or not at all, with mode 0666 minus the umask; an
-        existing file is replaced, as pandas and numpy do (``overwrite=False``: FileExistsError
-        instead; the ``runstore`` command refuses unless ``--force``). On Linux it is written
-        without a name (``O_TMPFILE``) and linked into place, so that even a SIGKILL leaves
-        nothing behind; where the file system cannot do that (NFS), under a temporary name in
-        the same directory, removed on an exception, SIGINT or SIGTERM (see python/README.md).
-        Raises ValueError if ``path`` is inside the store, and OSError naming ``path`` (in its
-        message and ``filename``) if it cannot be written, e.g. on a full disk.
-        """
-        from ._export import export_tar
-
-        return export_tar(self, path, chunk_rows=chunk_rows, compresslevel=compresslevel, overwrite=overwrite)
-
+    @_doc(export.export_parquet)
     def export_parquet(
         self,
         path: str | os.PathLike[str],
@@ -298,17 +286,7 @@ class Store:
         compression: str = "zstd",
         overwrite: bool = True,
     ) -> dict[str, Any]:
-        """Writes one Parquet file: one row per experiment (design order) with the id, the
-        parameters, the status columns and every outcome (step 0): scalars as columns,
-        fixed-shape arrays as (nested) fixed-size lists. Written row group by row group of
-        ``row_group_rows`` rows, in bounded memory. pandas, polars, DuckDB and Spark read it
-        without runstore. A store without a design writes :meth:`to_arrow`'s table instead.
-        Needs pyarrow (the ``arrow`` extra). The file is written as :meth:`export_tar` writes
-        its own: whole or not at all, mode 0666 minus the umask, replacing an existing file
-        unless ``overwrite=False``, never inside the store, errors naming ``path``."""
-        from ._export import export_parquet
-
-        return export_parquet(
+        return export.export_parquet(
             self, path, row_group_rows=row_group_rows, compression=compression, overwrite=overwrite
         )
 
@@ -474,29 +452,14 @@ class Store:
 
         return to_pandas(self, names, runs, steps)
 
+    @_doc(export.to_arrow)
     def to_arrow(
         self,
         names: Iterable[str] | str | None = None,
         runs: Iterable[RunId] | None = None,
         steps: StepWindow | None = None,
     ) -> pyarrow.Table:
-        """The store's records as a pyarrow Table (needs the ``arrow`` extra: pyarrow).
-
-        Rows and order as :meth:`to_pandas`: one per (run, step), sorted. Columns ``run``,
-        ``step``, then one per series in ``names`` (default: every scalar and fixed-shape
-        numeric series): scalars as plain columns (strings as ``string``, bytes as
-        ``binary``), fixed-shape arrays as fixed-size lists (nested for two or more
-        dimensions). Absent values are nulls. Where a series' records are already in that order
-        and stored uncompressed in one block, its column is zero-copy: an Arrow buffer over the
-        read-only numpy view of the mapped file, which keeps the mapping alive.
-
-        With ``runs`` and ``steps``, the rows of those runs and steps only (see :meth:`scan`).
-
-        Raises KeyError for an unknown name and ValueError for a variable-shape series.
-        """
-        from ._export import to_arrow
-
-        return to_arrow(self, names, runs, steps)
+        return export.to_arrow(self, names, runs, steps)
 
     # -- protocol -----------------------------------------------------------------------------
 
@@ -628,3 +591,13 @@ def open(  # noqa: A001
     segments)``), OSError for other file-system errors.
     """
     return Store(path, mode, on_damaged)
+
+
+def import_tar(
+    path: str | os.PathLike[str], store_path: str | os.PathLike[str], *, chunk_rows: int = 10_000
+) -> Store:
+    """Rebuilds a store from a tarball of :meth:`Store.export_tar`: design, status and
+    outcomes with their dtypes and shapes, written to the store at ``store_path`` (opened with
+    mode "a": created if missing). Returns the store. See :func:`runstore.export.import_tar`,
+    which reads into a store already open."""
+    return export.import_tar(path, Store(store_path), chunk_rows=chunk_rows)

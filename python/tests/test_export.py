@@ -95,6 +95,16 @@ def test_tarball_round_trip_keeps_names_dtypes_and_gaps(awkward_store, tmp_path)
     assert outcomes["cube"].shape == (9, 2, 2, 2) and np.isnan(outcomes["cube"][3]).all()
 
 
+def test_the_export_module_reads_a_tarball_into_an_open_store(awkward_store, tmp_path):
+    out = tmp_path / "results.tar.gz"
+    runstore.export.export_tar(awkward_store, out)
+    into = runstore.open(tmp_path / "into")
+    assert runstore.export.import_tar(out, into) is into
+    assert_same_results(awkward_store, into)
+    with pytest.raises(RuntimeError, match="read-only"):
+        runstore.export.import_tar(out, runstore.open(tmp_path / "into", mode="r"))
+
+
 def test_tarball_opens_like_a_spreadsheet(awkward_store, tmp_path):
     out = tmp_path / "results.tar.gz"
     awkward_store.export_tar(out)

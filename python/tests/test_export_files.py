@@ -106,7 +106,7 @@ def test_an_export_that_raises_leaves_nothing(filled, out_dir, fmt, named, monke
         raise RuntimeError("stopped halfway")
 
     if fmt == "tar":
-        monkeypatch.setattr(runstore._export.ParallelGzip, "close", fail)
+        monkeypatch.setattr(runstore._tar.ParallelGzip, "close", fail)
     else:
         import pyarrow.parquet as pq
 
@@ -146,7 +146,7 @@ def test_where_a_nameless_file_cannot_be_linked_a_named_temporary_is_used(filled
 CHILD = textwrap.dedent("""
     import errno, os, sys, time
     import runstore
-    import runstore._export
+    import runstore._tar
 
     store_path, fmt, target, named = sys.argv[1:5]
     if named == "1":  # as on a file system without O_TMPFILE (NFS)
@@ -170,7 +170,7 @@ CHILD = textwrap.dedent("""
             time.sleep(60)
 
     if fmt == "tar":
-        write = runstore._export.ParallelGzip.write
+        write = runstore._tar.ParallelGzip.write
 
         def slow_write(self, data):
             global written
@@ -180,7 +180,7 @@ CHILD = textwrap.dedent("""
                 stop_here()
             return n
 
-        runstore._export.ParallelGzip.write = slow_write
+        runstore._tar.ParallelGzip.write = slow_write
     else:
         import pyarrow.parquet as pq
 
