@@ -314,7 +314,7 @@ def status_frame(store: Store) -> pandas.DataFrame:
     return pd.DataFrame(data)
 
 
-def pending_ids(store: Store, retry_failed: bool = True) -> list[RunId]:
+def pending_ids(store: Store, retry_failed: bool) -> list[RunId]:
     infos = reserved_series(store)
     index = load_index(store, infos)
     state = status_frame_columns(load_status(store, index, infos))["state"]
@@ -332,7 +332,7 @@ def outcome_names(store: Store) -> list[str]:
 
 
 def load_results(
-    store: Store, names: Iterable[str] | str | None = None
+    store: Store, names: Iterable[str] | str | None
 ) -> tuple[pandas.DataFrame, dict[str, np.ndarray]]:
     import pandas as pd
 

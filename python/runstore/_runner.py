@@ -1,4 +1,4 @@
-"""run_experiments: every pending experiment of a store's design, on a pool of processes.
+"""runstore.experiments.run: every pending experiment of a store's design, on a pool of processes.
 
 Each worker process opens its own writer. For each experiment it appends the status "running"
 (made visible by a time-based auto-commit if the experiment runs long), calls fn(**params), then
@@ -10,6 +10,7 @@ outcomes.
 
 from __future__ import annotations
 
+import functools
 import math
 import multiprocessing as mp
 import multiprocessing.connection
@@ -194,8 +195,11 @@ def _on_sigterm(signum: int, frame: Any) -> None:
         raise _Stop()
 
 
-def _worker_main(widx: int, store_path: str, fn_bytes: bytes, task_q: Any, conn: Any, parent: int) -> None:
-    """A worker process: pulls chunks of experiments until it gets None.
+def _worker_main(
+    widx: int, open_store: Callable[[], Store], fn_bytes: bytes, task_q: Any, conn: Any, parent: int
+) -> None:
+    """A worker process: opens the store with ``open_store``, then pulls chunks of experiments
+    until it gets None.
 
     Receipts go to the parent through ``conn``, a pipe of its own written synchronously, so a
     receipt sent before the process dies is never lost in a buffer."""
@@ -210,10 +214,8 @@ def _worker_main(widx: int, store_path: str, fn_bytes: bytes, task_q: Any, conn:
             _Flags.stop = True
 
     try:
-        from ._store import Store
-
         fn = pickle.loads(fn_bytes)
-        runner = _Runner(Store(store_path, "r+"), fn)
+        runner = _Runner(open_store(), fn)
     except BaseException:
         send("fatal", widx, traceback.format_exc())
         return
@@ -320,46 +322,16 @@ def _chunks(
         yield chunk
 
 
-def run_experiments(
-    store: Store | str | os.PathLike[str],
+def run(
+    store: Store,
     fn: Callable[..., Mapping[str, Any] | None],
-    workers: int | None = None,
-    retry_failed: bool = True,
-    progress: bool = True,
-    *,
-    commit_every: int = 1,
-    start_method: str = "spawn",
+    workers: int | None,
+    retry_failed: bool,
+    progress: bool,
+    commit_every: int,
+    start_method: str,
 ) -> RunSummary:
-    """Runs every experiment of the store's design that is not done, on worker processes.
-
-    Calls ``fn(**params)`` for each pending experiment (in design order, pulled from a queue by
-    ``workers`` processes; default: every core this process may use; 0 runs them in this
-    process). ``fn`` returns a dict of outcomes (numbers, numpy scalars and arrays, str,
-    bytes; None values are left out) or None, and must be picklable (a module-level function).
-
-    Each worker process opens its own writer; an experiment's outcomes and its status "done"
-    are committed together when it finishes (every ``commit_every`` experiments: 1 by default,
-    one fsync each; a larger value batches tiny experiments, and a crash then redoes up to
-    ``commit_every - 1`` finished ones, never twice in the results because the later commit
-    wins). An exception in fn marks that experiment "failed", with its message and traceback
-    in ``store.status()``, and the others go on; a worker process that dies (a segfault, the
-    OOM killer) is replaced and its experiment marked failed.
-
-    Ctrl-C (or SIGTERM) stops the workers cleanly: what finished is committed, the interrupted
-    experiments are set back to pending, and KeyboardInterrupt (SystemExit(143) for SIGTERM)
-    propagates. After that, or after a ``kill -9`` of everything, the same call again runs only
-    what is not done (failed ones too unless ``retry_failed=False``).
-
-    A progress line goes to stderr when it is a terminal and ``progress`` is true.
-    ``start_method``: "spawn" (default) or "forkserver"; "fork" only if this process holds no
-    open writer. Scripts that use "spawn" need the usual ``if __name__ == "__main__":`` guard.
-
-    Returns a :class:`RunSummary`: done, failed, skipped, seconds, workers, not_run.
-    """
-    from ._store import Store
-
-    if not isinstance(store, Store):
-        store = Store(store)
+    """runstore.experiments.run."""
     if store.read_only:
         raise RuntimeError(f"run_experiments: the store {store.path} is open read-only")
     if commit_every < 1:
@@ -417,6 +389,9 @@ class _Pool:
     def __init__(self, store: Store, fn_bytes: bytes, n: int, start_method: str, chunks: Any, total: int,
                  skipped: int, t0: float, bar: _Progress) -> None:
         self.store = store
+        # How a worker opens the store: the parent's Store class (which pickles by name) on its
+        # path, mode "r+".
+        self.open_store = functools.partial(type(store), store.path, "r+")
         self.fn_bytes = fn_bytes
         self.n = n
         self.ctx = mp.get_context(start_method)
@@ -449,7 +424,7 @@ class _Pool:
         r, w = self.ctx.Pipe(duplex=False)
         p = self.ctx.Process(
             target=_worker_main,
-            args=(widx, self.store.path, self.fn_bytes, self.task_q, w, os.getpid()),
+            args=(widx, self.open_store, self.fn_bytes, self.task_q, w, os.getpid()),
             name=f"runstore-worker-{widx}",
             # Not daemonic: fn may start processes of its own (a DataLoader, a Pool), which
             # daemonic processes may not. run() stops and joins every worker itself.

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import numpy as np
 
-from . import _core, export
+from . import _core, experiments, export
 from ._checks import RunId, StepWindow, step_range
 from ._core import Writer
 
@@ -204,63 +204,21 @@ class Store:
 
     # -- experiments --------------------------------------------------------------------------
 
+    @_doc(experiments.define)
     def define_experiments(self, design: Any) -> pandas.DataFrame:
-        """Adds experiments to the store's design table; returns the design with their ids.
+        return experiments.define(self, design)
 
-        ``design`` is a DataFrame or a list of dicts (e.g. :func:`runstore.grid`), one row per
-        experiment, one column per parameter. Parameter values are bool, int, float or str
-        (numpy scalars and DataFrame columns keep their dtype); a row may lack a parameter
-        (absent key, None or pd.NA), and then fn is called without it.
-
-        Ids: from an ``"experiment"`` column (ints or strs) if there is one, otherwise derived
-        from the parameters: ``"e"`` + 16 hex digits of the SHA-256 of the row's canonical JSON
-        (docs/experiments.md), so the same parameters always get the same id, and two rows with
-        identical parameters are refused (ValueError: add a seed or replicate column).
-
-        Defining rows the store already has (same id, same parameters) changes nothing; new
-        rows are added after the existing ones; an id whose parameters differ from the stored
-        ones raises ValueError, and then nothing is written. A parameter's values are cast to
-        the dtype it already has in the store when no value changes (ints to float64, say),
-        otherwise ValueError.
-
-        Returns a DataFrame: ``experiment`` then the parameters, in the order of ``design``.
-        """
-        from ._experiments import define_experiments
-
-        return define_experiments(self, design)
-
+    @_doc(experiments.design)
     def design(self) -> pandas.DataFrame:
-        """The design table: column ``experiment`` (the id), then one column per parameter.
+        return experiments.design(self)
 
-        Rows in definition order; dtypes as stored (int64, float64, bool, str, ...). Where a row
-        lacks a parameter: NaN in float columns, pd.NA in int/bool columns (pandas nullable
-        dtypes), None in str columns. Reads the current snapshot (see :meth:`refresh`).
-        """
-        from ._experiments import design_frame
-
-        return design_frame(self)
-
+    @_doc(experiments.status)
     def status(self) -> pandas.DataFrame:
-        """One row per experiment, in design order: its state and how it ran.
+        return experiments.status(self)
 
-        Columns: ``experiment``; ``state`` ("pending", "running", "done" or "failed");
-        ``error`` (message and traceback of a failure, else None); ``host``; ``started`` and
-        ``finished`` (unix time in seconds, float; ``pd.to_datetime(df.started, unit="s")``
-        for datetimes); ``seconds`` (run time of fn); ``attempt`` (how many times it was
-        started, 0 if never). "running" is committed only for experiments that ran longer than
-        a few seconds; a "running" experiment whose sweep was killed stays "running" until it
-        runs again. Reads the current snapshot (see :meth:`refresh`).
-        """
-        from ._experiments import status_frame
-
-        return status_frame(self)
-
+    @_doc(experiments.pending)
     def pending(self, retry_failed: bool = True) -> list[RunId]:
-        """Ids of the experiments that are not done, in design order; failed ones included
-        unless ``retry_failed=False``. Reads the current snapshot (see :meth:`refresh`)."""
-        from ._experiments import pending_ids
-
-        return pending_ids(self, retry_failed)
+        return experiments.pending(self, retry_failed)
 
     # -- export -------------------------------------------------------------------------------
 
@@ -591,6 +549,39 @@ def open(  # noqa: A001
     segments)``), OSError for other file-system errors.
     """
     return Store(path, mode, on_damaged)
+
+
+@_doc(experiments.load_results)
+def load_results(
+    store: Store | str | os.PathLike[str], names: Iterable[str] | str | None = None
+) -> tuple[pandas.DataFrame, dict[str, np.ndarray]]:
+    if not isinstance(store, Store):
+        store = Store(store, "r")
+    return experiments.load_results(store, names)
+
+
+@_doc(experiments.run)
+def run_experiments(
+    store: Store | str | os.PathLike[str],
+    fn: Callable[..., Mapping[str, Any] | None],
+    workers: int | None = None,
+    retry_failed: bool = True,
+    progress: bool = True,
+    *,
+    commit_every: int = 1,
+    start_method: str = "spawn",
+) -> experiments.RunSummary:
+    if not isinstance(store, Store):
+        store = Store(store)
+    return experiments.run(
+        store,
+        fn,
+        workers,
+        retry_failed,
+        progress,
+        commit_every=commit_every,
+        start_method=start_method,
+    )
 
 
 def import_tar(

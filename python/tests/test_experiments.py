@@ -180,6 +180,20 @@ def test_status_before_anything_ran(store):
     assert outcomes == {} and experiments["state"].tolist() == ["pending"] * 3
 
 
+def test_the_experiments_module_works_on_an_open_store(store, tmp_path):
+    experiments = runstore.experiments
+    defined = experiments.define(store, experiments.grid(x=range(4), seed=[7]))
+    pd.testing.assert_frame_equal(experiments.design(store), store.design())
+    assert experiments.pending(store) == defined["experiment"].tolist()
+    s = experiments.run(store, square, workers=1, progress=False)
+    assert (s.done, s.failed) == (4, 0) and isinstance(s, runstore.RunSummary)
+    assert experiments.pending(store) == [] and (experiments.status(store)["state"] == "done").all()
+    table, outcomes = experiments.load_results(store, "y")
+    assert outcomes["y"].tolist() == [x * x + 7 for x in range(4)] and len(table) == 4
+    with pytest.raises(RuntimeError, match="read-only"):
+        experiments.run(runstore.open(store.path, mode="r"), square, workers=0, progress=False)
+
+
 def test_sweep_runs_every_experiment_on_worker_processes(store):
     store.define_experiments(runstore.grid(x=range(20), seed=[0, 100]))
     s = runstore.run_experiments(store, square, workers=2, progress=False)
