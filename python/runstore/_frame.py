@@ -1,4 +1,5 @@
-"""Store.to_pandas: scalar series joined on (run, step)."""
+"""Store.to_pandas: scalar series joined on (run, step); and the sort order of records, which
+to_arrow shares."""
 
 from __future__ import annotations
 

@@ -1,15 +1,19 @@
-"""The Store class: opening a store and reading it."""
+"""The Store class: opening a store and reading it.
+
+Store's experiment and export methods are one-line delegations to runstore.experiments and
+runstore.export, which this module imports (they never import it); so are the top-level
+functions that also take a path and open it (load_results, run_experiments, import_tar)."""
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import numpy as np
 
-from . import _core, experiments, export
+from . import _core, _frame, experiments, export
 from ._checks import RunId, StepWindow, step_range
 from ._core import Writer
 
@@ -406,9 +410,7 @@ class Store:
 
         Raises KeyError for an unknown name and ValueError for a series that is not scalar.
         """
-        from ._frame import to_pandas
-
-        return to_pandas(self, names, runs, steps)
+        return _frame.to_pandas(self, names, runs, steps)
 
     @_doc(export.to_arrow)
     def to_arrow(
