@@ -109,7 +109,9 @@ def fs_type(path: str) -> str:
                 if len(parts) < 3:
                     continue
                 mnt = parts[1].replace("\\040", " ")
-                if (path == mnt or path.startswith(mnt.rstrip("/") + "/")) and len(mnt) >= len(best):
+                if (path == mnt or path.startswith(mnt.rstrip("/") + "/")) and len(mnt) >= len(
+                    best
+                ):
                     best, kind = mnt, parts[2]
     except OSError:
         pass

@@ -44,7 +44,9 @@ def _zero_copy_primitive(values: np.ndarray) -> Any:
     values = np.ascontiguousarray(values)
     if values.dtype.kind == "b":
         return pa.array(values)  # Arrow packs bools into bits: a copy
-    return pa.Array.from_buffers(pa.from_numpy_dtype(values.dtype), len(values), [None, pa.py_buffer(values)])
+    return pa.Array.from_buffers(
+        pa.from_numpy_dtype(values.dtype), len(values), [None, pa.py_buffer(values)]
+    )
 
 
 def _arrow_array(
@@ -56,9 +58,13 @@ def _arrow_array(
     n = len(values)
     mask = None if present is None or present.all() else pa.array(~present)
     if dtype in ("string", "bytes"):
-        return pa.array(values.tolist(), type=_arrow_type(dtype), mask=None if mask is None else ~present)
+        return pa.array(
+            values.tolist(), type=_arrow_type(dtype), mask=None if mask is None else ~present
+        )
     if shape is None:  # variable shape: JSON text of the nested lists
-        texts = [None if v is None else json.dumps(v.tolist(), allow_nan=True) for v in values.tolist()]
+        texts = [
+            None if v is None else json.dumps(v.tolist(), allow_nan=True) for v in values.tolist()
+        ]
         return pa.array(texts, type=pa.string())
     if not shape:
         if mask is None:
@@ -124,7 +130,6 @@ def to_arrow(
     import pandas as pd
     import pyarrow as pa
 
-
     runs = run_list(runs)
     infos = store.series()
     if names is None:
@@ -143,8 +148,10 @@ def to_arrow(
     scans = {n: store.scan(n, runs=runs, steps=steps) for n in selected}
     first = scans[selected[0]]
     same = all(
-        len(s["run"]) == len(first["run"]) and np.array_equal(s["step"], first["step"])
-        and np.array_equal(s["run"], first["run"]) for s in scans.values()
+        len(s["run"]) == len(first["run"])
+        and np.array_equal(s["step"], first["step"])
+        and np.array_equal(s["run"], first["run"])
+        for s in scans.values()
     )
     columns: dict[str, Any] = {}
     if same:
@@ -215,7 +222,11 @@ def _experiment_batch(
 
 
 def export_parquet(
-    store: Store, path: str | os.PathLike[str], row_group_rows: int, compression: str, overwrite: bool
+    store: Store,
+    path: str | os.PathLike[str],
+    row_group_rows: int,
+    compression: str,
+    overwrite: bool,
 ) -> dict[str, Any]:
     """runstore.export.export_parquet."""
     import pyarrow.parquet as pq
@@ -237,11 +248,22 @@ def export_parquet(
             for o in table.outcomes:
                 col = o.name if o.name not in taken else f"outcome.{o.name}"
                 names.append(col)
-                outcome_meta.append({"name": o.name, "column": col, "dtype": o.dtype,
-                                     "shape": list(o.shape) if o.shape is not None else None})
-            meta = {"format": EXPORT_FORMAT, "version": EXPORT_VERSION, "experiments": table.n,
-                    "parameters": list(table.params), "status": {f: table.status_names[f] for f in status},
-                    "outcomes": outcome_meta}
+                outcome_meta.append(
+                    {
+                        "name": o.name,
+                        "column": col,
+                        "dtype": o.dtype,
+                        "shape": list(o.shape) if o.shape is not None else None,
+                    }
+                )
+            meta = {
+                "format": EXPORT_FORMAT,
+                "version": EXPORT_VERSION,
+                "experiments": table.n,
+                "parameters": list(table.params),
+                "status": {f: table.status_names[f] for f in status},
+                "outcomes": outcome_meta,
+            }
             writer = None
             rows = 0
             row_bytes = sum(o.row_bytes for o in table.outcomes) + 64
@@ -259,5 +281,9 @@ def export_parquet(
                 writer.write_batch(batch)
             writer.close()
         out.commit()
-    return {"path": out.path, "rows": rows, "bytes": os.path.getsize(out.path),
-            "seconds": time.perf_counter() - t0}
+    return {
+        "path": out.path,
+        "rows": rows,
+        "bytes": os.path.getsize(out.path),
+        "seconds": time.perf_counter() - t0,
+    }

@@ -43,7 +43,9 @@ def step_range(steps: StepWindow | None) -> tuple[int, int] | None:
         try:
             start, stop = steps
         except (TypeError, ValueError):
-            raise TypeError(f"steps must be (start, stop) or a range of ints, got {steps!r}") from None
+            raise TypeError(
+                f"steps must be (start, stop) or a range of ints, got {steps!r}"
+            ) from None
         start, stop = check_step(start, "steps"), check_step(stop, "steps")
     if stop <= start or stop <= _INT64_MIN or start > _INT64_MAX:
         return (1, 0)  # no step

@@ -49,9 +49,12 @@ def run_list(runs: Iterable[RunId] | None) -> Iterable[RunId] | None:
     return list(runs)
 
 
-def to_pandas(store: Store, names: Iterable[str] | str | None,
-              runs: Iterable[RunId] | None = None,
-              steps: StepWindow | None = None) -> pandas.DataFrame:
+def to_pandas(
+    store: Store,
+    names: Iterable[str] | str | None,
+    runs: Iterable[RunId] | None = None,
+    steps: StepWindow | None = None,
+) -> pandas.DataFrame:
     import pandas as pd
 
     runs = run_list(runs)
@@ -79,7 +82,9 @@ def to_pandas(store: Store, names: Iterable[str] | str | None,
     # Fast path: every series has the same keys (one log call wrote them all), most often even
     # in the same order; then the columns line up without a join.
     same = all(
-        len(s["run"]) == len(run) and np.array_equal(s["step"], step) and np.array_equal(s["run"], run)
+        len(s["run"]) == len(run)
+        and np.array_equal(s["step"], step)
+        and np.array_equal(s["run"], run)
         for s in scans.values()
     )
     if same:

@@ -22,8 +22,9 @@ if TYPE_CHECKING:
     from ._store import Store
 
 
-def _parse_cells(cells: np.ndarray, dtype: str, shape: tuple[int, ...], meta: dict[str, Any] | None,
-                 row0: int) -> ex.Column:
+def _parse_cells(
+    cells: np.ndarray, dtype: str, shape: tuple[int, ...], meta: dict[str, Any] | None, row0: int
+) -> ex.Column:
     """Typed values from CSV cells of shape (rows, prod(shape)) (or (rows,) for scalars)."""
     n = cells.shape[0]
     if dtype in ("string", "bytes"):
@@ -40,7 +41,9 @@ def _parse_cells(cells: np.ndarray, dtype: str, shape: tuple[int, ...], meta: di
         if dtype == "string":
             values[:] = [c if p else None for c, p in zip(cells.tolist(), present.tolist())]
         else:
-            values[:] = [base64.b64decode(c) if p else None for c, p in zip(cells.tolist(), present.tolist())]
+            values[:] = [
+                base64.b64decode(c) if p else None for c, p in zip(cells.tolist(), present.tolist())
+            ]
         return ex.Column(values, present, dtype)
     flat = cells.reshape(n, -1).astype(str)
     absent = flat == ""
@@ -66,8 +69,14 @@ def _parse_cells(cells: np.ndarray, dtype: str, shape: tuple[int, ...], meta: di
 def _read_csv_chunks(f: IO[bytes], chunk_rows: int):
     import pandas as pd
 
-    reader = pd.read_csv(f, dtype=object, na_filter=False, keep_default_na=False, chunksize=chunk_rows,
-                         encoding="utf-8")
+    reader = pd.read_csv(
+        f,
+        dtype=object,
+        na_filter=False,
+        keep_default_na=False,
+        chunksize=chunk_rows,
+        encoding="utf-8",
+    )
     for df in reader:
         yield df
 
@@ -100,9 +109,14 @@ def import_tar(path: str | os.PathLike[str], store: Store, chunk_rows: int) -> S
                     continue
                 if member.name == "metadata.json":
                     meta = json.loads(f.read().decode())
-                    if meta.get("format") != EXPORT_FORMAT or meta.get("version", 0) > EXPORT_VERSION:
-                        raise ValueError(f"{path}: not a runstore export this version reads (format "
-                                         f"{meta.get('format')!r}, version {meta.get('version')!r})")
+                    if (
+                        meta.get("format") != EXPORT_FORMAT
+                        or meta.get("version", 0) > EXPORT_VERSION
+                    ):
+                        raise ValueError(
+                            f"{path}: not a runstore export this version reads (format "
+                            f"{meta.get('format')!r}, version {meta.get('version')!r})"
+                        )
                     for m in meta["outcomes"]:
                         by_member[m["member"]] = m
                         if "mask_member" in m:
@@ -133,7 +147,9 @@ def import_tar(path: str | os.PathLike[str], store: Store, chunk_rows: int) -> S
     return store
 
 
-def _import_experiments(store: Store, meta: dict[str, Any], f: IO[bytes], chunk_rows: int) -> np.ndarray:
+def _import_experiments(
+    store: Store, meta: dict[str, Any], f: IO[bytes], chunk_rows: int
+) -> np.ndarray:
     cols = meta["columns"]
     id_meta = cols[0]
     parts: dict[str, list[ex.Column]] = {c["name"]: [] for c in cols[1:]}
@@ -175,8 +191,10 @@ def _import_experiments(store: Store, meta: dict[str, Any], f: IO[bytes], chunk_
                     continue
                 runs = ids[keep]
                 vals = c.values[keep]
-                w.log_many(runs.tolist() if runs.dtype == object else runs,
-                           **{ex.STATUS_COLUMNS[field]: vals.tolist() if vals.dtype == object else vals})
+                w.log_many(
+                    runs.tolist() if runs.dtype == object else runs,
+                    **{ex.STATUS_COLUMNS[field]: vals.tolist() if vals.dtype == object else vals},
+                )
     return ids
 
 
@@ -224,11 +242,20 @@ def _import_outcome_csv(
         row0 += len(df)
 
 
-def _import_npy(writer: Any, ids: np.ndarray, m: dict[str, Any], f: IO[bytes], present: np.ndarray | None,
-                chunk_rows: int) -> None:
+def _import_npy(
+    writer: Any,
+    ids: np.ndarray,
+    m: dict[str, Any],
+    f: IO[bytes],
+    present: np.ndarray | None,
+    chunk_rows: int,
+) -> None:
     version = np.lib.format.read_magic(f)
-    shape, fortran, dtype = (np.lib.format.read_array_header_1_0(f) if version == (1, 0)
-                             else np.lib.format.read_array_header_2_0(f))
+    shape, fortran, dtype = (
+        np.lib.format.read_array_header_1_0(f)
+        if version == (1, 0)
+        else np.lib.format.read_array_header_2_0(f)
+    )
     n = shape[0]
     row_shape = tuple(shape[1:])
     row_bytes = dtype.itemsize * int(np.prod(row_shape, dtype=np.int64))

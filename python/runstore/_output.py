@@ -166,7 +166,9 @@ class ExportFile:
     place. ``store_path``: the store exported, inside which the target must not be.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, store_path: str, overwrite: bool = True) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], *, store_path: str, overwrite: bool = True
+    ) -> None:
         self.path = os.fspath(path)
         self.overwrite = overwrite
         check_outside_store(self.path, store_path)

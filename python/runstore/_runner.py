@@ -96,7 +96,9 @@ def _format_error(e: BaseException) -> str:
     text = "".join(traceback.format_exception(type(e), e, tb))
     if len(text) > MAX_ERROR_CHARS:
         head, tail = MAX_ERROR_CHARS // 4, MAX_ERROR_CHARS - MAX_ERROR_CHARS // 4
-        text = text[:head] + f"\n[... {len(text) - head - tail:,} characters cut ...]\n" + text[-tail:]
+        text = (
+            text[:head] + f"\n[... {len(text) - head - tail:,} characters cut ...]\n" + text[-tail:]
+        )
     return text
 
 
@@ -114,7 +116,10 @@ class _Runner:
         """Runs one experiment and appends its records (not committed). True if done."""
         w = self.writer
         started = time.time()
-        w.log(eid, **{ex.STATE: "running", ex.HOST: self.host, ex.STARTED: started, ex.ATTEMPT: attempt})
+        w.log(
+            eid,
+            **{ex.STATE: "running", ex.HOST: self.host, ex.STARTED: started, ex.ATTEMPT: attempt},
+        )
         t0 = time.perf_counter()
         error = None
         try:
@@ -128,7 +133,12 @@ class _Runner:
         finally:
             _Flags.in_fn = False
         seconds = time.perf_counter() - t0
-        status = {ex.HOST: self.host, ex.FINISHED: time.time(), ex.SECONDS: seconds, ex.ATTEMPT: attempt}
+        status = {
+            ex.HOST: self.host,
+            ex.FINISHED: time.time(),
+            ex.SECONDS: seconds,
+            ex.ATTEMPT: attempt,
+        }
         if error is None:
             try:
                 values = _outcomes(out)
@@ -144,7 +154,9 @@ class _Runner:
         w.log(eid, **status, **{ex.STATE: "failed", ex.ERROR: error})
         return False
 
-    def run_chunk(self, chunk: list[tuple[Any, dict[str, Any], int]]) -> tuple[list[Any], list[Any]]:
+    def run_chunk(
+        self, chunk: list[tuple[Any, dict[str, Any], int]]
+    ) -> tuple[list[Any], list[Any]]:
         """Runs the experiments of a chunk, then commits. Returns (done ids, failed ids).
 
         On _Stop or KeyboardInterrupt the interrupted experiment is set back to pending, what
@@ -307,7 +319,11 @@ def _plan(
 
 
 def _chunks(
-    index: ex.ExperimentIndex, params: dict[str, ex.Column], rows: np.ndarray, attempts: np.ndarray, size: int
+    index: ex.ExperimentIndex,
+    params: dict[str, ex.Column],
+    rows: np.ndarray,
+    attempts: np.ndarray,
+    size: int,
 ):
     """Yields lists of (id, params, attempt), built lazily."""
     for start in range(0, len(rows), size):
@@ -360,11 +376,19 @@ def run(
             f"run_experiments: fn must be picklable to reach the worker processes (a function "
             f"defined at the top level of a module, not a lambda or a nested function): {e}"
         ) from e
-    return _Pool(store, fn_bytes, n_workers, start_method, chunks, len(rows), skipped, t0, bar).run()
+    return _Pool(
+        store, fn_bytes, n_workers, start_method, chunks, len(rows), skipped, t0, bar
+    ).run()
 
 
 def _run_here(
-    store: Store, fn: Callable[..., Any], chunks: Any, total: int, skipped: int, t0: float, bar: _Progress
+    store: Store,
+    fn: Callable[..., Any],
+    chunks: Any,
+    total: int,
+    skipped: int,
+    t0: float,
+    bar: _Progress,
 ) -> RunSummary:
     done = failed = 0
     failed_ids: list[Any] = []
@@ -380,14 +404,26 @@ def _run_here(
         bar.close(done, failed)
         runner.close()
         store.refresh()
-    return RunSummary(done, failed, skipped, time.perf_counter() - t0, 0, total - done - failed, failed_ids)
+    return RunSummary(
+        done, failed, skipped, time.perf_counter() - t0, 0, total - done - failed, failed_ids
+    )
 
 
 class _Pool:
     """Worker processes fed through a bounded queue; replaces workers that die."""
 
-    def __init__(self, store: Store, fn_bytes: bytes, n: int, start_method: str, chunks: Any, total: int,
-                 skipped: int, t0: float, bar: _Progress) -> None:
+    def __init__(
+        self,
+        store: Store,
+        fn_bytes: bytes,
+        n: int,
+        start_method: str,
+        chunks: Any,
+        total: int,
+        skipped: int,
+        t0: float,
+        bar: _Progress,
+    ) -> None:
         self.store = store
         # How a worker opens the store: the parent's Store class (which pickles by name) on its
         # path, mode "r+".
@@ -501,7 +537,9 @@ class _Pool:
 
     def _work_left(self) -> bool:
         """True while some chunk has not been taken by a worker that started it."""
-        if not self.chunks_done or (self.pending_item is not None and self.pending_item[0] != "sentinel"):
+        if not self.chunks_done or (
+            self.pending_item is not None and self.pending_item[0] != "sentinel"
+        ):
             return True
         return bool(set(self.outstanding) - set(self.current.values()))
 
@@ -546,12 +584,15 @@ class _Pool:
             if state is not None and state.present[k] and state.values[k] == "done":
                 self.done += 1  # committed before the worker died
                 continue
-            w.log(eid, **{
-                ex.STATE: "failed",
-                ex.ERROR: f"the worker process running this experiment {how} (the experiment may have "
-                          f"crashed it, or it ran in the same batch of {len(ids)} as one that did)\n",
-                ex.FINISHED: time.time(),
-            })
+            w.log(
+                eid,
+                **{
+                    ex.STATE: "failed",
+                    ex.ERROR: f"the worker process running this experiment {how} (the experiment may have "
+                    f"crashed it, or it ran in the same batch of {len(ids)} as one that did)\n",
+                    ex.FINISHED: time.time(),
+                },
+            )
             self.failed += 1
             self.failed_ids.append(eid)
         w.commit()
@@ -561,9 +602,11 @@ class _Pool:
         in_main = threading.current_thread() is threading.main_thread()
         stop_signal: list[int] = []
         if in_main:
+
             def on_term(signum: int, frame: Any) -> None:
                 stop_signal.append(signum)
                 raise KeyboardInterrupt
+
             old_term = signal.signal(signal.SIGTERM, on_term)
         interrupted = False
         try:
@@ -594,8 +637,13 @@ class _Pool:
         if self.fatal is not None:
             raise RuntimeError(f"run_experiments: a worker process failed:\n{self.fatal}")
         summary = RunSummary(
-            self.done, self.failed, self.skipped, time.perf_counter() - self.t0, self.n,
-            self.total - self.done - self.failed, self.failed_ids,
+            self.done,
+            self.failed,
+            self.skipped,
+            time.perf_counter() - self.t0,
+            self.n,
+            self.total - self.done - self.failed,
+            self.failed_ids,
         )
         if interrupted:
             print(

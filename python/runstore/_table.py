@@ -52,8 +52,11 @@ class Outcome:
         self.info = info
         self.var_len = self.dtype in ("string", "bytes")
         #: Bytes of one record (an estimate for strings, bytes and variable shapes).
-        self.row_bytes = 64 if self.var_len or self.shape is None else (
-            np.dtype(self.dtype).itemsize * int(np.prod(self.shape, dtype=np.int64)))
+        self.row_bytes = (
+            64
+            if self.var_len or self.shape is None
+            else (np.dtype(self.dtype).itemsize * int(np.prod(self.shape, dtype=np.int64)))
+        )
         #: Held in memory as one Column (scalars); arrays are read per chunk.
         self.scalar = self.shape == ()
         #: Fixed-shape arrays of no elements ((100, 0)): no cell tells an absent record from an
@@ -151,7 +154,9 @@ class ExperimentTable:
             col.present[k] = True
         return col
 
-    def chunks(self, chunk_rows: int, row_bytes: int = 0, budget: int = CHUNK_BYTES) -> Iterable[slice]:
+    def chunks(
+        self, chunk_rows: int, row_bytes: int = 0, budget: int = CHUNK_BYTES
+    ) -> Iterable[slice]:
         """Slices of at most chunk_rows experiments and about ``budget`` bytes of values; the
         store's mapped pages are released after each."""
         rows = max(1, min(chunk_rows, budget // max(1, row_bytes)))

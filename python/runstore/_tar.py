@@ -99,7 +99,9 @@ class ParallelGzip:
     def __init__(self, raw: IO[bytes], level: int, threads: int) -> None:
         self.raw = raw
         self.level = level
-        self.pool = ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="runstore-gzip")
+        self.pool = ThreadPoolExecutor(
+            max_workers=max(1, threads), thread_name_prefix="runstore-gzip"
+        )
         self.pending: deque[Any] = deque()
         self.max_pending = 2 * max(1, threads)
         self.buf = bytearray()
@@ -266,7 +268,11 @@ def _write_tar(table: ExperimentTable, out: _TarOut, chunk_rows: int) -> dict[st
             "variable_shape": o.variable,
         }
         n_elements = int(np.prod(o.shape, dtype=np.int64)) if o.shape is not None else 1
-        if o.var_len or o.variable or (o.ndim is not None and o.ndim <= 2 and n_elements <= MAX_CSV_ELEMENTS):
+        if (
+            o.var_len
+            or o.variable
+            or (o.ndim is not None and o.ndim <= 2 and n_elements <= MAX_CSV_ELEMENTS)
+        ):
             m["format"] = "csv"
             m["member"] = base + ".csv"
             if o.variable:
@@ -274,8 +280,13 @@ def _write_tar(table: ExperimentTable, out: _TarOut, chunk_rows: int) -> dict[st
             else:
                 m["columns"] = [ex.ID_COLUMN] + _element_names(o.name, o.shape or ())
             if o.column is not None:
-                m.update({k: v for k, v in _column_meta(o.name, o.column, "outcome").items()
-                          if k in ("missing", "missing_rows")})
+                m.update(
+                    {
+                        k: v
+                        for k, v in _column_meta(o.name, o.column, "outcome").items()
+                        if k in ("missing", "missing_rows")
+                    }
+                )
         else:
             m["format"] = "npy"
             m["member"] = base + ".npy"
@@ -325,7 +336,12 @@ def _write_tar(table: ExperimentTable, out: _TarOut, chunk_rows: int) -> dict[st
         exported = write(table, o, m, out, chunk_rows)
         if o.info["count"] > exported:
             left_out[o.name] = int(o.info["count"] - exported)
-    return {"path": out.path, "experiments": table.n, "members": list(out.members), "left_out": left_out}
+    return {
+        "path": out.path,
+        "experiments": table.n,
+        "members": list(out.members),
+        "left_out": left_out,
+    }
 
 
 def _write_outcome_csv(

@@ -69,9 +69,7 @@ def export_tar(
     return _tar.export_tar(store, path, chunk_rows, compresslevel, overwrite)
 
 
-def import_tar(
-    path: str | os.PathLike[str], store: Store, *, chunk_rows: int = 10_000
-) -> Store:
+def import_tar(path: str | os.PathLike[str], store: Store, *, chunk_rows: int = 10_000) -> Store:
     """Rebuilds a store from a tarball written by :func:`export_tar` (or ``runstore export
     tar``): writes it into ``store``, an open writable Store.
 

@@ -57,7 +57,9 @@ def _is_type_checking(test: ast.expr) -> bool:
     )
 
 
-def imports(module: str, source: Path, known: dict[str, Path | None]) -> list[tuple[str, int, bool]]:
+def imports(
+    module: str, source: Path, known: dict[str, Path | None]
+) -> list[tuple[str, int, bool]]:
     """(imported package module, line, inside a function) for each import statement of
     ``module`` that names a module of the package, leaving out ``if TYPE_CHECKING:`` blocks.
     A dynamic import (importlib.import_module, __import__) of the package counts as one made
@@ -163,7 +165,11 @@ def import_first(module: str, path: Path | None = None) -> subprocess.CompletedP
     if path is not None:
         env["PYTHONPATH"] = os.pathsep.join([str(path), env.get("PYTHONPATH", "")])
     return subprocess.run(
-        [sys.executable, "-c", f"import {module}"], capture_output=True, text=True, env=env, timeout=120
+        [sys.executable, "-c", f"import {module}"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
     )
 
 
