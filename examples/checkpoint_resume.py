@@ -108,12 +108,14 @@ def demo() -> None:
     with open(ckpt) as f:
         at = json.load(f)["step"]
     print(
-        f"  in the store: {len(steps):,} records, steps 0..{steps.max():,}; the checkpoint is at step {at:,}"
+        f"  in the store: {len(steps):,} records, steps 0..{steps.max():,}; "
+        f"the checkpoint is at step {at:,}"
     )
 
     start = train(store_path, ckpt)
     print(
-        f"attempt 2: resumed from step {start:,} with writer.resume({RUN!r}, {start}), ran to {STEPS:,}"
+        f"attempt 2: resumed from step {start:,} with writer.resume({RUN!r}, {start}), "
+        f"ran to {STEPS:,}"
     )
 
     store.refresh()

@@ -92,7 +92,8 @@ def main() -> None:
     experiments, outcomes = runstore.load_results(store)
     print(
         f"read back: {len(experiments):,} experiments x {len(experiments.columns)} columns "
-        f"(parameters and status), outcomes {', '.join(f'{k} {v.shape}' for k, v in outcomes.items())}\n"
+        f"(parameters and status), outcomes "
+        f"{', '.join(f'{k} {v.shape}' for k, v in outcomes.items())}\n"
     )
     df = experiments[["beta", "gamma", "seed", "state"]].copy()
     for name in ("peak_infected", "peak_day", "final_size"):
@@ -110,9 +111,12 @@ def main() -> None:
     row = experiments.iloc[worst]
     curve = store.get(row["experiment"], "infected")
     print(
-        f"\nworst epidemic: experiment {row['experiment']} (beta={row['beta']:.2f}, gamma={row['gamma']:.2f}): "
-        f"{outcomes['peak_infected'][worst]:.0%} infected at once on day {outcomes['peak_day'][worst]}; "
-        f"its curve comes back zero-copy: {curve.shape} {curve.dtype}, read-only={not curve.flags.writeable}"
+        f"\nworst epidemic: experiment {row['experiment']} "
+        f"(beta={row['beta']:.2f}, gamma={row['gamma']:.2f}): "
+        f"{outcomes['peak_infected'][worst]:.0%} infected at once "
+        f"on day {outcomes['peak_day'][worst]}; "
+        f"its curve comes back zero-copy: {curve.shape} {curve.dtype}, "
+        f"read-only={not curve.flags.writeable}"
     )
     failed = experiments[experiments["state"] == "failed"]
     if len(failed):
@@ -121,12 +125,14 @@ def main() -> None:
     if args.tar:
         r = store.export_tar(args.tar)
         print(
-            f"\nexported {r['experiments']:,} experiments to {r['path']} ({r['bytes'] / 2**20:.1f} MiB)"
+            f"\nexported {r['experiments']:,} experiments to {r['path']} "
+            f"({r['bytes'] / 2**20:.1f} MiB)"
         )
     print(f"\nthe store is at {path}")
     print(f"  look at it:  runstore ls {path}    runstore cat {path} final_size --limit 5")
     print(
-        f"  resume it:   python examples/sweep_demo.py --store {path}   (runs only what is not done)"
+        f"  resume it:   python examples/sweep_demo.py --store {path}"
+        "   (runs only what is not done)"
     )
     print(f"  export it:   runstore export tar {path} results.tar.gz")
     if args.store is None:

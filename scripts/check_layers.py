@@ -93,7 +93,8 @@ def main() -> int:
         print(p)
     if problems:
         print(
-            f"check_layers: {len(problems)} include(s) cross a layer upwards (docs/design.md#layers)"
+            f"check_layers: {len(problems)} include(s) cross a layer upwards "
+            "(docs/design.md#layers)"
         )
         return 1
     print("check_layers: every include points down")

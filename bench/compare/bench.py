@@ -346,7 +346,7 @@ def timed_runs(args, runner: Runner, results: dict, log) -> None:
         log(f"== repetition {rep + 1}/{args.repeat} (load average {os.getloadavg()[0]:.2f})")
 
         # limit (runs first and last in each repetition, around the arrays workload)
-        def limit_run(tag):
+        def limit_run(tag, rep=rep):
             res = {"when": tag}
             modes = LIMIT_MODES if rep % 2 == 0 else LIMIT_MODES[::-1]
             for mode in modes:  # one process per way, like any case
@@ -368,8 +368,8 @@ def timed_runs(args, runner: Runner, results: dict, log) -> None:
             record("limit", "disk", res)
 
         if "sweep" in want:
-            # runstore_one, runstore_batch(_flush) and h5py_batch (the close targets) back to back, in
-            # alternating order; then the rest, rotated
+            # runstore_one, runstore_batch(_flush) and h5py_batch (the close targets) back to
+            # back, in alternating order; then the rest, rotated
             close = [
                 t
                 for t in (
@@ -889,7 +889,8 @@ def main(argv=None) -> int:
     info["load_start"] = list(os.getloadavg())
     log(f"bench: {cmdline}")
     log(
-        f"  machine: {info.get('cpu')} x{info['cpus']}, {info.get('mem_gib')} GiB, {info['kernel']}, "
+        f"  machine: {info.get('cpu')} x{info['cpus']}, {info.get('mem_gib')} GiB, "
+        f"{info['kernel']}, "
         f"{root} on {info['fs']} ({info['free_gib']} GiB free)"
     )
     log(f"  versions: {info['versions']}")

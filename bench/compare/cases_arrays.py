@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 
 import numpy as np
-
 from common import Clock, array_pool, array_result, array_shape, expected_array, lazy_sample
 
 META = {
@@ -251,7 +250,7 @@ def lazy(tool, path, p, cold: bool) -> dict:
     elif tool == "h5py":
         import h5py  # noqa: F401
     elif tool == "zarr":
-        import zarr  # noqa: F401
+        import zarr
         import zarr.storage  # noqa: F401
     elif tool == "pickle_bz2":
         import bz2  # noqa: F401
@@ -323,10 +322,11 @@ def limit(path, p, progress):
     for) or one fdatasync at the end ("end": the disk's streaming rate). Modes "each_windowed"
     and "end_windowed" write the same bytes 1 MiB at a time and start the writeback of each
     MiB at once (sync_file_range), so that the disk writes while the next MiB is copied: on
-    this VM the faster way to the same durable bytes, and what runstore's writer does. One pass per process,
-    started like any case, so that it meets the same page cache and the same memory as a case
-    (on this VM, memory freed for a few seconds is handed back to the host, and touching it
-    again is slow: a second pass in the same process would be faster than any case)."""
+    this VM the faster way to the same durable bytes, and what runstore's writer does. One pass
+    per process, started like any case, so that it meets the same page cache and the same
+    memory as a case (on this VM, memory freed for a few seconds is handed back to the host,
+    and touching it again is slow: a second pass in the same process would be faster than any
+    case)."""
     pool = array_pool(p["seed"], p["mib"])
     nbytes = p["n"] * array_shape(p["mib"])[0] * 1024 * 8
     mode = p.get("mode", "each")

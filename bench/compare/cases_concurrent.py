@@ -27,8 +27,7 @@ import threading
 import time
 
 import numpy as np
-
-from common import Clock, concurrent_value
+from common import concurrent_value
 
 META = {
     "runstore": (

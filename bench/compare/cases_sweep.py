@@ -18,7 +18,6 @@ import os
 import time
 
 import numpy as np
-
 from common import OUTCOMES, PARAMS, POOL, Clock, sweep_pool
 
 # tool -> (label, mode, what a commit/flush guarantees)
@@ -571,5 +570,6 @@ READBACK = {
 
 
 def payload_bytes(p) -> int:
-    """Bytes of the values written: run id, 5 parameters, 3 outcomes and the series, 8 bytes each."""
+    """Bytes of the values written: run id, 5 parameters, 3 outcomes and the series, 8 bytes
+    each."""
     return p["n"] * (1 + len(PARAMS) + len(OUTCOMES) + p["trace_len"]) * 8

@@ -20,7 +20,8 @@ ARRAY_POOL = 8  # arrays: distinct arrays generated up front; array i is pool[i 
 
 
 def sweep_pool(seed: int, trace_len: int):
-    """params (POOL, 5), outcomes (POOL, 3), trace (POOL, trace_len): experiment i uses row i % POOL."""
+    """params (POOL, 5), outcomes (POOL, 3), trace (POOL, trace_len): experiment i uses row
+    i % POOL."""
     rng = np.random.default_rng(seed)
     params = rng.random((POOL, len(PARAMS)))
     outcomes = rng.random((POOL, len(OUTCOMES)))

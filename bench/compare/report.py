@@ -159,7 +159,8 @@ def targets(data):
             (
                 "sweep",
                 "batched, durable commits the caller does not wait for (commit(wait=False) "
-                "per 1,000, group commit; the last waited for): runstore no slower than h5py batched",
+                "per 1,000, group commit; the last waited for): runstore no slower than h5py "
+                "batched",
                 f"runstore takes {fmt_num(r)}x h5py batched's time{_per_text(per)}",
                 r <= 1,
             )
@@ -215,7 +216,8 @@ def targets(data):
                 (
                     "arrays",
                     f"runstore, {what}",
-                    f"runstore's median {fmt_num(mbps)} MB/s = **{100 * mbps / lim:.0f}%** of the fastest "
+                    f"runstore's median {fmt_num(mbps)} MB/s = **{100 * mbps / lim:.0f}%** of the "
+                    "fastest "
                     f"limit run ({fmt_num(lim)} MB/s); its best run {100 * best / lim:.0f}%; "
                     f"{100 * mbps / lmed:.0f}% of the median limit run ({fmt_num(lmed)} MB/s)",
                     mbps >= 0.9 * lim if case in ("runstore", "runstore_async") else None,
@@ -609,7 +611,8 @@ def write(data, report_path):
                 ["date", m.get("date", "?")],
                 [
                     "machine",
-                    f"{m.get('cpu', '?')}, {m.get('cpus')} CPUs, {m.get('mem_gib')} GiB RAM, {m.get('os', '')}, "
+                    f"{m.get('cpu', '?')}, {m.get('cpus')} CPUs, {m.get('mem_gib')} GiB RAM, "
+                    f"{m.get('os', '')}, "
                     f"Linux {m.get('kernel')}",
                 ],
                 [
@@ -619,7 +622,8 @@ def write(data, report_path):
                 ],
                 [
                     "load average",
-                    f"{m['load_start'][0]:.1f} at the start, {m.get('load_end', [float('nan')])[0]:.1f} "
+                    f"{m['load_start'][0]:.1f} at the start, "
+                    f"{m.get('load_end', [float('nan')])[0]:.1f} "
                     "at the end (other jobs share this machine)",
                 ],
                 ["runtime", f"{mins:.1f} min"],
@@ -657,10 +661,13 @@ def write(data, report_path):
     if not _nan(lim_end):
         me, mh = limit_median(data)
         L.append(
-            f"\nThe disk's own limit in this run (workload 6), the fastest of its runs: **{fmt_num(lim_end)} "
-            f"MB/s** writing the arrays workload's bytes with one fdatasync at the end, **{fmt_num(lim_each)} "
+            "\nThe disk's own limit in this run (workload 6), the fastest of its runs: "
+            f"**{fmt_num(lim_end)} "
+            "MB/s** writing the arrays workload's bytes with one fdatasync at the end, "
+            f"**{fmt_num(lim_each)} "
             f"MB/s** with an fdatasync after each array (medians of the runs: {fmt_num(me)} and "
-            f"{fmt_num(mh)} MB/s: single runs vary several-fold on this machine). `% of disk` columns "
+            f"{fmt_num(mh)} MB/s: single runs vary several-fold on this machine). `% of disk` "
+            "columns "
             "use the first (MB = 10^6 bytes).\n"
         )
 
@@ -745,7 +752,8 @@ def write(data, report_path):
         L.append(f"\n## {WORKLOAD_TITLES['arrays']}\n")
         L.append(
             f"{p['n']} results of {p['mib']:g} MiB of float64 each (shape "
-            f"{cases_arrays.array_shape(p['mib'])}, normal random numbers), each written as the job "
+            f"{cases_arrays.array_shape(p['mib'])}, normal random numbers), each written as the "
+            "job "
             "returns it (runstore: `put` then `commit`).\n"
         )
         if "arrays" in imgs:
@@ -803,11 +811,14 @@ def write(data, report_path):
             f"durable commit every {p['batch']:,} rows. runstore: every process opens its own "
             "`Writer` (log per row); writers share no file and take no lock; *waited* is their "
             "back-pressure time (`Writer.stats()['backpressure_seconds']`). sqlite3: one database "
-            "in WAL mode, each writer runs `BEGIN IMMEDIATE; executemany(INSERT); COMMIT` per batch "
+            "in WAL mode, each writer runs `BEGIN IMMEDIATE; executemany(INSERT); COMMIT` per "
+            "batch "
             "(connection timeout 600 s, so a busy database is waited for, never an error); "
             "*waited* is the total time spent in `BEGIN IMMEDIATE`, i.e. blocked on the write lock "
-            "(uncontended it takes microseconds). Time: from releasing all writers at once (each has "
-            "already started and opened the store) to the end of the last one's final commit/close. "
+            "(uncontended it takes microseconds). Time: from releasing all writers at once (each "
+            "has "
+            "already started and opened the store) to the end of the last one's final "
+            "commit/close. "
             "Peak RSS: the sum over all processes (see above).\n"
         )
         if "concurrent" in imgs:
@@ -873,11 +884,13 @@ def write(data, report_path):
             "process's `read_bytes` in `/proc/self/io` over the timed part (page-cache misses, "
             "page faults on mapped files included). "
             + (
-                "The page cache is dropped (`sync; echo 3 > /proc/sys/vm/drop_caches`) right before "
+                "The page cache is dropped (`sync; echo 3 > /proc/sys/vm/drop_caches`) right "
+                "before "
                 "the clock starts, so these are cold reads from the disk; *warm* repeats the same "
                 "reads in the same process."
                 if cold
-                else "**The page cache could not be dropped (not root?): these are warm-cache figures.**"
+                else "**The page cache could not be dropped (not root?): "
+                "these are warm-cache figures.**"
             )
             + "\n"
         )
@@ -929,8 +942,10 @@ def write(data, report_path):
             "read back complete and equal to what was written. *committed* is what the writer had "
             "reported as committed (flushed, for tools without commits) before it died; a tool "
             "keeps its promise when read back >= committed. Sizes: sweep "
-            f"{min(params['sweep']['n'], a['crash_sweep_n']):,} experiments; arrays as in workload 2; "
-            f"concurrent {a['crash_writers']} writers x {min(params['concurrent']['rows'], a['crash_rows']):,} "
+            f"{min(params['sweep']['n'], a['crash_sweep_n']):,} experiments; arrays as in workload "
+            "2; "
+            f"concurrent {a['crash_writers']} writers x "
+            f"{min(params['concurrent']['rows'], a['crash_rows']):,} "
             "rows, of which writer 0 is killed and the others finish (committed / read back count "
             f"all writers). {a['crash_runs']} kills per case.\n"
         )
@@ -952,7 +967,8 @@ def write(data, report_path):
             produced = [e.get("produced") for e in entries if e.get("produced")]
             if produced:
                 errs.append(
-                    f"results computed before the kill: {', '.join(f'{x:,}' for x in produced)}, all lost"
+                    f"results computed before the kill: {', '.join(f'{x:,}' for x in produced)}, "
+                    "all lost"
                 )
             rows.append(
                 [
@@ -992,12 +1008,15 @@ def write(data, report_path):
         pa = params["arrays"]
         L.append(f"\n## {WORKLOAD_TITLES['limit']}\n")
         L.append(
-            f"The same bytes as workload 2 ({pa['n']} x {pa['mib']:g} MiB) written sequentially with "
-            "`os.write` to one new file: once with one `fdatasync` at the end (the disk's streaming "
+            f"The same bytes as workload 2 ({pa['n']} x {pa['mib']:g} MiB) written sequentially "
+            "with "
+            "`os.write` to one new file: once with one `fdatasync` at the end (the disk's "
+            "streaming "
             "rate) and once with an `fdatasync` after every array (the durability workload 2 asks "
             "for); and both again *windowed*: written 1 MiB at a time, the writeback of each MiB "
             "started at once with `sync_file_range`, so that the disk writes while the next MiB is "
-            "copied (runstore's writer does this; on this VM it is the faster way). Each is a process "
+            "copied (runstore's writer does this; on this VM it is the faster way). Each is a "
+            "process "
             "of its own like any case, right before and right after "
             "runstore's arrays case in every repetition. The "
             "data directory is synced before and after every deletion, so that no case pays for "
@@ -1034,7 +1053,8 @@ def write(data, report_path):
             )
         )
         L.append(
-            "\nThe fastest run of each way, plain or windowed, is the limit used above: every run is a lower bound of what "
+            "\nThe fastest run of each way, plain or windowed, is the limit used above: every run "
+            "is a lower bound of what "
             "the disk allows, and the slow ones are other tenants' I/O.\n"
         )
         L.append(_notes("limit"))
@@ -1046,7 +1066,8 @@ def write(data, report_path):
         "select). The raw figures of this page are in `img/"
         + os.path.basename(os.path.splitext(report_path)[0])
         + ".json`; "
-        "`bash bench/compare/run.sh --from-json docs/img/benchmarks.json` rewrites this page and the "
+        "`bash bench/compare/run.sh --from-json docs/img/benchmarks.json` rewrites this page and "
+        "the "
         "charts from them (after editing the explanations in `bench/compare/notes/`).\n"
     )
     L.append(_notes("method"))

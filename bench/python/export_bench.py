@@ -43,8 +43,8 @@ import numpy as np
 
 # The data, the measurements and the h5py layout of the comparison suite (bench/compare).
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "compare"))
-from common import PARAMS  # noqa: E402
-from common import vm_hwm_mib as peak_rss_mib  # noqa: E402
+from common import PARAMS
+from common import vm_hwm_mib as peak_rss_mib
 
 SERIES_LEN = 100
 TARGET_MISSED = 3  # the exit status of a run that finished but missed a target
@@ -211,7 +211,8 @@ def main() -> int:
     print(
         f"export_bench: n={args.n} seed={args.seed} compresslevel={args.compresslevel} "
         f"python={platform.python_version()} numpy={np.__version__} pandas={pd.__version__} "
-        f"runstore={runstore.__version__} cpus={os.cpu_count()} load average={os.getloadavg()[0]:.2f}"
+        f"runstore={runstore.__version__} cpus={os.cpu_count()} load "
+        f"average={os.getloadavg()[0]:.2f}"
     )
     work = args.dir or tempfile.mkdtemp(prefix="export_bench_")
     os.makedirs(work, exist_ok=True)
@@ -221,8 +222,10 @@ def main() -> int:
         shutil.rmtree(store_path, ignore_errors=True)
         sweep = build_sweep(store_path, args.n, args.seed, args.workers)
         print(
-            f"  sweep: define_experiments {sweep['define_s']:.1f} s, run_experiments {sweep['run_s']:.1f} s "
-            f"on {sweep['workers']} processes ({sweep['done']:,} done), store {sweep['store_mib']:.1f} MiB",
+            f"  sweep: define_experiments {sweep['define_s']:.1f} s, run_experiments "
+            f"{sweep['run_s']:.1f} s "
+            f"on {sweep['workers']} processes ({sweep['done']:,} done), store "
+            f"{sweep['store_mib']:.1f} MiB",
             flush=True,
         )
         for name in args.cases.split(","):

@@ -34,8 +34,9 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "compare"))
 
-import runstore  # noqa: E402
-from common import drop_caches  # noqa: E402
+from common import drop_caches
+
+import runstore
 
 CHUNK_STEPS = 100  # steps per log_many call in step_major
 WRITERS = 8  # writers of split
@@ -108,7 +109,8 @@ def main() -> int:
                 )
             print(
                 f"  {layout:10s} written in {write_s:6.2f} s; {'cold' if cold else 'WARM'} open + "
-                f"scan(runs=[{run}]) {1e3 * statistics.median(one):8.1f} ms (min {1e3 * min(one):.1f}); "
+                f"scan(runs=[{run}]) {1e3 * statistics.median(one):8.1f} ms (min "
+                f"{1e3 * min(one):.1f}); "
                 f"then the whole series {1e3 * statistics.median(full):7.1f} ms"
             )
     finally:

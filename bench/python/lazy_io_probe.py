@@ -39,7 +39,7 @@ import runstore
 
 # The comparison suite's helpers (bench/compare).
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "compare"))
-from common import drop_caches  # noqa: E402
+from common import drop_caches
 
 MIB8 = (1024, 1024)
 

@@ -54,8 +54,8 @@ import numpy as np
 # The workload's writers, its data and its measurements are the comparison suite's
 # (bench/compare/cases_sweep.py): this script runs the same code, for runstore and h5py only.
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "compare"))
-import cases_sweep  # noqa: E402
-from common import vm_hwm_mib as peak_rss_mib  # noqa: E402
+import cases_sweep
+from common import vm_hwm_mib as peak_rss_mib
 
 TRACE_LEN = 100
 TARGET_MISSED = 3  # the exit status of a run that finished but missed a target
@@ -235,7 +235,8 @@ def main() -> int:
     import runstore
 
     print(
-        f"sweep_bench: n={args.n} batch={args.batch} seed={args.seed} python={platform.python_version()} "
+        f"sweep_bench: n={args.n} batch={args.batch} seed={args.seed} "
+        f"python={platform.python_version()} "
         f"numpy={np.__version__} h5py={h5py.__version__} (HDF5 {h5py.version.hdf5_version}) "
         f"runstore={runstore.__version__} cpus={os.cpu_count()} repeat={args.repeat} "
         f"load average={os.getloadavg()[0]:.2f}"
@@ -248,7 +249,7 @@ def main() -> int:
     try:
         for name in args.cases.split(","):
             runs = []
-            for rep in range(args.repeat):
+            for _ in range(args.repeat):
                 r = run_case(name, args, work)
                 runs.append(r)
                 print(
@@ -268,14 +269,16 @@ def main() -> int:
     n = args.n
     print()
     print(
-        f"{'case':24s} {'seconds':>9s} {'us/experiment':>14s} {'in commit/flush s':>18s} {'peak RSS MiB':>13s}"
+        f"{'case':24s} {'seconds':>9s} {'us/experiment':>14s} {'in commit/flush s':>18s} "
+        f"{'peak RSS MiB':>13s}"
     )
     for name, r in results.items():
         if "seconds" in r:
             commit = f"{r['commit_seconds']:18.3f}" if "commit_seconds" in r else f"{'-':>18s}"
             rss = r.get("write_peak_rss_mib", r["peak_rss_mib"])
             print(
-                f"{name:24s} {r['seconds']:9.3f} {r['seconds'] / n * 1e6:14.2f} {commit} {rss:13.1f}"
+                f"{name:24s} {r['seconds']:9.3f} {r['seconds'] / n * 1e6:14.2f} {commit} "
+                f"{rss:13.1f}"
             )
     if "get_8mib" in results:
         g = results["get_8mib"]

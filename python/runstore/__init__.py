@@ -53,12 +53,11 @@ from ._store import (
     Store,
     import_tar,
     load_results,
-    open,
+    open,  # noqa: A004 - runstore.open, as io.open and gzip.open
     run_experiments,
 )
 from ._version import __version__
 from .experiments import RunSummary, experiment_id, grid
-
 
 __all__ = [
     "experiments",

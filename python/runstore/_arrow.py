@@ -141,7 +141,8 @@ def to_arrow(
                 raise KeyError(f"series {n!r} not found")
             if infos[n].shape is None:
                 raise ValueError(
-                    f"series {n!r} has a variable shape, which to_arrow does not convert: use Store.scan"
+                    f"series {n!r} has a variable shape, which to_arrow does not convert: "
+                    "use Store.scan"
                 )
     if not selected:
         return pa.table({"run": pa.array([], pa.int64()), "step": pa.array([], pa.int64())})
@@ -209,10 +210,10 @@ def _experiment_batch(
 
     ids = table.index.ids[rows]
     arrays = [_run_array(ids) if ids.dtype == object else pa.array(ids, type=pa.int64())]
-    for p, c in table.params.items():
+    for c in table.params.values():
         cc = c.take(rows)
         arrays.append(_arrow_array(cc.values, cc.present, c.dtype, ()))
-    for field, c in status.items():
+    for c in status.values():
         cc = c.take(rows)
         arrays.append(_arrow_array(cc.values, cc.present, c.dtype, ()))
     for o in table.outcomes:

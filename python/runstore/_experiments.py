@@ -668,9 +668,9 @@ def define_columns(
             j = first.setdefault(t, i)
             if j != i:
                 raise ValueError(
-                    f"design: rows {j} and {i} have the same parameters {rows[i]}, so they would get "
-                    "the same experiment id; add a parameter that tells them apart (a seed or a "
-                    "replicate number) or give an 'experiment' column"
+                    f"design: rows {j} and {i} have the same parameters {rows[i]}, so they would "
+                    "get the same experiment id; add a parameter that tells them apart (a seed or "
+                    "a replicate number) or give an 'experiment' column"
                 )
         ids = np.empty(n, dtype=object)
         ids[:] = ["e" + hashlib.sha256(t.encode()).hexdigest()[:16] for t in texts]

@@ -3,7 +3,8 @@ to_arrow shares."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -28,7 +29,8 @@ _NULLABLE = {
 
 
 def sort_order(run: np.ndarray, step: np.ndarray) -> np.ndarray:
-    """Indices that sort records by (run, step); int runs before str runs, as runstore orders them."""
+    """Indices that sort records by (run, step); int runs before str runs, as runstore orders
+    them."""
     if run.dtype != object:
         return np.lexsort((step, run))
     is_str = np.fromiter((isinstance(r, str) for r in run), dtype=bool, count=len(run))

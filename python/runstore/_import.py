@@ -77,8 +77,7 @@ def _read_csv_chunks(f: IO[bytes], chunk_rows: int):
         chunksize=chunk_rows,
         encoding="utf-8",
     )
-    for df in reader:
-        yield df
+    yield from reader
 
 
 def _parse_ids(cells: np.ndarray, meta: dict[str, Any], row0: int) -> np.ndarray:

@@ -74,7 +74,8 @@ class RunSummary:
         }
 
     def __str__(self) -> str:
-        s = f"{self.done:,} done, {self.failed:,} failed, {self.skipped:,} skipped in {self.seconds:.1f} s"
+        s = f"{self.done:,} done, {self.failed:,} failed, {self.skipped:,} skipped"
+        s += f" in {self.seconds:.1f} s"
         return s + (f", {self.not_run:,} not run" if self.not_run else "")
 
 
@@ -127,7 +128,7 @@ class _Runner:
             if _Flags.stop:
                 raise _Stop()
             out = self.fn(**params)
-        except (Exception, SystemExit) as e:
+        except (Exception, SystemExit) as e:  # noqa: BLE001 - whatever fn raises is its failure
             error = _format_error(e)
             out = None
         finally:
@@ -228,7 +229,7 @@ def _worker_main(
     try:
         fn = pickle.loads(fn_bytes)
         runner = _Runner(open_store(), fn)
-    except BaseException:
+    except BaseException:  # noqa: BLE001 - the parent reports why this worker cannot start
         send("fatal", widx, traceback.format_exc())
         return
     try:
@@ -588,8 +589,9 @@ class _Pool:
                 eid,
                 **{
                     ex.STATE: "failed",
-                    ex.ERROR: f"the worker process running this experiment {how} (the experiment may have "
-                    f"crashed it, or it ran in the same batch of {len(ids)} as one that did)\n",
+                    ex.ERROR: f"the worker process running this experiment {how} (the "
+                    f"experiment may have crashed it, or it ran in the same batch of {len(ids)} "
+                    "as one that did)\n",
                     ex.FINISHED: time.time(),
                 },
             )
@@ -647,8 +649,9 @@ class _Pool:
         )
         if interrupted:
             print(
-                f"\nrunstore: interrupted; {summary.done:,} done and {summary.failed:,} failed in this "
-                f"call, {summary.not_run:,} not run. Run again to continue: done experiments are kept.",
+                f"\nrunstore: interrupted; {summary.done:,} done and {summary.failed:,} failed "
+                f"in this call, {summary.not_run:,} not run. Run again to continue: done "
+                "experiments are kept.",
                 file=sys.stderr,
             )
             if stop_signal:

@@ -187,7 +187,7 @@ class _TarOut:
         for close in (self.tar.close, self.gz.abort):
             try:
                 close()
-            except Exception:
+            except Exception:  # noqa: BLE001 - the error that made us abort is the one to raise
                 pass
         self.out.abort()
 
@@ -239,7 +239,6 @@ def export_tar(
 
 
 def _write_tar(table: ExperimentTable, out: _TarOut, chunk_rows: int) -> dict[str, Any]:
-    used: set[str] = {"experiments.csv", "metadata.json"}
     status = table.status_columns()
     snames = table.status_names
 
@@ -297,7 +296,7 @@ def _write_tar(table: ExperimentTable, out: _TarOut, chunk_rows: int) -> dict[st
         "format": EXPORT_FORMAT,
         "version": EXPORT_VERSION,
         "runstore_version": __version__,
-        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "store": table.store.path,
         "has_design": table.has_design,
         "experiments": table.n,
@@ -307,7 +306,9 @@ def _write_tar(table: ExperimentTable, out: _TarOut, chunk_rows: int) -> dict[st
         "csv": {
             "encoding": "utf-8",
             "line_end": "\\n",
-            "quoting": "RFC 4180: a cell holding a comma, a quote, CR or LF is quoted, quotes doubled",
+            "quoting": (
+                "RFC 4180: a cell holding a comma, a quote, CR or LF is quoted, quotes doubled"
+            ),
             "floats": "shortest text that reads back exactly; nan, inf, -inf",
             "bool": "true, false",
             "bytes": "base64 (RFC 4648, padded)",

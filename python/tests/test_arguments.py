@@ -7,8 +7,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import runstore
-
 # Python and numpy bools are ints to Python: taken as run 1 or step 1 they would file records
 # under a key nobody meant.
 BOOLS = [True, False, np.True_, np.False_]

@@ -211,7 +211,8 @@ def test_export_keeps_memory_flat(tmp_path):
         with store.writer(_allow_reserved=True) as w:
             for start in range(0, n, 500):
                 ids = np.arange(start, start + 500)
-                w.log_many(ids, series=np.random.default_rng(start).random((500, k)), score=ids * 0.5)
+                series = np.random.default_rng(start).random((500, k))
+                w.log_many(ids, series=series, score=ids * 0.5)
                 w.log_many(ids, **{"~status/state": ["done"] * 500})
                 w.commit()
         store = runstore.open(sys.argv[1], "r")

@@ -1,4 +1,5 @@
-"""Store.array: large arrays read and checked as they are indexed (docs/format.md "Value chunks")."""
+"""Store.array: large arrays read and checked as they are indexed (docs/format.md, "Value
+chunks")."""
 
 from __future__ import annotations
 

@@ -6,8 +6,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import runstore
-
 
 def test_sweep_table(store):
     with store.writer() as w:

@@ -7,8 +7,6 @@ import enum
 import numpy as np
 import pytest
 
-import runstore
-
 
 def roundtrip(store, **values):
     with store.writer() as w:

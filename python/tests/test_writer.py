@@ -146,9 +146,11 @@ def test_flushed_records_survive_kill_9(store_path):
         w = runstore.open({str(store_path)!r}).writer()
         w.log_many(np.arange(1000), loss=np.arange(1000.0), trace=np.ones((1000, 100)))
         w.commit()
-        w.log_many(np.arange(1000, 3000), loss=np.arange(1000.0, 3000.0), trace=np.ones((2000, 100)))
+        runs = np.arange(1000, 3000)
+        w.log_many(runs, loss=runs.astype(float), trace=np.ones((2000, 100)))
         w.flush()
-        w.log_many(np.arange(3000, 4000), loss=np.arange(3000.0, 4000.0), trace=np.ones((1000, 100)))
+        runs = np.arange(3000, 4000)
+        w.log_many(runs, loss=runs.astype(float), trace=np.ones((1000, 100)))
         os.kill(os.getpid(), signal.SIGKILL)  # neither committed nor closed
     """)
     p = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=120)
