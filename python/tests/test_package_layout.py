@@ -3,7 +3,7 @@ package's modules inside a function (which is how a cycle hides until a call run
 
 Bottom-up: _core, the helpers (_checks, _version, _frame, _output), the experiments and export
 modules and their private parts, _store (which imports experiments and export for Store's
-delegations), then __init__ (docs/design.md, "The Python package"). Imports under
+delegations), then __init__ (docs/design.md#python-package). Imports under
 ``if TYPE_CHECKING:`` never run, so they are left out; lazy imports of optional third-party
 modules (pandas, pyarrow) inside functions are fine.
 """
