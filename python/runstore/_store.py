@@ -35,8 +35,8 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 
 
 def _doc(fn: Callable[..., Any]) -> Callable[[_F], _F]:
-    """Gives the Store method it decorates the docstring of ``fn``, the module function the
-    method delegates to, so that both are documented by one text."""
+    """Gives what it decorates (a Store method, or a top-level function that also takes a
+    path) the docstring of ``fn``, the module function it delegates to: one text for both."""
 
     def decorate(method: _F) -> _F:
         method.__doc__ = fn.__doc__
