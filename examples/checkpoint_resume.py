@@ -87,18 +87,36 @@ def train(store_path: str, checkpoint: str, preempt_at: int | None = None) -> in
 def demo() -> None:
     work = tempfile.mkdtemp(prefix="runstore-resume-")
     store_path, ckpt = os.path.join(work, "run"), os.path.join(work, "checkpoint.json")
-    print(f"attempt 1: {STEPS:,} steps, a checkpoint every {CHECKPOINT_EVERY:,}, killed at step 7,300")
-    p = subprocess.run([sys.executable, __file__, "--store", store_path, "--checkpoint", ckpt,
-                        "--preempt-at", "7300"])
+    print(
+        f"attempt 1: {STEPS:,} steps, a checkpoint every {CHECKPOINT_EVERY:,}, killed at step 7,300"
+    )
+    p = subprocess.run(
+        [
+            sys.executable,
+            __file__,
+            "--store",
+            store_path,
+            "--checkpoint",
+            ckpt,
+            "--preempt-at",
+            "7300",
+        ]
+    )
     print(f"  exit status {p.returncode} (SIGKILL)")
     store = runstore.open(store_path, "r")
     steps = store.scan("loss")["step"]
     with open(ckpt) as f:
         at = json.load(f)["step"]
-    print(f"  in the store: {len(steps):,} records, steps 0..{steps.max():,}; the checkpoint is at step {at:,}")
+    print(
+        f"  in the store: {len(steps):,} records, steps 0..{steps.max():,}; "
+        f"the checkpoint is at step {at:,}"
+    )
 
     start = train(store_path, ckpt)
-    print(f"attempt 2: resumed from step {start:,} with writer.resume({RUN!r}, {start}), ran to {STEPS:,}")
+    print(
+        f"attempt 2: resumed from step {start:,} with writer.resume({RUN!r}, {start}), "
+        f"ran to {STEPS:,}"
+    )
 
     store.refresh()
     d = store.scan("loss")
@@ -111,16 +129,22 @@ def demo() -> None:
         expected.append(loss)
     one_each = np.array_equal(steps, np.arange(STEPS))
     same = np.array_equal(losses, np.array(expected))
-    print(f"  in the store: {len(steps):,} records; one per step 0..{STEPS - 1:,}: {one_each}; "
-          f"equal to an uninterrupted run: {same}")
+    print(
+        f"  in the store: {len(steps):,} records; one per step 0..{STEPS - 1:,}: {one_each}; "
+        f"equal to an uninterrupted run: {same}"
+    )
     print(f"the store is at {store_path} (runstore cat {store_path} loss --limit 5)")
     if not (one_each and same):
         sys.exit(1)
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--store", help="store directory (default: run the whole demo in a temporary one)")
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--store", help="store directory (default: run the whole demo in a temporary one)"
+    )
     ap.add_argument("--checkpoint", help="checkpoint file (with --store)")
     ap.add_argument("--preempt-at", type=int, default=None, help="kill this attempt at this step")
     args = ap.parse_args()

@@ -57,13 +57,21 @@ def simulate(beta: float, gamma: float, seed: int, population: int = 10_000) -> 
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--experiments", type=int, default=10_000)
     ap.add_argument("--workers", type=int, default=None, help="processes (default: all cores)")
-    ap.add_argument("--store", default=None, help="store directory (default: a fresh temporary one)")
-    ap.add_argument("--commit-every", type=int, default=10,
-                    help="experiments per commit (1: each one durable as it finishes; a crash redoes "
-                         "at most N-1 finished ones per worker)")
+    ap.add_argument(
+        "--store", default=None, help="store directory (default: a fresh temporary one)"
+    )
+    ap.add_argument(
+        "--commit-every",
+        type=int,
+        default=10,
+        help="experiments per commit (1: each one durable as it finishes; a crash redoes "
+        "at most N-1 finished ones per worker)",
+    )
     ap.add_argument("--tar", default=None, help="also export the results to this .tar.gz")
     args = ap.parse_args()
 
@@ -73,36 +81,55 @@ def main() -> None:
     todo = len(store.pending())
     print(f"runstore demo: {len(store.design()):,} SIR epidemics ({todo:,} to run) -> {path}")
 
-    summary = runstore.run_experiments(store, simulate, workers=args.workers, commit_every=args.commit_every)
+    summary = runstore.run_experiments(
+        store, simulate, workers=args.workers, commit_every=args.commit_every
+    )
     rate = summary.done / summary.seconds if summary.seconds else 0.0
     on_disk = sum(e.stat().st_size for e in os.scandir(os.path.join(path, "segments")))
-    print(f"\nran {summary} on {summary.workers} processes ({rate:,.0f} experiments/s), "
-          f"{on_disk / 2**20:.1f} MiB on disk")
+    print(
+        f"\nran {summary} on {summary.workers} processes ({rate:,.0f} experiments/s), "
+        f"{on_disk / 2**20:.1f} MiB on disk"
+    )
 
     experiments, outcomes = runstore.load_results(store)
-    print(f"read back: {len(experiments):,} experiments x {len(experiments.columns)} columns "
-          f"(parameters and status), outcomes {', '.join(f'{k} {v.shape}' for k, v in outcomes.items())}\n")
+    print(
+        f"read back: {len(experiments):,} experiments x {len(experiments.columns)} columns "
+        f"(parameters and status), outcomes "
+        f"{', '.join(f'{k} {v.shape}' for k, v in outcomes.items())}\n"
+    )
     df = experiments[["beta", "gamma", "seed", "state"]].copy()
     for name in ("peak_infected", "peak_day", "final_size"):
         df[name] = outcomes[name]
     df["R0"] = (df["beta"] / df["gamma"]).round(0)
-    table = df.groupby("R0").agg(experiments=("seed", "size"), final_size=("final_size", "mean"),
-                                 peak_infected=("peak_infected", "mean"), peak_day=("peak_day", "median"))
+    table = df.groupby("R0").agg(
+        experiments=("seed", "size"),
+        final_size=("final_size", "mean"),
+        peak_infected=("peak_infected", "mean"),
+        peak_day=("peak_day", "median"),
+    )
     print("mean outcome by basic reproduction number R0 = beta / gamma:")
     print(table.head(12).to_string(float_format=lambda v: f"{v:.3f}"))
     worst = int(np.nanargmax(outcomes["peak_infected"]))
     row = experiments.iloc[worst]
     curve = store.get(row["experiment"], "infected")
-    print(f"\nworst epidemic: experiment {row['experiment']} (beta={row['beta']:.2f}, gamma={row['gamma']:.2f}): "
-          f"{outcomes['peak_infected'][worst]:.0%} infected at once on day {outcomes['peak_day'][worst]}; "
-          f"its curve comes back zero-copy: {curve.shape} {curve.dtype}, read-only={not curve.flags.writeable}")
+    print(
+        f"\nworst epidemic: experiment {row['experiment']} "
+        f"(beta={row['beta']:.2f}, gamma={row['gamma']:.2f}): "
+        f"{outcomes['peak_infected'][worst]:.0%} infected at once "
+        f"on day {outcomes['peak_day'][worst]}; "
+        f"its curve comes back zero-copy: {curve.shape} {curve.dtype}, "
+        f"read-only={not curve.flags.writeable}"
+    )
     failed = experiments[experiments["state"] == "failed"]
     if len(failed):
         print(f"\n{len(failed)} experiments failed; the first error:\n{failed['error'].iloc[0]}")
 
     if args.tar:
         r = store.export_tar(args.tar)
-        print(f"\nexported {r['experiments']:,} experiments to {r['path']} ({r['bytes'] / 2**20:.1f} MiB)")
+        print(
+            f"\nexported {r['experiments']:,} experiments to {r['path']} "
+            f"({r['bytes'] / 2**20:.1f} MiB)"
+        )
     # The commands as they can be typed: the `runstore` of this environment by its full path
     # when it is not the one on PATH (a virtual environment that is not activated).
     rs = shutil.which("runstore", path=os.path.dirname(sys.executable)) or "runstore"

@@ -51,7 +51,9 @@ def check(root: pathlib.Path) -> list[str]:
                     continue  # a header of the same directory
                 if head == "runstore":
                     if tail not in public:
-                        problems.append(f"{rel}: includes public header {inc}, which {where} may not")
+                        problems.append(
+                            f"{rel}: includes public header {inc}, which {where} may not"
+                        )
                 elif head in INTERNAL:
                     if head not in layers:
                         problems.append(f"{rel}: includes {inc}: layer {head} is not below {where}")
@@ -90,7 +92,10 @@ def main() -> int:
     for p in problems:
         print(p)
     if problems:
-        print(f"check_layers: {len(problems)} include(s) cross a layer upwards (docs/design.md#layers)")
+        print(
+            f"check_layers: {len(problems)} include(s) cross a layer upwards "
+            "(docs/design.md#layers)"
+        )
         return 1
     print("check_layers: every include points down")
     return 0

@@ -5,7 +5,8 @@
 # power-loss tests again under AddressSanitizer + UndefinedBehaviorSanitizer, every
 # fuzz target over its seed corpus and regressions, the unit and concurrency tests
 # under ThreadSanitizer, the Python suite (pytest), a small run of every benchmark
-# harness, and the formatting checks. Installs what is missing first.
+# harness, and the formatting and lint checks (clang-format, ruff). Installs what is missing
+# first.
 #
 #   bash scripts/test.sh            # everything
 #   SKIP_ASAN=1 SKIP_FUZZ=1 SKIP_TSAN=1 bash scripts/test.sh
@@ -109,10 +110,14 @@ for b in "sweep_bench.py --n 2000 --batch 200" "export_bench.py --n 2000" \
 done
 rm -rf "$smoke" "$smoke.log"
 
-step "Formatting (clang-format, Google style)"
+step "Formatting (clang-format, Google style; ruff for the Python)"
 files=$(git ls-files '*.h' '*.cc' | grep -v '^third_party/' || true)
 if command -v clang-format > /dev/null && [ -n "$files" ]; then
   clang-format --dry-run --Werror $files
   echo "clang-format: clean"
 fi
+# Settings in pyproject.toml [tool.ruff]; `ruff format` and `ruff check --fix` repair most.
+python_dirs=(python examples bench scripts)
+"$root/.venv/bin/ruff" format --check "${python_dirs[@]}"
+"$root/.venv/bin/ruff" check "${python_dirs[@]}"
 echo; echo "all tests passed in ${SECONDS}s"

@@ -108,11 +108,31 @@ class Runner:
         return d
 
     def _cmd(self, mode: str, what: str, path: str, params: dict, out: str, extra=()) -> list[str]:
-        return [sys.executable, os.path.join(HERE, "bench.py"), mode, what, "--path", path,
-                "--params", json.dumps(params), "--out", out, *extra]
+        return [
+            sys.executable,
+            os.path.join(HERE, "bench.py"),
+            mode,
+            what,
+            "--path",
+            path,
+            "--params",
+            json.dumps(params),
+            "--out",
+            out,
+            *extra,
+        ]
 
-    def run(self, mode: str, what: str, path: str, params: dict, *, timeout: float | None = None,
-            progress_fd_pass: int | None = None, on_start=None) -> dict:
+    def run(
+        self,
+        mode: str,
+        what: str,
+        path: str,
+        params: dict,
+        *,
+        timeout: float | None = None,
+        progress_fd_pass: int | None = None,
+        on_start=None,
+    ) -> dict:
         """Runs one case process; returns its JSON result plus the driver's measurements:
         wall_seconds (the whole process), tree_peak_rss_mib (the sum of RSS over the process and
         its descendants, sampled every 10 ms), ru_maxrss_mib (wait4: the largest single
@@ -126,8 +146,12 @@ class Runner:
         cmd = self._cmd(mode, what, path, params, out, extra)
         errf = open(path.rstrip("/") + ".stderr", "w+")
         t0 = time.perf_counter()
-        p = subprocess.Popen(cmd, stdout=errf, stderr=errf,
-                             pass_fds=(progress_fd_pass,) if progress_fd_pass is not None else ())
+        p = subprocess.Popen(
+            cmd,
+            stdout=errf,
+            stderr=errf,
+            pass_fds=(progress_fd_pass,) if progress_fd_pass is not None else (),
+        )
         peak = [0]
         stop = threading.Event()
 
@@ -181,9 +205,13 @@ class Runner:
         res["tree_peak_rss_mib"] = peak[0] / 2**20
         res["ru_maxrss_mib"] = ru.ru_maxrss / 1024  # includes the forked driver's RSS: unused
         if p.returncode != 0 and p.returncode != -signal.SIGKILL:
-            res["error"] = stderr.strip().splitlines()[-1][:400] if stderr.strip() else f"exit {p.returncode}"
-            self.log(f"    ! {mode} {what} failed (exit {p.returncode}):\n" +
-                     "\n".join("      " + x for x in stderr.strip().splitlines()[-15:]))
+            res["error"] = (
+                stderr.strip().splitlines()[-1][:400] if stderr.strip() else f"exit {p.returncode}"
+            )
+            self.log(
+                f"    ! {mode} {what} failed (exit {p.returncode}):\n"
+                + "\n".join("      " + x for x in stderr.strip().splitlines()[-15:])
+            )
         return res
 
 
@@ -220,13 +248,26 @@ def _sync_and_remove(path: str) -> None:
 
 def workload_params(args) -> dict:
     return {
-        "sweep": {"n": args.sweep_n, "batch": args.sweep_batch, "trace_len": args.trace_len,
-                  "seed": args.seed},
+        "sweep": {
+            "n": args.sweep_n,
+            "batch": args.sweep_batch,
+            "trace_len": args.trace_len,
+            "seed": args.seed,
+        },
         "arrays": {"n": args.arrays_n, "mib": args.arrays_mib, "seed": args.seed},
-        "lazy": {"n": args.arrays_n, "mib": args.arrays_mib, "seed": args.seed, "k": args.lazy_k,
-                 "stride": args.lazy_stride, "warm": args.no_drop_caches},
-        "concurrent": {"rows": args.conc_rows, "batch": args.conc_batch,
-                       "timeout": args.conc_timeout},
+        "lazy": {
+            "n": args.arrays_n,
+            "mib": args.arrays_mib,
+            "seed": args.seed,
+            "k": args.lazy_k,
+            "stride": args.lazy_stride,
+            "warm": args.no_drop_caches,
+        },
+        "concurrent": {
+            "rows": args.conc_rows,
+            "batch": args.conc_batch,
+            "timeout": args.conc_timeout,
+        },
     }
 
 
@@ -254,12 +295,26 @@ def timed_runs(args, runner: Runner, results: dict, log) -> None:
 
     def record(workload, case, res):
         results.setdefault(workload, {}).setdefault(case, []).append(res)
-        common.write_json(os.path.join(os.path.dirname(runner.root), "partial-results.json"), results)
+        common.write_json(
+            os.path.join(os.path.dirname(runner.root), "partial-results.json"), results
+        )
 
     def describe(res):
-        keys = ("seconds", "tree_peak_rss_mib", "peak_rss_mib", "disk_bytes", "wait_seconds", "warm_seconds",
-                "disk_read_bytes",
-                "mbps_each", "mbps_end", "mbps_each_windowed", "mbps_end_windowed", "read_back", "error")
+        keys = (
+            "seconds",
+            "tree_peak_rss_mib",
+            "peak_rss_mib",
+            "disk_bytes",
+            "wait_seconds",
+            "warm_seconds",
+            "disk_read_bytes",
+            "mbps_each",
+            "mbps_end",
+            "mbps_each_windowed",
+            "mbps_end_windowed",
+            "read_back",
+            "error",
+        )
         parts = []
         for k in keys:
             if k in res:
@@ -269,11 +324,15 @@ def timed_runs(args, runner: Runner, results: dict, log) -> None:
 
     def write_case(workload, tool, params, rep, verify, timeout=None):
         d = runner.casedir(f"{workload}-{tool}")
-        res = runner.run("--child", f"{workload}.{tool}", d, params, timeout=timeout or args.case_timeout)
+        res = runner.run(
+            "--child", f"{workload}.{tool}", d, params, timeout=timeout or args.case_timeout
+        )
         os.sync()
         res["disk_bytes"], res["apparent_bytes"] = common.du_bytes(d)
         if verify and res.get("returncode") == 0:
-            rb = runner.run("--readback", f"{workload}.{tool}", d, params, timeout=args.case_timeout)
+            rb = runner.run(
+                "--readback", f"{workload}.{tool}", d, params, timeout=args.case_timeout
+            )
             res["read_back"] = rb.get("read_back", 0)
             res["expected"] = expected_count(workload, params)
             if rb.get("error"):
@@ -287,13 +346,18 @@ def timed_runs(args, runner: Runner, results: dict, log) -> None:
         log(f"== repetition {rep + 1}/{args.repeat} (load average {os.getloadavg()[0]:.2f})")
 
         # limit (runs first and last in each repetition, around the arrays workload)
-        def limit_run(tag):
+        def limit_run(tag, rep=rep):
             res = {"when": tag}
             modes = LIMIT_MODES if rep % 2 == 0 else LIMIT_MODES[::-1]
             for mode in modes:  # one process per way, like any case
                 d = runner.casedir(f"limit-{mode}")
-                r = runner.run("--child", "limit.disk", d, dict(wp["arrays"], mode=mode),
-                               timeout=args.case_timeout)
+                r = runner.run(
+                    "--child",
+                    "limit.disk",
+                    d,
+                    dict(wp["arrays"], mode=mode),
+                    timeout=args.case_timeout,
+                )
                 res[f"mbps_{mode}"] = r.get(f"mbps_{mode}", float("nan"))
                 res[f"seconds_{mode}"] = r.get("seconds", float("nan"))
                 res["peak_rss_mib"] = r.get("peak_rss_mib")
@@ -304,14 +368,23 @@ def timed_runs(args, runner: Runner, results: dict, log) -> None:
             record("limit", "disk", res)
 
         if "sweep" in want:
-            # runstore_one, runstore_batch(_flush) and h5py_batch (the close targets) back to back, in
-            # alternating order; then the rest, rotated
-            close = [t for t in ("h5py_batch", "runstore_batch", "runstore_batch_async",
-                                 "runstore_batch_flush", "runstore_one",
-                                 "h5py_batch_fsync") if keep(t)]
+            # runstore_one, runstore_batch(_flush) and h5py_batch (the close targets) back to
+            # back, in alternating order; then the rest, rotated
+            close = [
+                t
+                for t in (
+                    "h5py_batch",
+                    "runstore_batch",
+                    "runstore_batch_async",
+                    "runstore_batch_flush",
+                    "runstore_one",
+                    "h5py_batch_fsync",
+                )
+                if keep(t)
+            ]
             rest = [t for t in mods["sweep"].WRITERS if keep(t) and t not in close]
             close = close if rep % 2 == 0 else close[::-1]
-            rest = rest[rep % len(rest):] + rest[:rep % len(rest)]
+            rest = rest[rep % len(rest) :] + rest[: rep % len(rest)]
             tools = close + rest
             for tool in tools:
                 d, res = write_case("sweep", tool, wp["sweep"], rep, verify)
@@ -328,7 +401,7 @@ def timed_runs(args, runner: Runner, results: dict, log) -> None:
             # runstore_async runs right after runstore, both between the same two limit runs
             paired = "runstore_async" if "runstore" in tools and "runstore_async" in tools else None
             tools = [t for t in tools if t != paired]
-            tools = tools[rep % len(tools):] + tools[:rep % len(tools)]
+            tools = tools[rep % len(tools) :] + tools[: rep % len(tools)]
             outputs = []  # (tool, directory) kept for the lazy readers
             for tool in tools:
                 if tool == "runstore":  # the disk's limit right before and after runstore's cases
@@ -338,8 +411,11 @@ def timed_runs(args, runner: Runner, results: dict, log) -> None:
                     log(f"  arrays/{case}: {describe(res)}")
                     if "arrays" in want:
                         record("arrays", case, res)
-                    if ("lazy" in want and case in mods["arrays"].LAZY_META
-                            and res.get("returncode") == 0):
+                    if (
+                        "lazy" in want
+                        and case in mods["arrays"].LAZY_META
+                        and res.get("returncode") == 0
+                    ):
                         os.sync()
                         outputs.append((case, d))
                     else:
@@ -352,7 +428,9 @@ def timed_runs(args, runner: Runner, results: dict, log) -> None:
             for tool, d in outputs:
                 lz = runner.run("--lazy", tool, d, wp["lazy"], timeout=args.case_timeout)
                 exp = _lazy_expected(wp["lazy"])
-                lz["correct"] = abs(lz.get("total", float("nan")) - exp) <= 1e-9 * max(1.0, abs(exp))
+                lz["correct"] = abs(lz.get("total", float("nan")) - exp) <= 1e-9 * max(
+                    1.0, abs(exp)
+                )
                 if not lz["correct"]:
                     log(f"    ! lazy/{tool}: sum {lz.get('total')} != expected {exp}")
                 log(f"  lazy/{tool}: {describe(lz)} cold={lz.get('cold')}")
@@ -363,11 +441,12 @@ def timed_runs(args, runner: Runner, results: dict, log) -> None:
         if "concurrent" in want:
             tools = [t for t in mods["concurrent"].WRITERS if keep(t)]
             for nw in args.conc_writers:
-                order = tools[rep % len(tools):] + tools[:rep % len(tools)]
+                order = tools[rep % len(tools) :] + tools[: rep % len(tools)]
                 for tool in order:
                     p = dict(wp["concurrent"], writers=nw)
-                    d, res = write_case("concurrent", tool, p, rep, verify,
-                                        timeout=args.conc_timeout + 600)
+                    d, res = write_case(
+                        "concurrent", tool, p, rep, verify, timeout=args.conc_timeout + 600
+                    )
                     res["writers"] = nw
                     log(f"  concurrent/{tool}@{nw}: {describe(res)}")
                     record("concurrent", f"{tool}@{nw}", res)
@@ -405,7 +484,9 @@ def crash_runs(args, runner: Runner, results: dict, log) -> None:
     for tool in mods["arrays"].WRITERS:
         if keep(tool) and not tool.endswith("_endcommit"):
             plans.append(("arrays", tool, ap, ap["n"]))
-    cp = dict(wp["concurrent"], writers=args.crash_writers, rows=min(args.conc_rows, args.crash_rows))
+    cp = dict(
+        wp["concurrent"], writers=args.crash_writers, rows=min(args.conc_rows, args.crash_rows)
+    )
     for tool in mods["concurrent"].WRITERS:
         if keep(tool):
             plans.append(("concurrent", tool, cp, -(-cp["rows"] // cp["batch"])))
@@ -419,8 +500,12 @@ def crash_runs(args, runner: Runner, results: dict, log) -> None:
             k_target = rng.randint(lo, hi)
             d = runner.casedir(f"crash-{workload}-{tool}")
             if workload == "concurrent":
-                cp2 = dict(p, kill_writer_after=k_target * p["batch"], kill_seed=rng.randrange(1 << 30))
-                res = runner.run("--child", f"crash_concurrent.{tool}", d, cp2, timeout=args.case_timeout)
+                cp2 = dict(
+                    p, kill_writer_after=k_target * p["batch"], kill_seed=rng.randrange(1 << 30)
+                )
+                res = runner.run(
+                    "--child", f"crash_concurrent.{tool}", d, cp2, timeout=args.case_timeout
+                )
                 committed = res.get("committed_rows", [])
                 rb = runner.run("--readback", f"concurrent.{tool}", d, p, timeout=args.case_timeout)
                 per = rb.get("per_writer", [])
@@ -431,11 +516,15 @@ def crash_runs(args, runner: Runner, results: dict, log) -> None:
                     "wrong": int(rb.get("wrong", 0)),
                     "killed_committed": committed[0] if committed else None,
                     "killed_read_back": per[0] if per else None,
-                    "others_ok": bool(per) and all(per[i] >= committed[i] for i in range(1, len(per))),
+                    "others_ok": bool(per)
+                    and all(per[i] >= committed[i] for i in range(1, len(per))),
                     "error": rb.get("error") or res.get("error"),
                 }
-                entry["ok"] = entry["opens"] and bool(per) and all(
-                    per[i] >= committed[i] for i in range(len(per)))
+                entry["ok"] = (
+                    entry["opens"]
+                    and bool(per)
+                    and all(per[i] >= committed[i] for i in range(len(per)))
+                )
             else:
                 entry = _crash_one(runner, workload, tool, d, p, k_target, rng)
                 tries = 1
@@ -444,13 +533,14 @@ def crash_runs(args, runner: Runner, results: dict, log) -> None:
                     k_target = max(1, k_target // 2)
                     _sync_and_remove(d)
                     d = runner.casedir(f"crash-{workload}-{tool}")
-                    entry = _crash_one(runner, workload, tool, d, p, k_target, rng,
-                                       delay=tries < 3)
+                    entry = _crash_one(runner, workload, tool, d, p, k_target, rng, delay=tries < 3)
             entry["k_target"] = k_target
             entry["run"] = run_i
-            log(f"  crash {workload}/{tool} #{run_i + 1}: opens={entry['opens']} "
+            log(
+                f"  crash {workload}/{tool} #{run_i + 1}: opens={entry['opens']} "
                 f"committed={entry['committed']} read_back={entry['read_back']} ok={entry['ok']}"
-                + (f" error={entry['error']}" if entry.get("error") else ""))
+                + (f" error={entry['error']}" if entry.get("error") else "")
+            )
             results.setdefault("crash", {}).setdefault(f"{workload}/{tool}", []).append(entry)
             _sync_and_remove(d)
 
@@ -459,7 +549,14 @@ def _crash_one(runner, workload, tool, d, p, k_target, rng, delay=True) -> dict:
     """Starts a writer, SIGKILLs it after k_target reports (+ a random part of a batch), then
     reads the output back in a fresh process."""
     r_fd, w_fd = os.pipe()
-    state = {"committed": 0, "produced": None, "events": 0, "killed": False, "last": time.monotonic(), "gap": 0.05}
+    state = {
+        "committed": 0,
+        "produced": None,
+        "events": 0,
+        "killed": False,
+        "last": time.monotonic(),
+        "gap": 0.05,
+    }
 
     def watch(proc):
         os.close(w_fd)
@@ -497,8 +594,15 @@ def _crash_one(runner, workload, tool, d, p, k_target, rng, delay=True) -> dict:
         t.start()
         holder["t"] = t
 
-    res = runner.run("--child", f"{workload}.{tool}", d, p, progress_fd_pass=w_fd, on_start=on_start,
-                     timeout=runner.args.case_timeout)
+    res = runner.run(
+        "--child",
+        f"{workload}.{tool}",
+        d,
+        p,
+        progress_fd_pass=w_fd,
+        on_start=on_start,
+        timeout=runner.args.case_timeout,
+    )
     holder["t"].join(10)
     rb = runner.run("--readback", f"{workload}.{tool}", d, p, timeout=runner.args.case_timeout)
     entry = {
@@ -511,10 +615,14 @@ def _crash_one(runner, workload, tool, d, p, k_target, rng, delay=True) -> dict:
         "error": rb.get("error") or (", ".join(rb["errors"]) if rb.get("errors") else None),
     }
     if not entry["killed"]:
-        entry["error"] = "finished before the kill" + (f"; {entry['error']}" if entry["error"] else "")
+        entry["error"] = "finished before the kill" + (
+            f"; {entry['error']}" if entry["error"] else ""
+        )
     # A tool keeps its promise when it reads back everything it had committed (flushed); an
     # output that does not open keeps it only when nothing had been committed.
-    entry["ok"] = entry["read_back"] >= entry["committed"] and (entry["opens"] or entry["committed"] == 0)
+    entry["ok"] = entry["read_back"] >= entry["committed"] and (
+        entry["opens"] or entry["committed"] == 0
+    )
     return entry
 
 
@@ -522,9 +630,12 @@ def _crash_one(runner, workload, tool, d, p, k_target, rng, delay=True) -> dict:
 
 
 def machine_info(root: str) -> dict:
-    info = {"date": _dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"),
-            "python": platform.python_version(), "kernel": platform.release(),
-            "cpus": os.cpu_count()}
+    info = {
+        "date": _dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"),
+        "python": platform.python_version(),
+        "kernel": platform.release(),
+        "cpus": os.cpu_count(),
+    }
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
@@ -564,10 +675,18 @@ def machine_info(root: str) -> dict:
     versions["sqlite"] = sqlite3.sqlite_version
     info["versions"] = versions
     try:
-        rev = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
-                             text=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10).stdout.strip()
+        rev = subprocess.run(
+            ["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
         info["git"] = rev + (" (with uncommitted changes)" if dirty else "")
     except Exception:  # noqa: BLE001
         info["git"] = "?"
@@ -578,28 +697,58 @@ def machine_info(root: str) -> dict:
 
 
 def parse_args(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--workloads", default=",".join(WORKLOADS),
-                    help="comma-separated subset of " + ",".join(WORKLOADS) + " (default: all)")
-    ap.add_argument("--tools", default=None,
-                    help="only these peers (comma-separated tool names, e.g. h5py_one,sqlite_full); "
-                         "runstore cases always run")
-    ap.add_argument("--repeat", type=int, default=3, help="runs of each case; medians are reported (3)")
-    ap.add_argument("--quick", action="store_true",
-                    help="small sizes and one repetition: a smoke run of every case (~2 minutes)")
-    ap.add_argument("--dir", default="/var/tmp/runstore-bench",
-                    help="where the data goes; must be a real disk, not tmpfs (/var/tmp/runstore-bench)")
-    ap.add_argument("--report", default=None,
-                    help="markdown report to write (default docs/benchmarks.md; with --quick, "
-                         "<dir>/quick/benchmarks.md)")
-    ap.add_argument("--json", default=None,
-                    help="raw results (default: img/<report name>.json beside the report)")
-    ap.add_argument("--from-json", default=None, help="do not run: rewrite the report from this file")
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--workloads",
+        default=",".join(WORKLOADS),
+        help="comma-separated subset of " + ",".join(WORKLOADS) + " (default: all)",
+    )
+    ap.add_argument(
+        "--tools",
+        default=None,
+        help="only these peers (comma-separated tool names, e.g. h5py_one,sqlite_full); "
+        "runstore cases always run",
+    )
+    ap.add_argument(
+        "--repeat", type=int, default=3, help="runs of each case; medians are reported (3)"
+    )
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="small sizes and one repetition: a smoke run of every case (~2 minutes)",
+    )
+    ap.add_argument(
+        "--dir",
+        default="/var/tmp/runstore-bench",
+        help="where the data goes; must be a real disk, not tmpfs (/var/tmp/runstore-bench)",
+    )
+    ap.add_argument(
+        "--report",
+        default=None,
+        help="markdown report to write (default docs/benchmarks.md; with --quick, "
+        "<dir>/quick/benchmarks.md)",
+    )
+    ap.add_argument(
+        "--json",
+        default=None,
+        help="raw results (default: img/<report name>.json beside the report)",
+    )
+    ap.add_argument(
+        "--from-json", default=None, help="do not run: rewrite the report from this file"
+    )
     ap.add_argument("--seed", type=int, default=20261129)
-    ap.add_argument("--no-verify", action="store_true",
-                    help="skip reading back every output of the first repetition")
-    ap.add_argument("--no-drop-caches", action="store_true",
-                    help="lazy: do not drop the page cache before reading (warm-cache figures)")
+    ap.add_argument(
+        "--no-verify",
+        action="store_true",
+        help="skip reading back every output of the first repetition",
+    )
+    ap.add_argument(
+        "--no-drop-caches",
+        action="store_true",
+        help="lazy: do not drop the page cache before reading (warm-cache figures)",
+    )
     ap.add_argument("--case-timeout", type=float, default=1200.0, help="seconds per case process")
     g = ap.add_argument_group("workload sizes")
     g.add_argument("--sweep-n", type=int, default=200_000)
@@ -612,11 +761,17 @@ def parse_args(argv=None):
     g.add_argument("--conc-writers", default="8,32")
     g.add_argument("--conc-rows", type=int, default=50_000)
     g.add_argument("--conc-batch", type=int, default=1000)
-    g.add_argument("--conc-timeout", type=float, default=600.0,
-                   help="a concurrent case still running after this many seconds is stopped and "
-                        "reported as such")
+    g.add_argument(
+        "--conc-timeout",
+        type=float,
+        default=600.0,
+        help="a concurrent case still running after this many seconds is stopped and "
+        "reported as such",
+    )
     g.add_argument("--crash-runs", type=int, default=3, help="kills per tool and workload (3)")
-    g.add_argument("--crash-sweep-n", type=int, default=20_000, help="experiments of a crash run's sweep")
+    g.add_argument(
+        "--crash-sweep-n", type=int, default=20_000, help="experiments of a crash run's sweep"
+    )
     g.add_argument("--crash-writers", type=int, default=8)
     g.add_argument("--crash-rows", type=int, default=20_000)
     # child modes
@@ -633,9 +788,19 @@ def parse_args(argv=None):
     ap.add_argument("--batch", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.quick:
-        defaults = {"sweep_n": 10_000, "arrays_n": 16, "arrays_mib": 2.0, "lazy_k": 4,
-                    "conc_writers": "2,4", "conc_rows": 5_000, "crash_runs": 1, "crash_sweep_n": 5_000,
-                    "crash_writers": 2, "crash_rows": 5_000, "conc_timeout": 120.0}
+        defaults = {
+            "sweep_n": 10_000,
+            "arrays_n": 16,
+            "arrays_mib": 2.0,
+            "lazy_k": 4,
+            "conc_writers": "2,4",
+            "conc_rows": 5_000,
+            "crash_runs": 1,
+            "crash_sweep_n": 5_000,
+            "crash_writers": 2,
+            "crash_rows": 5_000,
+            "conc_timeout": 120.0,
+        }
         for k, v in defaults.items():
             if getattr(args, k) == ap.get_default(k):
                 setattr(args, k, v)
@@ -647,11 +812,16 @@ def parse_args(argv=None):
             ap.error(f"unknown workload {w!r}; choose from {', '.join(WORKLOADS)}")
     args.conc_writers = [int(x) for x in str(args.conc_writers).split(",") if x]
     if args.report is None:
-        args.report = (os.path.join(args.dir, "quick", "benchmarks.md") if args.quick
-                       else os.path.join(ROOT, "docs", "benchmarks.md"))
+        args.report = (
+            os.path.join(args.dir, "quick", "benchmarks.md")
+            if args.quick
+            else os.path.join(ROOT, "docs", "benchmarks.md")
+        )
     if args.json is None:  # beside the charts: <report dir>/img/<report name>.json
         base = os.path.splitext(os.path.basename(args.report))[0]
-        args.json = os.path.join(os.path.dirname(os.path.abspath(args.report)), "img", base + ".json")
+        args.json = os.path.join(
+            os.path.dirname(os.path.abspath(args.report)), "img", base + ".json"
+        )
     return args
 
 
@@ -666,8 +836,14 @@ def main(argv=None) -> int:
         import cases_concurrent
 
         p = json.loads(args.params)
-        res = cases_concurrent.coordinate(args.child.split(".", 1)[1], args.path, p, lambda c: None,
-                                          kill_writer_after=p["kill_writer_after"], seed=p["kill_seed"])
+        res = cases_concurrent.coordinate(
+            args.child.split(".", 1)[1],
+            args.path,
+            p,
+            lambda c: None,
+            kill_writer_after=p["kill_writer_after"],
+            seed=p["kill_seed"],
+        )
         res["peak_rss_mib"] = common.vm_hwm_mib()
         common.write_json(args.out, res)
         return 0
@@ -687,8 +863,10 @@ def main(argv=None) -> int:
     os.makedirs(root, exist_ok=True)
     kind = common.fs_type(root)
     if kind in ("tmpfs", "ramfs"):
-        print(f"bench: {root} is on {kind}: fsync costs nothing there; use --dir on a real disk",
-              file=sys.stderr)
+        print(
+            f"bench: {root} is on {kind}: fsync costs nothing there; use --dir on a real disk",
+            file=sys.stderr,
+        )
         return 2
     work = os.path.join(root, "work")
     shutil.rmtree(work, ignore_errors=True)
@@ -704,12 +882,17 @@ def main(argv=None) -> int:
         logf.write(msg + "\n")
         logf.flush()
 
-    cmdline = "bash bench/compare/run.sh" + "".join(" " + a for a in (argv if argv is not None else sys.argv[1:]))
+    cmdline = "bash bench/compare/run.sh" + "".join(
+        " " + a for a in (argv if argv is not None else sys.argv[1:])
+    )
     info = machine_info(root)
     info["load_start"] = list(os.getloadavg())
     log(f"bench: {cmdline}")
-    log(f"  machine: {info.get('cpu')} x{info['cpus']}, {info.get('mem_gib')} GiB, {info['kernel']}, "
-        f"{root} on {info['fs']} ({info['free_gib']} GiB free)")
+    log(
+        f"  machine: {info.get('cpu')} x{info['cpus']}, {info.get('mem_gib')} GiB, "
+        f"{info['kernel']}, "
+        f"{root} on {info['fs']} ({info['free_gib']} GiB free)"
+    )
     log(f"  versions: {info['versions']}")
     runner = Runner(args, work, log)
     results: dict = {}
@@ -728,9 +911,25 @@ def main(argv=None) -> int:
     info["load_end"] = list(os.getloadavg())
     info["runtime_seconds"] = time.monotonic() - t0
     info["command"] = cmdline
-    args_dump = {k: v for k, v in vars(args).items()
-                 if k not in ("child", "readback", "lazy", "writer", "path", "params", "out",
-                              "progress_fd", "index", "rows", "batch", "from_json")}
+    args_dump = {
+        k: v
+        for k, v in vars(args).items()
+        if k
+        not in (
+            "child",
+            "readback",
+            "lazy",
+            "writer",
+            "path",
+            "params",
+            "out",
+            "progress_fd",
+            "index",
+            "rows",
+            "batch",
+            "from_json",
+        )
+    }
     data = {"machine": info, "args": args_dump, "params": workload_params(args), "results": results}
     os.makedirs(os.path.dirname(os.path.abspath(args.report)), exist_ok=True)
     os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)

@@ -12,30 +12,45 @@ from __future__ import annotations
 import os
 
 import numpy as np
-
 from common import Clock, array_pool, array_result, array_shape, expected_array, lazy_sample
 
 META = {
-    "runstore": ("runstore, Writer.put + commit per array", "-",
-                 "commit: fdatasync, durable"),
-    "runstore_async": ("runstore, Writer.put + commit(wait=False) per array, wait for the last", "-",
-                       "commit: fdatasync, durable; the caller does not wait for it (the sync "
-                       "runs beside the next array's write)"),
-    "runstore_endcommit": ("runstore, Writer.put per array, one commit at the end (reference)", "-",
-                           "nothing durable until the end"),
-    "pickle_bz2": ("pickle + bz2 (level 9), one file per array", "-",
-                   "file closed: page cache, not fsynced"),
+    "runstore": ("runstore, Writer.put + commit per array", "-", "commit: fdatasync, durable"),
+    "runstore_async": (
+        "runstore, Writer.put + commit(wait=False) per array, wait for the last",
+        "-",
+        "commit: fdatasync, durable; the caller does not wait for it (the sync "
+        "runs beside the next array's write)",
+    ),
+    "runstore_endcommit": (
+        "runstore, Writer.put per array, one commit at the end (reference)",
+        "-",
+        "nothing durable until the end",
+    ),
+    "pickle_bz2": (
+        "pickle + bz2 (level 9), one file per array",
+        "-",
+        "file closed: page cache, not fsynced",
+    ),
     "npy": ("np.save, one .npy file per array", "-", "file closed: page cache, not fsynced"),
     "npy_fsync": ("np.save + fsync of file and directory (reference)", "-", "fsync: durable"),
-    "h5py": ("h5py, one dataset per array in one file, flush after each", "-",
-             "File.flush(): page cache, not fsynced"),
-    "zarr": ("zarr v3, one array per result in a group (default zstd codec)", "-",
-             "create_array returned: page cache, not fsynced"),
+    "h5py": (
+        "h5py, one dataset per array in one file, flush after each",
+        "-",
+        "File.flush(): page cache, not fsynced",
+    ),
+    "zarr": (
+        "zarr v3, one array per result in a group (default zstd codec)",
+        "-",
+        "create_array returned: page cache, not fsynced",
+    ),
 }
 
 LAZY_META = {
-    "runstore": ("runstore: Store.array, a[::stride] (reads and checks the 4 KiB chunks the "
-                 "rows reach; a zero-copy view of the mapped segment)"),
+    "runstore": (
+        "runstore: Store.array, a[::stride] (reads and checks the 4 KiB chunks the "
+        "rows reach; a zero-copy view of the mapped segment)"
+    ),
     "npy": ("np.load(mmap_mode='r'), a[::stride]"),
     "h5py": ("h5py: dataset[::stride] (hyperslab read)"),
     "zarr": ("zarr: array[::stride] (reads and decodes whole chunks)"),
@@ -77,8 +92,11 @@ def runstore_w(path, p, progress, end="commit"):
                     progress(pending.pop(0)[1])
             commit_s += c.seconds()
         stats = w.stats()
-    return {"seconds": clock.seconds(), "commit_seconds": commit_s,
-            "backpressure_seconds": stats["backpressure_seconds"]}
+    return {
+        "seconds": clock.seconds(),
+        "commit_seconds": commit_s,
+        "backpressure_seconds": stats["backpressure_seconds"],
+    }
 
 
 def pickle_bz2_w(path, p, progress):
@@ -88,7 +106,9 @@ def pickle_bz2_w(path, p, progress):
     pool = array_pool(p["seed"], p["mib"])
     clock = Clock()
     for i in range(p["n"]):
-        data = bz2.compress(pickle.dumps(array_result(pool, i), protocol=pickle.HIGHEST_PROTOCOL), 9)
+        data = bz2.compress(
+            pickle.dumps(array_result(pool, i), protocol=pickle.HIGHEST_PROTOCOL), 9
+        )
         with open(os.path.join(path, _name(i) + ".pkl.bz2"), "wb") as f:
             f.write(data)
         progress(i + 1)
@@ -168,7 +188,9 @@ def _opener(tool, path):
         # index reaches.
         return (lambda i: store.array(i, "result")), (lambda: None)
     if tool in ("npy", "npy_fsync"):
-        return (lambda i: np.load(os.path.join(path, _name(i) + ".npy"), mmap_mode="r")), (lambda: None)
+        return (lambda i: np.load(os.path.join(path, _name(i) + ".npy"), mmap_mode="r")), (
+            lambda: None
+        )
     if tool == "pickle_bz2":
         import bz2
         import pickle
@@ -228,7 +250,7 @@ def lazy(tool, path, p, cold: bool) -> dict:
     elif tool == "h5py":
         import h5py  # noqa: F401
     elif tool == "zarr":
-        import zarr  # noqa: F401
+        import zarr
         import zarr.storage  # noqa: F401
     elif tool == "pickle_bz2":
         import bz2  # noqa: F401
@@ -243,7 +265,12 @@ def lazy(tool, path, p, cold: bool) -> dict:
         total += float(np.asarray(a[::stride]).sum())
     close()
     seconds = clock.seconds()
-    return {"seconds": seconds, "total": total, "cold": dropped, "disk_read_bytes": _read_bytes() - io0}
+    return {
+        "seconds": seconds,
+        "total": total,
+        "cold": dropped,
+        "disk_read_bytes": _read_bytes() - io0,
+    }
 
 
 def _read_bytes() -> int:
@@ -295,10 +322,11 @@ def limit(path, p, progress):
     for) or one fdatasync at the end ("end": the disk's streaming rate). Modes "each_windowed"
     and "end_windowed" write the same bytes 1 MiB at a time and start the writeback of each
     MiB at once (sync_file_range), so that the disk writes while the next MiB is copied: on
-    this VM the faster way to the same durable bytes, and what runstore's writer does. One pass per process,
-    started like any case, so that it meets the same page cache and the same memory as a case
-    (on this VM, memory freed for a few seconds is handed back to the host, and touching it
-    again is slow: a second pass in the same process would be faster than any case)."""
+    this VM the faster way to the same durable bytes, and what runstore's writer does. One pass
+    per process, started like any case, so that it meets the same page cache and the same
+    memory as a case (on this VM, memory freed for a few seconds is handed back to the host,
+    and touching it again is slow: a second pass in the same process would be faster than any
+    case)."""
     pool = array_pool(p["seed"], p["mib"])
     nbytes = p["n"] * array_shape(p["mib"])[0] * 1024 * 8
     mode = p.get("mode", "each")
@@ -313,7 +341,7 @@ def limit(path, p, progress):
             os.write(fd, data)
         else:
             for at in range(0, len(data), WINDOW):
-                n = os.write(fd, data[at:at + WINDOW])
+                n = os.write(fd, data[at : at + WINDOW])
                 sfr(fd, offset, n, SYNC_FILE_RANGE_WRITE)
                 offset += n
         if mode.startswith("each"):

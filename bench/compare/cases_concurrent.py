@@ -27,16 +27,24 @@ import threading
 import time
 
 import numpy as np
-
-from common import Clock, concurrent_value
+from common import concurrent_value
 
 META = {
-    "runstore": ("runstore, a Writer per process, log per row, commit per 1,000", "-",
-                 "commit: fdatasync, durable"),
-    "sqlite_full": ("sqlite3, one database in WAL mode, synchronous=FULL", "-",
-                    "commit: WAL fsynced, durable"),
-    "sqlite_normal": ("sqlite3, one database in WAL mode, synchronous=NORMAL (reference)", "-",
-                      "commit: survives a process kill; may roll back on power loss"),
+    "runstore": (
+        "runstore, a Writer per process, log per row, commit per 1,000",
+        "-",
+        "commit: fdatasync, durable",
+    ),
+    "sqlite_full": (
+        "sqlite3, one database in WAL mode, synchronous=FULL",
+        "-",
+        "commit: WAL fsynced, durable",
+    ),
+    "sqlite_normal": (
+        "sqlite3, one database in WAL mode, synchronous=NORMAL (reference)",
+        "-",
+        "commit: survives a process kill; may roll back on power loss",
+    ),
 }
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -80,8 +88,11 @@ def writer_main(tool: str, path: str, index: int, rows: int, batch: int) -> None
         stats = w.stats()
         w.close()
         t_end = time.monotonic()
-        res = {"wait_seconds": stats["backpressure_seconds"], "commit_seconds": commit_s,
-               "backpressure_waits": stats["backpressure_waits"]}
+        res = {
+            "wait_seconds": stats["backpressure_seconds"],
+            "commit_seconds": commit_s,
+            "backpressure_waits": stats["backpressure_waits"],
+        }
     else:
         import sqlite3
 
@@ -125,8 +136,9 @@ def writer_main(tool: str, path: str, index: int, rows: int, batch: int) -> None
 class _Proc:
     def __init__(self, cmd, index):
         self.index = index
-        self.p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                  bufsize=1)
+        self.p = subprocess.Popen(
+            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1
+        )
         self.committed = 0
         self.result = None
         self.ready = threading.Event()
@@ -164,8 +176,19 @@ def coordinate(tool, path, p, progress, kill_writer_after=None, seed=0):
         con.execute("PRAGMA journal_mode=WAL")
         con.execute("CREATE TABLE rows (run INTEGER, step INTEGER, value REAL)")
         con.close()
-    cmd = [sys.executable, os.path.join(HERE, "bench.py"), "--writer", tool, "--path", path,
-           "--rows", str(rows), "--batch", str(batch), "--index"]
+    cmd = [
+        sys.executable,
+        os.path.join(HERE, "bench.py"),
+        "--writer",
+        tool,
+        "--path",
+        path,
+        "--rows",
+        str(rows),
+        "--batch",
+        str(batch),
+        "--index",
+    ]
     procs = [_Proc(cmd + [str(i)], i) for i in range(n)]
     for pr in procs:
         if not pr.ready.wait(600):
@@ -217,7 +240,9 @@ def coordinate(tool, path, p, progress, kill_writer_after=None, seed=0):
     if tool == "runstore":
         out["backpressure_waits"] = sum(r.get("backpressure_waits", 0) for r in done)
     else:
-        out["max_single_lock_wait_seconds"] = max((r.get("max_wait_seconds", 0) for r in done), default=0)
+        out["max_single_lock_wait_seconds"] = max(
+            (r.get("max_wait_seconds", 0) for r in done), default=0
+        )
     if killed is not None:
         out["killed_writer"] = killed
         out["killed_committed"] = procs[0].committed
@@ -262,8 +287,12 @@ def readback(tool):
         for w in range(n):
             sel = ok & (run == w)
             per.append(int(np.unique(step[sel]).size))
-        return {"opens": True, "read_back": int(sum(per)), "per_writer": per,
-                "wrong": int((~ok).sum())}
+        return {
+            "opens": True,
+            "read_back": int(sum(per)),
+            "per_writer": per,
+            "wrong": int((~ok).sum()),
+        }
 
     return fn
 

@@ -18,38 +18,76 @@ import os
 import time
 
 import numpy as np
-
 from common import OUTCOMES, PARAMS, POOL, Clock, sweep_pool
 
 # tool -> (label, mode, what a commit/flush guarantees)
 META = {
-    "runstore_one": ("runstore, Writer.log per experiment", "one",
-                     "commit: fdatasync, durable (survives power loss)"),
-    "runstore_batch": ("runstore, Writer.log_many per 1,000", "batch",
-                       "commit: fdatasync, durable (survives power loss)"),
-    "runstore_batch_async": ("runstore, Writer.log_many + commit(wait=False) per 1,000, wait for the last",
-                             "batch", "commit: fdatasync, durable; the caller does not wait for it "
-                             "(commits queued meanwhile share one sync)"),
-    "runstore_batch_flush": ("runstore, Writer.log_many per 1,000, Writer.flush per 1,000", "batch",
-                             "flush: written to the OS, survives a process kill; durable at close"),
-    "runstore_one_endcommit": ("runstore, Writer.log per experiment, one commit at the end (reference)",
-                               "one", "nothing durable until the end"),
-    "runstore_batch_endcommit": ("runstore, Writer.log_many per 1,000, one commit at the end (reference)",
-                                 "batch", "nothing durable until the end"),
-    "h5py_one": ("h5py, chunked resizable datasets, one row at a time", "one",
-                 "File.flush(): in the OS page cache, not fsynced"),
-    "h5py_batch": ("h5py, chunked resizable datasets, 1,000 rows at a time", "batch",
-                   "File.flush(): in the OS page cache, not fsynced"),
-    "h5py_batch_fsync": ("h5py batched + os.fsync after each flush (reference)", "batch",
-                         "flush + fsync: durable"),
-    "zarr_batch": ("zarr v3, Array.append of 1,000 rows (default zstd codec)", "batch",
-                   "append returned: chunk and metadata files renamed into place, not fsynced"),
-    "sqlite_full": ("sqlite3 WAL, executemany + commit per 1,000, synchronous=FULL", "batch",
-                    "commit: WAL fsynced, durable"),
-    "sqlite_normal": ("sqlite3 WAL, executemany + commit per 1,000, synchronous=NORMAL", "batch",
-                      "commit: survives a process kill; may roll back on power loss"),
-    "tarball": ("all results in memory, tarball of CSVs (pandas + tarfile) at the end", "one",
-                "nothing until the end (one write of the tarball, not fsynced)"),
+    "runstore_one": (
+        "runstore, Writer.log per experiment",
+        "one",
+        "commit: fdatasync, durable (survives power loss)",
+    ),
+    "runstore_batch": (
+        "runstore, Writer.log_many per 1,000",
+        "batch",
+        "commit: fdatasync, durable (survives power loss)",
+    ),
+    "runstore_batch_async": (
+        "runstore, Writer.log_many + commit(wait=False) per 1,000, wait for the last",
+        "batch",
+        "commit: fdatasync, durable; the caller does not wait for it "
+        "(commits queued meanwhile share one sync)",
+    ),
+    "runstore_batch_flush": (
+        "runstore, Writer.log_many per 1,000, Writer.flush per 1,000",
+        "batch",
+        "flush: written to the OS, survives a process kill; durable at close",
+    ),
+    "runstore_one_endcommit": (
+        "runstore, Writer.log per experiment, one commit at the end (reference)",
+        "one",
+        "nothing durable until the end",
+    ),
+    "runstore_batch_endcommit": (
+        "runstore, Writer.log_many per 1,000, one commit at the end (reference)",
+        "batch",
+        "nothing durable until the end",
+    ),
+    "h5py_one": (
+        "h5py, chunked resizable datasets, one row at a time",
+        "one",
+        "File.flush(): in the OS page cache, not fsynced",
+    ),
+    "h5py_batch": (
+        "h5py, chunked resizable datasets, 1,000 rows at a time",
+        "batch",
+        "File.flush(): in the OS page cache, not fsynced",
+    ),
+    "h5py_batch_fsync": (
+        "h5py batched + os.fsync after each flush (reference)",
+        "batch",
+        "flush + fsync: durable",
+    ),
+    "zarr_batch": (
+        "zarr v3, Array.append of 1,000 rows (default zstd codec)",
+        "batch",
+        "append returned: chunk and metadata files renamed into place, not fsynced",
+    ),
+    "sqlite_full": (
+        "sqlite3 WAL, executemany + commit per 1,000, synchronous=FULL",
+        "batch",
+        "commit: WAL fsynced, durable",
+    ),
+    "sqlite_normal": (
+        "sqlite3 WAL, executemany + commit per 1,000, synchronous=NORMAL",
+        "batch",
+        "commit: survives a process kill; may roll back on power loss",
+    ),
+    "tarball": (
+        "all results in memory, tarball of CSVs (pandas + tarfile) at the end",
+        "one",
+        "nothing until the end (one write of the tarball, not fsynced)",
+    ),
 }
 
 
@@ -80,8 +118,18 @@ def runstore_one(path, p, progress, end="commit"):
         for i in range(n):
             k = i % POOL
             a, o = prow[k], orow[k]
-            log(i, alpha=a[0], beta=a[1], gamma=a[2], delta=a[3], epsilon=a[4],
-                loss=o[0], accuracy=o[1], runtime=o[2], trace=trace[k])
+            log(
+                i,
+                alpha=a[0],
+                beta=a[1],
+                gamma=a[2],
+                delta=a[3],
+                epsilon=a[4],
+                loss=o[0],
+                accuracy=o[1],
+                runtime=o[2],
+                trace=trace[k],
+            )
             if finish and ((i + 1) % batch == 0 or i + 1 == n):
                 c0 = time.perf_counter()
                 finish()
@@ -89,8 +137,13 @@ def runstore_one(path, p, progress, end="commit"):
                 progress(i + 1)
         stats = w.stats()
     seconds = clock.seconds()
-    return {"seconds": seconds, "commit_seconds": commit_s, "commits": stats["commits"],
-            "bytes_written": stats["bytes_written"], "backpressure_seconds": stats["backpressure_seconds"]}
+    return {
+        "seconds": seconds,
+        "commit_seconds": commit_s,
+        "commits": stats["commits"],
+        "bytes_written": stats["bytes_written"],
+        "backpressure_seconds": stats["backpressure_seconds"],
+    }
 
 
 def runstore_batch(path, p, progress, end="commit"):
@@ -112,8 +165,12 @@ def runstore_batch(path, p, progress, end="commit"):
             m = min(batch, n - start)
             idx = np.arange(start, start + m) % POOL
             runs = np.arange(start, start + m, dtype=np.int64)
-            w.log_many(runs, **{name: c[idx] for name, c in zip(PARAMS, pcols)},
-                       **{name: c[idx] for name, c in zip(OUTCOMES, ocols)}, trace=trace[idx])
+            w.log_many(
+                runs,
+                **{name: c[idx] for name, c in zip(PARAMS, pcols)},
+                **{name: c[idx] for name, c in zip(OUTCOMES, ocols)},
+                trace=trace[idx],
+            )
             if finish:
                 c0 = time.perf_counter()
                 finish()
@@ -130,9 +187,14 @@ def runstore_batch(path, p, progress, end="commit"):
                     progress(pending.pop(0)[1])
         stats = w.stats()
     seconds = clock.seconds()
-    return {"seconds": seconds, "commit_seconds": commit_s, "commits": stats["commits"],
-            "syncs": stats["syncs"], "bytes_written": stats["bytes_written"],
-            "backpressure_seconds": stats["backpressure_seconds"]}
+    return {
+        "seconds": seconds,
+        "commit_seconds": commit_s,
+        "commits": stats["commits"],
+        "syncs": stats["syncs"],
+        "bytes_written": stats["bytes_written"],
+        "backpressure_seconds": stats["backpressure_seconds"],
+    }
 
 
 def readback_runstore(path, p):
@@ -160,8 +222,12 @@ def readback_runstore(path, p):
             ok = (val == e) if val.ndim == 1 else (val == e).all(axis=1)
             ok_here[run[ok]] = True
         good &= ok_here
-    return {"opens": True, "read_back": int(good.sum()), "presented": int(presented.sum()),
-            "wrong": int(presented.sum() - good.sum())}
+    return {
+        "opens": True,
+        "read_back": int(good.sum()),
+        "presented": int(presented.sum()),
+        "wrong": int(presented.sum() - good.sum()),
+    }
 
 
 # -- h5py --------------------------------------------------------------------------------------
@@ -170,13 +236,27 @@ def readback_runstore(path, p):
 def _h5_datasets(f, batch, trace_len):
     return {
         "run": f.create_dataset("run", shape=(0,), maxshape=(None,), dtype="i8", chunks=(batch,)),
-        "params": f.create_dataset("params", shape=(0, len(PARAMS)), maxshape=(None, len(PARAMS)),
-                                   dtype="f8", chunks=(batch, len(PARAMS))),
-        "outcomes": f.create_dataset("outcomes", shape=(0, len(OUTCOMES)),
-                                     maxshape=(None, len(OUTCOMES)), dtype="f8",
-                                     chunks=(batch, len(OUTCOMES))),
-        "trace": f.create_dataset("trace", shape=(0, trace_len), maxshape=(None, trace_len),
-                                  dtype="f8", chunks=(batch, trace_len)),
+        "params": f.create_dataset(
+            "params",
+            shape=(0, len(PARAMS)),
+            maxshape=(None, len(PARAMS)),
+            dtype="f8",
+            chunks=(batch, len(PARAMS)),
+        ),
+        "outcomes": f.create_dataset(
+            "outcomes",
+            shape=(0, len(OUTCOMES)),
+            maxshape=(None, len(OUTCOMES)),
+            dtype="f8",
+            chunks=(batch, len(OUTCOMES)),
+        ),
+        "trace": f.create_dataset(
+            "trace",
+            shape=(0, trace_len),
+            maxshape=(None, trace_len),
+            dtype="f8",
+            chunks=(batch, trace_len),
+        ),
     }
 
 
@@ -226,10 +306,10 @@ def _h5py_batch(path, p, progress, fsync):
             idx = np.arange(start, start + m) % POOL
             for d in ds.values():
                 d.resize(start + m, axis=0)
-            ds["run"][start:start + m] = np.arange(start, start + m)
-            ds["params"][start:start + m] = params[idx]
-            ds["outcomes"][start:start + m] = outcomes[idx]
-            ds["trace"][start:start + m] = trace[idx]
+            ds["run"][start : start + m] = np.arange(start, start + m)
+            ds["params"][start : start + m] = params[idx]
+            ds["outcomes"][start : start + m] = outcomes[idx]
+            ds["trace"][start : start + m] = trace[idx]
             f.flush()
             if fd is not None:
                 os.fsync(fd)
@@ -288,9 +368,12 @@ def zarr_batch(path, p, progress):
     clock = Clock()
     root = zarr.open_group(os.path.join(path, "sweep.zarr"), mode="w")
     z_run = root.create_array("run", shape=(0,), chunks=(batch,), dtype="i8")
-    z_par = root.create_array("params", shape=(0, len(PARAMS)), chunks=(batch, len(PARAMS)), dtype="f8")
-    z_out = root.create_array("outcomes", shape=(0, len(OUTCOMES)), chunks=(batch, len(OUTCOMES)),
-                              dtype="f8")
+    z_par = root.create_array(
+        "params", shape=(0, len(PARAMS)), chunks=(batch, len(PARAMS)), dtype="f8"
+    )
+    z_out = root.create_array(
+        "outcomes", shape=(0, len(OUTCOMES)), chunks=(batch, len(OUTCOMES)), dtype="f8"
+    )
     z_tr = root.create_array("trace", shape=(0, tl), chunks=(batch, tl), dtype="f8")
     for start in range(0, n, batch):
         m = min(batch, n - start)
@@ -326,8 +409,11 @@ def _sqlite(path, p, progress, synchronous):
     con = sqlite3.connect(os.path.join(path, "sweep.db"), isolation_level=None)
     con.execute("PRAGMA journal_mode=WAL")
     con.execute(f"PRAGMA synchronous={synchronous}")
-    con.execute("CREATE TABLE experiments (run INTEGER PRIMARY KEY, "
-                + ", ".join(f"{c} REAL" for c in (*PARAMS, *OUTCOMES)) + ", trace BLOB)")
+    con.execute(
+        "CREATE TABLE experiments (run INTEGER PRIMARY KEY, "
+        + ", ".join(f"{c} REAL" for c in (*PARAMS, *OUTCOMES))
+        + ", trace BLOB)"
+    )
     insert = f"INSERT INTO experiments ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})"
     for start in range(0, n, batch):
         m = min(batch, n - start)
@@ -358,8 +444,9 @@ def readback_sqlite(path, p):
     if not os.path.exists(file):
         return {"opens": False, "read_back": 0, "error": "no database file"}
     con = sqlite3.connect(f"file:{file}?mode=ro", uri=True)
-    rows = con.execute("SELECT run, " + ", ".join((*PARAMS, *OUTCOMES)) + ", trace FROM experiments"
-                       ).fetchall()
+    rows = con.execute(
+        "SELECT run, " + ", ".join((*PARAMS, *OUTCOMES)) + ", trace FROM experiments"
+    ).fetchall()
     con.close()
     tl = p["trace_len"]
     run = np.array([r[0] for r in rows], dtype=np.int64)
@@ -385,8 +472,19 @@ def tarball(path, p, progress):
     for i in range(n):  # each experiment's results are kept in memory until the end
         k = i % POOL
         a, o = prow[k], orow[k]
-        rows.append({"run": i, "alpha": a[0], "beta": a[1], "gamma": a[2], "delta": a[3],
-                     "epsilon": a[4], "loss": o[0], "accuracy": o[1], "runtime": o[2]})
+        rows.append(
+            {
+                "run": i,
+                "alpha": a[0],
+                "beta": a[1],
+                "gamma": a[2],
+                "delta": a[3],
+                "epsilon": a[4],
+                "loss": o[0],
+                "accuracy": o[1],
+                "runtime": o[2],
+            }
+        )
         traces.append(trace[k].copy())  # the experiment's own array
         if (i + 1) % p["batch"] == 0:
             progress.produced(i + 1)
@@ -420,18 +518,31 @@ def readback_tarball(path, p):
         tr = pd.read_csv(tar.extractfile("traces.csv"), float_precision="round_trip")
     run = summary["run"].to_numpy()
     assert (tr["run"].to_numpy() == run).all()
-    return {"opens": True,
-            **_check(p, run, summary[list(PARAMS)].to_numpy(), summary[list(OUTCOMES)].to_numpy(),
-                     tr.drop(columns="run").to_numpy())}
+    return {
+        "opens": True,
+        **_check(
+            p,
+            run,
+            summary[list(PARAMS)].to_numpy(),
+            summary[list(OUTCOMES)].to_numpy(),
+            tr.drop(columns="run").to_numpy(),
+        ),
+    }
 
 
 WRITERS = {
     "runstore_one": runstore_one,
     "runstore_batch": runstore_batch,
-    "runstore_batch_async": lambda path, p, progress: runstore_batch(path, p, progress, end="async"),
-    "runstore_batch_flush": lambda path, p, progress: runstore_batch(path, p, progress, end="flush"),
+    "runstore_batch_async": lambda path, p, progress: runstore_batch(
+        path, p, progress, end="async"
+    ),
+    "runstore_batch_flush": lambda path, p, progress: runstore_batch(
+        path, p, progress, end="flush"
+    ),
     "runstore_one_endcommit": lambda path, p, progress: runstore_one(path, p, progress, end=None),
-    "runstore_batch_endcommit": lambda path, p, progress: runstore_batch(path, p, progress, end=None),
+    "runstore_batch_endcommit": lambda path, p, progress: runstore_batch(
+        path, p, progress, end=None
+    ),
     "h5py_one": h5py_one,
     "h5py_batch": h5py_batch,
     "h5py_batch_fsync": h5py_batch_fsync,
@@ -459,5 +570,6 @@ READBACK = {
 
 
 def payload_bytes(p) -> int:
-    """Bytes of the values written: run id, 5 parameters, 3 outcomes and the series, 8 bytes each."""
+    """Bytes of the values written: run id, 5 parameters, 3 outcomes and the series, 8 bytes
+    each."""
     return p["n"] * (1 + len(PARAMS) + len(OUTCOMES) + p["trace_len"]) * 8

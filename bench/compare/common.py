@@ -20,7 +20,8 @@ ARRAY_POOL = 8  # arrays: distinct arrays generated up front; array i is pool[i 
 
 
 def sweep_pool(seed: int, trace_len: int):
-    """params (POOL, 5), outcomes (POOL, 3), trace (POOL, trace_len): experiment i uses row i % POOL."""
+    """params (POOL, 5), outcomes (POOL, 3), trace (POOL, trace_len): experiment i uses row
+    i % POOL."""
     rng = np.random.default_rng(seed)
     params = rng.random((POOL, len(PARAMS)))
     outcomes = rng.random((POOL, len(OUTCOMES)))
@@ -109,7 +110,9 @@ def fs_type(path: str) -> str:
                 if len(parts) < 3:
                     continue
                 mnt = parts[1].replace("\\040", " ")
-                if (path == mnt or path.startswith(mnt.rstrip("/") + "/")) and len(mnt) >= len(best):
+                if (path == mnt or path.startswith(mnt.rstrip("/") + "/")) and len(mnt) >= len(
+                    best
+                ):
                     best, kind = mnt, parts[2]
     except OSError:
         pass

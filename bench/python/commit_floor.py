@@ -81,7 +81,9 @@ def sweep(path: str, experiments: int, commits: int, end: str) -> float:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--dir", default="/var/tmp/runstore-commit-floor")
     ap.add_argument("--mb", type=float, default=165.0, help="MiB written in all (the sweep's 165)")
     ap.add_argument("--commits", type=int, default=200)
@@ -92,29 +94,42 @@ def main() -> int:
     total = int(args.mb * (1 << 20))
     ways = {
         "floor: append + fdatasync per commit": lambda: floor(
-            os.path.join(args.dir, "floor.bin"), total, args.commits, True),
+            os.path.join(args.dir, "floor.bin"), total, args.commits, True
+        ),
         "floor: append, one fdatasync at the end": lambda: floor(
-            os.path.join(args.dir, "floor.bin"), total, args.commits, False),
+            os.path.join(args.dir, "floor.bin"), total, args.commits, False
+        ),
         "runstore log_many + commit": lambda: sweep(
-            os.path.join(args.dir, "store"), args.experiments, args.commits, "commit"),
+            os.path.join(args.dir, "store"), args.experiments, args.commits, "commit"
+        ),
         "runstore log_many + commit(wait=False)": lambda: sweep(
-            os.path.join(args.dir, "store"), args.experiments, args.commits, "pipelined"),
+            os.path.join(args.dir, "store"), args.experiments, args.commits, "pipelined"
+        ),
         "runstore commit(wait=False), wait for the last": lambda: sweep(
-            os.path.join(args.dir, "store"), args.experiments, args.commits, "group"),
+            os.path.join(args.dir, "store"), args.experiments, args.commits, "group"
+        ),
         "runstore log_many + flush": lambda: sweep(
-            os.path.join(args.dir, "store"), args.experiments, args.commits, "flush"),
+            os.path.join(args.dir, "store"), args.experiments, args.commits, "flush"
+        ),
     }
     times: dict[str, list[float]] = {w: [] for w in ways}
     for rep in range(args.reps):
         for way, fn in ways.items():
             times[way].append(fn())
-        print(f"rep {rep + 1}: " + ", ".join(f"{w.split(':')[0]} {times[w][-1] * 1e3:.0f} ms"
-                                            for w in ways), flush=True)
-    print(f"medians over {args.reps} repetitions ({args.mb:g} MiB in {args.commits} pieces; "
-          f"{args.experiments:,} experiments):")
+        print(
+            f"rep {rep + 1}: "
+            + ", ".join(f"{w.split(':')[0]} {times[w][-1] * 1e3:.0f} ms" for w in ways),
+            flush=True,
+        )
+    print(
+        f"medians over {args.reps} repetitions ({args.mb:g} MiB in {args.commits} pieces; "
+        f"{args.experiments:,} experiments):"
+    )
     for way, ts in times.items():
-        print(f"  {way:42s} {statistics.median(ts) * 1e3:7.1f} ms  "
-              f"(min {min(ts) * 1e3:.1f}, max {max(ts) * 1e3:.1f})")
+        print(
+            f"  {way:42s} {statistics.median(ts) * 1e3:7.1f} ms  "
+            f"(min {min(ts) * 1e3:.1f}, max {max(ts) * 1e3:.1f})"
+        )
     shutil.rmtree(args.dir, ignore_errors=True)
     return 0
 

@@ -43,8 +43,8 @@ import numpy as np
 
 # The data, the measurements and the h5py layout of the comparison suite (bench/compare).
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "compare"))
-from common import PARAMS  # noqa: E402
-from common import vm_hwm_mib as peak_rss_mib  # noqa: E402
+from common import PARAMS
+from common import vm_hwm_mib as peak_rss_mib
 
 SERIES_LEN = 100
 TARGET_MISSED = 3  # the exit status of a run that finished but missed a target
@@ -54,8 +54,12 @@ def sweep_fn(alpha: float, beta: float, gamma: float, delta: float, epsilon: flo
     """One experiment's outcomes: 3 scalars and a 100-point series (deterministic)."""
     rng = np.random.default_rng([int(alpha * 2**52), int(beta * 2**52)])
     trace = np.cumsum(rng.standard_normal(SERIES_LEN)) * alpha + beta
-    return {"loss": float(trace[-1] ** 2), "accuracy": float(gamma * delta), "runtime": float(epsilon + 1.0),
-            "trace": trace}
+    return {
+        "loss": float(trace[-1] ** 2),
+        "accuracy": float(gamma * delta),
+        "runtime": float(epsilon + 1.0),
+        "trace": trace,
+    }
 
 
 def build_sweep(path: str, n: int, seed: int, workers: int | None) -> dict:
@@ -71,10 +75,17 @@ def build_sweep(path: str, n: int, seed: int, workers: int | None) -> dict:
     t0 = time.perf_counter()
     store.define_experiments(pd.DataFrame(design))
     t_define = time.perf_counter() - t0
-    s = runstore.run_experiments(store, sweep_fn, workers=workers, commit_every=1000, progress=False)
+    s = runstore.run_experiments(
+        store, sweep_fn, workers=workers, commit_every=1000, progress=False
+    )
     on_disk = sum(e.stat().st_size for e in os.scandir(os.path.join(path, "segments")))
-    return {"define_s": t_define, "run_s": s.seconds, "done": s.done, "workers": s.workers,
-            "store_mib": on_disk / 2**20}
+    return {
+        "define_s": t_define,
+        "run_s": s.seconds,
+        "done": s.done,
+        "workers": s.workers,
+        "store_mib": on_disk / 2**20,
+    }
 
 
 # -- cases (each in a child process) -------------------------------------------------------------
@@ -116,7 +127,9 @@ def case_pandas_tarfile(store_path: str, out: str, level: int) -> dict:
             df = pd.DataFrame(flat, columns=[f"{name}_{i}" for i in range(flat.shape[1])])
             df.insert(0, "experiment", ids)
         members[f"outcomes/{name}.csv"] = df.to_csv(index=False)
-    members["metadata.json"] = json.dumps({"columns": list(experiments.columns), "outcomes": list(outcomes)})
+    members["metadata.json"] = json.dumps(
+        {"columns": list(experiments.columns), "outcomes": list(outcomes)}
+    )
     with tarfile.open(out, "w:gz", compresslevel=level) as tar:
         for name, text in members.items():
             data = text.encode()
@@ -145,22 +158,45 @@ def run_child(args) -> None:
 
 
 def run_case(name: str, args, work: str) -> dict:
-    cmd = [sys.executable, os.path.abspath(__file__), "--case", name, "--dir", work,
-           "--compresslevel", str(args.compresslevel)]
+    cmd = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--case",
+        name,
+        "--dir",
+        work,
+        "--compresslevel",
+        str(args.compresslevel),
+    ]
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0:
-        return {"error": (out.stderr.strip().splitlines() or ["?"])[-1], "returncode": out.returncode}
+        return {
+            "error": (out.stderr.strip().splitlines() or ["?"])[-1],
+            "returncode": out.returncode,
+        }
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--n", type=int, default=200_000, help="experiments (default 200,000)")
     ap.add_argument("--seed", type=int, default=20261129, help="seed of the generated sweep")
-    ap.add_argument("--workers", type=int, default=None, help="processes running the sweep (default: all cores)")
-    ap.add_argument("--compresslevel", type=int, default=1, help="gzip level of both tarballs (default 1)")
-    ap.add_argument("--dir", default=None, help="where the store and outputs go (default: a temporary directory)")
-    ap.add_argument("--cases", default=",".join(CASES), help="comma-separated subset of " + ", ".join(CASES))
+    ap.add_argument(
+        "--workers", type=int, default=None, help="processes running the sweep (default: all cores)"
+    )
+    ap.add_argument(
+        "--compresslevel", type=int, default=1, help="gzip level of both tarballs (default 1)"
+    )
+    ap.add_argument(
+        "--dir",
+        default=None,
+        help="where the store and outputs go (default: a temporary directory)",
+    )
+    ap.add_argument(
+        "--cases", default=",".join(CASES), help="comma-separated subset of " + ", ".join(CASES)
+    )
     ap.add_argument("--json", default=None, help="also write the results to this file")
     ap.add_argument("--case", default=None, help=argparse.SUPPRESS)  # child mode
     args = ap.parse_args()
@@ -172,9 +208,12 @@ def main() -> int:
 
     import runstore
 
-    print(f"export_bench: n={args.n} seed={args.seed} compresslevel={args.compresslevel} "
-          f"python={platform.python_version()} numpy={np.__version__} pandas={pd.__version__} "
-          f"runstore={runstore.__version__} cpus={os.cpu_count()} load average={os.getloadavg()[0]:.2f}")
+    print(
+        f"export_bench: n={args.n} seed={args.seed} compresslevel={args.compresslevel} "
+        f"python={platform.python_version()} numpy={np.__version__} pandas={pd.__version__} "
+        f"runstore={runstore.__version__} cpus={os.cpu_count()} load "
+        f"average={os.getloadavg()[0]:.2f}"
+    )
     work = args.dir or tempfile.mkdtemp(prefix="export_bench_")
     os.makedirs(work, exist_ok=True)
     store_path = os.path.join(work, "sweep.rs")
@@ -182,14 +221,23 @@ def main() -> int:
     try:
         shutil.rmtree(store_path, ignore_errors=True)
         sweep = build_sweep(store_path, args.n, args.seed, args.workers)
-        print(f"  sweep: define_experiments {sweep['define_s']:.1f} s, run_experiments {sweep['run_s']:.1f} s "
-              f"on {sweep['workers']} processes ({sweep['done']:,} done), store {sweep['store_mib']:.1f} MiB",
-              flush=True)
+        print(
+            f"  sweep: define_experiments {sweep['define_s']:.1f} s, run_experiments "
+            f"{sweep['run_s']:.1f} s "
+            f"on {sweep['workers']} processes ({sweep['done']:,} done), store "
+            f"{sweep['store_mib']:.1f} MiB",
+            flush=True,
+        )
         for name in args.cases.split(","):
             r = run_case(name, args, work)
             results[name] = r
-            print(f"  {name:18s} " + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                                                for k, v in r.items()), flush=True)
+            print(
+                f"  {name:18s} "
+                + ", ".join(
+                    f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items()
+                ),
+                flush=True,
+            )
     finally:
         if args.dir is None:
             shutil.rmtree(work, ignore_errors=True)
@@ -204,21 +252,43 @@ def main() -> int:
     targets = []
     rs, pdt = results.get("runstore_tar", {}), results.get("pandas_tarfile", {})
     if "peak_rss_mib" in rs:
-        targets.append(("runstore_tar peak RSS", f"{rs['peak_rss_mib']:.1f} MiB", "< 150 MiB",
-                        rs["peak_rss_mib"] < 150))
+        targets.append(
+            (
+                "runstore_tar peak RSS",
+                f"{rs['peak_rss_mib']:.1f} MiB",
+                "< 150 MiB",
+                rs["peak_rss_mib"] < 150,
+            )
+        )
     if "peak_rss_mib" in rs and "peak_rss_mib" in pdt:
-        targets.append(("(info) pandas_tarfile / runstore_tar",
-                        f"{pdt['peak_rss_mib'] / rs['peak_rss_mib']:.1f}x the memory, "
-                        f"{pdt['seconds'] / rs['seconds']:.1f}x the time", "-", None))
+        targets.append(
+            (
+                "(info) pandas_tarfile / runstore_tar",
+                f"{pdt['peak_rss_mib'] / rs['peak_rss_mib']:.1f}x the memory, "
+                f"{pdt['seconds'] / rs['seconds']:.1f}x the time",
+                "-",
+                None,
+            )
+        )
     print()
     print(f"{'target':40s} {'measured':40s} {'goal':10s} met")
     for t, m, goal, ok in targets:
         print(f"{t:40s} {m:40s} {goal:10s} {'-' if ok is None else 'yes' if ok else 'NO'}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"n": args.n, "seed": args.seed, "sweep": sweep, "results": results,
-                       "targets": [dict(zip(("target", "measured", "goal", "met"), t)) for t in targets]},
-                      f, indent=2)
+            json.dump(
+                {
+                    "n": args.n,
+                    "seed": args.seed,
+                    "sweep": sweep,
+                    "results": results,
+                    "targets": [
+                        dict(zip(("target", "measured", "goal", "met"), t)) for t in targets
+                    ],
+                },
+                f,
+                indent=2,
+            )
     if any("error" in r for r in results.values()):
         return 1  # a case that failed is an error, not a missed target
     return 0 if all(t[3] is not False for t in targets) else TARGET_MISSED

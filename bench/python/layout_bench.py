@@ -34,8 +34,9 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "compare"))
 
-import runstore  # noqa: E402
-from common import drop_caches  # noqa: E402
+from common import drop_caches
+
+import runstore
 
 CHUNK_STEPS = 100  # steps per log_many call in step_major
 WRITERS = 8  # writers of split
@@ -52,8 +53,9 @@ def write(path: str, layout: str, runs: int, steps: int) -> None:
     else:  # run by run: run i whole, by writer i % len(writers)
         every_step = np.arange(steps)
         for run in range(runs):
-            writers[run % len(writers)].log_many(np.full(steps, run), steps=every_step,
-                                                 loss=value(run, every_step))
+            writers[run % len(writers)].log_many(
+                np.full(steps, run), steps=every_step, loss=value(run, every_step)
+            )
     for w in writers:
         w.close()
 
@@ -63,17 +65,23 @@ def value(run, step):
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--runs", type=int, default=64)
     ap.add_argument("--steps", type=int, default=50_000)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--dir", default=None, help="where the stores go (default: a temporary directory)")
+    ap.add_argument(
+        "--dir", default=None, help="where the stores go (default: a temporary directory)"
+    )
     args = ap.parse_args()
     work = args.dir or tempfile.mkdtemp(prefix="layout_bench_", dir="/var/tmp")
     os.makedirs(work, exist_ok=True)
     run = args.runs // 3
-    print(f"layout_bench: {args.runs} runs x {args.steps:,} steps, reading run {run}, "
-          f"repeat {args.repeat}, runstore {runstore.__version__}")
+    print(
+        f"layout_bench: {args.runs} runs x {args.steps:,} steps, reading run {run}, "
+        f"repeat {args.repeat}, runstore {runstore.__version__}"
+    )
     ok = True
     try:
         for layout in ("run_major", "step_major", "split"):
@@ -93,12 +101,18 @@ def main() -> int:
                 everything = store.scan("loss", keys=False)
                 full.append(time.perf_counter() - t)
                 order = np.argsort(d["step"])
-                ok = ok and np.array_equal(d["step"][order], np.arange(args.steps)) \
-                    and np.array_equal(d["value"][order], value(run, np.arange(args.steps))) \
+                ok = (
+                    ok
+                    and np.array_equal(d["step"][order], np.arange(args.steps))
+                    and np.array_equal(d["value"][order], value(run, np.arange(args.steps)))
                     and len(everything["value"]) == args.runs * args.steps
-            print(f"  {layout:10s} written in {write_s:6.2f} s; {'cold' if cold else 'WARM'} open + "
-                  f"scan(runs=[{run}]) {1e3 * statistics.median(one):8.1f} ms (min {1e3 * min(one):.1f}); "
-                  f"then the whole series {1e3 * statistics.median(full):7.1f} ms")
+                )
+            print(
+                f"  {layout:10s} written in {write_s:6.2f} s; {'cold' if cold else 'WARM'} open + "
+                f"scan(runs=[{run}]) {1e3 * statistics.median(one):8.1f} ms (min "
+                f"{1e3 * min(one):.1f}); "
+                f"then the whole series {1e3 * statistics.median(full):7.1f} ms"
+            )
     finally:
         if args.dir is None:
             shutil.rmtree(work, ignore_errors=True)

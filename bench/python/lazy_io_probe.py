@@ -39,7 +39,7 @@ import runstore
 
 # The comparison suite's helpers (bench/compare).
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "compare"))
-from common import drop_caches  # noqa: E402
+from common import drop_caches
 
 MIB8 = (1024, 1024)
 
@@ -126,12 +126,16 @@ def read_npy_pread(root, sample, ranges, **_):
 
 
 def read_npy(root, sample, **_):
-    return sum(float(np.load(os.path.join(root, "npy", f"{i}.npy"), mmap_mode="r")[::16].sum())
-               for i in sample)
+    return sum(
+        float(np.load(os.path.join(root, "npy", f"{i}.npy"), mmap_mode="r")[::16].sum())
+        for i in sample
+    )
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--dir", default="/var/tmp/runstore-lazy-probe")
     ap.add_argument("--n", type=int, default=64)
     ap.add_argument("--k", type=int, default=16)
@@ -139,13 +143,19 @@ def main() -> int:
     args = ap.parse_args()
     prepare(args.dir, args.n)
     seg, ranges = payload_ranges(args.dir, args.n)
-    ways = {"array": read_array, "get": read_get, "syscalls": read_syscalls, "pread": read_pread,
-            "npy-pread": read_npy_pread, "np.load": read_npy}
+    ways = {
+        "array": read_array,
+        "get": read_get,
+        "syscalls": read_syscalls,
+        "pread": read_pread,
+        "npy-pread": read_npy_pread,
+        "np.load": read_npy,
+    }
     times = {w: [] for w in ways}
     cold = True
     for rep in range(args.reps):
         sample = random.Random(rep).sample(range(args.n), args.k)
-        order = list(ways)[rep % len(ways):] + list(ways)[:rep % len(ways)]
+        order = list(ways)[rep % len(ways) :] + list(ways)[: rep % len(ways)]
         row, sums = [], {}
         for way in order:
             cold = drop_caches() and cold
@@ -159,8 +169,10 @@ def main() -> int:
             if sums[way] != sums["np.load"]:
                 print(f"rep {rep + 1}: {way}'s sum {sums[way]!r} != np.load's {sums['np.load']!r}")
                 return 1
-    print(f"medians over {args.reps} repetitions ({'cold' if cold else 'WARM: not root'} page cache, "
-          f"{args.k} arrays of 8 MiB, every 16th row):")
+    print(
+        f"medians over {args.reps} repetitions ({'cold' if cold else 'WARM: not root'} page cache, "
+        f"{args.k} arrays of 8 MiB, every 16th row):"
+    )
     for way, ts in times.items():
         print(f"  {way:9s} {statistics.median(ts):6.1f} ms  (min {min(ts):.1f}, max {max(ts):.1f})")
     return 0

@@ -54,8 +54,8 @@ import numpy as np
 # The workload's writers, its data and its measurements are the comparison suite's
 # (bench/compare/cases_sweep.py): this script runs the same code, for runstore and h5py only.
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "compare"))
-import cases_sweep  # noqa: E402
-from common import vm_hwm_mib as peak_rss_mib  # noqa: E402
+import cases_sweep
+from common import vm_hwm_mib as peak_rss_mib
 
 TRACE_LEN = 100
 TARGET_MISSED = 3  # the exit status of a run that finished but missed a target
@@ -120,8 +120,12 @@ def case_get_8mib(path: str, n: int, batch: int, seed: int) -> dict:
         t = time.perf_counter_ns()
         get(0, "matrix")
         times[i] = time.perf_counter_ns() - t
-    return {"median_us": float(np.median(times)) / 1e3, "p99_us": float(np.percentile(times, 99)) / 1e3,
-            "first_us": cold_ns / 1e3, "calls": calls}
+    return {
+        "median_us": float(np.median(times)) / 1e3,
+        "p99_us": float(np.percentile(times, 99)) / 1e3,
+        "first_us": cold_ns / 1e3,
+        "calls": calls,
+    }
 
 
 CASES = {
@@ -149,8 +153,20 @@ def run_child(args) -> None:
 
 
 def run_case(name: str, args, work: str) -> dict:
-    cmd = [sys.executable, os.path.abspath(__file__), "--case", name, "--n", str(args.n),
-           "--batch", str(args.batch), "--seed", str(args.seed), "--dir", work]
+    cmd = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--case",
+        name,
+        "--n",
+        str(args.n),
+        "--batch",
+        str(args.batch),
+        "--seed",
+        str(args.seed),
+        "--dir",
+        work,
+    ]
     env = dict(os.environ)
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -190,13 +206,23 @@ def combine(runs: list[dict]) -> dict:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--n", type=int, default=200_000, help="experiments (default 200,000)")
-    ap.add_argument("--batch", type=int, default=1000, help="experiments per commit/flush (default 1,000)")
+    ap.add_argument(
+        "--batch", type=int, default=1000, help="experiments per commit/flush (default 1,000)"
+    )
     ap.add_argument("--seed", type=int, default=20261129, help="seed of the generated data")
-    ap.add_argument("--dir", default=None, help="where the stores go (default: a temporary directory)")
-    ap.add_argument("--cases", default=",".join(CASES), help="comma-separated subset of " + ", ".join(CASES))
-    ap.add_argument("--repeat", type=int, default=1, help="runs of each case; the median is reported")
+    ap.add_argument(
+        "--dir", default=None, help="where the stores go (default: a temporary directory)"
+    )
+    ap.add_argument(
+        "--cases", default=",".join(CASES), help="comma-separated subset of " + ", ".join(CASES)
+    )
+    ap.add_argument(
+        "--repeat", type=int, default=1, help="runs of each case; the median is reported"
+    )
     ap.add_argument("--json", default=None, help="also write the results to this file")
     ap.add_argument("--case", default=None, help=argparse.SUPPRESS)  # child mode
     args = ap.parse_args()
@@ -208,10 +234,13 @@ def main() -> int:
 
     import runstore
 
-    print(f"sweep_bench: n={args.n} batch={args.batch} seed={args.seed} python={platform.python_version()} "
-          f"numpy={np.__version__} h5py={h5py.__version__} (HDF5 {h5py.version.hdf5_version}) "
-          f"runstore={runstore.__version__} cpus={os.cpu_count()} repeat={args.repeat} "
-          f"load average={os.getloadavg()[0]:.2f}")
+    print(
+        f"sweep_bench: n={args.n} batch={args.batch} seed={args.seed} "
+        f"python={platform.python_version()} "
+        f"numpy={np.__version__} h5py={h5py.__version__} (HDF5 {h5py.version.hdf5_version}) "
+        f"runstore={runstore.__version__} cpus={os.cpu_count()} repeat={args.repeat} "
+        f"load average={os.getloadavg()[0]:.2f}"
+    )
     work = args.dir or tempfile.mkdtemp(prefix="sweep_bench_")
     os.makedirs(work, exist_ok=True)
     results = {}
@@ -220,11 +249,16 @@ def main() -> int:
     try:
         for name in args.cases.split(","):
             runs = []
-            for rep in range(args.repeat):
+            for _ in range(args.repeat):
                 r = run_case(name, args, work)
                 runs.append(r)
-                print(f"  {name:18s} " + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                                                    for k, v in r.items()), flush=True)
+                print(
+                    f"  {name:18s} "
+                    + ", ".join(
+                        f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items()
+                    ),
+                    flush=True,
+                )
             results[name] = combine(runs)
         fsync_after = fsync_probe(work)
         print(f"  disk: append 1 MiB + fdatasync, median {fsync_after:.2f} ms", flush=True)
@@ -234,16 +268,24 @@ def main() -> int:
 
     n = args.n
     print()
-    print(f"{'case':24s} {'seconds':>9s} {'us/experiment':>14s} {'in commit/flush s':>18s} {'peak RSS MiB':>13s}")
+    print(
+        f"{'case':24s} {'seconds':>9s} {'us/experiment':>14s} {'in commit/flush s':>18s} "
+        f"{'peak RSS MiB':>13s}"
+    )
     for name, r in results.items():
         if "seconds" in r:
             commit = f"{r['commit_seconds']:18.3f}" if "commit_seconds" in r else f"{'-':>18s}"
             rss = r.get("write_peak_rss_mib", r["peak_rss_mib"])
-            print(f"{name:24s} {r['seconds']:9.3f} {r['seconds'] / n * 1e6:14.2f} {commit} {rss:13.1f}")
+            print(
+                f"{name:24s} {r['seconds']:9.3f} {r['seconds'] / n * 1e6:14.2f} {commit} "
+                f"{rss:13.1f}"
+            )
     if "get_8mib" in results:
         g = results["get_8mib"]
-        print(f"{'get_8mib':20s} median {g['median_us']:.2f} us, p99 {g['p99_us']:.2f} us, "
-              f"first call {g['first_us']:.1f} us, peak RSS {g['peak_rss_mib']:.1f} MiB")
+        print(
+            f"{'get_8mib':20s} median {g['median_us']:.2f} us, p99 {g['p99_us']:.2f} us, "
+            f"first call {g['first_us']:.1f} us, peak RSS {g['peak_rss_mib']:.1f} MiB"
+        )
 
     def sec(name):
         return results[name]["seconds"] if name in results else None
@@ -251,27 +293,53 @@ def main() -> int:
     targets = []
     if sec("runstore_log") and sec("h5py_one"):
         ratio = sec("h5py_one") / sec("runstore_log")
-        targets.append(("(a) log vs h5py one-at-a-time", f"runstore {ratio:.1f}x faster", ">= 25x", ratio >= 25))
+        targets.append(
+            (
+                "(a) log vs h5py one-at-a-time",
+                f"runstore {ratio:.1f}x faster",
+                ">= 25x",
+                ratio >= 25,
+            )
+        )
     if sec("runstore_log") and sec("h5py_batch"):
         ratio = sec("runstore_log") / sec("h5py_batch")
-        targets.append(("(a) log vs h5py batches", f"runstore takes {ratio:.2f}x h5py's time", "<= 5x",
-                        ratio <= 5))
+        targets.append(
+            (
+                "(a) log vs h5py batches",
+                f"runstore takes {ratio:.2f}x h5py's time",
+                "<= 5x",
+                ratio <= 5,
+            )
+        )
     if sec("runstore_log_many") and sec("h5py_batch"):
         ratio = sec("runstore_log_many") / sec("h5py_batch")
-        targets.append(("(b) log_many vs h5py batches", f"runstore takes {ratio:.2f}x h5py's time", "<= 1x",
-                        ratio <= 1))
+        targets.append(
+            (
+                "(b) log_many vs h5py batches",
+                f"runstore takes {ratio:.2f}x h5py's time",
+                "<= 1x",
+                ratio <= 1,
+            )
+        )
     if sec("runstore_log_many_flush") and sec("h5py_batch"):
         ratio = sec("runstore_log_many_flush") / sec("h5py_batch")
-        targets.append(("(b') log_many+flush vs h5py batches", f"runstore takes {ratio:.2f}x h5py's time",
-                        "<= 1x", ratio <= 1))
+        targets.append(
+            (
+                "(b') log_many+flush vs h5py batches",
+                f"runstore takes {ratio:.2f}x h5py's time",
+                "<= 1x",
+                ratio <= 1,
+            )
+        )
     for name in ("runstore_log", "runstore_log_many", "runstore_log_many_flush"):
         if name in results:
             rss = results[name]["write_peak_rss_mib"]
             targets.append((f"(c) peak RSS {name}", f"{rss:.1f} MiB", "< 100 MiB", rss < 100))
     if sec("runstore_log_many") and sec("h5py_batch_fsync"):
         ratio = sec("runstore_log_many") / sec("h5py_batch_fsync")
-        targets.append(("(info) log_many vs h5py+fsync", f"runstore takes {ratio:.2f}x h5py's time",
-                        "-", None))
+        targets.append(
+            ("(info) log_many vs h5py+fsync", f"runstore takes {ratio:.2f}x h5py's time", "-", None)
+        )
     if "get_8mib" in results:
         med = results["get_8mib"]["median_us"]
         targets.append(("(d) get 8 MiB uncompressed", f"median {med:.2f} us", "< 20 us", med < 20))
@@ -281,10 +349,20 @@ def main() -> int:
         print(f"{t:36s} {m:36s} {goal:10s} {'-' if ok is None else 'yes' if ok else 'NO'}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"n": n, "batch": args.batch, "seed": args.seed, "results": results,
-                       "fsync_ms": [fsync_before, fsync_after],
-                       "targets": [dict(zip(("target", "measured", "goal", "met"), t)) for t in targets]},
-                      f, indent=2)
+            json.dump(
+                {
+                    "n": n,
+                    "batch": args.batch,
+                    "seed": args.seed,
+                    "results": results,
+                    "fsync_ms": [fsync_before, fsync_after],
+                    "targets": [
+                        dict(zip(("target", "measured", "goal", "met"), t)) for t in targets
+                    ],
+                },
+                f,
+                indent=2,
+            )
     return 0 if all(t[3] is not False for t in targets) else TARGET_MISSED
 
 

@@ -20,6 +20,11 @@ and the results as numpy arrays:
     experiments, outcomes = runstore.load_results(store)
     store.export_tar("results.tar.gz")                  # CSVs for spreadsheets, streamed
 
+Three modules: ``runstore`` (open, Store, Writer, LazyArray, the errors);
+``runstore.experiments`` (grid, define, run, status, load_results: a sweep as records) and
+``runstore.export`` (export_tar, import_tar, export_parquet, to_arrow), functions over an open
+Store, which has most of them as methods too.
+
 Errors: ``ValueError`` (bad input, e.g. a dtype that conflicts with an existing series),
 ``KeyError`` (no such record or series), ``OSError`` (file-system errors, with errno),
 ``CorruptionError`` (a checksum failed; the message names the file and offset),
@@ -30,10 +35,7 @@ runstore), ``FileExistsError`` (an export onto an existing file with overwrite=F
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
-
+from . import experiments, export
 from ._core import (
     CODECS,
     DTYPES,
@@ -43,51 +45,23 @@ from ._core import (
     UnsupportedFormatError,
     Writer,
 )
-from ._experiments import experiment_id, grid
-from ._runner import RunSummary, run_experiments
-from ._store import DamagedSegment, LazyArray, SegmentInfo, SeriesInfo, Store, open
-
-__version__ = "0.1.0"
-
-
-def load_results(
-    store: Store | str | os.PathLike[str], names: Iterable[str] | str | None = None
-) -> tuple[pandas.DataFrame, dict[str, np.ndarray]]:
-    """The results of a sweep: ``(experiments, outcomes)``.
-
-    ``experiments`` is a DataFrame with one row per experiment in design order: ``experiment``,
-    the parameters, then the status columns of :meth:`Store.status` (state, error, host,
-    started, finished, seconds, attempt; a status column whose name a parameter already has
-    is called ``status.<name>``). ``outcomes`` maps each outcome name (``names``, default every
-    non-reserved series) to an array of shape ``(n_experiments, *outcome_shape)`` in the
-    DataFrame's row order, read from step-0 records. Where an experiment has no value (failed,
-    pending): NaN in float arrays; int, bool, str and bytes outcomes with gaps come back as
-    ``numpy.ma`` masked arrays (mask True where absent), otherwise as plain arrays. Str and
-    bytes outcomes and variable-shape ones are object arrays.
-
-    Refreshes the store first. Raises KeyError for an unknown name.
-    """
-    from ._experiments import load_results as _load
-
-    if not isinstance(store, Store):
-        store = Store(store, "r")
-    return _load(store, names)
-
-
-def import_tar(
-    path: str | os.PathLike[str], store_path: str | os.PathLike[str], *, chunk_rows: int = 10_000
-) -> Store:
-    """Rebuilds a store from a tarball of :meth:`Store.export_tar`: design, status and
-    outcomes with their dtypes and shapes. See :func:`runstore._export.import_tar`."""
-    from ._export import import_tar as _import
-
-    return _import(path, store_path, chunk_rows=chunk_rows)
-
-if TYPE_CHECKING:
-    import numpy as np
-    import pandas
+from ._store import (
+    DamagedSegment,
+    LazyArray,
+    SegmentInfo,
+    SeriesInfo,
+    Store,
+    import_tar,
+    load_results,
+    open,  # noqa: A004 - runstore.open, as io.open and gzip.open
+    run_experiments,
+)
+from ._version import __version__
+from .experiments import RunSummary, experiment_id, grid
 
 __all__ = [
+    "experiments",
+    "export",
     "open",
     "grid",
     "run_experiments",

@@ -14,8 +14,6 @@ import os
 import sys
 from pathlib import Path
 
-from . import _commands
-
 #: The options of the tool that come before a command and take no value.
 _GLOBAL_FLAGS = {"--no-progress", "--skip-damaged"}
 #: The commands done in Python, as (command, subcommand).
@@ -43,6 +41,8 @@ def main(argv: list[str] | None = None) -> int:
         args = [a for a in argv if a not in _GLOBAL_FLAGS]
         if "--skip-damaged" in argv and words[0] == "export":
             args.append("--skip-damaged")
+        from . import _commands  # the package, numpy, pandas: only for the commands that need them
+
         return _commands.main(args)
     tool = tool_path()
     if not os.access(tool, os.X_OK):
@@ -53,8 +53,8 @@ def main(argv: list[str] | None = None) -> int:
             "clone), or build the tool with CMake (README.md).",
             file=sys.stderr,
         )
-        return _commands.EXIT_OTHER
+        return 5  # the tool's "other error"
     sys.stdout.flush()
     sys.stderr.flush()
     os.execv(tool, ["runstore", *argv])
-    return _commands.EXIT_OTHER  # not reached: execv returns only by raising OSError
+    return 5  # not reached: execv returns only by raising OSError

@@ -28,8 +28,10 @@ EXIT_OK, EXIT_USAGE, EXIT_CORRUPTION, EXIT_NOT_FOUND, EXIT_IO, EXIT_OTHER = 0, 1
 #: The end of the message of an error opening a store meets in one segment file
 #: (python/src/py_store.cc), which the command says in its own terms.
 _PYTHON_HINT = ' (open with on_damaged="skip" to read the other segments)'
-_SKIP_HELP = ("read the store around segment files that cannot be read, leaving them out "
-              "(each is named on stderr)")
+_SKIP_HELP = (
+    "read the store around segment files that cannot be read, leaving them out "
+    "(each is named on stderr)"
+)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -42,28 +44,41 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = _Parser(prog="runstore", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = _Parser(
+        prog="runstore", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--no-progress", action="store_true", help=argparse.SUPPRESS)
     sub = ap.add_subparsers(dest="command", required=True)
     exp = sub.add_parser("export", help="export a store's experiments")
     exp_sub = exp.add_subparsers(dest="format", required=True)
     tar = exp_sub.add_parser(
-        "tar", help="a .tar.gz of CSVs (and .npy) that opens in a spreadsheet",
+        "tar",
+        help="a .tar.gz of CSVs (and .npy) that opens in a spreadsheet",
         description="Writes experiments.csv (id, parameters, status), one CSV per outcome of up to "
-                    "two dimensions, .npy for more, and metadata.json with every dtype and shape, "
-                    "streamed in bounded memory. Read it back with `runstore import tar`.")
+        "two dimensions, .npy for more, and metadata.json with every dtype and shape, "
+        "streamed in bounded memory. Read it back with `runstore import tar`.",
+    )
     tar.add_argument("store")
     tar.add_argument("out")
-    tar.add_argument("--chunk-rows", type=int, default=10_000, help="experiments formatted at a time")
-    tar.add_argument("--compresslevel", type=int, default=1, choices=range(0, 10), metavar="0-9",
-                     help="gzip level (default 1)")
+    tar.add_argument(
+        "--chunk-rows", type=int, default=10_000, help="experiments formatted at a time"
+    )
+    tar.add_argument(
+        "--compresslevel",
+        type=int,
+        default=1,
+        choices=range(0, 10),
+        metavar="0-9",
+        help="gzip level (default 1)",
+    )
     tar.add_argument("-f", "--force", action="store_true", help="replace OUT if it exists")
     tar.add_argument("--skip-damaged", action="store_true", help=_SKIP_HELP)
     pq = exp_sub.add_parser(
-        "parquet", help="one Parquet file: a row per experiment",
+        "parquet",
+        help="one Parquet file: a row per experiment",
         description="Writes one row per experiment (id, parameters, status, outcomes; arrays as "
-                    "fixed-size lists), row group by row group, for pandas, polars, DuckDB, Spark.")
+        "fixed-size lists), row group by row group, for pandas, polars, DuckDB, Spark.",
+    )
     pq.add_argument("store")
     pq.add_argument("out")
     pq.add_argument("--row-group-rows", type=int, default=10_000, help="rows per row group")
@@ -85,39 +100,63 @@ def main(argv: list[str] | None = None) -> int:
     note = None
     try:
         if args.command == "export":
-            store = runstore.open(args.store, mode="r",
-                                  on_damaged="skip" if args.skip_damaged else "raise")
+            store = runstore.open(
+                args.store, mode="r", on_damaged="skip" if args.skip_damaged else "raise"
+            )
             for d in store.damaged_segments:
-                print(f"runstore: left out damaged segment {d.file}: {d.kind}: "
-                      f"{_without_file(d.message, d.file)}", file=sys.stderr)
+                print(
+                    f"runstore: left out damaged segment {d.file}: {d.kind}: "
+                    f"{_without_file(d.message, d.file)}",
+                    file=sys.stderr,
+                )
             if args.format == "tar":
-                r = store.export_tar(args.out, chunk_rows=args.chunk_rows, compresslevel=args.compresslevel,
-                                     overwrite=args.force)
-                report = (f"{r['path']}: {r['experiments']:,} experiments, {len(r['members'])} members, "
-                          f"{r['bytes']:,} bytes in {r['seconds']:.1f} s")
+                r = store.export_tar(
+                    args.out,
+                    chunk_rows=args.chunk_rows,
+                    compresslevel=args.compresslevel,
+                    overwrite=args.force,
+                )
+                report = (
+                    f"{r['path']}: {r['experiments']:,} experiments, {len(r['members'])} members, "
+                    f"{r['bytes']:,} bytes in {r['seconds']:.1f} s"
+                )
                 if r["left_out"]:
-                    note = (f"note: {sum(r['left_out'].values()):,} records at steps other than 0 (or of "
-                            f"runs that are not experiments) are not part of the table: "
-                            f"{', '.join(f'{k} ({v:,})' for k, v in r['left_out'].items())}; "
-                            "`runstore export csv` writes every record")
+                    note = (
+                        f"note: {sum(r['left_out'].values()):,} records at steps other than 0 "
+                        f"(or of runs that are not experiments) are not part of the table: "
+                        f"{', '.join(f'{k} ({v:,})' for k, v in r['left_out'].items())}; "
+                        "`runstore export csv` writes every record"
+                    )
             else:
-                r = store.export_parquet(args.out, row_group_rows=args.row_group_rows,
-                                         compression=args.compression, overwrite=args.force)
-                report = f"{r['path']}: {r['rows']:,} rows, {r['bytes']:,} bytes in {r['seconds']:.1f} s"
+                r = store.export_parquet(
+                    args.out,
+                    row_group_rows=args.row_group_rows,
+                    compression=args.compression,
+                    overwrite=args.force,
+                )
+                report = (
+                    f"{r['path']}: {r['rows']:,} rows, {r['bytes']:,} bytes in {r['seconds']:.1f} s"
+                )
         else:
             store = runstore.import_tar(args.archive, args.store)
             report = f"{store.path}: {len(store.design()):,} experiments imported"
     except runstore.CorruptionError as e:
         return _fail(what, "Corruption", e, EXIT_CORRUPTION)
     except FileExistsError as e:
-        return _fail(what, "AlreadyExists", f"{e.filename} exists; use --force (-f) to replace it",
-                     EXIT_OTHER)
+        return _fail(
+            what,
+            "AlreadyExists",
+            f"{e.filename} exists; use --force (-f) to replace it",
+            EXIT_OTHER,
+        )
     except (FileNotFoundError, KeyError) as e:
         return _fail(what, "NotFound", e, EXIT_NOT_FOUND)
     except OSError as e:
         return _fail(what, "IOError", e, EXIT_IO)
     except ImportError as e:
-        return _fail(what, "NotSupported", f"{e} (pip install pyarrow, or runstore[arrow])", EXIT_OTHER)
+        return _fail(
+            what, "NotSupported", f"{e} (pip install pyarrow, or runstore[arrow])", EXIT_OTHER
+        )
     except (ValueError, TypeError, RuntimeError, NotImplementedError) as e:
         return _fail(what, type(e).__name__, e, EXIT_OTHER)
     if note is not None:
@@ -153,13 +192,20 @@ def _fail(what: str, kind: str, e: object, code: int) -> int:
     if isinstance(e, KeyError) and e.args:
         msg = e.args[0]
     elif isinstance(e, OSError) and e.strerror:
-        msg = e.strerror if e.filename is None or str(e.filename) in e.strerror else f"{e.filename}: {e.strerror}"
+        msg = (
+            e.strerror
+            if e.filename is None or str(e.filename) in e.strerror
+            else f"{e.filename}: {e.strerror}"
+        )
     text = str(msg)
     damaged = text.endswith(_PYTHON_HINT)
     if damaged:
         text = text[: -len(_PYTHON_HINT)]
     print(f"runstore: {what}: {kind}: {text}", file=sys.stderr)
     if damaged:
-        print(f"runstore: {what}: to read the other segments, leaving this one out, run with "
-              "--skip-damaged", file=sys.stderr)
+        print(
+            f"runstore: {what}: to read the other segments, leaving this one out, run with "
+            "--skip-damaged",
+            file=sys.stderr,
+        )
     return code

@@ -1,7 +1,8 @@
 """Type stubs for runstore._core, the compiled half of the runstore package."""
 
+from collections.abc import Callable, Sequence
 from types import TracebackType
-from typing import Any, Callable, Literal, Sequence
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ._checks import RunId, check_run_id
 from ._frame import _NULLABLE  # numpy dtype name -> pandas nullable dtype
 
 if TYPE_CHECKING:
@@ -26,7 +27,6 @@ if TYPE_CHECKING:
 
     from ._store import Store
 
-RunId = int | str
 
 DESIGN = "~design/"
 ROW = "~design/~row"
@@ -52,7 +52,6 @@ STATUS_COLUMNS = {
 }
 STATES = ("pending", "running", "done", "failed")
 ID_COLUMN = "experiment"
-
 
 
 # -- columns with gaps ---------------------------------------------------------------------------
@@ -217,7 +216,7 @@ def read_column(
 
 def design_columns(store: Store, infos: dict[str, dict[str, Any]]) -> list[str]:
     """Parameter names in the order they were first defined."""
-    names = [n[len(DESIGN):] for n in infos if n.startswith(DESIGN) and n not in (ROW, PARAMS)]
+    names = [n[len(DESIGN) :] for n in infos if n.startswith(DESIGN) and n not in (ROW, PARAMS)]
     order: list[str] = []
     if PARAMS in infos:
         try:
@@ -233,7 +232,10 @@ def load_design(store: Store) -> tuple[ExperimentIndex, dict[str, Column]]:
     """The experiment index and one Column per parameter."""
     infos = reserved_series(store)
     index = load_index(store, infos)
-    cols = {p: read_column(store, DESIGN + p, index, infos[DESIGN + p]) for p in design_columns(store, infos)}
+    cols = {
+        p: read_column(store, DESIGN + p, index, infos[DESIGN + p])
+        for p in design_columns(store, infos)
+    }
     return index, cols
 
 
@@ -314,7 +316,7 @@ def status_frame(store: Store) -> pandas.DataFrame:
     return pd.DataFrame(data)
 
 
-def pending_ids(store: Store, retry_failed: bool = True) -> list[RunId]:
+def pending_ids(store: Store, retry_failed: bool) -> list[RunId]:
     infos = reserved_series(store)
     index = load_index(store, infos)
     state = status_frame_columns(load_status(store, index, infos))["state"]
@@ -332,7 +334,7 @@ def outcome_names(store: Store) -> list[str]:
 
 
 def load_results(
-    store: Store, names: Iterable[str] | str | None = None
+    store: Store, names: Iterable[str] | str | None
 ) -> tuple[pandas.DataFrame, dict[str, np.ndarray]]:
     import pandas as pd
 
@@ -362,7 +364,9 @@ def load_results(
 # -- defining experiments ------------------------------------------------------------------------
 
 
-def grid(axes: Mapping[str, Iterable[Any]] | None = None, /, **kwargs: Iterable[Any]) -> list[dict[str, Any]]:
+def grid(
+    axes: Mapping[str, Iterable[Any]] | None = None, /, **kwargs: Iterable[Any]
+) -> list[dict[str, Any]]:
     """The Cartesian product of parameter values, as a list of dicts.
 
     ``grid(lr=[0.1, 0.01], seed=range(3))`` gives 6 dicts, the first parameter varying slowest:
@@ -431,9 +435,11 @@ def _infer(name: str, values: list[Any], present: np.ndarray) -> np.ndarray:
             if dtype.kind not in "iu":
                 raise ValueError(f"parameter {name!r}: integers outside the int64 and uint64 range")
     else:
-        dtype = np.dtype(np.float32) if np_types == {np.dtype(np.float32)} and all(
-            isinstance(v, np.float32) for v in live
-        ) else np.dtype(np.float64)
+        dtype = (
+            np.dtype(np.float32)
+            if np_types == {np.dtype(np.float32)} and all(isinstance(v, np.float32) for v in live)
+            else np.dtype(np.float64)
+        )
     fill = dtype.type(0)
     return np.array([v if p else fill for v, p in zip(values, present)], dtype=dtype)
 
@@ -446,7 +452,9 @@ def _normalise(design: Any) -> tuple[list[Any] | None, list[_Param]]:
         if not all(isinstance(c, str) for c in design.columns):
             raise TypeError("design: column names must be str")
         if design.columns.duplicated().any():
-            raise ValueError(f"design: duplicate columns {list(design.columns[design.columns.duplicated()])}")
+            raise ValueError(
+                f"design: duplicate columns {list(design.columns[design.columns.duplicated()])}"
+            )
         ids = None
         params = []
         n = len(design)
@@ -458,20 +466,28 @@ def _normalise(design: Any) -> tuple[list[Any] | None, list[_Param]]:
             if isinstance(s.dtype, pd.CategoricalDtype):
                 s = s.astype(object)
             kind = s.dtype.kind
-            missing = s.isna().to_numpy() if kind not in "biuf" or not isinstance(s.dtype, np.dtype) else None
+            missing = (
+                s.isna().to_numpy()
+                if kind not in "biuf" or not isinstance(s.dtype, np.dtype)
+                else None
+            )
             if isinstance(s.dtype, np.dtype) and kind in "biuf":
                 params.append(_Param(c, s.to_numpy(copy=True), np.ones(n, dtype=bool)))
             elif not isinstance(s.dtype, np.dtype) and kind in "biuf":  # pandas nullable
                 present = ~missing
                 np_dtype = np.dtype(s.dtype.numpy_dtype)
-                params.append(_Param(c, s.to_numpy(dtype=np_dtype, na_value=np_dtype.type(0)), present))
+                params.append(
+                    _Param(c, s.to_numpy(dtype=np_dtype, na_value=np_dtype.type(0)), present)
+                )
             else:
                 present = ~missing
                 vals = s.tolist()
                 params.append(_Param(c, _infer(c, vals, present), present))
         return ids, params
     if isinstance(design, Mapping):
-        raise TypeError("design: a DataFrame or a list of dicts (one dict per experiment), got a dict")
+        raise TypeError(
+            "design: a DataFrame or a list of dicts (one dict per experiment), got a dict"
+        )
     rows = list(design)
     for i, r in enumerate(rows):
         if not isinstance(r, Mapping):
@@ -498,14 +514,16 @@ def _check_param_name(name: str) -> None:
     if not name:
         raise ValueError("design: a parameter name is empty")
     if name.startswith("~"):
-        raise ValueError(f"design: parameter {name!r} starts with '~', which is reserved for runstore")
+        raise ValueError(
+            f"design: parameter {name!r} starts with '~', which is reserved for runstore"
+        )
     if len((DESIGN + name).encode()) > 255:
-        raise ValueError(f"design: parameter name {name[:40]!r}... is longer than {255 - len(DESIGN)} bytes")
+        raise ValueError(
+            f"design: parameter name {name[:40]!r}... is longer than {255 - len(DESIGN)} bytes"
+        )
 
 
 def _check_ids(ids: list[Any]) -> np.ndarray:
-    from ._store import check_run_id
-
     out = []
     for i, e in enumerate(ids):
         # Run ids as the core takes them: a bool, a float (even 3.0) or None is refused, not
@@ -514,7 +532,8 @@ def _check_ids(ids: list[Any]) -> np.ndarray:
         if isinstance(e, int):
             if not -(2**63) <= e < 2**63:
                 raise OverflowError(
-                    f"design: row {i}: experiment id {e} does not fit a 64-bit signed integer")
+                    f"design: row {i}: experiment id {e} does not fit a 64-bit signed integer"
+                )
         elif not e or len(e.encode()) > 255:
             raise ValueError(f"design: experiment id {e[:40]!r} must be 1 to 255 bytes of UTF-8")
         out.append(e)
@@ -562,8 +581,10 @@ def _coerce(p: _Param, stored_dtype: str) -> None:
     have = "string" if p.values.dtype == object else p.values.dtype.name
     if have == stored_dtype or not p.present.any():
         if have != stored_dtype:  # only absent values: any placeholder of the stored dtype
-            p.values = np.full(len(p.values), None, dtype=object) if stored_dtype == "string" else np.zeros(
-                len(p.values), dtype=np.dtype(stored_dtype)
+            p.values = (
+                np.full(len(p.values), None, dtype=object)
+                if stored_dtype == "string"
+                else np.zeros(len(p.values), dtype=np.dtype(stored_dtype))
             )
         return
     err = ValueError(
@@ -609,7 +630,9 @@ def define_experiments(store: Store, design: Any) -> pandas.DataFrame:
     else:
         n = len(design)
         if n:
-            raise ValueError("design: the rows have no parameters; give them an 'experiment' column")
+            raise ValueError(
+                "design: the rows have no parameters; give them an 'experiment' column"
+            )
     return define_columns(store, explicit_ids, params, n)
 
 
@@ -645,9 +668,9 @@ def define_columns(
             j = first.setdefault(t, i)
             if j != i:
                 raise ValueError(
-                    f"design: rows {j} and {i} have the same parameters {rows[i]}, so they would get "
-                    "the same experiment id; add a parameter that tells them apart (a seed or a "
-                    "replicate number) or give an 'experiment' column"
+                    f"design: rows {j} and {i} have the same parameters {rows[i]}, so they would "
+                    "get the same experiment id; add a parameter that tells them apart (a seed or "
+                    "a replicate number) or give an 'experiment' column"
                 )
         ids = np.empty(n, dtype=object)
         ids[:] = ["e" + hashlib.sha256(t.encode()).hexdigest()[:16] for t in texts]
@@ -711,7 +734,9 @@ def define_columns(
                 rr = new_ids[keep]
                 rr = rr if rr.dtype != object else rr.tolist()
                 w.log_many(rr, **{DESIGN + p.name: vals.tolist() if vals.dtype == object else vals})
-            w.log_many(runs, **{ROW: np.arange(first_row, first_row + int(new.sum()), dtype=np.int64)})
+            w.log_many(
+                runs, **{ROW: np.arange(first_row, first_row + int(new.sum()), dtype=np.int64)}
+            )
             if order != stored_params:
                 w.put(0, PARAMS, json.dumps(order, ensure_ascii=False))
         store.refresh()

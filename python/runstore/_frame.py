@@ -1,15 +1,18 @@
-"""Store.to_pandas: scalar series joined on (run, step)."""
+"""Store.to_pandas: scalar series joined on (run, step); and the sort order of records, which
+to_arrow shares."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 if TYPE_CHECKING:
     import pandas
 
-    from ._store import RunId, StepWindow, Store
+    from ._checks import RunId, StepWindow
+    from ._store import Store
 
 # numpy dtype -> pandas nullable dtype, for int/uint/bool columns with gaps.
 _NULLABLE = {
@@ -26,7 +29,8 @@ _NULLABLE = {
 
 
 def sort_order(run: np.ndarray, step: np.ndarray) -> np.ndarray:
-    """Indices that sort records by (run, step); int runs before str runs, as runstore orders them."""
+    """Indices that sort records by (run, step); int runs before str runs, as runstore orders
+    them."""
     if run.dtype != object:
         return np.lexsort((step, run))
     is_str = np.fromiter((isinstance(r, str) for r in run), dtype=bool, count=len(run))
@@ -47,9 +51,12 @@ def run_list(runs: Iterable[RunId] | None) -> Iterable[RunId] | None:
     return list(runs)
 
 
-def to_pandas(store: Store, names: Iterable[str] | str | None,
-              runs: Iterable[RunId] | None = None,
-              steps: StepWindow | None = None) -> pandas.DataFrame:
+def to_pandas(
+    store: Store,
+    names: Iterable[str] | str | None,
+    runs: Iterable[RunId] | None = None,
+    steps: StepWindow | None = None,
+) -> pandas.DataFrame:
     import pandas as pd
 
     runs = run_list(runs)
@@ -77,7 +84,9 @@ def to_pandas(store: Store, names: Iterable[str] | str | None,
     # Fast path: every series has the same keys (one log call wrote them all), most often even
     # in the same order; then the columns line up without a join.
     same = all(
-        len(s["run"]) == len(run) and np.array_equal(s["step"], step) and np.array_equal(s["run"], run)
+        len(s["run"]) == len(run)
+        and np.array_equal(s["step"], step)
+        and np.array_equal(s["run"], run)
         for s in scans.values()
     )
     if same:

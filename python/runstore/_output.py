@@ -108,7 +108,7 @@ class _NamedWrites:
         return getattr(self._f, name)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _linkat_empty_path() -> Any:
     """libc's linkat, for linkat(fd, "", AT_FDCWD, name, AT_EMPTY_PATH), which os.link cannot
     express; None where there is none."""
@@ -166,7 +166,9 @@ class ExportFile:
     place. ``store_path``: the store exported, inside which the target must not be.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, store_path: str, overwrite: bool = True) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], *, store_path: str, overwrite: bool = True
+    ) -> None:
         self.path = os.fspath(path)
         self.overwrite = overwrite
         check_outside_store(self.path, store_path)
@@ -243,7 +245,7 @@ class ExportFile:
         removes)."""
         dev = os.fstat(fd).st_dev
         if dev not in _LINKABLE:
-            probe = os.open(self.dir, getattr(os, "O_TMPFILE") | os.O_WRONLY | os.O_CLOEXEC, 0o666)
+            probe = os.open(self.dir, os.O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC, 0o666)
             name = os.path.join(self.dir, self._temporary_name())
             try:
                 _link_fd(probe, name)
@@ -337,7 +339,8 @@ class ExportFile:
         self._tmp = None
 
     def _sync_dir(self) -> None:
-        """Makes the new name durable (a crash could otherwise lose it, though the data was synced)."""
+        """Makes the new name durable (a crash could otherwise lose it, though the data was
+        synced)."""
         try:
             fd = os.open(self.dir, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
         except OSError:

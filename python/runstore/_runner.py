@@ -1,4 +1,4 @@
-"""run_experiments: every pending experiment of a store's design, on a pool of processes.
+"""runstore.experiments.run: every pending experiment of a store's design, on a pool of processes.
 
 Each worker process opens its own writer. For each experiment it appends the status "running"
 (made visible by a time-based auto-commit if the experiment runs long), calls fn(**params), then
@@ -10,6 +10,7 @@ outcomes.
 
 from __future__ import annotations
 
+import functools
 import math
 import multiprocessing as mp
 import multiprocessing.connection
@@ -73,7 +74,8 @@ class RunSummary:
         }
 
     def __str__(self) -> str:
-        s = f"{self.done:,} done, {self.failed:,} failed, {self.skipped:,} skipped in {self.seconds:.1f} s"
+        s = f"{self.done:,} done, {self.failed:,} failed, {self.skipped:,} skipped"
+        s += f" in {self.seconds:.1f} s"
         return s + (f", {self.not_run:,} not run" if self.not_run else "")
 
 
@@ -95,7 +97,9 @@ def _format_error(e: BaseException) -> str:
     text = "".join(traceback.format_exception(type(e), e, tb))
     if len(text) > MAX_ERROR_CHARS:
         head, tail = MAX_ERROR_CHARS // 4, MAX_ERROR_CHARS - MAX_ERROR_CHARS // 4
-        text = text[:head] + f"\n[... {len(text) - head - tail:,} characters cut ...]\n" + text[-tail:]
+        text = (
+            text[:head] + f"\n[... {len(text) - head - tail:,} characters cut ...]\n" + text[-tail:]
+        )
     return text
 
 
@@ -113,7 +117,10 @@ class _Runner:
         """Runs one experiment and appends its records (not committed). True if done."""
         w = self.writer
         started = time.time()
-        w.log(eid, **{ex.STATE: "running", ex.HOST: self.host, ex.STARTED: started, ex.ATTEMPT: attempt})
+        w.log(
+            eid,
+            **{ex.STATE: "running", ex.HOST: self.host, ex.STARTED: started, ex.ATTEMPT: attempt},
+        )
         t0 = time.perf_counter()
         error = None
         try:
@@ -121,13 +128,18 @@ class _Runner:
             if _Flags.stop:
                 raise _Stop()
             out = self.fn(**params)
-        except (Exception, SystemExit) as e:
+        except (Exception, SystemExit) as e:  # noqa: BLE001 - whatever fn raises is its failure
             error = _format_error(e)
             out = None
         finally:
             _Flags.in_fn = False
         seconds = time.perf_counter() - t0
-        status = {ex.HOST: self.host, ex.FINISHED: time.time(), ex.SECONDS: seconds, ex.ATTEMPT: attempt}
+        status = {
+            ex.HOST: self.host,
+            ex.FINISHED: time.time(),
+            ex.SECONDS: seconds,
+            ex.ATTEMPT: attempt,
+        }
         if error is None:
             try:
                 values = _outcomes(out)
@@ -143,7 +155,9 @@ class _Runner:
         w.log(eid, **status, **{ex.STATE: "failed", ex.ERROR: error})
         return False
 
-    def run_chunk(self, chunk: list[tuple[Any, dict[str, Any], int]]) -> tuple[list[Any], list[Any]]:
+    def run_chunk(
+        self, chunk: list[tuple[Any, dict[str, Any], int]]
+    ) -> tuple[list[Any], list[Any]]:
         """Runs the experiments of a chunk, then commits. Returns (done ids, failed ids).
 
         On _Stop or KeyboardInterrupt the interrupted experiment is set back to pending, what
@@ -194,8 +208,11 @@ def _on_sigterm(signum: int, frame: Any) -> None:
         raise _Stop()
 
 
-def _worker_main(widx: int, store_path: str, fn_bytes: bytes, task_q: Any, conn: Any, parent: int) -> None:
-    """A worker process: pulls chunks of experiments until it gets None.
+def _worker_main(
+    widx: int, open_store: Callable[[], Store], fn_bytes: bytes, task_q: Any, conn: Any, parent: int
+) -> None:
+    """A worker process: opens the store with ``open_store``, then pulls chunks of experiments
+    until it gets None.
 
     Receipts go to the parent through ``conn``, a pipe of its own written synchronously, so a
     receipt sent before the process dies is never lost in a buffer."""
@@ -210,11 +227,9 @@ def _worker_main(widx: int, store_path: str, fn_bytes: bytes, task_q: Any, conn:
             _Flags.stop = True
 
     try:
-        from ._store import Store
-
         fn = pickle.loads(fn_bytes)
-        runner = _Runner(Store(store_path, "r+"), fn)
-    except BaseException:
+        runner = _Runner(open_store(), fn)
+    except BaseException:  # noqa: BLE001 - the parent reports why this worker cannot start
         send("fatal", widx, traceback.format_exc())
         return
     try:
@@ -305,7 +320,11 @@ def _plan(
 
 
 def _chunks(
-    index: ex.ExperimentIndex, params: dict[str, ex.Column], rows: np.ndarray, attempts: np.ndarray, size: int
+    index: ex.ExperimentIndex,
+    params: dict[str, ex.Column],
+    rows: np.ndarray,
+    attempts: np.ndarray,
+    size: int,
 ):
     """Yields lists of (id, params, attempt), built lazily."""
     for start in range(0, len(rows), size):
@@ -320,46 +339,16 @@ def _chunks(
         yield chunk
 
 
-def run_experiments(
-    store: Store | str | os.PathLike[str],
+def run(
+    store: Store,
     fn: Callable[..., Mapping[str, Any] | None],
-    workers: int | None = None,
-    retry_failed: bool = True,
-    progress: bool = True,
-    *,
-    commit_every: int = 1,
-    start_method: str = "spawn",
+    workers: int | None,
+    retry_failed: bool,
+    progress: bool,
+    commit_every: int,
+    start_method: str,
 ) -> RunSummary:
-    """Runs every experiment of the store's design that is not done, on worker processes.
-
-    Calls ``fn(**params)`` for each pending experiment (in design order, pulled from a queue by
-    ``workers`` processes; default: every core this process may use; 0 runs them in this
-    process). ``fn`` returns a dict of outcomes (numbers, numpy scalars and arrays, str,
-    bytes; None values are left out) or None, and must be picklable (a module-level function).
-
-    Each worker process opens its own writer; an experiment's outcomes and its status "done"
-    are committed together when it finishes (every ``commit_every`` experiments: 1 by default,
-    one fsync each; a larger value batches tiny experiments, and a crash then redoes up to
-    ``commit_every - 1`` finished ones, never twice in the results because the later commit
-    wins). An exception in fn marks that experiment "failed", with its message and traceback
-    in ``store.status()``, and the others go on; a worker process that dies (a segfault, the
-    OOM killer) is replaced and its experiment marked failed.
-
-    Ctrl-C (or SIGTERM) stops the workers cleanly: what finished is committed, the interrupted
-    experiments are set back to pending, and KeyboardInterrupt (SystemExit(143) for SIGTERM)
-    propagates. After that, or after a ``kill -9`` of everything, the same call again runs only
-    what is not done (failed ones too unless ``retry_failed=False``).
-
-    A progress line goes to stderr when it is a terminal and ``progress`` is true.
-    ``start_method``: "spawn" (default) or "forkserver"; "fork" only if this process holds no
-    open writer. Scripts that use "spawn" need the usual ``if __name__ == "__main__":`` guard.
-
-    Returns a :class:`RunSummary`: done, failed, skipped, seconds, workers, not_run.
-    """
-    from ._store import Store
-
-    if not isinstance(store, Store):
-        store = Store(store)
+    """runstore.experiments.run."""
     if store.read_only:
         raise RuntimeError(f"run_experiments: the store {store.path} is open read-only")
     if commit_every < 1:
@@ -388,11 +377,19 @@ def run_experiments(
             f"run_experiments: fn must be picklable to reach the worker processes (a function "
             f"defined at the top level of a module, not a lambda or a nested function): {e}"
         ) from e
-    return _Pool(store, fn_bytes, n_workers, start_method, chunks, len(rows), skipped, t0, bar).run()
+    return _Pool(
+        store, fn_bytes, n_workers, start_method, chunks, len(rows), skipped, t0, bar
+    ).run()
 
 
 def _run_here(
-    store: Store, fn: Callable[..., Any], chunks: Any, total: int, skipped: int, t0: float, bar: _Progress
+    store: Store,
+    fn: Callable[..., Any],
+    chunks: Any,
+    total: int,
+    skipped: int,
+    t0: float,
+    bar: _Progress,
 ) -> RunSummary:
     done = failed = 0
     failed_ids: list[Any] = []
@@ -408,15 +405,30 @@ def _run_here(
         bar.close(done, failed)
         runner.close()
         store.refresh()
-    return RunSummary(done, failed, skipped, time.perf_counter() - t0, 0, total - done - failed, failed_ids)
+    return RunSummary(
+        done, failed, skipped, time.perf_counter() - t0, 0, total - done - failed, failed_ids
+    )
 
 
 class _Pool:
     """Worker processes fed through a bounded queue; replaces workers that die."""
 
-    def __init__(self, store: Store, fn_bytes: bytes, n: int, start_method: str, chunks: Any, total: int,
-                 skipped: int, t0: float, bar: _Progress) -> None:
+    def __init__(
+        self,
+        store: Store,
+        fn_bytes: bytes,
+        n: int,
+        start_method: str,
+        chunks: Any,
+        total: int,
+        skipped: int,
+        t0: float,
+        bar: _Progress,
+    ) -> None:
         self.store = store
+        # How a worker opens the store: the parent's Store class (which pickles by name) on its
+        # path, mode "r+".
+        self.open_store = functools.partial(type(store), store.path, "r+")
         self.fn_bytes = fn_bytes
         self.n = n
         self.ctx = mp.get_context(start_method)
@@ -449,7 +461,7 @@ class _Pool:
         r, w = self.ctx.Pipe(duplex=False)
         p = self.ctx.Process(
             target=_worker_main,
-            args=(widx, self.store.path, self.fn_bytes, self.task_q, w, os.getpid()),
+            args=(widx, self.open_store, self.fn_bytes, self.task_q, w, os.getpid()),
             name=f"runstore-worker-{widx}",
             # Not daemonic: fn may start processes of its own (a DataLoader, a Pool), which
             # daemonic processes may not. run() stops and joins every worker itself.
@@ -526,7 +538,9 @@ class _Pool:
 
     def _work_left(self) -> bool:
         """True while some chunk has not been taken by a worker that started it."""
-        if not self.chunks_done or (self.pending_item is not None and self.pending_item[0] != "sentinel"):
+        if not self.chunks_done or (
+            self.pending_item is not None and self.pending_item[0] != "sentinel"
+        ):
             return True
         return bool(set(self.outstanding) - set(self.current.values()))
 
@@ -571,12 +585,16 @@ class _Pool:
             if state is not None and state.present[k] and state.values[k] == "done":
                 self.done += 1  # committed before the worker died
                 continue
-            w.log(eid, **{
-                ex.STATE: "failed",
-                ex.ERROR: f"the worker process running this experiment {how} (the experiment may have "
-                          f"crashed it, or it ran in the same batch of {len(ids)} as one that did)\n",
-                ex.FINISHED: time.time(),
-            })
+            w.log(
+                eid,
+                **{
+                    ex.STATE: "failed",
+                    ex.ERROR: f"the worker process running this experiment {how} (the "
+                    f"experiment may have crashed it, or it ran in the same batch of {len(ids)} "
+                    "as one that did)\n",
+                    ex.FINISHED: time.time(),
+                },
+            )
             self.failed += 1
             self.failed_ids.append(eid)
         w.commit()
@@ -586,9 +604,11 @@ class _Pool:
         in_main = threading.current_thread() is threading.main_thread()
         stop_signal: list[int] = []
         if in_main:
+
             def on_term(signum: int, frame: Any) -> None:
                 stop_signal.append(signum)
                 raise KeyboardInterrupt
+
             old_term = signal.signal(signal.SIGTERM, on_term)
         interrupted = False
         try:
@@ -619,13 +639,19 @@ class _Pool:
         if self.fatal is not None:
             raise RuntimeError(f"run_experiments: a worker process failed:\n{self.fatal}")
         summary = RunSummary(
-            self.done, self.failed, self.skipped, time.perf_counter() - self.t0, self.n,
-            self.total - self.done - self.failed, self.failed_ids,
+            self.done,
+            self.failed,
+            self.skipped,
+            time.perf_counter() - self.t0,
+            self.n,
+            self.total - self.done - self.failed,
+            self.failed_ids,
         )
         if interrupted:
             print(
-                f"\nrunstore: interrupted; {summary.done:,} done and {summary.failed:,} failed in this "
-                f"call, {summary.not_run:,} not run. Run again to continue: done experiments are kept.",
+                f"\nrunstore: interrupted; {summary.done:,} done and {summary.failed:,} failed "
+                f"in this call, {summary.not_run:,} not run. Run again to continue: done "
+                "experiments are kept.",
                 file=sys.stderr,
             )
             if stop_signal:

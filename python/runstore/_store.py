@@ -1,62 +1,25 @@
-"""The Store class: opening a store and reading it."""
+"""The Store class: opening a store and reading it.
+
+Store's experiment and export methods are one-line delegations to runstore.experiments and
+runstore.export, which this module imports (they never import it); so are the top-level
+functions that also take a path and open it (load_results, run_experiments, import_tar)."""
 
 from __future__ import annotations
 
-import operator
 import os
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import numpy as np
 
-from . import _core
+from . import _core, _frame, experiments, export
+from ._checks import RunId, StepWindow, step_range
 from ._core import Writer
 
 if TYPE_CHECKING:
     import pandas
     import pyarrow
-
-RunId = int | str
-#: A window of steps, start <= step < stop: ``range(start, stop)`` or ``(start, stop)``.
-StepWindow = range | tuple[int, int]
-_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
-
-
-def check_step(step: Any, what: str = "step") -> int:
-    """``step`` as an int; TypeError for a bool ("step must be an int, got bool"), a float or
-    anything else that is not an integer, as the core refuses them (python/src/convert.h)."""
-    if isinstance(step, (bool, np.bool_)) or not hasattr(type(step), "__index__"):
-        raise TypeError(f"{what}: step must be an int, got {type(step).__name__}")
-    return operator.index(step)
-
-
-def check_run_id(run: Any, what: str = "run id") -> RunId:
-    """``run`` as an int or a str; TypeError for a bool ("run id must be an int or a str, got
-    bool") and anything else that is neither, as the core refuses them."""
-    if isinstance(run, str):
-        return run
-    if isinstance(run, (bool, np.bool_)) or not hasattr(type(run), "__index__"):
-        raise TypeError(f"{what} must be an int or a str, got {type(run).__name__}")
-    return operator.index(run)
-
-
-def step_range(steps: StepWindow | None) -> tuple[int, int] | None:
-    """``start <= step < stop`` as the inclusive (first, last) the core takes."""
-    if steps is None:
-        return None
-    if isinstance(steps, range):
-        if steps.step != 1:
-            raise ValueError(f"steps must be a range with step 1, got {steps!r}")
-        start, stop = steps.start, steps.stop
-    else:
-        try:
-            start, stop = steps
-        except (TypeError, ValueError):
-            raise TypeError(f"steps must be (start, stop) or a range of ints, got {steps!r}") from None
-        start, stop = check_step(start, "steps"), check_step(stop, "steps")
-    if stop <= start or stop <= _INT64_MIN or start > _INT64_MAX:
-        return (1, 0)  # no step
-    return (max(start, _INT64_MIN), min(stop - 1, _INT64_MAX))
 
 _MODES = {
     # mode: (read_only, create)
@@ -68,6 +31,18 @@ _MODES = {
 _ON_DAMAGED = {"raise": False, "skip": True}
 #: How many problems the message of Store.verify's CorruptionError spells out.
 _VERIFY_MESSAGE_PROBLEMS = 10
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _doc(fn: Callable[..., Any]) -> Callable[[_F], _F]:
+    """Gives what it decorates (a Store method, or a top-level function that also takes a
+    path) the docstring of ``fn``, the module function it delegates to: one text for both."""
+
+    def decorate(method: _F) -> _F:
+        method.__doc__ = fn.__doc__
+        return method
+
+    return decorate
 
 
 @dataclass(frozen=True)
@@ -233,66 +208,25 @@ class Store:
 
     # -- experiments --------------------------------------------------------------------------
 
+    @_doc(experiments.define)
     def define_experiments(self, design: Any) -> pandas.DataFrame:
-        """Adds experiments to the store's design table; returns the design with their ids.
+        return experiments.define(self, design)
 
-        ``design`` is a DataFrame or a list of dicts (e.g. :func:`runstore.grid`), one row per
-        experiment, one column per parameter. Parameter values are bool, int, float or str
-        (numpy scalars and DataFrame columns keep their dtype); a row may lack a parameter
-        (absent key, None or pd.NA), and then fn is called without it.
-
-        Ids: from an ``"experiment"`` column (ints or strs) if there is one, otherwise derived
-        from the parameters: ``"e"`` + 16 hex digits of the SHA-256 of the row's canonical JSON
-        (docs/experiments.md), so the same parameters always get the same id, and two rows with
-        identical parameters are refused (ValueError: add a seed or replicate column).
-
-        Defining rows the store already has (same id, same parameters) changes nothing; new
-        rows are added after the existing ones; an id whose parameters differ from the stored
-        ones raises ValueError, and then nothing is written. A parameter's values are cast to
-        the dtype it already has in the store when no value changes (ints to float64, say),
-        otherwise ValueError.
-
-        Returns a DataFrame: ``experiment`` then the parameters, in the order of ``design``.
-        """
-        from ._experiments import define_experiments
-
-        return define_experiments(self, design)
-
+    @_doc(experiments.design)
     def design(self) -> pandas.DataFrame:
-        """The design table: column ``experiment`` (the id), then one column per parameter.
+        return experiments.design(self)
 
-        Rows in definition order; dtypes as stored (int64, float64, bool, str, ...). Where a row
-        lacks a parameter: NaN in float columns, pd.NA in int/bool columns (pandas nullable
-        dtypes), None in str columns. Reads the current snapshot (see :meth:`refresh`).
-        """
-        from ._experiments import design_frame
-
-        return design_frame(self)
-
+    @_doc(experiments.status)
     def status(self) -> pandas.DataFrame:
-        """One row per experiment, in design order: its state and how it ran.
+        return experiments.status(self)
 
-        Columns: ``experiment``; ``state`` ("pending", "running", "done" or "failed");
-        ``error`` (message and traceback of a failure, else None); ``host``; ``started`` and
-        ``finished`` (unix time in seconds, float; ``pd.to_datetime(df.started, unit="s")``
-        for datetimes); ``seconds`` (run time of fn); ``attempt`` (how many times it was
-        started, 0 if never). "running" is committed only for experiments that ran longer than
-        a few seconds; a "running" experiment whose sweep was killed stays "running" until it
-        runs again. Reads the current snapshot (see :meth:`refresh`).
-        """
-        from ._experiments import status_frame
-
-        return status_frame(self)
-
+    @_doc(experiments.pending)
     def pending(self, retry_failed: bool = True) -> list[RunId]:
-        """Ids of the experiments that are not done, in design order; failed ones included
-        unless ``retry_failed=False``. Reads the current snapshot (see :meth:`refresh`)."""
-        from ._experiments import pending_ids
-
-        return pending_ids(self, retry_failed)
+        return experiments.pending(self, retry_failed)
 
     # -- export -------------------------------------------------------------------------------
 
+    @_doc(export.export_tar)
     def export_tar(
         self,
         path: str | os.PathLike[str],
@@ -301,37 +235,11 @@ class Store:
         compresslevel: int = 1,
         overwrite: bool = True,
     ) -> dict[str, Any]:
-        """Writes the experiments and their outcomes to a .tar.gz that opens in a spreadsheet.
+        return export.export_tar(
+            self, path, chunk_rows=chunk_rows, compresslevel=compresslevel, overwrite=overwrite
+        )
 
-        Members: ``metadata.json`` (every dtype and shape, member file names), then
-        ``experiments.csv`` (id, parameters, status), one CSV per outcome of up to two
-        dimensions (rows in experiment order; a 1-d outcome gets one column per element, a 2-d
-        one columns ``<name>_i_j``), and ``.npy`` files for outcomes of three or more
-        dimensions. :func:`runstore.import_tar` reads it back with dtypes intact. The layout is
-        specified in docs/experiments.md.
-
-        Streamed: rows are formatted ``chunk_rows`` at a time and each member goes through a
-        temporary file, so memory does not grow with the outcomes' size. gzip ``compresslevel``
-        1 (default) compresses CSVs of floats almost as well as 6 and several times faster. Returns
-        a summary: path, experiments, members, bytes, seconds, and left_out: the number of records
-        per outcome that are not in the table (records at steps other than 0, or of run ids that
-        are not experiments; ``runstore export csv`` writes every record).
-        A store without a design exports its runs (every run id with step-0 records) as the
-        experiments.
-
-        The file appears whole when complete or not at all, with mode 0666 minus the umask; an
-        existing file is replaced, as pandas and numpy do (``overwrite=False``: FileExistsError
-        instead; the ``runstore`` command refuses unless ``--force``). On Linux it is written
-        without a name (``O_TMPFILE``) and linked into place, so that even a SIGKILL leaves
-        nothing behind; where the file system cannot do that (NFS), under a temporary name in
-        the same directory, removed on an exception, SIGINT or SIGTERM (see python/README.md).
-        Raises ValueError if ``path`` is inside the store, and OSError naming ``path`` (in its
-        message and ``filename``) if it cannot be written, e.g. on a full disk.
-        """
-        from ._export import export_tar
-
-        return export_tar(self, path, chunk_rows=chunk_rows, compresslevel=compresslevel, overwrite=overwrite)
-
+    @_doc(export.export_parquet)
     def export_parquet(
         self,
         path: str | os.PathLike[str],
@@ -340,17 +248,7 @@ class Store:
         compression: str = "zstd",
         overwrite: bool = True,
     ) -> dict[str, Any]:
-        """Writes one Parquet file: one row per experiment (design order) with the id, the
-        parameters, the status columns and every outcome (step 0): scalars as columns,
-        fixed-shape arrays as (nested) fixed-size lists. Written row group by row group of
-        ``row_group_rows`` rows, in bounded memory. pandas, polars, DuckDB and Spark read it
-        without runstore. A store without a design writes :meth:`to_arrow`'s table instead.
-        Needs pyarrow (the ``arrow`` extra). The file is written as :meth:`export_tar` writes
-        its own: whole or not at all, mode 0666 minus the umask, replacing an existing file
-        unless ``overwrite=False``, never inside the store, errors naming ``path``."""
-        from ._export import export_parquet
-
-        return export_parquet(
+        return export.export_parquet(
             self, path, row_group_rows=row_group_rows, compression=compression, overwrite=overwrite
         )
 
@@ -512,33 +410,16 @@ class Store:
 
         Raises KeyError for an unknown name and ValueError for a series that is not scalar.
         """
-        from ._frame import to_pandas
+        return _frame.to_pandas(self, names, runs, steps)
 
-        return to_pandas(self, names, runs, steps)
-
+    @_doc(export.to_arrow)
     def to_arrow(
         self,
         names: Iterable[str] | str | None = None,
         runs: Iterable[RunId] | None = None,
         steps: StepWindow | None = None,
     ) -> pyarrow.Table:
-        """The store's records as a pyarrow Table (needs the ``arrow`` extra: pyarrow).
-
-        Rows and order as :meth:`to_pandas`: one per (run, step), sorted. Columns ``run``,
-        ``step``, then one per series in ``names`` (default: every scalar and fixed-shape
-        numeric series): scalars as plain columns (strings as ``string``, bytes as
-        ``binary``), fixed-shape arrays as fixed-size lists (nested for two or more
-        dimensions). Absent values are nulls. Where a series' records are already in that order
-        and stored uncompressed in one block, its column is zero-copy: an Arrow buffer over the
-        read-only numpy view of the mapped file, which keeps the mapping alive.
-
-        With ``runs`` and ``steps``, the rows of those runs and steps only (see :meth:`scan`).
-
-        Raises KeyError for an unknown name and ValueError for a variable-shape series.
-        """
-        from ._export import to_arrow
-
-        return to_arrow(self, names, runs, steps)
+        return export.to_arrow(self, names, runs, steps)
 
     # -- protocol -----------------------------------------------------------------------------
 
@@ -670,3 +551,46 @@ def open(  # noqa: A001
     segments)``), OSError for other file-system errors.
     """
     return Store(path, mode, on_damaged)
+
+
+@_doc(experiments.load_results)
+def load_results(
+    store: Store | str | os.PathLike[str], names: Iterable[str] | str | None = None
+) -> tuple[pandas.DataFrame, dict[str, np.ndarray]]:
+    if not isinstance(store, Store):
+        store = Store(store, "r")
+    return experiments.load_results(store, names)
+
+
+@_doc(experiments.run)
+def run_experiments(
+    store: Store | str | os.PathLike[str],
+    fn: Callable[..., Mapping[str, Any] | None],
+    workers: int | None = None,
+    retry_failed: bool = True,
+    progress: bool = True,
+    *,
+    commit_every: int = 1,
+    start_method: str = "spawn",
+) -> experiments.RunSummary:
+    if not isinstance(store, Store):
+        store = Store(store)
+    return experiments.run(
+        store,
+        fn,
+        workers,
+        retry_failed,
+        progress,
+        commit_every=commit_every,
+        start_method=start_method,
+    )
+
+
+def import_tar(
+    path: str | os.PathLike[str], store_path: str | os.PathLike[str], *, chunk_rows: int = 10_000
+) -> Store:
+    """Rebuilds a store from a tarball of :meth:`Store.export_tar`: design, status and
+    outcomes with their dtypes and shapes, written to the store at ``store_path`` (opened with
+    mode "a": created if missing). Returns the store. See :func:`runstore.export.import_tar`,
+    which reads into a store already open."""
+    return export.import_tar(path, Store(store_path), chunk_rows=chunk_rows)

@@ -7,8 +7,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import runstore
-
 # Python and numpy bools are ints to Python: taken as run 1 or step 1 they would file records
 # under a key nobody meant.
 BOOLS = [True, False, np.True_, np.False_]
@@ -68,7 +66,9 @@ def test_reads_refuse_a_run_id_that_is_not_an_int_or_a_str(filled, run):
 
 def test_a_bool_array_of_run_ids_is_refused(store):
     with store.writer() as w:
-        with pytest.raises(TypeError, match="log_many: run ids must be ints or strs, got an array of bool"):
+        with pytest.raises(
+            TypeError, match="log_many: run ids must be ints or strs, got an array of bool"
+        ):
             w.log_many(np.array([True, False]), x=np.zeros(2))
     with pytest.raises(TypeError, match="got an array of bool"):
         store.scan("x", runs=np.array([True]))
@@ -101,11 +101,16 @@ def test_a_step_that_is_not_an_int_is_refused(filled, step):
     assert filled.refresh().runs() == [1, "a"]
 
 
-@pytest.mark.parametrize("steps", [np.array([True, False]), np.array([0.0, 1.0]), np.array(["0", "1"])],
-                         ids=lambda a: str(a.dtype))
+@pytest.mark.parametrize(
+    "steps",
+    [np.array([True, False]), np.array([0.0, 1.0]), np.array(["0", "1"])],
+    ids=lambda a: str(a.dtype),
+)
 def test_a_step_array_that_is_not_of_ints_is_refused(store, steps):
     with store.writer() as w:
-        with pytest.raises(TypeError, match=f"log_many: steps must be ints, got an array of {steps.dtype}"):
+        with pytest.raises(
+            TypeError, match=f"log_many: steps must be ints, got an array of {steps.dtype}"
+        ):
             w.log_many([1, 2], steps=steps, x=np.zeros(2))
     assert store.refresh().runs() == []
 
@@ -114,7 +119,9 @@ def test_numpy_integers_are_run_ids_and_steps(store):
     with store.writer() as w:
         w.log(np.int64(1), step=np.int32(2), x=1.0)
         w.put(np.uint8(2), "x", 2.0, step=np.uint64(3))
-        w.log_many(np.array([3, 4], dtype=np.uint64), steps=np.array([4, 5], dtype=np.int16), x=np.zeros(2))
+        w.log_many(
+            np.array([3, 4], dtype=np.uint64), steps=np.array([4, 5], dtype=np.int16), x=np.zeros(2)
+        )
         w.log_many([5, 6], steps=np.array([6, 7], dtype=object), x=np.zeros(2))
         w.log_many([], steps=np.array([]), x=np.zeros(0))
     store.refresh()
@@ -124,18 +131,21 @@ def test_numpy_integers_are_run_ids_and_steps(store):
 
 def test_integers_outside_int64_raise_overflow_error(store):
     with store.writer() as w:
-        with pytest.raises(OverflowError,
-                           match="^step 9223372036854775808 does not fit a 64-bit signed integer$"):
+        with pytest.raises(
+            OverflowError, match="^step 9223372036854775808 does not fit a 64-bit signed integer$"
+        ):
             w.log(1, step=2**63, x=1.0)
         with pytest.raises(OverflowError, match="step -9223372036854775809 does not fit"):
             w.put(1, "x", 1.0, step=-(2**63) - 1)
         with pytest.raises(OverflowError, match="run id 9223372036854775808 does not fit"):
             w.log(2**63, x=1.0)
-        with pytest.raises(OverflowError,
-                           match="log_many: runs\\[1\\]: run id 18446744073709551615 does not fit"):
+        with pytest.raises(
+            OverflowError, match="log_many: runs\\[1\\]: run id 18446744073709551615 does not fit"
+        ):
             w.log_many(np.array([0, 2**64 - 1], dtype=np.uint64), x=np.zeros(2))
-        with pytest.raises(OverflowError,
-                           match="log_many: steps\\[0\\]: step 9223372036854775808 does not fit"):
+        with pytest.raises(
+            OverflowError, match="log_many: steps\\[0\\]: step 9223372036854775808 does not fit"
+        ):
             w.log_many([1], steps=np.array([2**63], dtype=np.uint64), x=np.zeros(1))
         with pytest.raises(OverflowError, match="log_many: steps\\[1\\]: step 9223372036854775808"):
             w.log_many([1, 2], steps=[0, 2**63], x=np.zeros(2))
@@ -159,8 +169,11 @@ def test_none_as_a_run_id_or_a_step_is_a_type_error_naming_it(store):
 @pytest.mark.parametrize("eid", [True, np.False_, 3.0, float("nan"), None], ids=repr)
 def test_experiment_ids_are_run_ids(store, eid):
     design = pd.DataFrame({"experiment": np.array([7, eid], dtype=object), "x": [1, 2]})
-    with pytest.raises(TypeError, match=f"design: row 1: the experiment id must be an int or a str, "
-                                        f"got (numpy\\.)?{type_name(eid)}"):
+    with pytest.raises(
+        TypeError,
+        match=f"design: row 1: the experiment id must be an int or a str, "
+        f"got (numpy\\.)?{type_name(eid)}",
+    ):
         store.define_experiments(design)
     with pytest.raises(TypeError, match="row 0"):
         store.define_experiments([{"experiment": eid, "x": 1}])

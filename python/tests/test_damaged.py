@@ -160,7 +160,9 @@ def test_verify_reports_the_damaged_segments(damaged):
     assert str(e.value).startswith("2 problems: ")
     assert all(os.path.basename(f) in str(e.value) for f in files)
     assert len(e.value.problems) == 2
-    assert e.value.problems[0].startswith("Corruption: ") and "w2-00000001.rss" in e.value.problems[0]
+    assert (
+        e.value.problems[0].startswith("Corruption: ") and "w2-00000001.rss" in e.value.problems[0]
+    )
     assert e.value.problems[1].startswith("IOError: ") and "z-00000001.rss" in e.value.problems[1]
 
 

@@ -140,7 +140,9 @@ def test_two_live_writers_with_one_id_both_commit(store, store_path):
     store.refresh()
     assert store.get(1, "x") == 1.0 and store.get(2, "x") == 2.0
     assert sorted(p.name for p in (store_path / "segments").iterdir()) == [
-        "same-00000001.rss", "same-00000002.rss"]
+        "same-00000001.rss",
+        "same-00000002.rss",
+    ]
 
 
 def flip_payload_byte(path, needle: bytes) -> None:
@@ -200,7 +202,9 @@ def test_an_over_long_name_of_multi_byte_characters_is_a_value_error(store, char
     name = char * (300 // len(char.encode()))
     quoted = char * (40 // len(char.encode()))
     with store.writer() as w:
-        with pytest.raises(ValueError, match=f"is longer than the limit of 255: '{quoted}\\.\\.\\.'$"):
+        with pytest.raises(
+            ValueError, match=f"is longer than the limit of 255: '{quoted}\\.\\.\\.'$"
+        ):
             w.log(1, **{name: 1.0})
         with pytest.raises(ValueError, match="longer than the limit"):
             w.define(name, "float64")

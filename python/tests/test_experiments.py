@@ -67,10 +67,17 @@ def slow(x):
 def test_grid_is_the_cartesian_product_first_axis_slowest():
     g = runstore.grid(lr=[0.1, 0.01], seed=range(3))
     assert g == [
-        {"lr": 0.1, "seed": 0}, {"lr": 0.1, "seed": 1}, {"lr": 0.1, "seed": 2},
-        {"lr": 0.01, "seed": 0}, {"lr": 0.01, "seed": 1}, {"lr": 0.01, "seed": 2},
+        {"lr": 0.1, "seed": 0},
+        {"lr": 0.1, "seed": 1},
+        {"lr": 0.1, "seed": 2},
+        {"lr": 0.01, "seed": 0},
+        {"lr": 0.01, "seed": 1},
+        {"lr": 0.01, "seed": 2},
     ]
-    assert runstore.grid({"opt/lr": [1, 2]}, seed=[0]) == [{"opt/lr": 1, "seed": 0}, {"opt/lr": 2, "seed": 0}]
+    assert runstore.grid({"opt/lr": [1, 2]}, seed=[0]) == [
+        {"opt/lr": 1, "seed": 0},
+        {"opt/lr": 2, "seed": 0},
+    ]
     with pytest.raises(TypeError, match="list of values"):
         runstore.grid(lr=0.1)
 
@@ -116,19 +123,25 @@ def test_derived_ids_are_the_documented_hash_and_do_not_depend_on_order(store):
     canonical = '{"lr":0.1,"name":"adam","seed":3}'
     expected = "e" + hashlib.sha256(canonical.encode()).hexdigest()[:16]
     assert ex.canonical_params({"seed": 3, "lr": 0.1, "name": "adam"}) == canonical
-    assert d["experiment"][0] == expected == runstore.experiment_id({"name": "adam", "lr": 0.1, "seed": 3})
+    assert (
+        d["experiment"][0]
+        == expected
+        == runstore.experiment_id({"name": "adam", "lr": 0.1, "seed": 3})
+    )
 
 
 def test_design_keeps_dtypes_and_absent_parameters(store):
-    df = pd.DataFrame({
-        "experiment": [10, 11, 12],
-        "i8": np.array([1, -2, 3], np.int8),
-        "f32": np.array([0.5, 1.5, np.nan], np.float32),
-        "u64": np.array([2**64 - 1, 0, 1], np.uint64),
-        "flag": [True, False, True],
-        "name": ["a,b", 'q"uote', "new\nline"],
-        "opt": pd.array([1, None, 3], dtype="Int64"),
-    })
+    df = pd.DataFrame(
+        {
+            "experiment": [10, 11, 12],
+            "i8": np.array([1, -2, 3], np.int8),
+            "f32": np.array([0.5, 1.5, np.nan], np.float32),
+            "u64": np.array([2**64 - 1, 0, 1], np.uint64),
+            "flag": [True, False, True],
+            "name": ["a,b", 'q"uote', "new\nline"],
+            "opt": pd.array([1, None, 3], dtype="Int64"),
+        }
+    )
     store.define_experiments(df)
     d = store.design()
     assert d["experiment"].tolist() == [10, 11, 12]
@@ -180,19 +193,38 @@ def test_status_before_anything_ran(store):
     assert outcomes == {} and experiments["state"].tolist() == ["pending"] * 3
 
 
+def test_the_experiments_module_works_on_an_open_store(store, tmp_path):
+    experiments = runstore.experiments
+    defined = experiments.define(store, experiments.grid(x=range(4), seed=[7]))
+    pd.testing.assert_frame_equal(experiments.design(store), store.design())
+    assert experiments.pending(store) == defined["experiment"].tolist()
+    s = experiments.run(store, square, workers=1, progress=False)
+    assert (s.done, s.failed) == (4, 0) and isinstance(s, runstore.RunSummary)
+    assert experiments.pending(store) == [] and (experiments.status(store)["state"] == "done").all()
+    table, outcomes = experiments.load_results(store, "y")
+    assert outcomes["y"].tolist() == [x * x + 7 for x in range(4)] and len(table) == 4
+    with pytest.raises(RuntimeError, match="read-only"):
+        experiments.run(runstore.open(store.path, mode="r"), square, workers=0, progress=False)
+
+
 def test_sweep_runs_every_experiment_on_worker_processes(store):
     store.define_experiments(runstore.grid(x=range(20), seed=[0, 100]))
     s = runstore.run_experiments(store, square, workers=2, progress=False)
     assert (s.done, s.failed, s.skipped, s.not_run, s.workers) == (40, 0, 0, 0, 2)
     experiments, outcomes = runstore.load_results(store)
     assert (experiments["state"] == "done").all() and (experiments["attempt"] == 1).all()
-    assert len(set(experiments["host"])) == 1 and (experiments["finished"] >= experiments["started"]).all()
+    assert (
+        len(set(experiments["host"])) == 1
+        and (experiments["finished"] >= experiments["started"]).all()
+    )
     np.testing.assert_array_equal(outcomes["y"], experiments["x"] ** 2 + experiments["seed"])
     assert outcomes["curve"].shape == (40, 4) and outcomes["curve"].dtype == np.float64
     np.testing.assert_array_equal(outcomes["curve"][:, 2], experiments["x"].astype(float))
     assert outcomes["label"].tolist() == [f"x={x}" for x in experiments["x"]]
     # Every experiment ran in one of (at most) two worker processes, none in this one.
-    assert os.getpid() not in set(outcomes["pid"].tolist()) and len(set(outcomes["pid"].tolist())) <= 2
+    assert (
+        os.getpid() not in set(outcomes["pid"].tolist()) and len(set(outcomes["pid"].tolist())) <= 2
+    )
     # Done is done: a second call runs nothing.
     again = runstore.run_experiments(store, square, workers=2, progress=False)
     assert (again.done, again.skipped) == (0, 40)
@@ -204,8 +236,16 @@ def test_failures_keep_their_traceback_and_the_rest_completes(store):
     assert (s.done, s.failed) == (5, 5)
     st = store.status()
     failed = st[st["state"] == "failed"]
-    assert sorted(store.design().set_index("experiment").loc[failed["experiment"], "x"]) == [1, 3, 5, 7, 9]
-    for err, x in zip(failed["error"], store.design().set_index("experiment").loc[failed["experiment"], "x"]):
+    assert sorted(store.design().set_index("experiment").loc[failed["experiment"], "x"]) == [
+        1,
+        3,
+        5,
+        7,
+        9,
+    ]
+    for err, x in zip(
+        failed["error"], store.design().set_index("experiment").loc[failed["experiment"], "x"]
+    ):
         assert err.startswith("Traceback (most recent call last):")
         assert "in fails_on_odd_x" in err and f"RuntimeError: odd x={x} is not supported" in err
     assert st[st["state"] == "done"]["error"].isna().all()
@@ -221,7 +261,9 @@ def test_retry_failed(tmp_path, store):
     store.define_experiments([{"x": x, "flag_dir": str(tmp_path)} for x in range(5)])
     s = runstore.run_experiments(store, fails_unless_flag, workers=0, progress=False)
     assert (s.done, s.failed) == (4, 1)
-    s = runstore.run_experiments(store, fails_unless_flag, workers=0, retry_failed=False, progress=False)
+    s = runstore.run_experiments(
+        store, fails_unless_flag, workers=0, retry_failed=False, progress=False
+    )
     assert (s.done, s.failed, s.skipped) == (0, 0, 5)
     (tmp_path / "fixed").touch()
     s = runstore.run_experiments(store, fails_unless_flag, workers=0, progress=False)
@@ -305,7 +347,10 @@ def _start_sweep(tmp_path: Path, store_path: Path) -> subprocess.Popen:
     # Its own session and process group: the parent and its workers, as a terminal job.
     return subprocess.Popen(
         [sys.executable, str(script), str(store_path), str(calls)],
-        start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 
@@ -356,7 +401,9 @@ def test_sigkill_of_the_whole_sweep_then_rerun_runs_each_experiment_once(tmp_pat
     experiments = _check_exactly_once(store, n)
     after = store.status().set_index("experiment")
     # Experiments committed before the kill were not run again.
-    pd.testing.assert_series_equal(after.loc[done_before.index, "finished"], done_before["finished"])
+    pd.testing.assert_series_equal(
+        after.loc[done_before.index, "finished"], done_before["finished"]
+    )
     assert (after.loc[done_before.index, "attempt"] == 1).all()
     calls = {p.name: len(p.read_text().splitlines()) for p in (tmp_path / "calls").iterdir()}
     names = experiments["x"].astype(str) + "-" + experiments["seed"].astype(str)
@@ -425,12 +472,16 @@ RESUME_SCRIPT = textwrap.dedent(
 )
 
 
-def test_per_step_run_killed_after_its_checkpoint_resumes_with_one_record_per_step(tmp_path, store_path):
+def test_per_step_run_killed_after_its_checkpoint_resumes_with_one_record_per_step(
+    tmp_path, store_path
+):
     script = tmp_path / "train.py"
     script.write_text(RESUME_SCRIPT)
     ckpt = tmp_path / "ckpt.json"
     attempt = lambda kill_at: subprocess.run(  # noqa: E731
-        [sys.executable, str(script), str(store_path), str(ckpt), kill_at], capture_output=True, text=True
+        [sys.executable, str(script), str(store_path), str(ckpt), kill_at],
+        capture_output=True,
+        text=True,
     )
     p = attempt("7300")
     assert p.returncode == -signal.SIGKILL, p.stderr

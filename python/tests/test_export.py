@@ -25,7 +25,7 @@ def awkward_outcomes(kind, seed, **other_params):
     """Every dtype and rank the tarball handles, under names that need care in CSV and tar."""
     rng = np.random.default_rng(seed)
     if kind == "fail":
-        raise RuntimeError("this one fails, with a comma, and a \"quote\"")
+        raise RuntimeError('this one fails, with a comma, and a "quote"')
     return {
         "loss, final": [math.nan, math.inf, -0.0, 0.1][seed % 4],
         'acc "top1"': np.float32(rng.random()),
@@ -45,15 +45,17 @@ def awkward_outcomes(kind, seed, **other_params):
 @pytest.fixture
 def awkward_store(tmp_path):
     store = runstore.open(tmp_path / "awkward")
-    design = pd.DataFrame({
-        "experiment": ["exp,1", 'exp"2', "exp\n3", "e4", "e5", "e6", "e7", "e8", "e9"],
-        "kind": ["ok", "ok", "ok", "fail", "ok", "ok", "ok", "ok", "ok"],
-        "seed": np.arange(9, dtype=np.int32),
-        "lr, rate": np.array([0.1, 1e-300, np.nan, 2.5, 3, 4, 5, 6, 7], dtype=np.float64),
-        'say "hi"': ["", "a,b", 'q"', "x\ny", None, "z", "", "w", "v"],
-        "flag": [True, False, True, True, False, True, False, True, False],
-        "naïve/ü": pd.array([1, None, 3, 4, 5, 6, 7, 8, 9], dtype="Int64"),
-    })
+    design = pd.DataFrame(
+        {
+            "experiment": ["exp,1", 'exp"2', "exp\n3", "e4", "e5", "e6", "e7", "e8", "e9"],
+            "kind": ["ok", "ok", "ok", "fail", "ok", "ok", "ok", "ok", "ok"],
+            "seed": np.arange(9, dtype=np.int32),
+            "lr, rate": np.array([0.1, 1e-300, np.nan, 2.5, 3, 4, 5, 6, 7], dtype=np.float64),
+            'say "hi"': ["", "a,b", 'q"', "x\ny", None, "z", "", "w", "v"],
+            "flag": [True, False, True, True, False, True, False, True, False],
+            "naïve/ü": pd.array([1, None, 3, 4, 5, 6, 7, 8, 9], dtype="Int64"),
+        }
+    )
     store.define_experiments(design.iloc[:7])
     runstore.run_experiments(store, awkward_outcomes, workers=0, progress=False)
     store.define_experiments(design)  # two more rows, never run: pending
@@ -72,7 +74,10 @@ def assert_same_results(a: runstore.Store, b: runstore.Store) -> None:
         assert type(x) is type(y) and x.dtype == y.dtype and x.shape == y.shape, name
         if isinstance(x, np.ma.MaskedArray):
             np.testing.assert_array_equal(x.mask, y.mask, err_msg=name)
-            x, y = x.data[~x.mask.reshape(len(x), -1).any(1)], y.data[~y.mask.reshape(len(y), -1).any(1)]
+            x, y = (
+                x.data[~x.mask.reshape(len(x), -1).any(1)],
+                y.data[~y.mask.reshape(len(y), -1).any(1)],
+            )
         if x.dtype == object:
             assert x.tolist() == y.tolist(), name
         else:
@@ -87,12 +92,24 @@ def test_tarball_round_trip_keeps_names_dtypes_and_gaps(awkward_store, tmp_path)
     imported = runstore.import_tar(out, tmp_path / "imported", chunk_rows=3)
     assert_same_results(awkward_store, imported)
     experiments, outcomes = runstore.load_results(imported)
-    assert experiments["state"].tolist() == ["done"] * 3 + ["failed"] + ["done"] * 3 + ["pending"] * 2
+    assert (
+        experiments["state"].tolist() == ["done"] * 3 + ["failed"] + ["done"] * 3 + ["pending"] * 2
+    )
     assert 'a "quote"' in experiments["error"][3]
     assert outcomes["a/b"].dtype == np.uint64 and outcomes["a/b"][0] == 2**64 - 1
     absent = [False] * 3 + [True] + [False] * 3 + [True] * 2  # failed, then two pending
     assert outcomes["loss"][0] == "" and outcomes["loss"].mask.tolist() == absent
     assert outcomes["cube"].shape == (9, 2, 2, 2) and np.isnan(outcomes["cube"][3]).all()
+
+
+def test_the_export_module_reads_a_tarball_into_an_open_store(awkward_store, tmp_path):
+    out = tmp_path / "results.tar.gz"
+    runstore.export.export_tar(awkward_store, out)
+    into = runstore.open(tmp_path / "into")
+    assert runstore.export.import_tar(out, into) is into
+    assert_same_results(awkward_store, into)
+    with pytest.raises(RuntimeError, match="read-only"):
+        runstore.export.import_tar(out, runstore.open(tmp_path / "into", mode="r"))
 
 
 def test_tarball_opens_like_a_spreadsheet(awkward_store, tmp_path):
@@ -101,7 +118,9 @@ def test_tarball_opens_like_a_spreadsheet(awkward_store, tmp_path):
     with tarfile.open(out, "r:gz") as tar:
         names = tar.getnames()
         assert names[:2] == ["metadata.json", "experiments.csv"]
-        assert all(re.fullmatch(r"outcomes/[A-Za-z0-9._%~-]+\.(csv|npy)", n) for n in names[2:]), names
+        assert all(re.fullmatch(r"outcomes/[A-Za-z0-9._%~-]+\.(csv|npy)", n) for n in names[2:]), (
+            names
+        )
         meta = json.loads(tar.extractfile("metadata.json").read())
         exp_csv = tar.extractfile("experiments.csv").read().decode()
         files = {m["name"]: m for m in meta["outcomes"]}
@@ -114,14 +133,26 @@ def test_tarball_opens_like_a_spreadsheet(awkward_store, tmp_path):
     assert files["multi\nline"]["member"] == "outcomes/multi%0Aline.csv"
     assert files[".hidden"]["member"] == "outcomes/%2Ehidden.csv"
     assert files["Loss"]["member"] != files["loss"]["member"]
-    assert files["Loss"]["member"].lower() != files["loss"]["member"].lower()  # case-insensitive file systems
+    assert (
+        files["Loss"]["member"].lower() != files["loss"]["member"].lower()
+    )  # case-insensitive file systems
     assert files["cube"]["format"] == "npy" and files["grid"]["format"] == "csv"
     assert files["vec"]["dtype"] == "float32" and files["grid"]["shape"] == [2, 3]
     # experiments.csv: what a spreadsheet (or the csv module) reads.
     rows = list(csv.reader(io.StringIO(exp_csv)))
     assert rows[0][:7] == ["experiment", "kind", "seed", "lr, rate", 'say "hi"', "flag", "naïve/ü"]
     assert rows[0][7:] == ["state", "error", "host", "started", "finished", "seconds", "attempt"]
-    assert [r[0] for r in rows[1:]] == ["exp,1", 'exp"2', "exp\n3", "e4", "e5", "e6", "e7", "e8", "e9"]
+    assert [r[0] for r in rows[1:]] == [
+        "exp,1",
+        'exp"2',
+        "exp\n3",
+        "e4",
+        "e5",
+        "e6",
+        "e7",
+        "e8",
+        "e9",
+    ]
     assert [r[3] for r in rows[1:4]] == ["0.1", "1e-300", "nan"]
     assert [r[4] for r in rows[1:6]] == ["", "a,b", 'q"', "x\ny", ""]
     assert [r[6] for r in rows[1:3]] == ["1", ""]  # an absent parameter: an empty cell
@@ -131,7 +162,9 @@ def test_tarball_opens_like_a_spreadsheet(awkward_store, tmp_path):
     assert len(df) == 9 and df["seed"].tolist() == list(range(9)) and df["flag"].dtype == bool
     # A 1-d outcome has a column per element, a 2-d one <name>_i_j.
     assert vec.splitlines()[0] == "experiment,vec_0,vec_1,vec_2"
-    assert grid.splitlines()[0] == "experiment,grid_0_0,grid_0_1,grid_0_2,grid_1_0,grid_1_1,grid_1_2"
+    assert (
+        grid.splitlines()[0] == "experiment,grid_0_0,grid_0_1,grid_0_2,grid_1_0,grid_1_1,grid_1_2"
+    )
     assert list(csv.reader(io.StringIO(vec)))[4] == ["e4", "", "", ""]  # failed: empty cells
     assert cube.shape == (9, 2, 2, 2)
     assert cube_absent.tolist() == [False] * 3 + [True] + [False] * 3 + [True] * 2
@@ -166,8 +199,9 @@ def test_export_of_a_store_without_a_design(store, tmp_path):
 def test_export_keeps_memory_flat(tmp_path):
     """Exporting 64 MiB of outcomes grows the resident set by far less than that."""
     script = tmp_path / "export.py"
-    script.write_text(textwrap.dedent(
-        """
+    script.write_text(
+        textwrap.dedent(
+            """
         import resource, sys
         import numpy as np
         import runstore
@@ -177,7 +211,8 @@ def test_export_keeps_memory_flat(tmp_path):
         with store.writer(_allow_reserved=True) as w:
             for start in range(0, n, 500):
                 ids = np.arange(start, start + 500)
-                w.log_many(ids, series=np.random.default_rng(start).random((500, k)), score=ids * 0.5)
+                series = np.random.default_rng(start).random((500, k))
+                w.log_many(ids, series=series, score=ids * 0.5)
                 w.log_many(ids, **{"~status/state": ["done"] * 500})
                 w.commit()
         store = runstore.open(sys.argv[1], "r")
@@ -186,9 +221,14 @@ def test_export_keeps_memory_flat(tmp_path):
         after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         print((after - before) // 1024)
         """
-    ))
-    p = subprocess.run([sys.executable, str(script), str(tmp_path / "big"), str(tmp_path / "big.tar.gz")],
-                       capture_output=True, text=True, timeout=300)
+        )
+    )
+    p = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "big"), str(tmp_path / "big.tar.gz")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert p.returncode == 0, p.stderr
     growth_mib = int(p.stdout.split()[-1])
     assert growth_mib < 16, f"peak RSS grew by {growth_mib} MiB while exporting 61 MiB of outcomes"
@@ -196,8 +236,12 @@ def test_export_keeps_memory_flat(tmp_path):
 
 def test_python_m_runstore_exports_and_imports(awkward_store, tmp_path):
     tar_path, pq_path = tmp_path / "r.tar.gz", tmp_path / "r.parquet"
+
     def run(*a):
-        return subprocess.run([sys.executable, "-m", "runstore", *map(str, a)], capture_output=True, text=True)
+        return subprocess.run(
+            [sys.executable, "-m", "runstore", *map(str, a)], capture_output=True, text=True
+        )
+
     p = run("export", "tar", awkward_store.path, tar_path)
     assert p.returncode == 0 and "9 experiments" in p.stdout, p.stderr
     p = run("import", "tar", tar_path, tmp_path / "back")
@@ -218,8 +262,12 @@ def test_to_arrow_is_zero_copy_where_the_bytes_allow(store):
     n = 1000
     runs = np.arange(n) ** 2  # not a sequence: the run column is stored (and mapped) as it is
     with store.writer(codec="none") as w:
-        w.log_many(runs, steps=runs % 5, x=np.arange(n) * 0.5,
-                   v=np.arange(3 * n, dtype=np.int32).reshape(n, 3))
+        w.log_many(
+            runs,
+            steps=runs % 5,
+            x=np.arange(n) * 0.5,
+            v=np.arange(3 * n, dtype=np.int32).reshape(n, 3),
+        )
     store.refresh()
     t = store.to_arrow()
     assert t.column_names == ["run", "step", "v", "x"]
@@ -248,7 +296,9 @@ def test_to_arrow_places_series_with_different_keys_and_nested_shapes(store):
     assert t.column("s").to_pylist() == ["one", None, None]
     assert t.column("m").to_pylist() == [None, None, [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]]
     scalars = store.to_pandas()
-    pd.testing.assert_frame_equal(t.select(["run", "step", "a"]).to_pandas(), scalars[["run", "step", "a"]])
+    pd.testing.assert_frame_equal(
+        t.select(["run", "step", "a"]).to_pandas(), scalars[["run", "step", "a"]]
+    )
 
 
 def test_export_parquet_writes_row_groups_that_pandas_reads(awkward_store, tmp_path):
@@ -263,7 +313,9 @@ def test_export_parquet_writes_row_groups_that_pandas_reads(awkward_store, tmp_p
     t = f.read()
     experiments, outcomes = runstore.load_results(awkward_store)
     assert t.column("experiment").to_pylist() == experiments["experiment"].tolist()
-    assert str(t.schema.field("seed").type) == "int32" and str(t.schema.field("a/b").type) == "uint64"
+    assert (
+        str(t.schema.field("seed").type) == "int32" and str(t.schema.field("a/b").type) == "uint64"
+    )
     assert t.column("naïve/ü").to_pylist()[:3] == [1, None, 3]
     assert t.column("state").to_pylist() == experiments["state"].tolist()
     cube = t.column("cube").to_pylist()

@@ -10,7 +10,6 @@ import socket
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +24,10 @@ try:
 except ImportError:
     HAVE_ARROW = False
 
-FORMATS = ["tar", pytest.param("parquet", marks=pytest.mark.skipif(not HAVE_ARROW, reason="needs pyarrow"))]
+FORMATS = [
+    "tar",
+    pytest.param("parquet", marks=pytest.mark.skipif(not HAVE_ARROW, reason="needs pyarrow")),
+]
 
 
 def export(store: runstore.Store, fmt: str, path, **kw):
@@ -106,7 +108,7 @@ def test_an_export_that_raises_leaves_nothing(filled, out_dir, fmt, named, monke
         raise RuntimeError("stopped halfway")
 
     if fmt == "tar":
-        monkeypatch.setattr(runstore._export.ParallelGzip, "close", fail)
+        monkeypatch.setattr(runstore._tar.ParallelGzip, "close", fail)
     else:
         import pyarrow.parquet as pq
 
@@ -117,7 +119,9 @@ def test_an_export_that_raises_leaves_nothing(filled, out_dir, fmt, named, monke
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_where_a_nameless_file_cannot_be_linked_a_named_temporary_is_used(filled, out_dir, fmt, monkeypatch):
+def test_where_a_nameless_file_cannot_be_linked_a_named_temporary_is_used(
+    filled, out_dir, fmt, monkeypatch
+):
     """Some kernels and sandboxes allow O_TMPFILE but not linking it (EXDEV, EPERM): that is
     found out before the export is written, with an empty file."""
     from runstore import _output
@@ -146,7 +150,7 @@ def test_where_a_nameless_file_cannot_be_linked_a_named_temporary_is_used(filled
 CHILD = textwrap.dedent("""
     import errno, os, sys, time
     import runstore
-    import runstore._export
+    import runstore._tar
 
     store_path, fmt, target, named = sys.argv[1:5]
     if named == "1":  # as on a file system without O_TMPFILE (NFS)
@@ -170,7 +174,7 @@ CHILD = textwrap.dedent("""
             time.sleep(60)
 
     if fmt == "tar":
-        write = runstore._export.ParallelGzip.write
+        write = runstore._tar.ParallelGzip.write
 
         def slow_write(self, data):
             global written
@@ -180,7 +184,7 @@ CHILD = textwrap.dedent("""
                 stop_here()
             return n
 
-        runstore._export.ParallelGzip.write = slow_write
+        runstore._tar.ParallelGzip.write = slow_write
     else:
         import pyarrow.parquet as pq
 
@@ -202,13 +206,17 @@ CHILD = textwrap.dedent("""
 @pytest.fixture(scope="module")
 def large_store(tmp_path_factory) -> runstore.Store:
     """40 MB of float64 outcomes: tens of MB of CSV text."""
-    return fill(runstore.open(tmp_path_factory.mktemp("large") / "store"), runs=1000, width=5000, seed=1)
+    return fill(
+        runstore.open(tmp_path_factory.mktemp("large") / "store"), runs=1000, width=5000, seed=1
+    )
 
 
 def start_export(store: runstore.Store, fmt: str, target: Path, named: bool) -> subprocess.Popen:
     proc = subprocess.Popen(
         [sys.executable, "-c", CHILD, store.path, fmt, str(target), "1" if named else "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     line = proc.stdout.readline()
     if line != "writing\n":
@@ -232,7 +240,9 @@ def temporaries(d: Path) -> list[str]:
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_a_sigkilled_named_temporary_is_removed_by_the_next_export(large_store, filled, out_dir, fmt):
+def test_a_sigkilled_named_temporary_is_removed_by_the_next_export(
+    large_store, filled, out_dir, fmt
+):
     """Without O_TMPFILE a SIGKILL leaves the named temporary; the next export to the same
     target removes it, as its process is dead, and leaves those of live processes and of
     other hosts alone."""
@@ -266,7 +276,9 @@ def test_a_named_temporary_is_removed_on_sigterm_and_sigint(large_store, out_dir
     proc.send_signal(sig)
     rc = proc.wait(timeout=30)
     # SystemExit(143) for SIGTERM; an uncaught KeyboardInterrupt ends Python with SIGINT.
-    assert rc == (128 + signal.SIGTERM if sig == signal.SIGTERM else -signal.SIGINT), proc.stderr.read()
+    assert rc == (128 + signal.SIGTERM if sig == signal.SIGTERM else -signal.SIGINT), (
+        proc.stderr.read()
+    )
     assert os.listdir(out_dir) == []
 
 
@@ -280,8 +292,15 @@ def test_an_export_inside_the_store_is_refused(filled, tmp_path, fmt, monkeypatc
     (tmp_path / "link").symlink_to(store_dir)
     (tmp_path / "dangling").symlink_to(store_dir / "evil")
     monkeypatch.chdir(store_dir / "segments")
-    for target in [store_dir, store_dir / "x", "../x", "x", tmp_path / "link" / "x", tmp_path / "dangling",
-                   store_dir / "RUNSTORE"]:
+    for target in [
+        store_dir,
+        store_dir / "x",
+        "../x",
+        "x",
+        tmp_path / "link" / "x",
+        tmp_path / "dangling",
+        store_dir / "RUNSTORE",
+    ]:
         with pytest.raises(ValueError, match="refusing to write the export inside the store") as e:
             export(filled, fmt, target)
         assert str(target) in str(e.value) and filled.path in str(e.value)
@@ -300,8 +319,9 @@ def full_disk(tmp_path):
         pytest.skip("mounting a small tmpfs to fill needs root")
     d = tmp_path / "full"
     d.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(d)],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(d)], capture_output=True, text=True
+    )
     if r.returncode != 0:
         print(f"skipping: cannot mount a tmpfs: {r.stderr.strip()}")
         pytest.skip(f"cannot mount a tmpfs: {r.stderr.strip()}")
@@ -338,7 +358,22 @@ def test_a_full_disk_raises_os_error_naming_the_export(store, full_disk, fmt):
 def test_python_m_runstore_names_a_full_disk(store, full_disk):
     fill(store, runs=300, width=500)
     target = full_disk / "results.tar.gz"
-    r = subprocess.run([sys.executable, "-m", "runstore", "export", "tar", store.path, str(target),
-                        "--compresslevel", "0"], capture_output=True, text=True)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "runstore",
+            "export",
+            "tar",
+            store.path,
+            str(target),
+            "--compresslevel",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 4, r.stderr
-    assert r.stderr.startswith(f"runstore: export tar: IOError: {target}: No space left on device"), r.stderr
+    assert r.stderr.startswith(
+        f"runstore: export tar: IOError: {target}: No space left on device"
+    ), r.stderr

@@ -1,4 +1,5 @@
-"""Store.array: large arrays read and checked as they are indexed (docs/format.md "Value chunks")."""
+"""Store.array: large arrays read and checked as they are indexed (docs/format.md, "Value
+chunks")."""
 
 from __future__ import annotations
 
@@ -107,7 +108,13 @@ def test_lazy_array_describes_itself_and_reads_whole(arrays):
     a = expected["matrix"]
     lazy = store.array(0, "matrix")
     assert (lazy.shape, lazy.dtype, lazy.ndim, lazy.size, lazy.nbytes, len(lazy)) == (
-        a.shape, a.dtype, a.ndim, a.size, a.nbytes, len(a))
+        a.shape,
+        a.dtype,
+        a.ndim,
+        a.size,
+        a.nbytes,
+        len(a),
+    )
     assert "LazyArray shape=(512, 520) dtype=float64" in repr(lazy)
     assert not lazy.checked
     lazy[3:5]

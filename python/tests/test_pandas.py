@@ -6,8 +6,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import runstore
-
 
 def test_sweep_table(store):
     with store.writer() as w:
@@ -44,10 +42,17 @@ def test_gaps_use_nullable_dtypes_and_nan(store):
     store.refresh()
     df = store.to_pandas()
     assert list(zip(df["run"], df["step"])) == [(1, 0), (1, 1), (1, 2), (1, 3), (1, 10), (2, 0)]
-    assert str(df["epoch"].dtype) == "Int64" and df["epoch"].isna().tolist() == [False] * 4 + [True] * 2
+    assert (
+        str(df["epoch"].dtype) == "Int64"
+        and df["epoch"].isna().tolist() == [False] * 4 + [True] * 2
+    )
     assert df["epoch"].iloc[3] == 3
     assert np.isnan(df["loss"].iloc[5]) and df["loss"].dtype == np.float64
-    assert str(df["flag"].dtype) == "boolean" and bool(df["flag"].iloc[5]) and df["flag"].isna().sum() == 5
+    assert (
+        str(df["flag"].dtype) == "boolean"
+        and bool(df["flag"].iloc[5])
+        and df["flag"].isna().sum() == 5
+    )
     assert str(df["count"].dtype) == "UInt8" and df["count"].iloc[5] == 3
 
 
@@ -74,7 +79,7 @@ def test_large_frame_is_fast(store):
     runs = np.arange(n)
     with store.writer() as w:
         for start in range(0, n, 10_000):
-            r = runs[start:start + 10_000][::-1].copy()  # stored out of order
+            r = runs[start : start + 10_000][::-1].copy()  # stored out of order
             w.log_many(r, **{f"p{j}": r * (j + 1.0) for j in range(5)})
     store.refresh()
     df = store.to_pandas()
@@ -118,8 +123,10 @@ def test_some_runs(store):
     assert store.to_pandas(runs=[2])["acc"].isna().tolist() == [False, False, True, True]
     window = store.to_pandas(runs=[1, 2], steps=(1, 3))
     pd.testing.assert_frame_equal(
-        window, full[full["run"].isin([1, 2]) & full["step"].between(1, 2)].reset_index(drop=True),
-        check_dtype=False)
+        window,
+        full[full["run"].isin([1, 2]) & full["step"].between(1, 2)].reset_index(drop=True),
+        check_dtype=False,
+    )
     assert store.to_arrow(steps=range(3, 4)).column("step").to_pylist() == [3] * 8
     with pytest.raises(TypeError, match="got a single str"):
         store.to_pandas(runs="s1")

@@ -14,8 +14,19 @@ from hypothesis.extra import numpy as hnp
 
 import runstore
 
-NUMERIC = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-           "float32", "float64"]
+NUMERIC = [
+    "bool",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float32",
+    "float64",
+]
 CODECS = ["none", "lz4", "zstd"]
 
 int_runs = st.integers(-(2**63), 2**63 - 1) | st.integers(0, 3)
@@ -68,13 +79,21 @@ def check_store(path: Path, name: str, model: dict) -> None:
     # scan has of them.
     distinct = sorted({run for run, _ in model}, key=lambda r: (isinstance(r, str), r))
     wanted = distinct[::2] + ["13 characters"]  # longer than any generated str run
-    expect_scan(store.scan(name, runs=wanted), model, {key for key in model if key[0] in set(wanted)})
+    expect_scan(
+        store.scan(name, runs=wanted), model, {key for key in model if key[0] in set(wanted)}
+    )
     # And a window of steps, of every run and of those runs.
     distinct_steps = sorted({step for _, step in model})
-    start, stop = distinct_steps[len(distinct_steps) // 3], distinct_steps[2 * len(distinct_steps) // 3]
+    start, stop = (
+        distinct_steps[len(distinct_steps) // 3],
+        distinct_steps[2 * len(distinct_steps) // 3],
+    )
     for runs in (None, wanted):
-        expect_scan(store.scan(name, runs=runs, steps=(start, stop)), model,
-                    {(r, s) for r, s in model if start <= s < stop and (runs is None or r in set(runs))})
+        expect_scan(
+            store.scan(name, runs=runs, steps=(start, stop)),
+            model,
+            {(r, s) for r, s in model if start <= s < stop and (runs is None or r in set(runs))},
+        )
 
 
 @st.composite
@@ -87,8 +106,13 @@ def numeric_case(draw):
     n_commits = draw(st.integers(1, 3))
     commits = []
     for _ in range(n_commits):
-        records = draw(st.lists(
-            st.tuples(runs_of(run_kind), steps, hnp.arrays(dtype, shape)), min_size=0, max_size=12))
+        records = draw(
+            st.lists(
+                st.tuples(runs_of(run_kind), steps, hnp.arrays(dtype, shape)),
+                min_size=0,
+                max_size=12,
+            )
+        )
         commits.append(records)
     return dtype, shape, codec, method, commits
 
@@ -104,8 +128,11 @@ def test_numeric_round_trip(case):
             for records in commits:
                 if method == "log_many" and records:
                     # One call per group of distinct keys, so that the order of duplicates is clear.
-                    w.log_many([r for r, _, _ in records], steps=np.array([s for _, s, _ in records]),
-                               x=np.stack([v for _, _, v in records]))
+                    w.log_many(
+                        [r for r, _, _ in records],
+                        steps=np.array([s for _, s, _ in records]),
+                        x=np.stack([v for _, _, v in records]),
+                    )
                 else:
                     for run, step, value in records:
                         # Scalars as numpy scalars, so that the dtype is kept.
@@ -146,8 +173,9 @@ def test_key_columns_stored_as_sequences_round_trip(keys, codec, sequential_runs
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "s"
         with runstore.open(path).writer(codec=codec) as w:
-            w.log_many([r for r, _ in keys], steps=np.array([s for _, s in keys], dtype=np.int64),
-                       x=values)
+            w.log_many(
+                [r for r, _ in keys], steps=np.array([s for _, s in keys], dtype=np.int64), x=values
+            )
         check_store(path, "x", {k: values[i] for i, k in enumerate(keys)})
 
 
@@ -168,8 +196,11 @@ def test_string_and_bytes_round_trip(kind, run_kind, codec, method, data):
             if method == "log_many":
                 if records:
                     # Distinct keys per call: within one call the later entry wins as well.
-                    w.log_many([r for r, _, _ in records], steps=[s for _, s, _ in records],
-                               x=[v for _, _, v in records])
+                    w.log_many(
+                        [r for r, _, _ in records],
+                        steps=[s for _, s, _ in records],
+                        x=[v for _, _, v in records],
+                    )
             else:
                 for run, step, value in records:
                     if method == "log":
@@ -188,8 +219,11 @@ def test_string_and_bytes_round_trip(kind, run_kind, codec, method, data):
 )
 def test_variable_shape_round_trip(dtype, codec, data):
     shapes = hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=4)
-    records = data.draw(st.lists(
-        st.tuples(int_runs | str_runs, steps, hnp.arrays(np.dtype(dtype), shapes)), max_size=12))
+    records = data.draw(
+        st.lists(
+            st.tuples(int_runs | str_runs, steps, hnp.arrays(np.dtype(dtype), shapes)), max_size=12
+        )
+    )
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "s"
         model = {}
@@ -303,8 +337,11 @@ def test_scan_of_a_window_of_steps_reads_its_blocks_only(store_path):
     store = runstore.open(store_path)
     with store.writer() as w:
         for start in range(0, 20_000, 1000):
-            w.log_many(np.zeros(1000, dtype=np.int64), steps=np.arange(start, start + 1000),
-                       loss=np.arange(start, start + 1000) * 0.5)
+            w.log_many(
+                np.zeros(1000, dtype=np.int64),
+                steps=np.arange(start, start + 1000),
+                loss=np.arange(start, start + 1000) * 0.5,
+            )
             w.commit()
     store.refresh()
     (segment,) = (store_path / "segments").glob("*.rss")

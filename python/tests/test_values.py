@@ -7,8 +7,6 @@ import enum
 import numpy as np
 import pytest
 
-import runstore
-
 
 def roundtrip(store, **values):
     with store.writer() as w:
@@ -27,11 +25,31 @@ def test_python_scalars(store):
     assert got["ba"] == b"ab" and isinstance(got["ba"], bytes)
     info = store.series()
     assert [info[k].dtype for k in ("i", "f", "b", "s", "by", "ba")] == [
-        "int64", "float64", "bool", "string", "bytes", "bytes"]
+        "int64",
+        "float64",
+        "bool",
+        "string",
+        "bytes",
+        "bytes",
+    ]
 
 
-@pytest.mark.parametrize("dtype", ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
-                                   "uint32", "uint64", "float32", "float64"])
+@pytest.mark.parametrize(
+    "dtype",
+    [
+        "bool",
+        "int8",
+        "int16",
+        "int32",
+        "int64",
+        "uint8",
+        "uint16",
+        "uint32",
+        "uint64",
+        "float32",
+        "float64",
+    ],
+)
 def test_numpy_scalars_keep_their_dtype(store, dtype):
     # A numpy scalar (float64 and int64 take a fast path by exact type); not 0 or 1, so that a
     # value lost on the way shows.
@@ -44,9 +62,17 @@ def test_numpy_scalars_keep_their_dtype(store, dtype):
 
 
 def test_extremes(store):
-    got = roundtrip(store, imin=-(2**63), imax=2**63 - 1, umax=np.uint64(2**64 - 1),
-                    np_imin=np.int64(-(2**63)), np_fmax=np.float64(np.finfo(np.float64).max),
-                    nan=float("nan"), inf=-np.inf, f32=np.float32(3.5))
+    got = roundtrip(
+        store,
+        imin=-(2**63),
+        imax=2**63 - 1,
+        umax=np.uint64(2**64 - 1),
+        np_imin=np.int64(-(2**63)),
+        np_fmax=np.float64(np.finfo(np.float64).max),
+        nan=float("nan"),
+        inf=-np.inf,
+        f32=np.float32(3.5),
+    )
     assert got["imin"] == -(2**63) and got["imax"] == 2**63 - 1
     assert got["umax"] == np.uint64(2**64 - 1)
     assert got["np_imin"].dtype == np.int64 and got["np_imin"] == -(2**63)
@@ -71,8 +97,15 @@ def test_arrays_non_contiguous_big_endian_and_lists(store):
     strided = base[:, ::2]
     fortran = np.asfortranarray(base)
     big = np.arange(5, dtype=">i4")
-    got = roundtrip(store, strided=strided, fortran=fortran, big=big, lst=[1.0, 2.0, 3.0],
-                    nested=[[1, 2], [3, 4]], flags=[True, False])
+    got = roundtrip(
+        store,
+        strided=strided,
+        fortran=fortran,
+        big=big,
+        lst=[1.0, 2.0, 3.0],
+        nested=[[1, 2], [3, 4]],
+        flags=[True, False],
+    )
     np.testing.assert_array_equal(got["strided"], strided)
     np.testing.assert_array_equal(got["fortran"], base)
     assert got["big"].dtype == np.dtype("int32") and got["big"].dtype.isnative
@@ -150,13 +183,21 @@ def test_define_dtype_spellings(store):
             w.define("h", np.complex64)
         with pytest.raises(TypeError):
             w.define("h", "no such dtype")
-        w.log(1, a=np.float32(1), b=np.int16(2), c=3.0, d="x", e=b"y", f=np.zeros(2, np.uint8), g="z")
+        w.log(
+            1, a=np.float32(1), b=np.int16(2), c=3.0, d="x", e=b"y", f=np.zeros(2, np.uint8), g="z"
+        )
         with pytest.raises(ValueError, match="'a'"):
             w.log(2, a=1.0)  # float64 into a float32 series
     store.refresh()
     assert {k: v.dtype for k, v in store.series().items()} == {
-        "a": "float32", "b": "int16", "c": "float64", "d": "string", "e": "bytes", "f": "uint8",
-        "g": "string"}
+        "a": "float32",
+        "b": "int16",
+        "c": "float64",
+        "d": "string",
+        "e": "bytes",
+        "f": "uint8",
+        "g": "string",
+    }
 
 
 def test_rank_limit(store):

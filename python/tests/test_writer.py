@@ -146,9 +146,11 @@ def test_flushed_records_survive_kill_9(store_path):
         w = runstore.open({str(store_path)!r}).writer()
         w.log_many(np.arange(1000), loss=np.arange(1000.0), trace=np.ones((1000, 100)))
         w.commit()
-        w.log_many(np.arange(1000, 3000), loss=np.arange(1000.0, 3000.0), trace=np.ones((2000, 100)))
+        runs = np.arange(1000, 3000)
+        w.log_many(runs, loss=runs.astype(float), trace=np.ones((2000, 100)))
         w.flush()
-        w.log_many(np.arange(3000, 4000), loss=np.arange(3000.0, 4000.0), trace=np.ones((1000, 100)))
+        runs = np.arange(3000, 4000)
+        w.log_many(runs, loss=runs.astype(float), trace=np.ones((1000, 100)))
         os.kill(os.getpid(), signal.SIGKILL)  # neither committed nor closed
     """)
     p = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=120)
@@ -204,14 +206,14 @@ def test_log_many_variants(store, rng):
     n = 6
     ints = np.arange(n)
     with store.writer() as w:
-        w.log_many(ints, a=ints * 1.5)                                      # int array, steps None
-        w.log_many(list(ints), steps=3, b=ints.astype(np.int32))            # list, one step for all
+        w.log_many(ints, a=ints * 1.5)  # int array, steps None
+        w.log_many(list(ints), steps=3, b=ints.astype(np.int32))  # list, one step for all
         w.log_many(ints.astype(np.uint16), steps=ints * 10, c=np.ones((n, 2, 2)))  # steps array
         w.log_many([f"r{i}" for i in range(n)], d=[f"text {i}" for i in range(n)])  # str runs, strs
-        w.log_many([0, "x", 1], e=[b"a", b"", b"c"])                        # mixed runs, bytes
-        w.log_many(np.array(["p", "q"]), f=np.array(["u", "v"]))            # numpy str arrays
-        w.log_many(range(3), g=[1.0, 2.0, 3.0])                            # a list of floats
-        w.log_many([], h=np.zeros(0))                                       # nothing
+        w.log_many([0, "x", 1], e=[b"a", b"", b"c"])  # mixed runs, bytes
+        w.log_many(np.array(["p", "q"]), f=np.array(["u", "v"]))  # numpy str arrays
+        w.log_many(range(3), g=[1.0, 2.0, 3.0])  # a list of floats
+        w.log_many([], h=np.zeros(0))  # nothing
         w.define("var", "float32", variable_shape=True)
         w.log_many([0, 1], var=[np.zeros(3, np.float32), np.ones((2, 2), np.float32)])
     store.refresh()
@@ -263,7 +265,12 @@ def test_stats_and_auto_commit(store_path):
             time.sleep(0.01)
         s = w.stats()
         assert s["records_appended"] == 500 and s["commits"] >= 1
-        assert set(s) >= {"bytes_appended", "bytes_written", "backpressure_waits", "peak_buffered_bytes"}
+        assert set(s) >= {
+            "bytes_appended",
+            "bytes_written",
+            "backpressure_waits",
+            "peak_buffered_bytes",
+        }
     assert "Writer" in repr(w) and "closed" in repr(w)
 
 

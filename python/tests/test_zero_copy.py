@@ -37,8 +37,9 @@ def test_get_returns_a_view_into_the_mapped_segment(store_path, rng):
     arr = store.get("m", "matrix")
     (seg,) = segment_files(store_path)
     addr = arr.__array_interface__["data"][0]
-    assert any(lo <= addr and addr + arr.nbytes <= hi for lo, hi in mappings_of(seg)), \
+    assert any(lo <= addr and addr + arr.nbytes <= hi for lo, hi in mappings_of(seg)), (
         "the array does not lie inside the mapping of the segment file"
+    )
     assert not arr.flags.owndata and not arr.flags.writeable
     assert arr.flags.c_contiguous and arr.flags.aligned
     assert addr % 64 == 0  # large payloads are 64-byte aligned

@@ -43,12 +43,20 @@ def zstore(store_path):
             w.log(run, lcols=cols(), lrows3=rows3())
             w.put(run, "vcols", cols())
             w.put(run, "vrows", rows3())
-        w.log_many(even, mcols=np.zeros((len(even), 100, 0)), mrows3=np.zeros((len(even), 0, 3), np.int32))
+        w.log_many(
+            even, mcols=np.zeros((len(even), 100, 0)), mrows3=np.zeros((len(even), 0, 3), np.int32)
+        )
     return store.refresh()
 
 
-FIXED = {"cols": ((100, 0), "float64"), "lcols": ((100, 0), "float64"), "mcols": ((100, 0), "float64"),
-         "rows3": ((0, 3), "int32"), "lrows3": ((0, 3), "int32"), "mrows3": ((0, 3), "int32")}
+FIXED = {
+    "cols": ((100, 0), "float64"),
+    "lcols": ((100, 0), "float64"),
+    "mcols": ((100, 0), "float64"),
+    "rows3": ((0, 3), "int32"),
+    "lrows3": ((0, 3), "int32"),
+    "mrows3": ((0, 3), "int32"),
+}
 
 
 def test_get_keeps_shape_and_dtype(zstore):

@@ -1,0 +1,290 @@
+"""to_arrow and export_parquet: a store's records as Arrow tables and Parquet files (pyarrow,
+the ``arrow`` extra, imported when they are called)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from . import _experiments as ex
+from ._frame import run_list, sort_order
+from ._output import ExportFile
+from ._table import EXPORT_FORMAT, EXPORT_VERSION, ExperimentTable
+
+if TYPE_CHECKING:
+    import pyarrow
+
+    from ._checks import RunId, StepWindow
+    from ._store import Store
+
+#: Largest row group of export_parquet, in bytes of outcome values (fewer rows than asked if
+#: row_group_rows rows would take more).
+PARQUET_ROW_GROUP_BYTES = 32 << 20
+
+
+def _arrow_type(dtype: str) -> Any:
+    import pyarrow as pa
+
+    if dtype == "string":
+        return pa.string()
+    if dtype == "bytes":
+        return pa.binary()
+    return pa.from_numpy_dtype(np.dtype(dtype))
+
+
+def _zero_copy_primitive(values: np.ndarray) -> Any:
+    """An Arrow array over a numpy array's buffer, without a copy (keeps the array alive)."""
+    import pyarrow as pa
+
+    values = np.ascontiguousarray(values)
+    if values.dtype.kind == "b":
+        return pa.array(values)  # Arrow packs bools into bits: a copy
+    return pa.Array.from_buffers(
+        pa.from_numpy_dtype(values.dtype), len(values), [None, pa.py_buffer(values)]
+    )
+
+
+def _arrow_array(
+    values: np.ndarray, present: np.ndarray | None, dtype: str, shape: tuple[int, ...] | None
+) -> Any:
+    """An Arrow array of n records (values of shape (n, *shape)); nulls where not present."""
+    import pyarrow as pa
+
+    n = len(values)
+    mask = None if present is None or present.all() else pa.array(~present)
+    if dtype in ("string", "bytes"):
+        return pa.array(
+            values.tolist(), type=_arrow_type(dtype), mask=None if mask is None else ~present
+        )
+    if shape is None:  # variable shape: JSON text of the nested lists
+        texts = [
+            None if v is None else json.dumps(v.tolist(), allow_nan=True) for v in values.tolist()
+        ]
+        return pa.array(texts, type=pa.string())
+    if not shape:
+        if mask is None:
+            return _zero_copy_primitive(values)
+        return pa.array(values, mask=~present)
+    arr = _zero_copy_primitive(values.reshape(-1))
+    for k, d in enumerate(reversed(shape)):
+        last = k == len(shape) - 1
+        if d == 0:
+            # from_arrays cannot count lists of no elements: n * (the dimensions before) of them.
+            lists = n * int(np.prod(shape[: len(shape) - 1 - k], dtype=np.int64))
+            # A validity bitmap is set where present (the mask is set where absent).
+            validity = pa.array(present).buffers()[1] if last and mask is not None else None
+            arr = pa.Array.from_buffers(pa.list_(arr.type, 0), lists, [validity], children=[arr])
+        else:
+            arr = pa.FixedSizeListArray.from_arrays(arr, d, mask=mask if last else None)
+    return arr
+
+
+def _has_empty_fixed_list(t: Any) -> bool:
+    import pyarrow as pa
+
+    while pa.types.is_fixed_size_list(t):
+        if t.list_size == 0:
+            return True
+        t = t.value_type
+    return False
+
+
+def _as_lists(t: Any) -> Any:
+    import pyarrow as pa
+
+    return pa.list_(_as_lists(t.value_type)) if pa.types.is_fixed_size_list(t) else t
+
+
+def _for_parquet(data: Any) -> Any:
+    """``data`` (a Table or RecordBatch) as Parquet can read it back: a column of fixed-size
+    lists with a dimension of 0 (an outcome of shape (100, 0)) becomes lists of variable size
+    (Parquet readers refuse fixed-size lists of size 0 they wrote); its shape stays in the
+    schema's metadata and in runstore's own."""
+    import pyarrow as pa
+
+    if not any(_has_empty_fixed_list(f.type) for f in data.schema):
+        return data
+    fields, columns = [], []
+    for f, c in zip(data.schema, data.columns):
+        if _has_empty_fixed_list(f.type):
+            f = f.with_type(_as_lists(f.type))
+            c = c.cast(f.type)
+        fields.append(f)
+        columns.append(c)
+    schema = pa.schema(fields, metadata=data.schema.metadata)
+    return type(data).from_arrays(columns, schema=schema)
+
+
+def to_arrow(
+    store: Store,
+    names: Iterable[str] | str | None,
+    runs: Iterable[RunId] | None,
+    steps: StepWindow | None,
+) -> pyarrow.Table:
+    """runstore.export.to_arrow."""
+    import pandas as pd
+    import pyarrow as pa
+
+    runs = run_list(runs)
+    infos = store.series()
+    if names is None:
+        selected = [n for n, i in infos.items() if i.shape is not None]
+    else:
+        selected = [names] if isinstance(names, str) else list(names)
+        for n in selected:
+            if n not in infos:
+                raise KeyError(f"series {n!r} not found")
+            if infos[n].shape is None:
+                raise ValueError(
+                    f"series {n!r} has a variable shape, which to_arrow does not convert: "
+                    "use Store.scan"
+                )
+    if not selected:
+        return pa.table({"run": pa.array([], pa.int64()), "step": pa.array([], pa.int64())})
+    scans = {n: store.scan(n, runs=runs, steps=steps) for n in selected}
+    first = scans[selected[0]]
+    same = all(
+        len(s["run"]) == len(first["run"])
+        and np.array_equal(s["step"], first["step"])
+        and np.array_equal(s["run"], first["run"])
+        for s in scans.values()
+    )
+    columns: dict[str, Any] = {}
+    if same:
+        run, step = first["run"], first["step"]
+        order = sort_order(run, step)
+        identity = bool(np.array_equal(order, np.arange(len(order))))
+        take = (lambda a: a) if identity else (lambda a: a[order])
+        columns["run"] = _run_array(take(run))
+        columns["step"] = _zero_copy_primitive(take(step))
+        for n in selected:
+            i = infos[n]
+            columns[n] = _arrow_array(take(scans[n]["value"]), None, i.dtype, i.shape)
+        return pa.table(columns)
+    # Different keys: the union of keys, sorted; each series placed with gaps.
+    mixed = any(s["run"].dtype == object for s in scans.values())
+    keys = [
+        pd.MultiIndex.from_arrays([s["run"].astype(object) if mixed else s["run"], s["step"]])
+        for s in scans.values()
+    ]
+    union = keys[0]
+    for k in keys[1:]:
+        union = union.union(k, sort=False)
+    run = np.asarray(union.get_level_values(0).to_numpy())
+    step = np.asarray(union.get_level_values(1).to_numpy(), dtype=np.int64)
+    if run.dtype == object and not any(isinstance(r, str) for r in run.tolist()):
+        run = run.astype(np.int64)
+    order = sort_order(run, step)
+    run, step = run[order], step[order]
+    full = pd.MultiIndex.from_arrays([run.astype(object) if mixed else run, step])
+    columns["run"] = _run_array(run)
+    columns["step"] = _zero_copy_primitive(step)
+    for n, k in zip(selected, keys):
+        i = infos[n]
+        pos = full.get_indexer(k)
+        col = ex.empty_column(len(run), i.dtype, i.shape)
+        col.values[pos] = scans[n]["value"]
+        col.present[pos] = True
+        columns[n] = _arrow_array(col.values, col.present, i.dtype, i.shape)
+    return pa.table(columns)
+
+
+def _run_array(run: np.ndarray) -> Any:
+    import pyarrow as pa
+
+    if run.dtype != object:
+        return _zero_copy_primitive(run)
+    # Mixed int and str run ids: Arrow columns have one type, so ints become their decimal text.
+    return pa.array([r if isinstance(r, str) else str(r) for r in run.tolist()], type=pa.string())
+
+
+def _experiment_batch(
+    table: ExperimentTable, rows: slice, names: list[str], status: dict[str, ex.Column]
+) -> Any:
+    import pyarrow as pa
+
+    ids = table.index.ids[rows]
+    arrays = [_run_array(ids) if ids.dtype == object else pa.array(ids, type=pa.int64())]
+    for c in table.params.values():
+        cc = c.take(rows)
+        arrays.append(_arrow_array(cc.values, cc.present, c.dtype, ()))
+    for c in status.values():
+        cc = c.take(rows)
+        arrays.append(_arrow_array(cc.values, cc.present, c.dtype, ()))
+    for o in table.outcomes:
+        cc = table.chunk(o, rows)
+        arrays.append(_arrow_array(cc.values, cc.present, o.dtype, o.shape))
+    return pa.RecordBatch.from_arrays(arrays, names=names)
+
+
+def export_parquet(
+    store: Store,
+    path: str | os.PathLike[str],
+    row_group_rows: int,
+    compression: str,
+    overwrite: bool,
+) -> dict[str, Any]:
+    """runstore.export.export_parquet."""
+    import pyarrow.parquet as pq
+
+    t0 = time.perf_counter()
+    with ExportFile(path, store_path=store.path, overwrite=overwrite) as out:
+        sink = out.file
+        infos = ex.reserved_series(store)
+        if ex.ROW not in infos:
+            t = _for_parquet(to_arrow(store, None, None, None))
+            pq.write_table(t, sink, row_group_size=row_group_rows, compression=compression)
+            rows = t.num_rows
+        else:
+            table = ExperimentTable(store)
+            status = table.status_columns()
+            taken = {ex.ID_COLUMN, *table.params, *(table.status_names[f] for f in status)}
+            names = [ex.ID_COLUMN, *table.params, *(table.status_names[f] for f in status)]
+            outcome_meta = []
+            for o in table.outcomes:
+                col = o.name if o.name not in taken else f"outcome.{o.name}"
+                names.append(col)
+                outcome_meta.append(
+                    {
+                        "name": o.name,
+                        "column": col,
+                        "dtype": o.dtype,
+                        "shape": list(o.shape) if o.shape is not None else None,
+                    }
+                )
+            meta = {
+                "format": EXPORT_FORMAT,
+                "version": EXPORT_VERSION,
+                "experiments": table.n,
+                "parameters": list(table.params),
+                "status": {f: table.status_names[f] for f in status},
+                "outcomes": outcome_meta,
+            }
+            writer = None
+            rows = 0
+            row_bytes = sum(o.row_bytes for o in table.outcomes) + 64
+            for sl in table.chunks(row_group_rows, row_bytes, PARQUET_ROW_GROUP_BYTES):
+                batch = _for_parquet(_experiment_batch(table, sl, names, status))
+                if writer is None:
+                    schema = batch.schema.with_metadata({"runstore": json.dumps(meta)})
+                    writer = pq.ParquetWriter(sink, schema, compression=compression)
+                writer.write_batch(batch, row_group_size=row_group_rows)
+                rows += batch.num_rows
+            if writer is None:  # no experiments: an empty table with the columns
+                batch = _for_parquet(_experiment_batch(table, slice(0, 0), names, status))
+                schema = batch.schema.with_metadata({"runstore": json.dumps(meta)})
+                writer = pq.ParquetWriter(sink, schema, compression=compression)
+                writer.write_batch(batch)
+            writer.close()
+        out.commit()
+    return {
+        "path": out.path,
+        "rows": rows,
+        "bytes": os.path.getsize(out.path),
+        "seconds": time.perf_counter() - t0,
+    }

@@ -1,0 +1,165 @@
+"""A store's experiments as one table (ids, parameters, status, outcomes in design order), read
+in bounded memory: what export_tar and export_parquet write, row chunk by row chunk.
+
+Memory: the experiment index and the scalar columns (parameters, status, scalar outcomes) are
+held as arrays of one entry per experiment (tens of bytes each); array outcomes are read
+``chunk_rows`` experiments at a time. Pages of the store's mapped segment files are released
+after every chunk (they are page cache, but they would count in the process's resident set), so
+the resident set stays flat however many experiments and outcomes there are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from . import _experiments as ex
+
+if TYPE_CHECKING:
+    from ._store import Store
+
+#: What metadata.json (export_tar) and the Parquet schema's metadata (export_parquet) call
+#: the layout they follow (docs/experiments.md), and its version.
+EXPORT_FORMAT = "runstore-experiments"
+EXPORT_VERSION = 1
+#: Bytes of outcome values read (and formatted) at a time, whatever chunk_rows says.
+CHUNK_BYTES = 4 << 20
+
+
+# -- releasing mapped pages ----------------------------------------------------------------------
+
+
+def release_mapped_pages(store) -> None:
+    """Drops the pages of the store's mapped segment files from this process's resident set
+    (Snapshot::ReleasePages in the core). The mappings are read-only views of files, so nothing
+    is lost: a later access reads the page again from the page cache."""
+    store._core.release_pages()
+
+
+# -- the experiment table ------------------------------------------------------------------------
+
+
+class Outcome:
+    """An outcome series and how it is exported."""
+
+    def __init__(self, name: str, info: dict[str, Any]) -> None:
+        self.name = name
+        self.dtype: str = info["dtype"]
+        self.variable = bool(info["variable_shape"])
+        self.shape: tuple[int, ...] | None = None if self.variable else tuple(info["shape"])
+        self.info = info
+        self.var_len = self.dtype in ("string", "bytes")
+        #: Bytes of one record (an estimate for strings, bytes and variable shapes).
+        self.row_bytes = (
+            64
+            if self.var_len or self.shape is None
+            else (np.dtype(self.dtype).itemsize * int(np.prod(self.shape, dtype=np.int64)))
+        )
+        #: Held in memory as one Column (scalars); arrays are read per chunk.
+        self.scalar = self.shape == ()
+        #: Fixed-shape arrays of no elements ((100, 0)): no cell tells an absent record from an
+        #: empty one, so their presence is read up front (a Column of no value bytes) and
+        #: recorded in metadata.json (missing, missing_rows).
+        self.empty = self.shape is not None and 0 in self.shape
+        self.column: ex.Column | None = None
+
+    @property
+    def ndim(self) -> int | None:
+        return None if self.shape is None else len(self.shape)
+
+
+class ExperimentTable:
+    """A store's experiments as a table: ids, parameters, status, outcomes, in design order.
+
+    A store without a design (no define_experiments) is read as if every run id with a
+    visible record were an experiment without parameters."""
+
+    def __init__(self, store: Store, names: Iterable[str] | None = None) -> None:
+        store.refresh()
+        self.store = store
+        infos = ex.reserved_series(store)
+        self.has_design = ex.ROW in infos
+        if self.has_design:
+            self.index = ex.load_index(store, infos)
+        else:
+            runs = store._core.runs()
+            int_runs = all(isinstance(r, int) for r in runs)
+            ids = np.array(runs, dtype=np.int64 if int_runs else object)
+            self.index = ex.ExperimentIndex(ids)
+        self.n = len(self.index)
+        # The pages each scan touched are released before the next one, so that the resident
+        # set never holds more than one series' worth of the mapped files.
+        release = lambda: release_mapped_pages(store)  # noqa: E731
+        release()
+        self.params = {}
+        for p in ex.design_columns(store, infos):
+            self.params[p] = ex.read_column(store, ex.DESIGN + p, self.index, infos[ex.DESIGN + p])
+            release()
+        self.status = ex.load_status(store, self.index, infos, after_each=release)
+        self.status_names = ex.status_names(self.params)
+        selected = ex.outcome_names(store) if names is None else list(names)
+        self.outcomes = []
+        for n in selected:
+            if n not in infos:
+                raise KeyError(f"series {n!r} not found")
+            o = Outcome(n, infos[n])
+            if o.scalar or o.empty:
+                o.column = ex.read_column(store, n, self.index, infos[n])
+                release()
+            self.outcomes.append(o)
+
+    @property
+    def id_dtype(self) -> str:
+        ids = self.index.ids
+        if ids.dtype != object:
+            return "int64"
+        return "string" if all(isinstance(i, str) for i in ids.tolist()) else "mixed"
+
+    def status_columns(self) -> dict[str, ex.Column]:
+        """Status as exported: "pending" where never started, attempt 0 where never started;
+        other fields absent (empty cells) where there is no record, and no error for done."""
+        st = self.status
+        cols = ex.status_frame_columns(st)
+        out = {}
+        for c, v in cols.items():
+            if c in ("state", "attempt"):
+                present = np.ones(self.n, dtype=bool)
+            elif c == "error":
+                present = np.not_equal(v, None) if len(v) else np.zeros(0, dtype=bool)
+            else:
+                present = st[c].present
+            out[c] = ex.Column(np.asarray(v), present, st[c].dtype if c != "attempt" else "int64")
+        return out
+
+    def chunk(self, o: Outcome, rows: slice) -> ex.Column:
+        """Outcome ``o`` for the experiments in ``rows``: read with one key lookup per experiment
+        (views of the mapped file, copied into the chunk)."""
+        if o.column is not None:
+            return o.column.take(rows)
+        ids = self.index.ids[rows].tolist()
+        # Read before the chunk is made, so that a damaged record is Corruption before anything
+        # is allocated by the shape its series' headers claim.
+        get, name = self.store._core.get, o.name
+        found = []
+        for k, eid in enumerate(ids):
+            try:
+                found.append((k, get(eid, name, 0)))
+            except KeyError:
+                continue
+        col = ex.empty_column(len(ids), o.dtype, o.shape)
+        for k, v in found:
+            col.values[k] = v
+            col.present[k] = True
+        return col
+
+    def chunks(
+        self, chunk_rows: int, row_bytes: int = 0, budget: int = CHUNK_BYTES
+    ) -> Iterable[slice]:
+        """Slices of at most chunk_rows experiments and about ``budget`` bytes of values; the
+        store's mapped pages are released after each."""
+        rows = max(1, min(chunk_rows, budget // max(1, row_bytes)))
+        for start in range(0, self.n, rows):
+            yield slice(start, min(self.n, start + rows))
+            release_mapped_pages(self.store)

@@ -1,0 +1,410 @@
+"""export_tar: a store's experiments as a .tar.gz of CSVs (and .npy) that opens in a spreadsheet.
+
+Each member is formatted ``chunk_rows`` experiments at a time into a temporary file (tar needs
+its size first), from which it is copied into the archive, compressed by a pool of threads.
+The layout is specified in docs/experiments.md; _import.py reads it back.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime
+import hashlib
+import io
+import json
+import os
+import re
+import struct
+import tarfile
+import time
+import zlib
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from typing import IO, TYPE_CHECKING, Any
+
+import numpy as np
+
+from . import _core
+from . import _experiments as ex
+from ._output import ExportFile
+from ._table import EXPORT_FORMAT, EXPORT_VERSION, ExperimentTable, Outcome
+from ._version import __version__
+
+if TYPE_CHECKING:
+    from ._store import Store
+
+#: Spreadsheets (Excel, LibreOffice) open at most 16,384 columns: outcomes with more elements
+#: than fit next to the experiment id go to .npy files even when they are 1-d or 2-d.
+MAX_CSV_ELEMENTS = 16_383
+
+
+# -- names ---------------------------------------------------------------------------------------
+
+_SAFE = re.compile(rb"[A-Za-z0-9._-]")
+
+
+def safe_file_name(name: str, used: set[str]) -> str:
+    """A file name for a series name: bytes outside [A-Za-z0-9._-] (and a leading '.') escaped
+    as %XX, as `runstore export csv` does ('qi/3_17' -> 'qi%2F3_17'); names that escape to more
+    than 120 bytes are cut and end in '~' and a hash; a name that equals a used one when case is
+    ignored gets '~' and a hash too (for case-insensitive file systems)."""
+    out = []
+    for i, b in enumerate(name.encode()):
+        c = bytes([b])
+        out.append(c.decode() if _SAFE.fullmatch(c) and not (i == 0 and c == b".") else f"%{b:02X}")
+    s = "".join(out)
+    digest = hashlib.sha256(name.encode()).hexdigest()[:12]
+    if len(s) > 120:
+        cut = s[:100]
+        k = cut.find("%", len(cut) - 2)  # do not end inside a %XX escape
+        s = (cut if k == -1 else cut[:k]) + "~" + digest
+    if s.lower() in used:
+        s = s + "~" + digest
+    used.add(s.lower())
+    return s
+
+
+def _header(cells: list[str]) -> bytes:
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerow(cells)
+    return buf.getvalue().encode()
+
+
+def _element_names(name: str, shape: tuple[int, ...]) -> list[str]:
+    return [name + "".join(f"_{i}" for i in idx) for idx in np.ndindex(*shape)] if shape else [name]
+
+
+# -- tar -----------------------------------------------------------------------------------------
+
+
+def _deflate(block: bytes, level: int, zdict: bytes, final: bool) -> bytes:
+    if zdict:
+        c = zlib.compressobj(level, zlib.DEFLATED, -15, 9, zlib.Z_DEFAULT_STRATEGY, zdict)
+    else:
+        c = zlib.compressobj(level, zlib.DEFLATED, -15)
+    return c.compress(block) + c.flush(zlib.Z_FINISH if final else zlib.Z_SYNC_FLUSH)
+
+
+class ParallelGzip:
+    """A gzip file of one member, compressed by a pool of threads (as pigz does it).
+
+    The input is cut into blocks; each is deflated by itself with the previous 32 KiB as its
+    dictionary and ends on a byte boundary (a sync flush), so the pieces concatenate into one
+    ordinary deflate stream that any gzip reader takes. zlib releases the GIL while it
+    compresses, so the threads also overlap with the caller formatting the next rows. At most
+    2 blocks per thread are in flight: memory stays a few MiB."""
+
+    BLOCK = 1 << 20
+
+    def __init__(self, raw: IO[bytes], level: int, threads: int) -> None:
+        self.raw = raw
+        self.level = level
+        self.pool = ThreadPoolExecutor(
+            max_workers=max(1, threads), thread_name_prefix="runstore-gzip"
+        )
+        self.pending: deque[Any] = deque()
+        self.max_pending = 2 * max(1, threads)
+        self.buf = bytearray()
+        self.crc = 0
+        self.size = 0
+        self.tail = b""
+        # ID1 ID2, CM deflate, no flags, MTIME 0 (reproducible), XFL 0, OS Unix.
+        raw.write(b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03")
+
+    def write(self, data: bytes | bytearray | memoryview) -> int:
+        self.buf += data
+        while len(self.buf) >= self.BLOCK:
+            block = bytes(self.buf[: self.BLOCK])
+            del self.buf[: self.BLOCK]
+            self._submit(block, final=False)
+        return len(data)
+
+    def _submit(self, block: bytes, final: bool) -> None:
+        self.crc = zlib.crc32(block, self.crc)
+        self.size += len(block)
+        self.pending.append(self.pool.submit(_deflate, block, self.level, self.tail, final))
+        self.tail = (self.tail + block)[-32768:] if len(block) < 32768 else block[-32768:]
+        while len(self.pending) > self.max_pending:
+            self.raw.write(self.pending.popleft().result())
+
+    def close(self) -> None:
+        self._submit(bytes(self.buf), final=True)
+        self.buf = bytearray()
+        while self.pending:
+            self.raw.write(self.pending.popleft().result())
+        self.raw.write(struct.pack("<II", self.crc & 0xFFFFFFFF, self.size & 0xFFFFFFFF))
+        self.pool.shutdown()
+
+    def abort(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _gzip_threads() -> int:
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cpus = os.cpu_count() or 1
+    return max(1, min(4, cpus))
+
+
+class _TarOut:
+    """A .tar.gz written as a stream; each member is spooled first (tar needs its size)."""
+
+    def __init__(self, out: ExportFile, compresslevel: int) -> None:
+        self.out = out
+        self.path = out.path
+        self.gz = ParallelGzip(out.file, compresslevel, _gzip_threads())
+        self.tar = tarfile.open(fileobj=self.gz, mode="w|", format=tarfile.PAX_FORMAT)
+        self.mtime = time.time()
+        self.members: list[str] = []
+
+    def spool(self) -> IO[bytes]:
+        return self.out.spool()
+
+    def add(self, name: str, f: IO[bytes]) -> int:
+        size = f.tell()
+        f.seek(0)
+        info = tarfile.TarInfo(name)
+        info.size = size
+        info.mtime = int(self.mtime)
+        info.mode = 0o644
+        self.tar.addfile(info, f)
+        f.close()
+        self.members.append(name)
+        return size
+
+    def add_bytes(self, name: str, data: bytes) -> int:
+        f = io.BytesIO()
+        f.write(data)
+        return self.add(name, f)
+
+    def close(self) -> None:
+        self.tar.close()
+        self.gz.close()
+        self.out.commit()
+
+    def abort(self) -> None:
+        for close in (self.tar.close, self.gz.abort):
+            try:
+                close()
+            except Exception:  # noqa: BLE001 - the error that made us abort is the one to raise
+                pass
+        self.out.abort()
+
+
+def _column_meta(name: str, col: ex.Column, role: str, **extra: Any) -> dict[str, Any]:
+    """metadata.json entry of one scalar column, with the rule that tells an empty string from
+    an absent value (docs/experiments.md)."""
+    m: dict[str, Any] = {"name": name, "role": role, "dtype": col.dtype, **extra}
+    missing = int((~col.present).sum())
+    m["missing"] = missing
+    if col.dtype in ("string", "bytes") and missing:
+        vals = col.values[col.present]
+        empty = any(len(v) == 0 for v in vals.tolist())
+        if empty:
+            m["missing_rows"] = np.flatnonzero(~col.present).tolist()
+    elif missing and col.values.ndim > 1 and 0 in col.values.shape[1:]:
+        # Arrays of no elements have no cells at all: only the list says which are absent.
+        m["missing_rows"] = np.flatnonzero(~col.present).tolist()
+    return m
+
+
+def _cells(col: ex.Column) -> tuple[np.ndarray, np.ndarray | None]:
+    """(values, absent mask) for csv_rows; bytes values are base64 in the C++ formatter."""
+    absent = None if col.complete else ~col.present
+    v = col.values
+    if v.dtype != object and not v.dtype.isnative:
+        v = v.astype(v.dtype.newbyteorder("="))
+    return v, absent
+
+
+def export_tar(
+    store: Store, path: str | os.PathLike[str], chunk_rows: int, compresslevel: int, overwrite: bool
+) -> dict[str, Any]:
+    """runstore.export.export_tar."""
+    t0 = time.perf_counter()
+    # The target is checked (not in the store; absent unless overwrite) before the store is read.
+    with ExportFile(path, store_path=store.path, overwrite=overwrite) as f:
+        table = ExperimentTable(store)
+        out = _TarOut(f, compresslevel)
+        try:
+            summary = _write_tar(table, out, chunk_rows)
+            out.close()
+        except BaseException:
+            out.abort()
+            raise
+    summary["seconds"] = time.perf_counter() - t0
+    summary["bytes"] = os.path.getsize(f.path)
+    return summary
+
+
+def _write_tar(table: ExperimentTable, out: _TarOut, chunk_rows: int) -> dict[str, Any]:
+    status = table.status_columns()
+    snames = table.status_names
+
+    # experiments.csv: id, parameters, status.
+    columns: list[dict[str, Any]] = [{"name": ex.ID_COLUMN, "role": "id", "dtype": table.id_dtype}]
+    if table.id_dtype == "mixed":
+        ids = table.index.ids.tolist()
+        columns[0]["string_id_rows"] = [i for i, e in enumerate(ids) if isinstance(e, str)]
+    exp_cols: list[ex.Column] = []
+    for p, c in table.params.items():
+        columns.append(_column_meta(p, c, "parameter"))
+        exp_cols.append(c)
+    for field, c in status.items():
+        columns.append(_column_meta(snames[field], c, "status", field=field))
+        exp_cols.append(c)
+
+    # Outcomes: one member each (and a mask for .npy files).
+    used_lower: set[str] = set()
+    outcomes: list[dict[str, Any]] = []
+    for o in table.outcomes:
+        base = "outcomes/" + safe_file_name(o.name, used_lower)
+        m: dict[str, Any] = {
+            "name": o.name,
+            "dtype": o.dtype,
+            "shape": list(o.shape) if o.shape is not None else None,
+            "variable_shape": o.variable,
+        }
+        n_elements = int(np.prod(o.shape, dtype=np.int64)) if o.shape is not None else 1
+        if (
+            o.var_len
+            or o.variable
+            or (o.ndim is not None and o.ndim <= 2 and n_elements <= MAX_CSV_ELEMENTS)
+        ):
+            m["format"] = "csv"
+            m["member"] = base + ".csv"
+            if o.variable:
+                m["columns"] = [ex.ID_COLUMN, o.name + ".shape", o.name]
+            else:
+                m["columns"] = [ex.ID_COLUMN] + _element_names(o.name, o.shape or ())
+            if o.column is not None:
+                m.update(
+                    {
+                        k: v
+                        for k, v in _column_meta(o.name, o.column, "outcome").items()
+                        if k in ("missing", "missing_rows")
+                    }
+                )
+        else:
+            m["format"] = "npy"
+            m["member"] = base + ".npy"
+            m["mask_member"] = base + ".mask.npy"
+        outcomes.append(m)
+
+    meta = {
+        "format": EXPORT_FORMAT,
+        "version": EXPORT_VERSION,
+        "runstore_version": __version__,
+        "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "store": table.store.path,
+        "has_design": table.has_design,
+        "experiments": table.n,
+        "experiments_member": "experiments.csv",
+        "columns": columns,
+        "outcomes": outcomes,
+        "csv": {
+            "encoding": "utf-8",
+            "line_end": "\\n",
+            "quoting": (
+                "RFC 4180: a cell holding a comma, a quote, CR or LF is quoted, quotes doubled"
+            ),
+            "floats": "shortest text that reads back exactly; nan, inf, -inf",
+            "bool": "true, false",
+            "bytes": "base64 (RFC 4648, padded)",
+            "absent": "empty cell (see missing and missing_rows for string and bytes columns)",
+        },
+    }
+    out.add_bytes("metadata.json", json.dumps(meta, indent=1, ensure_ascii=False).encode())
+
+    f = out.spool()
+    f.write(_header([c["name"] for c in columns]))
+    ids = table.index.ids
+    for rows in table.chunks(chunk_rows, 8 * (len(exp_cols) + 1)):
+        vals, masks = [ids[rows]], [None]
+        for c in exp_cols:
+            v, a = _cells(c.take(rows))
+            vals.append(v)
+            masks.append(a)
+        _core.csv_rows(vals, masks, f.write)
+    out.add("experiments.csv", f)
+
+    # Records that are not part of the experiment table: at steps other than 0, or of runs
+    # that are not experiments. Counted, so that the caller can say so.
+    left_out: dict[str, int] = {}
+    for o, m in zip(table.outcomes, outcomes):
+        write = _write_outcome_csv if m["format"] == "csv" else _write_outcome_npy
+        exported = write(table, o, m, out, chunk_rows)
+        if o.info["count"] > exported:
+            left_out[o.name] = int(o.info["count"] - exported)
+    return {
+        "path": out.path,
+        "experiments": table.n,
+        "members": list(out.members),
+        "left_out": left_out,
+    }
+
+
+def _write_outcome_csv(
+    table: ExperimentTable, o: Outcome, m: dict[str, Any], out: _TarOut, chunk_rows: int
+) -> int:
+    f = out.spool()
+    f.write(_header(m["columns"]))
+    ids = table.index.ids
+    exported = 0
+    for rows in table.chunks(chunk_rows, o.row_bytes):
+        col = table.chunk(o, rows)
+        exported += int(col.present.sum())
+        if o.variable:
+            shapes = np.full(len(col.values), None, dtype=object)
+            texts = np.full(len(col.values), None, dtype=object)
+            for k, v in enumerate(col.values.tolist()):
+                if v is not None:
+                    shapes[k] = json.dumps(list(v.shape))
+                    texts[k] = json.dumps(_json_values(v), separators=(",", ":"), allow_nan=True)
+            _core.csv_rows([ids[rows], shapes, texts], [None, None, None], f.write)
+        else:
+            v, a = _cells(col)
+            _core.csv_rows([ids[rows], v], [None, a], f.write)
+    out.add(m["member"], f)
+    return exported
+
+
+def _json_values(v: np.ndarray) -> Any:
+    """A variable-shape value as JSON-ready nested lists (NaN/Infinity for non-finite floats)."""
+    return v.tolist()
+
+
+def _write_outcome_npy(
+    table: ExperimentTable, o: Outcome, m: dict[str, Any], out: _TarOut, chunk_rows: int
+) -> int:
+    assert o.shape is not None
+    dtype = np.dtype(o.dtype)
+    header = {
+        "descr": np.lib.format.dtype_to_descr(dtype),
+        "fortran_order": False,
+        "shape": (table.n,) + o.shape,
+    }
+    f = out.spool()
+    if _needs_v2(header):
+        np.lib.format.write_array_header_2_0(f, header)
+    else:
+        np.lib.format.write_array_header_1_0(f, header)
+    present = np.zeros(table.n, dtype=bool)
+    for rows in table.chunks(chunk_rows, o.row_bytes):
+        col = table.chunk(o, rows)
+        present[rows] = col.present
+        f.write(np.ascontiguousarray(col.values).tobytes())
+    mask = io.BytesIO()
+    np.save(mask, ~present)
+    out.add(m["mask_member"], mask)  # before the data, so that a streaming reader has it first
+    out.add(m["member"], f)
+    return int(present.sum())
+
+
+def _needs_v2(header: dict[str, Any]) -> bool:
+    try:
+        np.lib.format.write_array_header_1_0(io.BytesIO(), header)
+        return False
+    except ValueError:
+        return True

@@ -1,0 +1,157 @@
+"""runstore.experiments: a sweep as records of a store (docs/experiments.md).
+
+A design table (one row of parameters per experiment), a pool of processes that runs what is
+not done, each experiment's status, and the results as numpy arrays. Functions over an open
+:class:`runstore.Store`; the Store methods ``define_experiments``, ``design``, ``status`` and
+``pending`` are the same functions, and ``runstore.grid``, ``runstore.run_experiments`` and
+``runstore.load_results`` are these under the names the package has always given them.
+
+    store = runstore.open("sweep.rs")
+    experiments.define(store, experiments.grid(lr=[0.1, 0.01], seed=range(10)))
+    summary = experiments.run(store, train)          # train(lr, seed) -> dict of outcomes
+    table, outcomes = experiments.load_results(store)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from . import _experiments, _runner
+from ._experiments import experiment_id, grid
+from ._runner import RunSummary
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pandas
+
+    from ._checks import RunId
+    from ._store import Store
+
+__all__ = [
+    "grid",
+    "experiment_id",
+    "define",
+    "design",
+    "status",
+    "pending",
+    "run",
+    "RunSummary",
+    "load_results",
+]
+
+
+def define(store: Store, design: Any) -> pandas.DataFrame:
+    """Adds experiments to the store's design table; returns the design with their ids.
+
+    ``design`` is a DataFrame or a list of dicts (e.g. :func:`runstore.grid`), one row per
+    experiment, one column per parameter. Parameter values are bool, int, float or str
+    (numpy scalars and DataFrame columns keep their dtype); a row may lack a parameter
+    (absent key, None or pd.NA), and then fn is called without it.
+
+    Ids: from an ``"experiment"`` column (ints or strs) if there is one, otherwise derived
+    from the parameters: ``"e"`` + 16 hex digits of the SHA-256 of the row's canonical JSON
+    (docs/experiments.md), so the same parameters always get the same id, and two rows with
+    identical parameters are refused (ValueError: add a seed or replicate column).
+
+    Defining rows the store already has (same id, same parameters) changes nothing; new
+    rows are added after the existing ones; an id whose parameters differ from the stored
+    ones raises ValueError, and then nothing is written. A parameter's values are cast to
+    the dtype it already has in the store when no value changes (ints to float64, say),
+    otherwise ValueError.
+
+    Returns a DataFrame: ``experiment`` then the parameters, in the order of ``design``.
+    """
+    return _experiments.define_experiments(store, design)
+
+
+def design(store: Store) -> pandas.DataFrame:
+    """The design table: column ``experiment`` (the id), then one column per parameter.
+
+    Rows in definition order; dtypes as stored (int64, float64, bool, str, ...). Where a row
+    lacks a parameter: NaN in float columns, pd.NA in int/bool columns (pandas nullable
+    dtypes), None in str columns. Reads the current snapshot (see :meth:`Store.refresh`).
+    """
+    return _experiments.design_frame(store)
+
+
+def status(store: Store) -> pandas.DataFrame:
+    """One row per experiment, in design order: its state and how it ran.
+
+    Columns: ``experiment``; ``state`` ("pending", "running", "done" or "failed");
+    ``error`` (message and traceback of a failure, else None); ``host``; ``started`` and
+    ``finished`` (unix time in seconds, float; ``pd.to_datetime(df.started, unit="s")``
+    for datetimes); ``seconds`` (run time of fn); ``attempt`` (how many times it was
+    started, 0 if never). "running" is committed only for experiments that ran longer than
+    a few seconds; a "running" experiment whose sweep was killed stays "running" until it
+    runs again. Reads the current snapshot (see :meth:`Store.refresh`).
+    """
+    return _experiments.status_frame(store)
+
+
+def pending(store: Store, retry_failed: bool = True) -> list[RunId]:
+    """Ids of the experiments that are not done, in design order; failed ones included
+    unless ``retry_failed=False``. Reads the current snapshot (see :meth:`Store.refresh`)."""
+    return _experiments.pending_ids(store, retry_failed)
+
+
+def run(
+    store: Store,
+    fn: Callable[..., Mapping[str, Any] | None],
+    workers: int | None = None,
+    retry_failed: bool = True,
+    progress: bool = True,
+    *,
+    commit_every: int = 1,
+    start_method: str = "spawn",
+) -> RunSummary:
+    """Runs every experiment of the store's design that is not done, on worker processes.
+
+    Calls ``fn(**params)`` for each pending experiment (in design order, pulled from a queue by
+    ``workers`` processes; default: every core this process may use; 0 runs them in this
+    process). ``fn`` returns a dict of outcomes (numbers, numpy scalars and arrays, str,
+    bytes; None values are left out) or None, and must be picklable (a module-level function).
+    ``store`` is a writable Store (:func:`runstore.run_experiments` also takes a path).
+
+    Each worker process opens its own writer; an experiment's outcomes and its status "done"
+    are committed together when it finishes (every ``commit_every`` experiments: 1 by default,
+    one fsync each; a larger value batches tiny experiments, and a crash then redoes up to
+    ``commit_every - 1`` finished ones, never twice in the results because the later commit
+    wins). An exception in fn marks that experiment "failed", with its message and traceback
+    in ``store.status()``, and the others go on; a worker process that dies (a segfault, the
+    OOM killer) is replaced and its experiment marked failed.
+
+    Ctrl-C (or SIGTERM) stops the workers cleanly: what finished is committed, the interrupted
+    experiments are set back to pending, and KeyboardInterrupt (SystemExit(143) for SIGTERM)
+    propagates. After that, or after a ``kill -9`` of everything, the same call again runs only
+    what is not done (failed ones too unless ``retry_failed=False``).
+
+    A progress line goes to stderr when it is a terminal and ``progress`` is true.
+    ``start_method``: "spawn" (default) or "forkserver"; "fork" only if this process holds no
+    open writer. Scripts that use "spawn" need the usual ``if __name__ == "__main__":`` guard.
+
+    Returns a :class:`RunSummary`: done, failed, skipped, seconds, workers, not_run. Raises
+    RuntimeError for a store opened read-only.
+    """
+    return _runner.run(store, fn, workers, retry_failed, progress, commit_every, start_method)
+
+
+def load_results(
+    store: Store, names: Iterable[str] | str | None = None
+) -> tuple[pandas.DataFrame, dict[str, np.ndarray]]:
+    """The results of a sweep: ``(experiments, outcomes)``.
+
+    ``experiments`` is a DataFrame with one row per experiment in design order: ``experiment``,
+    the parameters, then the status columns of :func:`status` (state, error, host,
+    started, finished, seconds, attempt; a status column whose name a parameter already has
+    is called ``status.<name>``). ``outcomes`` maps each outcome name (``names``, default every
+    non-reserved series) to an array of shape ``(n_experiments, *outcome_shape)`` in the
+    DataFrame's row order, read from step-0 records. Where an experiment has no value (failed,
+    pending): NaN in float arrays; int, bool, str and bytes outcomes with gaps come back as
+    ``numpy.ma`` masked arrays (mask True where absent), otherwise as plain arrays. Str and
+    bytes outcomes and variable-shape ones are object arrays. (:func:`runstore.load_results`
+    also takes a path, which it opens read-only.)
+
+    Refreshes the store first. Raises KeyError for an unknown name.
+    """
+    return _experiments.load_results(store, names)

@@ -1,0 +1,254 @@
+"""The package's layers: module-level imports form no cycle, and no module imports one of the
+package's modules inside a function (which is how a cycle hides until a call runs into it).
+
+Bottom-up: _core, the helpers (_checks, _version, _frame, _output), the experiments and export
+modules and their private parts, _store (which imports experiments and export for Store's
+delegations), then __init__ (docs/design.md#python-package). Imports under
+``if TYPE_CHECKING:`` never run, so they are left out; lazy imports of optional third-party
+modules (pandas, pyarrow) inside functions are fine.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.machinery
+import importlib.util
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+#: Front ends, which nothing in the package imports: they may import the package inside a
+#: function (to parse arguments before numpy loads). Their imports still count as edges.
+ENTRY_POINTS = {"__main__", "_cli"}
+
+
+def package_dir(name: str) -> Path:
+    spec = importlib.util.find_spec(name)  # finds the package without importing it
+    assert spec is not None and spec.submodule_search_locations, f"{name} is not a package"
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def modules(pkg_dir: Path, pkg: str) -> dict[str, Path | None]:
+    """Every module of the package by dotted name: its source, or None for a compiled one."""
+    out: dict[str, Path | None] = {}
+    suffixes = tuple(importlib.machinery.EXTENSION_SUFFIXES)
+    for path in sorted(pkg_dir.rglob("*")):
+        rel = path.relative_to(pkg_dir)
+        if "__pycache__" in rel.parts:
+            continue
+        parts = [pkg, *rel.parent.parts]
+        if path.name == "__init__.py":
+            out[".".join(parts)] = path
+        elif path.suffix == ".py":
+            out[".".join([*parts, path.stem])] = path
+        elif path.name.endswith(suffixes) or path.suffix == ".pyi":
+            name = ".".join([*parts, path.name.split(".", 1)[0]])
+            out.setdefault(name, None)
+    return out
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def imports(
+    module: str, source: Path, known: dict[str, Path | None]
+) -> list[tuple[str, int, bool]]:
+    """(imported package module, line, inside a function) for each import statement of
+    ``module`` that names a module of the package, leaving out ``if TYPE_CHECKING:`` blocks.
+    A dynamic import (importlib.import_module, __import__) of the package counts as one made
+    inside a function: it is invisible to this graph."""
+    pkg = module.split(".")[0]
+    is_package = source.name == "__init__.py"
+    here = module if is_package else module.rpartition(".")[0]
+    found: list[tuple[str, int, bool]] = []
+
+    def target(name: str) -> str | None:
+        while name and name not in known:  # an attribute of a module: that module
+            name = name.rpartition(".")[0]
+        return name or None
+
+    def visit(node: ast.AST, in_function: bool) -> None:
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            for child in node.orelse:
+                visit(child, in_function)
+            return
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == pkg:
+                    found.append((target(alias.name) or pkg, node.lineno, in_function))
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = here.rsplit(".", node.level - 1)[0] if node.level > 1 else here
+                base = f"{base}.{node.module}" if node.module else base
+            else:
+                base = node.module or ""
+            if base.split(".")[0] == pkg:
+                for alias in node.names:
+                    t = f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else target(base)
+                    if t is not None and t != module and (t, node.lineno, in_function) not in found:
+                        found.append((t, node.lineno, in_function))
+        elif isinstance(node, ast.Call):
+            f = node.func
+            fname = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")
+            arg = node.args[0] if node.args else None
+            if (
+                fname in ("import_module", "__import__")
+                and isinstance(arg, ast.Constant)
+                and isinstance(arg.value, str)
+                and (arg.value.split(".")[0] == pkg or arg.value.startswith("."))
+            ):
+                name = arg.value if not arg.value.startswith(".") else here + arg.value
+                found.append((target(name) or pkg, node.lineno, True))
+        inner = in_function or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+        for child in ast.iter_child_nodes(node):
+            visit(child, inner)
+
+    visit(ast.parse(source.read_text(), str(source)), False)
+    return found
+
+
+def layout_problems(pkg_dir: Path, pkg: str) -> list[str]:
+    """What is wrong with the package's imports: each import of one of its modules inside a
+    function, and each cycle of module-level imports as the chain that closes it."""
+    known = modules(pkg_dir, pkg)
+    problems: list[str] = []
+    graph: dict[str, list[tuple[str, int]]] = {m: [] for m in known}
+    for m, source in known.items():
+        if source is None:
+            continue
+        entry_point = m.rpartition(".")[2] in ENTRY_POINTS
+        for t, line, in_function in imports(m, source, known):
+            if in_function and not entry_point:
+                problems.append(
+                    f"{source.name}:{line}: {m} imports {t} inside a function; import it at the "
+                    "top (or under `if TYPE_CHECKING:` for annotations)"
+                )
+            else:
+                graph[m].append((t, line))
+    # Depth-first search; a module met again while on the stack closes a cycle.
+    state: dict[str, int] = {}  # 1: on the stack, 2: done
+    stack: list[tuple[str, int]] = []
+    seen_cycles: set[frozenset[str]] = set()
+
+    def dfs(m: str) -> None:
+        state[m] = 1
+        for t, line in graph.get(m, []):
+            stack.append((m, line))
+            if state.get(t) == 1:
+                start = next(i for i, (n, _) in enumerate(stack) if n == t)
+                cycle = stack[start:]
+                if frozenset(n for n, _ in cycle) not in seen_cycles:
+                    seen_cycles.add(frozenset(n for n, _ in cycle))
+                    chain = " -> ".join(f"{n} (line {ln})" for n, ln in cycle)
+                    problems.append(f"import cycle: {chain} -> {t}")
+            elif t not in state:
+                dfs(t)
+            stack.pop()
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            dfs(m)
+    return problems
+
+
+def import_first(module: str, path: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """Imports ``module`` first thing in a fresh interpreter (``path`` first on sys.path)."""
+    env = dict(os.environ)
+    if path is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(path), env.get("PYTHONPATH", "")])
+    return subprocess.run(
+        [sys.executable, "-c", f"import {module}"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+
+
+# -- runstore ------------------------------------------------------------------------------------
+
+RUNSTORE = package_dir("runstore")
+RUNSTORE_MODULES = sorted(m for m, source in modules(RUNSTORE, "runstore").items() if source)
+
+
+def test_runstore_imports_form_layers():
+    problems = layout_problems(RUNSTORE, "runstore")
+    assert not problems, f"{RUNSTORE}:\n" + "\n".join(problems)
+
+
+def test_the_public_modules_are_the_layers_the_design_names():
+    known = modules(RUNSTORE, "runstore")
+    for public in ("runstore", "runstore.experiments", "runstore.export"):
+        assert known.get(public) is not None, f"{public} has no source in {RUNSTORE}"
+    # experiments and export are functions over a Store: they never import _store.
+    for m in ("runstore.experiments", "runstore.export"):
+        below = reachable(m, known)
+        assert "runstore._store" not in below and "runstore" not in below, (m, sorted(below))
+
+
+def reachable(start: str, known: dict[str, Path | None]) -> set[str]:
+    out: set[str] = set()
+    todo = [start]
+    while todo:
+        m = todo.pop()
+        source = known.get(m)
+        if source is None:
+            continue
+        for t, _, _ in imports(m, source, known):
+            if t not in out:
+                out.add(t)
+                todo.append(t)
+    return out
+
+
+@pytest.mark.parametrize("module", ["runstore.experiments, runstore.export", *RUNSTORE_MODULES])
+def test_each_module_imports_first_in_a_fresh_interpreter(module):
+    p = import_first(module)
+    assert p.returncode == 0, p.stderr
+
+
+# -- the check itself, on a package that breaks both rules -----------------------------------------
+
+TOY = {
+    "__init__.py": "from . import a\n",
+    # a and b import each other at the top: importing a first fails half way.
+    "a.py": "from .b import y\n\nx = 1\n",
+    "b.py": "from .a import x\n\ny = 2\n",
+    # c imports a inside a function, and b under TYPE_CHECKING only (which is allowed).
+    "c.py": textwrap.dedent("""
+        from typing import TYPE_CHECKING
+
+        if TYPE_CHECKING:
+            from .b import y
+
+        def f():
+            from . import a
+            return a.x
+    """),
+    "d.py": "import importlib\n\n\ndef g():\n    return importlib.import_module('toypkg.a')\n",
+}
+
+
+def test_the_check_finds_a_cycle_and_imports_inside_functions(tmp_path):
+    pkg = tmp_path / "toypkg"
+    pkg.mkdir()
+    for name, text in TOY.items():
+        (pkg / name).write_text(text)
+    problems = layout_problems(pkg, "toypkg")
+    assert problems == [
+        "c.py:8: toypkg.c imports toypkg.a inside a function; import it at the top (or under "
+        "`if TYPE_CHECKING:` for annotations)",
+        "d.py:5: toypkg.d imports toypkg.a inside a function; import it at the top (or under "
+        "`if TYPE_CHECKING:` for annotations)",
+        "import cycle: toypkg.a (line 1) -> toypkg.b (line 1) -> toypkg.a",
+    ], problems
+    p = import_first("toypkg.b", tmp_path)  # __init__ imports a, which imports b half way
+    assert p.returncode != 0 and "partially initialized module" in p.stderr, p.stderr
