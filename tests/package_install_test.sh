@@ -88,7 +88,7 @@ check "an export missing its OUT is a usage error too" 1 run runstore export tar
 check "a missing store is not found" 3 run runstore info "$T/none.rs"
 check "export tar of a missing store is not found" 3 run runstore export tar "$T/none.rs" "$T/n.tgz"
 
-tool=$(run python -c "import runstore._cli as c; print(c.tool_path())")
+tool=$(run python -c "import _runstore_cli as c; print(c.tool_path())")
 check "the compiled tool by itself has no tar engine" 5 run "$tool" export tar "$S" "$T/x.tar.gz"
 has "and names what to install" err "pip install"
 [ ! -e "$T/x.tar.gz" ] && echo "ok: and writes nothing" || { echo "FAIL: it wrote $T/x.tar.gz"; fails=$((fails + 1)); }

@@ -1,7 +1,8 @@
-"""``python -m runstore``: the ``runstore`` command (:mod:`runstore._cli`)."""
+"""``python -m runstore``: the ``runstore`` command (the module ``_runstore_cli``)."""
 
 import sys
 
-from ._cli import main
+from _runstore_cli import main
 
-sys.exit(main())
+if __name__ == "__main__":
+    sys.exit(main())

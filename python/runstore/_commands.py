@@ -1,4 +1,4 @@
-"""The commands of ``runstore`` that the package does in Python (see :mod:`runstore._cli`).
+"""The commands of ``runstore`` that the package does in Python (see the module ``_runstore_cli``).
 
     runstore export tar STORE OUT.tar.gz [--chunk-rows N] [--compresslevel L] [--force]
                                   [--skip-damaged]

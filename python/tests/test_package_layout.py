@@ -23,7 +23,7 @@ import pytest
 
 #: Front ends, which nothing in the package imports: they may import the package inside a
 #: function (to parse arguments before numpy loads). Their imports still count as edges.
-ENTRY_POINTS = {"__main__", "_cli"}
+ENTRY_POINTS = {"__main__"}
 
 
 def package_dir(name: str) -> Path:

@@ -6,10 +6,14 @@ own (:mod:`runstore._commands`, pandas and pyarrow do the work); every other com
 tool the wheel carries as ``runstore/_bin/runstore``, which this module becomes (``exec``), so
 that its output, exit codes and signals are the tool's own. ``python -m runstore`` is the same
 command.
+
+A module beside the package rather than in it: importing anything of ``runstore`` imports the
+package, and with it numpy (about 0.1 s), which the commands of the tool do not need.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -21,8 +25,13 @@ _PYTHON_COMMANDS = {("export", "tar"), ("export", "parquet"), ("import", "tar")}
 
 
 def tool_path() -> Path:
-    """Where the compiled tool of this installation is (it may be missing: see :func:`main`)."""
-    return Path(__file__).resolve().parent / "_bin" / "runstore"
+    """Where the compiled tool of this installation is (it may be missing: see :func:`main`);
+    found without importing the package."""
+    spec = importlib.util.find_spec("runstore")
+    locations = spec.submodule_search_locations if spec is not None else None
+    if not locations:
+        return Path("runstore") / "_bin" / "runstore"  # no package: main() says so
+    return Path(next(iter(locations))) / "_bin" / "runstore"
 
 
 def _command_words(argv: list[str]) -> list[str]:
@@ -41,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         args = [a for a in argv if a not in _GLOBAL_FLAGS]
         if "--skip-damaged" in argv and words[0] == "export":
             args.append("--skip-damaged")
-        from . import _commands  # the package, numpy, pandas: only for the commands that need them
+        from runstore import _commands  # the package and numpy: only for the commands in Python
 
         return _commands.main(args)
     tool = tool_path()
