@@ -138,7 +138,8 @@ def main() -> None:
     print(f"\nthe store is at {path}")
     print(f"  look at it:  {rs} ls {path}")
     print(f"               {rs} cat {path} final_size --limit 5")
-    print(f"  resume it:   {sys.executable} {os.path.abspath(__file__)} --store {path}")
+    same = f" --experiments {args.experiments}" if args.experiments != 10_000 else ""
+    print(f"  resume it:   {sys.executable} {os.path.abspath(__file__)} --store {path}{same}")
     print("               (runs only what is not done)")
     print(f"  export it:   {rs} export tar {path} results.tar.gz")
     if args.store is None:
