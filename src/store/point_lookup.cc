@@ -1,12 +1,54 @@
 // Point lookups (Snapshot::Get): the visible record under one key, found by
-// its blocks' key ranges.
+// its blocks' key ranges or, where those reach too many blocks, by the
+// series' run index.
+#include <algorithm>
+#include <utility>
+
 #include "store/snapshot.h"
 #include "store/snapshot_helpers.h"
+#include "util/hash.h"
 
 namespace runstore {
 
 using format::BlockHeader;
 using format::Key;
+
+namespace {
+
+// Beyond this many blocks whose key ranges reach a key, a lookup asks the
+// series' run index instead of reading them one by one.
+constexpr size_t kMaxRangeCandidates = 16;
+
+uint64_t RunHash(const RunRef& run) {
+  if (run.is_string) return XXH3_64bits_withSeed(run.s.data(), run.s.size(), 1);
+  return XXH3_64bits_withSeed(&run.i, sizeof(run.i), 0);
+}
+
+}  // namespace
+
+void SnapshotImpl::EnsureRunIndex(const SeriesEntry& e) const {
+  std::call_once(e.run_index_once, [&] {
+    for (uint32_t b = 0; b < e.blocks.size(); ++b) {
+      // Keys only: a chunked value is checked when it is read.
+      Result<Payload> p = ReadPayload(e.blocks[b], Check::kAllButValue);
+      if (!p.ok()) {
+        e.unindexed.push_back(b);
+        continue;
+      }
+      const format::BlockView& v = p->view;
+      uint64_t last = 0;
+      for (uint32_t r = 0; r < v.count(); ++r) {
+        const uint64_t h = RunHash(v.run(r));
+        if (r > 0 && h == last) continue;  // runs come in stretches
+        e.run_index.emplace_back(h, b);
+        last = h;
+      }
+    }
+    std::sort(e.run_index.begin(), e.run_index.end());
+    e.run_index.erase(std::unique(e.run_index.begin(), e.run_index.end()), e.run_index.end());
+    e.run_index.shrink_to_fit();
+  });
+}
 
 Result<SnapshotImpl::Found> SnapshotImpl::Find(RunRef run, std::string_view name, int64_t step,
                                                Check check) const {
@@ -17,22 +59,20 @@ Result<SnapshotImpl::Found> SnapshotImpl::Find(RunRef run, std::string_view name
     return Status::NotFound("no record for run " + run.ToRunId().ToString() + ", series '" +
                             std::string(name) + "', step " + std::to_string(step));
   };
-  // Candidates: blocks with min_key <= key, scanning back while the running
-  // maximum of max_key still reaches the key.
-  size_t ub = std::partition_point(e.by_min_key.begin(), e.by_min_key.end(),
-                                   [&](uint32_t b) {
-                                     return CompareKey(run, step, e.blocks[b].header->min_key) >= 0;
-                                   }) -
-              e.by_min_key.begin();
   const BlockRef* best = nullptr;
   uint32_t best_row = 0;
   Payload best_payload;
-  for (size_t k = ub; k-- > 0;) {
-    if (CompareKey(run, step, e.prefix_max[k]) > 0) break;
-    const BlockRef& b = e.blocks[e.by_min_key[k]];
+  // Block b, if it may hold the key and is ordered after the best so far:
+  // read it and look for the key's last record in it.
+  auto consider = [&](const BlockRef& b) -> Status {
     const BlockHeader& h = *b.header;
-    if (CompareKey(run, step, h.max_key) > 0 || step < h.min_step || step > h.max_step) continue;
-    if (best && std::tie(b.commit, b.offset) < std::tie(best->commit, best->offset)) continue;
+    if (CompareKey(run, step, h.min_key) < 0 || CompareKey(run, step, h.max_key) > 0 ||
+        step < h.min_step || step > h.max_step) {
+      return Status::OK();
+    }
+    if (best && std::tie(b.commit, b.offset) < std::tie(best->commit, best->offset)) {
+      return Status::OK();
+    }
     RUNSTORE_ASSIGN_OR_RETURN(Payload p, ReadPayload(b, check));
     const auto& v = p.view;
     int64_t found = -1;
@@ -59,10 +99,35 @@ Result<SnapshotImpl::Found> SnapshotImpl::Find(RunRef run, std::string_view name
         }
       }
     }
-    if (found < 0) continue;
+    if (found < 0) return Status::OK();
     best = &b;
     best_row = static_cast<uint32_t>(found);
     best_payload = std::move(p);
+    return Status::OK();
+  };
+  // Candidates by key range: blocks with min_key <= key, scanning back while
+  // the running maximum of max_key still reaches the key.
+  size_t ub = std::partition_point(e.by_min_key.begin(), e.by_min_key.end(),
+                                   [&](uint32_t b) {
+                                     return CompareKey(run, step, e.blocks[b].header->min_key) >= 0;
+                                   }) -
+              e.by_min_key.begin();
+  size_t reach = 0;  // how many of them the ranges leave
+  while (reach < ub && reach <= kMaxRangeCandidates &&
+         CompareKey(run, step, e.prefix_max[ub - 1 - reach]) <= 0) {
+    ++reach;
+  }
+  if (reach <= kMaxRangeCandidates) {
+    for (size_t k = ub; k-- > ub - reach;)
+      RUNSTORE_RETURN_IF_ERROR(consider(e.blocks[e.by_min_key[k]]));
+  } else {
+    EnsureRunIndex(e);
+    const uint64_t h = RunHash(run);
+    auto lo = std::lower_bound(e.run_index.begin(), e.run_index.end(), std::make_pair(h, 0u));
+    for (; lo != e.run_index.end() && lo->first == h; ++lo) {
+      RUNSTORE_RETURN_IF_ERROR(consider(e.blocks[lo->second]));
+    }
+    for (uint32_t b : e.unindexed) RUNSTORE_RETURN_IF_ERROR(consider(e.blocks[b]));
   }
   if (!best) return not_found();
   if (name[0] != '~' && HiddenByResume(run, step, best->commit)) return not_found();

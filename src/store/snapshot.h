@@ -109,6 +109,18 @@ class SnapshotImpl final : public Snapshot {
     mutable std::once_flag plan_once;
     mutable Status plan_status;
     mutable std::vector<PlanItem> plan;
+    // Which blocks hold a run, for lookups whose key ranges cannot narrow
+    // the blocks down (hashed run ids spread every block's range over most
+    // of the key space): built on the first such lookup (EnsureRunIndex),
+    // from every block's run column, then shared by every lookup of the
+    // snapshot. Entries are (RunHash(run), block index), sorted; a hash that
+    // two runs share only adds a candidate, which is then compared exactly.
+    mutable std::once_flag run_index_once;
+    mutable std::vector<std::pair<uint64_t, uint32_t>> run_index;
+    // Blocks whose payload could not be read when the index was built: a
+    // candidate for every run, so that the lookup reads them and reports
+    // their damage as it would without the index.
+    mutable std::vector<uint32_t> unindexed;
   };
 
   // What ReadPayload checks of a block not yet verified: everything, or, for
@@ -137,6 +149,7 @@ class SnapshotImpl final : public Snapshot {
     Payload payload;
   };
   Result<Found> Find(RunRef run, std::string_view name, int64_t step, Check check) const;
+  void EnsureRunIndex(const SeriesEntry& e) const;
 
   std::vector<std::shared_ptr<const LoadedSegment>> segments_;
   std::vector<DamagedSegment> damaged_;
