@@ -92,6 +92,8 @@ def main() -> int:
     ap.add_argument("--dir", default=None, help="where the stores go (default: a temporary dir)")
     args = ap.parse_args()
     rng = random.Random(args.seed)
+    if args.dir:
+        os.makedirs(args.dir, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix="runstore-lookup-", dir=args.dir)
     try:
         results = {}
