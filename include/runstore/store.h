@@ -34,9 +34,10 @@ namespace runstore {
 // The format version this build writes (store marker and segments); it reads
 // versions 1..this. Version 2 added Writer::Flush's commit-record flag and
 // key columns stored as sequences; version 3, a checksum per chunk of large
-// arrays, so that reading part of one checks only that part
+// arrays, so that reading part of one checks only that part; version 4, the
+// footer's run index (which blocks hold a run) and footer sections
 // (docs/format.md "Versioning").
-inline constexpr uint32_t kFormatVersion = 3;
+inline constexpr uint32_t kFormatVersion = 4;
 
 // What opening a store (and refreshing it) does with a segment that cannot
 // be read: its bytes are damaged (Corruption), or the file cannot be opened

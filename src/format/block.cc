@@ -5,6 +5,7 @@
 #include <new>
 
 #include "util/coding.h"
+#include "util/hash.h"
 #include "util/shape.h"
 #include "util/utf8.h"
 
@@ -185,6 +186,34 @@ void BlockBuilder::AddValueBytes(const ValueRef& value) {
     values_.append(value.data, value.nbytes);
     raw_bytes_ += value.nbytes;
   }
+}
+
+uint64_t RunHash(const RunRef& run) {
+  if (run.is_string) return XXH3_64bits_withSeed(run.s.data(), run.s.size(), 1);
+  char le[8];
+  EncodeFixed<int64_t>(le, run.i);
+  return XXH3_64bits_withSeed(le, sizeof(le), 0);
+}
+
+void BlockBuilder::RunHashes(std::vector<uint64_t>* out) const {
+  out->clear();
+  const char* ints = runs_int_.data();
+  const auto* is_string = reinterpret_cast<const uint8_t*>(run_is_string_.data());
+  const char* offsets = run_str_offsets_.data();
+  const char* bytes = run_str_bytes_.data();
+  for (uint32_t i = 0; i < count_; ++i) {
+    uint64_t h;
+    if (any_string_run_ && is_string[i]) {
+      const uint32_t lo = DecodeFixed<uint32_t>(offsets + 4ull * i);
+      const uint32_t hi = DecodeFixed<uint32_t>(offsets + 4ull * (i + 1));
+      h = RunHash(RunRef(std::string_view(bytes + lo, hi - lo)));
+    } else {
+      h = RunHash(RunRef(DecodeFixed<int64_t>(ints + 8ull * i)));
+    }
+    if (out->empty() || out->back() != h) out->push_back(h);  // runs come in stretches
+  }
+  std::sort(out->begin(), out->end());
+  out->erase(std::unique(out->begin(), out->end()), out->end());
 }
 
 void BlockBuilder::Add(const RunRef& run, int64_t step, const ValueRef& value) {

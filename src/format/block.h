@@ -81,6 +81,11 @@ class Column {
 
 // Accumulates records column-wise and lays them out as a payload. Used by one
 // thread at a time. Values must already match the schema (the writer checks).
+// The hash by which the footer's run index names a run (docs/format.md
+// "Run index"): XXH3-64 of the run's 8 little-endian bytes with seed 0 for an
+// integer run, of its UTF-8 bytes with seed 1 for a string run.
+uint64_t RunHash(const RunRef& run);
+
 class BlockBuilder {
  public:
   explicit BlockBuilder(BlockSchema schema);
@@ -105,6 +110,10 @@ class BlockBuilder {
   // Fills the header fields other than payload_len/payload_checksum and the
   // raw payload as pieces (padding included) that concatenate to raw_len bytes.
   void Finish(BlockHeader* header, std::vector<std::string_view>* pieces);
+
+  // The distinct RunHash of the records' runs, ascending: the block's list in
+  // the footer's run index (docs/format.md "Run index").
+  void RunHashes(std::vector<uint64_t>* out) const;
 
   // Empties the columns, keeping their capacity, for reuse with a schema.
   void Reset(BlockSchema schema);

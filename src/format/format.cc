@@ -332,6 +332,16 @@ std::string EncodeFooterHeader(const FooterHeader& f) {
   return s;
 }
 
+std::string EncodeFooterSection(uint32_t tag, uint32_t flags, std::string_view bytes) {
+  std::string s;
+  PutFixed<uint32_t>(&s, tag);
+  PutFixed<uint32_t>(&s, flags);
+  PutFixed<uint64_t>(&s, bytes.size());
+  s.append(bytes);
+  s.resize(AlignUp(s.size(), 8), '\0');
+  return s;
+}
+
 Status DecodeFooterHeader(std::string_view header, FooterHeader* f) {
   if (header.size() != kFooterHeaderSize) return Status::Corruption("footer header has wrong size");
   const char* p = header.data();

@@ -1,4 +1,4 @@
-// Constants and structures of the segment format, version 3. The byte-level
+// Constants and structures of the segment format, version 4. The byte-level
 // specification is docs/format.md; the names here are the document's names.
 #ifndef RUNSTORE_FORMAT_FORMAT_H_
 #define RUNSTORE_FORMAT_FORMAT_H_
@@ -55,8 +55,8 @@ std::string EncodeStoreMarker(uint32_t version);
 Status DecodeStoreMarker(std::string_view contents, std::string_view file, uint32_t* version);
 
 // The segment format version written; segments of versions 1..this are read.
-inline constexpr uint32_t kSegmentFormatVersion = 3;
-// "versions 1 to 3", for NotSupported messages.
+inline constexpr uint32_t kSegmentFormatVersion = 4;
+// "versions 1 to 4", for NotSupported messages.
 std::string ReadableVersions();
 
 // Run encodings of a block's run column.
@@ -160,6 +160,18 @@ struct FooterHeader {
 };
 std::string EncodeFooterHeader(const FooterHeader& f);
 Status DecodeFooterHeader(std::string_view header, FooterHeader* f);
+
+// docs/format.md "Footer sections" (version 4): after the footer's block
+// entries, sections of `u32 tag, u32 flags, u64 length, bytes, pad to 8`.
+inline constexpr uint32_t kFooterSectionRunIndex = 1;  // docs/format.md "Run index"
+inline constexpr uint32_t kFooterSectionReplaces = 2;  // segments a compacted one replaces
+// Flag bit 0: a reader that does not know the tag may ignore the section
+// (it only adds information); without it an unknown tag is refused.
+inline constexpr uint32_t kFooterSectionOptional = 1;
+inline constexpr size_t kFooterSectionHeaderSize = 16;
+// The first version whose footers may hold sections.
+inline constexpr uint32_t kFirstVersionWithSections = 4;
+std::string EncodeFooterSection(uint32_t tag, uint32_t flags, std::string_view bytes);
 
 struct Trailer {
   uint64_t footer_offset = 0;

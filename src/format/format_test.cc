@@ -38,8 +38,8 @@ TEST(FormatTest, StoreMarkerIsParsedStrictly) {
   ASSERT_OK(DecodeStoreMarker("runstore store\nformat_version 2\nlater lines are ignored\n",
                               "RUNSTORE", &v));
   EXPECT_EQ(v, 2u);
-  EXPECT_THAT(DecodeStoreMarker("runstore store\nformat_version 4\n", "RUNSTORE", &v),
-              StatusIsWith(StatusCode::kNotSupported, "reads versions 1 to 3"));
+  EXPECT_THAT(DecodeStoreMarker("runstore store\nformat_version 5\n", "RUNSTORE", &v),
+              StatusIsWith(StatusCode::kNotSupported, "reads versions 1 to 4"));
   for (const char* bad :
        {"runstore store\nformat_version 1x\n", "runstore store\nformat_version \n",
         "runstore store\nformat_version 99999999999999999999\n",
@@ -65,8 +65,10 @@ TEST(FormatTest, SegmentHeaderRoundTripAndNewerVersionIsNotSupported) {
   h.version = 3;
   ASSERT_OK(DecodeSegmentHeader(EncodeSegmentHeader(h), "f", &d));
   h.version = 4;
+  ASSERT_OK(DecodeSegmentHeader(EncodeSegmentHeader(h), "f", &d));
+  h.version = 5;
   EXPECT_THAT(DecodeSegmentHeader(EncodeSegmentHeader(h), "f.rss", &d),
-              StatusIsWith(StatusCode::kNotSupported, "this build reads versions 1 to 3"));
+              StatusIsWith(StatusCode::kNotSupported, "this build reads versions 1 to 4"));
   b[50] ^= 1;
   EXPECT_THAT(DecodeSegmentHeader(b, "f.rss", &d),
               StatusIsWith(StatusCode::kCorruption, "f.rss: offset 0"));
@@ -263,7 +265,10 @@ TEST(FormatTest, WorkedExampleOfTheSpec) {
   EXPECT_EQ(static_cast<uint8_t>(f[448 + 4]), 2);               // commit record
   EXPECT_EQ(DecodeFixed<uint64_t>(f.data() + 448 + 40), 128u);  // first_frame_offset
   EXPECT_EQ(static_cast<uint8_t>(f[576 + 4]), 3);               // footer
-  EXPECT_EQ(DecodeFixed<uint64_t>(f.data() + 576 + 8), 152u);   // footer payload_len
+  EXPECT_EQ(DecodeFixed<uint64_t>(f.data() + 576 + 8), 192u);   // footer payload_len
+  EXPECT_EQ(DecodeFixed<uint32_t>(f.data() + 640 + 152), 1u);   // run index section
+  EXPECT_EQ(DecodeFixed<uint64_t>(f.data() + 640 + 168), 1u);   // of one block
+  EXPECT_EQ(DecodeFixed<uint64_t>(f.data() + 640 + 184), RunHash(RunRef(int64_t{7})));
   EXPECT_EQ(f.substr(832 + 16, 8), "RSSEALED");
   EXPECT_EQ(DecodeFixed<uint64_t>(f.data() + 832), 576u);
 }
@@ -277,16 +282,18 @@ struct TestSegment {
       b.Add(RunRef(int64_t{i}), 0, ValueRef::Scalar(v));
     }
     b.Finish(&h, &pieces);
+    b.RunHashes(&hashes);
     auto w = SegmentWriter::Create(env.get(), "/seg.rss", SegmentHeader{1, 1, 1, "w"});
     EXPECT_OK(w.status());
     if (w.ok()) sw = std::move(w).value();
   }
-  Status AddBlock() { return sw->AddBlock(&h, pieces, 3); }
+  Status AddBlock() { return sw->AddBlock(&h, pieces, hashes, 3); }
 
   std::unique_ptr<Env> env = NewMemEnv();
   BlockBuilder b{BlockSchema{"x", DType::kFloat64}};
   BlockHeader h;
   std::vector<std::string_view> pieces;
+  std::vector<uint64_t> hashes;
   std::unique_ptr<SegmentWriter> sw;
 };
 
@@ -333,7 +340,8 @@ TEST(FormatTest, ValueChunksOfEverySizeCheckWholeAndOneByOne) {
     {
       ASSERT_OK_AND_ASSIGN(
           auto sw, SegmentWriter::Create(env.get(), "/seg.rss", SegmentHeader{3, 1, 1, "w"}));
-      ASSERT_OK(sw->AddBlock(&h, pieces, 3, /*header_last=*/true, shift));
+      const uint64_t run_hash = RunHash(RunRef(int64_t{4}));
+      ASSERT_OK(sw->AddBlock(&h, pieces, {&run_hash, 1}, 3, /*header_last=*/true, shift));
       ASSERT_OK(sw->Commit(100));
       ASSERT_OK(sw->Seal());
     }

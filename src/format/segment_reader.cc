@@ -247,6 +247,93 @@ Status Recover(const RandomAccessFile& file, const std::string& name, uint64_t f
   return Status::OK();
 }
 
+// Decodes the run index from the bytes of its footer section (docs/format.md
+// "Run index"); false with *error for bytes that are not one of `blocks`
+// blocks.
+bool DecodeRunIndex(std::string_view bytes, uint64_t blocks, RunIndex* ri, std::string* error) {
+  Decoder d(bytes);
+  uint64_t n;
+  if (!d.Get(&n) || n != blocks) {
+    *error = "run index is for a different number of blocks than the footer's";
+    return false;
+  }
+  // Every count is bounded by the section's size before anything is
+  // allocated for it.
+  if (d.remaining() / 8 < n) {
+    *error = "run index is shorter than its block table";
+    return false;
+  }
+  ri->ends.resize(n);
+  uint64_t prev = 0;
+  for (uint64_t i = 0; i < n; ++i) {
+    d.Get(&ri->ends[i]);
+    if (ri->ends[i] < prev) {
+      *error = "run index block table is not ascending at block " + std::to_string(i);
+      return false;
+    }
+    prev = ri->ends[i];
+  }
+  if (d.remaining() % 8 != 0 || d.remaining() / 8 != prev) {
+    *error = "run index holds " + std::to_string(d.remaining()) + " bytes of hashes for " +
+             std::to_string(prev) + " entries";
+    return false;
+  }
+  ri->hashes.resize(prev);
+  for (uint64_t i = 0; i < prev; ++i) d.Get(&ri->hashes[i]);
+  for (uint64_t b = 0, lo = 0; b < n; lo = ri->ends[b++]) {
+    if (lo == ri->ends[b]) {
+      *error = "run index names no run for block " + std::to_string(b);
+      return false;
+    }
+    for (uint64_t i = lo + 1; i < ri->ends[b]; ++i) {
+      if (ri->hashes[i] <= ri->hashes[i - 1]) {
+        *error = "run index hashes of block " + std::to_string(b) + " are not ascending";
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+// The sections after a version 4 footer's block entries (docs/format.md
+// "Footer sections"), into *index; false with *error for bytes that are not
+// sections of known tags.
+bool DecodeFooterSections(Decoder* d, uint64_t blocks, SegmentIndex* index, std::string* error) {
+  while (d->remaining() > 0) {
+    uint32_t tag, flags;
+    uint64_t len;
+    std::string_view bytes, pad;
+    if (!d->Get(&tag) || !d->Get(&flags) || !d->Get(&len) || len > d->remaining() ||
+        !d->GetBytes(len, &bytes) || !d->GetBytes(AlignUp(len, 8) - len, &pad) || !AllZero(pad)) {
+      *error = "section header or padding is damaged";
+      return false;
+    }
+    if ((flags & ~kFooterSectionOptional) != 0) {
+      *error = "section " + std::to_string(tag) + " has unknown flags " + std::to_string(flags);
+      return false;
+    }
+    if (tag == kFooterSectionRunIndex) {
+      if (index->run_index) {
+        *error = "two run indexes";
+        return false;
+      }
+      auto ri = std::make_shared<RunIndex>();
+      if (!DecodeRunIndex(bytes, blocks, ri.get(), error)) return false;
+      index->run_index = std::move(ri);
+    } else if (tag == kFooterSectionReplaces) {
+      if (!index->footer_sections.emplace(tag, std::string(bytes)).second) {
+        *error = "section " + std::to_string(tag) + " appears twice";
+        return false;
+      }
+    } else if (!(flags & kFooterSectionOptional)) {
+      *error =
+          "unknown section tag " + std::to_string(tag) + " (not marked as one a reader may ignore)";
+      return false;
+    }
+  }
+  return true;
+}
+
 // Reads the footer the trailer names into *index. *checksummed is set once
 // the footer's header and payload checksums hold: a footer that fails after
 // that was written so (a torn write fails a checksum), and is no torn seal.
@@ -349,7 +436,16 @@ Status LoadFooter(const RandomAccessFile& file, const std::string& name, uint64_
     prev_frame_end = NextFrameOffset(b.payload_offset, b.header.payload_len);
     index->blocks.push_back(std::move(b));
   }
-  if (d.remaining() != 0) return bad(payload_off, "trailing bytes in the footer index");
+  if (t.version < kFirstVersionWithSections) {
+    if (d.remaining() != 0) return bad(payload_off, "trailing bytes in the footer index");
+  } else {
+    index->run_index.reset();
+    index->footer_sections.clear();
+    std::string error;
+    if (!DecodeFooterSections(&d, f.block_count, index, &error)) {
+      return bad(payload_off, "footer section: " + error);
+    }
+  }
   index->sealed = true;
   index->committed_end = f.committed_end;
   return Status::OK();

@@ -5,7 +5,9 @@
 #define RUNSTORE_FORMAT_SEGMENT_READER_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -32,6 +34,18 @@ struct BlockInfo {
   BlockHeader header;
 };
 
+// The footer's run index (docs/format.md "Run index"): for block i, the
+// distinct RunHash values of its records are hashes[ends[i-1] .. ends[i]),
+// ascending (ends[-1] = 0).
+struct RunIndex {
+  std::vector<uint64_t> ends;  // one per block
+  std::vector<uint64_t> hashes;
+  std::span<const uint64_t> Of(uint32_t block) const {
+    const uint64_t lo = block == 0 ? 0 : ends[block - 1];
+    return {hashes.data() + lo, ends[block] - lo};
+  }
+};
+
 struct SegmentIndex {
   SegmentHeader header;
   bool sealed = false;
@@ -39,6 +53,12 @@ struct SegmentIndex {
   uint64_t file_size = 0;      // when the index was read
   std::vector<CommitInfo> commits;
   std::vector<BlockInfo> blocks;
+  // From the footer of a sealed segment of version 4 and later; null for an
+  // unsealed segment (readers rebuild it from the blocks) or an older one.
+  std::shared_ptr<const RunIndex> run_index;
+  // The footer's other known sections, by tag, as stored (their layers
+  // decode them): kFooterSectionReplaces.
+  std::map<uint32_t, std::string> footer_sections;
 };
 
 // Loads the index of the segment in `file`; `name` is used in messages.

@@ -1,5 +1,9 @@
 #include "format/segment_writer.h"
 
+#include <algorithm>
+#include <cassert>
+#include <functional>
+
 #include "codec/codec.h"
 #include "env/path.h"
 #include "util/coding.h"
@@ -57,7 +61,10 @@ Status SegmentWriter::WriteFrame(std::string_view header,
 }
 
 Status SegmentWriter::AddBlock(BlockHeader* h, const std::vector<std::string_view>& raw,
-                               int zstd_level, bool header_last, uint8_t chunk_shift) {
+                               std::span<const uint64_t> run_hashes, int zstd_level,
+                               bool header_last, uint8_t chunk_shift) {
+  assert(std::adjacent_find(run_hashes.begin(), run_hashes.end(), std::greater_equal<>()) ==
+         run_hashes.end());
   const uint64_t frame_offset = offset_;
   std::vector<std::string_view> stored = raw;
   if (h->codec != Codec::kNone) {
@@ -133,6 +140,8 @@ Status SegmentWriter::AddBlock(BlockHeader* h, const std::vector<std::string_vie
   PutFixed<uint32_t>(&entry, 0);
   entry.append(header);
   pending_entries_.push_back(std::move(entry));
+  pending_hashes_.insert(pending_hashes_.end(), run_hashes.begin(), run_hashes.end());
+  pending_hash_ends_.push_back(pending_hashes_.size());
   return Status::OK();
 }
 
@@ -162,6 +171,11 @@ Status SegmentWriter::Commit(int64_t time_ns, bool sync) {
   }
   pending_entries_.clear();
   pending_digests_.clear();
+  const uint64_t base = run_hashes_.size();
+  for (uint64_t end : pending_hash_ends_) run_hash_ends_.push_back(base + end);
+  run_hashes_.insert(run_hashes_.end(), pending_hashes_.begin(), pending_hashes_.end());
+  pending_hash_ends_.clear();
+  pending_hashes_.clear();
   PutFixed<uint64_t>(&commits_, c.sequence);
   PutFixed<int64_t>(&commits_, c.time_ns);
   PutFixed<uint64_t>(&commits_, offset_);
@@ -188,6 +202,10 @@ Status SegmentWriter::Sync() {
   return SyncFile("fdatasync after commit " + std::to_string(commit_seq_));
 }
 
+void SegmentWriter::AddFooterSection(uint32_t tag, uint32_t flags, std::string_view bytes) {
+  sections_.append(EncodeFooterSection(tag, flags, bytes));
+}
+
 Status SegmentWriter::Seal() {
   if (has_uncommitted())
     return Status::FailedPrecondition(path_ + ": seal with uncommitted blocks");
@@ -197,7 +215,14 @@ Status SegmentWriter::Seal() {
   f.commit_count = commit_seq_;
   f.block_count = block_count_;
   f.committed_end = offset_;
-  std::string payload = commits_ + index_;
+  // Version 4: the run index, then the sections added (docs/format.md
+  // "Footer sections").
+  std::string run_index;
+  PutFixed<uint64_t>(&run_index, block_count_);
+  for (uint64_t end : run_hash_ends_) PutFixed<uint64_t>(&run_index, end);
+  for (uint64_t h : run_hashes_) PutFixed<uint64_t>(&run_index, h);
+  std::string payload =
+      commits_ + index_ + EncodeFooterSection(kFooterSectionRunIndex, 0, run_index) + sections_;
   f.payload_len = payload.size();
   f.payload_checksum = Checksum(payload);
   const uint64_t footer_offset = offset_;

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -40,8 +41,12 @@ class SegmentWriter {
   // last piece of `raw`), a block stored uncompressed gets a checksum per
   // 2^chunk_shift bytes of the value data, so that readers can check only
   // what they read (docs/format.md "Value chunks"); 0 for none.
-  Status AddBlock(BlockHeader* header, const std::vector<std::string_view>& raw, int zstd_level,
-                  bool header_last = false, uint8_t chunk_shift = 0);
+  //
+  // `run_hashes` are the distinct RunHash values of the block's runs,
+  // ascending (BlockBuilder::RunHashes), for the footer's run index.
+  Status AddBlock(BlockHeader* header, const std::vector<std::string_view>& raw,
+                  std::span<const uint64_t> run_hashes, int zstd_level, bool header_last = false,
+                  uint8_t chunk_shift = 0);
 
   // Writes a commit record covering every frame since the last one, then,
   // with `sync`, syncs the file. Without it the commit is visible and safe
@@ -58,6 +63,10 @@ class SegmentWriter {
   // writing past `length`; never concurrently with Seal, nor with another
   // SyncPrefix. Records written afterwards know what it made durable.
   Status SyncPrefix(uint64_t length);
+
+  // Adds a section to the footer Seal writes (docs/format.md "Footer
+  // sections"), after the run index, in the order added.
+  void AddFooterSection(uint32_t tag, uint32_t flags, std::string_view bytes);
 
   // Syncs if needed, writes the footer index and trailer and syncs, then
   // closes the file. All blocks must be committed.
@@ -85,8 +94,13 @@ class SegmentWriter {
   std::vector<uint64_t> pending_digests_;     // header checksums since last commit
   std::vector<std::string> pending_entries_;  // footer entries of those frames
   uint64_t commit_seq_ = 0;
-  std::string index_;    // footer payload: block entries so far
-  std::string commits_;  // footer payload: commit entries so far
+  std::vector<uint64_t> pending_hash_ends_;  // run index of those frames
+  std::vector<uint64_t> pending_hashes_;
+  std::string index_;                    // footer payload: block entries so far
+  std::vector<uint64_t> run_hash_ends_;  // footer run index so far
+  std::vector<uint64_t> run_hashes_;
+  std::string sections_;  // footer sections added
+  std::string commits_;   // footer payload: commit entries so far
   uint64_t block_count_ = 0;
   std::string scratch_;
   std::string chunk_table_;

@@ -56,9 +56,10 @@ Status OpenSegment::AddBlock(format::BlockBuilder* builder, bool borrowed, uint6
   const uint64_t before = segment_->size();
   format::BlockHeader h;
   builder->Finish(&h, &pieces_);
+  builder->RunHashes(&run_hashes_);
   // A value of its own (a large value) is large: its header goes last.
   RUNSTORE_RETURN_IF_ERROR(
-      segment_->AddBlock(&h, pieces_, zstd_level_, /*header_last=*/borrowed,
+      segment_->AddBlock(&h, pieces_, run_hashes_, zstd_level_, /*header_last=*/borrowed,
                          borrowed && !IsVarLength(h.dtype) ? format::kValueChunkShift : 0));
   *bytes = segment_->size() - before;
   return Status::OK();

@@ -68,6 +68,7 @@ class OpenSegment {
   uint64_t sealed_predecessor_;  // the last segment this writer saw sealed
   int64_t last_commit_time_ = 0;
   std::vector<std::string_view> pieces_;  // a block's payload, reused
+  std::vector<uint64_t> run_hashes_;      // a block's run index entries, reused
 };
 
 }  // namespace runstore

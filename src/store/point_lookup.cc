@@ -6,7 +6,6 @@
 
 #include "store/snapshot.h"
 #include "store/snapshot_helpers.h"
-#include "util/hash.h"
 
 namespace runstore {
 
@@ -19,17 +18,20 @@ namespace {
 // series' run index instead of reading them one by one.
 constexpr size_t kMaxRangeCandidates = 16;
 
-uint64_t RunHash(const RunRef& run) {
-  if (run.is_string) return XXH3_64bits_withSeed(run.s.data(), run.s.size(), 1);
-  return XXH3_64bits_withSeed(&run.i, sizeof(run.i), 0);
-}
-
 }  // namespace
 
 void SnapshotImpl::EnsureRunIndex(const SeriesEntry& e) const {
   std::call_once(e.run_index_once, [&] {
     for (uint32_t b = 0; b < e.blocks.size(); ++b) {
-      // Keys only: a chunked value is checked when it is read.
+      // A sealed segment's footer has the block's runs (format version 4).
+      const BlockRef& ref = e.blocks[b];
+      if (const auto& ri = segments_[ref.segment]->index.run_index) {
+        for (uint64_t h : ri->Of(ref.block)) e.run_index.emplace_back(h, b);
+        continue;
+      }
+      // Otherwise the block's run column is read (an unsealed segment, or
+      // one of an older version). Keys only: a chunked value is checked when
+      // it is read.
       Result<Payload> p = ReadPayload(e.blocks[b], Check::kAllButValue);
       if (!p.ok()) {
         e.unindexed.push_back(b);
@@ -38,7 +40,7 @@ void SnapshotImpl::EnsureRunIndex(const SeriesEntry& e) const {
       const format::BlockView& v = p->view;
       uint64_t last = 0;
       for (uint32_t r = 0; r < v.count(); ++r) {
-        const uint64_t h = RunHash(v.run(r));
+        const uint64_t h = format::RunHash(v.run(r));
         if (r > 0 && h == last) continue;  // runs come in stretches
         e.run_index.emplace_back(h, b);
         last = h;
@@ -122,7 +124,7 @@ Result<SnapshotImpl::Found> SnapshotImpl::Find(RunRef run, std::string_view name
       RUNSTORE_RETURN_IF_ERROR(consider(e.blocks[e.by_min_key[k]]));
   } else {
     EnsureRunIndex(e);
-    const uint64_t h = RunHash(run);
+    const uint64_t h = format::RunHash(run);
     auto lo = std::lower_bound(e.run_index.begin(), e.run_index.end(), std::make_pair(h, 0u));
     for (; lo != e.run_index.end() && lo->first == h; ++lo) {
       RUNSTORE_RETURN_IF_ERROR(consider(e.blocks[lo->second]));

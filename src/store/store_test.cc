@@ -1199,7 +1199,29 @@ TEST_F(StoreTest, NewerFormatVersionIsRefused) {
   Open();
   std::ofstream(StorePath() + "/RUNSTORE", std::ios::trunc) << "runstore store\nformat_version 7\n";
   EXPECT_THAT(Store::Open(StorePath(), {}),
-              StatusIsWith(StatusCode::kNotSupported, "reads versions 1 to 3"));
+              StatusIsWith(StatusCode::kNotSupported, "reads versions 1 to 4"));
+}
+
+// A sealed segment of this build rewritten as one of a version before footer
+// sections: its footer payload cut after the block entries, with the footer
+// header's and the trailer's fields and checksums to match.
+std::string WithoutFooterSections(const std::string& seg) {
+  const char* trailer = seg.data() + seg.size() - 32;
+  const uint64_t footer = DecodeFixed<uint64_t>(trailer);
+  std::string h = seg.substr(footer, format::kFooterHeaderSize);
+  const uint64_t commits = DecodeFixed<uint64_t>(h.data() + 24);
+  const uint64_t blocks = DecodeFixed<uint64_t>(h.data() + 32);
+  const uint64_t payload_at = footer + 64;
+  uint64_t end = payload_at + 24 * commits;
+  for (uint64_t i = 0; i < blocks; ++i) end += 16 + DecodeFixed<uint32_t>(seg.data() + end + 8);
+  const std::string payload = seg.substr(payload_at, end - payload_at);
+  EncodeFixed<uint64_t>(h.data() + 8, payload.size());
+  EncodeFixed<uint64_t>(h.data() + 16, Checksum(payload));
+  EncodeFixed<uint64_t>(h.data() + 48, Checksum(h.data(), 48));
+  std::string out = seg.substr(0, footer) + h + std::string(8, '\0') + payload;
+  out.resize(AlignUp(out.size(), 64), '\0');
+  out.append(trailer, 32);
+  return out;
 }
 
 // A version 1 segment (no flushes, key columns stored plainly) reads as it
@@ -1217,7 +1239,9 @@ TEST_F(StoreTest, SegmentOfVersionOneIsRead) {
     std::ifstream in(seg, std::ios::binary);
     bytes.assign(std::istreambuf_iterator<char>(in), {});
   }
-  // Version 1 in the header and the trailer, with valid checksums.
+  // Version 1 in the header and the trailer, with valid checksums, and the
+  // footer without the sections of version 4.
+  bytes = WithoutFooterSections(bytes);
   bytes[8] = 1;
   uint64_t sum = Checksum(bytes.data(), 120);
   std::memcpy(bytes.data() + 120, &sum, 8);

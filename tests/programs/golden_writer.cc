@@ -384,6 +384,27 @@ void WriteBetaFirstLife(runstore::Store* store, Model* model) {
   b.Put("beta-run", "text", 0, ValueRef::String("from beta"));
   b.Commit();
   b.Put(10, "count", 0, int32_t{1010});
+  if constexpr (runstore::kFormatVersion >= 4) {
+    // Version 4: the footer's run index. Runs named like the experiments
+    // layer's hashed ids, spread over 20 commits (a block each), so that
+    // every block's key range covers most lookups and they go by the index;
+    // one run written again in the last commit, which wins.
+    auto hashed = [](uint64_t i) {
+      uint64_t z = (i + 1) * 0x9e3779b97f4a7c15ULL;
+      z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+      z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+      z ^= z >> 31;
+      static const char kDigits[] = "0123456789abcdef";
+      std::string id;
+      for (int k = 0; k < 16; ++k) id += kDigits[(z >> (4 * k)) & 15];
+      return id;
+    };
+    for (int c = 0; c < 20; ++c) {
+      b.Commit();
+      for (int j = 0; j < 6; ++j) b.Put(hashed(c * 6 + j), "exp", 0, 1.0 * (c * 6 + j));
+    }
+    b.Put(hashed(3), "exp", 0, -3.0);
+  }
   b.Close();
 }
 
