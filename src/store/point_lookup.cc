@@ -22,6 +22,7 @@ constexpr size_t kMaxRangeCandidates = 16;
 
 void SnapshotImpl::EnsureRunIndex(const SeriesEntry& e) const {
   std::call_once(e.run_index_once, [&] {
+    std::vector<uint64_t> hashes;
     for (uint32_t b = 0; b < e.blocks.size(); ++b) {
       // A sealed segment's footer has the block's runs (format version 4).
       const BlockRef& ref = e.blocks[b];
@@ -37,14 +38,8 @@ void SnapshotImpl::EnsureRunIndex(const SeriesEntry& e) const {
         e.unindexed.push_back(b);
         continue;
       }
-      const format::BlockView& v = p->view;
-      uint64_t last = 0;
-      for (uint32_t r = 0; r < v.count(); ++r) {
-        const uint64_t h = format::RunHash(v.run(r));
-        if (r > 0 && h == last) continue;  // runs come in stretches
-        e.run_index.emplace_back(h, b);
-        last = h;
-      }
+      format::RunHashesOf(p->view, &hashes);
+      for (uint64_t h : hashes) e.run_index.emplace_back(h, b);
     }
     std::sort(e.run_index.begin(), e.run_index.end());
     e.run_index.erase(std::unique(e.run_index.begin(), e.run_index.end()), e.run_index.end());
