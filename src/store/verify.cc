@@ -22,6 +22,10 @@ VerifyReport SnapshotImpl::VerifyAll(
   for (uint32_t si = 0; si < segments_.size(); ++si) {
     const LoadedSegment& seg = *segments_[si];
     ++report.segments;
+    if (Status s = seg.EnsureOpen(); !s.ok()) {
+      report.problems.push_back(s);
+      continue;
+    }
     for (uint32_t bi = 0; bi < seg.index.blocks.size(); ++bi) {
       const format::BlockInfo& info = seg.index.blocks[bi];
       const std::string at = seg.file + ": offset " + std::to_string(info.frame_offset) + ": ";
