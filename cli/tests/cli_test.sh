@@ -1,14 +1,14 @@
-#!/ usr / bin / env bash
-#cli_test.sh : runs every subcommand of the `runstore` program on fixture
-#stores written by make_fixture and checks output, files and exit codes.
+#!/usr/bin/env bash
+# cli_test.sh: runs every subcommand of the `runstore` program on fixture
+# stores written by make_fixture and checks output, files and exit codes.
 #
-#cli_test.sh path / to / runstore path / to / make_fixture
+#   cli_test.sh path/to/runstore path/to/make_fixture
 #
-#Registered with ctest as cli_test(cli / CMakeLists.txt).Needs bash and
-#coreutils; if python3 with numpy is present, the.npy files are also loaded
-#with numpy.load.The tar and Parquet exports, which the Python package does,
-#are checked through `$RUNSTORE_PYTHON - m runstore` (else the project's .venv)
-#when that Python has the package.
+# Registered with ctest as cli_test (cli/CMakeLists.txt). Needs bash and
+# coreutils; if python3 with numpy is present, the .npy files are also loaded
+# with numpy.load. The tar and Parquet exports, which the Python package does,
+# are checked through `$RUNSTORE_PYTHON -m runstore` (else the project's .venv)
+# when that Python has the package.
 set -u
 shopt -s extglob
 
@@ -28,7 +28,8 @@ fail() {
   echo "FAIL [$test_name]: $*"
   failures=$((failures + 1))
 }
-#run CMD... : runs CMD with stdout in $out, stderr in $err, exit code in $rc.
+
+# run CMD...: runs CMD with stdout in $out, stderr in $err, exit code in $rc.
 run() {
   "$@" >"$T/stdout" 2>"$T/stderr"
   rc=$?
@@ -52,41 +53,35 @@ expect_out_has() {
 $out"
 }
 expect_out_lacks() {
-  checks = $((checks + 1)) if grep - qE-- "$1" < < < "$out";
-  then fail "stdout has /$1/";
-  fi
+  checks=$((checks + 1))
+  if grep -qE -- "$1" <<<"$out"; then fail "stdout has /$1/"; fi
 }
-expect_err_has(){checks = $((checks + 1)) grep - qF-- "$1" < < < "$err" || fail
-                          "stderr lacks '$1'; got: $err"} expect_err_empty(){
-    checks = $((checks + 1))[[-z $err]] || fail "stderr not empty: $err"} expect_file_eq(){
-    #path, expected contents checks = $((checks + 1))[[-f $1]] || {fail "missing file $1";
-return;
+expect_err_has() {
+  checks=$((checks + 1))
+  grep -qF -- "$1" <<<"$err" || fail "stderr lacks '$1'; got: $err"
 }
-[[$(cat "$1") == "$2"]] || fail "$1 differs; expected:
-                               $2-- -
-                               got : $(cat "$1") "
+expect_err_empty() {
+  checks=$((checks + 1))
+  [[ -z $err ]] || fail "stderr not empty: $err"
 }
-#Bytes[offset, offset + n) of a file as space - separated hex.
-hex() {
-  od - An - tx1 - j "$2" -
-          N
-          "$3"
-          "$1" |
-      tr - s ' \n' ' ' | sed 's/^ //; s/ $//';
+expect_file_eq() {  # path, expected contents
+  checks=$((checks + 1))
+  [[ -f $1 ]] || { fail "missing file $1"; return; }
+  [[ $(cat "$1") == "$2" ]] || fail "$1 differs; expected:
+$2
+--- got:
+$(cat "$1")"
 }
+# Bytes [offset, offset+n) of a file as space-separated hex.
+hex() { od -An -tx1 -j "$2" -N "$3" "$1" | tr -s ' \n' ' ' | sed 's/^ //; s/ $//'; }
 
-S = $T / good C = $T / corrupt H = $T / corrupt_header test_name = fixtures "$MK" good "$S" || {
-  echo "FAIL: make_fixture good";
-  exit 1;
-}
-read - r corrupt_file corrupt_offset < < ("$MK" corrupt "$C") || {
-  echo "FAIL: make_fixture corrupt";
-  exit 1;
-}
-read - r header_file _ < < ("$MK" corrupt - header "$H") || {
-  echo "FAIL: make_fixture corrupt-header";
-  exit 1;
-}
+S=$T/good
+C=$T/corrupt
+H=$T/corrupt_header
+test_name=fixtures
+"$MK" good "$S" || { echo "FAIL: make_fixture good"; exit 1; }
+read -r corrupt_file corrupt_offset < <("$MK" corrupt "$C") || { echo "FAIL: make_fixture corrupt"; exit 1; }
+read -r header_file _ < <("$MK" corrupt-header "$H") || { echo "FAIL: make_fixture corrupt-header"; exit 1; }
 [[ $corrupt_file == segments/*.rss && -n $corrupt_offset ]] || fail "make_fixture corrupt printed '$corrupt_file $corrupt_offset'"
 # A fingerprint of the store, to check that no command writes to it.
 fingerprint() { (cd "$1" && find . -print0 | sort -z | xargs -0 ls -ld --time-style=+%s.%N && find . -type f -print0 | sort -z | xargs -0 cksum); }
