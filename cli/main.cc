@@ -86,6 +86,7 @@ int Main(int argc, char** argv, std::string* command) {
   RegisterCat(app, &chosen);
   RegisterGet(app, &chosen);
   RegisterVerify(app, &chosen);
+  RegisterCatalog(app, &chosen);
   RegisterExport(app, &chosen);
   RegisterImport(app, &chosen);
 
