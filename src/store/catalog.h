@@ -65,6 +65,7 @@ class Catalog {
                       const std::map<std::string, CatalogEntry>& entries);
 
   const CatalogEntry* Find(std::string_view name) const;
+  const std::map<std::string, CatalogEntry, std::less<>>& entries() const { return entries_; }
   size_t size() const { return entries_.size(); }
 
  private:

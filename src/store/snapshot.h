@@ -161,6 +161,11 @@ class SnapshotImpl final : public Snapshot {
   bool HiddenByResume(const RunRef& run, int64_t step, const CommitOrder& order) const;
   bool BlockMayBeHidden(const BlockRef& b) const;
   Status ComputePlan(const SeriesEntry& e) const;
+  // Whether the blocks by_min_key[i..j) of `e` provably share no key by the
+  // footers' run indexes alone: none repeats a key (its keys ascend, or it
+  // has a run per record), none may be hidden by a resume marker (unless
+  // `reserved`), and no run hash is in two of them.
+  bool GroupSharesNoRun(const SeriesEntry& e, size_t i, size_t j, bool reserved) const;
   // The block and row of the visible record under (run, name, step), its
   // payload read with `check`.
   struct Found {
