@@ -262,6 +262,17 @@ class Store:
         self._core.refresh()
         return self
 
+    def write_catalog(self) -> int:
+        """Writes the store's catalog and returns the number of sealed segments in it.
+
+        The catalog (``<store>/CATALOG``) caches every sealed segment's index, so that opening
+        a store of many segments reads one file instead of every segment's footer. It is only a
+        cache: an entry is used while its segment's size, modification time and inode are
+        unchanged, and a store opened for writing rewrites it when the store has grown by a
+        quarter. Raises ``RuntimeError`` for a store opened read-only.
+        """
+        return self._core.write_catalog()
+
     def names(self) -> list[str]:
         """Names of the series with at least one visible record, sorted."""
         return self._core.names()

@@ -783,6 +783,17 @@ void BindStore(nb::module_& m) {
           },
           "Drops the pages of the snapshot's mapped segments from resident memory; arrays "
           "already returned stay valid (their pages are read again when touched).")
+      .def(
+          "write_catalog",
+          [](PyStore& self) {
+            std::optional<Result<uint64_t>> r;
+            {
+              nb::gil_scoped_release nogil;
+              r.emplace(self.store()->WriteCatalog());
+            }
+            return Unwrap(std::move(*r));
+          },
+          "Writes the store's catalog; returns the number of sealed segments in it.")
       .def("names", &PyStore::Names, "include_reserved"_a = false,
            "Names of the series with visible records, sorted.")
       .def("runs", &PyStore::Runs,
