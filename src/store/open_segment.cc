@@ -4,15 +4,17 @@
 #include <utility>
 
 #include "format/format.h"
+#include "store/staging.h"
 
 namespace runstore {
 
 OpenSegment::OpenSegment(Env* env, std::string segments_dir, std::string writer_id, int zstd_level,
-                         uint64_t next_seq, uint64_t sealed_predecessor)
+                         uint64_t next_seq, uint64_t sealed_predecessor, std::string claim_dir)
     : env_(env),
       segments_dir_(std::move(segments_dir)),
       writer_id_(std::move(writer_id)),
       zstd_level_(zstd_level),
+      claim_dir_(std::move(claim_dir)),
       next_seq_(next_seq),
       sealed_predecessor_(sealed_predecessor) {}
 
@@ -30,7 +32,21 @@ Status OpenSegment::Create() {
   constexpr int kMaxNumbersTaken = 100000;
   for (int taken = 0;; ++taken) {
     h.sequence = next_seq_;
-    const std::string path = segments_dir_ + "/" + format::SegmentFileName(writer_id_, next_seq_);
+    const std::string name = format::SegmentFileName(writer_id_, next_seq_);
+    const std::string path = segments_dir_ + "/" + name;
+    if (!claim_dir_.empty()) {
+      // Staging: the number is claimed in the shared store, where every
+      // node's writers meet; the claim is durable before the staged file
+      // exists, so a staged segment always has its placeholder.
+      Status claim = staging::ClaimSegment(env_, claim_dir_, name);
+      if (claim.code() == StatusCode::kAlreadyExists) {
+        if (taken == kMaxNumbersTaken) return claim;
+        ++next_seq_;
+        continue;
+      }
+      RUNSTORE_RETURN_IF_ERROR(claim);
+      RUNSTORE_RETURN_IF_ERROR(env_->SyncDir(claim_dir_));
+    }
     auto seg = format::SegmentWriter::Create(env_, path, h);
     if (seg.ok()) {
       segment_ = std::move(seg).value();
@@ -86,6 +102,11 @@ Status OpenSegment::Commit(bool sync, int64_t time_ns, uint64_t* sync_length, bo
 
 bool OpenSegment::WantsRoll(uint64_t segment_bytes, size_t index_bytes) const {
   return segment_ && (segment_->size() >= segment_bytes || segment_->index_bytes() >= index_bytes);
+}
+
+std::string OpenSegment::last_sealed_name() const {
+  return sealed_predecessor_ == 0 ? std::string()
+                                  : format::SegmentFileName(writer_id_, sealed_predecessor_);
 }
 
 Status OpenSegment::Seal() {
