@@ -22,6 +22,7 @@ void RegisterVerify(CLI::App& app, ChosenCommand* chosen);  // cmd_verify.cc
 void RegisterExport(CLI::App& app, ChosenCommand* chosen);  // cmd_export.cc
 // `import` and its command tar.
 void RegisterImport(CLI::App& app, ChosenCommand* chosen);  // cmd_export.cc
+void RegisterSync(CLI::App& app, ChosenCommand* chosen);    // cmd_sync.cc
 
 }  // namespace runstore::cli
 
