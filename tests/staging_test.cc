@@ -189,11 +189,19 @@ TEST(StagingWriterTest, ShippedTicketAndWaitForShippedMakeACommitVisibleInTheSto
   Contents got;
   ASSERT_OK(ReadStore(Env::Default(), path, &got));
   EXPECT_TRUE(got.empty()) << "committed in staging, not shipped yet";
+  // A reader that refreshes while the store holds only the empty placeholder
+  // must see the segment once it is renamed over it.
+  ASSERT_OK_AND_ASSIGN(auto reader, Store::Open(path, {.read_only = true}));
+  ASSERT_OK_AND_ASSIGN(auto before, reader->Refresh());
+  EXPECT_EQ(before->ListSegments().size(), 1u);
   EXPECT_LT(w->ShippedTicket(), t);
   ASSERT_OK(w->WaitForShipped(t));
   EXPECT_GE(w->ShippedTicket(), t);
   ASSERT_OK(ReadStore(Env::Default(), path, &got));
   EXPECT_EQ(got.size(), 1u);
+  ASSERT_OK_AND_ASSIGN(auto after, reader->Refresh());
+  ASSERT_OK_AND_ASSIGN(Value v, after->Get(1, "x", 0));
+  EXPECT_EQ(v.scalar<double>(), 1.0);
   EXPECT_THAT(w->WaitForShipped(t + 5), testing::StatusIs(StatusCode::kInvalidArgument));
   // The writer goes on in a new segment.
   ASSERT_OK(w->Append(2, "x", 0, 2.0));

@@ -163,7 +163,11 @@ class StoreImpl final : public Store {
     const std::string rel = std::string(kSegmentsDir) + "/" + name;
     auto seg = std::make_shared<LoadedSegment>();
     seg->file = rel;
-    if (old) {
+    // A segment read with no commit yet is opened afresh: with staging it is
+    // the placeholder that claims its number, which the publication replaces
+    // by a rename, so the old handle would read the empty file forever
+    // (docs/design.md#staging). Nothing of it is mapped that could go stale.
+    if (old && !old->index.commits.empty()) {
       seg->handle = old->handle;
       seg->index = old->index;
       RUNSTORE_RETURN_IF_ERROR(format::RefreshSegmentIndex(*seg->handle, rel, &seg->index));
