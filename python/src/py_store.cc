@@ -114,8 +114,7 @@ PyStore::PyStore(const std::string& path, bool read_only, bool create, bool skip
 PyWriter* PyStore::NewWriter(nb::handle writer_id, nb::handle buffer_bytes, nb::handle codec,
                              nb::handle zstd_level, nb::handle commit_every_s,
                              nb::handle commit_every_bytes, nb::handle segment_bytes,
-                             bool allow_reserved, nb::handle staging_dir,
-                             nb::handle ship_every_s) {
+                             bool allow_reserved, nb::handle staging_dir, nb::handle ship_every_s) {
   WriterOptions o;
   // Private: lets the runstore package write its '~design/...' and
   // '~status/...' records (docs/experiments.md); not documented for users.
@@ -808,9 +807,8 @@ void BindStore(nb::module_& m) {
       .def("writer", &PyStore::NewWriter, nb::kw_only(), "writer_id"_a = nb::none(),
            "buffer_bytes"_a = nb::none(), "codec"_a = nb::none(), "zstd_level"_a = nb::none(),
            "commit_every_s"_a = nb::none(), "commit_every_bytes"_a = nb::none(),
-           "segment_bytes"_a = nb::none(), "allow_reserved"_a = false,
-           "staging_dir"_a = nb::none(), "ship_every_s"_a = nb::none(),
-           nb::rv_policy::take_ownership,
+           "segment_bytes"_a = nb::none(), "allow_reserved"_a = false, "staging_dir"_a = nb::none(),
+           "ship_every_s"_a = nb::none(), nb::rv_policy::take_ownership,
            nb::sig(
                "def writer(self, *, writer_id: str | None = None, buffer_bytes: int | None = None, "
                "codec: str | None = None, zstd_level: int | None = None, "
