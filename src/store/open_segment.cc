@@ -4,17 +4,16 @@
 #include <utility>
 
 #include "format/format.h"
-#include "store/staging.h"
 
 namespace runstore {
 
 OpenSegment::OpenSegment(Env* env, std::string segments_dir, std::string writer_id, int zstd_level,
-                         uint64_t next_seq, uint64_t sealed_predecessor, std::string claim_dir)
+                         uint64_t next_seq, uint64_t sealed_predecessor, staging::Shipper* claimer)
     : env_(env),
       segments_dir_(std::move(segments_dir)),
       writer_id_(std::move(writer_id)),
       zstd_level_(zstd_level),
-      claim_dir_(std::move(claim_dir)),
+      claimer_(claimer),
       next_seq_(next_seq),
       sealed_predecessor_(sealed_predecessor) {}
 
@@ -32,21 +31,14 @@ Status OpenSegment::Create() {
   constexpr int kMaxNumbersTaken = 100000;
   for (int taken = 0;; ++taken) {
     h.sequence = next_seq_;
-    const std::string name = format::SegmentFileName(writer_id_, next_seq_);
-    const std::string path = segments_dir_ + "/" + name;
-    if (!claim_dir_.empty()) {
+    if (claimer_ != nullptr) {
       // Staging: the number is claimed in the shared store, where every
-      // node's writers meet; the claim is durable before the staged file
-      // exists, so a staged segment always has its placeholder.
-      Status claim = staging::ClaimSegment(env_, claim_dir_, name);
-      if (claim.code() == StatusCode::kAlreadyExists) {
-        if (taken == kMaxNumbersTaken) return claim;
-        ++next_seq_;
-        continue;
-      }
-      RUNSTORE_RETURN_IF_ERROR(claim);
-      RUNSTORE_RETURN_IF_ERROR(env_->SyncDir(claim_dir_));
+      // node's writers meet, durably, before the staged file exists; the
+      // shipper claims it ahead of need, off this thread.
+      RUNSTORE_ASSIGN_OR_RETURN(next_seq_, claimer_->TakeClaim(next_seq_));
+      h.sequence = next_seq_;
     }
+    const std::string path = segments_dir_ + "/" + format::SegmentFileName(writer_id_, next_seq_);
     auto seg = format::SegmentWriter::Create(env_, path, h);
     if (seg.ok()) {
       segment_ = std::move(seg).value();

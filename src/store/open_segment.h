@@ -19,6 +19,7 @@
 #include "format/segment_writer.h"
 #include "runstore/env.h"
 #include "runstore/status.h"
+#include "store/staging.h"
 
 namespace runstore {
 
@@ -26,11 +27,11 @@ class OpenSegment {
  public:
   // Segments go to `segments_dir` as <writer_id>-<seq>.rss, from number
   // `next_seq` on; the first names `sealed_predecessor` (0: none) in its
-  // header. With a `claim_dir` (node-local staging, docs/design.md#staging),
-  // `segments_dir` is the staging directory and each number is claimed in
-  // `claim_dir`, the store's segments/, by an empty placeholder.
+  // header. With a `claimer` (node-local staging, docs/design.md#staging),
+  // `segments_dir` is the staging directory and each number is one the
+  // claimer claimed in the store's segments/ by an empty placeholder.
   OpenSegment(Env* env, std::string segments_dir, std::string writer_id, int zstd_level,
-              uint64_t next_seq, uint64_t sealed_predecessor, std::string claim_dir = "");
+              uint64_t next_seq, uint64_t sealed_predecessor, staging::Shipper* claimer = nullptr);
 
   // Writes the block of `builder` (creating a segment when none is open);
   // with `borrowed`, a value of its own written from the caller's memory,
@@ -68,7 +69,7 @@ class OpenSegment {
   const std::string segments_dir_;
   const std::string writer_id_;
   const int zstd_level_;
-  const std::string claim_dir_;  // empty: numbers are claimed in segments_dir_
+  staging::Shipper* const claimer_;  // null: numbers are claimed in segments_dir_
   std::unique_ptr<format::SegmentWriter> segment_;
   uint64_t next_seq_;            // the number to try for the next segment
   uint64_t segment_seq_ = 0;     // the number of segment_

@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "format/format.h"
 #include "runstore/sync.h"
 
 namespace runstore {
@@ -280,12 +281,14 @@ Status Lease::Stop() {
 // ---- Shipper.
 
 Shipper::Shipper(Env* env, std::string staging_dir, std::string segments_dir, std::string token,
-                 std::unique_ptr<Lease> lease)
+                 std::unique_ptr<Lease> lease, std::string writer_id, uint64_t first_seq)
     : env_(env),
       staging_dir_(std::move(staging_dir)),
       segments_dir_(std::move(segments_dir)),
       token_(std::move(token)),
-      lease_(std::move(lease)) {
+      writer_id_(std::move(writer_id)),
+      lease_(std::move(lease)),
+      claim_from_(first_seq) {
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -300,6 +303,51 @@ void Shipper::Enqueue(std::string name, uint64_t ticket) {
 uint64_t Shipper::shipped() const {
   MutexLock lock(&mu_);
   return shipped_;
+}
+
+Result<uint64_t> Shipper::ClaimFrom(uint64_t from) {
+  // Another writer with the same id (on this node or another) may hold the
+  // next numbers: take the first free one (docs/design.md#writer-ids).
+  constexpr uint64_t kMaxNumbersTaken = 100000;
+  for (uint64_t seq = from;; ++seq) {
+    const std::string name = format::SegmentFileName(writer_id_, seq);
+    Status s = ClaimSegment(env_, segments_dir_, name);
+    if (s.ok()) {
+      // Durable before the staged file exists, so that a staged segment
+      // always has its placeholder after a power cut.
+      RUNSTORE_RETURN_IF_ERROR(env_->SyncDir(segments_dir_));
+      return seq;
+    }
+    if (s.code() != StatusCode::kAlreadyExists || seq - from == kMaxNumbersTaken) {
+      return s.WithContext("claiming a segment number for writer '" + writer_id_ + "'");
+    }
+  }
+}
+
+Result<uint64_t> Shipper::TakeClaim(uint64_t from) {
+  MutexLock lock(&mu_);
+  while (true) {
+    if (!claimed_ && !claim_wanted_ && claim_error_.ok()) {
+      claim_from_ = std::max(claim_from_, from);
+      claim_wanted_ = true;
+      cv_.SignalAll();
+    }
+    while (!claimed_ && claim_error_.ok()) cv_.Wait(&mu_);
+    if (!claim_error_.ok()) {
+      Status s = claim_error_;
+      claim_error_ = Status::OK();  // the next roll tries again
+      claim_wanted_ = false;
+      return s;
+    }
+    const uint64_t seq = *claimed_;
+    claimed_.reset();
+    claim_from_ = std::max(claim_from_, seq + 1);
+    claim_wanted_ = true;  // the next segment's, ahead of need
+    cv_.SignalAll();
+    if (seq >= from) return seq;
+    // Claimed before the writer moved past it (its staged name was taken):
+    // an empty placeholder, read as an empty segment.
+  }
 }
 
 Status Shipper::status() const {
@@ -338,7 +386,23 @@ Status Shipper::ShipOne(const std::string& name) {
 void Shipper::Loop() {
   MutexLock lock(&mu_);
   while (true) {
-    while (queue_.empty() && !stop_) cv_.Wait(&mu_);
+    while (queue_.empty() && !stop_ && !ClaimWantedLocked()) cv_.Wait(&mu_);
+    // A claim first: a roll may be waiting for it, and it is quick.
+    if (ClaimWantedLocked()) {
+      const uint64_t from = claim_from_;
+      mu_.Unlock();
+      Result<uint64_t> seq = ClaimFrom(from);
+      mu_.Lock();
+      claim_wanted_ = false;
+      if (seq.ok()) {
+        claimed_ = *seq;
+        claim_from_ = *seq + 1;
+      } else {
+        claim_error_ = seq.status();
+      }
+      cv_.SignalAll();
+      continue;
+    }
     if (queue_.empty()) break;
     Item item = queue_.front();
     if (!item.name.empty() && error_.ok()) {
@@ -370,6 +434,12 @@ Status Shipper::Close() {
   if (thread_.joinable()) thread_.join();
   MutexLock lock(&mu_);
   lease = std::move(lease_);
+  // The number claimed ahead and never used: its placeholder would be an
+  // empty segment for ever. (A crash leaves it so; that is harmless.)
+  if (claimed_) {
+    (void)env_->RemoveFile(segments_dir_ + "/" + format::SegmentFileName(writer_id_, *claimed_));
+    claimed_.reset();
+  }
   // The lease goes last: once it is gone a sync may take what is left in
   // staging for a dead writer's (a shipping error leaves segments there).
   if (lease) {

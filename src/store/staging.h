@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -114,13 +115,16 @@ class Lease {
 };
 
 // A writer's shipping thread: publishes the sealed segments it is given, in
-// order, and removes each from staging once its publication is durable.
-// Never blocks its callers on the shared file system.
+// order, and removes each from staging once its publication is durable; and
+// claims the numbers of the writer's next segments in the store ahead of
+// need, so that a roll does not wait for the shared file system either.
 class Shipper {
  public:
   // `lease` protects the writer's open segment in staging; Close stops it.
+  // Claims are for segments of `writer_id`, from number `first_seq` on; the
+  // first is claimed at once.
   Shipper(Env* env, std::string staging_dir, std::string segments_dir, std::string token,
-          std::unique_ptr<Lease> lease);
+          std::unique_ptr<Lease> lease, std::string writer_id, uint64_t first_seq);
   ~Shipper();
   Shipper(const Shipper&) = delete;
   Shipper& operator=(const Shipper&) = delete;
@@ -135,6 +139,10 @@ class Shipper {
   // Waits until `ticket` is shipped, or returns the error that stopped the
   // shipping (the segment stays in staging for `runstore sync`).
   Status WaitShipped(uint64_t ticket) RUNSTORE_EXCLUDES(mu_);
+  // A number >= `from` claimed (durably) in the store for the writer's next
+  // segment: the one claimed ahead, or, if none is ready, one claimed now.
+  // Starts claiming the one after. Not after Close.
+  Result<uint64_t> TakeClaim(uint64_t from) RUNSTORE_EXCLUDES(mu_);
   // The error that stopped shipping, or OK.
   Status status() const RUNSTORE_EXCLUDES(mu_);
   // Whether nothing is queued or being shipped.
@@ -145,12 +153,18 @@ class Shipper {
  private:
   void Loop() RUNSTORE_EXCLUDES(mu_);
   Status ShipOne(const std::string& name);
+  // Claims the first free number from `from` on and syncs the directory.
+  Result<uint64_t> ClaimFrom(uint64_t from);
+  bool ClaimWantedLocked() const RUNSTORE_REQUIRES(mu_) {
+    return claim_wanted_ && !claimed_ && claim_error_.ok() && !stop_;
+  }
 
   // ---- Constant after construction.
   Env* const env_;
   const std::string staging_dir_;
   const std::string segments_dir_;
   const std::string token_;
+  const std::string writer_id_;
 
   // ---- Protected by mu_.
   mutable Mutex mu_;
@@ -165,6 +179,12 @@ class Shipper {
   bool stop_ RUNSTORE_GUARDED_BY(mu_) = false;
   bool closed_ RUNSTORE_GUARDED_BY(mu_) = false;
   std::unique_ptr<Lease> lease_ RUNSTORE_GUARDED_BY(mu_);
+  // Claims: the next number to try, whether the thread should claim one,
+  // the one claimed ahead and not taken yet, the error of the last claim.
+  uint64_t claim_from_ RUNSTORE_GUARDED_BY(mu_);
+  bool claim_wanted_ RUNSTORE_GUARDED_BY(mu_) = true;
+  std::optional<uint64_t> claimed_ RUNSTORE_GUARDED_BY(mu_);
+  Status claim_error_ RUNSTORE_GUARDED_BY(mu_);
 
   std::thread thread_;
 };

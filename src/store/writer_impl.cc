@@ -186,7 +186,8 @@ Result<std::unique_ptr<Writer>> WriterImpl::Open(Env* env, std::string segments_
     const std::string token = staging::NewOwnerToken();
     RUNSTORE_ASSIGN_OR_RETURN(auto lease,
                               staging::Lease::Start(env, dir, token, "writer", options.writer_id));
-    shipper = std::make_unique<staging::Shipper>(env, dir, segments_dir, token, std::move(lease));
+    shipper = std::make_unique<staging::Shipper>(env, dir, segments_dir, token, std::move(lease),
+                                                 options.writer_id, next_seq);
   }
   std::unique_ptr<WriterImpl> impl(new WriterImpl(env, std::move(segments_dir), options,
                                                   std::move(existing), next_seq, sealed_predecessor,
@@ -203,8 +204,7 @@ WriterImpl::WriterImpl(Env* env, std::string segments_dir, const WriterOptions& 
       shipper_(std::move(shipper)),
       queue_(options.buffer_bytes, options.block_bytes),
       open_(env, shipper_ ? *options.staging_dir : segments_dir, options.writer_id,
-            options.zstd_level, next_seq, sealed_predecessor,
-            shipper_ ? segments_dir : std::string()) {
+            options.zstd_level, next_seq, sealed_predecessor, shipper_.get()) {
   bg_ = std::thread([this] { BackgroundLoop(); });
   sync_thread_ = std::thread([this] { SyncLoop(); });
 }
