@@ -48,10 +48,14 @@ int RunSync(const SyncCommandOptions& o) {
     for (const std::string& n : r.skipped)
       std::cout << "skipped " << n << " (its writer is alive)\n";
     for (const std::string& n : r.cleaned) std::cout << "cleaned " << n << "\n";
-    std::cout << (s.ok() ? "ok: " : "stopped: ") << r.shipped.size() << " shipped ("
-              << r.bytes_shipped << " bytes), " << r.already_published.size()
-              << " already published, " << r.skipped.size() << " skipped, " << r.cleaned.size()
-              << " cleaned\n";
+    const bool did_something = !r.shipped.empty() || !r.already_published.empty() ||
+                               !r.skipped.empty() || !r.cleaned.empty();
+    if (s.ok() || did_something) {
+      std::cout << (s.ok() ? "ok: " : "stopped: ") << r.shipped.size() << " shipped ("
+                << r.bytes_shipped << " bytes), " << r.already_published.size()
+                << " already published, " << r.skipped.size() << " skipped, " << r.cleaned.size()
+                << " cleaned\n";
+    }
   }
   if (!s.ok()) return ReportError(kCmd, s);
   return kExitOk;

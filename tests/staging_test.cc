@@ -564,6 +564,10 @@ TEST(StagingSyncTest, ErrorsNameWhatIsMissing) {
               testing::StatusIs(StatusCode::kNotFound));
   EXPECT_THAT(SyncStaging(dir.path(), dir.path() + "/nostore", Forced(nullptr), nullptr),
               testing::StatusIs(StatusCode::kNotFound));
+  SyncOptions too_short;
+  too_short.wait_s = StagingLeaseBeatSeconds();  // one beat could be missed by chance
+  EXPECT_THAT(SyncStaging(dir.path(), dir.path(), too_short, nullptr),
+              testing::StatusIs(StatusCode::kInvalidArgument));
 }
 
 }  // namespace

@@ -69,6 +69,9 @@ expect_rc 3
 expect_err "$T/notastore is not a runstore store"
 run "$RS" sync --force --wait 1 "$T/local" "$T/notastore"
 expect_rc 1
+run "$RS" sync --wait 0.2 "$T/local" "$T/notastore"
+expect_rc 5
+expect_err "at least 1 s (two beats)"
 
 test_name="killed writer"
 start_writer 0 30

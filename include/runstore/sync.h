@@ -33,7 +33,11 @@ struct SyncOptions {
   Env* env = nullptr;
   // How long to watch the leases for a beat: a writer whose lease does not
   // change in this time is taken for dead. Must exceed the beat interval
-  // (StagingLeaseBeatSeconds()) by a margin for a loaded machine.
+  // (StagingLeaseBeatSeconds()) by a margin for a loaded machine; less than
+  // two beats is InvalidArgument. A writer whose lease thread is stalled for
+  // longer than this (a machine swapping hard, a process stopped with
+  // SIGSTOP) is taken for dead: its open segment's committed prefix is
+  // shipped, and its own later publication of that segment then fails.
   double wait_s = 5;
   // Take every writer for dead without watching: for when the caller knows
   // that no writer uses the staging directory (a job's epilogue, after its

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <map>
 #include <set>
 #include <thread>
@@ -143,7 +144,7 @@ class Syncer {
     std::vector<std::map<std::string, LeaseState>> reads;
     RUNSTORE_ASSIGN_OR_RETURN(auto l0, ReadLeases(env_, staging_, token_));
     reads.push_back(std::move(l0));
-    if (!options_.force && options_.wait_s > 0) {
+    if (!options_.force) {
       std::this_thread::sleep_for(std::chrono::duration<double>(options_.wait_s));
       RUNSTORE_ASSIGN_OR_RETURN(auto l1, ReadLeases(env_, staging_, token_));
       reads.push_back(std::move(l1));
@@ -266,7 +267,15 @@ class Syncer {
 Status SyncStaging(const std::string& staging_dir, const std::string& store_path,
                    const SyncOptions& options, SyncReport* report) {
   SyncReport local;
-  if (options.wait_s < 0) return Status::InvalidArgument("sync wait_s is negative");
+  // Watching for less than two beats would take live writers for dead.
+  if (!options.force && !(options.wait_s >= 2 * StagingLeaseBeatSeconds())) {
+    char msg[200];
+    std::snprintf(msg, sizeof(msg),
+                  "sync must watch the leases for at least %g s (two beats) to tell live writers "
+                  "from dead ones, got a wait of %g s; use force if no writer can be running",
+                  2 * StagingLeaseBeatSeconds(), options.wait_s);
+    return Status::InvalidArgument(msg);
+  }
   Syncer syncer(options.env ? options.env : Env::Default(), staging_dir, store_path, options,
                 report ? report : &local);
   return syncer.Run(store_path);
