@@ -558,6 +558,28 @@ TEST(StagingSyncTest, ALiveWritersOpenSegmentIsSkippedAndShippedByItsWriterLater
   EXPECT_TRUE(Names(Env::Default(), local).empty());
 }
 
+TEST(StagingSyncTest, APublishedSegmentWithOtherBytesIsNeverReplaced) {
+  TempDir dir;
+  int commits = 0;
+  MakeLeftovers(dir.path(), &commits);
+  const std::string local = dir.path() + "/local", store = dir.path() + "/store";
+  // Another writer's bytes where a staged segment's placeholder was.
+  std::string staged_name;
+  for (const std::string& n : Names(Env::Default(), local)) {
+    if (n.ends_with(".rss")) staged_name = n;
+  }
+  ASSERT_FALSE(staged_name.empty());
+  const std::string target = store + "/segments/" + staged_name;
+  ASSERT_OK(WriteFileAtomically(Env::Default(), target, std::string(300, 'x')));
+  SyncReport r;
+  Status s = SyncStaging(local, store, Forced(nullptr), &r);
+  EXPECT_THAT(s, testing::StatusIs(StatusCode::kAlreadyExists));
+  EXPECT_NE(s.message().find(target), std::string::npos) << s.ToString();
+  ASSERT_OK_AND_ASSIGN(std::string after, ReadFileToString(Env::Default(), target));
+  EXPECT_EQ(after, std::string(300, 'x'));
+  EXPECT_OK(Env::Default()->FileExists(local + "/" + staged_name));  // kept for a human
+}
+
 TEST(StagingSyncTest, ErrorsNameWhatIsMissing) {
   TempDir dir;
   EXPECT_THAT(SyncStaging(dir.path() + "/nope", dir.path(), Forced(nullptr), nullptr),
