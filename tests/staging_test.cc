@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "format/format.h"
+#include "format/segment_reader.h"
 #include "runstore/store.h"
 #include "runstore/sync.h"
 #include "testing/fault_injection_env.h"
@@ -334,34 +335,39 @@ SyncOptions Forced(Env* env) {
 
 TEST(StagingCrashTest, CrashAfterEveryOperationOfShippingThenSyncLosesAndDuplicatesNothing) {
   int problems = 0, points = 0;
-  bool finished = false;
-  for (uint64_t k = 1; !finished && k < 20000; ++k) {
-    auto mem = NewMemEnv();
-    FaultInjectionEnv env(mem.get());
-    ASSERT_OK(env.CreateDir("/local"));
-    { ASSERT_OK_AND_ASSIGN(auto s, Store::Open("/store", {.env = &env})); }
-    env.ResetCounters();
-    env.CrashAfter(k);
-    const int acked = RunStagingWriter(&env);
-    finished = !env.crashed();
-    ASSERT_OK(env.SimulatePowerLoss(DropMode::kDropUnsynced, k));
-    ++points;
-    SyncReport report;
-    Status s = SyncStaging("/local", "/store", Forced(&env), &report);
-    if (!s.ok()) {
-      if (problems++ < 5) ADD_FAILURE() << "crash point " << k << ": sync: " << s.ToString();
-      continue;
+  // Unsynced bytes dropped, as the brief of this test; then torn into
+  // garbage, which a sync must read as torn tails too.
+  for (const DropMode mode : {DropMode::kDropUnsynced, DropMode::kTornGarbage}) {
+    bool finished = false;
+    for (uint64_t k = 1; !finished && k < 20000; ++k) {
+      auto mem = NewMemEnv();
+      FaultInjectionEnv env(mem.get());
+      ASSERT_OK(env.CreateDir("/local"));
+      { ASSERT_OK_AND_ASSIGN(auto s, Store::Open("/store", {.env = &env})); }
+      env.ResetCounters();
+      env.CrashAfter(k);
+      const int acked = RunStagingWriter(&env);
+      finished = !env.crashed();
+      ASSERT_OK(env.SimulatePowerLoss(mode, k));
+      ++points;
+      const std::string where = std::string(mode == DropMode::kDropUnsynced ? "dropped" : "torn") +
+                                ", crash point " + std::to_string(k);
+      SyncReport report;
+      Status s = SyncStaging("/local", "/store", Forced(&env), &report);
+      if (!s.ok()) {
+        if (problems++ < 5) ADD_FAILURE() << where << ": sync: " << s.ToString();
+        continue;
+      }
+      CheckRecovered(&env, DurablePrefix(acked), kCrashCommits, where, &problems);
+      if (finished) {
+        EXPECT_EQ(acked, kCrashCommits);
+      }
     }
-    CheckRecovered(&env, DurablePrefix(acked), kCrashCommits, "crash point " + std::to_string(k),
-                   &problems);
-    if (finished) {
-      EXPECT_EQ(acked, kCrashCommits);
-    }
+    EXPECT_TRUE(finished);
   }
-  EXPECT_TRUE(finished);
   std::printf(
-      "staging: %d crash points of a staging writer tested (power loss, unsynced "
-      "data dropped), %d problems\n",
+      "staging: %d crash points of a staging writer tested (power loss; unsynced "
+      "data dropped, then torn into garbage), %d problems\n",
       points, problems);
   EXPECT_EQ(problems, 0);
 }
@@ -370,7 +376,8 @@ TEST(StagingCrashTest, CrashAfterEveryOperationOfSyncThenSyncAgainLosesAndDuplic
   // Leftovers made by killing a staging writer part way (every operation
   // after `kill_at` refused, the page cache kept), then a sync crashed after
   // each of its operations, a power cut, and a sync again.
-  int problems = 0, points = 0, setups_with_sealed = 0, points_shipping = 0;
+  int problems = 0, points = 0, setups_with_content = 0, setups_with_sealed = 0,
+      points_shipping = 0;
   uint64_t total = 0;  // the operations of a writer that is not killed
   {
     auto mem = NewMemEnv();
@@ -381,58 +388,66 @@ TEST(StagingCrashTest, CrashAfterEveryOperationOfSyncThenSyncAgainLosesAndDuplic
     ASSERT_EQ(RunStagingWriter(&env), kCrashCommits);
     total = env.operation_count();
   }
-  for (const uint64_t kill_at : {total / 4, total / 2, total * 3 / 4}) {
-    bool finished = false;
-    for (uint64_t k = 1; !finished && k < 5000; ++k) {
-      auto mem = NewMemEnv();
-      FaultInjectionEnv env(mem.get());
-      ASSERT_OK(env.CreateDir("/local"));
-      { ASSERT_OK_AND_ASSIGN(auto s, Store::Open("/store", {.env = &env})); }
-      env.ResetCounters();
-      env.CrashAfter(kill_at);
-      const int acked = RunStagingWriter(&env);
-      env.ResetCounters();  // a kill, not a power cut: the OS kept everything
-      if (k == 1) {
-        for (const std::string& n : Names(&env, "/local")) {
-          auto f = env.NewRandomAccessFile("/local/" + n);
-          if (n.ends_with(".rss") && f.ok() && (*f)->Size().ok() && *(*f)->Size() > 0) {
-            ++setups_with_sealed;
-            break;
+  for (const DropMode mode : {DropMode::kDropUnsynced, DropMode::kTornGarbage}) {
+    for (uint64_t eighth = 1; eighth < 8; ++eighth) {
+      const uint64_t kill_at = total * eighth / 8;
+      bool finished = false;
+      for (uint64_t k = 1; !finished && k < 5000; ++k) {
+        auto mem = NewMemEnv();
+        FaultInjectionEnv env(mem.get());
+        ASSERT_OK(env.CreateDir("/local"));
+        { ASSERT_OK_AND_ASSIGN(auto s, Store::Open("/store", {.env = &env})); }
+        env.ResetCounters();
+        env.CrashAfter(kill_at);
+        const int acked = RunStagingWriter(&env);
+        env.ResetCounters();  // a kill, not a power cut: the OS kept everything
+        if (k == 1 && mode == DropMode::kDropUnsynced) {
+          bool content = false, sealed = false;
+          for (const std::string& n : Names(&env, "/local")) {
+            auto f = env.NewRandomAccessFile("/local/" + n);
+            if (!n.ends_with(".rss") || !f.ok()) continue;
+            if ((*f)->Size().ok() && *(*f)->Size() > 0) content = true;
+            if (format::HasValidTrailer(**f)) sealed = true;
           }
+          setups_with_content += content;
+          setups_with_sealed += sealed;
         }
-      }
-      env.CrashAfter(k);
-      SyncReport report;
-      (void)SyncStaging("/local", "/store", Forced(&env), &report);
-      finished = !env.crashed();
-      if (!report.shipped.empty()) ++points_shipping;
-      ASSERT_OK(env.SimulatePowerLoss(DropMode::kDropUnsynced, k));
-      ++points;
-      SyncReport again;
-      Status s = SyncStaging("/local", "/store", Forced(&env), &again);
-      if (!s.ok()) {
-        if (problems++ < 5) {
-          ADD_FAILURE() << "kill at " << kill_at << ", crash point " << k
-                        << ": sync again: " << s.ToString();
+        env.CrashAfter(k);
+        SyncReport report;
+        (void)SyncStaging("/local", "/store", Forced(&env), &report);
+        finished = !env.crashed();
+        if (!report.shipped.empty()) ++points_shipping;
+        ASSERT_OK(env.SimulatePowerLoss(mode, k));
+        ++points;
+        SyncReport again;
+        Status s = SyncStaging("/local", "/store", Forced(&env), &again);
+        if (!s.ok()) {
+          if (problems++ < 5) {
+            ADD_FAILURE() << "kill at " << kill_at << ", crash point " << k
+                          << ": sync again: " << s.ToString();
+          }
+          continue;
         }
-        continue;
+        // Every acknowledged commit was durable in staging when the writer
+        // was killed, but for a trailing flush (the page cache kept it, but
+        // the power cut after the sync's crash may not).
+        CheckRecovered(&env, DurablePrefix(acked), kCrashCommits,
+                       std::string(mode == DropMode::kDropUnsynced ? "dropped" : "torn") +
+                           ", kill at " + std::to_string(kill_at) + ", sync crash point " +
+                           std::to_string(k),
+                       &problems);
       }
-      // Every acknowledged commit was durable in staging when the writer
-      // was killed, but for a trailing flush (the page cache kept it, but
-      // the power cut after the sync's crash may not).
-      CheckRecovered(
-          &env, DurablePrefix(acked), kCrashCommits,
-          "kill at " + std::to_string(kill_at) + ", sync crash point " + std::to_string(k),
-          &problems);
+      EXPECT_TRUE(finished);
     }
-    EXPECT_TRUE(finished);
   }
-  EXPECT_EQ(setups_with_sealed, 3) << "a setup left no segment in staging";
+  EXPECT_EQ(setups_with_content, 7) << "a setup left no segment in staging";
+  EXPECT_GT(setups_with_sealed, 0) << "no setup left a sealed segment unshipped";
   EXPECT_GT(points_shipping, 0);
   std::printf(
       "staging: %d crash points of sync tested (a writer of %llu operations killed "
-      "after 1/4, 1/2 and 3/4 of them), %d problems\n",
-      points, static_cast<unsigned long long>(total), problems);
+      "after 1/8, 2/8, ... 7/8 of them, %d of those leaving a sealed segment unshipped; "
+      "unsynced data dropped, then torn), %d problems\n",
+      points, static_cast<unsigned long long>(total), setups_with_sealed, problems);
   EXPECT_EQ(problems, 0);
 }
 
