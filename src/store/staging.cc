@@ -350,9 +350,20 @@ Result<uint64_t> Shipper::TakeClaim(uint64_t from) {
   }
 }
 
+bool Shipper::ClaimReady() {
+  MutexLock lock(&mu_);
+  if (claimed_) return true;
+  if (!claim_error_.ok() || !claim_wanted_) {
+    claim_error_ = Status::OK();  // the shared file system may be back
+    claim_wanted_ = true;
+    cv_.SignalAll();
+  }
+  return false;
+}
+
 Status Shipper::status() const {
   MutexLock lock(&mu_);
-  return error_;
+  return !error_.ok() ? error_ : last_claim_error_;
 }
 
 bool Shipper::idle() const {
@@ -397,8 +408,9 @@ void Shipper::Loop() {
       if (seq.ok()) {
         claimed_ = *seq;
         claim_from_ = *seq + 1;
+        last_claim_error_ = Status::OK();
       } else {
-        claim_error_ = seq.status();
+        claim_error_ = last_claim_error_ = seq.status();
       }
       cv_.SignalAll();
       continue;

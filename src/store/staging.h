@@ -143,7 +143,11 @@ class Shipper {
   // segment: the one claimed ahead, or, if none is ready, one claimed now.
   // Starts claiming the one after. Not after Close.
   Result<uint64_t> TakeClaim(uint64_t from) RUNSTORE_EXCLUDES(mu_);
-  // The error that stopped shipping, or OK.
+  // Whether a number is claimed ahead and ready to take without waiting. If
+  // not, makes sure one is being claimed (again, after a failed claim).
+  bool ClaimReady() RUNSTORE_EXCLUDES(mu_);
+  // The error that stopped shipping, else that of the last claim if it
+  // failed, else OK.
   Status status() const RUNSTORE_EXCLUDES(mu_);
   // Whether nothing is queued or being shipped.
   bool idle() const RUNSTORE_EXCLUDES(mu_);
@@ -185,6 +189,7 @@ class Shipper {
   bool claim_wanted_ RUNSTORE_GUARDED_BY(mu_) = true;
   std::optional<uint64_t> claimed_ RUNSTORE_GUARDED_BY(mu_);
   Status claim_error_ RUNSTORE_GUARDED_BY(mu_);
+  Status last_claim_error_ RUNSTORE_GUARDED_BY(mu_);  // until a claim succeeds
 
   std::thread thread_;
 };

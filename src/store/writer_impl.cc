@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -422,6 +423,12 @@ Status WriterImpl::WaitForShipped(uint64_t ticket) {
       return shipper_->shipped() >= ticket ? Status::OK() : bg_error_;
     }
     if (closed_) return shipper_->WaitShipped(ticket);
+    // A seal put off (uncommitted frames, or no number claimed yet) is tried
+    // again while someone waits for it.
+    if (roll_requested_ && roll_deferred_) {
+      roll_deferred_ = false;
+      work_cv_.Signal();
+    }
     done_cv_.WaitUntil(&mu_, std::chrono::steady_clock::now() + std::chrono::milliseconds(20));
   }
   return Status::OK();
@@ -749,7 +756,8 @@ void WriterImpl::RollIdleLocked() {
   task_role_.Take();
   Status s;
   bool sealed = false;
-  if (!open_.has_uncommitted()) {
+  // Not before the next segment's number is claimed: see RunTaskLocked.
+  if (!open_.has_uncommitted() && shipper_->ClaimReady()) {
     s = SealSegment(covers);
     sealed = true;
   }
@@ -761,7 +769,7 @@ void WriterImpl::RollIdleLocked() {
     group_.EndSeal(s.ok(), commit_done_);
     roll_requested_ = false;
   } else {
-    roll_deferred_ = true;  // the next commit seals
+    roll_deferred_ = true;  // the next commit seals (or WaitForShipped asks again)
   }
   done_cv_.SignalAll();
 }
@@ -880,9 +888,16 @@ void WriterImpl::RunTaskLocked(bool by_background) {
         // its commit (docs/design.md#segments).
         // With staging, also when shipping asked for it (ship_every_s,
         // WaitForShipped).
-        if (s.ok() && (open_.WantsRoll(options_.segment_bytes,
-                                       std::min<size_t>(options_.buffer_bytes / 8, 16u << 20)) ||
-                       (roll_for_shipping && open_.is_open()))) {
+        // With staging, a roll for its size or for shipping waits (the
+        // segment grows past its target) until the next segment's number
+        // is claimed in the store, so that the writer never waits for the
+        // shared file system, nor stops when it is gone. One for the
+        // memory its index holds does not (invariant 1).
+        if (s.ok() &&
+            (open_.WantsRoll(UINT64_MAX, std::min<size_t>(options_.buffer_bytes / 8, 16u << 20)) ||
+             ((open_.WantsRoll(options_.segment_bytes, SIZE_MAX) ||
+               (roll_for_shipping && open_.is_open())) &&
+              (!shipper_ || shipper_->ClaimReady())))) {
           s = SealSegment(t.ticket);
           sealed = true;
           sync_length = 0;  // the seal synced everything
@@ -923,6 +938,8 @@ void WriterImpl::RunTaskLocked(bool by_background) {
     // sealed segment is moot.
     group_.EndSeal(s.ok(), commit_done_);
     if (roll_for_shipping) roll_requested_ = roll_deferred_ = false;
+  } else if (roll_for_shipping && t.kind == BlockQueue::Task::kCommit) {
+    roll_deferred_ = true;  // the next commit tries again
   }
   if (shipper_ && holds_commits && !unshipped_since_) {
     unshipped_since_ = std::chrono::steady_clock::now();  // ship_every_s counts from here
