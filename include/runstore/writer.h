@@ -73,7 +73,9 @@ struct WriterOptions {
   // With staging: seal and ship the open segment at least this often while
   // it holds committed data that is not shipped (0: only when it reaches
   // segment_bytes, on WaitForShipped, and at Close). A segment whose last
-  // frames are not committed yet is sealed at the next commit.
+  // frames are not committed yet is sealed at the next commit, and none is
+  // sealed before the next one's number is claimed in the store (a store
+  // that cannot be reached holds the seal off; the writer goes on).
   double ship_every_s = 0;
 };
 
@@ -182,11 +184,13 @@ class Writer {
   // the store once the segment that holds it is shipped. ShippedTicket is
   // the newest ticket (of CommitAsync; Commit and Flush take one each too)
   // shipped with every one before it, without waiting. WaitForShipped
-  // seals the open segment if it holds the ticket's commit (at once, or at
-  // the next commit if frames are uncommitted) and waits until it is
-  // published, or returns the error that stopped shipping (the segment then
-  // stays in staging for SyncStaging). Without staging a commit is in the
-  // store when it is durable: these are DurableTicket and WaitForCommit.
+  // seals the open segment if it holds the ticket's commit (at once, or, if
+  // later frames are not committed yet, at the next commit; and only once
+  // the next segment's number is claimed in the store) and waits until it
+  // is published, or returns the error of the failed publication or claim
+  // (the segment then stays in staging for SyncStaging). Without staging a
+  // commit is in the store when it is durable: these are DurableTicket and
+  // WaitForCommit.
   virtual uint64_t ShippedTicket() const = 0;
   virtual Status WaitForShipped(uint64_t ticket) = 0;
   // The ticket of the newest commit or flush queued so far (0: none), for
