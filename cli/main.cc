@@ -78,6 +78,7 @@ int Main(int argc, char** argv, std::string* command) {
                     "  runstore info /scratch/sweep --skip-damaged\n"
                     "  runstore export csv /scratch/sweep out/\n"
                     "  runstore export tar /scratch/sweep results.tar.gz\n"
+                    "  runstore sync /local/staging /scratch/sweep\n"
                     "Run 'runstore COMMAND --help' for the details of a command."));
 
   ChosenCommand chosen;
@@ -89,6 +90,7 @@ int Main(int argc, char** argv, std::string* command) {
   RegisterCatalog(app, &chosen);
   RegisterExport(app, &chosen);
   RegisterImport(app, &chosen);
+  RegisterSync(app, &chosen);
 
   try {
     app.parse(argc, argv);

@@ -231,7 +231,11 @@ class StoreImpl final : public Store {
       seg->verified = std::make_unique<std::atomic<bool>[]>(seg->index.blocks.size());
       return seg;
     };
-    if (old) {
+    // A segment read with no commit yet is opened afresh: with staging it is
+    // the placeholder that claims its number, which the publication replaces
+    // by a rename, so the old handle would read the empty file forever
+    // (docs/design.md#staging). Nothing of it is mapped that could go stale.
+    if (old && !old->index.commits.empty()) {
       seg->index = old->index;
       RUNSTORE_RETURN_IF_ERROR(format::RefreshSegmentIndex(*old->handle, rel, &seg->index));
       if (seg->index.committed_end == old->index.committed_end &&
