@@ -266,10 +266,10 @@ TEST(FormatTest, WorkedExampleOfTheSpec) {
   EXPECT_EQ(static_cast<uint8_t>(f[448 + 4]), 2);               // commit record
   EXPECT_EQ(DecodeFixed<uint64_t>(f.data() + 448 + 40), 128u);  // first_frame_offset
   EXPECT_EQ(static_cast<uint8_t>(f[576 + 4]), 3);               // footer
-  EXPECT_EQ(DecodeFixed<uint64_t>(f.data() + 576 + 8), 192u);   // footer payload_len
+  EXPECT_EQ(DecodeFixed<uint64_t>(f.data() + 576 + 8), 184u);   // footer payload_len
   EXPECT_EQ(DecodeFixed<uint32_t>(f.data() + 640 + 152), 1u);   // run index section
   EXPECT_EQ(DecodeFixed<uint64_t>(f.data() + 640 + 168), 1u);   // of one block
-  EXPECT_EQ(DecodeFixed<uint64_t>(f.data() + 640 + 184), RunHash(RunRef(int64_t{7})));
+  EXPECT_EQ(DecodeFixed<uint64_t>(f.data() + 640 + 176), 0u);   // unlisted: integer runs
   EXPECT_EQ(f.substr(832 + 16, 8), "RSSEALED");
   EXPECT_EQ(DecodeFixed<uint64_t>(f.data() + 832), 576u);
 }
@@ -552,6 +552,9 @@ TEST(FormatTest, RunIndexSectionIsWrittenAndCheckedStrictly) {
   // Well-formed variants read.
   ASSERT_OK(load(testing::WithFooterSections(clean, good), &idx));
   EXPECT_EQ(idx.run_index->Of(1).size(), 2u);
+  // A block may be left unlisted (an empty list): readers read it.
+  ASSERT_OK(load(testing::WithFooterSections(clean, run_index(2, {0, 4}, two)), &idx));
+  EXPECT_EQ(idx.run_index->Of(0).size(), 0u);
   ASSERT_OK(
       load(testing::WithFooterSections(clean, ""), &idx));  // no run index: readers rebuild it
   EXPECT_EQ(idx.run_index, nullptr);
@@ -576,7 +579,6 @@ TEST(FormatTest, RunIndexSectionIsWrittenAndCheckedStrictly) {
       {run_index(2, {3, 2}, two), "not ascending at block 1"},
       {run_index(2, {2, 5}, two), "bytes of hashes for 5 entries"},
       {run_index(2, {2, 3}, two), "bytes of hashes for 3 entries"},
-      {run_index(2, {0, 4}, two), "no run for block 0"},
       {run_index(2, {2, 4}, {two[1], two[0], two[2], two[3]}), "of block 0 are not ascending"},
       {run_index(2, {2, 4}, {two[0], two[1], two[2], two[2]}), "of block 1 are not ascending"},
       {good + good, "two run indexes"},

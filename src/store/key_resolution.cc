@@ -152,6 +152,7 @@ bool SnapshotImpl::GroupSharesNoRun(const SeriesEntry& e, size_t i, size_t j, bo
     const auto& ri = segments_[b.segment]->index.run_index;
     if (!ri || (!reserved && BlockMayBeHidden(b))) return false;
     const auto listed = ri->Of(b.block);
+    if (listed.empty()) return false;  // not listed
     // No key twice inside the block: its keys ascend, or each record has a
     // run of its own (one record per experiment, in any order).
     if (!(b.header->flags & format::kBlockKeysAscending) && listed.size() != b.header->count) {

@@ -64,7 +64,14 @@ Status OpenSegment::AddBlock(format::BlockBuilder* builder, bool borrowed, uint6
   const uint64_t before = segment_->size();
   format::BlockHeader h;
   builder->Finish(&h, &pieces_);
-  builder->RunHashes(&run_hashes_);
+  // Integer runs in ascending order are found by the blocks' key ranges; the
+  // run index lists them as unlisted (docs/format.md "Run index"), saving 8
+  // bytes a run where a sweep's integer ids are stored as a few sequences.
+  if (h.run_encoding == format::RunEncoding::kInt && (h.flags & format::kBlockKeysAscending)) {
+    run_hashes_.clear();
+  } else {
+    builder->RunHashes(&run_hashes_);
+  }
   // A value of its own (a large value) is large: its header goes last.
   RUNSTORE_RETURN_IF_ERROR(
       segment_->AddBlock(&h, pieces_, run_hashes_, zstd_level_, /*header_last=*/borrowed,

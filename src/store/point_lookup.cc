@@ -27,7 +27,10 @@ void SnapshotImpl::EnsureRunIndex(const SeriesEntry& e) const {
       // A sealed segment's footer has the block's runs (format version 4).
       const BlockRef& ref = e.blocks[b];
       if (const auto& ri = segments_[ref.segment]->index.run_index) {
-        for (uint64_t h : ri->Of(ref.block)) e.run_index.emplace_back(h, b);
+        const auto listed = ri->Of(ref.block);
+        // Not listed (integer runs in order): its key range decides.
+        if (listed.empty()) e.unindexed.push_back(b);
+        for (uint64_t h : listed) e.run_index.emplace_back(h, b);
         continue;
       }
       // Otherwise the block's run column is read (an unsealed segment, or

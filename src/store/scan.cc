@@ -88,6 +88,7 @@ class ScannerImpl final : public SeriesScanner {
     const auto& ri = snap_->segments()[b.segment]->index.run_index;
     if (!ri) return true;  // an open segment, or an older version: read it
     const auto listed = ri->Of(b.block);
+    if (listed.empty()) return true;  // not listed: its key range decided
     // The smaller list searched in the larger.
     if (listed.size() < filter_hashes_.size()) {
       for (uint64_t h : listed) {

@@ -55,7 +55,8 @@ VerifyReport SnapshotImpl::VerifyAll(
           if (s.ok() && seg.index.run_index) {
             format::RunHashesOf(p->view, &hashes);
             const auto listed = seg.index.run_index->Of(bi);
-            if (!std::equal(hashes.begin(), hashes.end(), listed.begin(), listed.end())) {
+            if (!listed.empty() &&
+                !std::equal(hashes.begin(), hashes.end(), listed.begin(), listed.end())) {
               s = Status::Corruption(at +
                                      "the footer's run index does not list the block's runs (" +
                                      std::to_string(listed.size()) + " listed, the block has " +
