@@ -8,6 +8,8 @@
 #include "env/path.h"
 #include "format/format.h"
 #include "format/segment_reader.h"
+#include "store/compact.h"
+#include "store/compacted.h"
 #include "store/snapshot.h"
 #include "store/writer_impl.h"
 
@@ -35,7 +37,7 @@ Result<std::string> ReadMarker(Env* env, const std::string& path) {
   return std::string(got);
 }
 
-class StoreImpl final : public Store {
+class StoreImpl final : public Store, public CompactionHost {
  public:
   StoreImpl(Env* env, std::string path, StoreOptions options, uint32_t version)
       : env_(env), path_(std::move(path)), options_(options), version_(version) {}
@@ -56,6 +58,24 @@ class StoreImpl final : public Store {
   std::shared_ptr<const Snapshot> GetSnapshot() override {
     std::lock_guard lk(mu_);
     return current_;
+  }
+
+  Status Compact(const CompactOptions& options, CompactReport* report) override {
+    if (options_.read_only) {
+      return Status::FailedPrecondition(path_ + ": store was opened read-only");
+    }
+    CompactReport ignored;
+    return RunCompaction(env_, path_, this, options, report ? report : &ignored);
+  }
+
+  Result<CompactionView> RefreshForCompaction() override {
+    RUNSTORE_ASSIGN_OR_RETURN(auto snap, Refresh());
+    std::lock_guard lk(mu_);
+    CompactionView v;
+    v.snapshot = std::static_pointer_cast<const SnapshotImpl>(snap);
+    v.all = loaded_;
+    v.resolution = resolution_;
+    return v;
   }
 
   Result<std::shared_ptr<const Snapshot>> Refresh() override {
@@ -125,8 +145,19 @@ class StoreImpl final : public Store {
       it->second = nullptr;
     }
     std::erase_if(next, [](const auto& kv) { return kv.second == nullptr; });
+    // Segments that a compacted segment replaces, and compacted segments
+    // that do not stand (docs/design.md#compaction), are left out.
+    CompactedResolution resolution;
+    RUNSTORE_RETURN_IF_ERROR(ResolveCompacted(
+        next,
+        [&](const std::string& name, Status s) {
+          return damage(std::string(kSegmentsDir) + "/" + name, std::move(s));
+        },
+        &resolution));
     std::vector<std::shared_ptr<const LoadedSegment>> segs;
-    for (auto& [name, s] : next) segs.push_back(s);
+    for (auto& [name, s] : next) {
+      if (!resolution.ignored.contains(name)) segs.push_back(s);
+    }
     RUNSTORE_ASSIGN_OR_RETURN(auto snap,
                               SnapshotImpl::Build(std::move(segs), std::move(damaged),
                                                   options_.on_damaged == OnDamaged::kSkip));
@@ -136,6 +167,7 @@ class StoreImpl final : public Store {
     for (const DamagedSegment& d : snap->DamagedSegments()) {
       loaded_.erase(d.file.substr(std::string(kSegmentsDir).size() + 1));
     }
+    resolution_ = std::move(resolution);
     current_ = std::move(snap);
     return current_;
   }
@@ -147,6 +179,7 @@ class StoreImpl final : public Store {
   const uint32_t version_;
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<const LoadedSegment>> loaded_;
+  CompactedResolution resolution_;  // of loaded_, by the last Refresh
   std::shared_ptr<const Snapshot> current_;
 
   // Damage a segment can have (its bytes, or the file being unreadable), as
