@@ -77,10 +77,7 @@ Result<Plan> PlanCompaction(const SnapshotImpl& snap, const std::vector<uint32_t
       t = std::max(t, commits[i].back().time_ns);
     }
     if (count < std::max<uint32_t>(min_inputs, 1)) {
-      plan.inputs.clear();
-      for (uint32_t i = 0; i < n; ++i) {
-        if (in[i]) plan.excluded.push_back(i);
-      }
+      plan.inputs.clear();  // too few left to be worth a merge
       return plan;
     }
     // Every part of C sorts at or before this (its sequence is finite).

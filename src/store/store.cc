@@ -61,7 +61,7 @@ class StoreImpl final : public Store, public CompactionHost {
   }
 
   Status Compact(const CompactOptions& options, CompactReport* report) override {
-    if (options_.read_only) {
+    if (options_.read_only && !options.dry_run) {
       return Status::FailedPrecondition(path_ + ": store was opened read-only");
     }
     CompactReport ignored;
