@@ -30,8 +30,7 @@ namespace runstore::bench {
 namespace {
 
 double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 // Writers of a sweep: each takes its own runs, a record of 1 KiB (128
@@ -57,7 +56,8 @@ void WriteStore(const std::string& path, uint64_t total_bytes, uint64_t segments
         if (step == 0) ++run;
         for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<double>(run + i + step);
         const double loss = 1.0 / static_cast<double>(run + step + 1);
-        Check(writer->Append(static_cast<int64_t>(run), "trace", step, ValueRef::Array(v.data(), shape)),
+        Check(writer->Append(static_cast<int64_t>(run), "trace", step,
+                             ValueRef::Array(v.data(), shape)),
               "append");
         Check(writer->Append(static_cast<int64_t>(run), "loss", step, loss), "append");
       }
@@ -109,12 +109,17 @@ int main(int argc, char** argv) {
   std::string compact_only;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
-    if (a == "--total-mib") total_mib = std::strtoull(argv[i + 1], nullptr, 10);
-    else if (a == "--segments") segments = std::strtoull(argv[i + 1], nullptr, 10);
-    else if (a == "--memory-mib") memory_mib = std::strtoull(argv[i + 1], nullptr, 10);
-    else if (a == "--compact-only") compact_only = argv[i + 1];
+    if (a == "--total-mib")
+      total_mib = std::strtoull(argv[i + 1], nullptr, 10);
+    else if (a == "--segments")
+      segments = std::strtoull(argv[i + 1], nullptr, 10);
+    else if (a == "--memory-mib")
+      memory_mib = std::strtoull(argv[i + 1], nullptr, 10);
+    else if (a == "--compact-only")
+      compact_only = argv[i + 1];
     else {
-      std::fprintf(stderr, "usage: compact_bench [--total-mib N] [--segments N] [--memory-mib N]\n");
+      std::fprintf(stderr,
+                   "usage: compact_bench [--total-mib N] [--segments N] [--memory-mib N]\n");
       return 1;
     }
   }
@@ -166,8 +171,9 @@ int main(int argc, char** argv) {
   std::printf("  compacted %zu segments (%.1f MiB) into %zu (%.1f MiB), %llu records, in %.2f s\n",
               inputs, static_cast<double>(in_bytes) / 1048576.0, outputs,
               static_cast<double>(out_bytes) / 1048576.0, records, secs);
-  std::printf("  throughput %.0f MB/s = %.0f%% of the disk's sequential write (target >= 50%%): %s\n",
-              mbps, 100 * mbps / disk, mbps >= 0.5 * disk ? "PASS" : "MISS");
+  std::printf(
+      "  throughput %.0f MB/s = %.0f%% of the disk's sequential write (target >= 50%%): %s\n", mbps,
+      100 * mbps / disk, mbps >= 0.5 * disk ? "PASS" : "MISS");
   std::printf("  peak RSS of the compaction %.1f MiB (target <= %llu + 32 MiB): %s\n", rss_mib,
               static_cast<unsigned long long>(memory_mib),
               rss_mib <= static_cast<double>(memory_mib) + 32 ? "PASS" : "MISS");

@@ -14,6 +14,7 @@
 #include <list>
 #include <map>
 #include <random>
+#include <set>
 #include <unordered_map>
 
 #include "format/block.h"
@@ -173,12 +174,17 @@ class Merger {
   }
 
   // Releases the inputs' mapped pages once a quarter of the budget was read.
-  void Touched(uint64_t bytes) {
-    touched_ += bytes;
+  // A fault on a mapping maps the pages around it too (Linux's fault-around,
+  // 64 KiB), so a small block counts as at least that much.
+  void Touched(uint32_t segment, uint64_t bytes) {
+    touched_ += std::max<uint64_t>(bytes, kFaultAroundBytes);
+    if (touched_segments_.insert(segment).second) touched_list_.push_back(segment);
     if (touched_ < options_.memory_bytes / 4) return;
     cache_.clear();
     cache_index_.clear();
-    for (const auto& seg : snap_.segments()) seg->map->ReleasePages();
+    for (uint32_t si : touched_list_) snap_.segments()[si]->map->ReleasePages();
+    touched_list_.clear();
+    touched_segments_.clear();
     touched_ = 0;
   }
 
@@ -188,7 +194,7 @@ class Merger {
       return &it->second->second;
     }
     RUNSTORE_ASSIGN_OR_RETURN(Payload p, snap_.ReadPayload(b));
-    Touched(b.header->payload_len);
+    Touched(b.segment, b.header->payload_len);
     if (cache_.size() >= kCachedBlocks) {
       cache_index_.erase(cache_.back().first);
       cache_.pop_back();
@@ -315,7 +321,7 @@ class Merger {
       format::BlockBuilder large(schema_);
       large.AddBorrowed(run, e.step, value);
       RUNSTORE_RETURN_IF_ERROR(out_->AddBlock(&large, /*borrowed=*/true));
-      Touched(bytes.size());
+      Touched(blocks[e.block].segment, bytes.size());
       return Status::OK();
     }
     builder_->Add(run, e.step, value);
@@ -333,6 +339,7 @@ class Merger {
   }
 
   static constexpr size_t kCachedBlocks = 16;
+  static constexpr uint64_t kFaultAroundBytes = 64 << 10;
   static constexpr size_t kLargeValueBytes = 1 << 20;  // WriterOptions' default
 
   const SnapshotImpl& snap_;
@@ -343,6 +350,8 @@ class Merger {
   std::unique_ptr<format::BlockBuilder> builder_;
   bool reserved_ = false;
   uint64_t touched_ = 0;
+  std::set<uint32_t> touched_segments_;  // whose pages to release
+  std::vector<uint32_t> touched_list_;
   uint64_t written_ = 0;
   // Decoded blocks of the current series, most recent first, by index.
   std::list<std::pair<uint32_t, Payload>> cache_;
