@@ -69,8 +69,8 @@ class StoreImpl final : public Store, public CompactionHost {
   }
 
   Result<CompactionView> RefreshForCompaction() override {
-    RUNSTORE_ASSIGN_OR_RETURN(auto snap, Refresh());
     std::lock_guard lk(mu_);
+    RUNSTORE_ASSIGN_OR_RETURN(auto snap, RefreshLocked());
     CompactionView v;
     v.snapshot = std::static_pointer_cast<const SnapshotImpl>(snap);
     v.all = loaded_;
@@ -80,6 +80,13 @@ class StoreImpl final : public Store, public CompactionHost {
 
   Result<std::shared_ptr<const Snapshot>> Refresh() override {
     std::lock_guard lk(mu_);
+    return RefreshLocked();
+  }
+
+ private:
+  // Refresh, with mu_ held: the snapshot and loaded_ and resolution_ of one
+  // listing of the directory.
+  Result<std::shared_ptr<const Snapshot>> RefreshLocked() {
     const std::string dir = path_ + "/" + kSegmentsDir;
     RUNSTORE_ASSIGN_OR_RETURN(auto children, env_->GetChildren(dir));
     std::sort(children.begin(), children.end());
@@ -172,7 +179,6 @@ class StoreImpl final : public Store, public CompactionHost {
     return current_;
   }
 
- private:
   Env* const env_;
   const std::string path_;
   const StoreOptions options_;
