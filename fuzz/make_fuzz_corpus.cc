@@ -123,6 +123,11 @@ class Scenario {
   std::string Marker() {
     return Check(ReadFileToString(&env_, std::string(kStorePath) + "/RUNSTORE"), "read marker");
   }
+  // The store's catalog (docs/format.md "Catalog") as it is now.
+  std::string CatalogBytes() {
+    Check(store_->WriteCatalog().status(), "write catalog");
+    return Check(ReadFileToString(&env_, std::string(kStorePath) + "/CATALOG"), "read catalog");
+  }
 
  private:
   using Trailer = format::Trailer;
@@ -271,6 +276,10 @@ std::string StoreInput(uint8_t flags, uint32_t cut, const std::string& marker,
 void AddStore(Corpora* c, Scenario* s, const std::vector<SegmentFile>& segs) {
   const std::string marker = s->Marker();
   c->Add("marker", s->label(), marker);
+  // The catalog target's input (catalog_fuzzer.cc): flags, then the file.
+  const std::string catalog = s->CatalogBytes();
+  c->Add("catalog", s->label(), std::string(1, '\0') + catalog);
+  c->Add("catalog", s->label() + "-fixed", std::string(1, '\1') + catalog);
   if (segs.empty()) return;
   const std::string& first = segs[0].bytes;
   const Frames w = Walk(first);

@@ -18,7 +18,7 @@ import re
 import sys
 import tempfile
 
-PUBLIC_ALL = {"status.h", "types.h", "env.h", "reader.h", "writer.h", "store.h"}
+PUBLIC_ALL = {"status.h", "types.h", "env.h", "reader.h", "writer.h", "store.h", "sync.h"}
 # directory -> (internal layers it may include, public headers it may include)
 RULES = {
     "src/util": ({"util"}, {"status.h", "types.h", "env.h"}),

@@ -45,10 +45,12 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using ::runstore::testing::Contents;
+using ::runstore::testing::DiffContents;
 using ::runstore::testing::KeyString;
 using ::runstore::testing::RecordKey;
 using ::runstore::testing::RecordValue;
 using ::runstore::testing::RecordValueAt;
+using ::runstore::testing::ScanAll;
 using ::runstore::testing::StatusIs;
 using ::runstore::testing::TempDir;
 
@@ -107,50 +109,6 @@ Contents Union(const std::vector<Contents>& groups, size_t n) {
   Contents c;
   for (size_t i = 0; i < n; ++i) c.insert(groups[i].begin(), groups[i].end());
   return c;
-}
-
-Result<Contents> ScanAll(const Snapshot& snap, const std::set<std::string>& series) {
-  Contents out;
-  for (const std::string& name : series) {
-    auto scanner = snap.Scan(name);
-    if (!scanner.ok()) {
-      if (scanner.status().code() == StatusCode::kNotFound) continue;
-      return scanner.status();
-    }
-    ScanBatch b;
-    while (true) {
-      RUNSTORE_ASSIGN_OR_RETURN(bool more, (*scanner)->Next(&b));
-      if (!more) break;
-      for (size_t i = 0; i < b.count; ++i) {
-        RecordKey k{name, b.run(i), b.steps[i]};
-        if (!out.emplace(k, RecordValueAt(b, i)).second) {
-          return Status::Corruption("scan returned " + KeyString(k) + " twice");
-        }
-      }
-    }
-  }
-  return out;
-}
-
-std::string Diff(const Contents& expected, const Contents& actual) {
-  std::string out;
-  int shown = 0;
-  auto note = [&](const std::string& s) {
-    if (shown++ < 8) out += "\n    " + s;
-  };
-  for (const auto& [k, v] : expected) {
-    auto it = actual.find(k);
-    if (it == actual.end()) {
-      note("missing " + KeyString(k));
-    } else if (!(it->second == v)) {
-      note("wrong value for " + KeyString(k));
-    }
-  }
-  for (const auto& [k, v] : actual) {
-    if (!expected.count(k)) note("unexpected " + KeyString(k));
-  }
-  if (shown > 8) out += "\n    ... " + std::to_string(shown - 8) + " more";
-  return out;
 }
 
 // Deterministic values for commit c.
@@ -274,9 +232,9 @@ class DiskFullTest : public ::testing::Test {
     if (m > written.groups.size()) {
       ADD_FAILURE() << what << ": the visible records are not the " << written.acked
                     << " acknowledged commits"
-                    << Diff(Union(written.groups, written.acked), *actual)
+                    << DiffContents(Union(written.groups, written.acked), *actual)
                     << "\n  nor those and whole commits after them"
-                    << Diff(Union(written.groups, written.groups.size()), *actual);
+                    << DiffContents(Union(written.groups, written.groups.size()), *actual);
       return 0;
     }
     for (const auto& [k, v] : Union(written.groups, m)) {

@@ -46,12 +46,14 @@ namespace runstore {
 namespace {
 
 using ::runstore::testing::Contents;
+using ::runstore::testing::DiffContents;
 using ::runstore::testing::FailureSummary;
 using ::runstore::testing::KeyString;
 using ::runstore::testing::Problems;
 using ::runstore::testing::RecordKey;
 using ::runstore::testing::RecordValue;
 using ::runstore::testing::RecordValueAt;
+using ::runstore::testing::ScanAll;
 using ::runstore::testing::TestSeed;
 
 constexpr char kStorePath[] = "/store";
@@ -263,50 +265,6 @@ Contents Union(const std::vector<Contents>& groups, size_t n) {
   return c;
 }
 
-Result<Contents> ScanAll(const Snapshot& snap, const std::set<std::string>& series) {
-  Contents out;
-  for (const std::string& name : series) {
-    auto scanner = snap.Scan(name);
-    if (!scanner.ok()) {
-      if (scanner.status().code() == StatusCode::kNotFound) continue;
-      return scanner.status();
-    }
-    ScanBatch b;
-    while (true) {
-      RUNSTORE_ASSIGN_OR_RETURN(bool more, (*scanner)->Next(&b));
-      if (!more) break;
-      for (size_t i = 0; i < b.count; ++i) {
-        RecordKey k{name, b.run(i), b.steps[i]};
-        if (!out.emplace(k, RecordValueAt(b, i)).second) {
-          return Status::Corruption("scan returned " + KeyString(k) + " twice");
-        }
-      }
-    }
-  }
-  return out;
-}
-
-std::string Diff(const Contents& expected, const Contents& actual) {
-  std::string out;
-  int shown = 0;
-  auto note = [&](const std::string& s) {
-    if (shown++ < 6) out += "\n    " + s;
-  };
-  for (const auto& [k, v] : expected) {
-    auto it = actual.find(k);
-    if (it == actual.end()) {
-      note("missing " + KeyString(k));
-    } else if (!(it->second == v)) {
-      note("wrong value for " + KeyString(k));
-    }
-  }
-  for (const auto& [k, v] : actual) {
-    if (!expected.count(k)) note("unexpected " + KeyString(k));
-  }
-  if (shown > 6) out += "\n    ... " + std::to_string(shown - 6) + " more";
-  return out;
-}
-
 // Totals over the tries of a case, printed at its end.
 struct Figures {
   int tries = 0;
@@ -489,9 +447,9 @@ void CheckAfterPowerLoss(Harness& h, DropMode mode, uint64_t seed, Figures* fig,
     return p->Check(false, "after the power cut the records are not the " +
                                std::to_string(wr.durable) + " commits reported durable (" +
                                std::to_string(lost_records) + " of their records lost)" +
-                               Diff(Union(wr.groups, wr.durable), *actual) +
+                               DiffContents(Union(wr.groups, wr.durable), *actual) +
                                "\n  nor those and whole commits after them" +
-                               Diff(Union(wr.groups, wr.groups.size()), *actual));
+                               DiffContents(Union(wr.groups, wr.groups.size()), *actual));
   }
   fig->in_flight_commits += static_cast<int>(wr.groups.size() - wr.durable);
   fig->in_flight_visible += static_cast<int>(m - wr.durable);

@@ -44,6 +44,7 @@
 namespace runstore {
 namespace {
 
+using ::runstore::testing::ScanAll;
 using ::runstore::testing::StatusIs;
 using ::runstore::testing::TestSeed;
 
@@ -359,31 +360,6 @@ void Workload(Driver& d) {
 
 // ---------------------------------------------------------------------------
 // Reading back.
-
-// Every visible record of the given series, through Scan. A duplicate key in
-// a scan is a failure of its own.
-Result<Contents> ScanAll(const Snapshot& snap, const std::set<std::string>& series) {
-  Contents out;
-  for (const std::string& name : series) {
-    auto scanner = snap.Scan(name);
-    if (!scanner.ok()) {
-      if (scanner.status().code() == StatusCode::kNotFound) continue;
-      return scanner.status();
-    }
-    ScanBatch b;
-    while (true) {
-      RUNSTORE_ASSIGN_OR_RETURN(bool more, (*scanner)->Next(&b));
-      if (!more) break;
-      for (size_t i = 0; i < b.count; ++i) {
-        RecordKey k{name, b.run(i), b.steps[i]};
-        if (!out.emplace(k, RecordValueAt(b, i)).second) {
-          return Status::Corruption("scan returned " + KeyString(k) + " twice");
-        }
-      }
-    }
-  }
-  return out;
-}
 
 // Checks that Get agrees with `expected` for every key in `universe`: the
 // expected value where there is one, NotFound elsewhere.

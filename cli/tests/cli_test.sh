@@ -92,7 +92,7 @@ test_name=usage
 run "$RS"; expect_rc 1; expect_err_has "subcommand is required"
 # An unknown command is named, with the commands there are.
 run "$RS" frobnicate "$S"; expect_rc 1; expect_err_has "runstore: unknown command 'frobnicate'"
-expect_err_has "info, ls, cat, get, verify, export"
+expect_err_has "info, ls, cat, get, verify, catalog, export"
 run "$RS" --no-progress frobnicate; expect_rc 1; expect_err_has "unknown command 'frobnicate'"
 run "$RS" export xml "$S" "$T/x"; expect_rc 1; expect_err_has "unknown command 'export xml'"
 expect_err_has "csv, tar, parquet"
@@ -124,7 +124,7 @@ run "$RS" info "$T/empty_dir"; expect_rc 3
 # --- info --------------------------------------------------------------------
 test_name=info
 run "$RS" info "$S"; expect_rc 0; expect_err_empty
-expect_out_has "^format version: +3$"
+expect_out_has "^format version: +4$"
 expect_out_has "^writers: +3$"
 expect_out_has "^segments: +3 \(2 sealed, 1 open\)$"
 expect_out_has "^series: +13 \(\+1 reserved\)$"
@@ -830,6 +830,27 @@ if [[ $(id -u) == 0 ]] && mkdir "$T/full" && mount -t tmpfs -o size=64k tmpfs "$
 else
   echo "cli_test: full-disk checks skipped: mounting a small tmpfs needs root"
 fi
+
+# --- catalog -----------------------------------------------------------------
+# On a copy: the other commands read $S unchanged.
+test_name=catalog
+cp -a "$S" "$T/cat"
+run "$RS" catalog "$T/cat"; expect_rc 0; expect_err_empty
+expect_out_has "^catalog: 2 sealed segments of 3 \(0 from the old catalog, 2 from their footers\), [0-9]+ bytes, in "
+checks=$((checks + 1))
+[[ -f $T/cat/CATALOG ]] || fail "no CATALOG written"
+run "$RS" catalog "$T/cat" --json; expect_rc 0
+expect_out_has '"read_from_old_catalog": 2,'
+expect_out_has '"open": 1,'
+run "$RS" info "$T/cat"; expect_rc 0
+expect_out_has "^segments: +3 \(2 sealed, 1 open\)$"
+run "$RS" verify "$T/cat"; expect_rc 0
+printf 'garbage' > "$T/cat/CATALOG"  # a damaged catalog costs time, not data
+run "$RS" cat "$T/cat" loss --run 0; expect_rc 0
+run "$RS" catalog "$T/cat"; expect_rc 0
+expect_out_has "\(0 from the old catalog, 2 from their footers\)"
+run "$RS" catalog "$T/nonexistent"; expect_rc 3
+expect_err_has "runstore: catalog: NotFound: $T/nonexistent: no store here"
 
 # --- the store was never written ---------------------------------------------
 test_name=read_only

@@ -90,6 +90,15 @@ class RandomAccessFile {
   virtual void WillNeed(uint64_t /*offset*/, uint64_t /*n*/) const {}
 };
 
+// What stat(2) says of a file, for telling whether it changed: a file
+// replaced or rewritten has a different size, modification time or inode.
+struct FileInfo {
+  uint64_t size = 0;
+  int64_t mtime_ns = 0;  // 0 where the Env keeps no times
+  uint64_t inode = 0;    // 0 where the Env has no inodes
+  friend bool operator==(const FileInfo&, const FileInfo&) = default;
+};
+
 class Env {
  public:
   virtual ~Env() = default;
@@ -111,6 +120,12 @@ class Env {
   // Names (not paths) of the entries of dir, without "." and "..", in any order.
   virtual Result<std::vector<std::string>> GetChildren(const std::string& dir) = 0;
   virtual Result<uint64_t> GetFileSize(const std::string& path) = 0;
+  // The file's size, modification time and inode; by default the size alone.
+  virtual Result<FileInfo> GetFileInfo(const std::string& path) {
+    auto size = GetFileSize(path);
+    if (!size.ok()) return size.status();
+    return FileInfo{*size, 0, 0};
+  }
   // Creates one directory level. AlreadyExists if it exists.
   virtual Status CreateDir(const std::string& path) = 0;
   virtual Status RemoveFile(const std::string& path) = 0;

@@ -65,6 +65,24 @@ struct StoreOptions {
   bool read_only = false;
   // See OnDamaged (docs/design.md#damaged-segments).
   OnDamaged on_damaged = OnDamaged::kFail;
+  // Read sealed segments' indexes from the store's catalog where it is
+  // current (docs/design.md#catalog); false reads every segment's footer.
+  bool use_catalog = true;
+  // A store opened for writing rewrites its catalog when opening it read at
+  // least this many sealed segments' footers, and more than a quarter as many
+  // as the catalog held: the store grew since the catalog was written. 0
+  // never writes it (WriteCatalog still does).
+  uint64_t catalog_rewrite_segments = 256;
+};
+
+// How the last Open or Refresh read the store's segments.
+struct RefreshStats {
+  uint64_t segments = 0;         // in the snapshot
+  uint64_t from_catalog = 0;     // sealed, index read from the catalog
+  uint64_t from_footer = 0;      // sealed, index read from the segment's own footer
+  uint64_t recovered = 0;        // being written (or crashed): read by recovery
+  uint64_t unchanged = 0;        // already loaded by an earlier refresh
+  bool catalog_written = false;  // the catalog was rewritten
 };
 
 // Store::Compact: which sealed segments to merge, and how
@@ -152,6 +170,15 @@ class Store {
   // crash at any point leaves the store as it was or compacted, and the next
   // Compact removes what was left behind.
   virtual Status Compact(const CompactOptions& options, CompactReport* report) = 0;
+
+  // How the last Open or Refresh read the segments.
+  virtual RefreshStats last_refresh() const = 0;
+
+  // Writes the catalog (docs/design.md#catalog) from a fresh Refresh: every
+  // sealed segment's index, so that the next Open reads one file instead of
+  // every segment's footer. Returns the number of segments in it.
+  // FailedPrecondition for a read-only store.
+  virtual Result<uint64_t> WriteCatalog() = 0;
 };
 
 }  // namespace runstore

@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -60,6 +61,22 @@ struct WriterOptions {
   size_t block_bytes = 1ull << 20;
   // Lets runstore's own layers write reserved '~' names.
   bool allow_reserved_names = false;
+  // Node-local staging (docs/design.md#staging): segments are written and
+  // committed in this directory (a commit is durable there when Commit
+  // returns) and each sealed one is shipped into the store by a thread of
+  // the writer's own, then removed from staging. Readers of the store see a
+  // commit once it is shipped (ShippedTicket). Unset: $RUNSTORE_STAGING_DIR
+  // if set; empty: no staging. The directory is created (one level) if
+  // missing. What a crash leaves there is shipped by SyncStaging
+  // (runstore/sync.h, `runstore sync`).
+  std::optional<std::string> staging_dir;
+  // With staging: seal and ship the open segment at least this often while
+  // it holds committed data that is not shipped (0: only when it reaches
+  // segment_bytes, on WaitForShipped, and at Close). A segment whose last
+  // frames are not committed yet is sealed at the next commit, and none is
+  // sealed before the next one's number is claimed in the store (a store
+  // that cannot be reached holds the seal off; the writer goes on).
+  double ship_every_s = 0;
 };
 
 // Per-series settings, fixed when the series is first written by this writer.
@@ -163,6 +180,23 @@ class Writer {
   // as their commits become durable.
   virtual uint64_t DurableTicket() const = 0;
 
+  // Shipping (WriterOptions::staging_dir): a commit is visible to readers of
+  // the store once the segment that holds it is shipped. ShippedTicket is
+  // the newest ticket (of CommitAsync; Commit and Flush take one each too)
+  // shipped with every one before it, without waiting. WaitForShipped
+  // seals the open segment if it holds the ticket's commit (at once, or, if
+  // later frames are not committed yet, at the next commit; and only once
+  // the next segment's number is claimed in the store) and waits until it
+  // is published, or returns the error of the failed publication or claim
+  // (the segment then stays in staging for SyncStaging). Without staging a
+  // commit is in the store when it is durable: these are DurableTicket and
+  // WaitForCommit.
+  virtual uint64_t ShippedTicket() const = 0;
+  virtual Status WaitForShipped(uint64_t ticket) = 0;
+  // The ticket of the newest commit or flush queued so far (0: none), for
+  // WaitForShipped after a Commit().
+  virtual uint64_t LastTicket() const = 0;
+
   // Like Commit, but without waiting for stable storage: everything appended
   // before the call is written to the operating system, visible to readers
   // that refresh, all-or-nothing like a commit, and survives a crash of this
@@ -177,7 +211,8 @@ class Writer {
   // often should still commit now and then (commit_every_s).
   virtual Status Flush() = 0;
 
-  // Commits, seals the open segment and stops the background thread. The
+  // Commits, seals the open segment and stops the background thread; with
+  // staging, ships what is left and removes the writer's lease. The
   // destructor closes too, ignoring errors. Further calls fail with
   // FailedPrecondition.
   virtual Status Close() = 0;

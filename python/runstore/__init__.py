@@ -55,6 +55,7 @@ from ._store import (
     load_results,
     open,  # noqa: A004 - runstore.open, as io.open and gzip.open
     run_experiments,
+    sync,
 )
 from ._version import __version__
 from .experiments import RunSummary, experiment_id, grid
@@ -67,6 +68,7 @@ __all__ = [
     "run_experiments",
     "load_results",
     "import_tar",
+    "sync",
     "experiment_id",
     "RunSummary",
     "Store",

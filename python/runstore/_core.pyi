@@ -67,6 +67,13 @@ class Writer:
     @property
     def durable_ticket(self) -> int:
         """The newest ticket durable with every one before it, without waiting."""
+    @property
+    def shipped_ticket(self) -> int:
+        """With staging_dir: the newest ticket shipped into the store with every one before
+        it, without waiting (durable_ticket without staging)."""
+    def wait_for_shipped(self, ticket: int | None = None) -> None:
+        """Seals and ships the segment holding ``ticket`` (default: the last commit) and
+        returns once it is visible in the store."""
     def flush(self) -> None:
         """Makes every record appended before the call visible and safe from a crash of the
         process (not from a power cut); durable at the next commit() or close."""
@@ -118,8 +125,11 @@ class Store:
         commit_every_bytes: int | None = None,
         segment_bytes: int | None = None,
         allow_reserved: bool = False,
+        staging_dir: str | None = None,
+        ship_every_s: float | None = None,
     ) -> Writer: ...
     def refresh(self) -> None: ...
+    def write_catalog(self) -> int: ...
     def names(self, include_reserved: bool = False) -> list[str]: ...
     def runs(self) -> list[_RunId]: ...
     def series(self, include_reserved: bool = False) -> list[dict[str, Any]]: ...
@@ -150,3 +160,7 @@ def csv_rows(
     write: Callable[[bytes], object] | None = None,
 ) -> bytes | int:
     """CSV lines of equal-length columns (private; used by Store.export_tar)."""
+
+def sync(
+    staging_dir: str, store: str, *, wait_s: float = 5.0, force: bool = False
+) -> dict[str, Any]: ...

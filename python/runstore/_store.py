@@ -170,6 +170,8 @@ class Store:
         writer_id: str | None = None,
         zstd_level: int | None = None,
         segment_bytes: int | None = None,
+        staging_dir: str | os.PathLike[str] | None = None,
+        ship_every_s: float | None = None,
         _allow_reserved: bool = False,
     ) -> Writer:
         """Creates a writer that appends to this store.
@@ -192,6 +194,14 @@ class Store:
             zstd_level: zstd compression level (default 3).
             segment_bytes: size at which a segment file is sealed and a new one started
                 (default 1 GiB).
+            staging_dir: node-local staging (docs/design.md#staging): segments are written and
+                committed in this directory on local disk, and each sealed one is shipped into
+                the store by a thread of the writer's own. A commit is visible to the store's
+                readers once shipped (``Writer.shipped_ticket``, ``Writer.wait_for_shipped``).
+                Default: ``$RUNSTORE_STAGING_DIR`` if set; ``""``: no staging. What a crash
+                leaves there is shipped by :func:`runstore.sync` (``runstore sync``).
+            ship_every_s: with staging, seal and ship at least this often while committed data
+                is unshipped (default: at segment_bytes, wait_for_shipped and close).
 
         Raises RuntimeError for a store opened read-only, OSError if it is not writable.
         """
@@ -204,6 +214,8 @@ class Store:
             commit_every_bytes=commit_every_bytes,
             segment_bytes=segment_bytes,
             allow_reserved=_allow_reserved,
+            staging_dir=None if staging_dir is None else os.fspath(staging_dir),
+            ship_every_s=ship_every_s,
         )
 
     # -- experiments --------------------------------------------------------------------------
@@ -261,6 +273,17 @@ class Store:
         """
         self._core.refresh()
         return self
+
+    def write_catalog(self) -> int:
+        """Writes the store's catalog and returns the number of sealed segments in it.
+
+        The catalog (``<store>/CATALOG``) caches every sealed segment's index, so that opening
+        a store of many segments reads one file instead of every segment's footer. It is only a
+        cache: an entry is used while its segment's size, modification time and inode are
+        unchanged, and a store opened for writing rewrites it when the store has grown by a
+        quarter. Raises ``RuntimeError`` for a store opened read-only.
+        """
+        return self._core.write_catalog()
 
     def names(self) -> list[str]:
         """Names of the series with at least one visible record, sorted."""
@@ -579,6 +602,32 @@ def open(  # noqa: A001
     segments)``), OSError for other file-system errors.
     """
     return Store(path, mode, on_damaged)
+
+
+def sync(
+    staging_dir: str | os.PathLike[str],
+    store: str | os.PathLike[str],
+    *,
+    wait_s: float = 5.0,
+    force: bool = False,
+) -> dict[str, Any]:
+    """Ships what staging writers left in ``staging_dir`` into the store at ``store``.
+
+    Every sealed segment a crashed or preempted writer left is published whole, and the
+    committed prefix of an unsealed one (it then reads as a crashed writer's segment); each is
+    removed from staging once published. The open segment of a writer that is still alive is
+    skipped: a writer whose lease file changes while sync watches it for ``wait_s`` seconds is
+    alive (leases beat every 0.5 s). ``force=True`` takes every writer for dead without
+    watching, for when none can be running (a job's epilogue). Idempotent: run again, or from
+    two processes at once, nothing is published twice and no published segment is replaced.
+
+    Returns ``{"shipped", "already_published", "skipped", "cleaned"}`` (lists of file names)
+    and ``"bytes_shipped"``. Raises FileNotFoundError for a missing staging directory or
+    store, CorruptionError for a staged segment whose committed data is damaged (it and its
+    writer's later segments stay in staging), FileExistsError when the store holds other bytes
+    under a staged segment's name (nothing is replaced), OSError for file-system errors.
+    """
+    return _core.sync(os.fspath(staging_dir), os.fspath(store), wait_s=wait_s, force=force)
 
 
 @_doc(experiments.load_results)

@@ -51,6 +51,8 @@ class PyWriter {
   uint64_t Commit(bool wait);
   void WaitForCommit(uint64_t ticket);
   uint64_t durable_ticket() const { return writer_->DurableTicket(); }
+  uint64_t shipped_ticket() const { return writer_->ShippedTicket(); }
+  void WaitForShipped(nb::handle ticket);
   void Flush();
   void Resume(nb::handle run, nb::handle step);
   void Close();
@@ -82,7 +84,8 @@ class PyStore {
   bool skip_damaged() const { return skip_damaged_; }
   PyWriter* NewWriter(nb::handle writer_id, nb::handle buffer_bytes, nb::handle codec,
                       nb::handle zstd_level, nb::handle commit_every_s,
-                      nb::handle commit_every_bytes, nb::handle segment_bytes, bool allow_reserved);
+                      nb::handle commit_every_bytes, nb::handle segment_bytes, bool allow_reserved,
+                      nb::handle staging_dir, nb::handle ship_every_s);
   void Refresh();
   nb::list Names(bool include_reserved);
   nb::list Runs();

@@ -17,6 +17,7 @@
 #include "convert.h"
 #include "errors.h"
 #include "numpy_api.h"
+#include "runstore/sync.h"
 
 namespace runstore::python {
 namespace {
@@ -114,7 +115,7 @@ PyStore::PyStore(const std::string& path, bool read_only, bool create, bool skip
 PyWriter* PyStore::NewWriter(nb::handle writer_id, nb::handle buffer_bytes, nb::handle codec,
                              nb::handle zstd_level, nb::handle commit_every_s,
                              nb::handle commit_every_bytes, nb::handle segment_bytes,
-                             bool allow_reserved) {
+                             bool allow_reserved, nb::handle staging_dir, nb::handle ship_every_s) {
   WriterOptions o;
   // Private: lets the runstore package write its '~design/...' and
   // '~status/...' records (docs/experiments.md); not documented for users.
@@ -126,6 +127,9 @@ PyWriter* PyStore::NewWriter(nb::handle writer_id, nb::handle buffer_bytes, nb::
   o.commit_every_s = OptionalCast<double>(commit_every_s, o.commit_every_s);
   o.commit_every_bytes = OptionalCast<uint64_t>(commit_every_bytes, o.commit_every_bytes);
   o.segment_bytes = OptionalCast<uint64_t>(segment_bytes, o.segment_bytes);
+  // None: $RUNSTORE_STAGING_DIR decides; "": no staging.
+  if (!staging_dir.is_none()) o.staging_dir = std::string(Utf8(staging_dir.ptr(), "staging_dir"));
+  o.ship_every_s = OptionalCast<double>(ship_every_s, o.ship_every_s);
   Result<std::unique_ptr<Writer>> r = Status::NotFound("");
   {
     nb::gil_scoped_release nogil;
@@ -735,7 +739,46 @@ nb::dict PyStore::Scan(const std::string& name, bool keys, nb::handle runs_obj,
   return out;
 }
 
+namespace {
+
+// runstore.sync: SyncStaging without the GIL, its report as a dict.
+nb::dict Sync(nb::handle staging_dir, nb::handle store, double wait_s, bool force) {
+  SyncOptions o;
+  o.wait_s = wait_s;
+  o.force = force;
+  const std::string staging(Utf8(staging_dir.ptr(), "staging_dir"));
+  const std::string path(Utf8(store.ptr(), "store"));
+  SyncReport r;
+  Status s;
+  {
+    nb::gil_scoped_release nogil;
+    s = SyncStaging(staging, path, o, &r);
+  }
+  // A missing staging directory or store is a missing file, not a missing key.
+  if (s.code() == StatusCode::kNotFound) Throw(PyExc_FileNotFoundError, s.message());
+  Check(s);
+  nb::dict d;
+  auto names = [](const std::vector<std::string>& v) {
+    nb::list l;
+    for (const std::string& n : v) l.append(MessageText(n));
+    return l;
+  };
+  d["shipped"] = names(r.shipped);
+  d["already_published"] = names(r.already_published);
+  d["skipped"] = names(r.skipped);
+  d["cleaned"] = names(r.cleaned);
+  d["bytes_shipped"] = r.bytes_shipped;
+  return d;
+}
+
+}  // namespace
+
 void BindStore(nb::module_& m) {
+  m.def("sync", &Sync, "staging_dir"_a, "store"_a, nb::kw_only(), "wait_s"_a = 5.0,
+        "force"_a = false,
+        nb::sig("def sync(staging_dir: str, store: str, *, wait_s: float = 5.0, "
+                "force: bool = False) -> dict[str, Any]"),
+        "SyncStaging (runstore/sync.h): see runstore.sync.");
   nb::class_<PyLazyValue>(m, "LazyValue",
                           "The core of runstore.LazyArray: a numeric value whose bytes are "
                           "checked as they are read (the C++ runstore::LazyValue).")
@@ -765,13 +808,14 @@ void BindStore(nb::module_& m) {
       .def("writer", &PyStore::NewWriter, nb::kw_only(), "writer_id"_a = nb::none(),
            "buffer_bytes"_a = nb::none(), "codec"_a = nb::none(), "zstd_level"_a = nb::none(),
            "commit_every_s"_a = nb::none(), "commit_every_bytes"_a = nb::none(),
-           "segment_bytes"_a = nb::none(), "allow_reserved"_a = false,
-           nb::rv_policy::take_ownership,
+           "segment_bytes"_a = nb::none(), "allow_reserved"_a = false, "staging_dir"_a = nb::none(),
+           "ship_every_s"_a = nb::none(), nb::rv_policy::take_ownership,
            nb::sig(
                "def writer(self, *, writer_id: str | None = None, buffer_bytes: int | None = None, "
                "codec: str | None = None, zstd_level: int | None = None, "
                "commit_every_s: float | None = None, commit_every_bytes: int | None = None, "
-               "segment_bytes: int | None = None, allow_reserved: bool = False) -> Writer"),
+               "segment_bytes: int | None = None, allow_reserved: bool = False, "
+               "staging_dir: str | None = None, ship_every_s: float | None = None) -> Writer"),
            "Creates a Writer (see runstore.Store.writer). RuntimeError for a read-only store.")
       .def("refresh", &PyStore::Refresh,
            "Takes a new snapshot including every commit made since the last one.")
@@ -784,6 +828,17 @@ void BindStore(nb::module_& m) {
           },
           "Drops the pages of the snapshot's mapped segments from resident memory; arrays "
           "already returned stay valid (their pages are read again when touched).")
+      .def(
+          "write_catalog",
+          [](PyStore& self) {
+            std::optional<Result<uint64_t>> r;
+            {
+              nb::gil_scoped_release nogil;
+              r.emplace(self.store()->WriteCatalog());
+            }
+            return Unwrap(std::move(*r));
+          },
+          "Writes the store's catalog; returns the number of sealed segments in it.")
       .def("names", &PyStore::Names, "include_reserved"_a = false,
            "Names of the series with visible records, sorted.")
       .def("runs", &PyStore::Runs,

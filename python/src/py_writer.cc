@@ -246,6 +246,17 @@ void PyWriter::WaitForCommit(uint64_t ticket) {
   Check(s);
 }
 
+void PyWriter::WaitForShipped(nb::handle ticket) {
+  Status s;
+  const uint64_t t = ticket.is_none() ? writer_->LastTicket() : nb::cast<uint64_t>(ticket);
+  if (t == 0) return;  // nothing committed yet: nothing to ship
+  {
+    nb::gil_scoped_release nogil;
+    s = writer_->WaitForShipped(t);
+  }
+  Check(s);
+}
+
 void PyWriter::Flush() {
   Status s;
   {
@@ -381,6 +392,13 @@ void BindWriter(nb::module_& m) {
            "Returns when the commit of ``ticket`` (from commit(wait=False)) is durable, or raises "
            "the error that stopped the writer. ValueError for a ticket this writer did not give "
            "out.")
+      .def("wait_for_shipped", &PyWriter::WaitForShipped, "ticket"_a = nb::none(),
+           nb::sig("def wait_for_shipped(self, ticket: int | None = None) -> None"),
+           "With staging_dir: seals the segment that holds the commit of ``ticket`` (default: the "
+           "last commit or flush) and returns once it is published in the store, visible to its "
+           "readers; raises the error that stopped shipping (the segment then stays in staging "
+           "for runstore.sync). Without staging, as wait_for_commit. ValueError for a ticket "
+           "this writer did not give out.")
       .def("flush", &PyWriter::Flush,
            "Like commit(), without the fsync: every record appended before the call is visible to "
            "readers that refresh, all-or-nothing, and survives a crash or kill -9 of this process, "
@@ -408,6 +426,9 @@ void BindWriter(nb::module_& m) {
                    "The newest commit ticket that is durable with every one before it (0: none "
                    "yet), without waiting: after commit(wait=False), the results of every commit "
                    "whose ticket is at most this may be acknowledged.")
+      .def_prop_ro("shipped_ticket", &PyWriter::shipped_ticket,
+                   "The newest ticket shipped into the store with every one before it (0: none "
+                   "yet), without waiting; without staging_dir, durable_ticket.")
       .def_prop_ro("writer_id", &PyWriter::writer_id,
                    "This writer's id; its segment files are named after it.")
       .def_prop_ro("closed", &PyWriter::closed, "True after close() or the end of a with-block.")

@@ -350,6 +350,14 @@ class PosixEnv final : public Env {
     return static_cast<uint64_t>(st.st_size);
   }
 
+  Result<FileInfo> GetFileInfo(const std::string& path) override {
+    struct stat st;
+    if (::stat(path.c_str(), &st) != 0) return ErrnoStatus(path + ": stat", errno);
+    return FileInfo{static_cast<uint64_t>(st.st_size),
+                    int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec,
+                    static_cast<uint64_t>(st.st_ino)};
+  }
+
   Status CreateDir(const std::string& path) override {
     if (::mkdir(path.c_str(), 0755) != 0) return ErrnoStatus(path + ": mkdir", errno);
     return Status::OK();

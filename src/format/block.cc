@@ -188,6 +188,14 @@ void BlockBuilder::AddValueBytes(const ValueRef& value) {
   }
 }
 
+namespace {
+// Sorts a block's run hashes and drops repeats.
+void SortDistinct(std::vector<uint64_t>* hashes) {
+  std::sort(hashes->begin(), hashes->end());
+  hashes->erase(std::unique(hashes->begin(), hashes->end()), hashes->end());
+}
+}  // namespace
+
 uint64_t RunHash(const RunRef& run) {
   if (run.is_string) return XXH3_64bits_withSeed(run.s.data(), run.s.size(), 1);
   char le[8];
@@ -212,8 +220,16 @@ void BlockBuilder::RunHashes(std::vector<uint64_t>* out) const {
     }
     if (out->empty() || out->back() != h) out->push_back(h);  // runs come in stretches
   }
-  std::sort(out->begin(), out->end());
-  out->erase(std::unique(out->begin(), out->end()), out->end());
+  SortDistinct(out);
+}
+
+void RunHashesOf(const BlockView& view, std::vector<uint64_t>* out) {
+  out->clear();
+  for (uint32_t r = 0; r < view.count(); ++r) {
+    const uint64_t h = RunHash(view.run(r));
+    if (out->empty() || out->back() != h) out->push_back(h);
+  }
+  SortDistinct(out);
 }
 
 void BlockBuilder::Add(const RunRef& run, int64_t step, const ValueRef& value) {

@@ -153,6 +153,11 @@ class BlockBuilder {
   int64_t min_step_ = 0, max_step_ = 0;
 };
 
+class BlockView;
+// The distinct RunHash of a parsed block's runs, ascending: what its entry in
+// the footer's run index must hold.
+void RunHashesOf(const BlockView& view, std::vector<uint64_t>* out);
+
 // Where the value data of a block with kBlockValueChunks lies in its payload,
 // and its chunk checksums (docs/format.md "Value chunks").
 struct ValueChunks {

@@ -9,6 +9,7 @@
 #include "format/segment_reader.h"
 #include "format/segment_writer.h"
 #include "runstore/store.h"
+#include "testing/crafted_segment.h"
 #include "testing/test_util.h"
 #include "util/coding.h"
 #include "util/hash.h"
@@ -265,10 +266,10 @@ TEST(FormatTest, WorkedExampleOfTheSpec) {
   EXPECT_EQ(static_cast<uint8_t>(f[448 + 4]), 2);               // commit record
   EXPECT_EQ(DecodeFixed<uint64_t>(f.data() + 448 + 40), 128u);  // first_frame_offset
   EXPECT_EQ(static_cast<uint8_t>(f[576 + 4]), 3);               // footer
-  EXPECT_EQ(DecodeFixed<uint64_t>(f.data() + 576 + 8), 192u);   // footer payload_len
+  EXPECT_EQ(DecodeFixed<uint64_t>(f.data() + 576 + 8), 184u);   // footer payload_len
   EXPECT_EQ(DecodeFixed<uint32_t>(f.data() + 640 + 152), 1u);   // run index section
   EXPECT_EQ(DecodeFixed<uint64_t>(f.data() + 640 + 168), 1u);   // of one block
-  EXPECT_EQ(DecodeFixed<uint64_t>(f.data() + 640 + 184), RunHash(RunRef(int64_t{7})));
+  EXPECT_EQ(DecodeFixed<uint64_t>(f.data() + 640 + 176), 0u);   // unlisted: integer runs
   EXPECT_EQ(f.substr(832 + 16, 8), "RSSEALED");
   EXPECT_EQ(DecodeFixed<uint64_t>(f.data() + 832), 576u);
 }
@@ -499,5 +500,106 @@ TEST(FormatTest, RecordsAreCheckedAgainstTheHeader) {
     }
   }
 }
+
+// The footer's run index (version 4): what the writer writes, and every way
+// its section can be malformed, each a Corruption that names the file, with
+// nothing allocated for a length the bytes cannot hold.
+TEST(FormatTest, RunIndexSectionIsWrittenAndCheckedStrictly) {
+  TestSegment t;
+  ASSERT_NE(t.sw, nullptr);
+  auto& env = t.env;
+  ASSERT_OK(t.AddBlock());
+  ASSERT_OK(t.sw->Commit(100));
+  ASSERT_OK(t.AddBlock());
+  ASSERT_OK(t.sw->Commit(200));
+  ASSERT_OK(t.sw->Seal());
+  ASSERT_OK_AND_ASSIGN(std::string clean, ReadFileToString(env.get(), "/seg.rss"));
+  auto load = [&](const std::string& bytes, SegmentIndex* idx) -> Status {
+    static int n = 0;
+    const std::string path = "/ri-" + std::to_string(n++);
+    RUNSTORE_ASSIGN_OR_RETURN(auto f, env->NewWritableFile(path, true));
+    RUNSTORE_RETURN_IF_ERROR(f->Append(bytes));
+    RUNSTORE_RETURN_IF_ERROR(f->Close());
+    RUNSTORE_ASSIGN_OR_RETURN(auto r, env->NewRandomAccessFile(path));
+    return LoadSegmentIndex(*r, "segments/w-00000001.rss", idx);
+  };
+  SegmentIndex idx;
+  ASSERT_OK(load(clean, &idx));
+  ASSERT_TRUE(idx.sealed);
+  ASSERT_NE(idx.run_index, nullptr);
+  std::vector<uint64_t> want;
+  t.b.RunHashes(&want);
+  ASSERT_EQ(want.size(), 10u);
+  for (uint32_t b = 0; b < 2; ++b) {
+    const auto got = idx.run_index->Of(b);
+    EXPECT_EQ(std::vector<uint64_t>(got.begin(), got.end()), want) << b;
+  }
+  // The hash of an integer run is of its little-endian bytes with seed 0.
+  const int64_t seven = 7;
+  EXPECT_EQ(RunHash(RunRef(seven)), XXH3_64bits_withSeed(&seven, 8, 0));
+  EXPECT_EQ(RunHash(RunRef("e1")), XXH3_64bits_withSeed("e1", 2, 1));
+
+  auto run_index = [](uint64_t blocks, const std::vector<uint64_t>& ends,
+                      const std::vector<uint64_t>& hashes) {
+    std::string b;
+    PutFixed<uint64_t>(&b, blocks);
+    for (uint64_t e : ends) PutFixed<uint64_t>(&b, e);
+    for (uint64_t h : hashes) PutFixed<uint64_t>(&b, h);
+    return EncodeFooterSection(kFooterSectionRunIndex, 0, b);
+  };
+  const std::vector<uint64_t> two = {want[0], want[1], want[2], want[3]};
+  const std::string good = run_index(2, {2, 4}, two);
+  // Well-formed variants read.
+  ASSERT_OK(load(testing::WithFooterSections(clean, good), &idx));
+  EXPECT_EQ(idx.run_index->Of(1).size(), 2u);
+  // A block may be left unlisted (an empty list): readers read it.
+  ASSERT_OK(load(testing::WithFooterSections(clean, run_index(2, {0, 4}, two)), &idx));
+  EXPECT_EQ(idx.run_index->Of(0).size(), 0u);
+  ASSERT_OK(
+      load(testing::WithFooterSections(clean, ""), &idx));  // no run index: readers rebuild it
+  EXPECT_EQ(idx.run_index, nullptr);
+  ASSERT_OK(load(testing::WithFooterSections(
+                     clean, good + EncodeFooterSection(99, kFooterSectionOptional, "later")),
+                 &idx));
+  ASSERT_OK(load(testing::WithFooterSections(
+                     clean, good + EncodeFooterSection(kFooterSectionReplaces, 0, "abc")),
+                 &idx));
+  EXPECT_EQ(idx.footer_sections.at(kFooterSectionReplaces), "abc");
+
+  std::string huge;  // a section header claiming 2^63 bytes
+  PutFixed<uint32_t>(&huge, kFooterSectionRunIndex);
+  PutFixed<uint32_t>(&huge, 0);
+  PutFixed<uint64_t>(&huge, uint64_t{1} << 63);
+  std::string bad_pad = good;
+  bad_pad += EncodeFooterSection(99, kFooterSectionOptional, "abc");
+  bad_pad[bad_pad.size() - 1] = 'x';
+  const std::pair<std::string, std::string> cases[] = {
+      {run_index(3, {2, 4, 4}, two), "different number of blocks"},
+      {run_index(1 << 30, {}, {}), "different number of blocks"},
+      {run_index(2, {3, 2}, two), "not ascending at block 1"},
+      {run_index(2, {2, 5}, two), "bytes of hashes for 5 entries"},
+      {run_index(2, {2, 3}, two), "bytes of hashes for 3 entries"},
+      {run_index(2, {2, 4}, {two[1], two[0], two[2], two[3]}), "of block 0 are not ascending"},
+      {run_index(2, {2, 4}, {two[0], two[1], two[2], two[2]}), "of block 1 are not ascending"},
+      {good + good, "two run indexes"},
+      {good + EncodeFooterSection(99, 0, "x"), "unknown section tag 99"},
+      {good + EncodeFooterSection(99, 6, "x"), "unknown flags 6"},
+      {good + EncodeFooterSection(kFooterSectionReplaces, 0, "") +
+           EncodeFooterSection(kFooterSectionReplaces, 0, ""),
+       "appears twice"},
+      {good + huge, "damaged"},
+      {good + "\x01\x00\x00", "damaged"},
+      {bad_pad, "damaged"},
+  };
+  for (const auto& [sections, what] : cases) {
+    EXPECT_THAT(load(testing::WithFooterSections(clean, sections), &idx),
+                StatusIsWith(StatusCode::kCorruption, what))
+        << what;
+    EXPECT_THAT(load(testing::WithFooterSections(clean, sections), &idx),
+                StatusIsWith(StatusCode::kCorruption, "segments/w-00000001.rss: offset "))
+        << what;
+  }
+}
+
 }  // namespace
 }  // namespace runstore::format

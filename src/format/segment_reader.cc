@@ -281,10 +281,6 @@ bool DecodeRunIndex(std::string_view bytes, uint64_t blocks, RunIndex* ri, std::
   ri->hashes.resize(prev);
   for (uint64_t i = 0; i < prev; ++i) d.Get(&ri->hashes[i]);
   for (uint64_t b = 0, lo = 0; b < n; lo = ri->ends[b++]) {
-    if (lo == ri->ends[b]) {
-      *error = "run index names no run for block " + std::to_string(b);
-      return false;
-    }
     for (uint64_t i = lo + 1; i < ri->ends[b]; ++i) {
       if (ri->hashes[i] <= ri->hashes[i - 1]) {
         *error = "run index hashes of block " + std::to_string(b) + " are not ascending";

@@ -36,7 +36,8 @@ struct BlockInfo {
 
 // The footer's run index (docs/format.md "Run index"): for block i, the
 // distinct RunHash values of its records are hashes[ends[i-1] .. ends[i]),
-// ascending (ends[-1] = 0).
+// ascending (ends[-1] = 0). An empty list means the block is not listed:
+// readers take it for a candidate of every run (its key range decides).
 struct RunIndex {
   std::vector<uint64_t> ends;  // one per block
   std::vector<uint64_t> hashes;

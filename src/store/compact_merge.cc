@@ -182,7 +182,10 @@ class Merger {
     if (touched_ < options_.memory_bytes / 4) return;
     cache_.clear();
     cache_index_.clear();
-    for (uint32_t si : touched_list_) snap_.segments()[si]->map->ReleasePages();
+    for (uint32_t si : touched_list_) {
+      const LoadedSegment& seg = *snap_.segments()[si];
+      if (seg.is_open()) seg.map->ReleasePages();
+    }
     touched_list_.clear();
     touched_segments_.clear();
     touched_ = 0;

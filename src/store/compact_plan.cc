@@ -24,19 +24,22 @@ namespace {
 Result<std::vector<uint64_t>> RunHashesOf(const SnapshotImpl& snap, uint32_t si) {
   const LoadedSegment& seg = *snap.segments()[si];
   std::vector<uint64_t> out;
-  if (seg.index.run_index) {
-    out = seg.index.run_index->hashes;
-  } else {
-    for (uint32_t bi = 0; bi < seg.index.blocks.size(); ++bi) {
-      const format::BlockInfo& b = seg.index.blocks[bi];
-      if (b.header.min_key.run == b.header.max_key.run) {
-        out.push_back(format::RunHash(RunRef(b.header.min_key.run)));
-        continue;
-      }
-      SnapshotImpl::BlockRef ref{si, bi, CommitOrder{}, b.frame_offset, &b.header};
-      RUNSTORE_ASSIGN_OR_RETURN(Payload p, snap.ReadPayload(ref));
-      for (uint32_t r = 0; r < p.view.count(); ++r) out.push_back(format::RunHash(p.view.run(r)));
+  for (uint32_t bi = 0; bi < seg.index.blocks.size(); ++bi) {
+    const format::BlockInfo& b = seg.index.blocks[bi];
+    if (b.header.min_key.run == b.header.max_key.run) {
+      out.push_back(format::RunHash(RunRef(b.header.min_key.run)));
+      continue;
     }
+    // The footer lists a block's runs unless they are integers in order
+    // (an empty list): then, as for an unsealed segment, its run column.
+    if (seg.index.run_index && !seg.index.run_index->Of(bi).empty()) {
+      const auto listed = seg.index.run_index->Of(bi);
+      out.insert(out.end(), listed.begin(), listed.end());
+      continue;
+    }
+    SnapshotImpl::BlockRef ref{si, bi, CommitOrder{}, b.frame_offset, &b.header};
+    RUNSTORE_ASSIGN_OR_RETURN(Payload p, snap.ReadPayload(ref));
+    for (uint32_t r = 0; r < p.view.count(); ++r) out.push_back(format::RunHash(p.view.run(r)));
   }
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());

@@ -145,6 +145,27 @@ Status SnapshotImpl::EnsurePlan(const SeriesEntry& e) const {
 // blocks whose keys are read and proved to share none (layouts that
 // AscendingBlocksShareNoKey and StepMajorBlocksShareNoKey recognise). The
 // others are resolved record by record.
+bool SnapshotImpl::GroupSharesNoRun(const SeriesEntry& e, size_t i, size_t j, bool reserved) const {
+  std::vector<uint64_t> hashes;
+  for (size_t k = i; k < j; ++k) {
+    const BlockRef& b = e.blocks[e.by_min_key[k]];
+    const auto& ri = segments_[b.segment]->index.run_index;
+    if (!ri || (!reserved && BlockMayBeHidden(b))) return false;
+    const auto listed = ri->Of(b.block);
+    if (listed.empty()) return false;  // not listed
+    // No key twice inside the block: its keys ascend, or each record has a
+    // run of its own (one record per experiment, in any order).
+    if (!(b.header->flags & format::kBlockKeysAscending) && listed.size() != b.header->count) {
+      return false;
+    }
+    hashes.insert(hashes.end(), listed.begin(), listed.end());
+  }
+  // A hash that two runs share only makes this answer no: the blocks are then
+  // read and their keys compared.
+  std::sort(hashes.begin(), hashes.end());
+  return std::adjacent_find(hashes.begin(), hashes.end()) == hashes.end();
+}
+
 Status SnapshotImpl::ComputePlan(const SeriesEntry& e) const {
   // Resume markers hide user records only: runstore's own '~' series (the
   // markers themselves, experiment designs and status) are never hidden.
@@ -167,6 +188,17 @@ Status SnapshotImpl::ComputePlan(const SeriesEntry& e) const {
         (reserved || !BlockMayBeHidden(fb))) {
       plan.push_back(PlanItem{first, true, {}});
       count += fb.header->count;
+      i = j;
+      continue;
+    }
+    // The footers' run indexes may prove without reading a block that no
+    // key repeats: blocks that share no run share no key (hashed ids, whose
+    // blocks' ranges all overlap, are the case).
+    if (GroupSharesNoRun(e, i, j, reserved)) {
+      for (size_t k = i; k < j; ++k) {
+        plan.push_back(PlanItem{e.by_min_key[k], true, {}});
+        count += e.blocks[e.by_min_key[k]].header->count;
+      }
       i = j;
       continue;
     }

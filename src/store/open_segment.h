@@ -19,6 +19,7 @@
 #include "format/segment_writer.h"
 #include "runstore/env.h"
 #include "runstore/status.h"
+#include "store/staging.h"
 
 namespace runstore {
 
@@ -26,9 +27,11 @@ class OpenSegment {
  public:
   // Segments go to `segments_dir` as <writer_id>-<seq>.rss, from number
   // `next_seq` on; the first names `sealed_predecessor` (0: none) in its
-  // header.
+  // header. With a `claimer` (node-local staging, docs/design.md#staging),
+  // `segments_dir` is the staging directory and each number is one the
+  // claimer claimed in the store's segments/ by an empty placeholder.
   OpenSegment(Env* env, std::string segments_dir, std::string writer_id, int zstd_level,
-              uint64_t next_seq, uint64_t sealed_predecessor);
+              uint64_t next_seq, uint64_t sealed_predecessor, staging::Shipper* claimer = nullptr);
 
   // Writes the block of `builder` (creating a segment when none is open);
   // with `borrowed`, a value of its own written from the caller's memory,
@@ -52,6 +55,10 @@ class OpenSegment {
   Status Seal();
 
   bool is_open() const { return segment_ != nullptr; }
+  // Whether frames were written since the last commit record.
+  bool has_uncommitted() const { return segment_ && segment_->has_uncommitted(); }
+  // The file name of the segment sealed last (empty: none yet).
+  std::string last_sealed_name() const;
   // The open segment's writer, for a sync of its prefix; null if none.
   format::SegmentWriter* segment() const { return segment_.get(); }
 
@@ -62,6 +69,7 @@ class OpenSegment {
   const std::string segments_dir_;
   const std::string writer_id_;
   const int zstd_level_;
+  staging::Shipper* const claimer_;  // null: numbers are claimed in segments_dir_
   std::unique_ptr<format::SegmentWriter> segment_;
   uint64_t next_seq_;            // the number to try for the next segment
   uint64_t segment_seq_ = 0;     // the number of segment_

@@ -22,11 +22,15 @@ constexpr size_t kMaxRangeCandidates = 16;
 
 void SnapshotImpl::EnsureRunIndex(const SeriesEntry& e) const {
   std::call_once(e.run_index_once, [&] {
+    std::vector<uint64_t> hashes;
     for (uint32_t b = 0; b < e.blocks.size(); ++b) {
       // A sealed segment's footer has the block's runs (format version 4).
       const BlockRef& ref = e.blocks[b];
       if (const auto& ri = segments_[ref.segment]->index.run_index) {
-        for (uint64_t h : ri->Of(ref.block)) e.run_index.emplace_back(h, b);
+        const auto listed = ri->Of(ref.block);
+        // Not listed (integer runs in order): its key range decides.
+        if (listed.empty()) e.unindexed.push_back(b);
+        for (uint64_t h : listed) e.run_index.emplace_back(h, b);
         continue;
       }
       // Otherwise the block's run column is read (an unsealed segment, or
@@ -37,14 +41,8 @@ void SnapshotImpl::EnsureRunIndex(const SeriesEntry& e) const {
         e.unindexed.push_back(b);
         continue;
       }
-      const format::BlockView& v = p->view;
-      uint64_t last = 0;
-      for (uint32_t r = 0; r < v.count(); ++r) {
-        const uint64_t h = format::RunHash(v.run(r));
-        if (r > 0 && h == last) continue;  // runs come in stretches
-        e.run_index.emplace_back(h, b);
-        last = h;
-      }
+      format::RunHashesOf(p->view, &hashes);
+      for (uint64_t h : hashes) e.run_index.emplace_back(h, b);
     }
     std::sort(e.run_index.begin(), e.run_index.end());
     e.run_index.erase(std::unique(e.run_index.begin(), e.run_index.end()), e.run_index.end());

@@ -30,6 +30,43 @@ RunId ScanBatch::run(size_t i) const {
   return RunId(int_runs[i]);
 }
 
+void LoadedSegment::SetOpen(std::shared_ptr<RandomAccessFile> h,
+                            std::shared_ptr<const MappedRegion> m) {
+  handle = std::move(h);
+  map = std::move(m);
+  open_.store(true, std::memory_order_release);
+}
+
+Status LoadedSegment::EnsureOpen() const {
+  if (open_.load(std::memory_order_acquire)) return Status::OK();
+  std::lock_guard lk(open_mu_);
+  if (open_.load(std::memory_order_relaxed)) return Status::OK();
+  auto h = env->NewRandomAccessFile(path);
+  if (!h.ok()) {
+    if (h.status().code() != StatusCode::kNotFound) return h.status();
+    return Status::NotFound(file +
+                            ": the segment was removed after this snapshot was taken "
+                            "(replaced by a compaction?); refresh and read again");
+  }
+  RUNSTORE_ASSIGN_OR_RETURN(uint64_t size, (*h)->Size());
+  if (size != index.file_size) {
+    return Status::Corruption(file + ": the sealed segment's size changed from " +
+                              std::to_string(index.file_size) + " to " + std::to_string(size) +
+                              " bytes since its index was read");
+  }
+  RUNSTORE_ASSIGN_OR_RETURN(map, (*h)->Map(index.committed_end));
+  // The descriptor is kept only where reads use it (large values are
+  // checked by reading, chunked ones prefetched): a store of many small
+  // segments must not hold a descriptor per segment.
+  const bool keep = std::any_of(index.blocks.begin(), index.blocks.end(), [](const auto& b) {
+    return b.header.payload_len >= kVerifyByReadingBytes ||
+           (b.header.flags & format::kBlockValueChunks);
+  });
+  if (keep) handle = std::move(h).value();
+  open_.store(true, std::memory_order_release);
+  return Status::OK();
+}
+
 Result<std::shared_ptr<SnapshotImpl>> SnapshotImpl::Build(
     std::vector<std::shared_ptr<const LoadedSegment>> segments, std::vector<DamagedSegment> damaged,
     bool skip_damaged) {
@@ -40,6 +77,10 @@ Result<std::shared_ptr<SnapshotImpl>> SnapshotImpl::Build(
     std::erase_if(segments, [&](const std::shared_ptr<const LoadedSegment>& seg) {
       for (const format::BlockInfo& b : seg->index.blocks) {
         if (b.header.name != kResumeSeries) continue;
+        if (Status s = seg->EnsureOpen(); !s.ok()) {
+          damaged.push_back(DamagedSegment{seg->file, std::move(s)});
+          return true;
+        }
         const std::string_view stored =
             RangeWithin(b.payload_offset, b.header.payload_len, seg->map->size())
                 ? std::string_view(seg->map->data() + b.payload_offset, b.header.payload_len)
@@ -159,6 +200,7 @@ Result<Payload> SnapshotImpl::ReadPayload(const BlockRef& b, Check check) const 
   const LoadedSegment& seg = *segments_[b.segment];
   const format::BlockInfo& info = seg.index.blocks[b.block];
   const BlockHeader& h = info.header;
+  RUNSTORE_RETURN_IF_ERROR(seg.EnsureOpen());
   if (!RangeWithin(info.payload_offset, h.payload_len, seg.map->size())) {
     return Status::Corruption(format::AtOffset(seg.file, info.payload_offset) +
                               "block payload extends past the committed end");
@@ -294,7 +336,9 @@ std::vector<SegmentInfo> SnapshotImpl::ListSegments() const {
 }
 
 void SnapshotImpl::ReleasePages() const {
-  for (const auto& seg : segments_) seg->map->ReleasePages();
+  for (const auto& seg : segments_) {
+    if (seg->is_open()) seg->map->ReleasePages();
+  }
 }
 
 StoreSchema SnapshotImpl::Schema() const {

@@ -16,18 +16,34 @@
 #include "format/segment_reader.h"
 #include "runstore/env.h"
 #include "runstore/reader.h"
+#include "store/catalog.h"
 #include "store/schema.h"
 
 namespace runstore {
 
 // One segment as loaded: its index and a mapping of its committed bytes.
-// Immutable once built and shared by every snapshot that includes this state
-// of the file.
+// Immutable once built (but for the mapping, made once on first use) and
+// shared by every snapshot that includes this state of the file.
 struct LoadedSegment {
   std::string file;  // "segments/<name>", for messages
-  std::shared_ptr<RandomAccessFile> handle;
+  Env* env = nullptr;
+  std::string path;  // the file, opened by EnsureOpen
   format::SegmentIndex index;
-  std::shared_ptr<const MappedRegion> map;  // [0, index.committed_end)
+  FileInfo info;  // of the file when its index was read (sealed segments)
+  // What reading the index of a sealed segment read, for the catalog.
+  std::shared_ptr<const SegmentReads> reads;
+
+  // Opens and maps the file, once. A segment that is being written is
+  // opened when loaded; a sealed one (from its footer or the catalog) on its
+  // first read, so that opening a store of many segments maps none of them
+  // and holds no descriptor. Then `map` is valid, and `handle` if the
+  // segment has blocks that are read through it (large or chunked values).
+  Status EnsureOpen() const;
+  // Marks the segment as open with these (a segment loaded by recovery).
+  void SetOpen(std::shared_ptr<RandomAccessFile> h, std::shared_ptr<const MappedRegion> m);
+  bool is_open() const { return open_.load(std::memory_order_acquire); }
+  mutable std::shared_ptr<RandomAccessFile> handle;
+  mutable std::shared_ptr<const MappedRegion> map;  // [0, index.committed_end)
   // Checksums are verified once per block per loaded state, then trusted:
   // committed bytes never change (invariant 4).
   std::unique_ptr<std::atomic<bool>[]> verified;
@@ -47,6 +63,10 @@ struct LoadedSegment {
   std::shared_ptr<LazyBlock> LazyBlockOf(uint32_t block, uint64_t chunks = 0) const;
   mutable std::mutex lazy_mu;
   mutable std::unordered_map<uint32_t, std::shared_ptr<LazyBlock>> lazy_blocks;
+
+ private:
+  mutable std::mutex open_mu_;
+  mutable std::atomic<bool> open_{false};
 };
 
 // The order of a commit across all writers: commit time, then the segment's
@@ -141,6 +161,11 @@ class SnapshotImpl final : public Snapshot {
   bool HiddenByResume(const RunRef& run, int64_t step, const CommitOrder& order) const;
   bool BlockMayBeHidden(const BlockRef& b) const;
   Status ComputePlan(const SeriesEntry& e) const;
+  // Whether the blocks by_min_key[i..j) of `e` provably share no key by the
+  // footers' run indexes alone: none repeats a key (its keys ascend, or it
+  // has a run per record), none may be hidden by a resume marker (unless
+  // `reserved`), and no run hash is in two of them.
+  bool GroupSharesNoRun(const SeriesEntry& e, size_t i, size_t j, bool reserved) const;
   // The block and row of the visible record under (run, name, step), its
   // payload read with `check`.
   struct Found {

@@ -8,6 +8,7 @@
 #include "env/path.h"
 #include "format/format.h"
 #include "format/segment_reader.h"
+#include "store/catalog.h"
 #include "store/compact.h"
 #include "store/compacted.h"
 #include "store/snapshot.h"
@@ -70,9 +71,9 @@ class StoreImpl final : public Store, public CompactionHost {
 
   Result<CompactionView> RefreshForCompaction() override {
     std::lock_guard lk(mu_);
-    RUNSTORE_ASSIGN_OR_RETURN(auto snap, RefreshLocked());
+    RUNSTORE_RETURN_IF_ERROR(RefreshLocked());
     CompactionView v;
-    v.snapshot = std::static_pointer_cast<const SnapshotImpl>(snap);
+    v.snapshot = std::static_pointer_cast<const SnapshotImpl>(current_);
     v.all = loaded_;
     v.resolution = resolution_;
     return v;
@@ -80,14 +81,49 @@ class StoreImpl final : public Store, public CompactionHost {
 
   Result<std::shared_ptr<const Snapshot>> Refresh() override {
     std::lock_guard lk(mu_);
-    return RefreshLocked();
+    RUNSTORE_RETURN_IF_ERROR(RefreshLocked());
+    return current_;
+  }
+
+  RefreshStats last_refresh() const override {
+    std::lock_guard lk(mu_);
+    return stats_;
+  }
+
+  Result<uint64_t> WriteCatalog() override {
+    if (options_.read_only) {
+      return Status::FailedPrecondition(path_ + ": store was opened read-only");
+    }
+    std::lock_guard lk(mu_);
+    RUNSTORE_RETURN_IF_ERROR(RefreshLocked());
+    return WriteCatalogLocked();
   }
 
  private:
-  // Refresh, with mu_ held: the snapshot and loaded_ and resolution_ of one
-  // listing of the directory.
-  Result<std::shared_ptr<const Snapshot>> RefreshLocked() {
+  // The catalog's entries: every sealed segment whose index reads were kept.
+  Result<uint64_t> WriteCatalogLocked() {
+    std::map<std::string, CatalogEntry> entries;
+    for (const auto& [name, seg] : loaded_) {
+      if (seg->index.sealed && seg->reads) entries[name] = CatalogEntry{seg->info, seg->reads};
+    }
+    RUNSTORE_RETURN_IF_ERROR(Catalog::Write(env_, path_, entries));
+    catalog_size_ = entries.size();
+    return uint64_t{entries.size()};
+  }
+
+  Status RefreshLocked() {
     const std::string dir = path_ + "/" + kSegmentsDir;
+    RefreshStats stats;
+    if (!catalog_read_ && options_.use_catalog) {
+      // Read once, at Open: later refreshes read only segments new to them.
+      catalog_read_ = true;
+      auto c = Catalog::Read(env_, path_);
+      if (c.ok()) {
+        catalog_ = std::move(c).value();
+        catalog_size_ = catalog_->size();
+      }
+      // A missing or damaged catalog only costs time: every segment is read.
+    }
     RUNSTORE_ASSIGN_OR_RETURN(auto children, env_->GetChildren(dir));
     std::sort(children.begin(), children.end());
     std::map<std::string, std::shared_ptr<const LoadedSegment>> next;
@@ -108,9 +144,11 @@ class StoreImpl final : public Store, public CompactionHost {
       auto old = loaded_.find(name);
       if (old != loaded_.end() && old->second->index.sealed) {
         next[name] = old->second;
+        ++stats.unchanged;
         continue;
       }
-      auto loaded = LoadSegment(name, writer_id, seq, old == loaded_.end() ? nullptr : old->second);
+      auto loaded =
+          LoadSegment(name, writer_id, seq, old == loaded_.end() ? nullptr : old->second, &stats);
       if (!loaded.ok()) {
         if (loaded.status().code() == StatusCode::kNotFound) continue;  // removed meanwhile
         if (!IsDamage(loaded.status())) return loaded.status();
@@ -134,7 +172,8 @@ class StoreImpl final : public Store, public CompactionHost {
       std::string pred_id;
       uint64_t pred_seq;
       format::ParseSegmentFileName(pred_name, &pred_id, &pred_seq);
-      auto fresh = LoadSegment(pred_name, pred_id, pred_seq, nullptr);
+      RefreshStats again;  // counted once, above
+      auto fresh = LoadSegment(pred_name, pred_id, pred_seq, nullptr, &again, /*no_catalog=*/true);
       if (fresh.ok() && (*fresh)->index.sealed) {
         it->second = std::move(fresh).value();
         continue;
@@ -176,17 +215,31 @@ class StoreImpl final : public Store, public CompactionHost {
     }
     resolution_ = std::move(resolution);
     current_ = std::move(snap);
-    return current_;
+    stats.segments = loaded_.size();
+    // The store grew since its catalog was written: write it again.
+    if (!options_.read_only && options_.catalog_rewrite_segments > 0 &&
+        stats.from_footer >= options_.catalog_rewrite_segments &&
+        stats.from_footer * 4 > catalog_size_) {
+      // Best effort: a store on a file system this process may not write
+      // (a shared store opened by many) still opens.
+      stats.catalog_written = WriteCatalogLocked().ok();
+    }
+    stats_ = stats;
+    return Status::OK();
   }
 
   Env* const env_;
   const std::string path_;
   const StoreOptions options_;
   const uint32_t version_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<const LoadedSegment>> loaded_;
   CompactedResolution resolution_;  // of loaded_, by the last Refresh
   std::shared_ptr<const Snapshot> current_;
+  RefreshStats stats_;
+  bool catalog_read_ = false;
+  std::shared_ptr<const Catalog> catalog_;
+  uint64_t catalog_size_ = 0;
 
   // Damage a segment can have (its bytes, or the file being unreadable), as
   // opposed to a store-wide problem (a newer format version).
@@ -195,32 +248,76 @@ class StoreImpl final : public Store, public CompactionHost {
   }
 
   // Loads segment `name` of `writer_id`: continues from `old` (its state at
-  // the last refresh) when given, else reads it from a new handle.
+  // the last refresh) when given; else from the catalog, if its entry is for
+  // this very file (same size, modification time and inode) and `no_catalog`
+  // is not set; else from a new handle.
   Result<std::shared_ptr<const LoadedSegment>> LoadSegment(
       const std::string& name, const std::string& writer_id, uint64_t seq,
-      const std::shared_ptr<const LoadedSegment>& old) {
+      const std::shared_ptr<const LoadedSegment>& old, RefreshStats* stats,
+      bool no_catalog = false) {
     const std::string rel = std::string(kSegmentsDir) + "/" + name;
     auto seg = std::make_shared<LoadedSegment>();
     seg->file = rel;
-    if (old) {
-      seg->handle = old->handle;
+    seg->env = env_;
+    seg->path = path_ + "/" + rel;
+    auto finish = [&]() -> std::shared_ptr<const LoadedSegment> {
+      seg->verified = std::make_unique<std::atomic<bool>[]>(seg->index.blocks.size());
+      return seg;
+    };
+    // A segment read with no commit yet is opened afresh: with staging it is
+    // the placeholder that claims its number, which the publication replaces
+    // by a rename, so the old handle would read the empty file forever
+    // (docs/design.md#staging). Nothing of it is mapped that could go stale.
+    if (old && !old->index.commits.empty()) {
       seg->index = old->index;
-      RUNSTORE_RETURN_IF_ERROR(format::RefreshSegmentIndex(*seg->handle, rel, &seg->index));
+      RUNSTORE_RETURN_IF_ERROR(format::RefreshSegmentIndex(*old->handle, rel, &seg->index));
       if (seg->index.committed_end == old->index.committed_end &&
           seg->index.sealed == old->index.sealed) {
+        ++stats->unchanged;
         return old;
       }
+      ++stats->recovered;
+      RUNSTORE_ASSIGN_OR_RETURN(auto map, old->handle->Map(seg->index.committed_end));
+      seg->SetOpen(old->handle, std::move(map));
+      return finish();
+    }
+    Result<FileInfo> info = env_->GetFileInfo(seg->path);
+    if (!info.ok()) return info.status();
+    seg->info = *info;
+    if (const CatalogEntry* e = catalog_ && !no_catalog ? catalog_->Find(name) : nullptr;
+        e && e->info == *info) {
+      format::SegmentIndex index;
+      if (format::LoadSegmentIndex(*NewReplayFile(e->reads), rel, &index).ok() && index.sealed) {
+        seg->index = std::move(index);
+        seg->reads = e->reads;
+        ++stats->from_catalog;
+        return finish();
+      }
+      // An entry that does not give a sealed index is no use: read the file.
+    }
+    std::shared_ptr<RandomAccessFile> handle;
+    RUNSTORE_ASSIGN_OR_RETURN(handle, env_->NewRandomAccessFile(seg->path));
+    if (format::HasValidTrailer(*handle)) {
+      // Sealed, probably: what loading reads is kept for the catalog.
+      auto reads = std::make_shared<SegmentReads>();
+      RUNSTORE_RETURN_IF_ERROR(
+          format::LoadSegmentIndex(*NewRecordingFile(*handle, reads.get()), rel, &seg->index));
+      if (seg->index.sealed && !reads->overflowed) seg->reads = std::move(reads);
     } else {
-      RUNSTORE_ASSIGN_OR_RETURN(seg->handle, env_->NewRandomAccessFile(path_ + "/" + rel));
-      RUNSTORE_RETURN_IF_ERROR(format::LoadSegmentIndex(*seg->handle, rel, &seg->index));
+      RUNSTORE_RETURN_IF_ERROR(format::LoadSegmentIndex(*handle, rel, &seg->index));
+    }
+    if (seg->index.sealed) {
+      ++stats->from_footer;  // mapped on its first read
+      return finish();
     }
     if (seg->index.header.writer_id.empty()) {
       seg->index.header.writer_id = writer_id;  // torn header of an empty segment
       seg->index.header.sequence = seq;
     }
-    RUNSTORE_ASSIGN_OR_RETURN(seg->map, seg->handle->Map(seg->index.committed_end));
-    seg->verified = std::make_unique<std::atomic<bool>[]>(seg->index.blocks.size());
-    return std::shared_ptr<const LoadedSegment>(std::move(seg));
+    ++stats->recovered;
+    RUNSTORE_ASSIGN_OR_RETURN(auto map, handle->Map(seg->index.committed_end));
+    seg->SetOpen(std::move(handle), std::move(map));
+    return finish();
   }
 };
 

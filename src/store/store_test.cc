@@ -16,7 +16,9 @@
 #include <set>
 #include <thread>
 
+#include "format/block.h"
 #include "format/format.h"
+#include "testing/crafted_segment.h"
 #include "testing/fault_injection_env.h"
 #include "testing/test_util.h"
 #include "util/coding.h"
@@ -1202,28 +1204,6 @@ TEST_F(StoreTest, NewerFormatVersionIsRefused) {
               StatusIsWith(StatusCode::kNotSupported, "reads versions 1 to 4"));
 }
 
-// A sealed segment of this build rewritten as one of a version before footer
-// sections: its footer payload cut after the block entries, with the footer
-// header's and the trailer's fields and checksums to match.
-std::string WithoutFooterSections(const std::string& seg) {
-  const char* trailer = seg.data() + seg.size() - 32;
-  const uint64_t footer = DecodeFixed<uint64_t>(trailer);
-  std::string h = seg.substr(footer, format::kFooterHeaderSize);
-  const uint64_t commits = DecodeFixed<uint64_t>(h.data() + 24);
-  const uint64_t blocks = DecodeFixed<uint64_t>(h.data() + 32);
-  const uint64_t payload_at = footer + 64;
-  uint64_t end = payload_at + 24 * commits;
-  for (uint64_t i = 0; i < blocks; ++i) end += 16 + DecodeFixed<uint32_t>(seg.data() + end + 8);
-  const std::string payload = seg.substr(payload_at, end - payload_at);
-  EncodeFixed<uint64_t>(h.data() + 8, payload.size());
-  EncodeFixed<uint64_t>(h.data() + 16, Checksum(payload));
-  EncodeFixed<uint64_t>(h.data() + 48, Checksum(h.data(), 48));
-  std::string out = seg.substr(0, footer) + h + std::string(8, '\0') + payload;
-  out.resize(AlignUp(out.size(), 64), '\0');
-  out.append(trailer, 32);
-  return out;
-}
-
 // A version 1 segment (no flushes, key columns stored plainly) reads as it
 // did: version 2 only added flag bits version 1 never set.
 TEST_F(StoreTest, SegmentOfVersionOneIsRead) {
@@ -1241,7 +1221,7 @@ TEST_F(StoreTest, SegmentOfVersionOneIsRead) {
   }
   // Version 1 in the header and the trailer, with valid checksums, and the
   // footer without the sections of version 4.
-  bytes = WithoutFooterSections(bytes);
+  bytes = testing::WithFooterSections(bytes, "");
   bytes[8] = 1;
   uint64_t sum = Checksum(bytes.data(), 120);
   std::memcpy(bytes.data() + 120, &sum, 8);
@@ -1255,6 +1235,39 @@ TEST_F(StoreTest, SegmentOfVersionOneIsRead) {
   ASSERT_OK_AND_ASSIGN(Value v, snap->Get(9, "x", 0));
   EXPECT_EQ(v.scalar<double>(), 4.5);
   EXPECT_OK(snap->Verify(nullptr));
+}
+
+// The footer's run index is trusted by lookups to leave blocks out, so
+// verify checks it against every block: a well-formed index that lists the
+// wrong runs is reported, naming the block.
+TEST_F(StoreTest, VerifyChecksTheFootersRunIndexAgainstTheBlocks) {
+  auto store = Open();
+  {
+    ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter({.writer_id = "w"}));
+    for (int64_t run : {5, 1, 9}) ASSERT_OK(w->Append(run, "x", 0, 0.5 * run));
+    ASSERT_OK(w->Close());
+  }
+  const std::string seg = StorePath() + "/segments/w-00000001.rss";
+  std::string bytes;
+  {
+    std::ifstream in(seg, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  std::string ri;  // one block, listing runs 5 and 9 but not 1
+  PutFixed<uint64_t>(&ri, 1);
+  PutFixed<uint64_t>(&ri, 2);
+  uint64_t h[] = {format::RunHash(RunRef(int64_t{5})), format::RunHash(RunRef(int64_t{9}))};
+  std::sort(std::begin(h), std::end(h));
+  for (uint64_t x : h) PutFixed<uint64_t>(&ri, x);
+  std::ofstream(seg, std::ios::binary | std::ios::trunc) << testing::WithFooterSections(
+      bytes, format::EncodeFooterSection(format::kFooterSectionRunIndex, 0, ri));
+  ASSERT_OK_AND_ASSIGN(auto ro, Store::Open(StorePath(), {.read_only = true}));
+  VerifyReport r = ro->GetSnapshot()->VerifyAll();
+  ASSERT_EQ(r.problems.size(), 1u);
+  EXPECT_THAT(r.problems[0], StatusIsWith(StatusCode::kCorruption,
+                                          "segments/w-00000001.rss: offset 128: the footer's run "
+                                          "index does not list the block's runs (2 listed, the "
+                                          "block has 3)"));
 }
 
 TEST_F(StoreTest, SegmentOfNewerVersionIsRefused) {

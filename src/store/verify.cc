@@ -1,5 +1,7 @@
 // Verification (Snapshot::VerifyAll): every block of every segment checked
 // again, past every problem.
+#include <algorithm>
+
 #include "store/snapshot.h"
 #include "store/snapshot_helpers.h"
 
@@ -16,9 +18,14 @@ VerifyReport SnapshotImpl::VerifyAll(
   for (const auto& seg : segments_) {
     for (const auto& info : seg->index.blocks) total += info.header.payload_len;
   }
+  std::vector<uint64_t> hashes;
   for (uint32_t si = 0; si < segments_.size(); ++si) {
     const LoadedSegment& seg = *segments_[si];
     ++report.segments;
+    if (Status s = seg.EnsureOpen(); !s.ok()) {
+      report.problems.push_back(s);
+      continue;
+    }
     for (uint32_t bi = 0; bi < seg.index.blocks.size(); ++bi) {
       const format::BlockInfo& info = seg.index.blocks[bi];
       const std::string at = seg.file + ": offset " + std::to_string(info.frame_offset) + ": ";
@@ -40,7 +47,23 @@ VerifyReport SnapshotImpl::VerifyAll(
         s = format::CheckPayload(
             std::string_view(seg.map->data() + info.payload_offset, info.header.payload_len), info,
             seg.file);
-        if (s.ok()) s = ReadPayload(BlockRef{si, bi, {}, info.frame_offset, &info.header}).status();
+        if (s.ok()) {
+          auto p = ReadPayload(BlockRef{si, bi, {}, info.frame_offset, &info.header});
+          s = p.status();
+          // The footer's run index must name exactly the block's runs: a
+          // lookup trusts it to leave the others out.
+          if (s.ok() && seg.index.run_index) {
+            format::RunHashesOf(p->view, &hashes);
+            const auto listed = seg.index.run_index->Of(bi);
+            if (!listed.empty() &&
+                !std::equal(hashes.begin(), hashes.end(), listed.begin(), listed.end())) {
+              s = Status::Corruption(at +
+                                     "the footer's run index does not list the block's runs (" +
+                                     std::to_string(listed.size()) + " listed, the block has " +
+                                     std::to_string(hashes.size()) + ")");
+            }
+          }
+        }
       }
       if (!s.ok()) report.problems.push_back(s);
       ++report.blocks_checked;

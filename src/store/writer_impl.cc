@@ -3,7 +3,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 
@@ -171,19 +173,49 @@ Result<std::unique_ptr<Writer>> WriterImpl::Open(Env* env, std::string segments_
                                          format::SegmentFileName(options.writer_id, next_seq - 1));
     if (last.ok() && format::HasValidTrailer(**last)) sealed_predecessor = next_seq - 1;
   }
-  std::unique_ptr<WriterImpl> impl(new WriterImpl(
-      env, std::move(segments_dir), options, std::move(existing), next_seq, sealed_predecessor));
+  // Node-local staging (docs/design.md#staging): the lease exists before
+  // the first segment does, so that a sync never takes that segment for a
+  // dead writer's.
+  if (!options.staging_dir) {
+    const char* from_env = std::getenv(staging::kStagingDirVariable);
+    options.staging_dir = from_env ? from_env : "";
+  }
+  if (options.ship_every_s < 0) return Status::InvalidArgument("ship_every_s is negative");
+  std::unique_ptr<staging::Shipper> shipper;
+  if (!options.staging_dir->empty()) {
+    const std::string& dir = *options.staging_dir;
+    if (Status c = env->CreateDir(dir); !c.ok() && c.code() != StatusCode::kAlreadyExists) {
+      return c.WithContext("creating staging directory " + dir);
+    }
+    auto is_dir = env->IsDirectory(dir);
+    if (!is_dir.ok()) return is_dir.status().WithContext("staging directory " + dir);
+    if (!*is_dir)
+      return Status::InvalidArgument("staging directory " + dir + " is not a directory");
+    if (Status c = env->CheckWritableDir(dir); !c.ok()) {
+      return c.WithContext("staging directory " + dir + " is not writable");
+    }
+    const std::string token = staging::NewOwnerToken();
+    RUNSTORE_ASSIGN_OR_RETURN(auto lease,
+                              staging::Lease::Start(env, dir, token, "writer", options.writer_id));
+    shipper = std::make_unique<staging::Shipper>(env, dir, segments_dir, token, std::move(lease),
+                                                 options.writer_id, next_seq);
+  }
+  std::unique_ptr<WriterImpl> impl(new WriterImpl(env, std::move(segments_dir), options,
+                                                  std::move(existing), next_seq, sealed_predecessor,
+                                                  std::move(shipper)));
   return std::unique_ptr<Writer>(std::move(impl));
 }
 
 WriterImpl::WriterImpl(Env* env, std::string segments_dir, const WriterOptions& options,
-                       StoreSchema existing, uint64_t next_seq, uint64_t sealed_predecessor)
+                       StoreSchema existing, uint64_t next_seq, uint64_t sealed_predecessor,
+                       std::unique_ptr<staging::Shipper> shipper)
     : env_(env),
       options_(options),
       existing_(std::move(existing)),
+      shipper_(std::move(shipper)),
       queue_(options.buffer_bytes, options.block_bytes),
-      open_(env, std::move(segments_dir), options.writer_id, options.zstd_level, next_seq,
-            sealed_predecessor) {
+      open_(env, shipper_ ? *options.staging_dir : segments_dir, options.writer_id,
+            options.zstd_level, next_seq, sealed_predecessor, shipper_.get()) {
   bg_ = std::thread([this] { BackgroundLoop(); });
   sync_thread_ = std::thread([this] { SyncLoop(); });
 }
@@ -363,6 +395,53 @@ Status WriterImpl::WaitForCommitLocked(uint64_t ticket) {
 uint64_t WriterImpl::DurableTicket() const {
   MutexLock lock(&mu_);
   return group_.durable();
+}
+
+uint64_t WriterImpl::ShippedTicket() const {
+  if (!shipper_) return DurableTicket();
+  return shipper_->shipped();
+}
+
+uint64_t WriterImpl::LastTicket() const {
+  MutexLock lock(&mu_);
+  return commit_requested_;
+}
+
+Status WriterImpl::WaitForShipped(uint64_t ticket) {
+  if (!shipper_) return WaitForCommit(ticket);
+  MutexLock lock(&mu_);
+  if (ticket == 0 || ticket > commit_requested_) {
+    return Status::InvalidArgument("writer '" + options_.writer_id +
+                                   "' gave out no commit ticket " + std::to_string(ticket));
+  }
+  // The commit's record must be written (and so in a segment) first.
+  WaitForTaskLocked([&]() RUNSTORE_REQUIRES(mu_) { return commit_done_ >= ticket; });
+  if (shipper_->shipped() < ticket && !closed_ && !stopping_) {
+    // Ship it now rather than at the segment's size target: seal the open
+    // segment when idle (or at the next commit, if later frames are not
+    // committed yet).
+    roll_requested_ = true;
+    work_cv_.Signal();
+  }
+  // The shipper has a thread and a mutex of its own; its progress and the
+  // writer's errors are polled together.
+  while (shipper_->shipped() < ticket) {
+    if (Status s = shipper_->status(); !s.ok()) return s;
+    // A writer that failed seals nothing more: once what was sealed before
+    // is shipped, the rest stays in staging.
+    if (!bg_error_.ok() && shipper_->idle()) {
+      return shipper_->shipped() >= ticket ? Status::OK() : bg_error_;
+    }
+    if (closed_) return shipper_->WaitShipped(ticket);
+    // A seal put off (uncommitted frames, or no number claimed yet) is tried
+    // again while someone waits for it.
+    if (roll_requested_ && roll_deferred_) {
+      roll_deferred_ = false;
+      work_cv_.Signal();
+    }
+    done_cv_.WaitUntil(&mu_, std::chrono::steady_clock::now() + std::chrono::milliseconds(20));
+  }
+  return Status::OK();
 }
 
 Status WriterImpl::Flush() {
@@ -602,7 +681,7 @@ Status WriterImpl::Resume(RunRef run, int64_t step) {
 Status WriterImpl::Close() {
   {
     MutexLock lock(&mu_);
-    if (closed_) return bg_error_;
+    if (closed_) return !bg_error_.ok() ? bg_error_ : shipper_ ? shipper_->status() : Status::OK();
     if (!stopping_) {
       QueueAllBlocksLocked();
       queue_.PushSeal();
@@ -617,9 +696,13 @@ Status WriterImpl::Close() {
     sync_cv_.Signal();
   }
   if (sync_thread_.joinable()) sync_thread_.join();
+  // Staging: ship what was sealed, then drop the lease (a sync may then take
+  // whatever a failure left in staging).
+  const Status shipped = shipper_ ? shipper_->Close() : Status::OK();
   MutexLock lock(&mu_);
   closed_ = true;
-  return bg_error_;
+  done_cv_.SignalAll();
+  return bg_error_.ok() ? shipped : bg_error_;
 }
 
 WriterStats WriterImpl::stats() const {
@@ -648,8 +731,12 @@ Status WriterImpl::WriteCommit(bool sync, uint64_t* sync_length) {
   return s;
 }
 
-Status WriterImpl::SealSegment() {
-  if (!open_.is_open()) return Status::OK();
+Status WriterImpl::SealSegment(uint64_t covers) {
+  if (!open_.is_open()) {
+    // Nothing unshipped holds those commits but what is queued already.
+    if (shipper_) shipper_->Enqueue("", covers);
+    return Status::OK();
+  }
   {
     MutexLock lock(&mu_);
     group_.BeginSeal();  // ended by RunTaskLocked once the seal is done
@@ -663,9 +750,38 @@ Status WriterImpl::SealSegment() {
   uint64_t unused;
   RUNSTORE_RETURN_IF_ERROR(WriteCommit(/*sync=*/true, &unused));
   RUNSTORE_RETURN_IF_ERROR(open_.Seal());
+  // Sealed and synced in staging: the shipper publishes it on its own
+  // thread, never holding up the writer on the shared file system.
+  if (shipper_) shipper_->Enqueue(open_.last_sealed_name(), covers);
   MutexLock lock(&mu_);
   ++stats_.segments_sealed;
+  unshipped_since_.reset();
   return Status::OK();
+}
+
+void WriterImpl::RollIdleLocked() {
+  const uint64_t covers = commit_done_;
+  running_ = true;
+  mu_.Unlock();
+  task_role_.Take();
+  Status s;
+  bool sealed = false;
+  // Not before the next segment's number is claimed: see RunTaskLocked.
+  if (!open_.has_uncommitted() && shipper_->ClaimReady()) {
+    s = SealSegment(covers);
+    sealed = true;
+  }
+  task_role_.GiveBack();
+  mu_.Lock();
+  running_ = false;
+  if (!s.ok() && bg_error_.ok()) bg_error_ = s;
+  if (sealed) {
+    group_.EndSeal(s.ok(), commit_done_);
+    roll_requested_ = false;
+  } else {
+    roll_deferred_ = true;  // the next commit seals (or WaitForShipped asks again)
+  }
+  done_cv_.SignalAll();
 }
 
 void WriterImpl::SyncLoop() {
@@ -699,12 +815,26 @@ void WriterImpl::BackgroundLoop() {
       // A caller may be running a task (WaitForTaskLocked): never leave
       // before it is done, and keep the commit timer while it runs.
       if (queue_.empty() && stopping_ && !running_) break;
+      // Staging: a seal for shipping is made while nothing else runs.
+      if (roll_requested_ && !roll_deferred_ && queue_.empty() && !running_ && !stopping_) {
+        RollIdleLocked();
+        continue;
+      }
+      // ship_every_s bounds how long a commit stays unshipped.
+      std::optional<std::chrono::steady_clock::time_point> ship_deadline;
+      if (shipper_ && options_.ship_every_s > 0 && unshipped_since_ && !roll_requested_) {
+        ship_deadline =
+            *unshipped_since_ + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                    std::chrono::duration<double>(options_.ship_every_s));
+      }
       if (first_uncommitted_ && options_.commit_every_s > 0 && !time_commit_due_) {
         const auto deadline =
             *first_uncommitted_ + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                       std::chrono::duration<double>(options_.commit_every_s));
-        if (!work_cv_.WaitUntil(&mu_, deadline) && queue_.empty() && !running_ &&
-            first_uncommitted_ && std::chrono::steady_clock::now() >= deadline) {
+        if (!work_cv_.WaitUntil(&mu_,
+                                ship_deadline ? std::min(deadline, *ship_deadline) : deadline) &&
+            queue_.empty() && !running_ && first_uncommitted_ &&
+            std::chrono::steady_clock::now() >= deadline) {
           if (auto_commit_holds_ == 0) {
             QueueCommitLocked();
           } else {
@@ -713,8 +843,13 @@ void WriterImpl::BackgroundLoop() {
             time_commit_due_ = true;
           }
         }
+      } else if (ship_deadline) {
+        work_cv_.WaitUntil(&mu_, *ship_deadline);
       } else {
         work_cv_.Wait(&mu_);
+      }
+      if (ship_deadline && std::chrono::steady_clock::now() >= *ship_deadline && unshipped_since_) {
+        roll_requested_ = true;
       }
       continue;
     }
@@ -741,6 +876,8 @@ void WriterImpl::WaitForTaskLocked(const std::function<bool()>& done, bool run_s
 void WriterImpl::RunTaskLocked(bool by_background) {
   BlockQueue::Task t = queue_.Pop();
   const bool failed = !bg_error_.ok();
+  const uint64_t commits_before = commit_done_;  // what a seal task covers
+  const bool roll_for_shipping = roll_requested_;
   running_ = true;
   mu_.Unlock();
   task_role_.Take();
@@ -759,20 +896,33 @@ void WriterImpl::RunTaskLocked(bool by_background) {
         // caller has not, and a commit never spans two segments. A batch that
         // crosses the target while uncommitted stays in this segment until
         // its commit (docs/design.md#segments).
-        if (s.ok() && open_.WantsRoll(options_.segment_bytes,
-                                      std::min<size_t>(options_.buffer_bytes / 8, 16u << 20))) {
-          s = SealSegment();
+        // With staging, also when shipping asked for it (ship_every_s,
+        // WaitForShipped).
+        // With staging, a roll for its size or for shipping waits (the
+        // segment grows past its target) until the next segment's number
+        // is claimed in the store, so that the writer never waits for the
+        // shared file system, nor stops when it is gone. One for the
+        // memory its index holds does not (invariant 1).
+        if (s.ok() &&
+            (open_.WantsRoll(UINT64_MAX, std::min<size_t>(options_.buffer_bytes / 8, 16u << 20)) ||
+             ((open_.WantsRoll(options_.segment_bytes, SIZE_MAX) ||
+               (roll_for_shipping && open_.is_open())) &&
+              (!shipper_ || shipper_->ClaimReady())))) {
+          s = SealSegment(t.ticket);
           sealed = true;
           sync_length = 0;  // the seal synced everything
+        } else if (s.ok() && shipper_ && !open_.is_open()) {
+          shipper_->Enqueue("", t.ticket);  // the commit wrote nothing
         }
         break;
       case BlockQueue::Task::kSeal:
-        s = SealSegment();
+        s = SealSegment(commits_before);
         sealed = true;
         break;
     }
   }
   format::SegmentWriter* const segment = open_.segment();
+  const bool holds_commits = t.kind == BlockQueue::Task::kCommit && open_.is_open();
   task_role_.GiveBack();
   mu_.Lock();
   running_ = false;
@@ -797,6 +947,12 @@ void WriterImpl::RunTaskLocked(bool by_background) {
     // The seal synced every commit before it; a sync still wanted for the
     // sealed segment is moot.
     group_.EndSeal(s.ok(), commit_done_);
+    if (roll_for_shipping) roll_requested_ = roll_deferred_ = false;
+  } else if (roll_for_shipping && t.kind == BlockQueue::Task::kCommit) {
+    roll_deferred_ = true;  // the next commit tries again
+  }
+  if (shipper_ && holds_commits && !unshipped_since_) {
+    unshipped_since_ = std::chrono::steady_clock::now();  // ship_every_s counts from here
   }
   done_cv_.SignalAll();
   // Run by a caller: the background thread may be waiting for running_ to

@@ -26,6 +26,7 @@
 #include "store/group_commit.h"
 #include "store/open_segment.h"
 #include "store/schema.h"
+#include "store/staging.h"
 #include "util/mutex.h"
 #include "util/thread_annotations.h"
 
@@ -55,6 +56,9 @@ class WriterImpl final : public Writer {
   Result<uint64_t> CommitAsync() override;
   Status WaitForCommit(uint64_t ticket) override;
   uint64_t DurableTicket() const override;
+  uint64_t ShippedTicket() const override;
+  Status WaitForShipped(uint64_t ticket) override;
+  uint64_t LastTicket() const override;
   Status Flush() override;
   Status Close() override;
   const std::string& writer_id() const override { return options_.writer_id; }
@@ -70,8 +74,11 @@ class WriterImpl final : public Writer {
     std::unique_ptr<format::BlockBuilder> builder;
   };
 
+  // With a `shipper` (staging), `segments_dir` is the store's segments/ and
+  // segments are written in options.staging_dir.
   WriterImpl(Env* env, std::string segments_dir, const WriterOptions& options, StoreSchema existing,
-             uint64_t next_seq, uint64_t sealed_predecessor);
+             uint64_t next_seq, uint64_t sealed_predecessor,
+             std::unique_ptr<staging::Shipper> shipper);
 
   // ---- The writer the callers see (mu_ held).
   Status CheckUsableLocked() const RUNSTORE_REQUIRES(mu_);
@@ -138,8 +145,13 @@ class WriterImpl final : public Writer {
   Status WriteCommit(bool sync, uint64_t* sync_length) RUNSTORE_REQUIRES(task_role_)
       RUNSTORE_EXCLUDES(mu_);
   // Commits what is left, then seals: waits for a running sync first, and
-  // lets no sync start meanwhile.
-  Status SealSegment() RUNSTORE_REQUIRES(task_role_) RUNSTORE_EXCLUDES(mu_);
+  // lets no sync start meanwhile. With staging, hands the sealed segment to
+  // the shipper as holding every commit up to ticket `covers`.
+  Status SealSegment(uint64_t covers) RUNSTORE_REQUIRES(task_role_) RUNSTORE_EXCLUDES(mu_);
+  // Staging: seals the open segment for shipping while the queue is empty
+  // and no task runs (roll_requested_), taking the task role; when its last
+  // frames are not committed, leaves the seal to the next commit instead.
+  void RollIdleLocked() RUNSTORE_REQUIRES(mu_);
 
   // ---- Group commit: the sync thread's loop, and the one sync it runs at a
   // time (mu_ held on entry and exit, released during the fdatasync).
@@ -153,6 +165,8 @@ class WriterImpl final : public Writer {
   Env* const env_;
   const WriterOptions options_;
   const StoreSchema existing_;
+  // Staging only (null otherwise); thread-safe, with a thread of its own.
+  const std::unique_ptr<staging::Shipper> shipper_;
 
   // ---- Protected by mu_.
   mutable Mutex mu_;
@@ -181,6 +195,13 @@ class WriterImpl final : public Writer {
   bool sync_stop_ RUNSTORE_GUARDED_BY(mu_) = false;
   bool closed_ RUNSTORE_GUARDED_BY(mu_) = false;
   WriterStats stats_ RUNSTORE_GUARDED_BY(mu_);
+  // Staging: seal the open segment for shipping (ship_every_s came due, or
+  // WaitForShipped), when idle or at the next commit; deferred: it had
+  // uncommitted frames, so only a commit does it. unshipped_since_: when the
+  // open segment first held a commit.
+  bool roll_requested_ RUNSTORE_GUARDED_BY(mu_) = false;
+  bool roll_deferred_ RUNSTORE_GUARDED_BY(mu_) = false;
+  std::optional<std::chrono::steady_clock::time_point> unshipped_since_ RUNSTORE_GUARDED_BY(mu_);
 
   // ---- Owned by the thread that runs tasks: it set running_ under mu_, and
   // holds task_role_ (to the analysis) until it clears it.

@@ -293,6 +293,9 @@ Result<std::vector<std::string>> FaultInjectionEnv::GetChildren(const std::strin
 Result<uint64_t> FaultInjectionEnv::GetFileSize(const std::string& path) {
   return base_->GetFileSize(path);
 }
+Result<::runstore::FileInfo> FaultInjectionEnv::GetFileInfo(const std::string& path) {
+  return base_->GetFileInfo(path);
+}
 Status FaultInjectionEnv::CheckWritableDir(const std::string& dir) {
   return base_->CheckWritableDir(dir);
 }

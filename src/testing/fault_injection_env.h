@@ -164,6 +164,7 @@ class FaultInjectionEnv final : public Env {
   Result<bool> IsDirectory(const std::string& path) override;
   Result<std::vector<std::string>> GetChildren(const std::string& dir) override;
   Result<uint64_t> GetFileSize(const std::string& path) override;
+  Result<::runstore::FileInfo> GetFileInfo(const std::string& path) override;
   Status CheckWritableDir(const std::string& dir) override;
   int64_t NowNanos() override;
 

@@ -128,6 +128,27 @@ void SegmentCrafter::Seal(const std::function<void(std::vector<format::CommitRec
 
 std::string SegmentCrafter::bytes() const { return format::EncodeSegmentHeader(header_) + body_; }
 
+std::string WithFooterSections(const std::string& seg, const std::string& sections) {
+  const char* trailer = seg.data() + seg.size() - format::kTrailerSize;
+  const uint64_t footer = DecodeFixed<uint64_t>(trailer);
+  std::string h = seg.substr(footer, format::kFooterHeaderSize);
+  const uint64_t commits = DecodeFixed<uint64_t>(h.data() + 24);
+  const uint64_t blocks = DecodeFixed<uint64_t>(h.data() + 32);
+  const uint64_t payload_at = footer + AlignUp(format::kFooterHeaderSize, format::kFrameAlign);
+  uint64_t end = payload_at + 24 * commits;
+  for (uint64_t i = 0; i < blocks; ++i) end += 16 + DecodeFixed<uint32_t>(seg.data() + end + 8);
+  const std::string payload = seg.substr(payload_at, end - payload_at) + sections;
+  EncodeFixed<uint64_t>(h.data() + 8, payload.size());
+  EncodeFixed<uint64_t>(h.data() + 16, Checksum(payload));
+  EncodeFixed<uint64_t>(h.data() + h.size() - 8, Checksum(h.data(), h.size() - 8));
+  std::string out = seg.substr(0, footer) + h;
+  out.resize(payload_at, '\0');
+  out += payload;
+  out.resize(AlignUp(out.size(), format::kFrameAlign), '\0');
+  out.append(trailer, format::kTrailerSize);
+  return out;
+}
+
 Status WriteCraftedStore(Env* env, const std::string& dir,
                          const std::vector<std::pair<std::string, std::string>>& segments) {
   for (const std::string& d : {dir, dir + "/segments"}) {

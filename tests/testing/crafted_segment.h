@@ -80,6 +80,12 @@ class SegmentCrafter {
   int64_t time_ns_ = 1'000'000'000;
 };
 
+// A sealed segment (as a writer of this build wrote it) with the sections of
+// its footer replaced by `sections` (encoded, format::EncodeFooterSection),
+// the footer's header checksums recomputed; "" leaves none, which is also
+// how a footer of a version before sections looks.
+std::string WithFooterSections(const std::string& sealed, const std::string& sections);
+
 // Writes a store at `dir` holding the marker and the given segment files
 // (file name -> bytes) through `env`.
 Status WriteCraftedStore(Env* env, const std::string& dir,

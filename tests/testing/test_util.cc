@@ -52,4 +52,54 @@ RecordValue RecordValueAt(const ScanBatch& b, size_t i) {
   return v;
 }
 
+Result<Contents> ScanAll(const Snapshot& snap, const std::set<std::string>* series) {
+  std::set<std::string> all;
+  if (!series) {
+    RUNSTORE_ASSIGN_OR_RETURN(auto infos, snap.ListSeries(/*include_reserved=*/true));
+    for (const SeriesInfo& info : infos) all.insert(info.name);
+    series = &all;
+  }
+  Contents out;
+  for (const std::string& name : *series) {
+    auto scanner = snap.Scan(name);
+    if (!scanner.ok()) {
+      if (scanner.status().code() == StatusCode::kNotFound) continue;
+      return scanner.status();
+    }
+    ScanBatch b;
+    while (true) {
+      RUNSTORE_ASSIGN_OR_RETURN(bool more, (*scanner)->Next(&b));
+      if (!more) break;
+      for (size_t i = 0; i < b.count; ++i) {
+        RecordKey k{name, b.run(i), b.steps[i]};
+        if (!out.emplace(k, RecordValueAt(b, i)).second) {
+          return Status::Corruption("scan returned " + KeyString(k) + " twice");
+        }
+      }
+    }
+  }
+  return out;
+}
+
+std::string DiffContents(const Contents& expected, const Contents& actual) {
+  std::string out;
+  int shown = 0;
+  auto note = [&](const std::string& s) {
+    if (shown++ < 8) out += "\n    " + s;
+  };
+  for (const auto& [k, v] : expected) {
+    auto it = actual.find(k);
+    if (it == actual.end()) {
+      note("missing " + KeyString(k));
+    } else if (!(it->second == v)) {
+      note("wrong value for " + KeyString(k));
+    }
+  }
+  for (const auto& [k, v] : actual) {
+    if (!expected.count(k)) note("unexpected " + KeyString(k));
+  }
+  if (shown > 8) out += "\n    ... " + std::to_string(shown - 8) + " more";
+  return out;
+}
+
 }  // namespace runstore::testing

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <map>
+#include <set>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -82,6 +83,17 @@ using Contents = std::map<RecordKey, RecordValue>;
 // The value of record i of a scan batch, whether the batch holds one column
 // of fixed-shape values or one Value per record.
 RecordValue RecordValueAt(const ScanBatch& b, size_t i);
+
+// Every visible record of the given series (every series, reserved ones
+// included, when `series` is null), through Scan. A key that a scan returns
+// twice is a Corruption of its own.
+Result<Contents> ScanAll(const Snapshot& snap, const std::set<std::string>* series = nullptr);
+inline Result<Contents> ScanAll(const Snapshot& snap, const std::set<std::string>& series) {
+  return ScanAll(snap, &series);
+}
+
+// What differs between two contents, for a message: at most 8 keys.
+std::string DiffContents(const Contents& expected, const Contents& actual);
 
 // "(run, 'series', step)" for messages.
 inline std::string KeyString(const RecordKey& k) {

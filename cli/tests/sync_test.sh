@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# sync_test.sh: `runstore sync` on what real staging writers leave behind.
+#
+#   sync_test.sh path/to/runstore path/to/kill9_writer
+#
+# Registered with ctest as cli_sync_test (cli/CMakeLists.txt). Writers are
+# tests/programs/kill9_writer processes staging through $RUNSTORE_STAGING_DIR;
+# one is SIGKILLed and its leftovers synced, one is synced while alive (its
+# open segment must be skipped). Checks output, exit codes, that staging ends
+# empty and that the store verifies.
+set -u
+
+RS=$(realpath "${1:?usage: sync_test.sh RUNSTORE KILL9_WRITER}")
+WR=$(realpath "${2:?usage: sync_test.sh RUNSTORE KILL9_WRITER}")
+T=$(mktemp -d "${TMPDIR:-/tmp}/runstore_sync_test.XXXXXX")
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
+  rm -rf "$T"
+}
+trap cleanup EXIT
+
+failures=0
+checks=0
+fail() {
+  echo "FAIL [$test_name]: $*"
+  failures=$((failures + 1))
+}
+run() {
+  "$@" >"$T/stdout" 2>"$T/stderr"
+  rc=$?
+  out=$(cat "$T/stdout")
+  err=$(cat "$T/stderr")
+}
+expect_rc() {
+  checks=$((checks + 1))
+  [[ $rc == "$1" ]] || fail "exit code $rc, expected $1; stdout: $out; stderr: $err"
+}
+expect_out() {
+  checks=$((checks + 1))
+  [[ $out == *"$1"* ]] || fail "stdout lacks '$1': $out"
+}
+expect_err() {
+  checks=$((checks + 1))
+  [[ $err == *"$1"* ]] || fail "stderr lacks '$1': $err"
+}
+# start_writer INDEX ACKS: a staging writer on $T/store, returned in $wpid
+# once it has acknowledged ACKS commits.
+start_writer() {
+  RUNSTORE_STAGING_DIR=$T/local "$WR" "$T/store" "$1" 0 >"$T/acks$1" 2>"$T/werr$1" &
+  wpid=$!
+  pids+=("$wpid")
+  for _ in $(seq 1 600); do
+    (($(grep -c '^ACK' "$T/acks$1") >= $2)) && return 0
+    kill -0 "$wpid" 2>/dev/null || break
+    sleep 0.05
+  done
+  fail "writer $1 did not acknowledge $2 commits: $(cat "$T/werr$1")"
+}
+staged() { find "$T/local" -name '*.rss' | wc -l; }
+
+test_name="errors"
+run "$RS" sync "$T/nope" "$T/store"
+expect_rc 3
+expect_err "staging directory $T/nope"
+mkdir -p "$T/local" "$T/notastore"
+run "$RS" sync "$T/local" "$T/notastore"
+expect_rc 3
+expect_err "$T/notastore is not a runstore store"
+run "$RS" sync --force --wait 1 "$T/local" "$T/notastore"
+expect_rc 1
+run "$RS" sync --wait 0.2 "$T/local" "$T/notastore"
+expect_rc 5
+expect_err "at least 1 s (two beats)"
+
+test_name="killed writer"
+start_writer 0 30
+kill -9 "$wpid"
+{ wait "$wpid"; } 2>/dev/null
+checks=$((checks + 1))
+(($(staged) >= 1)) || fail "the killed writer left nothing in staging"
+run "$RS" sync --wait 1.5 "$T/local" "$T/store"
+expect_rc 0
+expect_out "shipped w0-0-"
+expect_out "cleaned "
+expect_out "ok: "
+checks=$((checks + 1))
+(($(staged) == 0)) || fail "left in staging: $(ls "$T/local")"
+run "$RS" verify "$T/store"
+expect_rc 0
+
+test_name="sync again"
+run "$RS" sync --force --json "$T/local" "$T/store"
+expect_rc 0
+expect_out '"shipped": []'
+expect_out '"ok": true'
+
+test_name="live writer"
+start_writer 1 10
+run "$RS" sync --wait 1.5 "$T/local" "$T/store"
+expect_rc 0
+expect_out "skipped w1-0-"
+expect_out "(its writer is alive)"
+checks=$((checks + 1))
+(($(staged) >= 1)) || fail "the live writer's open segment was taken"
+kill -9 "$wpid"
+{ wait "$wpid"; } 2>/dev/null
+run "$RS" sync --wait 1.5 "$T/local" "$T/store"
+expect_rc 0
+expect_out "shipped w1-0-"
+checks=$((checks + 1))
+(($(staged) == 0)) || fail "left in staging: $(ls "$T/local")"
+run "$RS" verify "$T/store"
+expect_rc 0
+run "$RS" info "$T/store"
+expect_rc 0
+
+echo "sync_test: $checks checks, $failures failures"
+((failures == 0))

@@ -1,0 +1,207 @@
+#include "store/catalog.h"
+
+#include <algorithm>
+#include <cstring>
+#include <random>
+
+#include "util/coding.h"
+#include "util/hash.h"
+
+namespace runstore {
+namespace {
+
+// docs/format.md "Catalog".
+constexpr char kCatalogMagic[8] = {'R', 'S', 'C', 'A', 'T', 'A', 'L', '\n'};
+constexpr uint32_t kCatalogVersion = 1;
+constexpr size_t kCatalogHeaderSize = 48;
+constexpr char kTempPrefix[] = "CATALOG.tmp.";
+// A temporary this much older than a file written now belongs to a writer
+// that crashed: writing a catalog takes seconds.
+constexpr int64_t kStaleTemporaryNs = int64_t{600} * 1'000'000'000;
+
+class RecordingFile final : public RandomAccessFile {
+ public:
+  RecordingFile(const RandomAccessFile& base, SegmentReads* reads) : base_(base), reads_(reads) {}
+  Status Read(uint64_t offset, size_t n, char* scratch, std::string_view* result) const override {
+    RUNSTORE_RETURN_IF_ERROR(base_.Read(offset, n, scratch, result));
+    if (reads_->overflowed) return Status::OK();
+    recorded_ += result->size();
+    if (recorded_ > kMaxRecordedBytes) {
+      reads_->overflowed = true;
+      reads_->ranges.clear();
+      reads_->ranges.shrink_to_fit();
+    } else {
+      reads_->ranges.emplace_back(offset, std::string(*result));
+    }
+    return Status::OK();
+  }
+  Result<uint64_t> Size() const override {
+    auto size = base_.Size();
+    if (size.ok()) reads_->size = *size;
+    return size;
+  }
+  Result<std::shared_ptr<const MappedRegion>> Map(uint64_t length) const override {
+    return base_.Map(length);
+  }
+
+ private:
+  const RandomAccessFile& base_;
+  SegmentReads* const reads_;
+  mutable uint64_t recorded_ = 0;
+};
+
+class ReplayFile final : public RandomAccessFile {
+ public:
+  explicit ReplayFile(std::shared_ptr<const SegmentReads> reads) : reads_(std::move(reads)) {}
+  Status Read(uint64_t offset, size_t n, char* /*scratch*/,
+              std::string_view* result) const override {
+    const uint64_t want = offset >= reads_->size ? 0 : std::min<uint64_t>(n, reads_->size - offset);
+    for (const auto& [at, bytes] : reads_->ranges) {
+      if (at <= offset && offset - at <= bytes.size() && want <= bytes.size() - (offset - at)) {
+        *result = std::string_view(bytes).substr(offset - at, want);
+        return Status::OK();
+      }
+    }
+    return Status::NotFound("bytes " + std::to_string(offset) + "+" + std::to_string(n) +
+                            " are not in the catalog");
+  }
+  Result<uint64_t> Size() const override { return reads_->size; }
+  Result<std::shared_ptr<const MappedRegion>> Map(uint64_t /*length*/) const override {
+    return Status::NotFound("a catalog entry cannot be mapped");
+  }
+
+ private:
+  std::shared_ptr<const SegmentReads> reads_;
+};
+
+}  // namespace
+
+std::unique_ptr<RandomAccessFile> NewRecordingFile(const RandomAccessFile& base,
+                                                   SegmentReads* reads) {
+  return std::make_unique<RecordingFile>(base, reads);
+}
+
+std::unique_ptr<RandomAccessFile> NewReplayFile(std::shared_ptr<const SegmentReads> reads) {
+  return std::make_unique<ReplayFile>(std::move(reads));
+}
+
+const CatalogEntry* Catalog::Find(std::string_view name) const {
+  auto it = entries_.find(name);
+  return it == entries_.end() ? nullptr : &it->second;
+}
+
+Result<std::shared_ptr<const Catalog>> Catalog::Read(Env* env, const std::string& store_path) {
+  const std::string path = store_path + "/" + kCatalogName;
+  RUNSTORE_ASSIGN_OR_RETURN(auto file, env->NewRandomAccessFile(path));
+  RUNSTORE_ASSIGN_OR_RETURN(uint64_t size, file->Size());
+  auto bad = [&](const std::string& what) {
+    return Status::Corruption(path + ": " + what + "; the catalog is ignored");
+  };
+  if (size < kCatalogHeaderSize) return bad("shorter than its header");
+  // The whole file at once: the size bounds every allocation below.
+  std::string buf(size, '\0');
+  std::string_view got;
+  RUNSTORE_RETURN_IF_ERROR(file->Read(0, size, buf.data(), &got));
+  if (got.size() != size) return bad("changed while it was read");
+  const char* p = got.data();
+  if (std::memcmp(p, kCatalogMagic, 8) != 0) return bad("not a runstore catalog (bad magic)");
+  if (DecodeFixed<uint64_t>(p + 40) != Checksum(p, 40)) return bad("header checksum mismatch");
+  const uint32_t version = DecodeFixed<uint32_t>(p + 8);
+  if (version != kCatalogVersion) {
+    return Status::NotSupported(path + ": catalog version " + std::to_string(version) +
+                                " is not supported; this build reads version 1");
+  }
+  const uint64_t count = DecodeFixed<uint64_t>(p + 16);
+  const uint64_t body_len = DecodeFixed<uint64_t>(p + 24);
+  if (body_len != size - kCatalogHeaderSize) return bad("its size does not match its header");
+  const std::string_view body = got.substr(kCatalogHeaderSize);
+  if (Checksum(body) != DecodeFixed<uint64_t>(p + 32)) return bad("checksum mismatch");
+  auto catalog = std::make_shared<Catalog>();
+  Decoder d(body);
+  for (uint64_t i = 0; i < count; ++i) {
+    std::string_view name;
+    CatalogEntry e;
+    auto reads = std::make_shared<SegmentReads>();
+    uint32_t ranges, reserved;
+    if (!d.GetString16(&name) || !d.Get(&e.info.size) || !d.Get(&e.info.mtime_ns) ||
+        !d.Get(&e.info.inode) || !d.Get(&reads->size) || !d.Get(&ranges) || !d.Get(&reserved) ||
+        ranges > d.remaining() / 16) {
+      return bad("entry " + std::to_string(i) + " is damaged");
+    }
+    for (uint32_t r = 0; r < ranges; ++r) {
+      uint64_t offset, len;
+      std::string_view bytes;
+      if (!d.Get(&offset) || !d.Get(&len) || len > d.remaining() || !d.GetBytes(len, &bytes)) {
+        return bad("entry " + std::to_string(i) + " is damaged");
+      }
+      reads->ranges.emplace_back(offset, std::string(bytes));
+    }
+    e.reads = std::move(reads);
+    if (!catalog->entries_.emplace(std::string(name), std::move(e)).second) {
+      return bad("segment " + std::string(name) + " appears twice");
+    }
+  }
+  if (d.remaining() != 0) return bad("trailing bytes after its entries");
+  return std::shared_ptr<const Catalog>(std::move(catalog));
+}
+
+Status Catalog::Write(Env* env, const std::string& store_path,
+                      const std::map<std::string, CatalogEntry>& entries) {
+  std::string body;
+  for (const auto& [name, e] : entries) {
+    PutFixed<uint16_t>(&body, static_cast<uint16_t>(name.size()));
+    body += name;
+    PutFixed<uint64_t>(&body, e.info.size);
+    PutFixed<int64_t>(&body, e.info.mtime_ns);
+    PutFixed<uint64_t>(&body, e.info.inode);
+    PutFixed<uint64_t>(&body, e.reads->size);
+    PutFixed<uint32_t>(&body, static_cast<uint32_t>(e.reads->ranges.size()));
+    PutFixed<uint32_t>(&body, 0);
+    for (const auto& [offset, bytes] : e.reads->ranges) {
+      PutFixed<uint64_t>(&body, offset);
+      PutFixed<uint64_t>(&body, bytes.size());
+      body += bytes;
+    }
+  }
+  std::string header(kCatalogMagic, 8);
+  PutFixed<uint32_t>(&header, kCatalogVersion);
+  PutFixed<uint32_t>(&header, 0);
+  PutFixed<uint64_t>(&header, entries.size());
+  PutFixed<uint64_t>(&header, body.size());
+  PutFixed<uint64_t>(&header, Checksum(body));
+  PutFixed<uint64_t>(&header, Checksum(header));
+
+  // A name of its own: two processes writing at once never share a file.
+  std::random_device rd;
+  char token[17];
+  std::snprintf(token, sizeof token, "%08x%08x", rd(), rd());
+  const std::string tmp_name = std::string(kTempPrefix) + token;
+  const std::string tmp = store_path + "/" + tmp_name;
+  {
+    RUNSTORE_ASSIGN_OR_RETURN(auto f, env->NewWritableFile(tmp, /*exclusive=*/true));
+    const std::string_view pieces[] = {header, body};
+    Status s = f->Append(pieces);
+    if (s.ok()) s = f->Sync();
+    if (s.ok()) s = f->Close();
+    if (!s.ok()) {
+      (void)env->RemoveFile(tmp);  // best effort; a later writer removes it otherwise
+      return s.WithContext("writing the catalog");
+    }
+  }
+  // Temporaries of crashed writers: older than ours by far.
+  if (auto mine = env->GetFileInfo(tmp); mine.ok() && mine->mtime_ns != 0) {
+    if (auto children = env->GetChildren(store_path); children.ok()) {
+      for (const std::string& c : *children) {
+        if (c.rfind(kTempPrefix, 0) != 0 || c == tmp_name) continue;
+        auto info = env->GetFileInfo(store_path + "/" + c);
+        if (info.ok() && info->mtime_ns < mine->mtime_ns - kStaleTemporaryNs) {
+          (void)env->RemoveFile(store_path + "/" + c);  // best effort: another may remove it too
+        }
+      }
+    }
+  }
+  RUNSTORE_RETURN_IF_ERROR(env->RenameFile(tmp, store_path + "/" + kCatalogName));
+  return env->SyncDir(store_path);
+}
+
+}  // namespace runstore

@@ -1,0 +1,77 @@
+// The catalog (docs/format.md "Catalog", docs/design.md#catalog): a cache of
+// what opening reads of each sealed segment (its header, trailer and footer),
+// so that opening a store of many segments reads one file instead of three
+// ranges of every segment. Rebuildable from the segments at any time and
+// never trusted over them: an entry is used only while the segment's file
+// has the size, modification time and inode the entry records.
+#ifndef RUNSTORE_STORE_CATALOG_H_
+#define RUNSTORE_STORE_CATALOG_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "runstore/env.h"
+#include "runstore/status.h"
+
+namespace runstore {
+
+inline constexpr char kCatalogName[] = "CATALOG";
+
+// The byte ranges of a segment file that loading its index read, and the
+// file's size then.
+struct SegmentReads {
+  uint64_t size = 0;
+  std::vector<std::pair<uint64_t, std::string>> ranges;  // (offset, bytes)
+  // Loading read more than a catalog keeps of a segment (a sealed segment
+  // whose damaged footer sent the reader to recovery): ranges is empty.
+  bool overflowed = false;
+};
+
+// A file whose reads are recorded into `reads` (for a later catalog), up to
+// kMaxRecordedBytes.
+inline constexpr uint64_t kMaxRecordedBytes = uint64_t{64} << 20;
+std::unique_ptr<RandomAccessFile> NewRecordingFile(const RandomAccessFile& base,
+                                                   SegmentReads* reads);
+// A file of reads.size bytes that serves the recorded ranges and nothing
+// else: any other read fails with NotFound ("not in the catalog"), and so
+// does Map, so that an index that needs more than the catalog holds (a
+// damaged footer, which sends the reader to recovery) is read from the file.
+std::unique_ptr<RandomAccessFile> NewReplayFile(std::shared_ptr<const SegmentReads> reads);
+
+struct CatalogEntry {
+  FileInfo info;  // of the segment file when its reads were recorded
+  std::shared_ptr<const SegmentReads> reads;
+};
+
+class Catalog {
+ public:
+  // Reads `<store>/CATALOG`. NotFound when there is none; Corruption (naming
+  // the file) when it is damaged, NotSupported for a newer version: the
+  // caller then reads every segment itself.
+  static Result<std::shared_ptr<const Catalog>> Read(Env* env, const std::string& store_path);
+
+  // Writes a catalog of `entries` (by segment file name) with the publish
+  // protocol: a temporary file of a name of its own, synced, renamed over
+  // CATALOG, the directory synced. Any number of processes may write at once;
+  // each rename installs a whole catalog. Removes the temporaries of writers
+  // that crashed: those older by far than its own, both times being the file
+  // system's, so that no two machines' clocks are compared.
+  static Status Write(Env* env, const std::string& store_path,
+                      const std::map<std::string, CatalogEntry>& entries);
+
+  const CatalogEntry* Find(std::string_view name) const;
+  const std::map<std::string, CatalogEntry, std::less<>>& entries() const { return entries_; }
+  size_t size() const { return entries_.size(); }
+
+ private:
+  std::map<std::string, CatalogEntry, std::less<>> entries_;
+};
+
+}  // namespace runstore
+
+#endif  // RUNSTORE_STORE_CATALOG_H_

@@ -1,0 +1,363 @@
+// The catalog (docs/design.md#catalog): opening reads it instead of every
+// sealed segment's footer, it is never trusted over the segments (a segment
+// added, replaced or changed since is read from its own footer), a damaged
+// one only costs time, a crash at any file operation of writing it loses
+// nothing, and many processes may open, refresh and write it at once.
+#include "store/catalog.h"
+
+#include <dirent.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "runstore/store.h"
+#include "testing/fault_injection_env.h"
+#include "testing/test_util.h"
+#include "util/coding.h"
+#include "util/hash.h"
+
+namespace runstore {
+namespace {
+
+namespace fs = std::filesystem;
+using ::runstore::testing::Contents;
+using ::runstore::testing::DiffContents;
+using ::runstore::testing::ScanAll;
+using ::runstore::testing::StatusIs;
+using ::runstore::testing::StatusIsWith;
+using ::runstore::testing::TempDir;
+
+// An experiment id as the experiments layer makes them.
+std::string HashedId(uint64_t i) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "e%016llx",
+                static_cast<unsigned long long>(Checksum(&i, sizeof i)));
+  return buf;
+}
+
+// `segments` sealed segments of writer `id`, one writer and commit each: a hashed run
+// with a scalar and a small array, as one experiment of a sweep writes.
+void WriteSegments(Store* store, const std::string& id, int segments, int first = 0) {
+  WriterOptions wo;
+  wo.writer_id = id;  // each writer continues after the id's last segment
+  for (int i = first; i < first + segments; ++i) {
+    ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter(wo));
+    const std::string run = HashedId(static_cast<uint64_t>(i));
+    const double loss = 0.25 * i;
+    const std::vector<float> trace(8, static_cast<float>(i));
+    const int64_t shape[] = {8};
+    ASSERT_OK(w->Append(run, "loss", 0, ValueRef::Scalar(loss)));
+    ASSERT_OK(w->Append(run, "trace", 0, ValueRef::Array(trace.data(), shape)));
+    ASSERT_OK(w->Close());
+  }
+}
+
+Contents Read(Store* store) {
+  auto c = ScanAll(*store->GetSnapshot());
+  EXPECT_OK(c.status());
+  return c.ok() ? *c : Contents{};
+}
+
+// Open file descriptors of this process.
+size_t OpenDescriptors() {
+  size_t n = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator("/proc/self/fd")) ++n;
+  return n;
+}
+
+TEST(CatalogTest, OpeningReadsTheCatalogAndHoldsNoDescriptorPerSegment) {
+  TempDir dir;
+  const std::string path = dir.path() + "/store";
+  Contents want;
+  {
+    ASSERT_OK_AND_ASSIGN(auto store, Store::Open(path, {.catalog_rewrite_segments = 0}));
+    WriteSegments(store.get(), "a", 80);
+    WriteSegments(store.get(), "b", 80, 80);
+  }
+  {
+    // Without a catalog: every footer; a store opened for writing that read
+    // so many writes one.
+    ASSERT_OK_AND_ASSIGN(auto store, Store::Open(path, {.catalog_rewrite_segments = 100}));
+    const RefreshStats s = store->last_refresh();
+    EXPECT_EQ(s.segments, 160u);
+    EXPECT_EQ(s.from_footer, 160u);
+    EXPECT_EQ(s.from_catalog, 0u);
+    EXPECT_TRUE(s.catalog_written);
+    want = Read(store.get());
+    ASSERT_EQ(want.size(), 320u);
+  }
+  ASSERT_TRUE(fs::exists(path + "/CATALOG"));
+  const size_t fds = OpenDescriptors();
+  ASSERT_OK_AND_ASSIGN(auto store, Store::Open(path, {.read_only = true}));
+  const RefreshStats s = store->last_refresh();
+  EXPECT_EQ(s.from_catalog, 160u);
+  EXPECT_EQ(s.from_footer, 0u);
+  EXPECT_FALSE(s.catalog_written);
+  // Nothing is opened or mapped until it is read...
+  EXPECT_LE(OpenDescriptors(), fds + 1);
+  // ...and reading everything keeps no descriptor per segment either.
+  const Contents got = Read(store.get());
+  EXPECT_EQ(got, want) << DiffContents(want, got);
+  EXPECT_LE(OpenDescriptors(), fds + 1);
+  // Lookups by hashed id use the catalog's copy of the run index.
+  ASSERT_OK_AND_ASSIGN(Value v, store->GetSnapshot()->Get(RunRef(HashedId(123)), "loss", 0));
+  EXPECT_EQ(v.scalar<double>(), 0.25 * 123);
+  EXPECT_TRUE(store->GetSnapshot()->VerifyAll().problems.empty());
+  // The same without it.
+  ASSERT_OK_AND_ASSIGN(auto plain, Store::Open(path, {.read_only = true, .use_catalog = false}));
+  EXPECT_EQ(plain->last_refresh().from_footer, 160u);
+  EXPECT_EQ(Read(plain.get()), want);
+}
+
+// A segment added, replaced or changed since the catalog was written is read
+// from its own file, never from the catalog.
+TEST(CatalogTest, TheCatalogIsNeverTrustedOverTheSegments) {
+  TempDir dir;
+  const std::string path = dir.path() + "/store";
+  ASSERT_OK_AND_ASSIGN(auto store, Store::Open(path, {.catalog_rewrite_segments = 0}));
+  WriteSegments(store.get(), "a", 20);
+  ASSERT_OK_AND_ASSIGN(uint64_t n, store->WriteCatalog());
+  EXPECT_EQ(n, 20u);
+  // Added: 5 segments of another writer.
+  WriteSegments(store.get(), "b", 5, 100);
+  // Replaced: a-00000003.rss becomes another sealed segment of the same name
+  // (written elsewhere and moved in, as a careless copy would), with other
+  // values, and a-00000004.rss is rewritten in place with a byte changed.
+  {
+    TempDir other;
+    ASSERT_OK_AND_ASSIGN(auto o, Store::Open(other.path() + "/s", {}));
+    WriteSegments(o.get(), "a", 3, 500);
+    fs::rename(other.path() + "/s/segments/a-00000003.rss", path + "/segments/a-00000003.rss");
+  }
+  const std::string four = path + "/segments/a-00000004.rss";
+  std::string bytes;
+  {
+    std::ifstream in(four, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  bytes[bytes.size() - 40] ^= 1;  // in the footer: its checksum fails
+  fs::remove(four);
+  std::ofstream(four, std::ios::binary) << bytes;
+  ASSERT_OK_AND_ASSIGN(auto ro, Store::Open(path, {.read_only = true}));
+  const RefreshStats s = ro->last_refresh();
+  EXPECT_EQ(s.segments, 25u);
+  EXPECT_EQ(s.from_catalog, 18u);
+  EXPECT_EQ(s.from_footer + s.recovered, 7u);
+  auto snap = ro->GetSnapshot();
+  // The replaced segment's values, not the catalog's.
+  ASSERT_OK_AND_ASSIGN(Value v, snap->Get(RunRef(HashedId(502)), "loss", 0));
+  EXPECT_EQ(v.scalar<double>(), 0.25 * 502);
+  EXPECT_THAT(snap->Get(RunRef(HashedId(2)), "loss", 0), StatusIs(StatusCode::kNotFound));
+  ASSERT_OK_AND_ASSIGN(v, snap->Get(RunRef(HashedId(100)), "loss", 0));
+  EXPECT_EQ(v.scalar<double>(), 25.0);
+  // The changed one is read from its own footer, found damaged, and read as
+  // a segment whose seal is torn (its records are all intact).
+  ASSERT_OK_AND_ASSIGN(v, snap->Get(RunRef(HashedId(3)), "loss", 0));
+  EXPECT_EQ(v.scalar<double>(), 0.75);
+}
+
+// A damaged catalog costs time, never data: every way of breaking it makes
+// opening read the segments' own footers.
+TEST(CatalogTest, ADamagedCatalogIsIgnored) {
+  TempDir dir;
+  const std::string path = dir.path() + "/store";
+  Contents want;
+  {
+    ASSERT_OK_AND_ASSIGN(auto store, Store::Open(path, {.catalog_rewrite_segments = 0}));
+    WriteSegments(store.get(), "a", 12);
+    ASSERT_OK(store->WriteCatalog().status());
+    want = Read(store.get());
+  }
+  std::string clean;
+  {
+    std::ifstream in(path + "/CATALOG", std::ios::binary);
+    clean.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  std::mt19937_64 rng(testing::TestSeed());
+  std::vector<std::pair<std::string, std::string>> cases = {
+      {"empty", ""},
+      {"cut in the header", clean.substr(0, 20)},
+      {"cut in the body", clean.substr(0, clean.size() / 2)},
+      {"grown", clean + "x"},
+      {"not a catalog", std::string(100, 'x')},
+  };
+  for (int i = 0; i < 40; ++i) {
+    std::string b = clean;
+    b[rng() % b.size()] ^= static_cast<char>(1 + rng() % 255);
+    cases.emplace_back("byte flipped", b);
+  }
+  {
+    std::string b = clean;
+    b[8] = 2;  // a newer version, header checksum fixed
+    EncodeFixed<uint64_t>(b.data() + 40, Checksum(b.data(), 40));
+    cases.emplace_back("newer version", b);
+  }
+  for (const auto& [what, bytes] : cases) {
+    SCOPED_TRACE(what);
+    std::ofstream(path + "/CATALOG", std::ios::binary | std::ios::trunc) << bytes;
+    EXPECT_FALSE(Catalog::Read(Env::Default(), path).ok());
+    ASSERT_OK_AND_ASSIGN(auto ro, Store::Open(path, {.read_only = true}));
+    EXPECT_EQ(ro->last_refresh().from_catalog, 0u);
+    EXPECT_EQ(Read(ro.get()), want);
+  }
+  EXPECT_THAT(Catalog::Read(Env::Default(), path), StatusIsWith(StatusCode::kNotSupported, "2"));
+}
+
+// A snapshot maps a sealed segment on its first read: one removed before
+// then (a compaction replaced it) is reported as such.
+TEST(CatalogTest, ASegmentRemovedBeforeItsFirstReadIsReported) {
+  TempDir dir;
+  const std::string path = dir.path() + "/store";
+  ASSERT_OK_AND_ASSIGN(auto store, Store::Open(path, {}));
+  WriteSegments(store.get(), "a", 3);
+  ASSERT_OK_AND_ASSIGN(auto ro, Store::Open(path, {.read_only = true}));
+  auto snap = ro->GetSnapshot();
+  ASSERT_OK(snap->Get(RunRef(HashedId(0)), "loss", 0).status());  // maps a-1
+  fs::remove(path + "/segments/a-00000001.rss");
+  fs::remove(path + "/segments/a-00000002.rss");
+  EXPECT_OK(snap->Get(RunRef(HashedId(0)), "loss", 0).status());  // still mapped
+  EXPECT_THAT(snap->Get(RunRef(HashedId(1)), "loss", 0),
+              StatusIsWith(StatusCode::kNotFound,
+                           "segments/a-00000002.rss: the segment was removed after this "
+                           "snapshot was taken"));
+}
+
+// A crash after every file operation of writing the catalog, with unsynced
+// data dropped: the store then opens with all its records, the catalog is
+// the old one, none, or the new one whole, and writing it again works.
+TEST(CatalogTest, ACrashAtEveryFileOperationOfWritingItLosesNothing) {
+  auto mem = NewMemEnv();
+  FaultInjectionEnv env(mem.get());
+  ASSERT_OK(env.CreateDir("/s"));
+  ASSERT_OK(env.SyncDir("/"));
+  const std::string path = "/s/store";
+  Contents want;
+  {
+    ASSERT_OK_AND_ASSIGN(auto store,
+                         Store::Open(path, {.env = &env, .catalog_rewrite_segments = 0}));
+    WriteSegments(store.get(), "a", 6);
+    ASSERT_OK_AND_ASSIGN(uint64_t n, store->WriteCatalog());  // the old catalog
+    ASSERT_EQ(n, 6u);
+    WriteSegments(store.get(), "b", 6, 50);
+    ASSERT_OK(store->Refresh().status());
+    want = Read(store.get());
+    ASSERT_EQ(want.size(), 24u);
+  }
+  ASSERT_OK(env.SimulatePowerLoss(DropMode::kDropUnsynced, 1));
+  ASSERT_OK_AND_ASSIGN(const std::string old_bytes, ReadFileToString(&env, path + "/CATALOG"));
+  // The number of operations writing the catalog takes.
+  uint64_t ops = 0;
+  {
+    ASSERT_OK_AND_ASSIGN(auto store,
+                         Store::Open(path, {.env = &env, .catalog_rewrite_segments = 0}));
+    env.ResetCounters();
+    ASSERT_OK_AND_ASSIGN(uint64_t n, store->WriteCatalog());
+    ops = env.operation_count();
+    ASSERT_EQ(n, 12u);
+  }
+  ASSERT_GE(ops, 4u);  // create, append, sync, rename, sync dir
+  size_t old_catalog = 0, new_catalog = 0;
+  for (uint64_t crash = 0; crash <= ops; ++crash) {
+    SCOPED_TRACE("crash after operation " + std::to_string(crash));
+    {  // the old catalog back, durably
+      ASSERT_OK_AND_ASSIGN(auto f, env.NewWritableFile(path + "/CATALOG", false));
+      ASSERT_OK(f->Append(old_bytes));
+      ASSERT_OK(f->Sync());
+      ASSERT_OK(f->Close());
+      ASSERT_OK(env.SyncDir(path));
+      ASSERT_OK_AND_ASSIGN(auto back, Catalog::Read(&env, path));
+      ASSERT_EQ(back->size(), 6u);
+    }
+    {
+      ASSERT_OK_AND_ASSIGN(auto store,
+                           Store::Open(path, {.env = &env, .catalog_rewrite_segments = 0}));
+      env.ResetCounters();
+      env.CrashAfter(crash);
+      (void)store->WriteCatalog();
+    }
+    ASSERT_OK(env.SimulatePowerLoss(DropMode::kDropUnsynced, crash));
+    auto catalog = Catalog::Read(&env, path);
+    ASSERT_TRUE(catalog.ok()) << catalog.status().ToString();  // never half written
+    ASSERT_TRUE((*catalog)->size() == 6 || (*catalog)->size() == 12) << (*catalog)->size();
+    ((*catalog)->size() == 6 ? old_catalog : new_catalog)++;
+    ASSERT_OK_AND_ASSIGN(auto ro, Store::Open(path, {.env = &env, .read_only = true}));
+    EXPECT_EQ(ro->last_refresh().from_catalog, (*catalog)->size());
+    const Contents got = Read(ro.get());
+    EXPECT_EQ(got, want) << DiffContents(want, got);
+  }
+  std::printf("[ figures  ] %llu crash points: %zu left the old catalog, %zu the new one\n",
+              static_cast<unsigned long long>(ops + 1), old_catalog, new_catalog);
+  EXPECT_GT(new_catalog, 0u);
+  EXPECT_GT(old_catalog, 0u);
+}
+
+// Many openers, refreshers and catalog writers at once, while a writer adds
+// segments: every open sees every segment sealed before it, with the right
+// values, and the catalog left at the end is whole.
+TEST(CatalogTest, ManyProcessesOpenRefreshAndWriteItAtOnce) {
+  TempDir dir;
+  const std::string path = dir.path() + "/store";
+  {
+    ASSERT_OK_AND_ASSIGN(auto store, Store::Open(path, {}));
+    WriteSegments(store.get(), "base", 40);
+  }
+  std::atomic<bool> stop{false};
+  std::atomic<int> opens{0}, writes{0};
+  std::vector<std::string> errors;
+  std::mutex mu;
+  auto fail = [&](const std::string& e) {
+    std::lock_guard lk(mu);
+    errors.push_back(e);
+  };
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      while (!stop.load()) {
+        auto store = Store::Open(path, {.catalog_rewrite_segments = 1});
+        if (!store.ok()) return fail(store.status().ToString());
+        ++opens;
+        auto c = ScanAll(*(*store)->GetSnapshot());
+        if (!c.ok()) return fail(c.status().ToString());
+        // The 40 base segments at least, each with its two records.
+        if (c->size() < 80 || c->size() % 2 != 0) return fail("size " + std::to_string(c->size()));
+        for (const auto& [k, v] : *c) {
+          if (k.series != "loss") continue;
+          double d;
+          std::memcpy(&d, v.bytes.data(), 8);
+          const std::string run = k.run.ToString();
+          bool known = false;
+          for (int i = 0; i < 1000 && !known; ++i) known = run == HashedId(i) && d == 0.25 * i;
+          if (!known) return fail("wrong value for " + run);
+        }
+        if (t % 2 == 0) {
+          auto w = (*store)->WriteCatalog();
+          if (!w.ok()) return fail(w.status().ToString());
+          ++writes;
+        }
+        if (auto r = (*store)->Refresh(); !r.ok()) return fail(r.status().ToString());
+      }
+    });
+  }
+  {
+    ASSERT_OK_AND_ASSIGN(auto store, Store::Open(path, {.catalog_rewrite_segments = 0}));
+    WriteSegments(store.get(), "more", 60, 100);
+  }
+  stop = true;
+  for (auto& t : threads) t.join();
+  for (const auto& e : errors) ADD_FAILURE() << e;
+  ASSERT_OK(Catalog::Read(Env::Default(), path).status());
+  ASSERT_OK_AND_ASSIGN(auto ro, Store::Open(path, {.read_only = true}));
+  EXPECT_EQ(Read(ro.get()).size(), 200u);
+  std::printf("[ figures  ] %d opens and %d catalog writes beside a writer of 60 segments\n",
+              opens.load(), writes.load());
+  // No temporary is left behind by writers that finished.
+  for (const auto& e : fs::directory_iterator(path)) {
+    EXPECT_EQ(e.path().filename().string().find("CATALOG.tmp"), std::string::npos) << e.path();
+  }
+}
+
+}  // namespace
+}  // namespace runstore

@@ -1,0 +1,466 @@
+#include "store/staging.h"
+
+#include <chrono>
+#include <cstdio>
+#include <random>
+#include <utility>
+#include <vector>
+
+#include "format/format.h"
+#include "runstore/sync.h"
+
+namespace runstore {
+
+double StagingLeaseBeatSeconds() { return 0.5; }
+
+namespace staging {
+namespace {
+
+constexpr size_t kCopyChunk = 4u << 20;
+constexpr char kTempSuffix[] = ".tmp";
+constexpr char kLeaseSuffix[] = ".lease";
+constexpr char kLeaseTempSuffix[] = ".lease.tmp";
+
+bool IsToken(std::string_view t) {
+  if (t.size() != 16) return false;
+  for (char c : t) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  }
+  return true;
+}
+
+bool StripSuffix(std::string_view* s, std::string_view suffix) {
+  if (s->size() < suffix.size() || s->substr(s->size() - suffix.size()) != suffix) return false;
+  s->remove_suffix(suffix.size());
+  return true;
+}
+
+// Whether `b` begins with the first `length` bytes of `a`.
+Result<bool> StartsWith(Env* env, const std::string& b, const std::string& a, uint64_t length) {
+  RUNSTORE_ASSIGN_OR_RETURN(uint64_t b_size, env->GetFileSize(b));
+  if (b_size < length) return false;
+  RUNSTORE_ASSIGN_OR_RETURN(auto fa, env->NewRandomAccessFile(a));
+  RUNSTORE_ASSIGN_OR_RETURN(auto fb, env->NewRandomAccessFile(b));
+  std::vector<char> sa(kCopyChunk), sb(kCopyChunk);
+  for (uint64_t off = 0; off < length;) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(kCopyChunk, length - off));
+    std::string_view ra, rb;
+    RUNSTORE_RETURN_IF_ERROR(fa->Read(off, n, sa.data(), &ra));
+    RUNSTORE_RETURN_IF_ERROR(fb->Read(off, n, sb.data(), &rb));
+    if (ra.size() != n) {
+      return Status::IOError(a + ": shorter than the " + std::to_string(length) +
+                             " bytes to publish (" + std::to_string(off + ra.size()) + ")");
+    }
+    if (ra != rb) return false;
+    off += n;
+  }
+  return true;
+}
+
+// The state of a placeholder: NotFound, or whether it may be replaced by
+// `length` bytes of `source` (empty), or already holds them (and possibly
+// more commits after them).
+Result<Published> CheckTarget(Env* env, const std::string& source, uint64_t length,
+                              const std::string& target, bool* empty) {
+  auto size = env->GetFileSize(target);
+  if (!size.ok()) {
+    if (size.status().code() == StatusCode::kNotFound) {
+      return Status::NotFound(target +
+                              ": the placeholder that claims this segment number is gone; "
+                              "not publishing " +
+                              source + " over nothing (was it removed by hand?)");
+    }
+    return size.status();
+  }
+  *empty = *size == 0;
+  if (*empty) return Published::kShipped;
+  // The same bytes, or more: a sync that shipped the committed prefix of a
+  // killed writer's segment may have found commits in the page cache that a
+  // power cut then took from staging (flushes, not yet synced there). The
+  // store holds a valid, longer recovery of the same file; keep it.
+  RUNSTORE_ASSIGN_OR_RETURN(bool holds, StartsWith(env, target, source, length));
+  if (holds) return Published::kAlreadyThere;
+  return Status::AlreadyExists(target + ": already published with other bytes (" +
+                               std::to_string(*size) + " bytes) than the " +
+                               std::to_string(length) + " of " + source + "; nothing was replaced");
+}
+
+}  // namespace
+
+std::string NewOwnerToken() {
+  std::random_device rd;
+  std::mt19937_64 mix(
+      (static_cast<uint64_t>(rd()) << 32) ^ rd() ^
+      static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()));
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(mix()));
+  return buf;
+}
+
+std::string TempName(std::string_view segment_name, std::string_view token) {
+  return std::string(segment_name) + "." + std::string(token) + kTempSuffix;
+}
+
+bool ParseTempName(std::string_view name, std::string* segment_name, std::string* token) {
+  if (!StripSuffix(&name, kTempSuffix) || name.size() < 18 || name[name.size() - 17] != '.') {
+    return false;
+  }
+  const std::string_view t = name.substr(name.size() - 16);
+  if (!IsToken(t)) return false;
+  *token = std::string(t);
+  *segment_name = std::string(name.substr(0, name.size() - 17));
+  return true;
+}
+
+std::string LeaseName(std::string_view token) { return std::string(token) + kLeaseSuffix; }
+
+bool ParseLeaseName(std::string_view name, std::string* token) {
+  if (!StripSuffix(&name, kLeaseSuffix) || !IsToken(name)) return false;
+  *token = std::string(name);
+  return true;
+}
+
+bool ParseLeaseTempName(std::string_view name, std::string* token) {
+  if (!StripSuffix(&name, kLeaseTempSuffix) || !IsToken(name)) return false;
+  *token = std::string(name);
+  return true;
+}
+
+Status ClaimSegment(Env* env, const std::string& segments_dir, const std::string& name) {
+  RUNSTORE_ASSIGN_OR_RETURN(auto f, env->NewWritableFile(segments_dir + "/" + name,
+                                                         /*exclusive=*/true));
+  return f->Close();
+}
+
+Result<Published> PublishSegment(Env* env, const std::string& source, uint64_t length,
+                                 const std::string& segments_dir, const std::string& name,
+                                 const std::string& token) {
+  const std::string target = segments_dir + "/" + name;
+  bool empty = false;
+  RUNSTORE_ASSIGN_OR_RETURN(Published state, CheckTarget(env, source, length, target, &empty));
+  if (state == Published::kAlreadyThere) return state;
+
+  // 1. The bytes under a temporary name that carries our token, so that a
+  // sync can tell a dead publisher's leftover from a live one's.
+  const std::string temp = segments_dir + "/" + TempName(name, token);
+  {
+    RUNSTORE_ASSIGN_OR_RETURN(auto in, env->NewRandomAccessFile(source));
+    auto out = env->NewWritableFile(temp, /*exclusive=*/true);
+    if (!out.ok() && out.status().code() == StatusCode::kAlreadyExists) {
+      // Our own leftover of an attempt that failed part way.
+      RUNSTORE_RETURN_IF_ERROR(env->RemoveFile(temp));
+      out = env->NewWritableFile(temp, /*exclusive=*/true);
+    }
+    RUNSTORE_RETURN_IF_ERROR(out.status());
+    // Written from a mapping of the staged file: one copy, by the kernel,
+    // instead of a read into a buffer and a write out of it.
+    Status s;
+    auto size = in->Size();
+    if (!size.ok()) {
+      s = size.status();
+    } else if (*size < length) {
+      s = Status::IOError(source + ": has " + std::to_string(*size) + " bytes, fewer than the " +
+                          std::to_string(length) + " to publish");
+    }
+    std::shared_ptr<const MappedRegion> map;
+    if (s.ok() && length > 0) {
+      auto m = in->Map(length);
+      if (m.ok()) {
+        map = std::move(m).value();
+      } else {
+        s = m.status();
+      }
+    }
+    for (uint64_t off = 0; off < length && s.ok();) {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(kCopyChunk, length - off));
+      s = (*out)->Append(std::string_view(map->data() + off, n));
+      off += n;
+    }
+    // 2. Durable before the rename, or a power cut could leave the name
+    // pointing at a short file.
+    if (s.ok()) s = (*out)->Sync();
+    const Status c = (*out)->Close();
+    if (s.ok()) s = c;
+    if (!s.ok()) {
+      (void)env->RemoveFile(temp);
+      return s.WithContext("publishing " + source + " as " + target);
+    }
+  }
+  // 3. Look again just before the rename: another sync may have published
+  // the same segment meanwhile. (Between this look and the rename a
+  // concurrent sync can still rename the same bytes into place; ours then
+  // replaces them with the same bytes, which changes nothing a reader can
+  // see.)
+  Result<Published> again = CheckTarget(env, source, length, target, &empty);
+  if (!again.ok() || *again == Published::kAlreadyThere) {
+    (void)env->RemoveFile(temp);
+    return again;
+  }
+  Status s = env->RenameFile(temp, target);
+  if (!s.ok()) {
+    (void)env->RemoveFile(temp);
+    return s.WithContext("publishing " + source);
+  }
+  // 4. The new name durable before the caller removes the staged copy.
+  RUNSTORE_RETURN_IF_ERROR(env->SyncDir(segments_dir));
+  return Published::kShipped;
+}
+
+// ---- Lease.
+
+Lease::Lease(Env* env, std::string dir, std::string token, std::string kind, std::string writer_id)
+    : env_(env),
+      dir_(std::move(dir)),
+      token_(std::move(token)),
+      kind_(std::move(kind)),
+      writer_id_(std::move(writer_id)) {}
+
+Result<std::unique_ptr<Lease>> Lease::Start(Env* env, std::string dir, std::string token,
+                                            std::string kind, std::string writer_id) {
+  std::unique_ptr<Lease> lease(
+      new Lease(env, std::move(dir), std::move(token), std::move(kind), std::move(writer_id)));
+  RUNSTORE_RETURN_IF_ERROR(lease->Beat(/*durable=*/true));
+  lease->thread_ = std::thread([l = lease.get()] { l->Loop(); });
+  return lease;
+}
+
+Lease::~Lease() { (void)Stop(); }
+
+Status Lease::Beat(bool durable) {
+  // Through a temporary and a rename, so that a reader never sees a half
+  // written lease. Only the first beat is synced: the lease must outlive a
+  // power cut, so that a sync afterwards knows the temporaries named by its
+  // token for a dead owner's; which beat it shows then does not matter.
+  const std::string path = dir_ + "/" + LeaseName(token_);
+  const std::string temp = path + ".tmp";
+  const std::string text = "runstore lease\nkind " + kind_ + "\nwriter_id " + writer_id_ +
+                           "\nbeat " + std::to_string(++beats_) + "\n";
+  RUNSTORE_ASSIGN_OR_RETURN(auto f, env_->NewWritableFile(temp, /*exclusive=*/false));
+  Status s = f->Append(text);
+  if (s.ok() && durable) s = f->Sync();
+  const Status c = f->Close();
+  if (s.ok()) s = c;
+  if (s.ok()) s = env_->RenameFile(temp, path);
+  if (s.ok() && durable) s = env_->SyncDir(dir_);
+  return s.WithContext("lease " + path);
+}
+
+void Lease::Loop() {
+  const auto interval = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(StagingLeaseBeatSeconds()));
+  MutexLock lock(&mu_);
+  auto next = std::chrono::steady_clock::now() + interval;
+  while (!stop_) {
+    if (cv_.WaitUntil(&mu_, next) || stop_) continue;
+    if (std::chrono::steady_clock::now() < next) continue;
+    next += interval;
+    mu_.Unlock();
+    Status s = Beat(/*durable=*/false);
+    mu_.Lock();
+    if (!s.ok() && error_.ok()) error_ = s;
+  }
+}
+
+Status Lease::Stop() {
+  {
+    MutexLock lock(&mu_);
+    if (stopped_) return error_;
+    stopped_ = true;
+    stop_ = true;
+    cv_.SignalAll();
+  }
+  if (thread_.joinable()) thread_.join();
+  MutexLock lock(&mu_);
+  const std::string path = dir_ + "/" + LeaseName(token_);
+  Status s = env_->RemoveFile(path);
+  if (!s.ok() && s.code() != StatusCode::kNotFound && error_.ok()) error_ = s;
+  (void)env_->RemoveFile(path + ".tmp");  // left by a beat that failed part way
+  return error_;
+}
+
+// ---- Shipper.
+
+Shipper::Shipper(Env* env, std::string staging_dir, std::string segments_dir, std::string token,
+                 std::unique_ptr<Lease> lease, std::string writer_id, uint64_t first_seq)
+    : env_(env),
+      staging_dir_(std::move(staging_dir)),
+      segments_dir_(std::move(segments_dir)),
+      token_(std::move(token)),
+      writer_id_(std::move(writer_id)),
+      lease_(std::move(lease)),
+      claim_from_(first_seq) {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+Shipper::~Shipper() { (void)Close(); }
+
+void Shipper::Enqueue(std::string name, uint64_t ticket) {
+  MutexLock lock(&mu_);
+  queue_.push_back(Item{std::move(name), ticket});
+  cv_.SignalAll();
+}
+
+uint64_t Shipper::shipped() const {
+  MutexLock lock(&mu_);
+  return shipped_;
+}
+
+Result<uint64_t> Shipper::ClaimFrom(uint64_t from) {
+  // Another writer with the same id (on this node or another) may hold the
+  // next numbers: take the first free one (docs/design.md#writer-ids).
+  constexpr uint64_t kMaxNumbersTaken = 100000;
+  for (uint64_t seq = from;; ++seq) {
+    const std::string name = format::SegmentFileName(writer_id_, seq);
+    Status s = ClaimSegment(env_, segments_dir_, name);
+    if (s.ok()) {
+      // Durable before the staged file exists, so that a staged segment
+      // always has its placeholder after a power cut.
+      RUNSTORE_RETURN_IF_ERROR(env_->SyncDir(segments_dir_));
+      return seq;
+    }
+    if (s.code() != StatusCode::kAlreadyExists || seq - from == kMaxNumbersTaken) {
+      return s.WithContext("claiming a segment number for writer '" + writer_id_ + "'");
+    }
+  }
+}
+
+Result<uint64_t> Shipper::TakeClaim(uint64_t from) {
+  MutexLock lock(&mu_);
+  while (true) {
+    if (!claimed_ && !claim_wanted_ && claim_error_.ok()) {
+      claim_from_ = std::max(claim_from_, from);
+      claim_wanted_ = true;
+      cv_.SignalAll();
+    }
+    while (!claimed_ && claim_error_.ok()) cv_.Wait(&mu_);
+    if (!claim_error_.ok()) {
+      Status s = claim_error_;
+      claim_error_ = Status::OK();  // the next roll tries again
+      claim_wanted_ = false;
+      return s;
+    }
+    const uint64_t seq = *claimed_;
+    claimed_.reset();
+    claim_from_ = std::max(claim_from_, seq + 1);
+    claim_wanted_ = true;  // the next segment's, ahead of need
+    cv_.SignalAll();
+    if (seq >= from) return seq;
+    // Claimed before the writer moved past it (its staged name was taken):
+    // an empty placeholder, read as an empty segment.
+  }
+}
+
+bool Shipper::ClaimReady() {
+  MutexLock lock(&mu_);
+  if (claimed_) return true;
+  if (!claim_error_.ok() || !claim_wanted_) {
+    claim_error_ = Status::OK();  // the shared file system may be back
+    claim_wanted_ = true;
+    cv_.SignalAll();
+  }
+  return false;
+}
+
+Status Shipper::status() const {
+  MutexLock lock(&mu_);
+  return !error_.ok() ? error_ : last_claim_error_;
+}
+
+bool Shipper::idle() const {
+  MutexLock lock(&mu_);
+  return queue_.empty();
+}
+
+Status Shipper::WaitShipped(uint64_t ticket) {
+  MutexLock lock(&mu_);
+  while (shipped_ < ticket && error_.ok() && !(stop_ && queue_.empty())) cv_.Wait(&mu_);
+  if (shipped_ >= ticket) return Status::OK();
+  if (!error_.ok()) return error_;
+  return Status::FailedPrecondition("ticket " + std::to_string(ticket) +
+                                    " was not shipped before the writer closed");
+}
+
+Status Shipper::ShipOne(const std::string& name) {
+  const std::string source = staging_dir_ + "/" + name;
+  RUNSTORE_ASSIGN_OR_RETURN(uint64_t size, env_->GetFileSize(source));
+  RUNSTORE_ASSIGN_OR_RETURN(Published p,
+                            PublishSegment(env_, source, size, segments_dir_, name, token_));
+  (void)p;
+  // Removed from staging only once its publication is durable: a crash
+  // before leaves it for `runstore sync`, which finds it published. The
+  // removal itself need not be durable (no directory sync here): a staged
+  // file that a power cut brings back is found published by the next sync
+  // and removed then.
+  return env_->RemoveFile(source);
+}
+
+void Shipper::Loop() {
+  MutexLock lock(&mu_);
+  while (true) {
+    while (queue_.empty() && !stop_ && !ClaimWantedLocked()) cv_.Wait(&mu_);
+    // A claim first: a roll may be waiting for it, and it is quick.
+    if (ClaimWantedLocked()) {
+      const uint64_t from = claim_from_;
+      mu_.Unlock();
+      Result<uint64_t> seq = ClaimFrom(from);
+      mu_.Lock();
+      claim_wanted_ = false;
+      if (seq.ok()) {
+        claimed_ = *seq;
+        claim_from_ = *seq + 1;
+        last_claim_error_ = Status::OK();
+      } else {
+        claim_error_ = last_claim_error_ = seq.status();
+      }
+      cv_.SignalAll();
+      continue;
+    }
+    if (queue_.empty()) break;
+    Item item = queue_.front();
+    if (!item.name.empty() && error_.ok()) {
+      mu_.Unlock();
+      Status s = ShipOne(item.name);
+      mu_.Lock();
+      if (!s.ok() && error_.ok()) {
+        error_ = Status(s.code(), "shipping " + item.name + " from staging " + staging_dir_ +
+                                      " failed, so it and the writer's later segments stay "
+                                      "there for `runstore sync`: " +
+                                      s.message());
+      }
+    }
+    if (error_.ok()) shipped_ = std::max(shipped_, item.ticket);
+    queue_.pop_front();
+    cv_.SignalAll();
+  }
+}
+
+Status Shipper::Close() {
+  std::unique_ptr<Lease> lease;
+  {
+    MutexLock lock(&mu_);
+    if (closed_) return error_;
+    closed_ = true;
+    stop_ = true;
+    cv_.SignalAll();
+  }
+  if (thread_.joinable()) thread_.join();
+  MutexLock lock(&mu_);
+  lease = std::move(lease_);
+  // The number claimed ahead and never used: its placeholder would be an
+  // empty segment for ever. (A crash leaves it so; that is harmless.)
+  if (claimed_) {
+    (void)env_->RemoveFile(segments_dir_ + "/" + format::SegmentFileName(writer_id_, *claimed_));
+    claimed_.reset();
+  }
+  // The lease goes last: once it is gone a sync may take what is left in
+  // staging for a dead writer's (a shipping error leaves segments there).
+  if (lease) {
+    Status s = lease->Stop();
+    if (!s.ok() && error_.ok()) error_ = s;
+  }
+  cv_.SignalAll();
+  return error_;
+}
+
+}  // namespace staging
+}  // namespace runstore

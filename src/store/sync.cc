@@ -1,0 +1,284 @@
+// SyncStaging (runstore/sync.h): what a crashed or preempted staging writer
+// left, shipped into the store (docs/design.md#staging).
+#include "runstore/sync.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <set>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "format/format.h"
+#include "format/segment_reader.h"
+#include "store/staging.h"
+
+namespace runstore {
+namespace {
+
+constexpr char kSegmentsDir[] = "segments";
+
+struct LeaseState {
+  std::string text;
+  std::string kind;       // "writer", "sync", or empty if unreadable
+  std::string writer_id;  // of a writer's lease
+};
+
+// Every lease in `dir` but `own`, by token.
+Result<std::map<std::string, LeaseState>> ReadLeases(Env* env, const std::string& dir,
+                                                     const std::string& own) {
+  RUNSTORE_ASSIGN_OR_RETURN(auto children, env->GetChildren(dir));
+  std::map<std::string, LeaseState> leases;
+  for (const std::string& c : children) {
+    std::string token;
+    if (!staging::ParseLeaseName(c, &token) || token == own) continue;
+    auto text = ReadFileToString(env, dir + "/" + c);
+    if (!text.ok()) {
+      if (text.status().code() == StatusCode::kNotFound) continue;  // its owner just ended
+      return text.status();
+    }
+    LeaseState st;
+    st.text = *text;
+    size_t pos = 0;
+    while (pos < st.text.size()) {
+      size_t end = st.text.find('\n', pos);
+      if (end == std::string::npos) end = st.text.size();
+      const std::string_view line(st.text.data() + pos, end - pos);
+      if (line.starts_with("kind ")) st.kind = std::string(line.substr(5));
+      if (line.starts_with("writer_id ")) st.writer_id = std::string(line.substr(10));
+      pos = end + 1;
+    }
+    leases.emplace(token, std::move(st));
+  }
+  return leases;
+}
+
+// How many bytes of a staged segment to publish: all of a sealed one; of an
+// unsealed one the committed prefix, which reads in the store as a crashed
+// writer's segment (docs/format.md "Recovery").
+Result<uint64_t> BytesToPublish(Env* env, const std::string& path, const std::string& name) {
+  RUNSTORE_ASSIGN_OR_RETURN(auto file, env->NewRandomAccessFile(path));
+  RUNSTORE_ASSIGN_OR_RETURN(uint64_t size, file->Size());
+  if (format::HasValidTrailer(*file)) return size;
+  format::SegmentIndex index;
+  RUNSTORE_RETURN_IF_ERROR(format::LoadSegmentIndex(*file, name, &index));
+  if (index.sealed) return size;
+  return index.commits.empty() ? 0 : index.committed_end;
+}
+
+class Syncer {
+ public:
+  Syncer(Env* env, std::string staging_dir, std::string store_path, const SyncOptions& options,
+         SyncReport* report)
+      : env_(env),
+        staging_(std::move(staging_dir)),
+        segments_(std::move(store_path) + "/" + kSegmentsDir),
+        options_(options),
+        report_(report) {}
+
+  Status Run(const std::string& store_path) {
+    RUNSTORE_RETURN_IF_ERROR(CheckDirs(store_path));
+    token_ = staging::NewOwnerToken();
+    // Our own lease, so that a sync running beside us leaves our temporaries.
+    RUNSTORE_ASSIGN_OR_RETURN(auto lease,
+                              staging::Lease::Start(env_, staging_, token_, "sync", ""));
+    Status s = ShipAndClean();
+    const Status l = lease->Stop();
+    return s.ok() ? l : s;
+  }
+
+ private:
+  Status CheckDirs(const std::string& store_path) {
+    auto staging_is_dir = env_->IsDirectory(staging_);
+    if (!staging_is_dir.ok()) {
+      return staging_is_dir.status().WithContext("staging directory " + staging_);
+    }
+    if (!*staging_is_dir) {
+      return Status::InvalidArgument("staging directory " + staging_ + " is not a directory");
+    }
+    if (Status m = env_->FileExists(store_path + "/RUNSTORE"); !m.ok()) {
+      return m.code() == StatusCode::kNotFound
+                 ? Status::NotFound(store_path + " is not a runstore store (no RUNSTORE marker)")
+                 : m;
+    }
+    auto seg_is_dir = env_->IsDirectory(segments_);
+    if (!seg_is_dir.ok()) return seg_is_dir.status().WithContext("store segments directory");
+    return Status::OK();
+  }
+
+  // Which leases beat while we watched: a lease that is new or changed
+  // between any two of our reads is alive; one we saw in the first read and
+  // that never changed is dead (its owner stopped beating for longer than
+  // the beat interval). A lease gone by the last read was removed by its
+  // owner on a clean close.
+  void Classify(const std::vector<std::map<std::string, LeaseState>>& reads) {
+    const auto& first = reads.front();
+    std::set<std::string> tokens;
+    for (const auto& r : reads) {
+      for (const auto& [t, st] : r) tokens.insert(t);
+    }
+    for (const std::string& t : tokens) {
+      bool alive = false;
+      const LeaseState* last = nullptr;
+      const LeaseState* seen = nullptr;
+      for (const auto& r : reads) {
+        auto it = r.find(t);
+        if (it == r.end()) continue;
+        if (seen && seen->text != it->second.text) alive = true;
+        seen = last = &it->second;
+      }
+      if (!first.count(t)) alive = true;  // appeared while we watched
+      if (options_.force) alive = false;
+      if (alive) {
+        if (last->kind == "writer") alive_ids_.insert(last->writer_id);
+        if (last->kind != "writer" && last->kind != "sync") unknown_alive_ = true;
+      } else if (first.count(t)) {
+        dead_[t] = first.at(t);
+      }
+    }
+  }
+
+  Status ShipAndClean() {
+    std::vector<std::map<std::string, LeaseState>> reads;
+    RUNSTORE_ASSIGN_OR_RETURN(auto l0, ReadLeases(env_, staging_, token_));
+    reads.push_back(std::move(l0));
+    if (!options_.force) {
+      std::this_thread::sleep_for(std::chrono::duration<double>(options_.wait_s));
+      RUNSTORE_ASSIGN_OR_RETURN(auto l1, ReadLeases(env_, staging_, token_));
+      reads.push_back(std::move(l1));
+    }
+    // The staged segments, listed after the watch and before the last read:
+    // a writer writes its lease before its first segment, so the lease of
+    // any segment listed here is in that read.
+    RUNSTORE_ASSIGN_OR_RETURN(auto children, env_->GetChildren(staging_));
+    RUNSTORE_ASSIGN_OR_RETURN(auto l2, ReadLeases(env_, staging_, token_));
+    reads.push_back(std::move(l2));
+    Classify(reads);
+
+    std::map<std::string, std::vector<uint64_t>> staged;  // writer id -> numbers
+    for (const std::string& c : children) {
+      std::string id;
+      uint64_t seq;
+      if (format::ParseSegmentFileName(c, &id, &seq)) staged[id].push_back(seq);
+    }
+    Status first_error;
+    std::set<std::string> ids_left;  // writer ids with segments still staged
+    for (auto& [id, seqs] : staged) {
+      std::sort(seqs.begin(), seqs.end());
+      if (unknown_alive_ || alive_ids_.count(id)) {
+        for (uint64_t seq : seqs) report_->skipped.push_back(format::SegmentFileName(id, seq));
+        ids_left.insert(id);
+        continue;
+      }
+      // In order: a segment names the one before it as sealed, so that one
+      // must be in the store first (docs/format.md "Recovery", rule 9).
+      for (uint64_t seq : seqs) {
+        Status s = ShipOne(format::SegmentFileName(id, seq));
+        if (!s.ok()) {
+          if (first_error.ok()) first_error = s;
+          ids_left.insert(id);
+          break;
+        }
+      }
+      if (Status d = env_->SyncDir(staging_); !d.ok() && first_error.ok()) first_error = d;
+    }
+    if (Status c = CleanLeftovers(ids_left); !c.ok() && first_error.ok()) first_error = c;
+    return first_error;
+  }
+
+  Status ShipOne(const std::string& name) {
+    const std::string path = staging_ + "/" + name;
+    auto length = BytesToPublish(env_, path, name);
+    if (!length.ok()) {
+      if (length.status().code() == StatusCode::kNotFound)
+        return Status::OK();  // shipped meanwhile
+      return length.status().WithContext("staged segment " + path + " (left in staging)");
+    }
+    if (*length > 0) {
+      auto p = staging::PublishSegment(env_, path, *length, segments_, name, token_);
+      if (!p.ok()) {
+        if (p.status().code() == StatusCode::kNotFound &&
+            env_->FileExists(path).code() == StatusCode::kNotFound) {
+          return Status::OK();  // another sync shipped it and removed it meanwhile
+        }
+        return p.status();
+      }
+      if (*p == staging::Published::kShipped) {
+        report_->shipped.push_back(name);
+        report_->bytes_shipped += *length;
+      } else {
+        report_->already_published.push_back(name);
+      }
+    } else {
+      // No commit in it: its placeholder in the store reads as the empty
+      // segment it is.
+      report_->cleaned.push_back(name);
+    }
+    // Only after the publication is durable (PublishSegment synced the
+    // store's directory).
+    Status r = env_->RemoveFile(path);
+    if (!r.ok() && r.code() != StatusCode::kNotFound) return r;
+    return Status::OK();
+  }
+
+  // Temporaries of dead publishers in the store's segments/, and the dead
+  // leases, once nothing they protected is left in staging.
+  Status CleanLeftovers(const std::set<std::string>& ids_left) {
+    RUNSTORE_ASSIGN_OR_RETURN(auto in_store, env_->GetChildren(segments_));
+    for (const std::string& c : in_store) {
+      std::string segment, token;
+      if (!staging::ParseTempName(c, &segment, &token)) continue;
+      if (!dead_.count(token) && token != token_) continue;  // live, or another node's
+      Status r = env_->RemoveFile(segments_ + "/" + c);
+      if (!r.ok() && r.code() != StatusCode::kNotFound) return r;
+      if (r.ok()) report_->cleaned.push_back(std::string(kSegmentsDir) + "/" + c);
+    }
+    // The removals durable before the leases that name their tokens go: a
+    // power cut could otherwise bring back a temporary with no lease left
+    // to tell whose it is.
+    RUNSTORE_RETURN_IF_ERROR(env_->SyncDir(segments_));
+    for (const auto& [token, st] : dead_) {
+      if (st.kind == "writer" && ids_left.count(st.writer_id)) continue;
+      for (const std::string& name :
+           {staging::LeaseName(token), staging::LeaseName(token) + ".tmp"}) {
+        Status r = env_->RemoveFile(staging_ + "/" + name);
+        if (!r.ok() && r.code() != StatusCode::kNotFound) return r;
+        if (r.ok()) report_->cleaned.push_back(name);
+      }
+    }
+    return env_->SyncDir(staging_);
+  }
+
+  Env* const env_;
+  const std::string staging_;
+  const std::string segments_;
+  const SyncOptions options_;
+  SyncReport* const report_;
+  std::string token_;
+  std::set<std::string> alive_ids_;
+  bool unknown_alive_ = false;  // a live lease that names no writer we can read
+  std::map<std::string, LeaseState> dead_;
+};
+
+}  // namespace
+
+Status SyncStaging(const std::string& staging_dir, const std::string& store_path,
+                   const SyncOptions& options, SyncReport* report) {
+  SyncReport local;
+  // Watching for less than two beats would take live writers for dead.
+  if (!options.force && !(options.wait_s >= 2 * StagingLeaseBeatSeconds())) {
+    char msg[200];
+    std::snprintf(msg, sizeof(msg),
+                  "sync must watch the leases for at least %g s (two beats) to tell live writers "
+                  "from dead ones, got a wait of %g s; use force if no writer can be running",
+                  2 * StagingLeaseBeatSeconds(), options.wait_s);
+    return Status::InvalidArgument(msg);
+  }
+  Syncer syncer(options.env ? options.env : Env::Default(), staging_dir, store_path, options,
+                report ? report : &local);
+  return syncer.Run(store_path);
+}
+
+}  // namespace runstore
