@@ -24,6 +24,7 @@ namespace {
 Result<std::vector<uint64_t>> RunHashesOf(const SnapshotImpl& snap, uint32_t si) {
   const LoadedSegment& seg = *snap.segments()[si];
   std::vector<uint64_t> out;
+  bool read_blocks = false;
   for (uint32_t bi = 0; bi < seg.index.blocks.size(); ++bi) {
     const format::BlockInfo& b = seg.index.blocks[bi];
     if (b.header.min_key.run == b.header.max_key.run) {
@@ -40,7 +41,11 @@ Result<std::vector<uint64_t>> RunHashesOf(const SnapshotImpl& snap, uint32_t si)
     SnapshotImpl::BlockRef ref{si, bi, CommitOrder{}, b.frame_offset, &b.header};
     RUNSTORE_ASSIGN_OR_RETURN(Payload p, snap.ReadPayload(ref));
     for (uint32_t r = 0; r < p.view.count(); ++r) out.push_back(format::RunHash(p.view.run(r)));
+    read_blocks = true;
   }
+  // The planner may read every block of the store: its pages must not stay
+  // resident (docs/design.md#compaction-memory).
+  if (read_blocks && seg.is_open()) seg.map->ReleasePages();
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;
