@@ -51,7 +51,7 @@ std::string UnknownCommand(const CLI::App& app, int argc, char** argv) {
 int Main(int argc, char** argv, std::string* command) {
   CLI::App app{
       "runstore: inspect and export runstore stores (results of large parallel computations).\n"
-      "Every command opens the store read-only and never writes to it.\n"
+      "Every command but sync and compact opens the store read-only and never writes to it.\n"
       "A store with a damaged or unreadable segment file is refused, naming the file (exit\n"
       "code 2 or 4); with --skip-damaged every command reads the other segments and prints\n"
       "'runstore: left out damaged segment FILE: ERROR' on stderr for each one left out.",
@@ -87,6 +87,7 @@ int Main(int argc, char** argv, std::string* command) {
   RegisterCat(app, &chosen);
   RegisterGet(app, &chosen);
   RegisterVerify(app, &chosen);
+  RegisterCompact(app, &chosen);
   RegisterCatalog(app, &chosen);
   RegisterExport(app, &chosen);
   RegisterImport(app, &chosen);

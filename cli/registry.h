@@ -18,6 +18,7 @@ void RegisterLs(CLI::App& app, ChosenCommand* chosen);       // cmd_info.cc
 void RegisterCat(CLI::App& app, ChosenCommand* chosen);      // cmd_cat.cc
 void RegisterGet(CLI::App& app, ChosenCommand* chosen);      // cmd_get.cc
 void RegisterVerify(CLI::App& app, ChosenCommand* chosen);   // cmd_verify.cc
+void RegisterCompact(CLI::App& app, ChosenCommand* chosen);  // cmd_compact.cc
 void RegisterCatalog(CLI::App& app, ChosenCommand* chosen);  // cmd_catalog.cc
 // `export` and its commands csv, tar and parquet.
 void RegisterExport(CLI::App& app, ChosenCommand* chosen);  // cmd_export.cc

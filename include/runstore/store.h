@@ -20,8 +20,10 @@
 #ifndef RUNSTORE_STORE_H_
 #define RUNSTORE_STORE_H_
 
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "runstore/env.h"
 #include "runstore/reader.h"
@@ -83,6 +85,55 @@ struct RefreshStats {
   bool catalog_written = false;  // the catalog was rewritten
 };
 
+// Store::Compact: which sealed segments to merge, and how
+// (docs/design.md#compaction).
+struct CompactOptions {
+  // Plan and report, write nothing.
+  bool dry_run = false;
+  // Only segments created at least this many seconds ago, by the segment
+  // header's created_ns (the clock of the node that created it) against this
+  // process's clock; 0: any age. A filter, never a correctness condition.
+  double older_than_s = 0;
+  // Only segments whose file is smaller than this many bytes; 0: any size.
+  uint64_t smaller_than_bytes = 0;
+  // Bound on the memory the merge holds (keys being resolved, values being
+  // copied, mapped input pages); at least 16 MiB.
+  uint64_t memory_bytes = 256ull << 20;
+  // Size target of each output segment.
+  uint64_t segment_bytes = 1ull << 30;
+  // Target raw size of an output block, as WriterOptions::block_bytes.
+  uint64_t block_bytes = 1ull << 20;
+  // Codec of the output's blocks.
+  Codec codec = Codec::kNone;
+  int zstd_level = 3;
+  // Fewer mergeable segments than this: nothing is done.
+  uint32_t min_inputs = 2;
+  // The running compaction rewrites its lease file this often, so that
+  // others know its temporaries are in use; 0: written once (tests).
+  double lease_refresh_s = 1.0;
+  // Another compaction's leftovers (temporaries, claims) are removed only
+  // when its lease has not changed for this long, as seen by this process.
+  double lease_expiry_s = 30.0;
+};
+
+struct CompactReport {
+  bool dry_run = false;
+  // Inputs merged (or, dry run, that would be), relative to the store.
+  std::vector<std::string> inputs;
+  uint64_t input_bytes = 0;
+  uint64_t input_records = 0;  // stored, before resolution
+  // Candidates left out because an unmerged segment shares runs with them
+  // across the new commit's place in commit order, or another compaction
+  // holds them.
+  std::vector<std::string> excluded;
+  std::vector<std::string> outputs;  // the segments written
+  uint64_t output_bytes = 0;
+  uint64_t output_records = 0;  // visible records, each once
+  // Files of earlier, interrupted or finished compactions removed first.
+  std::vector<std::string> removed_leftovers;
+  double seconds = 0;
+};
+
 class Store {
  public:
   // Opens (and, when allowed, creates) the store at `path`. Errors:
@@ -108,6 +159,17 @@ class Store {
   // Segments sealed before are not read again; open segments are read from
   // where the last snapshot stopped.
   virtual Result<std::shared_ptr<const Snapshot>> Refresh() = 0;
+
+  // Merges many small sealed segments into few large ones, ordered by series
+  // then run then step, while writers write and readers read: what any
+  // snapshot shows is the same record for record before and after
+  // (docs/design.md#compaction). Memory stays within options.memory_bytes
+  // (plus a small constant) whatever the store's size. Fills *report (may be
+  // null). Errors: FailedPrecondition for a read-only store or one with
+  // damaged segments (nothing is merged then); IOError naming the file; a
+  // crash at any point leaves the store as it was or compacted, and the next
+  // Compact removes what was left behind.
+  virtual Status Compact(const CompactOptions& options, CompactReport* report) = 0;
 
   // How the last Open or Refresh read the segments.
   virtual RefreshStats last_refresh() const = 0;

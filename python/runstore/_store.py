@@ -321,6 +321,34 @@ class Store:
             "bytes": sum(s["file_bytes"] for s in segments),
         }
 
+    def compact(
+        self,
+        *,
+        dry_run: bool = False,
+        older_than: float = 0.0,
+        smaller_than: int = 0,
+        memory_bytes: int = 256 << 20,
+    ) -> dict[str, Any]:
+        """Merges many small sealed segments into few large ones, ordered by series and run.
+
+        Writers may go on writing and readers reading meanwhile: every read gives the same
+        records before, during and after (docs/design.md#compaction). Only sealed segments are
+        merged; ``older_than`` (seconds, by each segment's creation time from the clock of the
+        node that wrote it) and ``smaller_than`` (bytes of the file) select among them, 0 for
+        any. The merge holds at most about ``memory_bytes`` (at least 16 MiB). With
+        ``dry_run`` nothing is written. Returns the report: ``inputs``, ``excluded`` (left
+        out because they share runs with segments that stay, across the merged commit's
+        place in commit order), ``outputs``, ``input_bytes``, ``output_bytes``,
+        ``input_records``, ``output_records``, ``removed_leftovers``, ``seconds``.
+        The store's snapshot is refreshed. Raises RuntimeError for a read-only store (unless
+        ``dry_run``) or one with damaged segments, OSError naming the file.
+        """
+        report = self._core.compact(
+            dry_run, float(older_than), int(smaller_than), int(memory_bytes)
+        )
+        self._core.refresh()
+        return report
+
     def verify(self) -> int:
         """Reads every block of every segment and checks its checksum, continuing past problems.
 

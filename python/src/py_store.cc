@@ -1,4 +1,5 @@
 // runstore._core.Store: opening a store and reading it.
+#include <nanobind/stl/vector.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -851,6 +852,39 @@ void BindStore(nb::module_& m) {
       .def("damaged_segments", &PyStore::DamagedSegments,
            "One dict {file, kind, message} per segment the snapshot left out as damaged "
            "(kind: 'Corruption' or 'IOError'); empty unless opened with skip_damaged.")
+      .def(
+          "compact",
+          [](PyStore& self, bool dry_run, double older_than, uint64_t smaller_than,
+             uint64_t memory_bytes) {
+            CompactOptions o;
+            o.dry_run = dry_run;
+            o.older_than_s = older_than;
+            o.smaller_than_bytes = smaller_than;
+            o.memory_bytes = memory_bytes;
+            CompactReport r;
+            Status s;
+            {
+              nb::gil_scoped_release nogil;
+              s = self.store()->Compact(o, &r);
+            }
+            Check(s);
+            nb::dict d;
+            d["dry_run"] = r.dry_run;
+            d["inputs"] = r.inputs;
+            d["input_bytes"] = r.input_bytes;
+            d["input_records"] = r.input_records;
+            d["excluded"] = r.excluded;
+            d["outputs"] = r.outputs;
+            d["output_bytes"] = r.output_bytes;
+            d["output_records"] = r.output_records;
+            d["removed_leftovers"] = r.removed_leftovers;
+            d["seconds"] = r.seconds;
+            return d;
+          },
+          "dry_run"_a = false, "older_than"_a = 0.0, "smaller_than"_a = 0,
+          "memory_bytes"_a = uint64_t{256} << 20,
+          "Store::Compact: merges small sealed segments into few sorted ones; returns the "
+          "report as a dict (see runstore.Store.compact).")
       .def("verify_all", &PyStore::VerifyAll,
            "Reads every block of every segment and checks every checksum, continuing past "
            "problems: {segments, blocks_checked, bytes_checked, problems}, where problems "

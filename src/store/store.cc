@@ -9,6 +9,8 @@
 #include "format/format.h"
 #include "format/segment_reader.h"
 #include "store/catalog.h"
+#include "store/compact.h"
+#include "store/compacted.h"
 #include "store/snapshot.h"
 #include "store/writer_impl.h"
 
@@ -36,7 +38,7 @@ Result<std::string> ReadMarker(Env* env, const std::string& path) {
   return std::string(got);
 }
 
-class StoreImpl final : public Store {
+class StoreImpl final : public Store, public CompactionHost {
  public:
   StoreImpl(Env* env, std::string path, StoreOptions options, uint32_t version)
       : env_(env), path_(std::move(path)), options_(options), version_(version) {}
@@ -57,6 +59,24 @@ class StoreImpl final : public Store {
   std::shared_ptr<const Snapshot> GetSnapshot() override {
     std::lock_guard lk(mu_);
     return current_;
+  }
+
+  Status Compact(const CompactOptions& options, CompactReport* report) override {
+    if (options_.read_only && !options.dry_run) {
+      return Status::FailedPrecondition(path_ + ": store was opened read-only");
+    }
+    CompactReport ignored;
+    return RunCompaction(env_, path_, this, options, report ? report : &ignored);
+  }
+
+  Result<CompactionView> RefreshForCompaction() override {
+    std::lock_guard lk(mu_);
+    RUNSTORE_RETURN_IF_ERROR(RefreshLocked());
+    CompactionView v;
+    v.snapshot = std::static_pointer_cast<const SnapshotImpl>(current_);
+    v.all = loaded_;
+    v.resolution = resolution_;
+    return v;
   }
 
   Result<std::shared_ptr<const Snapshot>> Refresh() override {
@@ -171,8 +191,19 @@ class StoreImpl final : public Store {
       it->second = nullptr;
     }
     std::erase_if(next, [](const auto& kv) { return kv.second == nullptr; });
+    // Segments that a compacted segment replaces, and compacted segments
+    // that do not stand (docs/design.md#compaction), are left out.
+    CompactedResolution resolution;
+    RUNSTORE_RETURN_IF_ERROR(ResolveCompacted(
+        next,
+        [&](const std::string& name, Status s) {
+          return damage(std::string(kSegmentsDir) + "/" + name, std::move(s));
+        },
+        &resolution));
     std::vector<std::shared_ptr<const LoadedSegment>> segs;
-    for (auto& [name, s] : next) segs.push_back(s);
+    for (auto& [name, s] : next) {
+      if (!resolution.ignored.contains(name)) segs.push_back(s);
+    }
     RUNSTORE_ASSIGN_OR_RETURN(auto snap,
                               SnapshotImpl::Build(std::move(segs), std::move(damaged),
                                                   options_.on_damaged == OnDamaged::kSkip));
@@ -182,6 +213,7 @@ class StoreImpl final : public Store {
     for (const DamagedSegment& d : snap->DamagedSegments()) {
       loaded_.erase(d.file.substr(std::string(kSegmentsDir).size() + 1));
     }
+    resolution_ = std::move(resolution);
     current_ = std::move(snap);
     stats.segments = loaded_.size();
     // The store grew since its catalog was written: write it again.
@@ -202,6 +234,7 @@ class StoreImpl final : public Store {
   const uint32_t version_;
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<const LoadedSegment>> loaded_;
+  CompactedResolution resolution_;  // of loaded_, by the last Refresh
   std::shared_ptr<const Snapshot> current_;
   RefreshStats stats_;
   bool catalog_read_ = false;

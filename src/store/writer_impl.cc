@@ -11,6 +11,7 @@
 
 #include "format/format.h"
 #include "format/segment_reader.h"
+#include "store/compacted.h"
 #include "util/coding.h"
 #include "util/shape.h"
 #include "util/utf8.h"
@@ -154,11 +155,20 @@ Result<std::unique_ptr<Writer>> WriterImpl::Open(Env* env, std::string segments_
       next_seq = std::max(next_seq, seq + 1);
     }
   }
+  // ... and after every number a compacted segment names for the id: the
+  // segment compaction removed must not come back under a new file of the
+  // same name (docs/design.md#compaction). Readers tell the two apart by
+  // created_ns anyway; this keeps names unique as well.
+  RUNSTORE_ASSIGN_OR_RETURN(
+      const uint64_t past_replaced,
+      NextSequencePastReplaced(env, segments_dir, children, options.writer_id));
+  const uint64_t next_present = next_seq;
+  next_seq = std::max(next_seq, past_replaced);
   // The previous life's last segment, when it was sealed, is this writer's
   // sealed predecessor: a reader that later finds it without its seal knows
   // it was damaged. One left open by a crash is not named.
   uint64_t sealed_predecessor = 0;
-  if (next_seq > 1) {
+  if (next_present > 1 && next_present == next_seq) {
     auto last = env->NewRandomAccessFile(segments_dir + "/" +
                                          format::SegmentFileName(options.writer_id, next_seq - 1));
     if (last.ok() && format::HasValidTrailer(**last)) sealed_predecessor = next_seq - 1;

@@ -1,0 +1,147 @@
+// `runstore compact`: merges many small sealed segments into few large ones
+// (Store::Compact, docs/design.md#compaction) while writers write and
+// readers read; what they read does not change.
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "common.h"
+#include "registry.h"
+
+namespace runstore::cli {
+namespace {
+
+using nlohmann::ordered_json;
+
+struct CompactCliOptions {
+  std::string store;
+  bool dry_run = false;
+  double older_than_s = 0;
+  std::string smaller_than;  // bytes, with an optional K/M/G suffix
+  std::string memory = "256M";
+  bool json = false;
+};
+
+// "123", "64K", "256M", "1G" (binary units): bytes; false for anything else.
+bool ParseBytes(const std::string& s, uint64_t* out) {
+  if (s.empty()) return false;
+  size_t used = 0;
+  unsigned long long n = 0;
+  try {
+    n = std::stoull(s, &used);
+  } catch (...) {
+    return false;
+  }
+  const std::string suffix = s.substr(used);
+  int shift = 0;
+  if (suffix == "K" || suffix == "KiB")
+    shift = 10;
+  else if (suffix == "M" || suffix == "MiB")
+    shift = 20;
+  else if (suffix == "G" || suffix == "GiB")
+    shift = 30;
+  else if (!suffix.empty())
+    return false;
+  if (n > (UINT64_MAX >> shift)) return false;
+  *out = static_cast<uint64_t>(n) << shift;
+  return true;
+}
+
+int RunCompact(const CompactCliOptions& o) {
+  constexpr std::string_view kCmd = "compact";
+  CompactOptions options;
+  options.dry_run = o.dry_run;
+  options.older_than_s = o.older_than_s;
+  if (!o.smaller_than.empty() && !ParseBytes(o.smaller_than, &options.smaller_than_bytes)) {
+    return ReportUsageError(kCmd, "--smaller-than: '" + o.smaller_than +
+                                      "' is not a size (bytes, or a number with K, M or G)");
+  }
+  if (!ParseBytes(o.memory, &options.memory_bytes)) {
+    return ReportUsageError(
+        kCmd, "--memory: '" + o.memory + "' is not a size (bytes, or a number with K, M or G)");
+  }
+  if (o.older_than_s < 0) return ReportUsageError(kCmd, "--older-than must not be negative");
+  StoreOptions so;
+  so.create_if_missing = false;
+  so.read_only = o.dry_run;
+  auto store = Store::Open(o.store, so);
+  if (!store.ok()) return ReportOpenError(kCmd, store.status());
+  CompactReport r;
+  Status s = (*store)->Compact(options, &r);
+  if (!s.ok()) return ReportError(kCmd, s);
+  if (o.json) {
+    ordered_json j = {{"store", o.store},
+                      {"dry_run", r.dry_run},
+                      {"inputs", r.inputs},
+                      {"input_bytes", r.input_bytes},
+                      {"input_records", r.input_records},
+                      {"excluded", r.excluded},
+                      {"outputs", r.outputs},
+                      {"output_bytes", r.output_bytes},
+                      {"output_records", r.output_records},
+                      {"removed_leftovers", r.removed_leftovers},
+                      {"seconds", r.seconds}};
+    std::cout << j.dump(2, ' ', false, ordered_json::error_handler_t::replace) << "\n";
+    return FinishStdout(kCmd, kExitOk);
+  }
+  char buf[256];
+  for (const std::string& f : r.removed_leftovers) std::cout << "removed leftover " << f << "\n";
+  if (r.inputs.empty()) {
+    std::cout << "nothing to compact";
+    if (!r.excluded.empty()) std::cout << " (" << r.excluded.size() << " segments left out)";
+    std::cout << "\n";
+    return FinishStdout(kCmd, kExitOk);
+  }
+  if (r.dry_run) {
+    std::snprintf(buf, sizeof(buf), "would merge %zu segments (%.1f MiB, %llu records stored)",
+                  r.inputs.size(), static_cast<double>(r.input_bytes) / 1048576.0,
+                  static_cast<unsigned long long>(r.input_records));
+    std::cout << buf << "\n";
+    for (const std::string& f : r.inputs) std::cout << "  " << f << "\n";
+  } else {
+    std::snprintf(buf, sizeof(buf),
+                  "merged %zu segments (%.1f MiB) into %zu (%.1f MiB): %llu records, %.2f s",
+                  r.inputs.size(), static_cast<double>(r.input_bytes) / 1048576.0, r.outputs.size(),
+                  static_cast<double>(r.output_bytes) / 1048576.0,
+                  static_cast<unsigned long long>(r.output_records), r.seconds);
+    std::cout << buf << "\n";
+    for (const std::string& f : r.outputs) std::cout << "  " << f << "\n";
+  }
+  for (const std::string& f : r.excluded) {
+    std::cout << "left out " << f
+              << " (shares runs with a segment that stays, across the merged commit's place)\n";
+  }
+  return FinishStdout(kCmd, kExitOk);
+}
+
+}  // namespace
+
+void RegisterCompact(CLI::App& app, ChosenCommand* chosen) {
+  auto o = std::make_shared<CompactCliOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "compact", "Merge small sealed segments into few large ones, sorted by series and run");
+  cmd->add_option("STORE", o->store, "Store directory")->required();
+  cmd->add_flag("--dry-run", o->dry_run, "Say what would be merged; write nothing");
+  cmd->add_option("--older-than", o->older_than_s,
+                  "Only segments created at least this many seconds ago (by their header's "
+                  "creation time, from the clock of the node that wrote them)");
+  cmd->add_option("--smaller-than", o->smaller_than,
+                  "Only segment files smaller than this (bytes, or with K, M, G)");
+  cmd->add_option("--memory", o->memory, "Memory the merge may hold (default 256M)");
+  cmd->add_flag("--json", o->json,
+                "Print one JSON object {store, dry_run, inputs, input_bytes, input_records, "
+                "excluded, outputs, output_bytes, output_records, removed_leftovers, seconds}");
+  cmd->footer(Footer(
+      "Merges the store's sealed segments (never one a writer still has open) into segments\n"
+      "of up to 1 GiB whose records are ordered by series, run and step, while writers go on\n"
+      "writing and readers reading: every read gives the same records before, during and\n"
+      "after. A segment that shares runs with one that is left out, and would move across\n"
+      "its commits, is left out too (and listed). Safe to interrupt: a crash leaves the\n"
+      "store as it was or compacted, and the next compact removes what was left behind.",
+      "  runstore compact /scratch/sweep --dry-run\n"
+      "  runstore compact /scratch/sweep --older-than 3600 --smaller-than 64M --memory 1G"));
+  ChooseOnParse(cmd, "compact", chosen, [o] { return RunCompact(*o); });
+}
+
+}  // namespace runstore::cli

@@ -1,0 +1,367 @@
+// Store::Compact (docs/design.md#compaction): removing what earlier
+// compactions left, planning, claiming the inputs, merging them into
+// temporary parts, publishing the parts, and removing the inputs.
+#include "store/compact.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <random>
+
+#include "format/format.h"
+#include "store/compact_internal.h"
+
+namespace runstore {
+
+using namespace compact;  // NOLINT: this file runs the parts of compact_internal.h
+
+namespace {
+
+std::string RandomToken(Env* env) {
+  std::random_device rd;
+  std::mt19937_64 rng((uint64_t{rd()} << 32) ^ rd() ^ static_cast<uint64_t>(env->NowNanos()));
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(rng()));
+  return buf;
+}
+
+Status RemoveIfThere(Env* env, const std::string& path) {
+  Status s = env->RemoveFile(path);
+  return s.code() == StatusCode::kNotFound ? Status::OK() : s;
+}
+
+class Compaction {
+ public:
+  Compaction(Env* env, const std::string& store_path, CompactionHost* host,
+             const CompactOptions& options, CompactReport* report)
+      : env_(env),
+        dir_(store_path + "/" + kSegmentsDir),
+        host_(host),
+        options_(options),
+        report_(report),
+        token_(RandomToken(env)),
+        writer_id_(std::string(kCompactWriterPrefix) + token_) {}
+
+  ~Compaction() {
+    // On any failure: what this compaction made and did not publish goes.
+    // (A crash leaves it to the next compaction, through the lease.)
+    for (const std::string& name : temps_) (void)RemoveIfThere(env_, dir_ + "/" + name);
+    (void)ReleaseClaims();
+    if (lease_) (void)lease_->Remove();
+  }
+
+  Status Run() {
+    RUNSTORE_ASSIGN_OR_RETURN(CompactionView view, host_->RefreshForCompaction());
+    RUNSTORE_RETURN_IF_ERROR(CheckUndamaged(view));
+    if (!options_.dry_run) {
+      RUNSTORE_ASSIGN_OR_RETURN(lease_, Lease::Start(env_, dir_, token_, options_.lease_refresh_s));
+      RUNSTORE_RETURN_IF_ERROR(RemoveLeftovers(view));
+      if (!report_->removed_leftovers.empty()) {
+        RUNSTORE_ASSIGN_OR_RETURN(view, host_->RefreshForCompaction());
+      }
+    }
+    RUNSTORE_ASSIGN_OR_RETURN(std::vector<std::string> inputs, PlanNames(view, Candidates(view)));
+    if (options_.dry_run || inputs.empty()) return Report(view, inputs);
+    // Claim the inputs, then plan again on a fresh view with those claimed:
+    // another compaction may have taken some, or published meanwhile.
+    RUNSTORE_RETURN_IF_ERROR(Claim(inputs));
+    RUNSTORE_ASSIGN_OR_RETURN(view, host_->RefreshForCompaction());
+    RUNSTORE_RETURN_IF_ERROR(CheckUndamaged(view));
+    std::vector<uint32_t> claimed;
+    const auto& segs = view.snapshot->segments();
+    for (uint32_t i = 0; i < segs.size(); ++i) {
+      if (claimed_names_.contains(FileOf(*segs[i]))) claimed.push_back(i);
+    }
+    RUNSTORE_ASSIGN_OR_RETURN(inputs, PlanNames(view, claimed));
+    if (!inputs.empty()) {
+      RUNSTORE_RETURN_IF_ERROR(Merge(view, inputs));
+      RUNSTORE_RETURN_IF_ERROR(Publish());
+    }
+    RUNSTORE_RETURN_IF_ERROR(ReleaseClaims());
+    RUNSTORE_RETURN_IF_ERROR(lease_->Remove());
+    lease_.reset();
+    return Report(view, inputs);
+  }
+
+ private:
+  static Status CheckUndamaged(const CompactionView& view) {
+    const auto& damaged = view.snapshot->DamagedSegments();
+    if (damaged.empty()) return Status::OK();
+    return Status::FailedPrecondition("compaction needs every segment readable, and " +
+                                      damaged.front().file +
+                                      " is damaged: " + damaged.front().status.ToString());
+  }
+
+  std::string FileOf(const LoadedSegment& seg) const {
+    return seg.file.substr(std::string(kSegmentsDir).size() + 1);
+  }
+
+  // Sealed segments that pass the filters, without series whose blocks
+  // disagree on their type (which of them defines the series depends on
+  // commit order, so none of them is moved).
+  std::vector<uint32_t> Candidates(const CompactionView& view) const {
+    const SnapshotImpl& snap = *view.snapshot;
+    const StoreSchema schema = snap.Schema();
+    std::set<std::string> conflicted;
+    for (const auto& seg : snap.segments()) {
+      for (const auto& b : seg->index.blocks) {
+        auto it = schema.find(b.header.name);
+        if (it == schema.end()) continue;
+        const SeriesSchema& s = it->second;
+        if (b.header.dtype != s.dtype || b.header.variable_shape != s.variable_shape ||
+            (!s.variable_shape && b.header.dims != s.shape)) {
+          conflicted.insert(b.header.name);
+        }
+      }
+    }
+    std::vector<uint32_t> out;
+    const int64_t now = env_->NowNanos();
+    for (uint32_t i = 0; i < snap.segments().size(); ++i) {
+      const LoadedSegment& seg = *snap.segments()[i];
+      if (!seg.index.sealed) continue;
+      if (options_.older_than_s > 0 &&
+          static_cast<double>(now - seg.index.header.created_ns) < options_.older_than_s * 1e9) {
+        continue;
+      }
+      if (options_.smaller_than_bytes > 0 && seg.index.file_size >= options_.smaller_than_bytes) {
+        continue;
+      }
+      const bool holds_conflict = std::any_of(
+          seg.index.blocks.begin(), seg.index.blocks.end(),
+          [&](const format::BlockInfo& b) { return conflicted.contains(b.header.name); });
+      if (holds_conflict) continue;
+      out.push_back(i);
+    }
+    return out;
+  }
+
+  Result<std::vector<std::string>> PlanNames(const CompactionView& view,
+                                             const std::vector<uint32_t>& candidates) {
+    RUNSTORE_ASSIGN_OR_RETURN(
+        Plan plan, PlanCompaction(*view.snapshot, candidates, writer_id_, options_.min_inputs));
+    const auto& segs = view.snapshot->segments();
+    for (uint32_t i : plan.excluded) {
+      if (std::find(report_->excluded.begin(), report_->excluded.end(), segs[i]->file) ==
+          report_->excluded.end()) {
+        report_->excluded.push_back(segs[i]->file);
+      }
+    }
+    std::vector<std::string> names;
+    for (uint32_t i : plan.inputs) names.push_back(FileOf(*segs[i]));
+    time_ns_ = plan.time_ns;
+    return names;
+  }
+
+  // Each input's claim `<name>.claim`, created O_EXCL and holding this
+  // compaction's token: two running compactions never share an input. An
+  // input claimed by another is left out.
+  Status Claim(const std::vector<std::string>& inputs) {
+    for (const std::string& name : inputs) {
+      const std::string path = dir_ + "/" + name + std::string(kClaimSuffix);
+      auto f = env_->NewWritableFile(path, /*exclusive=*/true);
+      if (!f.ok()) {
+        if (f.status().code() == StatusCode::kAlreadyExists) continue;
+        return f.status();
+      }
+      claims_.push_back(path);
+      RUNSTORE_RETURN_IF_ERROR((*f)->Append(token_ + "\n"));
+      RUNSTORE_RETURN_IF_ERROR((*f)->Close());
+      claimed_names_.insert(name);
+    }
+    return Status::OK();
+  }
+
+  Status ReleaseClaims() {
+    Status first;
+    for (const std::string& path : claims_) {
+      Status s = RemoveIfThere(env_, path);
+      if (first.ok()) first = s;
+    }
+    claims_.clear();
+    return first;
+  }
+
+  Status Merge(const CompactionView& view, const std::vector<std::string>& inputs) {
+    std::vector<std::shared_ptr<const LoadedSegment>> segs;
+    format::Replaces replaces;
+    for (const std::string& name : inputs) {
+      const auto& seg = view.all.at(name);
+      segs.push_back(seg);
+      replaces.segments.push_back(IdOf(*seg));
+      report_->input_bytes += seg->index.file_size;
+    }
+    // An input that is itself compacted passes on what it replaces and is
+    // still there (a crash before its inputs were removed): those stay
+    // replaced once the input is gone.
+    for (const CompactionGroup& g : view.resolution.groups) {
+      if (!g.accepted || std::none_of(g.parts.begin(), g.parts.end(), [&](const std::string& p) {
+            return std::find(inputs.begin(), inputs.end(), p) != inputs.end();
+          })) {
+        continue;
+      }
+      for (const format::SegmentId& id : g.replaces.segments) {
+        auto it = view.all.find(format::SegmentFileName(id.writer_id, id.sequence));
+        if (it != view.all.end() && IdOf(*it->second) == id) replaces.segments.push_back(id);
+      }
+    }
+    std::sort(replaces.segments.begin(), replaces.segments.end());
+    replaces.segments.erase(std::unique(replaces.segments.begin(), replaces.segments.end()),
+                            replaces.segments.end());
+    replaced_ = replaces.segments;
+    MergeResult result;
+    Status s = MergeSegments(env_, dir_, segs, writer_id_, time_ns_, std::move(replaces), options_,
+                             &result);
+    temps_ = result.temp_names;
+    RUNSTORE_RETURN_IF_ERROR(s);
+    report_->input_records = result.input_records;
+    report_->output_records = result.output_records;
+    for (uint64_t b : result.part_bytes) report_->output_bytes += b;
+    return Status::OK();
+  }
+
+  // Publishing (invariant 5): every part was synced by its seal; rename them
+  // all into place and sync the directory. Only then are the inputs removed:
+  // until the directory holds every part, readers read the inputs.
+  Status Publish() {
+    RUNSTORE_RETURN_IF_ERROR(lease_->status());
+    std::vector<std::string> published;
+    for (const std::string& tmp : temps_) {
+      const std::string name = tmp.substr(0, tmp.size() - kTempSuffix.size());
+      RUNSTORE_RETURN_IF_ERROR(env_->RenameFile(dir_ + "/" + tmp, dir_ + "/" + name));
+      published.push_back(name);
+    }
+    temps_.clear();
+    RUNSTORE_RETURN_IF_ERROR(env_->SyncDir(dir_));
+    // Does the output stand? Only a compaction that took over this one's
+    // claims (believing it dead) can have published over the same inputs.
+    RUNSTORE_ASSIGN_OR_RETURN(CompactionView view, host_->RefreshForCompaction());
+    const CompactionGroup* mine = nullptr;
+    for (const CompactionGroup& g : view.resolution.groups) {
+      if (g.writer_id == writer_id_) mine = &g;
+    }
+    if (!mine || !mine->accepted) {
+      for (const std::string& name : published)
+        RUNSTORE_RETURN_IF_ERROR(RemoveIfThere(env_, dir_ + "/" + name));
+      RUNSTORE_RETURN_IF_ERROR(env_->SyncDir(dir_));
+      return Status::FailedPrecondition(
+          dir_ + ": the compacted segments " + writer_id_ +
+          " were withdrawn: another compaction published over the same inputs first");
+    }
+    for (const std::string& name : published)
+      report_->outputs.push_back(std::string(kSegmentsDir) + "/" + name);
+    for (const format::SegmentId& id : replaced_) {
+      const std::string name = format::SegmentFileName(id.writer_id, id.sequence);
+      auto it = view.all.find(name);
+      if (it == view.all.end() || !(IdOf(*it->second) == id)) continue;
+      RUNSTORE_RETURN_IF_ERROR(RemoveIfThere(env_, dir_ + "/" + name));
+    }
+    return env_->SyncDir(dir_);
+  }
+
+  // What earlier compactions left: segments an accepted compaction replaces
+  // (a crash before their removal), and the temporaries, claims, leases and
+  // unpublished parts of compactions whose lease is stale.
+  Status RemoveLeftovers(const CompactionView& view) {
+    std::vector<std::string> remove(view.resolution.replaced.begin(),
+                                    view.resolution.replaced.end());
+    RUNSTORE_ASSIGN_OR_RETURN(auto children, env_->GetChildren(dir_));
+    std::set<std::string> not_standing;  // parts of groups that do not stand
+    for (const CompactionGroup& g : view.resolution.groups) {
+      if (!g.accepted) not_standing.insert(g.parts.begin(), g.parts.end());
+    }
+    std::map<std::string, std::vector<std::string>> by_token;
+    // Claims without a token: one being created right now, or one whose
+    // unsynced token a power cut took. Removed if still empty after the
+    // observation.
+    std::vector<std::string> empty_claims;
+    for (const std::string& c : children) {
+      std::string token;
+      if (c.ends_with(kClaimSuffix)) {
+        auto r = ReadFileToString(env_, dir_ + "/" + c);
+        if (!r.ok()) continue;  // removed meanwhile, or unreadable: left alone
+        if (r->empty()) empty_claims.push_back(c);
+        token = r->substr(0, r->find('\n'));
+      } else if (c.ends_with(kLeaseSuffix) || c.ends_with(kTempSuffix) ||
+                 not_standing.contains(c)) {
+        token = TokenOfName(c);
+      }
+      if (token.empty() || token == token_) continue;
+      by_token[token].push_back(c);
+    }
+    std::set<std::string> tokens;
+    for (const auto& [t, files] : by_token) tokens.insert(t);
+    RUNSTORE_ASSIGN_OR_RETURN(
+        std::set<std::string> stale,
+        StaleTokens(env_, dir_, tokens,
+                    tokens.empty() && empty_claims.empty() ? 0 : options_.lease_expiry_s));
+    for (const std::string& c : empty_claims) {
+      auto r = ReadFileToString(env_, dir_ + "/" + c);
+      if (r.ok() && r->empty()) remove.push_back(c);
+    }
+    for (const std::string& t : stale) {
+      // The lease last: while it is there, a file of the token may still be
+      // found and judged by it.
+      std::vector<std::string> files = by_token[t];
+      std::stable_partition(files.begin(), files.end(),
+                            [](const std::string& f) { return !f.ends_with(kLeaseSuffix); });
+      remove.insert(remove.end(), files.begin(), files.end());
+    }
+    for (const std::string& name : remove) {
+      RUNSTORE_RETURN_IF_ERROR(RemoveIfThere(env_, dir_ + "/" + name));
+      report_->removed_leftovers.push_back(std::string(kSegmentsDir) + "/" + name);
+    }
+    if (!remove.empty()) RUNSTORE_RETURN_IF_ERROR(env_->SyncDir(dir_));
+    return Status::OK();
+  }
+
+  Status Report(const CompactionView& view, const std::vector<std::string>& inputs) {
+    for (const std::string& name : inputs) {
+      report_->inputs.push_back(std::string(kSegmentsDir) + "/" + name);
+      if (options_.dry_run) {
+        const auto& seg = view.all.at(name);
+        report_->input_bytes += seg->index.file_size;
+        for (const auto& b : seg->index.blocks) report_->input_records += b.header.count;
+      }
+    }
+    return Status::OK();
+  }
+
+  Env* const env_;
+  const std::string dir_;
+  CompactionHost* const host_;
+  const CompactOptions& options_;
+  CompactReport* const report_;
+  const std::string token_;
+  const std::string writer_id_;
+  std::unique_ptr<Lease> lease_;
+  int64_t time_ns_ = 0;
+  std::vector<std::string> claims_;  // paths
+  std::set<std::string> claimed_names_;
+  std::vector<format::SegmentId> replaced_;
+  std::vector<std::string> temps_;  // names of parts not yet published
+};
+
+}  // namespace
+
+Status RunCompaction(Env* env, const std::string& store_path, CompactionHost* host,
+                     const CompactOptions& options, CompactReport* report) {
+  *report = CompactReport();
+  report->dry_run = options.dry_run;
+  if (options.memory_bytes < (16u << 20)) {
+    return Status::InvalidArgument("compaction memory_bytes must be at least 16 MiB, got " +
+                                   std::to_string(options.memory_bytes));
+  }
+  if (options.segment_bytes < (1u << 16)) {
+    return Status::InvalidArgument("compaction segment_bytes must be at least 64 KiB");
+  }
+  if (options.older_than_s < 0 || options.lease_refresh_s < 0 || options.lease_expiry_s < 0) {
+    return Status::InvalidArgument("compaction times must not be negative");
+  }
+  const auto start = std::chrono::steady_clock::now();
+  Compaction c(env, store_path, host, options, report);
+  Status s = c.Run();
+  report->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return s;
+}
+
+}  // namespace runstore

@@ -1,0 +1,103 @@
+// The parts of compaction (docs/design.md#compaction), one file each: the
+// planner (compact_plan.cc), the merge (compact_merge.cc), the lease and the
+// leftovers of other compactions (compact_lease.cc); compact.cc runs them.
+#ifndef RUNSTORE_STORE_COMPACT_INTERNAL_H_
+#define RUNSTORE_STORE_COMPACT_INTERNAL_H_
+
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "format/replaces.h"
+#include "store/compact.h"
+
+namespace runstore::compact {
+
+inline constexpr char kSegmentsDir[] = "segments";
+inline constexpr std::string_view kLeaseSuffix = ".lease";
+inline constexpr std::string_view kTempSuffix = ".tmp";
+inline constexpr std::string_view kClaimSuffix = ".claim";
+
+// A commit's place in the order of docs/format.md "Keys and resolving them":
+// time, then the segment's (writer id, sequence).
+struct Order {
+  int64_t time_ns = 0;
+  std::string_view writer_id;
+  uint64_t sequence = 0;
+  friend auto operator<=>(const Order&, const Order&) = default;
+};
+
+// The planner's decision.
+struct Plan {
+  std::vector<uint32_t> inputs;    // indices into the snapshot's segments()
+  std::vector<uint32_t> excluded;  // candidates left out by the conflict rule
+  int64_t time_ns = 0;             // the compacted commit's time
+};
+
+// Which of the snapshot's segments (`candidates`, indices into segments())
+// can be merged into one commit at the greatest time among them, with writer
+// id `writer_id`, without changing what any key resolves to: the conflict
+// rule's fixpoint (docs/design.md#compaction, "Commit order").
+Result<Plan> PlanCompaction(const SnapshotImpl& snap, const std::vector<uint32_t>& candidates,
+                            const std::string& writer_id, uint32_t min_inputs);
+
+// Writes the resolved records of `inputs` into temporary parts named
+// `<writer_id>-<seq>.rss.tmp` in `segments_dir`, each sealed with one commit
+// at `time_ns` and `replaces` (whose part_count it sets) in its footer.
+struct MergeResult {
+  std::vector<std::string> temp_names;  // in segments_dir, part 1 first
+  std::vector<uint64_t> part_bytes;
+  uint64_t input_records = 0;
+  uint64_t output_records = 0;
+};
+Status MergeSegments(Env* env, const std::string& segments_dir,
+                     const std::vector<std::shared_ptr<const LoadedSegment>>& inputs,
+                     const std::string& writer_id, int64_t time_ns, format::Replaces replaces,
+                     const CompactOptions& options, MergeResult* result);
+
+// The running compaction's lease: the file `compact.<token>.lease`, whose
+// contents a thread rewrites every refresh_s, so that another compaction can
+// tell that this one's temporaries and claims are in use.
+class Lease {
+ public:
+  static Result<std::unique_ptr<Lease>> Start(Env* env, const std::string& segments_dir,
+                                              const std::string& token, double refresh_s);
+  ~Lease();
+  // The first error of a rewrite (a lease that may look stale to others).
+  Status status();
+  // Stops the thread and removes the file.
+  Status Remove();
+
+ private:
+  Lease(Env* env, std::string path) : env_(env), path_(std::move(path)) {}
+  Status Write(uint64_t n);
+  void StopThread();
+  void Loop(double refresh_s);
+
+  Env* const env_;
+  const std::string path_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  Status error_;
+  std::thread thread_;
+};
+
+// The token of a compaction's file (lease, temporary, part), or empty.
+std::string TokenOfName(std::string_view name);
+
+// Of `tokens`, those whose lease is missing or does not change while this
+// process waits `expiry_s`: compactions that are no longer running.
+Result<std::set<std::string>> StaleTokens(Env* env, const std::string& segments_dir,
+                                          const std::set<std::string>& tokens, double expiry_s);
+
+}  // namespace runstore::compact
+
+#endif  // RUNSTORE_STORE_COMPACT_INTERNAL_H_

@@ -1,0 +1,133 @@
+#include "store/compacted.h"
+
+#include <algorithm>
+
+#include "format/format.h"
+#include "format/segment_reader.h"
+
+namespace runstore {
+
+format::SegmentId IdOf(const LoadedSegment& seg) {
+  return format::SegmentId{seg.index.header.writer_id, seg.index.header.sequence,
+                           seg.index.header.created_ns};
+}
+
+namespace {
+bool Intersect(const std::vector<format::SegmentId>& a, const std::vector<format::SegmentId>& b) {
+  // Both sorted (DecodeReplaces checks it).
+  size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    if (a[i] < b[j]) {
+      ++i;
+    } else if (b[j] < a[i]) {
+      ++j;
+    } else {
+      return true;
+    }
+  }
+  return false;
+}
+}  // namespace
+
+Status ResolveCompacted(const std::map<std::string, std::shared_ptr<const LoadedSegment>>& segs,
+                        const std::function<Status(const std::string& name, Status)>& damage,
+                        CompactedResolution* out) {
+  *out = CompactedResolution();
+  // Parts by writer id, with the bytes of their sections.
+  struct Part {
+    std::string name;
+    uint64_t seq;
+    std::string bytes;
+  };
+  std::map<std::string, std::vector<Part>> parts;
+  std::map<std::string, format::Replaces> decoded;
+  for (const auto& [name, seg] : segs) {
+    if (!seg || !seg->index.sealed) continue;
+    auto it = seg->index.footer_sections.find(format::kFooterSectionReplaces);
+    if (it == seg->index.footer_sections.end()) continue;
+    format::Replaces r;
+    Status s = format::DecodeReplaces(it->second, seg->file, &r);
+    if (!s.ok()) {
+      RUNSTORE_RETURN_IF_ERROR(damage(name, std::move(s)));
+      out->damaged.insert(name);
+      out->ignored.insert(name);
+      continue;
+    }
+    const std::string& id = seg->index.header.writer_id;
+    parts[id].push_back(Part{name, seg->index.header.sequence, it->second});
+    decoded.emplace(id, std::move(r));  // the first part's; the others are compared by bytes
+  }
+  for (auto& [id, list] : parts) {
+    CompactionGroup g;
+    g.writer_id = id;
+    g.replaces = decoded[id];
+    std::sort(list.begin(), list.end(), [](const Part& a, const Part& b) { return a.seq < b.seq; });
+    bool complete = list.size() == g.replaces.part_count;
+    for (size_t i = 0; i < list.size(); ++i) {
+      g.parts.push_back(list[i].name);
+      complete = complete && list[i].seq == i + 1 && list[i].bytes == list[0].bytes;
+    }
+    g.complete = complete;
+    out->groups.push_back(std::move(g));
+  }
+  // Groups are sorted by writer id (map order). Of complete groups whose
+  // replaced sets intersect, the first by writer id stands and the others
+  // are left out whole.
+  std::vector<const CompactionGroup*> accepted;
+  for (CompactionGroup& g : out->groups) {
+    if (g.complete) {
+      g.accepted = std::none_of(accepted.begin(), accepted.end(), [&](const CompactionGroup* a) {
+        return Intersect(a->replaces.segments, g.replaces.segments);
+      });
+      if (g.accepted) accepted.push_back(&g);
+    }
+    if (!g.accepted) out->ignored.insert(g.parts.begin(), g.parts.end());
+  }
+  // A segment an accepted group names is left out, whether or not that group
+  // is itself replaced (chains: what C1 replaced stays replaced once C2
+  // replaces C1).
+  for (const auto& [name, seg] : segs) {
+    if (!seg) continue;
+    const format::SegmentId id = IdOf(*seg);
+    for (const CompactionGroup* g : accepted) {
+      if (std::binary_search(g->replaces.segments.begin(), g->replaces.segments.end(), id)) {
+        out->ignored.insert(name);
+        out->replaced.insert(name);
+        break;
+      }
+    }
+  }
+  return Status::OK();
+}
+
+Result<uint64_t> NextSequencePastReplaced(Env* env, const std::string& segments_dir,
+                                          const std::vector<std::string>& children,
+                                          const std::string& writer_id) {
+  uint64_t next = 1;
+  for (const std::string& c : children) {
+    std::string id;
+    uint64_t seq;
+    if (!format::ParseSegmentFileName(c, &id, &seq) || !id.starts_with(kCompactWriterPrefix)) {
+      continue;
+    }
+    auto file = env->NewRandomAccessFile(segments_dir + "/" + c);
+    if (!file.ok()) {
+      if (file.status().code() == StatusCode::kNotFound) continue;  // removed meanwhile
+      return file.status();
+    }
+    format::SegmentIndex index;
+    // A compacted segment that cannot be read names nothing a reader uses;
+    // readers report it.
+    if (!format::LoadSegmentIndex(**file, c, &index).ok() || !index.sealed) continue;
+    auto it = index.footer_sections.find(format::kFooterSectionReplaces);
+    if (it == index.footer_sections.end()) continue;
+    format::Replaces r;
+    if (!format::DecodeReplaces(it->second, c, &r).ok()) continue;
+    for (const format::SegmentId& s : r.segments) {
+      if (s.writer_id == writer_id) next = std::max(next, s.sequence + 1);
+    }
+  }
+  return next;
+}
+
+}  // namespace runstore
