@@ -44,6 +44,7 @@
 namespace runstore {
 namespace {
 
+using ::runstore::testing::DiffContents;
 using ::runstore::testing::ScanAll;
 using ::runstore::testing::StatusIs;
 using ::runstore::testing::TestSeed;
@@ -89,28 +90,6 @@ Contents Apply(const std::vector<Group>& groups, size_t n) {
     }
   }
   return c;
-}
-
-// Describes how `actual` differs from `expected` (empty if equal).
-std::string Diff(const Contents& expected, const Contents& actual) {
-  std::string out;
-  int shown = 0;
-  auto note = [&](const std::string& s) {
-    if (shown++ < 8) out += "\n    " + s;
-  };
-  for (const auto& [k, v] : expected) {
-    auto it = actual.find(k);
-    if (it == actual.end()) {
-      note("missing " + KeyString(k));
-    } else if (!(it->second == v)) {
-      note("wrong value for " + KeyString(k));
-    }
-  }
-  for (const auto& [k, v] : actual) {
-    if (!expected.count(k)) note("unexpected " + KeyString(k));
-  }
-  if (shown > 8) out += "\n    ... " + std::to_string(shown - 8) + " more";
-  return out;
 }
 
 // What went wrong in one case. A sweep reports the first few failing cases
@@ -535,10 +514,10 @@ std::optional<Contents> VerifyRecovered(Env* env, const Driver& d, const Referen
   if (matched == nullptr) {
     std::string msg = "recovered records (" + std::to_string(lost) +
                       " acknowledged ones lost) are not the first " + std::to_string(lo) +
-                      " groups" + Diff(without, *actual);
+                      " groups" + DiffContents(without, *actual);
     if (hi > lo) {
       msg += "\n  nor those plus the next " + std::to_string(hi - lo) + " whole groups" +
-             Diff(candidates.back(), *actual);
+             DiffContents(candidates.back(), *actual);
     }
     p->Check(false, msg);
     return std::nullopt;
@@ -596,7 +575,7 @@ void CheckNewLifeWorks(Env* env, const Reference& ref, Contents contents, Figure
   auto actual = ScanAll(*(*reopened)->GetSnapshot(), series);
   if (!actual.ok())
     return p->Check(false, "scan after a new writer life: " + actual.status().ToString());
-  p->Check(*actual == contents, "after a new writer life" + Diff(contents, *actual));
+  p->Check(*actual == contents, "after a new writer life" + DiffContents(contents, *actual));
   ++fig->relives;
 }
 

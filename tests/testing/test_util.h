@@ -92,7 +92,8 @@ inline Result<Contents> ScanAll(const Snapshot& snap, const std::set<std::string
   return ScanAll(snap, &series);
 }
 
-// What differs between two contents, for a message: at most 8 keys.
+// How `actual` differs from `expected`, for a message (empty if equal): at
+// most 8 keys.
 std::string DiffContents(const Contents& expected, const Contents& actual);
 
 // "(run, 'series', step)" for messages.
