@@ -12,6 +12,7 @@ apt_packages=(
   libcli11-dev nlohmann-json3-dev clang-format
   clang-16 libclang-rt-16-dev llvm
   python3 python3-venv python3-dev
+  openmpi-bin libopenmpi-dev
 )
 
 missing=()
