@@ -702,6 +702,66 @@ TEST(CompactTest, WritersNumberPastSegmentsCompactionRemoved) {
             std::string(reinterpret_cast<const char*>(&two), 8));
 }
 
+// A part whose footer is damaged while the inputs it replaces are still there
+// (a crash between publishing and removing them). Read as a crashed writer's
+// segment it would lose its replaces section and serve its records beside the
+// inputs; it must be a damaged segment instead, and with kSkip the store reads
+// as the inputs alone, which is exactly what it held before.
+TEST(CompactTest, AnUnsealedCompactedSegmentIsDamagedNeverRecovered) {
+  namespace fs = std::filesystem;
+  TempDir dir;
+  ASSERT_OK_AND_ASSIGN(auto store, OpenStore(dir.path()));
+  WorkloadOptions w;
+  ASSERT_OK(WriteWorkload(store.get(), w));
+  const Dump before = DumpStore(dir.path());
+  const std::string kept = dir.path() + "/kept";
+  fs::create_directory(kept);
+  for (const auto& e : fs::directory_iterator(dir.path() + "/segments")) {
+    fs::copy_file(e.path(), kept + "/" + e.path().filename().string());
+  }
+  CompactReport report;
+  ASSERT_OK(store->Compact(TestOptions(), &report));
+  ASSERT_EQ(report.outputs.size(), 1u);
+  store.reset();
+  for (const auto& e : fs::directory_iterator(kept)) {
+    const fs::path back = dir.path() + "/segments/" + e.path().filename().string();
+    if (!fs::exists(back)) fs::copy_file(e.path(), back);
+  }
+  EXPECT_SAME_DUMP(before, DumpStore(dir.path())) << "the inputs back beside their part";
+  const std::string part = dir.path() + "/" + report.outputs[0];
+  ASSERT_OK_AND_ASSIGN(const std::string bytes, ReadFileToString(Env::Default(), part));
+  format::Trailer t;
+  ASSERT_TRUE(format::DecodeTrailer(
+      std::string_view(bytes).substr(bytes.size() - format::kTrailerSize), &t));
+  // Bytes of the footer's header and of its payload (the index) flipped, and
+  // the footer cut; the padding between them carries nothing.
+  std::vector<uint64_t> offsets;
+  for (uint64_t off = 0; off < 56; off += 7) offsets.push_back(t.footer_offset + off);
+  const uint64_t payload = format::PayloadOffset(t.footer_offset, 56);
+  for (uint64_t off = 0; off < 64; off += 9) offsets.push_back(payload + off);
+  std::vector<std::string> damaged;
+  for (uint64_t off : offsets) {
+    std::string b = bytes;
+    b[off] ^= 0x20;
+    damaged.push_back(b);
+  }
+  damaged.push_back(bytes.substr(0, t.footer_offset + 16) +
+                    bytes.substr(bytes.size() - format::kTrailerSize));
+  for (size_t i = 0; i < damaged.size(); ++i) {
+    SCOPED_TRACE("damage case " + std::to_string(i));
+    ASSERT_OK(WriteFileAtomically(Env::Default(), part, damaged[i]));
+    EXPECT_THAT(OpenStore(dir.path()), StatusIsWith(StatusCode::kCorruption, report.outputs[0]));
+    StoreOptions skip;
+    skip.on_damaged = OnDamaged::kSkip;
+    skip.read_only = true;
+    ASSERT_OK_AND_ASSIGN(auto s, Store::Open(dir.path(), skip));
+    auto snap = s->GetSnapshot();
+    ASSERT_EQ(snap->DamagedSegments().size(), 1u);
+    EXPECT_EQ(snap->DamagedSegments()[0].file, report.outputs[0]);
+    EXPECT_SAME_DUMP(before, DumpSnapshot(*snap));
+  }
+}
+
 // ---------------------------------------------------------------------------
 // Hostile bytes.
 

@@ -310,6 +310,16 @@ class StoreImpl final : public Store, public CompactionHost {
       ++stats->from_footer;  // mapped on its first read
       return finish();
     }
+    // A compaction publishes its parts by renaming them in only after they
+    // are sealed and synced, so an unsealed part is damage, never a crash: read
+    // as a crashed writer's segment it would lose its replaces section, and
+    // its records would be served beside the inputs it replaces
+    // (docs/design.md#compaction-replaces).
+    if (seg->index.header.writer_id.starts_with(kCompactWriterPrefix)) {
+      return Status::Corruption(
+          rel + ": compacted segment is not sealed (its footer is damaged or missing); a " +
+          "compaction publishes only sealed segments");
+    }
     if (seg->index.header.writer_id.empty()) {
       seg->index.header.writer_id = writer_id;  // torn header of an empty segment
       seg->index.header.sequence = seq;
