@@ -21,57 +21,8 @@ cleanup() {
   rm -rf "$T"
 }
 trap cleanup EXIT
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-failures=0
-checks=0
-fail() {
-  echo "FAIL [$test_name]: $*"
-  failures=$((failures + 1))
-}
-
-# run CMD...: runs CMD with stdout in $out, stderr in $err, exit code in $rc.
-run() {
-  "$@" >"$T/stdout" 2>"$T/stderr"
-  rc=$?
-  out=$(cat "$T/stdout")
-  err=$(cat "$T/stderr")
-}
-expect_rc() {
-  checks=$((checks + 1))
-  [[ $rc == "$1" ]] || fail "exit code $rc, expected $1 (stderr: $err)"
-}
-expect_out() {
-  checks=$((checks + 1))
-  [[ $out == "$1" ]] || fail "stdout differs; expected:
-$1
---- got:
-$out"
-}
-expect_out_has() {
-  checks=$((checks + 1))
-  grep -qE -- "$1" <<<"$out" || fail "stdout lacks /$1/; got:
-$out"
-}
-expect_out_lacks() {
-  checks=$((checks + 1))
-  if grep -qE -- "$1" <<<"$out"; then fail "stdout has /$1/"; fi
-}
-expect_err_has() {
-  checks=$((checks + 1))
-  grep -qF -- "$1" <<<"$err" || fail "stderr lacks '$1'; got: $err"
-}
-expect_err_empty() {
-  checks=$((checks + 1))
-  [[ -z $err ]] || fail "stderr not empty: $err"
-}
-expect_file_eq() {  # path, expected contents
-  checks=$((checks + 1))
-  [[ -f $1 ]] || { fail "missing file $1"; return; }
-  [[ $(cat "$1") == "$2" ]] || fail "$1 differs; expected:
-$2
---- got:
-$(cat "$1")"
-}
 # Bytes [offset, offset+n) of a file as space-separated hex.
 hex() { od -An -tx1 -j "$2" -N "$3" "$1" | tr -s ' \n' ' ' | sed 's/^ //; s/ $//'; }
 
@@ -857,5 +808,4 @@ test_name=read_only
 checks=$((checks + 1))
 [[ $(fingerprint "$S") == "$before" ]] || fail "the store changed while the CLI read it"
 
-echo "cli_test: $checks checks, $failures failures"
-((failures == 0))
+finish cli_test

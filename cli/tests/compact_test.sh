@@ -12,33 +12,8 @@ RS=$(realpath "${1:?usage: compact_test.sh RUNSTORE MAKE_FIXTURE}")
 MK=$(realpath "${2:?usage: compact_test.sh RUNSTORE MAKE_FIXTURE}")
 T=$(mktemp -d "${TMPDIR:-/tmp}/runstore_compact_test.XXXXXX")
 trap 'rm -rf "$T"' EXIT
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-failures=0
-checks=0
-fail() {
-  echo "FAIL [$test_name]: $*"
-  failures=$((failures + 1))
-}
-run() {
-  "$@" >"$T/stdout" 2>"$T/stderr"
-  rc=$?
-  out=$(cat "$T/stdout")
-  err=$(cat "$T/stderr")
-}
-expect_rc() {
-  checks=$((checks + 1))
-  [[ $rc == "$1" ]] || fail "exit code $rc, expected $1 (stderr: $err)"
-}
-expect_out_has() {
-  checks=$((checks + 1))
-  grep -qE -- "$1" <<<"$out" || fail "stdout lacks /$1/; got:
-$out"
-}
-expect_err_has() {
-  checks=$((checks + 1))
-  grep -qE -- "$1" <<<"$err" || fail "stderr lacks /$1/; got:
-$err"
-}
 # dump STORE: every record of every series (reserved ones too), as CSV, sorted
 # (a scan returns records segment by segment, which compaction changes).
 dump() {
@@ -109,5 +84,4 @@ run "$RS" compact "$T/bad"
 checks=$((checks + 1))
 [[ $rc != 0 ]] || fail "compact of a damaged store succeeded"
 
-echo "compact_test.sh: $checks checks, $failures failures"
-[[ $failures == 0 ]]
+finish compact_test.sh
