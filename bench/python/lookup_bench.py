@@ -2,9 +2,14 @@
 """Lookups by run id: runstore's default (hashed) experiment ids against integer ids.
 
 Two stores of the same sweep, written by 4 writers in commits of 1,000 experiments (as the
-runner's worker processes write them): N experiments (--n), each a scalar ``y`` and a 100-point
-float64 ``curve``. One store uses experiment ids as runstore makes them (``e`` and 16 hex
-digits of a hash), the other the integers 0..N-1. For each:
+runner's worker processes write them): N experiments (--n) defined with
+``store.define_experiments`` (one parameter, ``seed``), each a scalar ``y`` and a 100-point
+float64 ``curve`` (its own, ``k + linspace(0, 1, 100)`` for experiment k). One store uses
+experiment ids as runstore makes them (``e`` and 16 hex digits of a hash of the parameters),
+the other the integers 0..N-1 (an ``experiment`` column). With --no-design the stores hold the
+outcomes only, under run ids ``e`` + 16 hex digits of a hash of k and under k, and are exported
+in the order of their run ids (sorted, so the hashed store's rows come in random order). For
+each:
 
   get      Store.get(id, "curve") of 10,000 ids in random order (the first one builds the
            series' run index), microseconds per lookup
@@ -31,12 +36,21 @@ import tempfile
 import time
 
 import numpy as np
+import pandas as pd
 
 import runstore
 
 
 def hashed_id(i: int) -> str:
     return "e" + hashlib.blake2b(i.to_bytes(8, "little"), digest_size=8).hexdigest()
+
+
+def define(path: str, n: int, hashed: bool) -> list:
+    """The sweep's design: ids as define_experiments makes them, or the integers 0..n-1."""
+    design = pd.DataFrame({"seed": np.arange(n, dtype=np.int64)})
+    if not hashed:
+        design.insert(0, "experiment", np.arange(n, dtype=np.int64))
+    return runstore.open(path).define_experiments(design)["experiment"].tolist()
 
 
 def write(path: str, ids: list, writers: int = 4, batch: int = 1000) -> float:
@@ -47,11 +61,12 @@ def write(path: str, ids: list, writers: int = 4, batch: int = 1000) -> float:
     for start in range(0, len(ids), batch):
         w = ws[(start // batch) % writers]
         chunk = ids[start : start + batch]
+        k = np.arange(len(chunk), dtype=np.float64) + start
         w.log_many(
             runs=chunk,
             steps=[0] * len(chunk),
-            y=np.arange(len(chunk), dtype=np.float64) + start,
-            curve=np.tile(curve, (len(chunk), 1)) + start,
+            y=k,
+            curve=k[:, None] + curve,
         )
         w.commit()
     for w in ws:
@@ -90,6 +105,11 @@ def main() -> int:
     ap.add_argument("--lookups", type=int, default=10_000)
     ap.add_argument("--seed", type=int, default=20261202)
     ap.add_argument("--dir", default=None, help="where the stores go (default: a temporary dir)")
+    ap.add_argument(
+        "--no-design",
+        action="store_true",
+        help="outcomes only, no define_experiments: exported in the order of the run ids",
+    )
     args = ap.parse_args()
     rng = random.Random(args.seed)
     if args.dir:
@@ -97,15 +117,21 @@ def main() -> int:
     tmp = tempfile.mkdtemp(prefix="runstore-lookup-", dir=args.dir)
     try:
         results = {}
-        for kind, ids in (
-            ("hashed", [hashed_id(i) for i in range(args.n)]),
-            ("integer", list(range(args.n))),
-        ):
+        for kind in ("hashed", "integer"):
             path = os.path.join(tmp, kind)
+            if args.no_design:
+                ids = [hashed_id(i) for i in range(args.n)] if kind == "hashed" else []
+                ids = ids or list(range(args.n))
+            else:
+                ids = define(path, args.n, kind == "hashed")
             w = write(path, ids)
             results[kind] = measure(path, ids, args.lookups, rng, tmp)
             results[kind]["write_s"] = w
-        print(f"lookups, {args.n:,} experiments (seed {args.seed}), 4 writers, commits of 1,000")
+        what = "outcomes only (--no-design)" if args.no_design else "a defined sweep"
+        print(
+            f"lookups, {args.n:,} experiments, {what} (seed {args.seed}), 4 writers, "
+            "commits of 1,000"
+        )
         print(f"{'ids':<8} {'write s':>8} {'get us':>8} {'first get ms':>13} {'export_tar s':>13}")
         for kind, r in results.items():
             print(

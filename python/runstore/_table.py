@@ -134,23 +134,24 @@ class ExperimentTable:
         return out
 
     def chunk(self, o: Outcome, rows: slice) -> ex.Column:
-        """Outcome ``o`` for the experiments in ``rows``: read with one key lookup per experiment
-        (views of the mapped file, copied into the chunk)."""
+        """Outcome ``o`` for the experiments in ``rows``: one scan of the series filtered to
+        their runs, which touches only the blocks that hold them (the run index), copied into
+        the chunk in experiment order."""
         if o.column is not None:
             return o.column.take(rows)
-        ids = self.index.ids[rows].tolist()
+        ids = self.index.ids[rows]
         # Read before the chunk is made, so that a damaged record is Corruption before anything
         # is allocated by the shape its series' headers claim.
-        get, name = self.store._core.get, o.name
-        found = []
-        for k, eid in enumerate(ids):
-            try:
-                found.append((k, get(eid, name, 0)))
-            except KeyError:
-                continue
+        d = self.store._core.scan(o.name, runs=ids.tolist(), steps=(0, 1))
         col = ex.empty_column(len(ids), o.dtype, o.shape)
-        for k, v in found:
-            col.values[k] = v
+        if len(d["run"]):
+            k = self.index.positions(d["run"]) - rows.start
+            values = d["value"]
+            if col.values.dtype == object:  # strings, bytes, arrays of varying shapes
+                for at, v in zip(k.tolist(), values):
+                    col.values[at] = v
+            else:
+                col.values[k] = values
             col.present[k] = True
         return col
 
