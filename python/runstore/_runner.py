@@ -409,6 +409,7 @@ def run(
     commit_every: int,
     start_method: str,
     shard: tuple[int, int] | None = None,
+    client: Any = None,
 ) -> RunSummary:
     """runstore.experiments.run."""
     if store.read_only:
@@ -424,6 +425,16 @@ def run(
         mine = np.fromiter((shard_of(e, n) == i for e in index.ids.tolist()), bool, len(index))
         skipped = int(mine.sum()) - int(mine[rows].sum())
         rows = rows[mine[rows]]
+    if client is not None:
+        from . import _dask_runner
+
+        n_workers = max(1, _dask_runner.n_workers(client))
+        if len(rows) == 0:
+            return RunSummary(0, 0, skipped, time.perf_counter() - t0, 0, 0)
+        size = max(1, min(commit_every, math.ceil(len(rows) / (4 * n_workers))))
+        chunks = _chunks(index, params, rows, attempts, size)
+        bar = _Progress(len(rows), progress)
+        return _dask_runner.run(client, store, fn, chunks, len(rows), skipped, t0, bar)
     n_workers = _default_workers() if workers is None else int(workers)
     if n_workers < 0:
         raise ValueError("workers must be >= 0 (0: run in this process)")

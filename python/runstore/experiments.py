@@ -105,6 +105,7 @@ def run(
     commit_every: int = 1,
     start_method: str = "spawn",
     shard: tuple[int, int] | None = None,
+    client: Any = None,
 ) -> RunSummary:
     """Runs every experiment of the store's design that is not done, on worker processes.
 
@@ -139,11 +140,16 @@ def run(
     ``SLURM_NTASKS`` when set; otherwise every experiment. ``shard=(0, 1)`` runs every
     experiment whatever the environment. ValueError naming shard unless 0 <= i < n.
 
+    ``client``: a ``distributed.Client``; the pending experiments (of the shard) then run as
+    tasks on the cluster's workers instead of local processes (``workers`` is ignored), each
+    Dask worker process writing its results through a writer of its own, with the same status
+    records, failure isolation and resume.
+
     Returns a :class:`RunSummary`: done, failed, skipped, seconds, workers, not_run. Raises
     RuntimeError for a store opened read-only.
     """
     return _runner.run(
-        store, fn, workers, retry_failed, progress, commit_every, start_method, shard
+        store, fn, workers, retry_failed, progress, commit_every, start_method, shard, client
     )
 
 
