@@ -13,6 +13,8 @@ twice.
 from __future__ import annotations
 
 import atexit
+import math
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -49,22 +51,31 @@ def n_workers(client: Any) -> int:
 
 
 def run(
-    client: Any,
     store: Store,
     fn: Callable[..., Any],
-    chunks: Any,
-    total: int,
-    skipped: int,
-    t0: float,
-    bar: Any,
+    client: Any,
+    retry_failed: bool,
+    progress: bool,
+    commit_every: int,
+    shard: tuple[int, int] | None,
 ) -> _runner.RunSummary:
-    import time
-
+    """runstore.experiments.run with client=."""
     from distributed import as_completed
 
+    if store.read_only:
+        raise RuntimeError(f"run_experiments: the store {store.path} is open read-only")
+    if commit_every < 1:
+        raise ValueError("commit_every must be at least 1")
+    t0 = time.perf_counter()
+    index, params, rows, attempts, skipped = _runner.plan(store, retry_failed, shard)
+    workers = max(1, n_workers(client))
+    if len(rows) == 0:
+        return _runner.RunSummary(0, 0, skipped, time.perf_counter() - t0, 0, 0)
+    size = max(1, min(commit_every, math.ceil(len(rows) / (4 * workers))))
+    bar = _runner._Progress(len(rows), progress)
     futures = [
         client.submit(_run_chunk, store.path, type(store), fn, chunk, pure=False)
-        for chunk in chunks
+        for chunk in _runner.make_chunks(index, params, rows, attempts, size)
     ]
     done = failed = 0
     failed_ids: list[Any] = []
@@ -83,10 +94,7 @@ def run(
         failed,
         skipped,
         time.perf_counter() - t0,
-        n_workers(client),
-        total - done - failed,
+        workers,
+        len(rows) - done - failed,
         failed_ids,
     )
-
-
-__all__ = ["run", "n_workers"]

@@ -380,7 +380,23 @@ def check_shard(shard: Any, source: str = "shard") -> tuple[int, int]:
     return i, n
 
 
-def _chunks(
+def plan(
+    store: Store, retry_failed: bool, shard: tuple[int, int] | None
+) -> tuple[ex.ExperimentIndex, dict[str, ex.Column], np.ndarray, np.ndarray, int]:
+    """Refreshes the store, then (index, params, rows to run, attempts so far, skipped) of the
+    shard (None: from the environment, see shard_from_env)."""
+    shard = shard_from_env() if shard is None else check_shard(shard)
+    store.refresh()
+    index, params, rows, attempts, skipped = _plan(store, retry_failed)
+    if shard is not None and shard[1] > 1:
+        i, n = shard
+        mine = np.fromiter((shard_of(e, n) == i for e in index.ids.tolist()), bool, len(index))
+        skipped = int(mine.sum()) - int(mine[rows].sum())
+        rows = rows[mine[rows]]
+    return index, params, rows, attempts, skipped
+
+
+def make_chunks(
     index: ex.ExperimentIndex,
     params: dict[str, ex.Column],
     rows: np.ndarray,
@@ -409,32 +425,14 @@ def run(
     commit_every: int,
     start_method: str,
     shard: tuple[int, int] | None = None,
-    client: Any = None,
 ) -> RunSummary:
     """runstore.experiments.run."""
     if store.read_only:
         raise RuntimeError(f"run_experiments: the store {store.path} is open read-only")
     if commit_every < 1:
         raise ValueError("commit_every must be at least 1")
-    shard = shard_from_env() if shard is None else check_shard(shard)
     t0 = time.perf_counter()
-    store.refresh()
-    index, params, rows, attempts, skipped = _plan(store, retry_failed)
-    if shard is not None and shard[1] > 1:
-        i, n = shard
-        mine = np.fromiter((shard_of(e, n) == i for e in index.ids.tolist()), bool, len(index))
-        skipped = int(mine.sum()) - int(mine[rows].sum())
-        rows = rows[mine[rows]]
-    if client is not None:
-        from . import _dask_runner
-
-        n_workers = max(1, _dask_runner.n_workers(client))
-        if len(rows) == 0:
-            return RunSummary(0, 0, skipped, time.perf_counter() - t0, 0, 0)
-        size = max(1, min(commit_every, math.ceil(len(rows) / (4 * n_workers))))
-        chunks = _chunks(index, params, rows, attempts, size)
-        bar = _Progress(len(rows), progress)
-        return _dask_runner.run(client, store, fn, chunks, len(rows), skipped, t0, bar)
+    index, params, rows, attempts, skipped = plan(store, retry_failed, shard)
     n_workers = _default_workers() if workers is None else int(workers)
     if n_workers < 0:
         raise ValueError("workers must be >= 0 (0: run in this process)")
@@ -445,7 +443,7 @@ def run(
     # enough that every worker gets several: workers pull them from a queue, so slow and
     # failing experiments balance out.
     size = max(1, min(commit_every, math.ceil(len(rows) / max(1, 4 * n_workers))))
-    chunks = _chunks(index, params, rows, attempts, size)
+    chunks = make_chunks(index, params, rows, attempts, size)
     bar = _Progress(len(rows), progress)
     if n_workers == 0:
         return _run_here(store, fn, chunks, len(rows), skipped, t0, bar)

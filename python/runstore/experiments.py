@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from . import _experiments, _runner
+from . import _dask_runner, _experiments, _runner
 from ._experiments import experiment_id, grid
 from ._runner import RunSummary
 
@@ -148,8 +148,10 @@ def run(
     Returns a :class:`RunSummary`: done, failed, skipped, seconds, workers, not_run. Raises
     RuntimeError for a store opened read-only.
     """
+    if client is not None:
+        return _dask_runner.run(store, fn, client, retry_failed, progress, commit_every, shard)
     return _runner.run(
-        store, fn, workers, retry_failed, progress, commit_every, start_method, shard, client
+        store, fn, workers, retry_failed, progress, commit_every, start_method, shard
     )
 
 
