@@ -11,6 +11,7 @@ outcomes.
 from __future__ import annotations
 
 import functools
+import hashlib
 import math
 import multiprocessing as mp
 import multiprocessing.connection
@@ -319,7 +320,83 @@ def _plan(
     return index, params, rows, status["attempt"], len(index) - len(rows)
 
 
-def _chunks(
+def shard_of(eid: Any, n: int) -> int:
+    """The shard (0 <= shard < n) an experiment id belongs to: the first 8 bytes of the SHA-256
+    of ``"i:<id>"`` (int ids) or ``"s:<id>"`` (str ids), big-endian, modulo n. A function of
+    the id alone, so it is the same in every runner and on every rerun (docs/experiments.md)."""
+    tag = "s:" if isinstance(eid, str) else "i:"
+    digest = hashlib.sha256((tag + str(eid)).encode()).digest()
+    return int.from_bytes(digest[:8], "big") % n
+
+
+def _env_int(env: Mapping[str, str], name: str) -> int:
+    try:
+        return int(env[name])
+    except ValueError:
+        raise ValueError(f"shard: {name}={env[name]!r} is not an integer") from None
+
+
+def shard_from_env(env: Mapping[str, str] | None = None) -> tuple[int, int] | None:
+    """(i, n) from a SLURM job array (SLURM_ARRAY_TASK_ID, _MIN, _STEP, _COUNT) or else from the
+    tasks of a SLURM job step (SLURM_PROCID, SLURM_NTASKS); None outside SLURM.
+
+    Array task ids need not start at 0: ``--array=1-8`` gives i = SLURM_ARRAY_TASK_ID -
+    SLURM_ARRAY_TASK_MIN, and ``--array=0-14:2`` divides by SLURM_ARRAY_TASK_STEP. An array
+    given as a list (``--array=1,3,7``) has no step: there SLURM_ARRAY_TASK_ID must not be
+    used, pass shard= yourself."""
+    env = os.environ if env is None else env
+    if "SLURM_ARRAY_TASK_ID" in env and "SLURM_ARRAY_TASK_COUNT" in env:
+        task = _env_int(env, "SLURM_ARRAY_TASK_ID")
+        low = _env_int(env, "SLURM_ARRAY_TASK_MIN") if "SLURM_ARRAY_TASK_MIN" in env else 0
+        step = _env_int(env, "SLURM_ARRAY_TASK_STEP") if "SLURM_ARRAY_TASK_STEP" in env else 1
+        count = _env_int(env, "SLURM_ARRAY_TASK_COUNT")
+        if step < 1 or (task - low) % step:
+            raise ValueError(
+                f"shard: SLURM_ARRAY_TASK_ID={task} is not on the array's range (min {low}, step "
+                f"{step}); pass shard=(i, n) explicitly"
+            )
+        return check_shard(((task - low) // step, count), "SLURM_ARRAY_TASK_ID/COUNT")
+    if "SLURM_PROCID" in env and "SLURM_NTASKS" in env:
+        i, n = _env_int(env, "SLURM_PROCID"), _env_int(env, "SLURM_NTASKS")
+        return check_shard((i, n), "SLURM_PROCID/NTASKS")
+    return None
+
+
+def check_shard(shard: Any, source: str = "shard") -> tuple[int, int]:
+    """Validates (i, n): ints with 0 <= i < n."""
+    try:
+        i, n = shard
+    except (TypeError, ValueError):
+        raise ValueError(f"shard must be a pair (i, n), got {shard!r}") from None
+    if (
+        isinstance(i, bool)
+        or isinstance(n, bool)
+        or not all(isinstance(v, (int, np.integer)) for v in (i, n))
+    ):
+        raise ValueError(f"shard must be a pair of ints (i, n), got {shard!r}")
+    i, n = int(i), int(n)
+    if n < 1 or not 0 <= i < n:
+        raise ValueError(f"shard {(i, n)} (from {source}) needs n >= 1 and 0 <= i < n")
+    return i, n
+
+
+def plan(
+    store: Store, retry_failed: bool, shard: tuple[int, int] | None
+) -> tuple[ex.ExperimentIndex, dict[str, ex.Column], np.ndarray, np.ndarray, int]:
+    """Refreshes the store, then (index, params, rows to run, attempts so far, skipped) of the
+    shard (None: from the environment, see shard_from_env)."""
+    shard = shard_from_env() if shard is None else check_shard(shard)
+    store.refresh()
+    index, params, rows, attempts, skipped = _plan(store, retry_failed)
+    if shard is not None and shard[1] > 1:
+        i, n = shard
+        mine = np.fromiter((shard_of(e, n) == i for e in index.ids.tolist()), bool, len(index))
+        skipped = int(mine.sum()) - int(mine[rows].sum())
+        rows = rows[mine[rows]]
+    return index, params, rows, attempts, skipped
+
+
+def make_chunks(
     index: ex.ExperimentIndex,
     params: dict[str, ex.Column],
     rows: np.ndarray,
@@ -347,6 +424,7 @@ def run(
     progress: bool,
     commit_every: int,
     start_method: str,
+    shard: tuple[int, int] | None = None,
 ) -> RunSummary:
     """runstore.experiments.run."""
     if store.read_only:
@@ -354,8 +432,7 @@ def run(
     if commit_every < 1:
         raise ValueError("commit_every must be at least 1")
     t0 = time.perf_counter()
-    store.refresh()
-    index, params, rows, attempts, skipped = _plan(store, retry_failed)
+    index, params, rows, attempts, skipped = plan(store, retry_failed, shard)
     n_workers = _default_workers() if workers is None else int(workers)
     if n_workers < 0:
         raise ValueError("workers must be >= 0 (0: run in this process)")
@@ -366,7 +443,7 @@ def run(
     # enough that every worker gets several: workers pull them from a queue, so slow and
     # failing experiments balance out.
     size = max(1, min(commit_every, math.ceil(len(rows) / max(1, 4 * n_workers))))
-    chunks = _chunks(index, params, rows, attempts, size)
+    chunks = make_chunks(index, params, rows, attempts, size)
     bar = _Progress(len(rows), progress)
     if n_workers == 0:
         return _run_here(store, fn, chunks, len(rows), skipped, t0, bar)

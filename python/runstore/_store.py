@@ -649,6 +649,8 @@ def run_experiments(
     *,
     commit_every: int = 1,
     start_method: str = "spawn",
+    shard: tuple[int, int] | None = None,
+    client: Any = None,
 ) -> experiments.RunSummary:
     if not isinstance(store, Store):
         store = Store(store)
@@ -660,6 +662,8 @@ def run_experiments(
         progress,
         commit_every=commit_every,
         start_method=start_method,
+        shard=shard,
+        client=client,
     )
 
 

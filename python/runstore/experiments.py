@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from . import _experiments, _runner
+from . import _dask_runner, _experiments, _runner
 from ._experiments import experiment_id, grid
 from ._runner import RunSummary
 
@@ -104,6 +104,8 @@ def run(
     *,
     commit_every: int = 1,
     start_method: str = "spawn",
+    shard: tuple[int, int] | None = None,
+    client: Any = None,
 ) -> RunSummary:
     """Runs every experiment of the store's design that is not done, on worker processes.
 
@@ -130,10 +132,27 @@ def run(
     ``start_method``: "spawn" (default) or "forkserver"; "fork" only if this process holds no
     open writer. Scripts that use "spawn" need the usual ``if __name__ == "__main__":`` guard.
 
+    ``shard=(i, n)`` runs only the pending experiments of shard i of n: those whose id hashes
+    to i (a function of the id alone, so n runners on any number of nodes never run the same
+    experiment, and a rerun of shard i after a kill runs only its own remaining work; skipped
+    counts only shard i's). Default: from ``SLURM_ARRAY_TASK_ID`` and ``SLURM_ARRAY_TASK_COUNT``
+    (less ``SLURM_ARRAY_TASK_MIN``, over ``SLURM_ARRAY_TASK_STEP``), else ``SLURM_PROCID`` and
+    ``SLURM_NTASKS`` when set; otherwise every experiment. ``shard=(0, 1)`` runs every
+    experiment whatever the environment. ValueError naming shard unless 0 <= i < n.
+
+    ``client``: a ``distributed.Client``; the pending experiments (of the shard) then run as
+    tasks on the cluster's workers instead of local processes (``workers`` is ignored), each
+    Dask worker process writing its results through a writer of its own, with the same status
+    records, failure isolation and resume.
+
     Returns a :class:`RunSummary`: done, failed, skipped, seconds, workers, not_run. Raises
     RuntimeError for a store opened read-only.
     """
-    return _runner.run(store, fn, workers, retry_failed, progress, commit_every, start_method)
+    if client is not None:
+        return _dask_runner.run(store, fn, client, retry_failed, progress, commit_every, shard)
+    return _runner.run(
+        store, fn, workers, retry_failed, progress, commit_every, start_method, shard
+    )
 
 
 def load_results(
