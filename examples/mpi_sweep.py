@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import sys
 
 import numpy as np
 from mpi4py import MPI
@@ -68,7 +69,9 @@ def main() -> None:
     comm.Barrier()
     # workers=0: the rank's own process runs fn; mpirun already placed one rank per core.
     s = runstore.run_experiments(store, simulate, workers=0, progress=False, shard=(rank, size))
-    print(f"rank {rank} summary {s.done} {s.failed} {s.skipped}", flush=True)
+    # One write per line: ranks share mpirun's stdout, and print() writes the newline apart.
+    sys.stdout.write(f"rank {rank} summary {s.done} {s.failed} {s.skipped}\n")
+    sys.stdout.flush()
 
 
 if __name__ == "__main__":

@@ -338,7 +338,9 @@ def _env_int(env: Mapping[str, str], name: str) -> int:
 
 def shard_from_env(env: Mapping[str, str] | None = None) -> tuple[int, int] | None:
     """(i, n) from a SLURM job array (SLURM_ARRAY_TASK_ID, _MIN, _STEP, _COUNT) or else from the
-    tasks of a SLURM job step (SLURM_PROCID, SLURM_NTASKS); None outside SLURM.
+    tasks of a SLURM job step that srun started (SLURM_PROCID, SLURM_STEP_NUM_TASKS); None
+    outside SLURM. SLURM_NTASKS is not used: the batch script itself sees it (the job's task
+    count, with SLURM_PROCID 0), and a single runner there must run the whole sweep.
 
     Array task ids need not start at 0: ``--array=1-8`` gives i = SLURM_ARRAY_TASK_ID -
     SLURM_ARRAY_TASK_MIN, and ``--array=0-14:2`` divides by SLURM_ARRAY_TASK_STEP. An array
@@ -356,9 +358,9 @@ def shard_from_env(env: Mapping[str, str] | None = None) -> tuple[int, int] | No
                 f"{step}); pass shard=(i, n) explicitly"
             )
         return check_shard(((task - low) // step, count), "SLURM_ARRAY_TASK_ID/COUNT")
-    if "SLURM_PROCID" in env and "SLURM_NTASKS" in env:
-        i, n = _env_int(env, "SLURM_PROCID"), _env_int(env, "SLURM_NTASKS")
-        return check_shard((i, n), "SLURM_PROCID/NTASKS")
+    if "SLURM_PROCID" in env and "SLURM_STEP_NUM_TASKS" in env:
+        i, n = _env_int(env, "SLURM_PROCID"), _env_int(env, "SLURM_STEP_NUM_TASKS")
+        return check_shard((i, n), "SLURM_PROCID/STEP_NUM_TASKS")
     return None
 
 

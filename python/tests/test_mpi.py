@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -59,9 +60,9 @@ def test_mpi_sweep_with_a_rank_killed_keeps_every_commit_and_the_rerun_finishes(
 
     second = _mpirun(store_path, log)
     assert second.returncode == 0, second.stderr
-    lines = [ln.split() for ln in second.stdout.splitlines() if " summary " in ln]
-    assert len(lines) == 4
-    ran, skipped = sum(int(ln[3]) for ln in lines), sum(int(ln[5]) for ln in lines)
+    lines = re.findall(r"rank (\d+) summary (\d+) (\d+) (\d+)", second.stdout)
+    assert sorted(int(ln[0]) for ln in lines) == [0, 1, 2, 3], second.stdout
+    ran, skipped = sum(int(ln[1]) for ln in lines), sum(int(ln[3]) for ln in lines)
     print(f"rerun: {ran} done, {skipped} skipped")
     assert ran == N - len(done) and skipped == len(done)
     store.refresh()

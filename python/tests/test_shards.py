@@ -58,11 +58,13 @@ def test_shard_from_slurm_array_variables():
         _runner.shard_from_env(env | {"SLURM_ARRAY_TASK_ID": "4"})  # not on the step
     with pytest.raises(ValueError, match="shard"):
         _runner.shard_from_env(env | {"SLURM_ARRAY_TASK_ID": "9"})  # beyond the count
-    assert _runner.shard_from_env({"SLURM_PROCID": "1", "SLURM_NTASKS": "3"}) == (1, 3)
+    assert _runner.shard_from_env({"SLURM_PROCID": "1", "SLURM_STEP_NUM_TASKS": "3"}) == (1, 3)
+    # The batch script of a job of 4 tasks: one runner, the whole sweep.
+    assert _runner.shard_from_env({"SLURM_PROCID": "0", "SLURM_NTASKS": "4"}) is None
     assert _runner.shard_from_env({}) is None
     # An array wins over the tasks of a step.
     both = {"SLURM_ARRAY_TASK_ID": "0", "SLURM_ARRAY_TASK_COUNT": "2", "SLURM_PROCID": "1"}
-    assert _runner.shard_from_env(both | {"SLURM_NTASKS": "2"}) == (0, 2)
+    assert _runner.shard_from_env(both | {"SLURM_STEP_NUM_TASKS": "2"}) == (0, 2)
 
 
 def test_shards_in_one_process_run_disjoint_parts_then_nothing_is_left(store):
