@@ -138,7 +138,8 @@ def run(
     counts only shard i's). Default: from ``SLURM_ARRAY_TASK_ID`` and ``SLURM_ARRAY_TASK_COUNT``
     (less ``SLURM_ARRAY_TASK_MIN``, over ``SLURM_ARRAY_TASK_STEP``), else ``SLURM_PROCID`` and
     ``SLURM_STEP_NUM_TASKS`` (a step srun started) when set; otherwise every experiment.
-    ``shard=(0, 1)`` runs every experiment whatever the environment. ValueError naming shard unless 0 <= i < n.
+    ``shard=(0, 1)`` runs every experiment whatever the environment. ValueError naming shard
+    unless 0 <= i < n.
 
     ``client``: a ``distributed.Client``; the pending experiments (of the shard) then run as
     tasks on the cluster's workers instead of local processes (``workers`` is ignored), each
