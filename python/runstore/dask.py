@@ -184,7 +184,7 @@ def _save_items(items, part, run, name, store, options, keep):
                 kept.append(item)
         w.commit()  # durable before the receipt says ok
         ok, error = True, ""
-    except Exception as e:  # recorded in the receipt; the other partitions go on
+    except Exception as e:  # noqa: BLE001 - recorded in the receipt; the others go on
         ok, error = False, "".join(traceback.format_exception_only(type(e), e)).strip()
     receipt = Receipt(
         part, records, nbytes, ok, error, _worker_address(), time.perf_counter() - start
@@ -219,7 +219,7 @@ def _save_frame(frame, part, run, store, options):
             _worker_address(),
             time.perf_counter() - start,
         )
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 - recorded in the receipt
         error = "".join(traceback.format_exception_only(type(e), e)).strip()
         receipt = Receipt(part, 0, 0, False, error, _worker_address(), time.perf_counter() - start)
     return receipt

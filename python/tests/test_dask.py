@@ -102,7 +102,7 @@ def test_compute_gathers_everything_on_the_client(client):
 
 
 @pytest.mark.xfail(
-    reason="an error raised upstream of save's task (in the bag's map) propagates instead of becoming a receipt",
+    reason="an error upstream of save's task (the bag's map) propagates, not a receipt",
     strict=True,
 )
 def test_failed_partition_is_a_receipt_and_the_others_go_on(client, scratch):
