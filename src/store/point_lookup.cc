@@ -2,7 +2,10 @@
 // its blocks' key ranges or, where those reach too many blocks, by the
 // series' run index.
 #include <algorithm>
+#include <bit>
+#include <cstdint>
 #include <utility>
+#include <vector>
 
 #include "store/snapshot.h"
 #include "store/snapshot_helpers.h"
@@ -19,6 +22,54 @@ namespace {
 constexpr size_t kMaxRangeCandidates = 16;
 
 }  // namespace
+
+std::vector<uint32_t> SnapshotImpl::MaxKeyTree(const std::vector<BlockRef>& blocks,
+                                               const std::vector<uint32_t>& order) {
+  const size_t leaves = std::bit_ceil(std::max<size_t>(order.size(), 1));
+  std::vector<uint32_t> tree(2 * leaves, kNoBlock);
+  std::copy(order.begin(), order.end(), tree.begin() + static_cast<ptrdiff_t>(leaves));
+  for (size_t v = leaves; v-- > 1;) {
+    const uint32_t l = tree[2 * v], r = tree[2 * v + 1];
+    tree[v] =
+        r == kNoBlock || (l != kNoBlock && blocks[r].header->max_key < blocks[l].header->max_key)
+            ? l
+            : r;
+  }
+  return tree;
+}
+
+bool SnapshotImpl::BlocksReaching(const std::vector<BlockRef>& blocks,
+                                  const std::vector<uint32_t>& order,
+                                  const std::vector<uint32_t>& tree, size_t end, const RunRef& run,
+                                  int64_t step, size_t limit, std::vector<uint32_t>* out) {
+  const size_t leaves = tree.size() / 2;
+  const size_t first = out->size();
+  // Depth-first over nodes (v, the first position below it, their count),
+  // leaving out every node past `end` or whose largest max key is below the
+  // key.
+  struct Node {
+    size_t v, lo, width;
+  };
+  Node stack[64];
+  size_t depth = 0;
+  stack[depth++] = {1, 0, leaves};
+  while (depth > 0) {
+    const Node n = stack[--depth];
+    if (n.lo >= end || tree[n.v] == kNoBlock ||
+        CompareKey(run, step, blocks[tree[n.v]].header->max_key) > 0) {
+      continue;
+    }
+    if (n.width == 1) {
+      if (out->size() - first >= limit) return false;
+      out->push_back(order[n.lo]);
+      continue;
+    }
+    const size_t half = n.width / 2;
+    stack[depth++] = {2 * n.v + 1, n.lo + half, half};
+    stack[depth++] = {2 * n.v, n.lo, half};
+  }
+  return true;
+}
 
 void SnapshotImpl::EnsureRunIndex(const SeriesEntry& e) const {
   std::call_once(e.run_index_once, [&] {
@@ -47,6 +98,10 @@ void SnapshotImpl::EnsureRunIndex(const SeriesEntry& e) const {
     std::sort(e.run_index.begin(), e.run_index.end());
     e.run_index.erase(std::unique(e.run_index.begin(), e.run_index.end()), e.run_index.end());
     e.run_index.shrink_to_fit();
+    std::sort(e.unindexed.begin(), e.unindexed.end(), [&](uint32_t a, uint32_t b) {
+      return e.blocks[a].header->min_key < e.blocks[b].header->min_key;
+    });
+    e.unindexed_tree = MaxKeyTree(e.blocks, e.unindexed);
   });
 }
 
@@ -105,21 +160,30 @@ Result<SnapshotImpl::Found> SnapshotImpl::Find(RunRef run, std::string_view name
     best_payload = std::move(p);
     return Status::OK();
   };
-  // Candidates by key range: blocks with min_key <= key, scanning back while
-  // the running maximum of max_key still reaches the key.
-  size_t ub = std::partition_point(e.by_min_key.begin(), e.by_min_key.end(),
-                                   [&](uint32_t b) {
-                                     return CompareKey(run, step, e.blocks[b].header->min_key) >= 0;
-                                   }) -
-              e.by_min_key.begin();
-  size_t reach = 0;  // how many of them the ranges leave
+  // Candidates by key range: the blocks with min_key <= key whose max_key
+  // reaches it; past kMaxRangeCandidates of them, the run index.
+  auto ends_at = [&](const std::vector<uint32_t>& order) {
+    return static_cast<size_t>(
+        std::partition_point(
+            order.begin(), order.end(),
+            [&](uint32_t b) { return CompareKey(run, step, e.blocks[b].header->min_key) >= 0; }) -
+        order.begin());
+  };
+  const size_t ub = ends_at(e.by_min_key);
+  // Where the ranges do not nest, the blocks that reach the key are the last
+  // few before it: walk back while the running maximum reaches it.
+  size_t reach = 0;
   while (reach < ub && reach <= kMaxRangeCandidates &&
-         CompareKey(run, step, e.prefix_max[ub - 1 - reach]) <= 0) {
+         CompareKey(run, step, e.blocks[e.prefix_max[ub - 1 - reach]].header->max_key) <= 0) {
     ++reach;
   }
+  std::vector<uint32_t> candidates;
   if (reach <= kMaxRangeCandidates) {
-    for (size_t k = ub; k-- > ub - reach;)
-      RUNSTORE_RETURN_IF_ERROR(consider(e.blocks[e.by_min_key[k]]));
+    for (size_t k = ub; k-- > ub - reach;) candidates.push_back(e.by_min_key[k]);
+  }
+  if (reach <= kMaxRangeCandidates || BlocksReaching(e.blocks, e.by_min_key, e.max_tree, ub, run,
+                                                     step, kMaxRangeCandidates, &candidates)) {
+    for (uint32_t b : candidates) RUNSTORE_RETURN_IF_ERROR(consider(e.blocks[b]));
   } else {
     EnsureRunIndex(e);
     const uint64_t h = format::RunHash(run);
@@ -127,7 +191,10 @@ Result<SnapshotImpl::Found> SnapshotImpl::Find(RunRef run, std::string_view name
     for (; lo != e.run_index.end() && lo->first == h; ++lo) {
       RUNSTORE_RETURN_IF_ERROR(consider(e.blocks[lo->second]));
     }
-    for (uint32_t b : e.unindexed) RUNSTORE_RETURN_IF_ERROR(consider(e.blocks[b]));
+    candidates.clear();
+    BlocksReaching(e.blocks, e.unindexed, e.unindexed_tree, ends_at(e.unindexed), run, step,
+                   SIZE_MAX, &candidates);
+    for (uint32_t b : candidates) RUNSTORE_RETURN_IF_ERROR(consider(e.blocks[b]));
   }
   if (!best) return not_found();
   if (name[0] != '~' && HiddenByResume(run, step, best->commit)) return not_found();

@@ -3,7 +3,10 @@
 // spread over many blocks, segments and writers, with overwrites and resume
 // markers, against a model of what each key must resolve to. These lookups
 // go through the series' run index (point_lookup.cc); integer ids written in
-// order go through the key ranges, and both must agree with the model.
+// order go through the key ranges, and both must agree with the model. So
+// must integer ids in order under one block whose range spans all of them (a
+// compacted segment's block, then segments written after it): every key is
+// in the ranges of more blocks than a lookup reads one by one.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -67,7 +70,8 @@ class PointLookupTest : public ::testing::TestWithParam<int> {
 };
 
 // The run ids of one parameter: 0 hashed strings, 1 integers in random
-// order, 2 integers in order (key ranges suffice), 3 both kinds mixed.
+// order, 2 integers in order (key ranges suffice), 3 both kinds mixed, 4
+// integers in order under a block that spans them all.
 std::vector<RunKey> Runs(int kind, int n, std::mt19937_64& rng) {
   std::vector<RunKey> runs;
   for (int i = 0; i < n; ++i) {
@@ -76,7 +80,7 @@ std::vector<RunKey> Runs(int kind, int n, std::mt19937_64& rng) {
     else
       runs.emplace_back(int64_t{i});
   }
-  if (kind != 2) std::shuffle(runs.begin(), runs.end(), rng);
+  if (kind != 2 && kind != 4) std::shuffle(runs.begin(), runs.end(), rng);
   return runs;
 }
 
@@ -96,6 +100,20 @@ TEST_P(PointLookupTest, EveryKeyResolvesAsTheModelSays) {
     writers.push_back(std::move(w));
   }
   Model model;
+  if (kind == 4) {
+    WriterOptions wide;
+    wide.writer_id = "wide";
+    wide.block_bytes = 4 << 20;
+    ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter(wide));
+    for (size_t i = 0; i < runs.size(); ++i) {
+      for (int64_t step = 0; step < 3; ++step) {
+        const double v = -1e6 - static_cast<double>(i) * 10 - static_cast<double>(step);
+        ASSERT_OK(w->Append(Ref(runs[i]), "y", step, v));
+        model.values[{runs[i], step}] = v;
+      }
+    }
+    ASSERT_OK(w->Close());
+  }
   // Rounds of commits: each writes a slice of the runs at steps 0..2; later
   // rounds overwrite some keys (the later commit wins) and resume some runs.
   for (int round = 0; round < 4; ++round) {
@@ -170,7 +188,7 @@ TEST_P(PointLookupTest, EveryKeyResolvesAsTheModelSays) {
   EXPECT_GT(hidden, 0u);
 }
 
-INSTANTIATE_TEST_SUITE_P(RunKinds, PointLookupTest, ::testing::Values(0, 1, 2, 3));
+INSTANTIATE_TEST_SUITE_P(RunKinds, PointLookupTest, ::testing::Values(0, 1, 2, 3, 4));
 
 // A damaged block under the run index: a lookup that the block may answer
 // reports Corruption, never an older value or NotFound. In a sealed segment

@@ -154,13 +154,14 @@ Result<std::shared_ptr<SnapshotImpl>> SnapshotImpl::Build(
     });
     e->prefix_max.reserve(e->blocks.size());
     for (uint32_t i : e->by_min_key) {
-      const Key& mk = e->blocks[i].header->max_key;
-      if (e->prefix_max.empty() || e->prefix_max.back() < mk) {
-        e->prefix_max.push_back(mk);
+      if (e->prefix_max.empty() ||
+          e->blocks[e->prefix_max.back()].header->max_key < e->blocks[i].header->max_key) {
+        e->prefix_max.push_back(i);
       } else {
         e->prefix_max.push_back(e->prefix_max.back());
       }
     }
+    e->max_tree = MaxKeyTree(e->blocks, e->by_min_key);
   }
   // Resume markers.
   if (auto it = snap->series_.find(kResumeSeries); it != snap->series_.end()) {

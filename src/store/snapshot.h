@@ -123,9 +123,12 @@ class SnapshotImpl final : public Snapshot {
   };
   struct SeriesEntry {
     SeriesInfo info;
-    std::vector<BlockRef> blocks;         // sorted by (segment, offset)
-    std::vector<uint32_t> by_min_key;     // block indices sorted by min key
-    std::vector<format::Key> prefix_max;  // running max of max_key along by_min_key
+    std::vector<BlockRef> blocks;      // sorted by (segment, offset)
+    std::vector<uint32_t> by_min_key;  // block indices sorted by min key
+    // The block of largest max key among by_min_key[0..i]: where the ranges
+    // do not nest, the few blocks before a key that reach it.
+    std::vector<uint32_t> prefix_max;
+    std::vector<uint32_t> max_tree;  // MaxKeyTree(by_min_key): where they do
     mutable std::once_flag plan_once;
     mutable Status plan_status;
     mutable std::vector<PlanItem> plan;
@@ -137,11 +140,31 @@ class SnapshotImpl final : public Snapshot {
     // two runs share only adds a candidate, which is then compared exactly.
     mutable std::once_flag run_index_once;
     mutable std::vector<std::pair<uint64_t, uint32_t>> run_index;
-    // Blocks whose payload could not be read when the index was built: a
-    // candidate for every run, so that the lookup reads them and reports
-    // their damage as it would without the index.
+    // Blocks the run index cannot name: blocks of integer runs in order,
+    // which a sealed segment's footer does not list, and blocks whose
+    // payload could not be read when the index was built (so that the lookup
+    // reads them and reports their damage as it would without the index).
+    // Sorted by min key; their key ranges decide (unindexed_tree).
     mutable std::vector<uint32_t> unindexed;
+    mutable std::vector<uint32_t> unindexed_tree;  // MaxKeyTree(unindexed)
   };
+
+  // Which blocks' key ranges hold a key, in O((k + 1) log n) for k of them,
+  // however the ranges nest (one block whose range spans many runs, under
+  // the blocks of each: a compacted segment and the segments written after
+  // it). `order` holds block indices sorted by min key; the tree has
+  // 2 * bit_ceil(n) nodes (1 is the root, leaves from bit_ceil(n) in
+  // `order`'s order), each naming the block of largest max key below it
+  // (kNoBlock for none), so a key past that max is in no block below.
+  static constexpr uint32_t kNoBlock = UINT32_MAX;
+  static std::vector<uint32_t> MaxKeyTree(const std::vector<BlockRef>& blocks,
+                                          const std::vector<uint32_t>& order);
+  // Appends to `out` the blocks among order[0, end) whose max key is at
+  // least (run, step); false as soon as there are more than `limit`.
+  static bool BlocksReaching(const std::vector<BlockRef>& blocks,
+                             const std::vector<uint32_t>& order, const std::vector<uint32_t>& tree,
+                             size_t end, const RunRef& run, int64_t step, size_t limit,
+                             std::vector<uint32_t>* out);
 
   // What ReadPayload checks of a block not yet verified: everything, or, for
   // a block with value chunks, everything but the value data (GetLazy).
