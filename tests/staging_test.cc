@@ -10,6 +10,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
 #include <string>
@@ -644,6 +646,42 @@ TEST(StagingSyncTest, ALiveWritersOpenSegmentIsSkippedAndShippedByItsWriterLater
   ASSERT_OK(s);
   ASSERT_OK(w->Close());
   CheckAllCommits(path, 2);
+  EXPECT_TRUE(Names(Env::Default(), local).empty());
+}
+
+// A process killed inside its first lease beat leaves "<token>.lease.tmp"
+// and no lease (the kill -9 loop of tests/kill9_test.cc found one): sync
+// removes it once it has outlived the watch, and leaves a live writer's
+// lease, and its beats' temporaries, alone.
+TEST(StagingSyncTest, ALeaseTemporaryOfAnOwnerKilledInItsFirstBeatIsCleaned) {
+  TempDir dir;
+  const std::string local = dir.path() + "/local", path = dir.path() + "/s";
+  ASSERT_OK_AND_ASSIGN(auto store, Store::Open(path, {}));
+  ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter(StagingOptions(local)));
+  Status s;
+  AppendCommit(w.get(), 0, &s);
+  ASSERT_OK(s);
+  ASSERT_OK(w->Commit());
+  const std::string orphan = "0123456789abcdef.lease.tmp";
+  {
+    std::ofstream f(local + "/" + orphan);
+    f << "runstore lease\nkind wri";  // cut inside the write
+  }
+  SyncReport r;
+  SyncOptions so;
+  so.wait_s = 4 * StagingLeaseBeatSeconds();
+  ASSERT_OK(SyncStaging(local, path, so, &r));
+  EXPECT_THAT(r.cleaned, ::testing::Contains(orphan));
+  EXPECT_FALSE(std::filesystem::exists(local + "/" + orphan));
+  EXPECT_EQ(r.skipped.size(), 1u) << "the live writer's open segment";
+  ASSERT_OK(w->Close());
+  CheckAllCommits(path, 1);
+  EXPECT_TRUE(Names(Env::Default(), local).empty());
+  // With force, at once.
+  { std::ofstream f(local + "/" + orphan); }
+  SyncReport forced;
+  ASSERT_OK(SyncStaging(local, path, Forced(nullptr), &forced));
+  EXPECT_THAT(forced.cleaned, ::testing::ElementsAre(orphan));
   EXPECT_TRUE(Names(Env::Default(), local).empty());
 }
 

@@ -55,6 +55,24 @@ Result<std::map<std::string, LeaseState>> ReadLeases(Env* env, const std::string
   return leases;
 }
 
+// The "<token>.lease.tmp" files in `dir` whose token has no lease in any of
+// `reads`: left by an owner killed inside its first beat (before the rename
+// that makes its lease), since a writer writes its lease before anything
+// else it stages, nothing else of the token exists.
+Result<std::set<std::string>> LeaseTempsWithoutLease(
+    Env* env, const std::string& dir, const std::vector<std::map<std::string, LeaseState>>& reads) {
+  RUNSTORE_ASSIGN_OR_RETURN(auto children, env->GetChildren(dir));
+  std::set<std::string> out;
+  for (const std::string& c : children) {
+    std::string token;
+    if (!staging::ParseLeaseTempName(c, &token)) continue;
+    if (std::none_of(reads.begin(), reads.end(), [&](const auto& r) { return r.count(token); })) {
+      out.insert(c);
+    }
+  }
+  return out;
+}
+
 // How many bytes of a staged segment to publish: all of a sealed one; of an
 // unsealed one the committed prefix, which reads in the store as a crashed
 // writer's segment (docs/format.md "Recovery").
@@ -144,6 +162,8 @@ class Syncer {
     std::vector<std::map<std::string, LeaseState>> reads;
     RUNSTORE_ASSIGN_OR_RETURN(auto l0, ReadLeases(env_, staging_, token_));
     reads.push_back(std::move(l0));
+    RUNSTORE_ASSIGN_OR_RETURN(std::set<std::string> temps0,
+                              LeaseTempsWithoutLease(env_, staging_, reads));
     if (!options_.force) {
       std::this_thread::sleep_for(std::chrono::duration<double>(options_.wait_s));
       RUNSTORE_ASSIGN_OR_RETURN(auto l1, ReadLeases(env_, staging_, token_));
@@ -156,6 +176,13 @@ class Syncer {
     RUNSTORE_ASSIGN_OR_RETURN(auto l2, ReadLeases(env_, staging_, token_));
     reads.push_back(std::move(l2));
     Classify(reads);
+    // Lease temporaries with no lease, there before the watch and after it
+    // (with force: at once): their owner died in its first beat.
+    RUNSTORE_ASSIGN_OR_RETURN(std::set<std::string> temps1,
+                              LeaseTempsWithoutLease(env_, staging_, reads));
+    for (const std::string& c : temps0) {
+      if (temps1.count(c)) orphan_lease_temps_.push_back(c);
+    }
 
     std::map<std::string, std::vector<uint64_t>> staged;  // writer id -> numbers
     for (const std::string& c : children) {
@@ -248,6 +275,11 @@ class Syncer {
         if (r.ok()) report_->cleaned.push_back(name);
       }
     }
+    for (const std::string& name : orphan_lease_temps_) {
+      Status r = env_->RemoveFile(staging_ + "/" + name);
+      if (!r.ok() && r.code() != StatusCode::kNotFound) return r;
+      if (r.ok()) report_->cleaned.push_back(name);
+    }
     return env_->SyncDir(staging_);
   }
 
@@ -258,6 +290,7 @@ class Syncer {
   SyncReport* const report_;
   std::string token_;
   std::set<std::string> alive_ids_;
+  std::vector<std::string> orphan_lease_temps_;
   bool unknown_alive_ = false;  // a live lease that names no writer we can read
   std::map<std::string, LeaseState> dead_;
 };
