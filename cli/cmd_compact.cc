@@ -18,6 +18,7 @@ struct CompactCliOptions {
   std::string store;
   bool dry_run = false;
   double older_than_s = 0;
+  double retain_s = CompactOptions().retain_inputs_s;
   std::string smaller_than;  // bytes, with an optional K/M/G suffix
   std::string memory = "256M";
   bool json = false;
@@ -48,11 +49,22 @@ bool ParseBytes(const std::string& s, uint64_t* out) {
   return true;
 }
 
+void PrintRetained(const CompactReport& r, double retain_s) {
+  if (r.retained.empty()) return;
+  char buf[256];
+  std::snprintf(buf, sizeof(buf),
+                "kept %zu replaced segments for readers of older snapshots; a compaction %g s "
+                "after their replacement removes them (--retain 0: at once)",
+                r.retained.size(), retain_s);
+  std::cout << buf << "\n";
+}
+
 int RunCompact(const CompactCliOptions& o) {
   constexpr std::string_view kCmd = "compact";
   CompactOptions options;
   options.dry_run = o.dry_run;
   options.older_than_s = o.older_than_s;
+  options.retain_inputs_s = o.retain_s;
   if (!o.smaller_than.empty() && !ParseBytes(o.smaller_than, &options.smaller_than_bytes)) {
     return ReportUsageError(kCmd, "--smaller-than: '" + o.smaller_than +
                                       "' is not a size (bytes, or a number with K, M or G)");
@@ -62,6 +74,7 @@ int RunCompact(const CompactCliOptions& o) {
         kCmd, "--memory: '" + o.memory + "' is not a size (bytes, or a number with K, M or G)");
   }
   if (o.older_than_s < 0) return ReportUsageError(kCmd, "--older-than must not be negative");
+  if (!(o.retain_s >= 0)) return ReportUsageError(kCmd, "--retain must not be negative");
   StoreOptions so;
   so.create_if_missing = false;
   so.read_only = o.dry_run;
@@ -81,6 +94,7 @@ int RunCompact(const CompactCliOptions& o) {
                       {"output_bytes", r.output_bytes},
                       {"output_records", r.output_records},
                       {"removed_leftovers", r.removed_leftovers},
+                      {"retained", r.retained},
                       {"seconds", r.seconds}};
     std::cout << j.dump(2, ' ', false, ordered_json::error_handler_t::replace) << "\n";
     return FinishStdout(kCmd, kExitOk);
@@ -91,6 +105,7 @@ int RunCompact(const CompactCliOptions& o) {
     std::cout << "nothing to compact";
     if (!r.excluded.empty()) std::cout << " (" << r.excluded.size() << " segments left out)";
     std::cout << "\n";
+    PrintRetained(r, o.retain_s);
     return FinishStdout(kCmd, kExitOk);
   }
   if (r.dry_run) {
@@ -112,6 +127,7 @@ int RunCompact(const CompactCliOptions& o) {
     std::cout << "left out " << f
               << " (shares runs with a segment that stays, across the merged commit's place)\n";
   }
+  PrintRetained(r, o.retain_s);
   return FinishStdout(kCmd, kExitOk);
 }
 
@@ -129,18 +145,26 @@ void RegisterCompact(CLI::App& app, ChosenCommand* chosen) {
   cmd->add_option("--smaller-than", o->smaller_than,
                   "Only segment files smaller than this (bytes, or with K, M, G)");
   cmd->add_option("--memory", o->memory, "Memory the merge may hold (default 256M)");
-  cmd->add_flag("--json", o->json,
-                "Print one JSON object {store, dry_run, inputs, input_bytes, input_records, "
-                "excluded, outputs, output_bytes, output_records, removed_leftovers, seconds}");
+  cmd->add_option("--retain", o->retain_s,
+                  "Keep replaced segments this many seconds for readers of older snapshots "
+                  "(default 300); a later compaction removes them; 0 removes them at once");
+  cmd->add_flag(
+      "--json", o->json,
+      "Print one JSON object {store, dry_run, inputs, input_bytes, input_records, "
+      "excluded, outputs, output_bytes, output_records, removed_leftovers, retained, seconds}");
   cmd->footer(Footer(
       "Merges the store's sealed segments (never one a writer still has open) into segments\n"
       "of up to 1 GiB whose records are ordered by series, run and step, while writers go on\n"
       "writing and readers reading: every read gives the same records before, during and\n"
       "after. A segment that shares runs with one that is left out, and would move across\n"
       "its commits, is left out too (and listed). Safe to interrupt: a crash leaves the\n"
-      "store as it was or compacted, and the next compact removes what was left behind.",
+      "store as it was or compacted, and the next compact removes what was left behind.\n"
+      "The segments merged stay --retain seconds (readers of newer snapshots leave them out),\n"
+      "so that a reader holding an older snapshot can still read them; a compact run after\n"
+      "that removes them.",
       "  runstore compact /scratch/sweep --dry-run\n"
-      "  runstore compact /scratch/sweep --older-than 3600 --smaller-than 64M --memory 1G"));
+      "  runstore compact /scratch/sweep --older-than 3600 --smaller-than 64M --memory 1G\n"
+      "  runstore compact /scratch/sweep --retain 0     # free the space at once"));
   ChooseOnParse(cmd, "compact", chosen, [o] { return RunCompact(*o); });
 }
 

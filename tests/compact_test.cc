@@ -437,8 +437,12 @@ TEST(CompactTest, OpenSegmentSharingRunsKeepsItsPlaceInCommitOrder) {
   ASSERT_EQ(before.records.at(RecordKey{"x", RunId(int64_t{1}), 0}).bytes,
             std::string(reinterpret_cast<const char*>(&(const double&)2.0), 8));
 
+  // Inputs removed at once: the second compaction below may merge the first
+  // one's part again (a part whose inputs are retained is not merged).
+  CompactOptions o = TestOptions();
+  o.retain_inputs_s = 0;
   CompactReport report;
-  ASSERT_OK(store->Compact(TestOptions(), &report));
+  ASSERT_OK(store->Compact(o, &report));
   // Merged at a-2's time, a-1's records would come after b's commit: b's
   // value of (1, x, 0) would lose. So a-1 stays out.
   EXPECT_THAT(report.excluded, ::testing::Contains("segments/a-00000001.rss"));
@@ -451,7 +455,7 @@ TEST(CompactTest, OpenSegmentSharingRunsKeepsItsPlaceInCommitOrder) {
   const Dump after_b = DumpStore(dir.path());
   EXPECT_EQ(after_b.records.at(RecordKey{"x", RunId(int64_t{2}), 0}).bytes,
             std::string(reinterpret_cast<const char*>(&(const double&)5.0), 8));
-  ASSERT_OK(store->Compact(TestOptions(), &report));
+  ASSERT_OK(store->Compact(o, &report));
   EXPECT_GE(report.inputs.size(), 2u);
   EXPECT_SAME_DUMP(after_b, DumpStore(dir.path()));
 }
@@ -668,14 +672,112 @@ TEST(CompactTest, ReadersOfAnOldSnapshotKeepReadingAfterTheInputsAreRemoved) {
                                        : old->Get(RunRef(HashedRun(0)), "big", 1));
   const std::string held_bytes(held.data(), held.nbytes());
   const Dump before = DumpSnapshot(*old);
+  CompactOptions o = TestOptions();
+  o.retain_inputs_s = 0;
   CompactReport report;
-  ASSERT_OK(store->Compact(TestOptions(), &report));
+  ASSERT_OK(store->Compact(o, &report));
+  EXPECT_TRUE(report.retained.empty());
   for (const std::string& in : report.inputs) {
     EXPECT_FALSE(std::filesystem::exists(dir.path() + "/" + in)) << in;
   }
   EXPECT_SAME_DUMP(before, DumpSnapshot(*old));
   EXPECT_EQ(std::string(held.data(), held.nbytes()), held_bytes);
   // Refreshing past the removal works and reads the same.
+  ASSERT_OK_AND_ASSIGN(auto fresh, reader->Refresh());
+  EXPECT_SAME_DUMP(before, DumpSnapshot(*fresh));
+}
+
+// With the default retention, a snapshot taken before a compaction reads
+// every record after it, also from the segments it had not opened yet (the
+// catalog opens sealed segments on their first read); the replaced segments
+// go with a later compaction, once their replacement is older than the
+// retention, and never before the parts that replace them are merged again.
+TEST(CompactTest, AnOldSnapshotReadsWhatItHadNotOpenedYetWhileTheInputsAreRetained) {
+  TempDir dir;
+  ASSERT_OK_AND_ASSIGN(auto store, OpenStore(dir.path()));
+  WorkloadOptions w;
+  w.large_values = true;
+  ASSERT_OK(WriteWorkload(store.get(), w));
+  const Dump before = DumpStore(dir.path());
+  StoreOptions ro;
+  ro.read_only = true;
+  ASSERT_OK_AND_ASSIGN(auto reader, Store::Open(dir.path(), ro));
+  auto old = reader->GetSnapshot();  // nothing read through it yet
+  CompactReport report;
+  ASSERT_OK(store->Compact(TestOptions(), &report));  // the default retention
+  ASSERT_GE(report.inputs.size(), 4u);
+  EXPECT_EQ(report.retained, report.inputs);
+  for (const std::string& in : report.inputs) {
+    EXPECT_TRUE(std::filesystem::exists(dir.path() + "/" + in)) << in;
+  }
+  EXPECT_SAME_DUMP(before, DumpSnapshot(*old));
+  ASSERT_OK_AND_ASSIGN(auto fresh, reader->Refresh());
+  EXPECT_EQ(fresh->ListSegments().size(), report.outputs.size());
+  EXPECT_SAME_DUMP(before, DumpSnapshot(*fresh));
+
+  // New segments: a second compaction merges them, not the first one's part,
+  // whose inputs are still there; it still retains the first inputs.
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_OK_AND_ASSIGN(auto wr, store->NewWriter({}));
+    ASSERT_OK(wr->Append(int64_t{1000 + i}, "loss", 0, 1.0));
+    ASSERT_OK(wr->Close());
+  }
+  const Dump more = DumpStore(dir.path());
+  CompactReport second;
+  ASSERT_OK(store->Compact(TestOptions(), &second));
+  EXPECT_EQ(second.inputs.size(), 2u);
+  for (const std::string& in : second.inputs) EXPECT_FALSE(in.starts_with("segments/compact."));
+  EXPECT_EQ(second.retained.size(), report.inputs.size() + 2);
+  EXPECT_TRUE(second.removed_leftovers.empty());
+  EXPECT_SAME_DUMP(more, DumpStore(dir.path()));
+
+  // Past the retention: removed, and then the two parts merge into one.
+  CompactOptions soon = TestOptions();
+  soon.retain_inputs_s = 0.001;
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  CompactReport third;
+  ASSERT_OK(store->Compact(soon, &third));
+  EXPECT_EQ(third.removed_leftovers.size(), report.inputs.size() + 2);
+  EXPECT_EQ(third.inputs.size(), 2u) << "the two compacted parts";
+  EXPECT_SAME_DUMP(more, DumpStore(dir.path()));
+  ASSERT_OK_AND_ASSIGN(auto last, reader->Refresh());
+  EXPECT_EQ(last->ListSegments().size(), 1u);
+  EXPECT_SAME_DUMP(more, DumpSnapshot(*last));
+  EXPECT_SAME_DUMP(before, DumpSnapshot(*old)) << "opened everything before the removal";
+
+  CompactOptions bad = TestOptions();
+  bad.retain_inputs_s = -1;
+  EXPECT_THAT(store->Compact(bad, nullptr), StatusIs(StatusCode::kInvalidArgument));
+}
+
+// Without retention, a snapshot that had not opened a replaced segment yet
+// cannot read it: the read says so, and a refreshed snapshot reads it all.
+TEST(CompactTest, WithoutRetentionAnOldSnapshotIsToldToRefresh) {
+  TempDir dir;
+  ASSERT_OK_AND_ASSIGN(auto store, OpenStore(dir.path()));
+  ASSERT_OK(WriteWorkload(store.get(), WorkloadOptions()));
+  const Dump before = DumpStore(dir.path());
+  StoreOptions ro;
+  ro.read_only = true;
+  ASSERT_OK_AND_ASSIGN(auto reader, Store::Open(dir.path(), ro));
+  auto old = reader->GetSnapshot();
+  CompactOptions o = TestOptions();
+  o.retain_inputs_s = 0;
+  ASSERT_OK(store->Compact(o, nullptr));
+  // The first read that needs a segment fails (listing the series reads the
+  // resume markers' segments).
+  Status first = Status::OK();
+  auto series = old->ListSeries();
+  if (!series.ok()) {
+    first = series.status();
+  } else {
+    ASSERT_FALSE(series->empty());
+    auto scanner = old->Scan(series->front().name);
+    ScanBatch b;
+    first = scanner.ok() ? scanner.value()->Next(&b).status() : scanner.status();
+  }
+  EXPECT_EQ(first.code(), StatusCode::kNotFound) << first.ToString();
+  EXPECT_THAT(first.message(), ::testing::HasSubstr("refresh and read again"));
   ASSERT_OK_AND_ASSIGN(auto fresh, reader->Refresh());
   EXPECT_SAME_DUMP(before, DumpSnapshot(*fresh));
 }
@@ -690,7 +792,9 @@ TEST(CompactTest, WritersNumberPastSegmentsCompactionRemoved) {
     ASSERT_OK(wr->Append(int64_t{i}, "x", 0, 1.0));
     ASSERT_OK(wr->Close());
   }
-  ASSERT_OK(store->Compact(TestOptions(), nullptr));
+  CompactOptions now = TestOptions();
+  now.retain_inputs_s = 0;
+  ASSERT_OK(store->Compact(now, nullptr));
   ASSERT_FALSE(std::filesystem::exists(dir.path() + "/segments/w-00000003.rss"));
   ASSERT_OK_AND_ASSIGN(auto wr, store->NewWriter(o));
   ASSERT_OK(wr->Append(int64_t{0}, "x", 0, 2.0));
@@ -848,16 +952,42 @@ void BuildCrashStore(Env* env) {
   ASSERT_OK(WriteWorkload(store.get(), w));
 }
 
-TEST(CompactCrashTest, CrashAfterEveryOperationLosesAndDuplicatesNothing) {
+// What the crashed compaction does: `first`, run to completion before the
+// counted one (none when its retention is negative), and `counted`, crashed
+// after each of its file operations.
+struct CrashCase {
+  const char* test_name;
+  const char* name;
+  double first_retain_s;  // < 0: no first compaction
+  double counted_retain_s;
+};
+
+class CompactCrashTest : public ::testing::TestWithParam<CrashCase> {};
+
+TEST_P(CompactCrashTest, CrashAfterEveryOperationLosesAndDuplicatesNothing) {
+  const CrashCase& c = GetParam();
   CompactOptions o = TestOptions();
   o.lease_refresh_s = 0;  // no thread: the same operations every run
   o.lease_expiry_s = 0;
+  CompactOptions first = o;
+  first.retain_inputs_s = c.first_retain_s;
+  o.retain_inputs_s = c.counted_retain_s;
+  auto build = [&](Env* env) {
+    BuildCrashStore(env);
+    if (c.first_retain_s >= 0) {
+      auto store = OpenStore(kMemStore, env);
+      ASSERT_TRUE(store.ok());
+      CompactReport report;
+      ASSERT_OK((*store)->Compact(first, &report));
+      ASSERT_FALSE(report.retained.empty());
+    }
+  };
   uint64_t operations = 0;
   Dump expected;
   {
     auto mem = NewMemEnv();
     FaultInjectionEnv env(mem.get());
-    BuildCrashStore(&env);
+    ASSERT_NO_FATAL_FAILURE(build(&env));
     expected = DumpStore(kMemStore, &env);
     ASSERT_GT(expected.records.size(), 50u);
     ASSERT_OK_AND_ASSIGN(auto store, OpenStore(kMemStore, &env));
@@ -865,19 +995,24 @@ TEST(CompactCrashTest, CrashAfterEveryOperationLosesAndDuplicatesNothing) {
     CompactReport report;
     ASSERT_OK(store->Compact(o, &report));
     operations = env.operation_count();
-    ASSERT_GE(report.inputs.size(), 4u);
+    if (c.first_retain_s < 0) {
+      ASSERT_GE(report.inputs.size(), 4u);
+    } else {
+      ASSERT_GE(report.removed_leftovers.size(), 4u) << "the counted compaction removes";
+    }
+    EXPECT_EQ(report.retained.empty(), c.counted_retain_s == 0);
     EXPECT_SAME_DUMP(expected, DumpStore(kMemStore, &env));
   }
-  std::printf("[ figures  ] %llu crash points (file operations of one compaction)\n",
+  std::printf("[ figures  ] %s: %llu crash points (file operations of one compaction)\n", c.name,
               static_cast<unsigned long long>(operations));
-  ASSERT_GT(operations, 20u);
+  ASSERT_GT(operations, c.first_retain_s < 0 ? 20u : 4u);
   int published = 0;
   for (uint64_t k = 0; k < operations; ++k) {
     SCOPED_TRACE("crash after operation " + std::to_string(k) + " of " +
                  std::to_string(operations));
     auto mem = NewMemEnv();
     FaultInjectionEnv env(mem.get());
-    BuildCrashStore(&env);
+    ASSERT_NO_FATAL_FAILURE(build(&env));
     const Dump original = DumpStore(kMemStore, &env);
     {
       ASSERT_OK_AND_ASSIGN(auto store, OpenStore(kMemStore, &env));
@@ -893,17 +1028,33 @@ TEST(CompactCrashTest, CrashAfterEveryOperationLosesAndDuplicatesNothing) {
     for (const auto& seg : store->GetSnapshot()->ListSegments()) {
       published += seg.writer_id.starts_with("compact.") ? 1 : 0;
     }
+    CompactOptions finish = o;
+    finish.retain_inputs_s = 0;
     CompactReport report;
-    ASSERT_OK(store->Compact(o, &report));
+    ASSERT_OK(store->Compact(finish, &report));
     EXPECT_SAME_DUMP(original, DumpStore(kMemStore, &env));
     EXPECT_EQ(CountFiles(&env, kMemStore, ".tmp"), 0u);
     EXPECT_EQ(CountFiles(&env, kMemStore, ".claim"), 0u);
     EXPECT_EQ(CountFiles(&env, kMemStore, ".lease"), 0u);
     ASSERT_OK_AND_ASSIGN(auto snap, store->Refresh());
     EXPECT_EQ(snap->ListSegments().size(), 1u);
+    EXPECT_EQ(CountFiles(&env, kMemStore, ".rss"), 1u) << "replaced segments left behind";
   }
-  std::printf("[ figures  ] %d crash points left the compacted segment published\n", published);
+  std::printf("[ figures  ] %s: %d crash points left the compacted segment published\n", c.name,
+              published);
 }
+
+std::string CrashCaseName(const ::testing::TestParamInfo<CrashCase>& info) {
+  return info.param.test_name;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Retention, CompactCrashTest,
+    ::testing::Values(CrashCase{"RemovedAtOnce", "inputs removed at once", -1, 0},
+                      CrashCase{"Retained", "inputs retained (the default)", -1, 300},
+                      CrashCase{"RemovedLater", "retained inputs removed by a later compaction",
+                                300, 0}),
+    CrashCaseName);
 
 }  // namespace
 }  // namespace runstore

@@ -43,13 +43,32 @@ after=$(dump "$T/good")
 checks=$((checks + 1))
 [[ $before == "$after" ]] || fail "records differ after compact:
 $(diff <(echo "$before") <(echo "$after") | head -20)"
+# The merged segments stay (--retain, 300 s by default) for readers of older
+# snapshots; newer snapshots, info among them, leave them out.
+expect_out_has "^kept [0-9]+ replaced segments for readers of older snapshots"
 checks=$((checks + 1))
-[[ $(segments "$T/good") -lt $n_before ]] || fail "no fewer segments after compact"
+[[ $(segments "$T/good") -gt $n_before ]] || fail "the merged segments were removed at once"
+run "$RS" info "$T/good"
+expect_out_has "^segments: +2 \\(1 sealed, 1 open\\)"  # the crashed writer's stays open
 run "$RS" verify "$T/good"
 expect_rc 0
 run "$RS" compact "$T/good"
 expect_rc 0
 expect_out_has "^nothing to compact"
+expect_out_has "^kept [0-9]+ replaced segments"
+# Past the retention (here 0), the next compact removes them.
+run "$RS" compact "$T/good" --retain 0 --json
+expect_rc 0
+expect_out_has '"removed_leftovers": \['
+expect_out_has '"retained": \[\]'
+checks=$((checks + 1))
+[[ $(segments "$T/good") == 2 ]] || fail "$(segments "$T/good") segments after compact --retain 0"
+after=$(dump "$T/good")
+checks=$((checks + 1))
+[[ $before == "$after" ]] || fail "records differ after the replaced segments went"
+run "$RS" compact "$T/good" --retain -1
+expect_rc 1
+expect_err_has "--retain must not be negative"
 
 test_name=compact_filters
 "$MK" good "$T/f" >/dev/null

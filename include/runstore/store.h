@@ -114,6 +114,14 @@ struct CompactOptions {
   // Another compaction's leftovers (temporaries, claims) are removed only
   // when its lease has not changed for this long, as seen by this process.
   double lease_expiry_s = 30.0;
+  // Segments a compaction replaced stay this long after it published
+  // (readers of newer snapshots leave them out), so that a reader holding an
+  // older snapshot can still open those it has not read yet; a later
+  // compaction removes them once their replacement is older than this (by
+  // the replacement's created_ns against this process's clock). 0: this
+  // compaction removes its inputs at once, and a reader of an older snapshot
+  // that had not opened one of them gets NotFound ("refresh and read again").
+  double retain_inputs_s = 300;
 };
 
 struct CompactReport {
@@ -129,8 +137,13 @@ struct CompactReport {
   std::vector<std::string> outputs;  // the segments written
   uint64_t output_bytes = 0;
   uint64_t output_records = 0;  // visible records, each once
-  // Files of earlier, interrupted or finished compactions removed first.
+  // Files of earlier, interrupted or finished compactions removed first
+  // (and replaced segments past retain_inputs_s).
   std::vector<std::string> removed_leftovers;
+  // Replaced segments kept for readers of older snapshots (this compaction's
+  // inputs, or an earlier one's not yet retain_inputs_s old); a later
+  // compaction removes them.
+  std::vector<std::string> retained;
   double seconds = 0;
 };
 

@@ -328,6 +328,7 @@ class Store:
         older_than: float = 0.0,
         smaller_than: int = 0,
         memory_bytes: int = 256 << 20,
+        retain: float = 300.0,
     ) -> dict[str, Any]:
         """Merges many small sealed segments into few large ones, ordered by series and run.
 
@@ -336,15 +337,18 @@ class Store:
         merged; ``older_than`` (seconds, by each segment's creation time from the clock of the
         node that wrote it) and ``smaller_than`` (bytes of the file) select among them, 0 for
         any. The merge holds at most about ``memory_bytes`` (at least 16 MiB). With
-        ``dry_run`` nothing is written. Returns the report: ``inputs``, ``excluded`` (left
-        out because they share runs with segments that stay, across the merged commit's
-        place in commit order), ``outputs``, ``input_bytes``, ``output_bytes``,
-        ``input_records``, ``output_records``, ``removed_leftovers``, ``seconds``.
+        ``dry_run`` nothing is written. The merged segments stay ``retain`` seconds (readers
+        of newer snapshots leave them out), so that a reader holding an older snapshot can
+        still read them; a compaction after that removes them (0: at once). Returns the
+        report: ``inputs``, ``excluded`` (left out because they share runs with segments
+        that stay, across the merged commit's place in commit order), ``outputs``,
+        ``input_bytes``, ``output_bytes``, ``input_records``, ``output_records``,
+        ``removed_leftovers``, ``retained`` (replaced segments kept), ``seconds``.
         The store's snapshot is refreshed. Raises RuntimeError for a read-only store (unless
         ``dry_run``) or one with damaged segments, OSError naming the file.
         """
         report = self._core.compact(
-            dry_run, float(older_than), int(smaller_than), int(memory_bytes)
+            dry_run, float(older_than), int(smaller_than), int(memory_bytes), float(retain)
         )
         self._core.refresh()
         return report

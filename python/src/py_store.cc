@@ -855,10 +855,11 @@ void BindStore(nb::module_& m) {
       .def(
           "compact",
           [](PyStore& self, bool dry_run, double older_than, uint64_t smaller_than,
-             uint64_t memory_bytes) {
+             uint64_t memory_bytes, double retain) {
             CompactOptions o;
             o.dry_run = dry_run;
             o.older_than_s = older_than;
+            o.retain_inputs_s = retain;
             o.smaller_than_bytes = smaller_than;
             o.memory_bytes = memory_bytes;
             CompactReport r;
@@ -878,11 +879,12 @@ void BindStore(nb::module_& m) {
             d["output_bytes"] = r.output_bytes;
             d["output_records"] = r.output_records;
             d["removed_leftovers"] = r.removed_leftovers;
+            d["retained"] = r.retained;
             d["seconds"] = r.seconds;
             return d;
           },
           "dry_run"_a = false, "older_than"_a = 0.0, "smaller_than"_a = 0,
-          "memory_bytes"_a = uint64_t{256} << 20,
+          "memory_bytes"_a = uint64_t{256} << 20, "retain"_a = CompactOptions().retain_inputs_s,
           "Store::Compact: merges small sealed segments into few sorted ones; returns the "
           "report as a dict (see runstore.Store.compact).")
       .def("verify_all", &PyStore::VerifyAll,

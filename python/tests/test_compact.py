@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -67,6 +69,27 @@ def test_compact_keeps_every_record_and_merges_the_segments(store, rng):
     pd.testing.assert_frame_equal(store.to_pandas(["loss"]), frame_before)
     reopened = runstore.open(store.path, mode="r")
     assert _dump(reopened) == before
+
+
+def test_replaced_segments_stay_for_older_snapshots_until_a_later_compaction(store, rng):
+    _write(store, rng)
+    store.refresh()
+    before = _dump(store)
+    old = runstore.open(store.path, mode="r")  # a snapshot that has read nothing yet
+    report = store.compact()
+    assert report["retained"] == report["inputs"] and report["inputs"]
+    for f in report["inputs"]:
+        assert os.path.exists(os.path.join(store.path, f)), f
+    assert _dump(old) == before, "an older snapshot reads what it had not opened"
+    assert len(store.segments()) == 1
+    again = store.compact(retain=0)
+    assert sorted(again["removed_leftovers"]) == sorted(report["inputs"])
+    assert again["retained"] == []
+    for f in report["inputs"]:
+        assert not os.path.exists(os.path.join(store.path, f)), f
+    assert _dump(store) == before
+    with pytest.raises(ValueError, match="negative"):
+        store.compact(retain=-1)
 
 
 def test_compact_filters_select_segments(store, rng):

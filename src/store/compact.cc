@@ -61,7 +61,12 @@ class Compaction {
       }
     }
     RUNSTORE_ASSIGN_OR_RETURN(std::vector<std::string> inputs, PlanNames(view, Candidates(view)));
-    if (options_.dry_run || inputs.empty()) return Report(view, inputs);
+    if (options_.dry_run) return Report(view, inputs);
+    if (inputs.empty()) {
+      RUNSTORE_RETURN_IF_ERROR(lease_->Remove());
+      lease_.reset();
+      return Report(view, inputs);
+    }
     // Claim the inputs, then plan again on a fresh view with those claimed:
     // another compaction may have taken some, or published meanwhile.
     RUNSTORE_RETURN_IF_ERROR(Claim(inputs));
@@ -116,9 +121,10 @@ class Compaction {
     }
     std::vector<uint32_t> out;
     const int64_t now = env_->NowNanos();
+    const std::set<std::string> held = PartsWithRetainedInputs(view);
     for (uint32_t i = 0; i < snap.segments().size(); ++i) {
       const LoadedSegment& seg = *snap.segments()[i];
-      if (!seg.index.sealed) continue;
+      if (!seg.index.sealed || held.contains(FileOf(seg))) continue;
       if (options_.older_than_s > 0 &&
           static_cast<double>(now - seg.index.header.created_ns) < options_.older_than_s * 1e9) {
         continue;
@@ -253,17 +259,66 @@ class Compaction {
       const std::string name = format::SegmentFileName(id.writer_id, id.sequence);
       auto it = view.all.find(name);
       if (it == view.all.end() || !(IdOf(*it->second) == id)) continue;
-      RUNSTORE_RETURN_IF_ERROR(RemoveIfThere(env_, dir_ + "/" + name));
+      if (options_.retain_inputs_s > 0) {
+        report_->retained.push_back(std::string(kSegmentsDir) + "/" + name);
+      } else {
+        RUNSTORE_RETURN_IF_ERROR(RemoveIfThere(env_, dir_ + "/" + name));
+      }
     }
     return env_->SyncDir(dir_);
+  }
+
+  // The present segments that accepted group `g` replaces, by file name.
+  static std::vector<std::string> PresentInputs(const CompactionView& view,
+                                                const CompactionGroup& g) {
+    std::vector<std::string> out;
+    for (const format::SegmentId& id : g.replaces.segments) {
+      const std::string name = format::SegmentFileName(id.writer_id, id.sequence);
+      if (view.resolution.replaced.contains(name)) out.push_back(name);
+    }
+    return out;
+  }
+
+  // Whether the replacement made by `g` is at least retain_inputs_s old, by
+  // the newest of its parts' created_ns.
+  bool PastRetention(const CompactionView& view, const CompactionGroup& g) const {
+    if (options_.retain_inputs_s <= 0) return true;
+    int64_t created = 0;
+    for (const std::string& part : g.parts) {
+      auto it = view.all.find(part);
+      if (it != view.all.end()) created = std::max(created, it->second->index.header.created_ns);
+    }
+    return static_cast<double>(env_->NowNanos() - created) >= options_.retain_inputs_s * 1e9;
+  }
+
+  // Parts of accepted groups whose inputs are still there: never merged
+  // again, so that a replaced segment is always removed before the segment
+  // that replaces it is (a crash between the two would bring it back).
+  static std::set<std::string> PartsWithRetainedInputs(const CompactionView& view) {
+    std::set<std::string> out;
+    for (const CompactionGroup& g : view.resolution.groups) {
+      if (g.accepted && !PresentInputs(view, g).empty()) out.insert(g.parts.begin(), g.parts.end());
+    }
+    return out;
   }
 
   // What earlier compactions left: segments an accepted compaction replaces
   // (a crash before their removal), and the temporaries, claims, leases and
   // unpublished parts of compactions whose lease is stale.
   Status RemoveLeftovers(const CompactionView& view) {
-    std::vector<std::string> remove(view.resolution.replaced.begin(),
-                                    view.resolution.replaced.end());
+    std::vector<std::string> remove;
+    for (const CompactionGroup& g : view.resolution.groups) {
+      if (!g.accepted) continue;
+      const std::vector<std::string> inputs = PresentInputs(view, g);
+      const bool past = PastRetention(view, g);
+      for (const std::string& name : inputs) {
+        if (past) {
+          remove.push_back(name);
+        } else {
+          report_->retained.push_back(std::string(kSegmentsDir) + "/" + name);
+        }
+      }
+    }
     RUNSTORE_ASSIGN_OR_RETURN(auto children, env_->GetChildren(dir_));
     std::set<std::string> not_standing;  // parts of groups that do not stand
     for (const CompactionGroup& g : view.resolution.groups) {
@@ -354,7 +409,8 @@ Status RunCompaction(Env* env, const std::string& store_path, CompactionHost* ho
   if (options.segment_bytes < (1u << 16)) {
     return Status::InvalidArgument("compaction segment_bytes must be at least 64 KiB");
   }
-  if (options.older_than_s < 0 || options.lease_refresh_s < 0 || options.lease_expiry_s < 0) {
+  if (options.older_than_s < 0 || options.lease_refresh_s < 0 || options.lease_expiry_s < 0 ||
+      !(options.retain_inputs_s >= 0)) {
     return Status::InvalidArgument("compaction times must not be negative");
   }
   const auto start = std::chrono::steady_clock::now();
