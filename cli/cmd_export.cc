@@ -329,6 +329,45 @@ void RegisterImport(CLI::App& app, ChosenCommand* chosen) {
   });
 }
 
+// `plan` is the partition planner of the Python package's runstore.dask
+// (docs/dask.md); kept here, as the exports in Python are, so that the help
+// lists it and a bad command line is a usage error.
+void RegisterPlan(CLI::App& app, ChosenCommand* chosen) {
+  struct PlanOptions {
+    long long objects = 0;
+    std::string object_bytes, worker_memory, draw;
+    int threads = 1, workers = 1;
+    double k = 0.25;
+  };
+  auto o = std::make_shared<PlanOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "plan", "How to partition a dask bag from worker memory (runstore.dask; the Python package)");
+  cmd->add_option("--objects", o->objects, "Number of objects N")->required();
+  cmd->add_option("--object-bytes", o->object_bytes, "Size of one object D, e.g. 16MiB")
+      ->required();
+  cmd->add_option("--worker-memory", o->worker_memory, "Memory per worker M, e.g. 4GiB")
+      ->required();
+  cmd->add_option("--threads", o->threads, "Threads per worker T")->capture_default_str();
+  cmd->add_option("--workers", o->workers, "Number of workers W")->capture_default_str();
+  cmd->add_option("--k", o->k, "Fraction of M the partitions may hold")->capture_default_str();
+  cmd->add_option("--draw", o->draw, "Also draw the plan to this PNG");
+  cmd->footer(Footer(
+      "A worker runs T tasks at once, each holding one partition: T partitions of s objects\n"
+      "of D bytes must fit in the fraction k of M, so s = floor(k*M/(D*T)), and there are\n"
+      "ceil(N/s) partitions, at least W*T. Prints the reasoning; docs/dask.md derives it and\n"
+      "measures k. Done by the Python package's runstore command (pip install\n"
+      "'runstore[dask]'); the C++ tool on its own says so and exits with 5.",
+      "  runstore plan --objects 100000 --object-bytes 16MiB --worker-memory 8GiB --threads 4 \\\n"
+      "      --workers 16 --draw plan.png"));
+  ChooseOnParse(cmd, "plan", chosen, [o] {
+    return ReportError(
+        "plan", Status::NotSupported("the C++ runstore tool on its own does not plan; 'plan' is "
+                                     "done by the Python package's runstore command: pip install "
+                                     "runstore, then run 'runstore plan ...' from that "
+                                     "environment"));
+  });
+}
+
 void RegisterExport(CLI::App& app, ChosenCommand* chosen) {
   CLI::App* export_cmd = app.add_subcommand(
       "export", "Export series or experiments to other formats (csv, tar, parquet)");

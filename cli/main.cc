@@ -91,6 +91,7 @@ int Main(int argc, char** argv, std::string* command) {
   RegisterCatalog(app, &chosen);
   RegisterExport(app, &chosen);
   RegisterImport(app, &chosen);
+  RegisterPlan(app, &chosen);
   RegisterSync(app, &chosen);
 
   try {

@@ -1,7 +1,8 @@
 """The ``runstore`` command of an environment where the package is installed.
 
 Each command has one engine. The tar and Parquet exports and ``import tar`` are the package's
-own (:mod:`runstore._commands`, pandas and pyarrow do the work); every other command (``info``,
+own (:mod:`runstore._commands`, pandas and pyarrow do the work), and so is ``plan`` (the
+partition planner of :mod:`runstore.dask`); every other command (``info``,
 ``ls``, ``cat``, ``get``, ``verify``, ``export csv``, ``--help``, ``--version``) is the compiled
 tool the wheel carries as ``runstore/_bin/runstore``, which this module becomes (``exec``), so
 that its output, exit codes and signals are the tool's own. ``python -m runstore`` is the same
@@ -43,6 +44,13 @@ def _command_words(argv: list[str]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     words = _command_words(argv)
+    if words[:1] == ["plan"]:
+        # The partition planner of runstore.dask (docs/dask.md), without dask.
+        from runstore._plan import plan_main
+
+        args = [a for a in argv if a not in _GLOBAL_FLAGS]
+        del args[args.index("plan")]
+        return plan_main(args)
     if tuple(words[:2]) in _PYTHON_COMMANDS or words[:1] == ["import"]:
         # The tool's global flags may come anywhere (`runstore --skip-damaged export tar ...`):
         # the exports take --skip-damaged as an option of their own, and --no-progress changes

@@ -43,7 +43,7 @@ test_name=usage
 run "$RS"; expect_rc 1; expect_err_has "subcommand is required"
 # An unknown command is named, with the commands there are.
 run "$RS" frobnicate "$S"; expect_rc 1; expect_err_has "runstore: unknown command 'frobnicate'"
-expect_err_has "info, ls, cat, get, verify, compact, catalog, export, import, sync"
+expect_err_has "info, ls, cat, get, verify, compact, catalog, export, import, plan, sync"
 run "$RS" --no-progress frobnicate; expect_rc 1; expect_err_has "unknown command 'frobnicate'"
 run "$RS" export xml "$S" "$T/x"; expect_rc 1; expect_err_has "unknown command 'export xml'"
 expect_err_has "csv, tar, parquet"

@@ -1,0 +1,201 @@
+"""The partition planner of :mod:`runstore.dask` (docs/dask.md), in a module of its own so that
+``runstore plan`` and :func:`plan` need neither dask nor distributed (matplotlib only to draw).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import re
+import sys
+
+import numpy as np
+
+__all__ = ["Plan", "parse_size", "plan", "plan_main"]
+
+_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb": 10**6}
+_UNITS.update({"mib": 2**20, "g": 10**9, "gb": 10**9, "gib": 2**30, "t": 10**12, "tb": 10**12})
+_UNITS.update({"tib": 2**40})
+
+
+def parse_size(text: str | int, what: str = "size") -> int:
+    """``"16MiB"`` -> 16777216, ``"2GB"`` -> 2000000000, ``4096`` -> 4096 (bytes)."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        if text <= 0:
+            raise ValueError(f"{what} must be > 0, not {text}")
+        return text
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*", str(text))
+    if not m or m.group(2).lower() not in _UNITS:
+        raise ValueError(f"{what} must be a size like 4096, 16MiB or 2GB, not {text!r}")
+    value = int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+    if value <= 0:
+        raise ValueError(f"{what} must be > 0, not {text!r}")
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """How to partition ``n_objects`` objects of ``object_bytes`` each on the cluster given."""
+
+    n_objects: int
+    object_bytes: int
+    worker_memory: int
+    threads_per_worker: int
+    n_workers: int
+    k: float
+    partition_size: int  # objects per partition
+    n_partitions: int
+    limited_by: str  # "memory" or "parallelism"
+
+    @property
+    def reasoning(self) -> str:
+        M, T, D, N, k = (
+            self.worker_memory,
+            self.threads_per_worker,
+            self.object_bytes,
+            self.n_objects,
+            self.k,
+        )
+        per_thread = k * M / T
+        return "\n".join(
+            [
+                f"objects N = {N:,}, object size D = {_fmt(D)}, data set N*D = {_fmt(N * D)}",
+                f"workers W = {self.n_workers}, memory per worker M = {_fmt(M)}, threads T = {T}",
+                f"a worker runs T partitions at once; each may hold k*M/T = {k:g}*{_fmt(M)}/{T}"
+                f" = {_fmt(per_thread)}",
+                f"objects per partition s = floor(k*M/(D*T)) = {int(per_thread // D):,}",
+                f"parallelism: at least W*T = {self.n_workers * T} partitions keep every thread "
+                "busy",
+                f"-> {self.n_partitions:,} partitions of up to {self.partition_size:,} objects "
+                f"({_fmt(self.partition_size * D)} each; limited by {self.limited_by})",
+            ]
+        )
+
+    def __str__(self) -> str:
+        return self.reasoning
+
+    def draw(self, path: str | os.PathLike[str]) -> None:
+        """Draws the plan to a PNG: the data set as a row of partition boxes, each worker's memory
+        as a box below it holding T partitions at a time."""
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        from matplotlib.patches import Rectangle
+
+        shown = min(self.n_partitions, 40)
+        fig, ax = plt.subplots(figsize=(10, 3.6))
+        w = 1.0 / shown
+        for i in range(shown):
+            ax.add_patch(Rectangle((i * w, 0.62), w * 0.9, 0.18, fc="#9ecae1", ec="#3182bd"))
+        ax.text(
+            0,
+            0.86,
+            f"data set: {self.n_objects:,} objects x {_fmt(self.object_bytes)} = "
+            f"{_fmt(self.n_objects * self.object_bytes)} in {self.n_partitions:,} partitions of "
+            f"{self.partition_size:,}" + (" (first 40 drawn)" if shown < self.n_partitions else ""),
+            fontsize=9,
+        )
+        nw = min(self.n_workers, 8)
+        ww = 1.0 / nw
+        part_frac = self.partition_size * self.object_bytes / self.worker_memory
+        for j in range(nw):
+            x = j * ww
+            ax.add_patch(Rectangle((x, 0.05), ww * 0.92, 0.4, fc="white", ec="black"))
+            for t in range(self.threads_per_worker):
+                h = 0.4 * part_frac
+                ax.add_patch(
+                    Rectangle(
+                        (x + 0.01 * ww, 0.05 + t * h), ww * 0.9, h, fc="#fdae6b", ec="#e6550d"
+                    )
+                )
+            ax.text(x, 0.47, f"worker {j}: M = {_fmt(self.worker_memory)}", fontsize=8)
+        ax.text(
+            0,
+            -0.05,
+            f"each worker holds T = {self.threads_per_worker} partitions at once "
+            f"= {self.threads_per_worker * part_frac:.0%} of M (k = {self.k:g})",
+            fontsize=9,
+        )
+        ax.set_xlim(0, 1)
+        ax.set_ylim(-0.1, 0.95)
+        ax.axis("off")
+        fig.savefig(path, dpi=80, bbox_inches="tight")
+        plt.close(fig)
+
+
+def _fmt(n: float) -> str:
+    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{n:.0f} B"
+
+
+def plan(
+    n_objects: int,
+    object_bytes: int | str,
+    worker_memory: int | str,
+    threads_per_worker: int,
+    n_workers: int,
+    k: float = 0.25,
+) -> Plan:
+    """Partition count and size for a bag of ``n_objects`` objects of ``object_bytes`` bytes on
+    ``n_workers`` workers of ``worker_memory`` bytes and ``threads_per_worker`` threads.
+
+    A worker runs T tasks at once, each holding one partition; T partitions of s objects of D
+    bytes must fit in the fraction k of M: ``s = floor(k*M/(D*T))``, and there are
+    ``ceil(N/s)`` partitions, at least ``W*T`` (docs/dask.md derives it and measures k).
+    Raises ValueError when one object alone does not fit (``D > k*M/T``) or an argument is out of
+    range, TypeError for a non-integer count.
+    """
+    for arg, v in (
+        ("n_objects", n_objects),
+        ("threads_per_worker", threads_per_worker),
+        ("n_workers", n_workers),
+    ):
+        if not isinstance(v, (int, np.integer)) or isinstance(v, bool):
+            raise TypeError(f"{arg} must be an int, not {type(v).__name__}")
+        if v <= 0:
+            raise ValueError(f"{arg} must be > 0, not {v}")
+    D = parse_size(object_bytes, "object_bytes")
+    M = parse_size(worker_memory, "worker_memory")
+    if not isinstance(k, (int, float)) or not 0 < k <= 1:
+        raise ValueError(f"k must be a number in (0, 1], not {k!r}")
+    T, W, N = int(threads_per_worker), int(n_workers), int(n_objects)
+    s = int(k * M // (D * T))
+    if s < 1:
+        raise ValueError(
+            f"one object of {_fmt(D)} does not fit: k*M/T = {k:g}*{_fmt(M)}/{T} = "
+            f"{_fmt(k * M / T)}; give the workers more memory or fewer threads"
+        )
+    n_parts = -(-N // s)
+    limited_by = "memory"
+    if n_parts < W * T:
+        n_parts = min(N, W * T)
+        s = -(-N // n_parts)
+        n_parts = -(-N // s)
+        limited_by = "parallelism"
+    return Plan(N, D, M, T, W, float(k), s, n_parts, limited_by)
+
+
+def plan_main(argv: list[str]) -> int:
+    """``runstore plan``: prints the plan's reasoning (and draws it with --draw FILE)."""
+    p = argparse.ArgumentParser(prog="runstore plan", description=plan.__doc__.split("\n")[0])
+    p.add_argument("--objects", type=int, required=True, help="number of objects N")
+    p.add_argument("--object-bytes", required=True, help="size of one object D, e.g. 16MiB")
+    p.add_argument("--worker-memory", required=True, help="memory per worker M, e.g. 4GiB")
+    p.add_argument("--threads", type=int, default=1, help="threads per worker T (default 1)")
+    p.add_argument("--workers", type=int, default=1, help="number of workers W (default 1)")
+    p.add_argument("--k", type=float, default=0.25, help="fraction of M for partitions")
+    p.add_argument("--draw", metavar="PNG", help="also draw the plan to this file")
+    a = p.parse_args(argv)
+    try:
+        result = plan(a.objects, a.object_bytes, a.worker_memory, a.threads, a.workers, k=a.k)
+    except (TypeError, ValueError) as e:
+        print(f"runstore plan: {e}", file=sys.stderr)
+        return 2
+    print(result.reasoning)
+    if a.draw:
+        result.draw(a.draw)
+    return 0
