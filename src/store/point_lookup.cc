@@ -177,23 +177,25 @@ Result<SnapshotImpl::Found> SnapshotImpl::Find(RunRef run, std::string_view name
          CompareKey(run, step, e.blocks[e.prefix_max[ub - 1 - reach]].header->max_key) <= 0) {
     ++reach;
   }
-  std::vector<uint32_t> candidates;
   if (reach <= kMaxRangeCandidates) {
-    for (size_t k = ub; k-- > ub - reach;) candidates.push_back(e.by_min_key[k]);
-  }
-  if (reach <= kMaxRangeCandidates || BlocksReaching(e.blocks, e.by_min_key, e.max_tree, ub, run,
-                                                     step, kMaxRangeCandidates, &candidates)) {
-    for (uint32_t b : candidates) RUNSTORE_RETURN_IF_ERROR(consider(e.blocks[b]));
+    for (size_t k = ub; k-- > ub - reach;)
+      RUNSTORE_RETURN_IF_ERROR(consider(e.blocks[e.by_min_key[k]]));
   } else {
-    EnsureRunIndex(e);
-    const uint64_t h = format::RunHash(run);
-    auto lo = std::lower_bound(e.run_index.begin(), e.run_index.end(), std::make_pair(h, 0u));
-    for (; lo != e.run_index.end() && lo->first == h; ++lo) {
-      RUNSTORE_RETURN_IF_ERROR(consider(e.blocks[lo->second]));
+    // The ranges nest: the tree finds the blocks that reach the key, and
+    // past kMaxRangeCandidates of them the run index does.
+    std::vector<uint32_t> candidates;
+    if (!BlocksReaching(e.blocks, e.by_min_key, e.max_tree, ub, run, step, kMaxRangeCandidates,
+                        &candidates)) {
+      EnsureRunIndex(e);
+      const uint64_t h = format::RunHash(run);
+      auto lo = std::lower_bound(e.run_index.begin(), e.run_index.end(), std::make_pair(h, 0u));
+      for (; lo != e.run_index.end() && lo->first == h; ++lo) {
+        RUNSTORE_RETURN_IF_ERROR(consider(e.blocks[lo->second]));
+      }
+      candidates.clear();
+      BlocksReaching(e.blocks, e.unindexed, e.unindexed_tree, ends_at(e.unindexed), run, step,
+                     SIZE_MAX, &candidates);
     }
-    candidates.clear();
-    BlocksReaching(e.blocks, e.unindexed, e.unindexed_tree, ends_at(e.unindexed), run, step,
-                   SIZE_MAX, &candidates);
     for (uint32_t b : candidates) RUNSTORE_RETURN_IF_ERROR(consider(e.blocks[b]));
   }
   if (!best) return not_found();
