@@ -55,13 +55,14 @@ Result<std::map<std::string, LeaseState>> ReadLeases(Env* env, const std::string
   return leases;
 }
 
-// The "<token>.lease.tmp" files in `dir` whose token has no lease in any of
-// `reads`: left by an owner killed inside its first beat (before the rename
-// that makes its lease), since a writer writes its lease before anything
-// else it stages, nothing else of the token exists.
-Result<std::set<std::string>> LeaseTempsWithoutLease(
-    Env* env, const std::string& dir, const std::vector<std::map<std::string, LeaseState>>& reads) {
-  RUNSTORE_ASSIGN_OR_RETURN(auto children, env->GetChildren(dir));
+// The "<token>.lease.tmp" files among `children` (a listing of the staging
+// directory) whose token has no lease in any of `reads`: left by an owner
+// killed inside its first beat (before the rename that makes its lease);
+// since a writer writes its lease before anything else it stages, nothing
+// else of the token exists.
+std::set<std::string> LeaseTempsWithoutLease(
+    const std::vector<std::string>& children,
+    const std::vector<std::map<std::string, LeaseState>>& reads) {
   std::set<std::string> out;
   for (const std::string& c : children) {
     std::string token;
@@ -162,8 +163,8 @@ class Syncer {
     std::vector<std::map<std::string, LeaseState>> reads;
     RUNSTORE_ASSIGN_OR_RETURN(auto l0, ReadLeases(env_, staging_, token_));
     reads.push_back(std::move(l0));
-    RUNSTORE_ASSIGN_OR_RETURN(std::set<std::string> temps0,
-                              LeaseTempsWithoutLease(env_, staging_, reads));
+    RUNSTORE_ASSIGN_OR_RETURN(auto children0, env_->GetChildren(staging_));
+    const std::set<std::string> temps0 = LeaseTempsWithoutLease(children0, reads);
     if (!options_.force) {
       std::this_thread::sleep_for(std::chrono::duration<double>(options_.wait_s));
       RUNSTORE_ASSIGN_OR_RETURN(auto l1, ReadLeases(env_, staging_, token_));
@@ -178,8 +179,7 @@ class Syncer {
     Classify(reads);
     // Lease temporaries with no lease, there before the watch and after it
     // (with force: at once): their owner died in its first beat.
-    RUNSTORE_ASSIGN_OR_RETURN(std::set<std::string> temps1,
-                              LeaseTempsWithoutLease(env_, staging_, reads));
+    const std::set<std::string> temps1 = LeaseTempsWithoutLease(children, reads);
     for (const std::string& c : temps0) {
       if (temps1.count(c)) orphan_lease_temps_.push_back(c);
     }
@@ -253,14 +253,20 @@ class Syncer {
   // Temporaries of dead publishers in the store's segments/, and the dead
   // leases, once nothing they protected is left in staging.
   Status CleanLeftovers(const std::set<std::string>& ids_left) {
+    // Removes dir/name; what is gone already (another sync) is not an error.
+    auto remove = [&](const std::string& dir, const std::string& name,
+                      const std::string& reported) -> Status {
+      Status r = env_->RemoveFile(dir + "/" + name);
+      if (!r.ok() && r.code() != StatusCode::kNotFound) return r;
+      if (r.ok()) report_->cleaned.push_back(reported);
+      return Status::OK();
+    };
     RUNSTORE_ASSIGN_OR_RETURN(auto in_store, env_->GetChildren(segments_));
     for (const std::string& c : in_store) {
       std::string segment, token;
       if (!staging::ParseTempName(c, &segment, &token)) continue;
       if (!dead_.count(token) && token != token_) continue;  // live, or another node's
-      Status r = env_->RemoveFile(segments_ + "/" + c);
-      if (!r.ok() && r.code() != StatusCode::kNotFound) return r;
-      if (r.ok()) report_->cleaned.push_back(std::string(kSegmentsDir) + "/" + c);
+      RUNSTORE_RETURN_IF_ERROR(remove(segments_, c, std::string(kSegmentsDir) + "/" + c));
     }
     // The removals durable before the leases that name their tokens go: a
     // power cut could otherwise bring back a temporary with no lease left
@@ -270,15 +276,11 @@ class Syncer {
       if (st.kind == "writer" && ids_left.count(st.writer_id)) continue;
       for (const std::string& name :
            {staging::LeaseName(token), staging::LeaseName(token) + ".tmp"}) {
-        Status r = env_->RemoveFile(staging_ + "/" + name);
-        if (!r.ok() && r.code() != StatusCode::kNotFound) return r;
-        if (r.ok()) report_->cleaned.push_back(name);
+        RUNSTORE_RETURN_IF_ERROR(remove(staging_, name, name));
       }
     }
     for (const std::string& name : orphan_lease_temps_) {
-      Status r = env_->RemoveFile(staging_ + "/" + name);
-      if (!r.ok() && r.code() != StatusCode::kNotFound) return r;
-      if (r.ok()) report_->cleaned.push_back(name);
+      RUNSTORE_RETURN_IF_ERROR(remove(staging_, name, name));
     }
     return env_->SyncDir(staging_);
   }
