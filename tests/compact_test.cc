@@ -533,9 +533,7 @@ TEST(CompactTest, LiveWritersAndReadersDuringCompaction) {
   }
   std::atomic<uint64_t> snapshots_checked{0};
   std::thread reader([&] {
-    StoreOptions ro;
-    ro.read_only = true;
-    auto rs = Store::Open(dir.path(), ro);
+    auto rs = Store::Open(dir.path(), {.read_only = true});
     ASSERT_OK(rs);
     while (!stop.load()) {
       auto snap = (*rs)->Refresh();
@@ -663,9 +661,7 @@ TEST(CompactTest, ReadersOfAnOldSnapshotKeepReadingAfterTheInputsAreRemoved) {
   WorkloadOptions w;
   w.large_values = true;
   ASSERT_OK(WriteWorkload(store.get(), w));
-  StoreOptions ro;
-  ro.read_only = true;
-  ASSERT_OK_AND_ASSIGN(auto reader, Store::Open(dir.path(), ro));
+  ASSERT_OK_AND_ASSIGN(auto reader, Store::Open(dir.path(), {.read_only = true}));
   auto old = reader->GetSnapshot();
   ASSERT_OK_AND_ASSIGN(Value held, old->Get(RunRef(HashedRun(0)), "big", 0).ok()
                                        ? old->Get(RunRef(HashedRun(0)), "big", 0)
@@ -699,9 +695,7 @@ TEST(CompactTest, AnOldSnapshotReadsWhatItHadNotOpenedYetWhileTheInputsAreRetain
   w.large_values = true;
   ASSERT_OK(WriteWorkload(store.get(), w));
   const Dump before = DumpStore(dir.path());
-  StoreOptions ro;
-  ro.read_only = true;
-  ASSERT_OK_AND_ASSIGN(auto reader, Store::Open(dir.path(), ro));
+  ASSERT_OK_AND_ASSIGN(auto reader, Store::Open(dir.path(), {.read_only = true}));
   auto old = reader->GetSnapshot();  // nothing read through it yet
   CompactReport report;
   ASSERT_OK(store->Compact(TestOptions(), &report));  // the default retention
@@ -757,9 +751,7 @@ TEST(CompactTest, WithoutRetentionAnOldSnapshotIsToldToRefresh) {
   ASSERT_OK_AND_ASSIGN(auto store, OpenStore(dir.path()));
   ASSERT_OK(WriteWorkload(store.get(), WorkloadOptions()));
   const Dump before = DumpStore(dir.path());
-  StoreOptions ro;
-  ro.read_only = true;
-  ASSERT_OK_AND_ASSIGN(auto reader, Store::Open(dir.path(), ro));
+  ASSERT_OK_AND_ASSIGN(auto reader, Store::Open(dir.path(), {.read_only = true}));
   auto old = reader->GetSnapshot();
   CompactOptions o = TestOptions();
   o.retain_inputs_s = 0;

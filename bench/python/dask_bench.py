@@ -35,6 +35,7 @@ Exit status: 0 when the targets are met, 3 when the run finished but missed one,
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -56,6 +57,7 @@ from runstore import dask as rsd
 MIB = 2**20
 OUTPUT_BYTES = 8 * MIB
 PER_PARTITION = 10
+WORKER_MEMORY = 2**30  # each worker's memory_limit, M in docs/dask.md
 
 
 def make(i: int) -> np.ndarray:
@@ -149,17 +151,24 @@ def run_case(client, case: str, n: int, work: str) -> dict:
 CASES = ("runstore", "np.save", "np.save+fsync", "to_zarr", "compute")
 
 
-def one_case(args, base: str) -> int:
-    """--case: one case in this process, on a new cluster; prints its figures as JSON."""
+@contextlib.contextmanager
+def new_cluster():
+    """A client on a new cluster of two one-thread worker processes of WORKER_MEMORY each."""
     with (
         SubprocessCluster(
             n_workers=2,
-            worker_kwargs={"nthreads": 1, "memory_limit": "1GiB"},
+            worker_kwargs={"nthreads": 1, "memory_limit": WORKER_MEMORY},
             dashboard_address=None,
         ) as cluster,
         Client(cluster) as client,
     ):
         client.wait_for_workers(2)
+        yield client
+
+
+def one_case(args, base: str) -> int:
+    """--case: one case in this process, on a new cluster; prints its figures as JSON."""
+    with new_cluster() as client:
         try:
             fig = run_case(client, args.case, args.n, os.path.join(base, f"{args.case}-{args.n}"))
         except MemoryError as e:
@@ -240,20 +249,12 @@ def termination(args, base: str) -> int:
 
 
 def measure_k(args, base: str) -> int:
-    with (
-        SubprocessCluster(
-            n_workers=2,
-            worker_kwargs={"nthreads": 1, "memory_limit": "1GiB"},
-            dashboard_address=None,
-        ) as cluster,
-        Client(cluster) as client,
-    ):
-        client.wait_for_workers(2)
+    with new_cluster() as client:
         return _measure_k(client, base)
 
 
 def _measure_k(client, base: str) -> int:
-    memory = 2**30
+    memory = WORKER_MEMORY
     sizes = [4, 8, 16, 24, 32]
     base_rss = max(client.run(lambda: __import__("psutil").Process().memory_info().rss).values())
     print(f"worker RSS before: {base_rss / MIB:.0f} MiB; M = {memory / MIB:.0f} MiB, T = 1")
