@@ -170,6 +170,7 @@ Status SnapshotImpl::ComputePlan(const SeriesEntry& e) const {
   // Resume markers hide user records only: runstore's own '~' series (the
   // markers themselves, experiment designs and status) are never hidden.
   const bool reserved = !e.info.name.empty() && e.info.name[0] == '~';
+  EnsureKeyOrder(e);
   std::vector<PlanItem> plan;
   uint64_t count = 0;
   const size_t n = e.by_min_key.size();

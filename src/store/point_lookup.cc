@@ -98,9 +98,7 @@ void SnapshotImpl::EnsureRunIndex(const SeriesEntry& e) const {
     std::sort(e.run_index.begin(), e.run_index.end());
     e.run_index.erase(std::unique(e.run_index.begin(), e.run_index.end()), e.run_index.end());
     e.run_index.shrink_to_fit();
-    std::sort(e.unindexed.begin(), e.unindexed.end(), [&](uint32_t a, uint32_t b) {
-      return e.blocks[a].header->min_key < e.blocks[b].header->min_key;
-    });
+    SortByMinKey(e.blocks, &e.unindexed);
     e.unindexed_tree = MaxKeyTree(e.blocks, e.unindexed);
   });
 }
@@ -169,6 +167,7 @@ Result<SnapshotImpl::Found> SnapshotImpl::Find(RunRef run, std::string_view name
             [&](uint32_t b) { return CompareKey(run, step, e.blocks[b].header->min_key) >= 0; }) -
         order.begin());
   };
+  EnsureKeyOrder(e);
   const size_t ub = ends_at(e.by_min_key);
   // Where the ranges do not nest, the blocks that reach the key are the last
   // few before it: walk back while the running maximum reaches it.

@@ -9,6 +9,7 @@
 // in the ranges of more blocks than a lookup reads one by one.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "runstore/store.h"
+#include "store/snapshot.h"
 #include "testing/test_util.h"
 #include "util/hash.h"
 
@@ -300,6 +302,60 @@ TEST_P(PointLookupDamageTest, ADamagedBlockIsReportedNotSkipped) {
 }
 
 INSTANTIATE_TEST_SUITE_P(SealedOrOpen, PointLookupDamageTest, ::testing::Bool());
+
+// The order of a series' blocks by min key is sorted on a 64-bit prefix of
+// each key first (snapshot.cc, SortByMinKey): it must be the order of the
+// keys themselves, for integer and string runs, strings that share their
+// first 8 bytes or differ only past them, embedded NULs, bytes >= 0x80 and
+// the empty string, with ties broken by step. Seed printed.
+TEST(SortByMinKeyTest, OrdersAsTheKeysDo) {
+  const uint64_t seed = testing::TestSeed();
+  std::mt19937_64 rng(seed);
+  std::vector<RunId> runs = {RunId(int64_t{0}),
+                             RunId(INT64_MIN),
+                             RunId(INT64_MAX),
+                             RunId(int64_t{-1}),
+                             RunId(int64_t{1}),
+                             RunId(std::string()),
+                             RunId(std::string("a")),
+                             RunId(std::string("a\0", 2)),
+                             RunId(std::string("a\0b", 3)),
+                             RunId(std::string("abcdefgh")),
+                             RunId(std::string("abcdefghi")),
+                             RunId(std::string("abcdefgh\x01")),
+                             RunId(std::string("abcdefgh\0")),
+                             RunId(std::string("\xff")),
+                             RunId(std::string("\x80abc")),
+                             RunId(std::string("\x7f"))};
+  for (int i = 0; i < 200; ++i) runs.emplace_back(HashedId(i));
+  for (int i = 0; i < 50; ++i)
+    runs.emplace_back(HashedId(i).substr(0, 8) + "tail" + std::to_string(i));
+  for (int i = 0; i < 50; ++i) runs.emplace_back(static_cast<int64_t>(rng()));
+  std::vector<format::BlockHeader> headers;
+  for (int i = 0; i < 3000; ++i) {
+    format::BlockHeader h;
+    h.min_key = format::Key{runs[rng() % runs.size()], static_cast<int64_t>(rng() % 5) - 2};
+    headers.push_back(std::move(h));
+  }
+  std::vector<SnapshotImpl::BlockRef> blocks;
+  for (uint32_t i = 0; i < headers.size(); ++i) {
+    blocks.push_back(SnapshotImpl::BlockRef{0, i, {}, 0, &headers[i]});
+  }
+  std::vector<uint32_t> order(blocks.size());
+  for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::shuffle(order.begin(), order.end(), rng);
+  SnapshotImpl::SortByMinKey(blocks, &order);
+  std::vector<format::Key> want;
+  for (const auto& h : headers) want.push_back(h.min_key);
+  std::sort(want.begin(), want.end());
+  ASSERT_EQ(order.size(), want.size());
+  std::vector<bool> seen(order.size());
+  for (size_t i = 0; i < order.size(); ++i) {
+    ASSERT_FALSE(seen[order[i]]) << "block " << order[i] << " twice";
+    seen[order[i]] = true;
+    ASSERT_EQ(headers[order[i]].min_key, want[i]) << "position " << i << ", seed " << seed;
+  }
+}
 
 }  // namespace
 }  // namespace runstore

@@ -97,12 +97,16 @@ Result<std::shared_ptr<SnapshotImpl>> SnapshotImpl::Build(
     });
   }
   snap->damaged_ = std::move(damaged);
-  std::sort(segments.begin(), segments.end(), [](const auto& a, const auto& b) {
+  auto by_writer = [](const auto& a, const auto& b) {
     if (a->index.header.writer_id != b->index.header.writer_id) {
       return a->index.header.writer_id < b->index.header.writer_id;
     }
     return a->index.header.sequence < b->index.header.sequence;
-  });
+  };
+  // Usually sorted already (segment file names sort so).
+  if (!std::is_sorted(segments.begin(), segments.end(), by_writer)) {
+    std::sort(segments.begin(), segments.end(), by_writer);
+  }
   snap->segments_ = std::move(segments);
 
   // Every block in commit order, so that the first definition of a series
@@ -147,21 +151,6 @@ Result<std::shared_ptr<SnapshotImpl>> SnapshotImpl::Build(
     std::sort(e->blocks.begin(), e->blocks.end(), [](const BlockRef& a, const BlockRef& b) {
       return std::tie(a.segment, a.offset) < std::tie(b.segment, b.offset);
     });
-    e->by_min_key.resize(e->blocks.size());
-    for (uint32_t i = 0; i < e->blocks.size(); ++i) e->by_min_key[i] = i;
-    std::sort(e->by_min_key.begin(), e->by_min_key.end(), [&](uint32_t a, uint32_t b) {
-      return e->blocks[a].header->min_key < e->blocks[b].header->min_key;
-    });
-    e->prefix_max.reserve(e->blocks.size());
-    for (uint32_t i : e->by_min_key) {
-      if (e->prefix_max.empty() ||
-          e->blocks[e->prefix_max.back()].header->max_key < e->blocks[i].header->max_key) {
-        e->prefix_max.push_back(i);
-      } else {
-        e->prefix_max.push_back(e->prefix_max.back());
-      }
-    }
-    e->max_tree = MaxKeyTree(e->blocks, e->by_min_key);
   }
   // Resume markers.
   if (auto it = snap->series_.find(kResumeSeries); it != snap->series_.end()) {
@@ -186,6 +175,60 @@ Result<std::shared_ptr<SnapshotImpl>> SnapshotImpl::Build(
     }
   }
   return snap;
+}
+
+void SnapshotImpl::SortByMinKey(const std::vector<BlockRef>& blocks, std::vector<uint32_t>* order) {
+  // Sorted by a 64-bit prefix of each key first, with the full comparison
+  // only between equal prefixes: comparing keys directly chases two pointers
+  // and a string per comparison, the better part of building a key order.
+  // The prefix orders as the key does: integer runs before string runs, an
+  // integer run by its value, a string run by its first 8 bytes as unsigned
+  // big-endian (what std::string's comparison orders by), zero-padded, so
+  // that a prefix that differs decides and an equal one does not.
+  struct Item {
+    uint64_t prefix;
+    uint32_t block;
+    bool string_run;
+  };
+  std::vector<Item> items;
+  items.reserve(order->size());
+  for (uint32_t b : *order) {
+    const RunId& run = blocks[b].header->min_key.run;
+    Item it{0, b, run.is_string()};
+    if (run.is_int()) {
+      it.prefix = static_cast<uint64_t>(run.int_value()) ^ (uint64_t{1} << 63);
+    } else {
+      const std::string& str = run.string_value();
+      for (size_t i = 0; i < 8; ++i) {
+        it.prefix = (it.prefix << 8) | (i < str.size() ? static_cast<uint8_t>(str[i]) : 0);
+      }
+    }
+    items.push_back(it);
+  }
+  std::sort(items.begin(), items.end(), [&](const Item& a, const Item& b) {
+    if (a.string_run != b.string_run) return b.string_run;
+    if (a.prefix != b.prefix) return a.prefix < b.prefix;
+    return blocks[a.block].header->min_key < blocks[b.block].header->min_key;
+  });
+  for (size_t i = 0; i < items.size(); ++i) (*order)[i] = items[i].block;
+}
+
+void SnapshotImpl::EnsureKeyOrder(const SeriesEntry& e) {
+  std::call_once(e.key_order_once, [&] {
+    e.by_min_key.resize(e.blocks.size());
+    for (uint32_t i = 0; i < e.blocks.size(); ++i) e.by_min_key[i] = i;
+    SortByMinKey(e.blocks, &e.by_min_key);
+    e.prefix_max.reserve(e.blocks.size());
+    for (uint32_t i : e.by_min_key) {
+      if (e.prefix_max.empty() ||
+          e.blocks[e.prefix_max.back()].header->max_key < e.blocks[i].header->max_key) {
+        e.prefix_max.push_back(i);
+      } else {
+        e.prefix_max.push_back(e.prefix_max.back());
+      }
+    }
+    e.max_tree = MaxKeyTree(e.blocks, e.by_min_key);
+  });
 }
 
 std::shared_ptr<LoadedSegment::LazyBlock> LoadedSegment::LazyBlockOf(uint32_t block,

@@ -123,12 +123,17 @@ class SnapshotImpl final : public Snapshot {
   };
   struct SeriesEntry {
     SeriesInfo info;
-    std::vector<BlockRef> blocks;      // sorted by (segment, offset)
-    std::vector<uint32_t> by_min_key;  // block indices sorted by min key
+    std::vector<BlockRef> blocks;  // sorted by (segment, offset)
+    // The blocks by key, for lookups and key resolution: built on the first
+    // read of the series (EnsureKeyOrder), not when the snapshot is built,
+    // so that opening or refreshing a store of many segments does not sort
+    // every series' blocks; then shared by every reader of the snapshot.
+    mutable std::once_flag key_order_once;
+    mutable std::vector<uint32_t> by_min_key;  // block indices sorted by min key
     // The block of largest max key among by_min_key[0..i]: where the ranges
     // do not nest, the few blocks before a key that reach it.
-    std::vector<uint32_t> prefix_max;
-    std::vector<uint32_t> max_tree;  // MaxKeyTree(by_min_key): where they do
+    mutable std::vector<uint32_t> prefix_max;
+    mutable std::vector<uint32_t> max_tree;  // MaxKeyTree(by_min_key): where they do
     mutable std::once_flag plan_once;
     mutable Status plan_status;
     mutable std::vector<PlanItem> plan;
@@ -157,6 +162,10 @@ class SnapshotImpl final : public Snapshot {
   // `order`'s order), each naming the block of largest max key below it
   // (kNoBlock for none), so a key past that max is in no block below.
   static constexpr uint32_t kNoBlock = UINT32_MAX;
+  // Builds by_min_key, prefix_max and max_tree of `e`, once.
+  static void EnsureKeyOrder(const SeriesEntry& e);
+  // `order` (block indices) sorted by their blocks' min keys.
+  static void SortByMinKey(const std::vector<BlockRef>& blocks, std::vector<uint32_t>* order);
   static std::vector<uint32_t> MaxKeyTree(const std::vector<BlockRef>& blocks,
                                           const std::vector<uint32_t>& order);
   // Appends to `out` the blocks among order[0, end) whose max key is at
