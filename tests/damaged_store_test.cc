@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -497,5 +498,64 @@ TEST(DamagedStoreSweepTest, EveryDamageOfEverySegmentIsExactOrLoud) {
       static_cast<unsigned long long>(fig.skip_loud), seconds);
   EXPECT_EQ(failures.failing(), 0u);
 }
+
+// A store of more segments than opening loads on one thread: damage is
+// still reported segment by segment, in name order, the rest served, and
+// every segment counted once, with the catalog and without it.
+TEST_F(DamagedStoreTest, SegmentsLoadedOnManyThreadsReportTheirDamageOneByOne) {
+  constexpr int kSegments = 700;  // past the 512 from which loading uses threads
+  {
+    ASSERT_OK_AND_ASSIGN(auto store, Store::Open(StorePath(), {.catalog_rewrite_segments = 0}));
+    for (int i = 0; i < kSegments; ++i) {
+      WriterOptions wo;
+      char id[16];
+      std::snprintf(id, sizeof id, "t%04d", i);
+      wo.writer_id = id;
+      ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter(wo));
+      ASSERT_OK(w->Append(i, "x", 0, double(i * 1000)));
+      ASSERT_OK(w->Close());
+    }
+  }
+  {
+    ASSERT_OK_AND_ASSIGN(auto s, Store::Open(StorePath(), {.catalog_rewrite_segments = 0}));
+    ASSERT_OK(s->WriteCatalog().status());
+  }
+  // Damaged after the catalog was written: their entries are stale.
+  const std::vector<int> damaged = {3, 350, 699};
+  for (int i : damaged) {
+    char id[16];
+    std::snprintf(id, sizeof id, "t%04d", i);
+    Zero(SegmentPath(id, 1), 0, 128);
+  }
+  for (bool catalog : {false, true}) {
+    SCOPED_TRACE(catalog ? "with the catalog" : "without it");
+    EXPECT_THAT(Store::Open(StorePath(), {.read_only = true, .use_catalog = catalog}).status(),
+                StatusIsWith(StatusCode::kCorruption, "segments/t0003-00000001.rss: offset 0"));
+    ASSERT_OK_AND_ASSIGN(auto store, Store::Open(StorePath(), {.read_only = true,
+                                                               .on_damaged = OnDamaged::kSkip,
+                                                               .use_catalog = catalog}));
+    const RefreshStats st = store->last_refresh();
+    EXPECT_EQ(st.segments, kSegments - damaged.size());
+    EXPECT_EQ(st.from_catalog + st.from_footer, kSegments - damaged.size());
+    EXPECT_EQ(st.from_catalog, catalog ? kSegments - damaged.size() : 0u);
+    auto snap = store->GetSnapshot();
+    ASSERT_EQ(snap->DamagedSegments().size(), damaged.size());
+    for (size_t k = 0; k < damaged.size(); ++k) {
+      char file[48];
+      std::snprintf(file, sizeof file, "segments/t%04d-00000001.rss", damaged[k]);
+      EXPECT_EQ(snap->DamagedSegments()[k].file, file);
+    }
+    for (int i = 0; i < kSegments; ++i) {
+      auto v = snap->Get(i, "x", 0);
+      if (std::find(damaged.begin(), damaged.end(), i) != damaged.end()) {
+        EXPECT_THAT(v, StatusIs(StatusCode::kNotFound)) << i;
+      } else {
+        ASSERT_TRUE(v.ok()) << i << ": " << v.status().ToString();
+        EXPECT_EQ(v->scalar<double>(), double(i * 1000));
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace runstore

@@ -126,6 +126,11 @@ class Env {
     if (!size.ok()) return size.status();
     return FileInfo{*size, 0, 0};
   }
+  // GetFileInfo of dir/name for each of `names`, in their order: what
+  // opening a store of many segments asks. By default one GetFileInfo each;
+  // the POSIX Env resolves `dir` once and each name relative to it.
+  virtual std::vector<Result<FileInfo>> GetChildrenInfo(const std::string& dir,
+                                                        std::span<const std::string> names);
   // Creates one directory level. AlreadyExists if it exists.
   virtual Status CreateDir(const std::string& path) = 0;
   virtual Status RemoveFile(const std::string& path) = 0;

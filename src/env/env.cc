@@ -3,11 +3,20 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "env/path.h"
 
 namespace runstore {
 namespace {}  // namespace
+
+std::vector<Result<FileInfo>> Env::GetChildrenInfo(const std::string& dir,
+                                                   std::span<const std::string> names) {
+  std::vector<Result<FileInfo>> out;
+  out.reserve(names.size());
+  for (const std::string& name : names) out.push_back(GetFileInfo(dir + "/" + name));
+  return out;
+}
 
 Result<std::string> ReadFileToString(Env* env, const std::string& path) {
   RUNSTORE_ASSIGN_OR_RETURN(const std::unique_ptr<RandomAccessFile> file,

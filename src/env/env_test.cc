@@ -321,6 +321,25 @@ TEST_P(EnvTest, GetChildrenListsNamesOfFilesAndDirectories) {
   EXPECT_THAT(children, UnorderedElementsAre("nested"));
 }
 
+TEST_P(EnvTest, GetChildrenInfoGivesEachNamesInfoOrItsOwnError) {
+  WriteFile(Path("a"), "1");
+  WriteFile(Path("bb"), "22");
+  const std::vector<std::string> names = {"bb", "missing", "a"};
+  const std::vector<Result<FileInfo>> infos = env_->GetChildrenInfo(root_, names);
+  ASSERT_EQ(infos.size(), 3u);
+  for (size_t i : {0, 2}) {
+    ASSERT_OK(infos[i]);
+    ASSERT_OK_AND_ASSIGN(FileInfo one, env_->GetFileInfo(Path(names[i])));
+    EXPECT_EQ(*infos[i], one) << names[i];
+  }
+  EXPECT_EQ(infos[0]->size, 2u);
+  EXPECT_THAT(infos[1], StatusIsWith(StatusCode::kNotFound, Path("missing")));
+  // A directory that cannot be opened: each name reports it.
+  const std::vector<Result<FileInfo>> none = env_->GetChildrenInfo(Path("nodir"), names);
+  ASSERT_EQ(none.size(), 3u);
+  for (const auto& r : none) EXPECT_THAT(r, StatusIs(StatusCode::kNotFound));
+}
+
 TEST_P(EnvTest, RenameReplacesTargetWhileItsReaderKeepsOldBytes) {
   WriteFile(Path("from"), "new contents");
   WriteFile(Path("to"), "old");

@@ -353,9 +353,31 @@ class PosixEnv final : public Env {
   Result<FileInfo> GetFileInfo(const std::string& path) override {
     struct stat st;
     if (::stat(path.c_str(), &st) != 0) return ErrnoStatus(path + ": stat", errno);
+    return InfoOf(st);
+  }
+
+  static FileInfo InfoOf(const struct stat& st) {
     return FileInfo{static_cast<uint64_t>(st.st_size),
                     int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec,
                     static_cast<uint64_t>(st.st_ino)};
+  }
+
+  std::vector<Result<FileInfo>> GetChildrenInfo(const std::string& dir,
+                                                std::span<const std::string> names) override {
+    const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return Env::GetChildrenInfo(dir, names);  // each reports its own error
+    std::vector<Result<FileInfo>> out;
+    out.reserve(names.size());
+    for (const std::string& name : names) {
+      struct stat st;
+      if (::fstatat(fd, name.c_str(), &st, 0) != 0) {
+        out.push_back(ErrnoStatus(dir + "/" + name + ": stat", errno));
+      } else {
+        out.push_back(InfoOf(st));
+      }
+    }
+    ::close(fd);
+    return out;
   }
 
   Status CreateDir(const std::string& path) override {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <list>
 #include <random>
 
 #include "util/coding.h"
@@ -30,8 +31,16 @@ class RecordingFile final : public RandomAccessFile {
       reads_->overflowed = true;
       reads_->ranges.clear();
       reads_->ranges.shrink_to_fit();
+      reads_->owner.reset();
+      kept_ = nullptr;
     } else {
-      reads_->ranges.emplace_back(offset, std::string(*result));
+      if (!kept_) {
+        auto kept = std::make_shared<std::list<std::string>>();
+        kept_ = kept.get();
+        reads_->owner = std::move(kept);
+      }
+      // A list: its strings never move, so the views stay valid.
+      reads_->ranges.emplace_back(offset, kept_->emplace_back(*result));
     }
     return Status::OK();
   }
@@ -48,6 +57,7 @@ class RecordingFile final : public RandomAccessFile {
   const RandomAccessFile& base_;
   SegmentReads* const reads_;
   mutable uint64_t recorded_ = 0;
+  mutable std::list<std::string>* kept_ = nullptr;  // held by reads_->owner
 };
 
 class ReplayFile final : public RandomAccessFile {
@@ -86,8 +96,9 @@ std::unique_ptr<RandomAccessFile> NewReplayFile(std::shared_ptr<const SegmentRea
 }
 
 const CatalogEntry* Catalog::Find(std::string_view name) const {
-  auto it = entries_.find(name);
-  return it == entries_.end() ? nullptr : &it->second;
+  auto it = std::lower_bound(entries_.begin(), entries_.end(), name,
+                             [](const auto& e, std::string_view n) { return e.first < n; });
+  return it == entries_.end() || it->first != name ? nullptr : &it->second;
 }
 
 Result<std::shared_ptr<const Catalog>> Catalog::Read(Env* env, const std::string& store_path) {
@@ -98,11 +109,14 @@ Result<std::shared_ptr<const Catalog>> Catalog::Read(Env* env, const std::string
     return Status::Corruption(path + ": " + what + "; the catalog is ignored");
   };
   if (size < kCatalogHeaderSize) return bad("shorter than its header");
-  // The whole file at once: the size bounds every allocation below.
-  std::string buf(size, '\0');
+  // The whole file at once, into one buffer that the entries point into:
+  // the size bounds every allocation below.
+  std::shared_ptr<char[]> buf(new char[size]);
   std::string_view got;
-  RUNSTORE_RETURN_IF_ERROR(file->Read(0, size, buf.data(), &got));
+  RUNSTORE_RETURN_IF_ERROR(file->Read(0, size, buf.get(), &got));
   if (got.size() != size) return bad("changed while it was read");
+  if (got.data() != buf.get()) std::memcpy(buf.get(), got.data(), size);
+  got = std::string_view(buf.get(), size);
   const char* p = got.data();
   if (std::memcmp(p, kCatalogMagic, 8) != 0) return bad("not a runstore catalog (bad magic)");
   if (DecodeFixed<uint64_t>(p + 40) != Checksum(p, 40)) return bad("header checksum mismatch");
@@ -117,6 +131,9 @@ Result<std::shared_ptr<const Catalog>> Catalog::Read(Env* env, const std::string
   const std::string_view body = got.substr(kCatalogHeaderSize);
   if (Checksum(body) != DecodeFixed<uint64_t>(p + 32)) return bad("checksum mismatch");
   auto catalog = std::make_shared<Catalog>();
+  catalog->bytes_ = buf;
+  constexpr uint64_t kMinEntryBytes = 42;  // an empty name and no ranges
+  catalog->entries_.reserve(std::min<uint64_t>(count, body.size() / kMinEntryBytes));
   Decoder d(body);
   for (uint64_t i = 0; i < count; ++i) {
     std::string_view name;
@@ -134,12 +151,17 @@ Result<std::shared_ptr<const Catalog>> Catalog::Read(Env* env, const std::string
       if (!d.Get(&offset) || !d.Get(&len) || len > d.remaining() || !d.GetBytes(len, &bytes)) {
         return bad("entry " + std::to_string(i) + " is damaged");
       }
-      reads->ranges.emplace_back(offset, std::string(bytes));
+      reads->ranges.emplace_back(offset, bytes);
     }
+    reads->owner = buf;
     e.reads = std::move(reads);
-    if (!catalog->entries_.emplace(std::string(name), std::move(e)).second) {
-      return bad("segment " + std::string(name) + " appears twice");
+    // Written from a sorted map: names ascend, each once.
+    if (!catalog->entries_.empty() && !(catalog->entries_.back().first < name)) {
+      return bad(catalog->entries_.back().first == name
+                     ? "segment " + std::string(name) + " appears twice"
+                     : "entry " + std::to_string(i) + " is out of order");
     }
+    catalog->entries_.emplace_back(name, std::move(e));
   }
   if (d.remaining() != 0) return bad("trailing bytes after its entries");
   return std::shared_ptr<const Catalog>(std::move(catalog));

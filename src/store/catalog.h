@@ -26,7 +26,11 @@ inline constexpr char kCatalogName[] = "CATALOG";
 // file's size then.
 struct SegmentReads {
   uint64_t size = 0;
-  std::vector<std::pair<uint64_t, std::string>> ranges;  // (offset, bytes)
+  // (offset, bytes); the bytes are held by `owner`: the recorded reads, or
+  // the whole catalog file they were read from, shared by all its entries
+  // (one buffer instead of an allocation per range).
+  std::vector<std::pair<uint64_t, std::string_view>> ranges;
+  std::shared_ptr<const void> owner;
   // Loading read more than a catalog keeps of a segment (a sealed segment
   // whose damaged footer sent the reader to recovery): ranges is empty.
   bool overflowed = false;
@@ -65,11 +69,14 @@ class Catalog {
                       const std::map<std::string, CatalogEntry>& entries);
 
   const CatalogEntry* Find(std::string_view name) const;
-  const std::map<std::string, CatalogEntry, std::less<>>& entries() const { return entries_; }
+  // By segment file name, sorted; the names are views into the catalog's
+  // bytes, which the entries' reads keep alive.
+  const std::vector<std::pair<std::string_view, CatalogEntry>>& entries() const { return entries_; }
   size_t size() const { return entries_.size(); }
 
  private:
-  std::map<std::string, CatalogEntry, std::less<>> entries_;
+  std::vector<std::pair<std::string_view, CatalogEntry>> entries_;
+  std::shared_ptr<const char[]> bytes_;  // the file, which entries_ point into
 };
 
 }  // namespace runstore

@@ -8,6 +8,7 @@
 #include <dirent.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -204,6 +205,94 @@ TEST(CatalogTest, ADamagedCatalogIsIgnored) {
     EXPECT_EQ(Read(ro.get()), want);
   }
   EXPECT_THAT(Catalog::Read(Env::Default(), path), StatusIsWith(StatusCode::kNotSupported, "2"));
+}
+
+// Opening a store of more segments than are loaded on one thread (512)
+// gives what opening it segment by segment gives, from the catalog and from
+// the footers, and a refresh that adds segments sees them (the suite runs
+// this under ThreadSanitizer too).
+TEST(CatalogTest, ManySegmentsLoadedOnThreadsReadAsOnOne) {
+  TempDir dir;
+  const std::string path = dir.path() + "/store";
+  ASSERT_OK_AND_ASSIGN(auto store, Store::Open(path, {.catalog_rewrite_segments = 0}));
+  WriteSegments(store.get(), "a", 300);
+  WriteSegments(store.get(), "b", 300, 300);
+  ASSERT_OK_AND_ASSIGN(auto reader, Store::Open(path, {.read_only = true}));
+  const Contents want = Read(reader.get());
+  EXPECT_EQ(want.size(), 1200u);
+  ASSERT_OK(store->WriteCatalog().status());
+  for (bool catalog : {true, false}) {
+    ASSERT_OK_AND_ASSIGN(auto ro, Store::Open(path, {.read_only = true, .use_catalog = catalog}));
+    EXPECT_EQ(ro->last_refresh().segments, 600u);
+    EXPECT_EQ(ro->last_refresh().from_catalog, catalog ? 600u : 0u);
+    EXPECT_EQ(Read(ro.get()), want);
+    for (int i : {0, 299, 300, 599}) {
+      ASSERT_OK_AND_ASSIGN(Value v, ro->GetSnapshot()->Get(RunRef(HashedId(i)), "loss", 0));
+      EXPECT_EQ(v.scalar<double>(), 0.25 * i);
+    }
+  }
+  // 600 more: the refresh loads only those, on threads too.
+  WriteSegments(store.get(), "c", 600, 600);
+  ASSERT_OK(reader->Refresh());
+  EXPECT_EQ(reader->last_refresh().unchanged, 600u);
+  EXPECT_EQ(reader->last_refresh().from_footer, 600u);
+  EXPECT_EQ(Read(reader.get()).size(), 2400u);
+}
+
+// Entries are written sorted by name; a catalog whose entries are out of
+// order or name a segment twice (crafted, checksums valid) is damaged, and
+// lookups of a good one find every entry by name and no other.
+TEST(CatalogTest, EntriesOutOfOrderOrTwiceMakeTheCatalogDamaged) {
+  TempDir dir;
+  const std::string path = dir.path() + "/store";
+  ASSERT_OK_AND_ASSIGN(auto store, Store::Open(path, {.catalog_rewrite_segments = 0}));
+  WriteSegments(store.get(), "a", 3);
+  ASSERT_OK(store->WriteCatalog().status());
+  ASSERT_OK_AND_ASSIGN(auto catalog, Catalog::Read(Env::Default(), path));
+  ASSERT_EQ(catalog->size(), 3u);
+  std::vector<std::string> names;
+  for (const auto& [name, e] : catalog->entries()) names.emplace_back(name);
+  EXPECT_TRUE(std::is_sorted(names.begin(), names.end()));
+  for (const std::string& n : names) {
+    const CatalogEntry* e = catalog->Find(n);
+    ASSERT_NE(e, nullptr) << n;
+    EXPECT_GT(e->reads->ranges.size(), 0u);
+  }
+  EXPECT_EQ(catalog->Find(names[0] + "x"), nullptr);
+  EXPECT_EQ(catalog->Find(""), nullptr);
+  EXPECT_EQ(catalog->Find("zzz"), nullptr);
+  // One entry's bytes each, from catalogs of one entry.
+  std::vector<std::string> bodies;
+  for (const auto& [name, e] : catalog->entries()) {
+    ASSERT_OK(Catalog::Write(Env::Default(), path, {{std::string(name), e}}));
+    std::ifstream in(path + "/CATALOG", std::ios::binary);
+    bodies.emplace_back(std::string(std::istreambuf_iterator<char>(in), {}).substr(48));
+  }
+  auto craft = [&](const std::vector<int>& order) {
+    std::string body;
+    for (int i : order) body += bodies[i];
+    std::string header("RSCATAL\n", 8);
+    PutFixed<uint32_t>(&header, 1);
+    PutFixed<uint32_t>(&header, 0);
+    PutFixed<uint64_t>(&header, order.size());
+    PutFixed<uint64_t>(&header, body.size());
+    PutFixed<uint64_t>(&header, Checksum(body));
+    PutFixed<uint64_t>(&header, Checksum(header));
+    std::ofstream(path + "/CATALOG", std::ios::binary | std::ios::trunc) << header + body;
+  };
+  craft({0, 1, 2});
+  ASSERT_OK_AND_ASSIGN(auto crafted, Catalog::Read(Env::Default(), path));
+  EXPECT_EQ(crafted->size(), 3u);
+  craft({0, 2, 1});
+  EXPECT_THAT(Catalog::Read(Env::Default(), path),
+              StatusIsWith(StatusCode::kCorruption, "entry 2 is out of order"));
+  craft({0, 1, 1});
+  EXPECT_THAT(Catalog::Read(Env::Default(), path),
+              StatusIsWith(StatusCode::kCorruption, names[1] + " appears twice"));
+  // Either way the store opens from the segments themselves.
+  ASSERT_OK_AND_ASSIGN(auto ro, Store::Open(path, {.read_only = true}));
+  EXPECT_EQ(ro->last_refresh().from_catalog, 0u);
+  EXPECT_EQ(ro->last_refresh().from_footer, 3u);
 }
 
 // A snapshot maps a sealed segment on its first read: one removed before

@@ -1,9 +1,12 @@
 #include "runstore/store.h"
 
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <random>
+#include <thread>
 
 #include "env/path.h"
 #include "format/format.h"
@@ -25,6 +28,12 @@ constexpr char kSegmentsDir[] = "segments";
 // The marker is small: read at most this much of it, so that a huge file (or
 // a device) named RUNSTORE cannot make opening read or allocate without end.
 constexpr size_t kMaxMarkerBytes = 4096;
+
+// Segments to load before loading them on more than one thread pays (a
+// thread costs tens of microseconds, a segment a few, or a network round
+// trip for its stat on a shared file system), and the most threads used.
+constexpr size_t kParallelLoadSegments = 512;
+constexpr size_t kMaxLoadThreads = 8;
 
 Result<std::string> ReadMarker(Env* env, const std::string& path) {
   RUNSTORE_ASSIGN_OR_RETURN(auto file, env->NewRandomAccessFile(path));
@@ -114,18 +123,25 @@ class StoreImpl final : public Store, public CompactionHost {
   Status RefreshLocked() {
     const std::string dir = path_ + "/" + kSegmentsDir;
     RefreshStats stats;
+    // The catalog is read once, at Open (later refreshes read only segments
+    // new to them), on a thread of its own while segments/ is listed: both
+    // take tens of milliseconds in a store of 100,000 segments.
+    std::thread catalog_reader;
     if (!catalog_read_ && options_.use_catalog) {
-      // Read once, at Open: later refreshes read only segments new to them.
       catalog_read_ = true;
-      auto c = Catalog::Read(env_, path_);
-      if (c.ok()) {
-        catalog_ = std::move(c).value();
-        catalog_size_ = catalog_->size();
-      }
-      // A missing or damaged catalog only costs time: every segment is read.
+      catalog_reader = std::thread([this] {
+        auto c = Catalog::Read(env_, path_);
+        if (c.ok()) {
+          catalog_ = std::move(c).value();
+          catalog_size_ = catalog_->size();
+        }
+        // A missing or damaged catalog only costs time: every segment is read.
+      });
     }
-    RUNSTORE_ASSIGN_OR_RETURN(auto children, env_->GetChildren(dir));
-    std::sort(children.begin(), children.end());
+    auto children = env_->GetChildren(dir);
+    if (catalog_reader.joinable()) catalog_reader.join();
+    if (!children.ok()) return children.status();
+    std::sort(children->begin(), children->end());
     std::map<std::string, std::shared_ptr<const LoadedSegment>> next;
     std::vector<DamagedSegment> damaged;
     // Damage is local: a segment that cannot be read is reported by name,
@@ -136,26 +152,30 @@ class StoreImpl final : public Store, public CompactionHost {
       damaged.push_back(DamagedSegment{rel, std::move(s)});
       return Status::OK();
     };
-    for (const auto& name : children) {
-      std::string writer_id;
-      uint64_t seq;
-      if (!format::ParseSegmentFileName(name, &writer_id, &seq)) continue;
-      const std::string rel = std::string(kSegmentsDir) + "/" + name;
+    std::vector<ToLoad> to_load;
+    for (const auto& name : *children) {
+      ToLoad t{name, {}, 0, nullptr};
+      if (!format::ParseSegmentFileName(name, &t.writer_id, &t.seq)) continue;
       auto old = loaded_.find(name);
       if (old != loaded_.end() && old->second->index.sealed) {
         next[name] = old->second;
         ++stats.unchanged;
         continue;
       }
-      auto loaded =
-          LoadSegment(name, writer_id, seq, old == loaded_.end() ? nullptr : old->second, &stats);
-      if (!loaded.ok()) {
-        if (loaded.status().code() == StatusCode::kNotFound) continue;  // removed meanwhile
-        if (!IsDamage(loaded.status())) return loaded.status();
-        RUNSTORE_RETURN_IF_ERROR(damage(rel, loaded.status()));
+      if (old != loaded_.end()) t.old = old->second;
+      to_load.push_back(std::move(t));
+    }
+    auto loaded = LoadSegments(to_load, &stats);
+    for (size_t i = 0; i < to_load.size(); ++i) {
+      const std::string& name = to_load[i].name;
+      if (!loaded[i]->ok()) {
+        const Status& s = loaded[i]->status();
+        if (s.code() == StatusCode::kNotFound) continue;  // removed meanwhile
+        if (!IsDamage(s)) return s;
+        RUNSTORE_RETURN_IF_ERROR(damage(std::string(kSegmentsDir) + "/" + name, s));
         continue;
       }
-      next[name] = std::move(loaded).value();
+      next[name] = std::move(*loaded[i]).value();
     }
     // A segment that a later segment of its writer names as sealed must be
     // sealed: one without its seal was cut or damaged, not left open by a
@@ -247,14 +267,63 @@ class StoreImpl final : public Store, public CompactionHost {
     return s.code() == StatusCode::kCorruption || s.code() == StatusCode::kIOError;
   }
 
+  struct ToLoad {
+    std::string name;
+    std::string writer_id;
+    uint64_t seq;
+    std::shared_ptr<const LoadedSegment> old;  // its state at the last refresh
+  };
+  // LoadSegment of each, in order of `to_load`; on several threads when
+  // there are many (each segment is loaded on its own, so the order of the
+  // loads does not matter), the counts of all added to `stats`.
+  std::vector<std::optional<Result<std::shared_ptr<const LoadedSegment>>>> LoadSegments(
+      const std::vector<ToLoad>& to_load, RefreshStats* stats) {
+    std::vector<std::optional<Result<std::shared_ptr<const LoadedSegment>>>> out(to_load.size());
+    const size_t threads = std::min({kMaxLoadThreads, to_load.size() / kParallelLoadSegments,
+                                     std::max<size_t>(2, std::thread::hardware_concurrency())});
+    const std::string dir = path_ + "/" + kSegmentsDir;
+    std::atomic<size_t> next{0};
+    std::vector<RefreshStats> counts(std::max<size_t>(threads, 1));
+    auto work = [&](RefreshStats* st) {
+      constexpr size_t kBatch = 64;  // segments taken at a time
+      std::vector<std::string> names;
+      for (size_t b; (b = next.fetch_add(kBatch)) < to_load.size();) {
+        const size_t e = std::min(b + kBatch, to_load.size());
+        names.clear();
+        for (size_t i = b; i < e; ++i) names.push_back(to_load[i].name);
+        std::vector<Result<FileInfo>> infos = env_->GetChildrenInfo(dir, names);
+        for (size_t i = b; i < e; ++i) {
+          const ToLoad& t = to_load[i];
+          out[i] = LoadSegment(t.name, t.writer_id, t.seq, t.old, st, false, &infos[i - b]);
+        }
+      }
+    };
+    if (threads <= 1) {
+      work(stats);
+      return out;
+    }
+    std::vector<std::thread> pool;
+    for (size_t k = 1; k < threads; ++k) pool.emplace_back(work, &counts[k]);
+    work(&counts[0]);
+    for (std::thread& th : pool) th.join();
+    for (const RefreshStats& c : counts) {
+      stats->from_catalog += c.from_catalog;
+      stats->from_footer += c.from_footer;
+      stats->recovered += c.recovered;
+      stats->unchanged += c.unchanged;
+    }
+    return out;
+  }
+
   // Loads segment `name` of `writer_id`: continues from `old` (its state at
   // the last refresh) when given; else from the catalog, if its entry is for
   // this very file (same size, modification time and inode) and `no_catalog`
-  // is not set; else from a new handle.
+  // is not set; else from a new handle. `file_info`: the file's GetFileInfo,
+  // if already asked.
   Result<std::shared_ptr<const LoadedSegment>> LoadSegment(
       const std::string& name, const std::string& writer_id, uint64_t seq,
-      const std::shared_ptr<const LoadedSegment>& old, RefreshStats* stats,
-      bool no_catalog = false) {
+      const std::shared_ptr<const LoadedSegment>& old, RefreshStats* stats, bool no_catalog = false,
+      const Result<FileInfo>* file_info = nullptr) {
     const std::string rel = std::string(kSegmentsDir) + "/" + name;
     auto seg = std::make_shared<LoadedSegment>();
     seg->file = rel;
@@ -281,7 +350,7 @@ class StoreImpl final : public Store, public CompactionHost {
       seg->SetOpen(old->handle, std::move(map));
       return finish();
     }
-    Result<FileInfo> info = env_->GetFileInfo(seg->path);
+    Result<FileInfo> info = file_info ? *file_info : env_->GetFileInfo(seg->path);
     if (!info.ok()) return info.status();
     seg->info = *info;
     if (const CatalogEntry* e = catalog_ && !no_catalog ? catalog_->Find(name) : nullptr;
