@@ -325,7 +325,8 @@ TEST(SortByMinKeyTest, OrdersAsTheKeysDo) {
                              RunId(std::string("abcdefgh\x01")),
                              RunId(std::string("abcdefgh\0")),
                              RunId(std::string("\xff")),
-                             RunId(std::string("\x80abc")),
+                             RunId(std::string("\x80"
+                                               "abc")),
                              RunId(std::string("\x7f"))};
   for (int i = 0; i < 200; ++i) runs.emplace_back(HashedId(i));
   for (int i = 0; i < 50; ++i)
