@@ -112,6 +112,14 @@ class Env {
                                                                 bool exclusive) = 0;
   virtual Result<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(
       const std::string& path) = 0;
+  // Creates `to` exclusively (AlreadyExists if it exists) holding the first
+  // `length` bytes of `from` (IOError if it has fewer), and returns it open
+  // at its end, not yet synced: the copy step of publishing a staged segment.
+  // By default written from a mapping of `from`; the POSIX Env copies in the
+  // kernel (copy_file_range: no pages mapped into the process, and done by
+  // the server on NFS 4.2).
+  virtual Result<std::unique_ptr<WritableFile>> NewCopyOf(const std::string& from, uint64_t length,
+                                                          const std::string& to);
 
   // OK if path exists; NotFound if not; IOError on other failures.
   virtual Status FileExists(const std::string& path) = 0;

@@ -1,6 +1,7 @@
 // Helpers declared in runstore/env.h that work over any Env.
 #include "runstore/env.h"
 
+#include <algorithm>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -9,6 +10,31 @@
 
 namespace runstore {
 namespace {}  // namespace
+
+Result<std::unique_ptr<WritableFile>> Env::NewCopyOf(const std::string& from, uint64_t length,
+                                                     const std::string& to) {
+  RUNSTORE_ASSIGN_OR_RETURN(auto in, NewRandomAccessFile(from));
+  RUNSTORE_ASSIGN_OR_RETURN(uint64_t size, in->Size());
+  if (size < length) return ShorterThanCopy(from, size, length);
+  RUNSTORE_ASSIGN_OR_RETURN(auto out, NewWritableFile(to, /*exclusive=*/true));
+  Status s;
+  if (length > 0) {
+    auto map = in->Map(length);
+    s = map.status();
+    constexpr uint64_t kChunk = uint64_t{4} << 20;
+    for (uint64_t off = 0; off < length && s.ok();) {
+      const size_t n = static_cast<size_t>(std::min(kChunk, length - off));
+      s = out->Append(std::string_view((*map)->data() + off, n));
+      off += n;
+    }
+  }
+  if (!s.ok()) {
+    (void)out->Close();
+    (void)RemoveFile(to);
+    return s;
+  }
+  return out;
+}
 
 std::vector<Result<FileInfo>> Env::GetChildrenInfo(const std::string& dir,
                                                    std::span<const std::string> names) {

@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <random>
 #include <string>
@@ -340,6 +342,34 @@ TEST_P(EnvTest, GetChildrenInfoGivesEachNamesInfoOrItsOwnError) {
   for (const auto& r : none) EXPECT_THAT(r, StatusIs(StatusCode::kNotFound));
 }
 
+TEST_P(EnvTest, NewCopyOfCopiesAPrefixIntoANewFileOpenAtItsEnd) {
+  std::string data(9u << 20, '\0');  // past the 4 MiB a copy moves at a time
+  std::mt19937_64 rng(testing::TestSeed());
+  for (char& c : data) c = static_cast<char>(rng());
+  WriteFile(Path("src"), data);
+  for (uint64_t length : {uint64_t{0}, uint64_t{1}, uint64_t{4u << 20}, uint64_t{data.size() - 7},
+                          uint64_t{data.size()}}) {
+    SCOPED_TRACE(length);
+    const std::string to = Path("copy" + std::to_string(length));
+    ASSERT_OK_AND_ASSIGN(auto out, env_->NewCopyOf(Path("src"), length, to));
+    EXPECT_EQ(out->Size(), length);
+    ASSERT_OK(out->Append("tail"));
+    ASSERT_OK(out->Sync());
+    ASSERT_OK(out->Close());
+    EXPECT_TRUE(ReadAll(to) == data.substr(0, length) + "tail");
+    // The name is taken: a second copy to it is refused and changes nothing.
+    EXPECT_THAT(env_->NewCopyOf(Path("src"), length, to).status(),
+                StatusIs(StatusCode::kAlreadyExists));
+    EXPECT_EQ(ReadAll(to).size(), length + 4);
+  }
+  EXPECT_THAT(env_->NewCopyOf(Path("src"), data.size() + 1, Path("long")).status(),
+              StatusIsWith(StatusCode::kIOError,
+                           "fewer than the " + std::to_string(data.size() + 1) + " to copy"));
+  EXPECT_THAT(env_->FileExists(Path("long")), StatusIs(StatusCode::kNotFound));
+  EXPECT_THAT(env_->NewCopyOf(Path("absent"), 0, Path("x")).status(),
+              StatusIs(StatusCode::kNotFound));
+}
+
 TEST_P(EnvTest, RenameReplacesTargetWhileItsReaderKeepsOldBytes) {
   WriteFile(Path("from"), "new contents");
   WriteFile(Path("to"), "old");
@@ -421,6 +451,24 @@ TEST_P(EnvTest, ReaderRunsConcurrentlyWithTheWriter) {
   }
   append.join();
   ASSERT_OK(writer->Close());
+}
+
+// Between two file systems (tmpfs and the test directory's) the kernel may
+// refuse copy_file_range (EXDEV): the copy goes through a buffer instead.
+TEST(PosixEnvTest, NewCopyOfAcrossFileSystemsCopiesThroughABuffer) {
+  if (!std::filesystem::is_directory("/dev/shm")) GTEST_SKIP() << "no /dev/shm";
+  testing::TempDir dir;
+  const std::string from = "/dev/shm/runstore-copy-test-" + std::to_string(::getpid());
+  std::string data(5u << 20, 'x');
+  for (size_t i = 0; i < data.size(); i += 4096) data[i] = static_cast<char>(i / 4096);
+  { std::ofstream(from, std::ios::binary) << data; }
+  Env* env = Env::Default();
+  auto out = env->NewCopyOf(from, data.size() - 3, dir.path() + "/to");
+  std::filesystem::remove(from);
+  ASSERT_OK(out);
+  ASSERT_OK((*out)->Close());
+  ASSERT_OK_AND_ASSIGN(std::string got, ReadFileToString(env, dir.path() + "/to"));
+  EXPECT_TRUE(got == data.substr(0, data.size() - 3));
 }
 
 TEST(PosixEnvTest, DefaultIsOneObject) { EXPECT_EQ(Env::Default(), Env::Default()); }

@@ -36,6 +36,11 @@ Status ErrnoStatus(const std::string& context, int err) {
   }
 }
 
+Status ShorterThanCopy(const std::string& from, uint64_t size, uint64_t length) {
+  return Status::IOError(from + ": has " + std::to_string(size) + " bytes, fewer than the " +
+                         std::to_string(length) + " to copy");
+}
+
 Status ClosedFileStatus(const std::string& path, const char* op) {
   return Status::FailedPrecondition(path + ": " + op + ": file is closed");
 }

@@ -22,6 +22,9 @@ std::string ParentDir(std::string_view path);
 // IOError, with err as the status's sys_errno.
 Status ErrnoStatus(const std::string& context, int err);
 
+// Env::NewCopyOf's IOError for a source of `size` bytes, fewer than `length`.
+Status ShorterThanCopy(const std::string& from, uint64_t size, uint64_t length);
+
 // FailedPrecondition for a call on a closed file.
 Status ClosedFileStatus(const std::string& path, const char* op);
 

@@ -144,6 +144,47 @@ class PosixWritableFile final : public WritableFile {
 
   uint64_t Size() const override { return size_; }
 
+  // Appends the first `length` bytes of the file open as `in` (EOF before
+  // them is an IOError naming `from`): in the kernel where the file systems
+  // allow it (copy_file_range), else through a buffer.
+  Status AppendCopyOf(int in, const std::string& from, uint64_t length) {
+    constexpr size_t kChunk = size_t{4} << 20;
+    uint64_t done = 0;
+    bool in_kernel = true;
+    std::vector<char> buf;
+    while (done < length) {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(kChunk, length - done));
+      ssize_t got;
+      if (in_kernel) {
+        // At the descriptor's own offset, which Append writes at next.
+        off_t in_off = static_cast<off_t>(done);
+        got = ::copy_file_range(in, &in_off, fd_, nullptr, n, 0);
+        if (got < 0 && done == 0 &&
+            (errno == ENOSYS || errno == EXDEV || errno == EINVAL || errno == EOPNOTSUPP)) {
+          in_kernel = false;  // not between these files: copy through a buffer
+          continue;
+        }
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0) return ErrnoStatus(path_ + ": copy from " + from, errno);
+      } else {
+        buf.resize(kChunk);
+        got = ::pread(in, buf.data(), n, static_cast<off_t>(done));
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0) return ErrnoStatus(from + ": read", errno);
+        if (got > 0) {
+          RUNSTORE_RETURN_IF_ERROR(Append(std::string_view(buf.data(), static_cast<size_t>(got))));
+          done += static_cast<uint64_t>(got);
+          continue;
+        }
+      }
+      if (got == 0) return ShorterThanCopy(from, done, length);  // shrank meanwhile
+      done += static_cast<uint64_t>(got);
+      size_ += static_cast<uint64_t>(got);
+      StartWriteback();
+    }
+    return Status::OK();
+  }
+
  private:
   // Appended bytes are handed to the disk a window at a time
   // (sync_file_range WRITE: start writeback, wait for nothing), as RocksDB's
@@ -289,6 +330,41 @@ class PosixEnv final : public Env {
       return ErrnoStatus(path + (exclusive ? ": create exclusively" : ": open for writing"), errno);
     }
     return std::unique_ptr<WritableFile>(new PosixWritableFile(path, fd));
+  }
+
+  Result<std::unique_ptr<WritableFile>> NewCopyOf(const std::string& from, uint64_t length,
+                                                  const std::string& to) override {
+    int in;
+    do {
+      in = ::open(from.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    } while (in < 0 && errno == EINTR);
+    if (in < 0) return ErrnoStatus(from + ": open for reading", errno);
+    struct stat st;
+    Status s;
+    if (::fstat(in, &st) != 0) {
+      s = ErrnoStatus(from + ": stat", errno);
+    } else if (!S_ISREG(st.st_mode)) {
+      s = Status::IOError(from + ": not a regular file");
+    } else if (static_cast<uint64_t>(st.st_size) < length) {
+      s = ShorterThanCopy(from, static_cast<uint64_t>(st.st_size), length);
+    }
+    if (!s.ok()) {
+      ::close(in);
+      return s;
+    }
+    auto out = NewWritableFile(to, /*exclusive=*/true);
+    if (!out.ok()) {
+      ::close(in);
+      return out.status();
+    }
+    s = static_cast<PosixWritableFile*>(out->get())->AppendCopyOf(in, from, length);
+    ::close(in);
+    if (!s.ok()) {
+      (void)(*out)->Close();
+      (void)RemoveFile(to);
+      return s;
+    }
+    return out;
   }
 
   Result<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(const std::string& path) override {

@@ -144,41 +144,17 @@ Result<Published> PublishSegment(Env* env, const std::string& source, uint64_t l
   // sync can tell a dead publisher's leftover from a live one's.
   const std::string temp = segments_dir + "/" + TempName(name, token);
   {
-    RUNSTORE_ASSIGN_OR_RETURN(auto in, env->NewRandomAccessFile(source));
-    auto out = env->NewWritableFile(temp, /*exclusive=*/true);
+    // Copied by the Env: in the kernel where it can (Env::NewCopyOf).
+    auto out = env->NewCopyOf(source, length, temp);
     if (!out.ok() && out.status().code() == StatusCode::kAlreadyExists) {
       // Our own leftover of an attempt that failed part way.
       RUNSTORE_RETURN_IF_ERROR(env->RemoveFile(temp));
-      out = env->NewWritableFile(temp, /*exclusive=*/true);
+      out = env->NewCopyOf(source, length, temp);
     }
-    RUNSTORE_RETURN_IF_ERROR(out.status());
-    // Written from a mapping of the staged file: one copy, by the kernel,
-    // instead of a read into a buffer and a write out of it.
-    Status s;
-    auto size = in->Size();
-    if (!size.ok()) {
-      s = size.status();
-    } else if (*size < length) {
-      s = Status::IOError(source + ": has " + std::to_string(*size) + " bytes, fewer than the " +
-                          std::to_string(length) + " to publish");
-    }
-    std::shared_ptr<const MappedRegion> map;
-    if (s.ok() && length > 0) {
-      auto m = in->Map(length);
-      if (m.ok()) {
-        map = std::move(m).value();
-      } else {
-        s = m.status();
-      }
-    }
-    for (uint64_t off = 0; off < length && s.ok();) {
-      const size_t n = static_cast<size_t>(std::min<uint64_t>(kCopyChunk, length - off));
-      s = (*out)->Append(std::string_view(map->data() + off, n));
-      off += n;
-    }
+    if (!out.ok()) return out.status().WithContext("publishing " + source + " as " + target);
     // 2. Durable before the rename, or a power cut could leave the name
     // pointing at a short file.
-    if (s.ok()) s = (*out)->Sync();
+    Status s = (*out)->Sync();
     const Status c = (*out)->Close();
     if (s.ok()) s = c;
     if (!s.ok()) {
