@@ -44,11 +44,14 @@ class Writer:
         """Appends one value (typically a large array) under (run, name, step)."""
     def log_many(
         self,
-        runs: Sequence[_RunId] | npt.NDArray[np.integer[Any]],
+        runs: _RunId | Sequence[_RunId] | npt.NDArray[np.integer[Any]],
         steps: int | Sequence[int] | npt.NDArray[np.integer[Any]] | None = None,
         **columns: npt.ArrayLike,
     ) -> None:
-        """Vectorised log: record i is (runs[i], name, steps[i]) -> columns[name][i]."""
+        """Vectorised log: record i is (runs[i], name, steps[i]) -> columns[name][i].
+
+        ``runs`` may be one run id: every record is of that run.
+        """
     def define(
         self,
         name: str,

@@ -182,6 +182,18 @@ int64_t ToStep(PyObject* obj, const char* what, Py_ssize_t index) {
   return v;
 }
 
+bool IsOneRunId(PyObject* obj) {
+  return PyUnicode_Check(obj) || (PyLong_Check(obj) && !IsBool(obj)) ||
+         PyArray_IsScalar(obj, Integer);
+}
+
+Runs RepeatRun(nb::handle run, size_t n, const char* what) {
+  Runs out;
+  out.keep = nb::borrow(run);  // a str's bytes, viewed by every RunRef
+  out.refs.assign(n, ToRunRef(run.ptr(), what, 0));
+  return out;
+}
+
 Runs ParseRuns(nb::handle runs_obj, const char* what) {
   Runs out;
   PyObject* obj = runs_obj.ptr();

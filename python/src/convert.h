@@ -55,6 +55,11 @@ struct Runs {
   nb::object keep;
 };
 Runs ParseRuns(nb::handle runs, const char* what);
+// Whether `obj` is one run id (an int, a numpy integer scalar or a str)
+// rather than a sequence of them.
+bool IsOneRunId(PyObject* obj);
+// The run id `run` for each of `n` records (log_many with one run).
+Runs RepeatRun(nb::handle run, size_t n, const char* what);
 
 // The steps of `n` records: None (all 0), one step for all, or a sequence or
 // 1-d integer array of n steps. `data` points into `own` or `keep`.

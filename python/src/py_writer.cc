@@ -179,7 +179,35 @@ void PyWriter::Put(nb::handle run, nb::handle name, nb::handle value, nb::handle
 }
 
 void PyWriter::LogMany(nb::handle runs_obj, nb::handle steps_obj, nb::kwargs columns) {
-  Runs runs = ParseRuns(runs_obj, "log_many");
+  Runs runs;
+  if (IsOneRunId(runs_obj.ptr())) {
+    // One run for the whole batch: as many records as steps, else as the
+    // first column has values.
+    PyObject* steps = steps_obj.ptr();
+    PyObject* sized = nullptr;
+    if (PyArray_Check(steps) || (steps != Py_None && PySequence_Check(steps) &&
+                                 !PyUnicode_Check(steps) && !PyBytes_Check(steps))) {
+      sized = steps;
+    } else if (PyDict_GET_SIZE(columns.ptr()) > 0) {
+      Py_ssize_t pos = 0;
+      PyObject *key, *value;
+      PyDict_Next(columns.ptr(), &pos, &key, &value);
+      sized = value;
+    }
+    Py_ssize_t len = 0;
+    if (sized) {
+      len = PyObject_Length(sized);
+      if (len < 0) {
+        PyErr_Clear();
+        Throw(PyExc_TypeError,
+              "log_many: with one run id, steps or the columns must be sequences, got " +
+                  std::string(Py_TYPE(sized)->tp_name));
+      }
+    }
+    runs = RepeatRun(runs_obj, static_cast<size_t>(len), "log_many");
+  } else {
+    runs = ParseRuns(runs_obj, "log_many");
+  }
   const size_t n = runs.refs.size();
   Steps steps = ParseSteps(steps_obj, n, "log_many");
   PyObject* dict = columns.ptr();
@@ -354,18 +382,15 @@ void BindWriter(nb::module_& m) {
           "with the GIL released.")
       .def("log_many", &PyWriter::LogMany, "runs"_a.none(), "steps"_a.none() = nb::none(),
            "columns"_a,
-           nb::sig("def log_many(self, runs: typing.Sequence[int | str] | numpy.ndarray, "
-                   "steps: int | typing.Sequence[int] | numpy.ndarray | None = None, "
-                   "**columns: object) -> None"),
-           "Vectorised log: record i is (runs[i], name, steps[i]) -> columns[name][i]. ``runs`` is "
-           "a "
-           "sequence or 1-d array of ints/strs (an integer array is the fast path); ``steps`` is "
-           "None (all "
-           "0), an int, or an integer array of len(runs). A numeric column is an array whose first "
-           "axis has "
-           "len(runs) entries; a column of str, bytes or arrays of differing shapes is a list with "
-           "one "
-           "entry per run.")
+           nb::sig("def log_many(self, runs: int | str | typing.Sequence[int | str] | "
+                   "numpy.ndarray, steps: int | typing.Sequence[int] | numpy.ndarray | None = "
+                   "None, **columns: object) -> None"),
+           "Vectorised log: record i is (runs[i], name, steps[i]) -> columns[name][i]. ``runs`` "
+           "is one run id (an int or a str: every record is of that run, as many as ``steps`` "
+           "or the columns have) or a sequence or 1-d array of ints/strs (an integer array is "
+           "the fast path); ``steps`` is None (all 0), an int, or an integer array of len(runs). "
+           "A numeric column is an array whose first axis has len(runs) entries; a column of "
+           "str, bytes or arrays of differing shapes is a list with one entry per run.")
       .def(
           "define", &PyWriter::Define, "name"_a, "dtype"_a, "shape"_a = nb::none(),
           "variable_shape"_a = false, "codec"_a = nb::none(),

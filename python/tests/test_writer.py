@@ -230,6 +230,32 @@ def test_log_many_variants(store, rng):
     assert d["run"].dtype == object and sorted(map(str, d["run"].tolist())) == ["0", "1", "x"]
 
 
+def test_log_many_with_one_run_id_for_the_whole_batch(store):
+    """A run's curve in one call: one run id (int, numpy int or str, a hashed
+    experiment id among them), as many records as steps or values."""
+    steps = np.arange(1000, 1100)
+    with store.writer() as w:
+        w.log_many("e0123456789abcdef", steps=steps, reward=steps * 0.5, loss=-steps * 1.0)
+        w.log_many(7, steps=list(range(5)), reward=np.arange(5.0))
+        w.log_many(np.int64(8), reward=[1.0, 2.0, 3.0])  # steps None: all step 0, last wins
+        w.log_many("empty", steps=np.zeros(0, np.int64), reward=np.zeros(0))
+        with pytest.raises(TypeError, match="with one run id, steps or the columns must be"):
+            w.log_many("r", steps=3, reward=1.0)
+        with pytest.raises(ValueError):
+            w.log_many("r", steps=[0, 1, 2], reward=np.zeros(2))  # lengths differ
+    store.refresh()
+    d = store.scan("reward", runs=["e0123456789abcdef"])
+    assert d["step"].tolist() == steps.tolist()
+    assert d["value"].tolist() == (steps * 0.5).tolist()
+    assert set(d["run"].tolist()) == {"e0123456789abcdef"}
+    assert store.get("e0123456789abcdef", "loss", 1099) == -1099.0
+    assert store.scan("reward", runs=[7])["value"].tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]
+    assert store.get(8, "reward") == 3.0
+    assert "empty" not in store.runs() and "r" not in store.runs()
+    # A string run id is one run, never the sequence of its characters.
+    assert "e" not in store.runs()
+
+
 def test_define_variable_shape_and_codec(store):
     with store.writer() as w:
         w.define("img", np.uint8, variable_shape=True, codec="zstd")
