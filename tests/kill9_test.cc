@@ -722,6 +722,9 @@ TEST(Kill9Test, StagingWritersCompactionAndSyncAllKilledLoseNothing) {
   TempDir dir;
   const std::string path = dir.path() + "/store", staging = dir.path() + "/local";
   ASSERT_OK(Store::Open(path, {}).status());
+  // Node-local scratch exists before the job's processes start ($SLURM_TMPDIR):
+  // a sync started before the first staging writer must find it.
+  std::filesystem::create_directories(staging);
 
   const auto start = Clock::now();
   const double soak = SoakSeconds("RUNSTORE_CLUSTER_SOAK_SECONDS");
