@@ -368,6 +368,38 @@ void RegisterPlan(CLI::App& app, ChosenCommand* chosen) {
   });
 }
 
+void RegisterStatus(CLI::App& app, ChosenCommand* chosen) {
+  struct StatusOptions {
+    std::string store;
+    bool json = false;
+    double window = 300;
+    int top = 5;
+  };
+  auto o = std::make_shared<StatusOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "status", "Where a sweep stands: counts, rate, ETA, slowest and failed (the Python package)");
+  cmd->add_option("store", o->store, "Store directory")->required();
+  cmd->add_flag("--json", o->json, "Print the summary as JSON");
+  cmd->add_option("--window", o->window, "Seconds over which the rate is measured")
+      ->capture_default_str();
+  cmd->add_option("--top", o->top, "Rows per list")->capture_default_str();
+  cmd->footer(Footer(
+      "Counts of pending, running, done and failed experiments, the rate at which they\n"
+      "finished over the last --window seconds and the time left at that rate, the slowest\n"
+      "and the longest running, and the failed with the first line of their errors. Reads\n"
+      "one snapshot; never blocks the sweep's writers. Done by the Python package's runstore\n"
+      "command (pip install runstore); the C++ tool on its own says so and exits with 5.",
+      "  runstore status results/sweep\n  runstore status results/sweep --json --window 60"));
+  // The lambda keeps the options alive: the parser writes into them.
+  ChooseOnParse(cmd, "status", chosen, [o] {
+    return ReportError(
+        "status", Status::NotSupported("the C++ runstore tool on its own does not read experiment "
+                                       "status; 'status' is done by the Python package's runstore "
+                                       "command: pip install runstore, then run 'runstore status "
+                                       "STORE' from that environment"));
+  });
+}
+
 void RegisterExport(CLI::App& app, ChosenCommand* chosen) {
   CLI::App* export_cmd = app.add_subcommand(
       "export", "Export series or experiments to other formats (csv, tar, parquet)");

@@ -92,6 +92,7 @@ int Main(int argc, char** argv, std::string* command) {
   RegisterExport(app, &chosen);
   RegisterImport(app, &chosen);
   RegisterPlan(app, &chosen);
+  RegisterStatus(app, &chosen);
   RegisterSync(app, &chosen);
 
   try {

@@ -25,6 +25,7 @@ void RegisterExport(CLI::App& app, ChosenCommand* chosen);  // cmd_export.cc
 // `import` and its command tar.
 void RegisterImport(CLI::App& app, ChosenCommand* chosen);  // cmd_export.cc
 void RegisterPlan(CLI::App& app, ChosenCommand* chosen);    // cmd_export.cc
+void RegisterStatus(CLI::App& app, ChosenCommand* chosen);  // cmd_export.cc
 void RegisterSync(CLI::App& app, ChosenCommand* chosen);    // cmd_sync.cc
 
 }  // namespace runstore::cli

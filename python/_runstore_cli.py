@@ -1,12 +1,12 @@
 """The ``runstore`` command of an environment where the package is installed.
 
 Each command has one engine. The tar and Parquet exports and ``import tar`` are the package's
-own (:mod:`runstore._commands`, pandas and pyarrow do the work), and so is ``plan`` (the
-partition planner of :mod:`runstore.dask`); every other command (``info``,
-``ls``, ``cat``, ``get``, ``verify``, ``export csv``, ``--help``, ``--version``) is the compiled
-tool the wheel carries as ``runstore/_bin/runstore``, which this module becomes (``exec``), so
-that its output, exit codes and signals are the tool's own. ``python -m runstore`` is the same
-command.
+own (:mod:`runstore._commands`, pandas and pyarrow do the work), and so are ``plan`` (the
+partition planner of :mod:`runstore.dask`) and ``status`` (:mod:`runstore._status`); every
+other command (``info``, ``ls``, ``cat``, ``get``, ``verify``, ``export csv``, ``--help``,
+``--version``) is the compiled tool the wheel carries as ``runstore/_bin/runstore``, which this
+module becomes (``exec``), so that its output, exit codes and signals are the tool's own.
+``python -m runstore`` is the same command.
 
 A module beside the package rather than in it: importing anything of ``runstore`` imports the
 package, and with it numpy (about 0.1 s), which the commands of the tool do not need.
@@ -51,6 +51,15 @@ def main(argv: list[str] | None = None) -> int:
         args = [a for a in argv if a not in _GLOBAL_FLAGS]
         del args[args.index("plan")]
         return plan_main(args)
+    if words[:1] == ["status"]:
+        # From the experiments' status records (runstore._status).
+        from runstore._status import status_main
+
+        args = [a for a in argv if a not in _GLOBAL_FLAGS]
+        del args[args.index("status")]
+        if "--skip-damaged" in argv:
+            args.append("--skip-damaged")
+        return status_main(args)
     if tuple(words[:2]) in _PYTHON_COMMANDS or words[:1] == ["import"]:
         # The tool's global flags may come anywhere (`runstore --skip-damaged export tar ...`):
         # the exports take --skip-damaged as an option of their own, and --no-progress changes

@@ -1,0 +1,220 @@
+"""``runstore status STORE``: where a sweep stands, from the experiments' status records.
+
+Counts of pending, running, done and failed experiments; the rate at which experiments finished
+over the last minutes and the time left at that rate; the slowest experiments, the longest
+running ones and the failures with the first line of their errors. Read from one snapshot of
+the store (read-only: it never blocks or slows a sweep's writers), as text or ``--json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from typing import Any
+
+import numpy as np
+
+#: The states of an experiment, in the order they are reported.
+STATES = ("done", "running", "pending", "failed")
+
+
+def summary(store: Any, now: float | None = None, window_s: float = 300.0, top: int = 5) -> dict:
+    """Where the sweep of ``store`` stands, as a dict (what ``runstore status --json`` prints).
+
+    ``rate`` is experiments finished (done or failed) per second over the last ``window_s``
+    seconds before ``now`` (or since the first experiment started, if that is later);
+    ``eta_s`` is the pending and running experiments at that rate (None when nothing finished
+    in the window). ValueError for a store without experiments.
+    """
+    if window_s <= 0:
+        raise ValueError(f"window_s must be positive, got {window_s}")
+    st = store.status()
+    if len(st) == 0:
+        raise ValueError(
+            f"{store.path}: the store has no experiments (no design: "
+            "define_experiments or run_experiments writes one)"
+        )
+    now = time.time() if now is None else float(now)
+    state = st["state"].to_numpy()
+    counts = {s: int(np.count_nonzero(state == s)) for s in STATES}
+    started = st["started"].to_numpy(dtype=np.float64)
+    finished = st["finished"].to_numpy(dtype=np.float64)
+    ended = (state == "done") | (state == "failed")
+    first_start = float(np.nanmin(started)) if np.isfinite(started).any() else math.nan
+    span = window_s
+    if math.isfinite(first_start):
+        span = max(min(window_s, now - first_start), 1e-9)
+    in_window = ended & np.isfinite(finished) & (finished > now - window_s) & (finished <= now)
+    finished_in_window = int(np.count_nonzero(in_window))
+    rate = finished_in_window / span if math.isfinite(first_start) else 0.0
+    remaining = counts["pending"] + counts["running"]
+    eta_s = remaining / rate if rate > 0 else (0.0 if remaining == 0 else None)
+
+    ids = st["experiment"].to_numpy()
+    seconds = st["seconds"].to_numpy(dtype=np.float64)
+    hosts = st["host"].to_numpy()
+
+    def host(i: int) -> str | None:
+        h = hosts[i]
+        return None if h is None or (isinstance(h, float) and math.isnan(h)) else str(h)
+
+    done_idx = np.flatnonzero((state == "done") & np.isfinite(seconds))
+    slowest = [
+        {"experiment": _plain(ids[i]), "seconds": float(seconds[i]), "host": host(i)}
+        for i in done_idx[np.argsort(-seconds[done_idx], kind="stable")][:top]
+    ]
+    run_idx = np.flatnonzero((state == "running") & np.isfinite(started))
+    running = [
+        {"experiment": _plain(ids[i]), "running_s": float(now - started[i]), "host": host(i)}
+        for i in run_idx[np.argsort(started[run_idx], kind="stable")][:top]
+    ]
+    errors = st["error"].to_numpy()
+    attempts = st["attempt"].to_numpy()
+    failed = [
+        {
+            "experiment": _plain(ids[i]),
+            "attempt": int(attempts[i]),
+            "host": host(i),
+            "error": _first_line(errors[i]),
+        }
+        for i in np.flatnonzero(state == "failed")[:top]
+    ]
+    return {
+        "store": str(store.path),
+        "experiments": len(st),
+        "counts": counts,
+        "complete": remaining == 0,
+        "window_s": float(window_s),
+        "finished_in_window": finished_in_window,
+        "rate": rate,
+        "eta_s": eta_s,
+        "slowest": slowest,
+        "running": running,
+        "failed": failed,
+    }
+
+
+def _plain(v: Any) -> Any:
+    """A run id as JSON holds it: an int or a str."""
+    return int(v) if isinstance(v, (int, np.integer)) else str(v)
+
+
+def _first_line(error: Any) -> str:
+    """The line of a stored error that says what it was: the last line of a traceback
+    ("ValueError: ..."), else the first line of the message."""
+    if error is None or (isinstance(error, float) and math.isnan(error)):
+        return ""
+    lines = [ln for ln in str(error).strip().splitlines() if ln.strip()]
+    if not lines:
+        return ""
+    if lines[0].startswith("Traceback"):
+        return lines[-1].strip()
+    return lines[0].strip()
+
+
+def duration(s: float | None) -> str:
+    """``s`` seconds as a person reads them: "42 s", "3 min 5 s", "2 h 14 min"."""
+    if s is None or not math.isfinite(s):
+        return "unknown"
+    s = max(0.0, s)
+    if s < 60:
+        return f"{s:.1f} s" if s < 10 else f"{s:.0f} s"
+    m, sec = divmod(int(round(s)), 60)
+    if m < 60:
+        return f"{m} min {sec} s"
+    h, m = divmod(m, 60)
+    if h < 48:
+        return f"{h} h {m} min"
+    return f"{h // 24} d {h % 24} h"
+
+
+def format_summary(s: dict) -> str:
+    """The text ``runstore status`` prints for a :func:`summary`."""
+    n = s["experiments"]
+    width = len(f"{n:,}")
+    out = [f"{s['store']}: {n:,} experiments" + (", all finished" if s["complete"] else "")]
+    for state in STATES:
+        c = s["counts"][state]
+        out.append(f"  {state:<8} {c:>{width},}  {100.0 * c / n:5.1f}%")
+    window = duration(s["window_s"])
+    if s["complete"]:
+        out.append(f"rate: {s['finished_in_window']:,} finished in the last {window}")
+    elif s["rate"] > 0:
+        out.append(
+            f"rate: {_rate(s['rate'])} over the last {window} "
+            f"({s['finished_in_window']:,} finished); ETA {duration(s['eta_s'])}"
+        )
+    else:
+        out.append(f"rate: none finished in the last {window}; ETA unknown")
+    if s["slowest"]:
+        out.append("slowest:")
+        out += [_row(e["experiment"], duration(e["seconds"]), e["host"]) for e in s["slowest"]]
+    if s["running"]:
+        out.append("running longest:")
+        out += [_row(e["experiment"], duration(e["running_s"]), e["host"]) for e in s["running"]]
+    if s["counts"]["failed"]:
+        shown = len(s["failed"])
+        more = s["counts"]["failed"] - shown
+        out.append("failed" + (f" (first {shown} of {s['counts']['failed']:,}):" if more else ":"))
+        out += [
+            _row(e["experiment"], f"attempt {e['attempt']}", e["host"]) + f"  {e['error']}"
+            for e in s["failed"]
+        ]
+    return "\n".join(out)
+
+
+def _rate(r: float) -> str:
+    if r >= 1:
+        return f"{r:,.1f} experiments/s"
+    if r * 60 >= 1:
+        return f"{r * 60:,.1f} experiments/min"
+    return f"{r * 3600:,.1f} experiments/h"
+
+
+def _row(experiment: Any, what: str, host: str | None) -> str:
+    return f"  {experiment!s:<20} {what:>14}" + (f"  on {host}" if host else "")
+
+
+def status_main(argv: list[str]) -> int:
+    """``runstore status STORE [--json] [--window S] [--top N]``; the exit codes of the tool."""
+    from runstore._commands import (
+        EXIT_CORRUPTION,
+        EXIT_NOT_FOUND,
+        EXIT_OTHER,
+        _fail,
+        _Parser,
+        _print_report,
+    )
+
+    ap = _Parser(
+        prog="runstore status",
+        description="Where a sweep stands: counts, rate, ETA, slowest and failed experiments.",
+    )
+    ap.add_argument("store")
+    ap.add_argument("--json", action="store_true", help="print the summary as JSON")
+    ap.add_argument(
+        "--window",
+        type=float,
+        default=300.0,
+        metavar="S",
+        help="seconds over which the rate is measured (default 300)",
+    )
+    ap.add_argument("--top", type=int, default=5, metavar="N", help="rows per list (default 5)")
+    ap.add_argument("--skip-damaged", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    import runstore
+
+    try:
+        store = runstore.open(
+            args.store, mode="r", on_damaged="skip" if args.skip_damaged else "raise"
+        )
+        s = summary(store, window_s=args.window, top=max(0, args.top))
+    except runstore.CorruptionError as e:
+        return _fail("status", "Corruption", e, EXIT_CORRUPTION)
+    except (FileNotFoundError, KeyError) as e:
+        return _fail("status", "NotFound", e, EXIT_NOT_FOUND)
+    except (ValueError, OSError, RuntimeError) as e:
+        return _fail("status", type(e).__name__, e, EXIT_OTHER)
+    return _print_report("status", json.dumps(s, indent=2) if args.json else format_summary(s))

@@ -1,0 +1,131 @@
+"""``runstore status``: counts, rate, ETA, the slowest, the longest running and the failed, from
+the status records a sweep writes; on a real sweep and on records with known times."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import runstore
+from runstore import _experiments as ex
+from runstore import _status
+
+HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE))
+
+from test_experiments import fails_on_odd_x  # noqa: E402
+
+
+def write_status(store, rows):
+    """Status records as the runner writes them: (id, state, started, finished, host, error)."""
+    with store.writer(_allow_reserved=True) as w:
+        for eid, state, started, finished, host, error in rows:
+            rec = {ex.STATE: state, ex.ATTEMPT: 1}
+            if started is not None:
+                rec[ex.STARTED] = started
+                rec[ex.HOST] = host
+            if finished is not None:
+                rec[ex.FINISHED] = finished
+                rec[ex.SECONDS] = finished - started
+            if error is not None:
+                rec[ex.ERROR] = error
+            w.log(eid, **rec)
+
+
+@pytest.fixture
+def timed(store):
+    """10 experiments (default hashed ids): 5 done, 1 failed, 2 running, 2 pending, at known
+    times up to t = 1000 s."""
+    design = store.define_experiments(runstore.grid(x=range(10)))
+    ids = design["experiment"].tolist()
+    tb = 'Traceback (most recent call last):\n  File "m.py", line 3\nValueError: x=5 is bad\n'
+    write_status(
+        store,
+        [
+            (ids[0], "done", 100.0, 110.0, "n1", ""),  # before the window
+            (ids[1], "done", 700.0, 760.0, "n1", ""),  # 60 s, the slowest
+            (ids[2], "done", 750.0, 800.0, "n2", ""),
+            (ids[3], "done", 850.0, 900.0, "n2", ""),
+            (ids[4], "done", 960.0, 990.0, "n1", ""),
+            (ids[5], "failed", 980.0, 995.0, "n2", tb),
+            (ids[6], "running", 900.0, None, "n1", None),
+            (ids[7], "running", 990.0, None, "n2", None),
+        ],
+    )
+    store.refresh()
+    return store, ids
+
+
+def test_counts_rate_eta_and_lists(timed):
+    store, ids = timed
+    s = _status.summary(store, now=1000.0, window_s=300.0, top=2)
+    assert s["experiments"] == 10 and not s["complete"]
+    assert s["counts"] == {"done": 5, "running": 2, "pending": 2, "failed": 1}
+    # Finished in (700, 1000]: ids 1..5 -> 5 in 300 s.
+    assert s["finished_in_window"] == 5
+    assert s["rate"] == pytest.approx(5 / 300)
+    assert s["eta_s"] == pytest.approx(4 / (5 / 300))
+    assert [e["experiment"] for e in s["slowest"]] == [ids[1], ids[2]]
+    assert s["slowest"][0]["seconds"] == pytest.approx(60.0) and s["slowest"][0]["host"] == "n1"
+    assert [e["experiment"] for e in s["running"]] == [ids[6], ids[7]]  # longest first
+    assert s["running"][0]["running_s"] == pytest.approx(100.0)
+    assert s["failed"] == [
+        {"experiment": ids[5], "attempt": 1, "host": "n2", "error": "ValueError: x=5 is bad"}
+    ]
+    text = _status.format_summary(s)
+    assert "10 experiments" in text and "ETA 4 min 0 s" in text
+    assert "1.0 experiments/min over the last 5 min 0 s (5 finished)" in text
+    assert f"{ids[5]}" in text and "ValueError: x=5 is bad" in text
+    # A window shorter than the sweep's age: only what finished in it counts.
+    s = _status.summary(store, now=1000.0, window_s=50.0)
+    assert s["finished_in_window"] == 2 and s["rate"] == pytest.approx(2 / 50)
+    # Nothing finished in the window: no ETA, said so.
+    s = _status.summary(store, now=5000.0, window_s=60.0)
+    assert s["rate"] == 0 and s["eta_s"] is None
+    assert "none finished in the last 1 min 0 s; ETA unknown" in _status.format_summary(s)
+    json.dumps(s)  # every value is JSON
+
+
+def test_a_real_sweep_with_failures(store):
+    store.define_experiments(runstore.grid(x=range(8)))
+    runstore.run_experiments(store, fails_on_odd_x, workers=1, progress=False)
+    store.refresh()
+    s = _status.summary(store)
+    assert s["counts"] == {"done": 4, "running": 0, "pending": 0, "failed": 4}
+    assert s["complete"] and s["eta_s"] == 0.0 and s["finished_in_window"] == 8
+    want = {f"RuntimeError: odd x={x} is not supported" for x in (1, 3, 5, 7)}
+    assert {e["error"] for e in s["failed"]} == want
+    assert len(s["slowest"]) == 4 and all(e["host"] for e in s["slowest"])
+    assert "all finished" in _status.format_summary(s)
+
+
+def run_cli(*args):
+    return subprocess.run(
+        [sys.executable, "-c", "import _runstore_cli, sys; sys.exit(_runstore_cli.main())", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_the_command(timed, tmp_path):
+    store, ids = timed
+    r = run_cli("status", str(store.path))
+    assert r.returncode == 0, r.stderr
+    assert "10 experiments" in r.stdout and "failed" in r.stdout
+    r = run_cli("status", str(store.path), "--json", "--top", "1")
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout)
+    assert s["counts"]["done"] == 5 and len(s["slowest"]) == 1
+    # A store without experiments, and no store: clear errors, the tool's exit codes.
+    runstore.open(tmp_path / "empty").writer().close()
+    r = run_cli("status", str(tmp_path / "empty"))
+    assert r.returncode == 5 and "has no experiments" in r.stderr, r.stderr
+    r = run_cli("status", str(tmp_path / "missing"))
+    assert r.returncode == 3 and "NotFound" in r.stderr, r.stderr
+    r = run_cli("status")
+    assert r.returncode == 1 and "usage" in r.stderr
