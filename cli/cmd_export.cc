@@ -400,6 +400,40 @@ void RegisterStatus(CLI::App& app, ChosenCommand* chosen) {
   });
 }
 
+void RegisterWatch(CLI::App& app, ChosenCommand* chosen) {
+  struct WatchOptions {
+    std::string store;
+    double interval = 2, window = 300;
+    int shards = 0;
+    bool stay = false;
+  };
+  auto o = std::make_shared<WatchOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "watch", "A live view of a running sweep, until it is done (the Python package)");
+  cmd->add_option("store", o->store, "Store directory")->required();
+  cmd->add_option("--interval", o->interval, "Seconds between refreshes")->capture_default_str();
+  cmd->add_option("--window", o->window, "Seconds over which the rate is measured")
+      ->capture_default_str();
+  cmd->add_option("--shards", o->shards, "A progress bar per shard of N (else per host)");
+  cmd->add_flag("--stay", o->stay, "Keep watching once the sweep is done");
+  cmd->footer(Footer(
+      "Refreshes a read-only view of the store every --interval seconds (the sweep's writers\n"
+      "never wait for it) and redraws what 'runstore status' says, with a progress bar for\n"
+      "the sweep and one per shard or host; exits with 0 when nothing is pending or running,\n"
+      "130 at Ctrl-C. Not on a terminal, it prints a line per refresh. Done by the Python\n"
+      "package's runstore command (pip install runstore); the C++ tool on its own says so\n"
+      "and exits with 5.",
+      "  runstore watch results/sweep\n  runstore watch results/sweep --shards 100 --interval 5"));
+  // The lambda keeps the options alive: the parser writes into them.
+  ChooseOnParse(cmd, "watch", chosen, [o] {
+    return ReportError(
+        "watch", Status::NotSupported("the C++ runstore tool on its own does not watch sweeps; "
+                                      "'watch' is done by the Python package's runstore "
+                                      "command: pip install runstore, then run 'runstore watch "
+                                      "STORE' from that environment"));
+  });
+}
+
 void RegisterExport(CLI::App& app, ChosenCommand* chosen) {
   CLI::App* export_cmd = app.add_subcommand(
       "export", "Export series or experiments to other formats (csv, tar, parquet)");

@@ -93,6 +93,7 @@ int Main(int argc, char** argv, std::string* command) {
   RegisterImport(app, &chosen);
   RegisterPlan(app, &chosen);
   RegisterStatus(app, &chosen);
+  RegisterWatch(app, &chosen);
   RegisterSync(app, &chosen);
 
   try {

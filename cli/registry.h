@@ -26,6 +26,7 @@ void RegisterExport(CLI::App& app, ChosenCommand* chosen);  // cmd_export.cc
 void RegisterImport(CLI::App& app, ChosenCommand* chosen);  // cmd_export.cc
 void RegisterPlan(CLI::App& app, ChosenCommand* chosen);    // cmd_export.cc
 void RegisterStatus(CLI::App& app, ChosenCommand* chosen);  // cmd_export.cc
+void RegisterWatch(CLI::App& app, ChosenCommand* chosen);   // cmd_export.cc
 void RegisterSync(CLI::App& app, ChosenCommand* chosen);    // cmd_sync.cc
 
 }  // namespace runstore::cli

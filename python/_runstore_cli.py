@@ -2,7 +2,7 @@
 
 Each command has one engine. The tar and Parquet exports and ``import tar`` are the package's
 own (:mod:`runstore._commands`, pandas and pyarrow do the work), and so are ``plan`` (the
-partition planner of :mod:`runstore.dask`) and ``status`` (:mod:`runstore._status`); every
+partition planner of :mod:`runstore.dask`), ``status`` and ``watch``; every
 other command (``info``, ``ls``, ``cat``, ``get``, ``verify``, ``export csv``, ``--help``,
 ``--version``) is the compiled tool the wheel carries as ``runstore/_bin/runstore``, which this
 module becomes (``exec``), so that its output, exit codes and signals are the tool's own.
@@ -51,15 +51,16 @@ def main(argv: list[str] | None = None) -> int:
         args = [a for a in argv if a not in _GLOBAL_FLAGS]
         del args[args.index("plan")]
         return plan_main(args)
-    if words[:1] == ["status"]:
-        # From the experiments' status records (runstore._status).
+    if words[:1] in (["status"], ["watch"]):
+        # From the experiments' status records (runstore._status, runstore._watch).
         from runstore._status import status_main
+        from runstore._watch import watch_main
 
         args = [a for a in argv if a not in _GLOBAL_FLAGS]
-        del args[args.index("status")]
+        del args[args.index(words[0])]
         if "--skip-damaged" in argv:
             args.append("--skip-damaged")
-        return status_main(args)
+        return (status_main if words[0] == "status" else watch_main)(args)
     if tuple(words[:2]) in _PYTHON_COMMANDS or words[:1] == ["import"]:
         # The tool's global flags may come anywhere (`runstore --skip-damaged export tar ...`):
         # the exports take --skip-damaged as an option of their own, and --no-progress changes

@@ -43,7 +43,7 @@ test_name=usage
 run "$RS"; expect_rc 1; expect_err_has "subcommand is required"
 # An unknown command is named, with the commands there are.
 run "$RS" frobnicate "$S"; expect_rc 1; expect_err_has "runstore: unknown command 'frobnicate'"
-expect_err_has "info, ls, cat, get, verify, compact, catalog, export, import, plan, status, sync"
+expect_err_has "info, ls, cat, get, verify, compact, catalog, export, import, plan, status, watch, sync"
 run "$RS" --no-progress frobnicate; expect_rc 1; expect_err_has "unknown command 'frobnicate'"
 run "$RS" export xml "$S" "$T/x"; expect_rc 1; expect_err_has "unknown command 'export xml'"
 expect_err_has "csv, tar, parquet"
@@ -549,6 +549,9 @@ expect_err_has "pip install runstore"
 run env PATH="$T/bin:$PATH" "$RS" status "$S" --json; expect_rc 5
 expect_err_has "runstore: status: NotSupported: the C++ runstore tool on its own does not read experiment status"
 run "$RS" status --help; expect_rc 0; expect_out_has "^  --window FLOAT=300 "
+run env PATH="$T/bin:$PATH" "$RS" watch "$S" --interval 1; expect_rc 5
+expect_err_has "runstore: watch: NotSupported: the C++ runstore tool on its own does not watch sweeps"
+run "$RS" watch --help; expect_rc 0; expect_out_has "^  --interval FLOAT=2 "
 checks=$((checks + 1))
 [[ ! -e $T/imported ]] || fail "import tar created the store"
 checks=$((checks + 1))

@@ -20,17 +20,24 @@ import numpy as np
 STATES = ("done", "running", "pending", "failed")
 
 
-def summary(store: Any, now: float | None = None, window_s: float = 300.0, top: int = 5) -> dict:
+def summary(
+    store: Any,
+    now: float | None = None,
+    window_s: float = 300.0,
+    top: int = 5,
+    frame: Any = None,
+) -> dict:
     """Where the sweep of ``store`` stands, as a dict (what ``runstore status --json`` prints).
 
     ``rate`` is experiments finished (done or failed) per second over the last ``window_s``
     seconds before ``now`` (or since the first experiment started, if that is later);
     ``eta_s`` is the pending and running experiments at that rate (None when nothing finished
-    in the window). ValueError for a store without experiments.
+    in the window). ``frame``: ``store.status()``, if already read. ValueError for a store
+    without experiments.
     """
     if window_s <= 0:
         raise ValueError(f"window_s must be positive, got {window_s}")
-    st = store.status()
+    st = store.status() if frame is None else frame
     if len(st) == 0:
         raise ValueError(
             f"{store.path}: the store has no experiments (no design: "

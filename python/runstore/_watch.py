@@ -1,0 +1,204 @@
+"""``runstore watch STORE``: the status of a running sweep as a live terminal view.
+
+Every ``--interval`` seconds it refreshes its read-only store (reading only the segments written
+since; the sweep's writers never wait for it) and redraws: the counts, rate and ETA of
+``runstore status``, a progress bar for the whole sweep and one per shard (``--shards N``, as
+``run_experiments(shard=(i, N))`` or a SLURM array of N tasks splits it) or else one per host,
+and the latest failures. It exits with 0 once no experiment is pending or running (``--stay``
+keeps it open), and at Ctrl-C with 130. On a terminal it redraws the screen in place; written
+to a file or a pipe it prints one line per refresh instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import time
+from typing import Any, TextIO
+
+import numpy as np
+
+from runstore import _status
+
+_CLEAR = "\x1b[H\x1b[2J"  # cursor home, clear screen
+
+
+def bar(fraction: float, width: int) -> str:
+    """A progress bar of ``width`` cells, ``fraction`` (0..1) of them full, eighths drawn."""
+    fraction = min(max(fraction, 0.0), 1.0)
+    eighths = int(round(fraction * width * 8))
+    full, part = divmod(eighths, 8)
+    cells = "█" * full + (" ▏▎▍▌▋▊▉"[part] if part and full < width else "")
+    return cells.ljust(width)
+
+
+class Groups:
+    """Which group (shard, or host) each experiment is in, kept across refreshes."""
+
+    def __init__(self, shards: int | None) -> None:
+        self.shards = shards
+        self._ids: list[Any] = []
+        self._shard = np.zeros(0, dtype=np.int64)
+
+    def rows(self, frame: Any) -> list[tuple[str, int, int, int, int]]:
+        """(label, done, failed, running, total) per group: per shard when shards were given
+        (each experiment's shard from its id, as the runner computes it), else per host of the
+        experiments that ran (total: those that ran there)."""
+        state = frame["state"].to_numpy()
+        if self.shards:
+            ids = frame["experiment"].tolist()
+            if ids[: len(self._ids)] != self._ids or len(ids) != len(self._ids):
+                from runstore._runner import shard_of
+
+                self._shard = np.fromiter((shard_of(e, self.shards) for e in ids), np.int64)
+                self._ids = ids
+            keys = self._shard
+            labels = [f"shard {i}" for i in range(self.shards)]
+            groups = range(self.shards)
+        else:
+            host = frame["host"].to_numpy(dtype=object)
+            ran = np.array([h is not None and h == h for h in host], dtype=bool)  # h == h: not NaN
+            keys = np.where(ran, host, "")
+            labels = sorted({str(h) for h in keys[ran]})
+            groups = labels
+        out = []
+        for label, g in zip(labels, groups):
+            mine = keys == g
+            out.append(
+                (
+                    label,
+                    int(np.count_nonzero(mine & (state == "done"))),
+                    int(np.count_nonzero(mine & (state == "failed"))),
+                    int(np.count_nonzero(mine & (state == "running"))),
+                    int(np.count_nonzero(mine)),
+                )
+            )
+        return out
+
+
+def render(s: dict, groups: list[tuple[str, int, int, int, int]], width: int, height: int) -> str:
+    """The screen for summary ``s`` and group rows, at most ``height`` lines of ``width``."""
+    n = s["experiments"]
+    c = s["counts"]
+    finished = c["done"] + c["failed"]
+    bar_w = max(10, min(60, width - 40))
+    lines = [f"runstore watch {s['store']}  ({time.strftime('%H:%M:%S')})"]
+    lines.append(
+        f"{bar(finished / n, bar_w)} {finished:,}/{n:,} {100.0 * finished / n:5.1f}%"
+        + ("  all finished" if s["complete"] else "")
+    )
+    lines.append(
+        f"done {c['done']:,}  running {c['running']:,}  pending {c['pending']:,}  "
+        f"failed {c['failed']:,}"
+    )
+    window = _status.duration(s["window_s"])
+    if s["complete"]:
+        lines.append(f"{s['finished_in_window']:,} finished in the last {window}")
+    elif s["rate"] > 0:
+        lines.append(
+            f"rate {_status._rate(s['rate'])} over the last {window}; "
+            f"ETA {_status.duration(s['eta_s'])}"
+        )
+    else:
+        lines.append(f"rate: none finished in the last {window}; ETA unknown")
+    if groups:
+        lines.append("")
+        label_w = max(len(g[0]) for g in groups)
+        room = height - len(lines) - 2 - min(3, len(s["failed"]))
+        shown = groups if len(groups) <= room else groups[: max(room - 1, 0)]
+        gbar = max(10, min(40, width - label_w - 36))
+        for label, done, failed, running, total in shown:
+            frac = (done + failed) / total if total else 0.0
+            lines.append(
+                f"{label:<{label_w}} {bar(frac, gbar)} {done + failed:,}/{total:,}"
+                + (f"  {running} running" if running else "")
+                + (f"  {failed} failed" if failed else "")
+            )
+        if len(shown) < len(groups):
+            lines.append(f"... and {len(groups) - len(shown)} more")
+    if s["failed"]:
+        lines.append("")
+        lines.append("failed:")
+        for e in s["failed"][:3]:
+            lines.append(f"  {e['experiment']!s}: {e['error']}")
+    lines = lines[:height]
+    while lines and not lines[-1]:
+        lines.pop()
+    return "\n".join(line[:width] for line in lines)
+
+
+def watch(
+    store: Any,
+    interval_s: float = 2.0,
+    window_s: float = 300.0,
+    shards: int | None = None,
+    stay: bool = False,
+    out: TextIO | None = None,
+    tty: bool | None = None,
+) -> dict:
+    """Redraws the status of ``store`` every ``interval_s`` until the sweep is complete (or
+    for ever with ``stay``); returns the last summary."""
+    out = sys.stdout if out is None else out
+    tty = out.isatty() if tty is None else tty
+    groups = Groups(shards)
+    while True:
+        store.refresh()
+        frame = store.status()
+        if len(frame) == 0:
+            # Started before the sweep defined its experiments: wait for them.
+            out.write(
+                (_CLEAR if tty else "")
+                + f"{time.strftime('%H:%M:%S')} {store.path}: no experiments defined yet\n"
+            )
+            out.flush()
+            time.sleep(interval_s)
+            continue
+        s = _status.summary(store, window_s=window_s, top=5, frame=frame)
+        if tty:
+            size = shutil.get_terminal_size((100, 30))
+            screen = render(s, groups.rows(frame), size.columns, size.lines - 1)
+            out.write(_CLEAR + screen + "\n")
+        else:
+            c = s["counts"]
+            eta = "" if s["complete"] else f" ETA {_status.duration(s['eta_s'])}"
+            out.write(
+                f"{time.strftime('%H:%M:%S')} done {c['done']} running {c['running']} "
+                f"pending {c['pending']} failed {c['failed']}{eta}\n"
+            )
+        out.flush()
+        if s["complete"] and not stay:
+            return s
+        time.sleep(interval_s)
+
+
+def watch_main(argv: list[str]) -> int:
+    """``runstore watch STORE [--interval S] [--window S] [--shards N] [--stay]``."""
+    from runstore._commands import EXIT_CORRUPTION, EXIT_NOT_FOUND, EXIT_OTHER, _fail, _Parser
+
+    ap = _Parser(prog="runstore watch", description=__doc__.splitlines()[0])
+    ap.add_argument("store")
+    ap.add_argument("--interval", type=float, default=2.0, metavar="S", help="seconds (2)")
+    ap.add_argument("--window", type=float, default=300.0, metavar="S", help="rate window (300)")
+    ap.add_argument("--shards", type=int, default=None, metavar="N", help="a bar per shard")
+    ap.add_argument("--stay", action="store_true", help="keep watching once the sweep is done")
+    ap.add_argument("--skip-damaged", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.interval <= 0 or (args.shards is not None and args.shards < 1):
+        ap.error("--interval must be positive and --shards at least 1")
+    import runstore
+
+    try:
+        store = runstore.open(
+            args.store, mode="r", on_damaged="skip" if args.skip_damaged else "raise"
+        )
+        watch(store, args.interval, args.window, args.shards, args.stay)
+    except KeyboardInterrupt:
+        return 130
+    except runstore.CorruptionError as e:
+        return _fail("watch", "Corruption", e, EXIT_CORRUPTION)
+    except (FileNotFoundError, KeyError) as e:
+        return _fail("watch", "NotFound", e, EXIT_NOT_FOUND)
+    except (ValueError, OSError, RuntimeError) as e:
+        return _fail("watch", type(e).__name__, e, EXIT_OTHER)
+    return 0
