@@ -39,7 +39,11 @@ class Writer:
     """Appends records to a store; made by Store.writer()."""
 
     def log(self, run: _RunId, step: int = 0, **values: _Value) -> None:
-        """Appends one record per keyword: (run, name, step) -> value."""
+        """Appends one record per keyword: (run, name, step) -> value.
+
+        Series named ``run`` or ``step`` (or not identifiers) go in a dict:
+        ``values={"step": 3.0}``.
+        """
     def put(self, run: _RunId, name: str, value: _Value, step: int = 0) -> None:
         """Appends one value (typically a large array) under (run, name, step)."""
     def log_many(
@@ -50,7 +54,8 @@ class Writer:
     ) -> None:
         """Vectorised log: record i is (runs[i], name, steps[i]) -> columns[name][i].
 
-        ``runs`` may be one run id: every record is of that run.
+        ``runs`` may be one run id: every record is of that run. Columns named ``runs`` or
+        ``steps`` (or not identifiers) go in a dict: ``columns={"steps": ...}``.
         """
     def define(
         self,

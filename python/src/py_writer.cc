@@ -113,6 +113,49 @@ Codec ParseCodecArg(nb::handle codec) {
   return Unwrap(ParseCodec(Utf8(codec.ptr(), "codec")));
 }
 
+// The keywords of a log call with the dict under `mapping_key` ("values" for
+// log, "columns" for log_many) merged in: how a series is logged whose name
+// is that of a parameter (run, step, runs, steps) or is not a Python
+// identifier. A dict is no value a series holds, so a dict there is always
+// the mapping; anything else is a series of that name. Null when there is no
+// such dict (the common case, which copies nothing); else a new dict.
+nb::object MergedKeywords(PyObject* kwargs, const char* mapping_key, const char* what) {
+  // mapping_key is "values" or "columns".
+  // Looked up by an interned key made once: this runs on every log call.
+  static PyObject* const values_key = PyUnicode_InternFromString("values");
+  static PyObject* const columns_key = PyUnicode_InternFromString("columns");
+  PyObject* const k = std::string_view(mapping_key) == "values" ? values_key : columns_key;
+  PyObject* mapping = PyDict_GetItemWithError(kwargs, k);  // borrowed
+  if (mapping == nullptr) {
+    if (PyErr_Occurred()) throw nb::python_error();
+    return nb::object();
+  }
+  if (!PyDict_Check(mapping)) return nb::object();
+  nb::object merged = nb::steal(PyDict_Copy(kwargs));
+  if (!merged.is_valid() || PyDict_DelItem(merged.ptr(), k) != 0) {
+    throw nb::python_error();
+  }
+  Py_ssize_t pos = 0;
+  PyObject *key, *value;
+  while (PyDict_Next(mapping, &pos, &key, &value)) {
+    if (!PyUnicode_Check(key)) {
+      Throw(PyExc_TypeError, std::string(what) + ": the names in " + mapping_key +
+                                 "= must be str, got " + Py_TYPE(key)->tp_name);
+    }
+    const int present = PyDict_Contains(merged.ptr(), key);
+    if (present < 0) throw nb::python_error();
+    if (present) {
+      Throw(PyExc_ValueError, std::string(what) + ": series '" +
+                                  std::string(Utf8(key, "series name")) +
+                                  "' is given twice (as a "
+                                  "keyword and in " +
+                                  mapping_key + "=)");
+    }
+    if (PyDict_SetItem(merged.ptr(), key, value) != 0) throw nb::python_error();
+  }
+  return merged;
+}
+
 }  // namespace
 
 template <typename F>
@@ -143,7 +186,8 @@ void PyWriter::RunAppend(size_t bytes, F&& append) {
 void PyWriter::Log(nb::handle run, nb::handle step_obj, nb::kwargs values) {
   const RunRef r = ToRunRef(run.ptr());
   const int64_t step = ToStep(step_obj.ptr());
-  PyObject* dict = values.ptr();
+  const nb::object merged = MergedKeywords(values.ptr(), "values", "log");
+  PyObject* dict = merged.is_valid() ? merged.ptr() : values.ptr();
   const size_t n = static_cast<size_t>(PyDict_GET_SIZE(dict));
   struct Item {
     std::string_view name;
@@ -178,7 +222,9 @@ void PyWriter::Put(nb::handle run, nb::handle name, nb::handle value, nb::handle
   RunAppend(slot.nbytes(), [&] { return w->Append(r, n, step, slot.ref()); });
 }
 
-void PyWriter::LogMany(nb::handle runs_obj, nb::handle steps_obj, nb::kwargs columns) {
+void PyWriter::LogMany(nb::handle runs_obj, nb::handle steps_obj, nb::kwargs keywords) {
+  const nb::object merged = MergedKeywords(keywords.ptr(), "columns", "log_many");
+  PyObject* dict = merged.is_valid() ? merged.ptr() : keywords.ptr();
   Runs runs;
   if (IsOneRunId(runs_obj.ptr())) {
     // One run for the whole batch: as many records as steps, else as the
@@ -188,10 +234,10 @@ void PyWriter::LogMany(nb::handle runs_obj, nb::handle steps_obj, nb::kwargs col
     if (PyArray_Check(steps) || (steps != Py_None && PySequence_Check(steps) &&
                                  !PyUnicode_Check(steps) && !PyBytes_Check(steps))) {
       sized = steps;
-    } else if (PyDict_GET_SIZE(columns.ptr()) > 0) {
+    } else if (PyDict_GET_SIZE(dict) > 0) {
       Py_ssize_t pos = 0;
       PyObject *key, *value;
-      PyDict_Next(columns.ptr(), &pos, &key, &value);
+      PyDict_Next(dict, &pos, &key, &value);
       sized = value;
     }
     Py_ssize_t len = 0;
@@ -210,7 +256,6 @@ void PyWriter::LogMany(nb::handle runs_obj, nb::handle steps_obj, nb::kwargs col
   }
   const size_t n = runs.refs.size();
   Steps steps = ParseSteps(steps_obj, n, "log_many");
-  PyObject* dict = columns.ptr();
   std::vector<Column> cols(static_cast<size_t>(PyDict_GET_SIZE(dict)));
   Py_ssize_t pos = 0;
   PyObject *key, *value;
@@ -363,6 +408,8 @@ void BindWriter(nb::module_& m) {
           "log", &PyWriter::Log, "run"_a.none(), "step"_a.none() = 0, "values"_a,
           nb::sig("def log(self, run: int | str, step: int = 0, **values: object) -> None"),
           "Appends one record per keyword: (run, name, step) -> value. ``run`` is an int or a str. "
+          "A series whose name is not a keyword Python allows here (``run``, ``step``, or not an "
+          "identifier) goes in a dict: ``values={'step': 3.0, 'loss/train': 0.5}``. "
           "Values: int -> int64, float -> float64, bool -> bool, numpy scalars keep their dtype, "
           "numpy "
           "arrays (any shape; copied, made C-contiguous) -> arrays, str -> string, bytes -> bytes, "
@@ -390,7 +437,9 @@ void BindWriter(nb::module_& m) {
            "or the columns have) or a sequence or 1-d array of ints/strs (an integer array is "
            "the fast path); ``steps`` is None (all 0), an int, or an integer array of len(runs). "
            "A numeric column is an array whose first axis has len(runs) entries; a column of "
-           "str, bytes or arrays of differing shapes is a list with one entry per run.")
+           "str, bytes or arrays of differing shapes is a list with one entry per run. Columns "
+           "named ``runs`` or ``steps`` (or not identifiers) go in a dict: "
+           "``columns={'steps': ...}``.")
       .def(
           "define", &PyWriter::Define, "name"_a, "dtype"_a, "shape"_a = nb::none(),
           "variable_shape"_a = false, "codec"_a = nb::none(),

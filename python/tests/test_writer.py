@@ -256,6 +256,30 @@ def test_log_many_with_one_run_id_for_the_whole_batch(store):
     assert "e" not in store.runs()
 
 
+def test_series_named_like_parameters_go_in_a_mapping(store):
+    """Metrics named run, step, runs, steps, values, columns or not identifiers can be logged."""
+    with store.writer() as w:
+        w.log("r", step=3, loss=0.5, values={"step": 30.0, "run": 1.0, "loss/train": 0.25})
+        w.log("r", step=4, values=7.0)  # not a dict: a series named "values"
+        w.log_many("r", steps=[5, 6], columns={"steps": [50.0, 60.0], "runs": [1, 2]}, x=[0, 1])
+        w.log_many([1, 2], columns=np.array([9.0, 8.0]))  # not a dict: a series "columns"
+        with pytest.raises(ValueError, match="'loss' is given twice"):
+            w.log("r", step=9, loss=1.0, values={"loss": 2.0})
+        with pytest.raises(TypeError, match="must be str"):
+            w.log("r", step=9, values={1: 2.0})
+        with pytest.raises(ValueError, match="'x' is given twice"):
+            w.log_many("r", steps=[7], x=[1.0], columns={"x": [2.0]})
+    store.refresh()
+    assert store.get("r", "step", 3) == 30.0 and store.get("r", "run", 3) == 1.0
+    assert store.get("r", "loss/train", 3) == 0.25 and store.get("r", "loss", 3) == 0.5
+    assert store.get("r", "values", 4) == 7.0
+    assert store.scan("steps")["value"].tolist() == [50.0, 60.0]
+    assert store.scan("runs")["step"].tolist() == [5, 6]
+    assert store.get(2, "columns") == 8.0
+    assert store.series_info("loss").count == 1  # the refused calls appended nothing
+    assert "x" in store.names() and store.series_info("x").count == 2
+
+
 def test_define_variable_shape_and_codec(store):
     with store.writer() as w:
         w.define("img", np.uint8, variable_shape=True, codec="zstd")
