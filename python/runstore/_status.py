@@ -16,6 +16,16 @@ from typing import Any
 
 import numpy as np
 
+import runstore
+from runstore._commands import (
+    EXIT_CORRUPTION,
+    EXIT_NOT_FOUND,
+    EXIT_OTHER,
+    _fail,
+    _Parser,
+    _print_report,
+)
+
 #: The states of an experiment, in the order they are reported.
 STATES = ("done", "running", "pending", "failed")
 
@@ -186,15 +196,6 @@ def _row(experiment: Any, what: str, host: str | None) -> str:
 
 def status_main(argv: list[str]) -> int:
     """``runstore status STORE [--json] [--window S] [--top N]``; the exit codes of the tool."""
-    from runstore._commands import (
-        EXIT_CORRUPTION,
-        EXIT_NOT_FOUND,
-        EXIT_OTHER,
-        _fail,
-        _Parser,
-        _print_report,
-    )
-
     ap = _Parser(
         prog="runstore status",
         description="Where a sweep stands: counts, rate, ETA, slowest and failed experiments.",
@@ -211,8 +212,6 @@ def status_main(argv: list[str]) -> int:
     ap.add_argument("--top", type=int, default=5, metavar="N", help="rows per list (default 5)")
     ap.add_argument("--skip-damaged", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    import runstore
-
     try:
         store = runstore.open(
             args.store, mode="r", on_damaged="skip" if args.skip_damaged else "raise"

@@ -19,7 +19,10 @@ from typing import Any, TextIO
 
 import numpy as np
 
+import runstore
 from runstore import _status
+from runstore._commands import EXIT_CORRUPTION, EXIT_NOT_FOUND, EXIT_OTHER, _fail, _Parser
+from runstore._runner import shard_of
 
 _CLEAR = "\x1b[H\x1b[2J"  # cursor home, clear screen
 
@@ -49,8 +52,6 @@ class Groups:
         if self.shards:
             ids = frame["experiment"].tolist()
             if ids[: len(self._ids)] != self._ids or len(ids) != len(self._ids):
-                from runstore._runner import shard_of
-
                 self._shard = np.fromiter((shard_of(e, self.shards) for e in ids), np.int64)
                 self._ids = ids
             keys = self._shard
@@ -174,8 +175,6 @@ def watch(
 
 def watch_main(argv: list[str]) -> int:
     """``runstore watch STORE [--interval S] [--window S] [--shards N] [--stay]``."""
-    from runstore._commands import EXIT_CORRUPTION, EXIT_NOT_FOUND, EXIT_OTHER, _fail, _Parser
-
     ap = _Parser(prog="runstore watch", description=__doc__.splitlines()[0])
     ap.add_argument("store")
     ap.add_argument("--interval", type=float, default=2.0, metavar="S", help="seconds (2)")
@@ -186,7 +185,6 @@ def watch_main(argv: list[str]) -> int:
     args = ap.parse_args(argv)
     if args.interval <= 0 or (args.shards is not None and args.shards < 1):
         ap.error("--interval must be positive and --shards at least 1")
-    import runstore
 
     try:
         store = runstore.open(
