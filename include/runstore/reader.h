@@ -36,6 +36,11 @@ struct SeriesInfo {
   std::vector<int64_t> shape;  // per record; empty for scalars or variable-shape
   uint64_t count = 0;          // visible records (after key resolution)
   uint64_t stored_bytes = 0;   // bytes of its blocks on disk
+  // The series' rank among the snapshot's series by their first block in
+  // commit order (0 first): the order they were first logged in, as a
+  // writer flushes the blocks of a commit in the order its series were
+  // created (docs/design.md#series-order).
+  uint64_t first_logged = 0;
 };
 
 struct SegmentInfo {

@@ -63,7 +63,10 @@ def to_pandas(
 
     infos = store.series()
     if names is None:
-        selected = [n for n, i in infos.items() if i.is_scalar]
+        # In the order they were first logged, as TensorBoard and MLflow list them.
+        selected = sorted(
+            (n for n, i in infos.items() if i.is_scalar), key=lambda n: infos[n].first_logged
+        )
     else:
         selected = [names] if isinstance(names, str) else list(names)
         for n in selected:

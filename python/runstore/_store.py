@@ -60,6 +60,8 @@ class SeriesInfo:
     count: int
     #: Bytes of its blocks on disk.
     stored_bytes: int
+    #: Its rank among the store's series in the order they were first logged (0 first).
+    first_logged: int = 0
 
     @property
     def is_scalar(self) -> bool:
@@ -455,7 +457,8 @@ class Store:
         """A DataFrame with one row per (run, step) and one column per scalar series.
 
         Columns: "run", "step", then the series in ``names`` (default: every scalar series,
-        i.e. one number, string or bytes per record), sorted by (run, step) (int run ids before
+        i.e. one number, string or bytes per record, in the order they were first logged);
+        rows sorted by (run, step) (int run ids before
         str ones). Where a series has no record for a row: NaN in float columns; int, uint and
         bool columns that have gaps become pandas nullable dtypes ("Int64", "UInt8",
         "boolean", ...) holding ``pd.NA``, so that no integer is rounded through float64;

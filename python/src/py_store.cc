@@ -38,6 +38,7 @@ nb::dict SeriesDict(const SeriesInfo& s) {
   d["shape"] = s.variable_shape ? nb::none() : ShapeTuple(s.shape);
   d["count"] = s.count;
   d["stored_bytes"] = s.stored_bytes;
+  d["first_logged"] = s.first_logged;
   return d;
 }
 

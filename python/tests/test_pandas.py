@@ -13,12 +13,31 @@ def test_sweep_table(store):
             w.log(i, lr=0.1 * i, layers=i, ok=i % 2 == 0, note=f"run {i}", trace=np.zeros(5))
     store.refresh()
     df = store.to_pandas()
-    assert list(df.columns) == ["run", "step", "layers", "lr", "note", "ok"]  # trace is not scalar
+    # In the order they were first logged (trace is not scalar).
+    assert list(df.columns) == ["run", "step", "lr", "layers", "ok", "note"]
     assert df["run"].tolist() == [1, 2, 3] and df["step"].tolist() == [0, 0, 0]
     assert df["run"].dtype == np.int64 and df["layers"].dtype == np.int64
     assert df["ok"].dtype == bool and df["lr"].dtype == np.float64
     assert df["note"].tolist() == ["run 1", "run 2", "run 3"]
     np.testing.assert_allclose(df["lr"], [0.1, 0.2, 0.3])
+
+
+def test_columns_keep_the_order_series_were_first_logged(store):
+    """As TensorBoard and MLflow list a run's metrics: not by name."""
+    with store.writer() as w:
+        for step in range(3):
+            w.log("r", step=step, reward=1.0, loss=2.0, entropy=0.5)
+        w.commit()
+        w.log("r", step=3, alpha=0.1, loss=1.5)
+    with store.writer() as w2:
+        w2.log("s", step=0, zz=1.0, aa=2.0)
+    store.refresh()
+    cols = ["run", "step", "reward", "loss", "entropy", "alpha", "zz", "aa"]
+    assert list(store.to_pandas().columns) == cols
+    assert sorted(store.series(), key=lambda n: store.series()[n].first_logged) == cols[2:]
+    assert store.series_info("reward").first_logged == 0
+    # Asked for by name: the order asked.
+    assert list(store.to_pandas(["aa", "reward"]).columns) == ["run", "step", "aa", "reward"]
 
 
 def test_names_selection_and_errors(store):

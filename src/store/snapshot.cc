@@ -132,6 +132,7 @@ Result<std::shared_ptr<SnapshotImpl>> SnapshotImpl::Build(
       e->info.dtype = h.dtype;
       e->info.variable_shape = h.variable_shape;
       e->info.shape = h.variable_shape ? std::vector<int64_t>{} : h.dims;
+      e->info.first_logged = snap->series_.size();
       it = snap->series_.emplace(h.name, std::move(e)).first;
     }
     SeriesEntry& e = *it->second;

@@ -236,6 +236,41 @@ INSTANTIATE_TEST_SUITE_P(
              (info.param.seal ? "_Sealed" : "_Unsealed");
     });
 
+// Series are ranked by the order they were first logged in (SeriesInfo::
+// first_logged), not by name: within a writer's first commit, across its
+// commits, across writers by commit order, and after a refresh.
+TEST_F(StoreTest, SeriesAreRankedInTheOrderTheyWereFirstLogged) {
+  auto store = Open();
+  ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter({}));
+  const std::vector<std::string> first = {"zeta", "alpha", "mid", "beta", "omega", "a"};
+  for (int step = 0; step < 50; ++step) {
+    for (const std::string& n : first) ASSERT_OK(w->Append("run", n, step, 1.0 * step));
+  }
+  ASSERT_OK(w->Commit());
+  ASSERT_OK(w->Append("run", "later", 0, 1.0));
+  ASSERT_OK(w->Append("run", "alpha", 99, 1.0));  // logged again: keeps its rank
+  ASSERT_OK(w->Commit());
+  ASSERT_OK_AND_ASSIGN(auto w2, store->NewWriter({}));
+  ASSERT_OK(w2->Append("other", "aaa", 0, 1.0));
+  ASSERT_OK(w2->Append("other", "zeta", 0, 1.0));
+  ASSERT_OK(w2->Close());
+  ASSERT_OK(w->Close());
+  for (int pass = 0; pass < 2; ++pass) {
+    ASSERT_OK(store->Refresh());
+    auto reader = pass == 0 ? store->GetSnapshot() : Open()->GetSnapshot();
+    ASSERT_OK_AND_ASSIGN(auto series, reader->ListSeries());
+    std::sort(series.begin(), series.end(), [](const SeriesInfo& a, const SeriesInfo& b) {
+      return a.first_logged < b.first_logged;
+    });
+    std::vector<std::string> order;
+    for (const SeriesInfo& i : series) order.push_back(i.name);
+    EXPECT_EQ(order, (std::vector<std::string>{"zeta", "alpha", "mid", "beta", "omega", "a",
+                                               "later", "aaa"}));
+    ASSERT_OK_AND_ASSIGN(SeriesInfo mid, reader->GetSeriesInfo("mid"));
+    EXPECT_EQ(mid.first_logged, 2u);
+  }
+}
+
 TEST_F(StoreTest, ReleasedPagesAreReadAgainWhenTouched) {
   auto store = Open();
   ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter({}));

@@ -251,6 +251,7 @@ Status WriterImpl::DefineSeriesLocked(std::string_view name, const SeriesSchema&
     s->record_bytes = DTypeSize(schema.dtype);
     for (int64_t d : schema.shape) s->record_bytes *= static_cast<size_t>(d);
   }
+  series_order_.push_back(s.get());
   series_.emplace(s->name, std::move(s));
   return Status::OK();
 }
@@ -328,7 +329,7 @@ void WriterImpl::QueueBlockOfLocked(Series* s) {
 }
 
 void WriterImpl::QueueAllBlocksLocked() {
-  for (auto& [name, s] : series_) QueueBlockOfLocked(s.get());
+  for (Series* s : series_order_) QueueBlockOfLocked(s);
 }
 
 uint64_t WriterImpl::QueueCommitLocked(bool sync) {

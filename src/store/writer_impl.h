@@ -175,6 +175,9 @@ class WriterImpl final : public Writer {
   CondVar sync_cv_;  // the sync thread waits here, with mu_
   // The callers' side.
   std::unordered_map<std::string, std::unique_ptr<Series>> series_ RUNSTORE_GUARDED_BY(mu_);
+  // series_ in the order they were created: a commit's blocks are queued in
+  // it, so that readers see series in the order they were first logged.
+  std::vector<Series*> series_order_ RUNSTORE_GUARDED_BY(mu_);
   Series* last_series_ RUNSTORE_GUARDED_BY(mu_) = nullptr;
   uint64_t bytes_since_commit_ RUNSTORE_GUARDED_BY(mu_) = 0;
   std::optional<std::chrono::steady_clock::time_point> first_uncommitted_ RUNSTORE_GUARDED_BY(mu_);
