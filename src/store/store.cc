@@ -279,8 +279,14 @@ class StoreImpl final : public Store, public CompactionHost {
   std::vector<std::optional<Result<std::shared_ptr<const LoadedSegment>>>> LoadSegments(
       const std::vector<ToLoad>& to_load, RefreshStats* stats) {
     std::vector<std::optional<Result<std::shared_ptr<const LoadedSegment>>>> out(to_load.size());
-    const size_t threads = std::min({kMaxLoadThreads, to_load.size() / kParallelLoadSegments,
-                                     std::max<size_t>(2, std::thread::hardware_concurrency())});
+    // From kParallelLoadSegments on, at least two threads and one per 256
+    // segments, up to the cores (at least two: a stat on a shared file
+    // system waits on the network, not the CPU) and kMaxLoadThreads.
+    const size_t threads =
+        to_load.size() < kParallelLoadSegments
+            ? 1
+            : std::min({kMaxLoadThreads, to_load.size() / (kParallelLoadSegments / 2),
+                        std::max<size_t>(2, std::thread::hardware_concurrency())});
     const std::string dir = path_ + "/" + kSegmentsDir;
     std::atomic<size_t> next{0};
     std::vector<RefreshStats> counts(std::max<size_t>(threads, 1));
