@@ -229,6 +229,23 @@ struct ExportTableOptions {
 };
 
 // NotSupported (exit code 5), saying what to install to run `export FORMAT`.
+// Makes `cmd` a command that the Python package's runstore command does: run
+// by this tool on its own, it says that it does not `does_not`, how to run it
+// there, and exits with 5. `keep` is the command's options, which CLI11
+// parses into: the callback holds them for as long as the app lives.
+void ChooseDoneInPython(CLI::App* cmd, const std::string& name, ChosenCommand* chosen,
+                        std::shared_ptr<const void> keep, const std::string& does_not,
+                        const std::string& usage) {
+  ChooseOnParse(cmd, name, chosen, [name, keep, does_not, usage] {
+    return ReportError(
+        name, Status::NotSupported("the C++ runstore tool on its own does not " + does_not + "; '" +
+                                   name +
+                                   "' is done by the Python package's runstore command: pip "
+                                   "install runstore, then run '" +
+                                   usage + "' from that environment"));
+  });
+}
+
 int ReportExportInPython(const std::string& format) {
   const bool parquet = format == "parquet";
   return ReportError(
@@ -319,14 +336,7 @@ void RegisterImport(CLI::App& app, ChosenCommand* chosen) {
       "its own says so and exits with 5.",
       "  pip install runstore\n"
       "  runstore import tar results.tar.gz /scratch/sweep-again"));
-  ChooseOnParse(cmd, "import tar", chosen, [o] {
-    return ReportError(
-        "import tar",
-        Status::NotSupported("the C++ runstore tool on its own does not import; 'import tar' is "
-                             "done by the Python package's runstore command: pip install "
-                             "runstore, then run 'runstore import tar ARCHIVE STORE' from that "
-                             "environment"));
-  });
+  ChooseDoneInPython(cmd, "import tar", chosen, o, "import", "runstore import tar ARCHIVE STORE");
 }
 
 // `plan` is the partition planner of the Python package's runstore.dask
@@ -359,13 +369,7 @@ void RegisterPlan(CLI::App& app, ChosenCommand* chosen) {
       "'runstore[dask]'); the C++ tool on its own says so and exits with 5.",
       "  runstore plan --objects 100000 --object-bytes 16MiB --worker-memory 8GiB --threads 4 \\\n"
       "      --workers 16 --draw plan.png"));
-  ChooseOnParse(cmd, "plan", chosen, [o] {
-    return ReportError(
-        "plan", Status::NotSupported("the C++ runstore tool on its own does not plan; 'plan' is "
-                                     "done by the Python package's runstore command: pip install "
-                                     "runstore, then run 'runstore plan ...' from that "
-                                     "environment"));
-  });
+  ChooseDoneInPython(cmd, "plan", chosen, o, "plan", "runstore plan ...");
 }
 
 void RegisterStatus(CLI::App& app, ChosenCommand* chosen) {
@@ -390,14 +394,7 @@ void RegisterStatus(CLI::App& app, ChosenCommand* chosen) {
       "one snapshot; never blocks the sweep's writers. Done by the Python package's runstore\n"
       "command (pip install runstore); the C++ tool on its own says so and exits with 5.",
       "  runstore status results/sweep\n  runstore status results/sweep --json --window 60"));
-  // The lambda keeps the options alive: the parser writes into them.
-  ChooseOnParse(cmd, "status", chosen, [o] {
-    return ReportError(
-        "status", Status::NotSupported("the C++ runstore tool on its own does not read experiment "
-                                       "status; 'status' is done by the Python package's runstore "
-                                       "command: pip install runstore, then run 'runstore status "
-                                       "STORE' from that environment"));
-  });
+  ChooseDoneInPython(cmd, "status", chosen, o, "read experiment status", "runstore status STORE");
 }
 
 void RegisterWatch(CLI::App& app, ChosenCommand* chosen) {
@@ -424,14 +421,7 @@ void RegisterWatch(CLI::App& app, ChosenCommand* chosen) {
       "package's runstore command (pip install runstore); the C++ tool on its own says so\n"
       "and exits with 5.",
       "  runstore watch results/sweep\n  runstore watch results/sweep --shards 100 --interval 5"));
-  // The lambda keeps the options alive: the parser writes into them.
-  ChooseOnParse(cmd, "watch", chosen, [o] {
-    return ReportError(
-        "watch", Status::NotSupported("the C++ runstore tool on its own does not watch sweeps; "
-                                      "'watch' is done by the Python package's runstore "
-                                      "command: pip install runstore, then run 'runstore watch "
-                                      "STORE' from that environment"));
-  });
+  ChooseDoneInPython(cmd, "watch", chosen, o, "watch sweeps", "runstore watch STORE");
 }
 
 void RegisterExport(CLI::App& app, ChosenCommand* chosen) {
