@@ -155,16 +155,7 @@ def format_summary(s: dict) -> str:
     for state in STATES:
         c = s["counts"][state]
         out.append(f"  {state:<8} {c:>{width},}  {100.0 * c / n:5.1f}%")
-    window = duration(s["window_s"])
-    if s["complete"]:
-        out.append(f"rate: {s['finished_in_window']:,} finished in the last {window}")
-    elif s["rate"] > 0:
-        out.append(
-            f"rate: {_rate(s['rate'])} over the last {window} "
-            f"({s['finished_in_window']:,} finished); ETA {duration(s['eta_s'])}"
-        )
-    else:
-        out.append(f"rate: none finished in the last {window}; ETA unknown")
+    out.append(rate_line(s))
     if s["slowest"]:
         out.append("slowest:")
         out += [_row(e["experiment"], duration(e["seconds"]), e["host"]) for e in s["slowest"]]
@@ -180,6 +171,19 @@ def format_summary(s: dict) -> str:
             for e in s["failed"]
         ]
     return "\n".join(out)
+
+
+def rate_line(s: dict) -> str:
+    """The line of a :func:`summary` that gives its rate and ETA (status and watch print it)."""
+    window = duration(s["window_s"])
+    if s["complete"]:
+        return f"rate: {s['finished_in_window']:,} finished in the last {window}"
+    if s["rate"] > 0:
+        return (
+            f"rate: {_rate(s['rate'])} over the last {window} "
+            f"({s['finished_in_window']:,} finished); ETA {duration(s['eta_s'])}"
+        )
+    return f"rate: none finished in the last {window}; ETA unknown"
 
 
 def _rate(r: float) -> str:

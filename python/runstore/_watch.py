@@ -93,16 +93,7 @@ def render(s: dict, groups: list[tuple[str, int, int, int, int]], width: int, he
         f"done {c['done']:,}  running {c['running']:,}  pending {c['pending']:,}  "
         f"failed {c['failed']:,}"
     )
-    window = _status.duration(s["window_s"])
-    if s["complete"]:
-        lines.append(f"{s['finished_in_window']:,} finished in the last {window}")
-    elif s["rate"] > 0:
-        lines.append(
-            f"rate {_status._rate(s['rate'])} over the last {window}; "
-            f"ETA {_status.duration(s['eta_s'])}"
-        )
-    else:
-        lines.append(f"rate: none finished in the last {window}; ETA unknown")
+    lines.append(_status.rate_line(s))
     if groups:
         lines.append("")
         label_w = max(len(g[0]) for g in groups)
