@@ -254,6 +254,9 @@ class NoPublishEnv final : public Env {
  public:
   explicit NoPublishEnv(Env* base) : base_(base) {}
   std::atomic<bool> refuse{false};
+  // The next this many lease beats find their temporary removed before
+  // their rename, as by a forced sync running beside them.
+  std::atomic<int> lease_temps_to_steal{0};
 
   Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& p, bool x) override {
     return base_->NewWritableFile(p, x);
@@ -270,6 +273,9 @@ class NoPublishEnv final : public Env {
   Status CreateDir(const std::string& p) override { return base_->CreateDir(p); }
   Status RemoveFile(const std::string& p) override { return base_->RemoveFile(p); }
   Status RenameFile(const std::string& from, const std::string& to) override {
+    if (from.ends_with(".lease.tmp") && lease_temps_to_steal.fetch_sub(1) > 0) {
+      RUNSTORE_RETURN_IF_ERROR(base_->RemoveFile(from));
+    }
     if (refuse && to.starts_with("/store/segments/")) {
       return Status::IOError(to + ": rename refused (the test's shared file system is down)", EIO);
     }
@@ -437,6 +443,35 @@ TEST(StagingWriterTest, AStoreThatRefusesPublicationsStopsShippingNotTheWriter) 
   int problems = 0;
   CheckRecovered(&env, kCrashCommits, kCrashCommits, "after the store came back", &problems);
   EXPECT_EQ(problems, 0);
+}
+
+// Two forced syncs at once each take the other's lease for dead and may
+// remove its lease temporary between its write and its rename (the race of
+// TwoSyncsAtOnce..., made certain here): the sync writes its first lease
+// again and goes on. A writer whose lease is taken that way fails instead.
+TEST(StagingSyncTest, ASyncWhoseLeaseTemporaryAForcedSyncRemovesGoesOn) {
+  auto mem = NewMemEnv();
+  NoPublishEnv env(mem.get());
+  ASSERT_OK(env.CreateDir("/local"));
+  { ASSERT_OK_AND_ASSIGN(auto s, Store::Open("/store", {.env = &env})); }
+  env.refuse = true;  // sealed segments wait in staging
+  EXPECT_EQ(RunStagingWriter(&env), kCrashCommits);
+  env.refuse = false;
+  env.lease_temps_to_steal = 3;
+  SyncReport r;
+  ASSERT_OK(SyncStaging("/local", "/store", Forced(&env), &r));
+  EXPECT_LE(env.lease_temps_to_steal.load(), 0) << "every steal happened";
+  EXPECT_FALSE(r.shipped.empty());
+  int problems = 0;
+  CheckRecovered(&env, kCrashCommits, kCrashCommits, "after a sync lost its lease temporary",
+                 &problems);
+  EXPECT_EQ(problems, 0);
+
+  env.lease_temps_to_steal = 1;
+  ASSERT_OK_AND_ASSIGN(auto store, Store::Open("/store", {.env = &env}));
+  auto w = store->NewWriter(StagingOptions("/local"));
+  EXPECT_THAT(w.status(), testing::StatusIs(StatusCode::kNotFound));
+  EXPECT_NE(w.status().message().find(".lease"), std::string::npos) << w.status().ToString();
 }
 
 TEST(StagingCrashTest, CrashAfterEveryOperationOfSyncThenSyncAgainLosesAndDuplicatesNothing) {
