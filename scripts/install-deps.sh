@@ -13,7 +13,7 @@ apt_packages=(
   clang-16 libclang-rt-16-dev llvm
   python3 python3-venv python3-dev
   openmpi-bin libopenmpi-dev
-  tmux
+  tmux chromium ccache
 )
 
 missing=()
