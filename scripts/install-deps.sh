@@ -49,5 +49,28 @@ if [ "${RUNSTORE_SKIP_PYTHON:-0}" != 1 ]; then
       echo "$want" > "$stamp"
     fi
   fi
+  # Python 3.12 for the EMA workbench integration (ema-workbench 3.x needs 3.12 or later):
+  # python3.12 from PATH or from pyenv's versions
+  # (pyenv's shim on PATH fails unless 3.12 is selected, hence the check that it runs.)
+  py312=""
+  for c in "$(command -v python3.12 || true)" \
+           $(ls -d "$(pyenv root 2> /dev/null || echo /nonexistent)"/versions/3.12*/bin/python3.12 2> /dev/null); do
+    if [ -n "$c" ] && "$c" -c 'import sys' 2> /dev/null; then py312=$c; break; fi
+  done
+  if [ -n "$py312" ]; then
+    venv312="$here/.venv312"
+    [ -x "$venv312/bin/python" ] || { echo "install-deps: creating $venv312"; "$py312" -m venv "$venv312"; }
+    req="$here/python/requirements-ema.txt"
+    stamp="$venv312/.requirements.sha"
+    want=$(sha256sum "$req" | cut -d' ' -f1)
+    if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+      "$venv312/bin/python" -m pip install -q --upgrade pip
+      "$venv312/bin/python" -m pip install -q -r "$req"
+      echo "$want" > "$stamp"
+    fi
+  else
+    echo "install-deps: no Python 3.12 (python3.12 or pyenv); the EMA workbench tests need one" >&2
+    exit 1
+  fi
 fi
 echo "install-deps: ok"

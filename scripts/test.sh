@@ -80,6 +80,18 @@ cd "$root/python/tests"
 "$root/.venv/bin/python" -m pytest -q -p no:cacheprovider "$root/python/tests"
 cd "$root"
 
+step "Python 3.12: the package's core tests and the EMA workbench integration (ema-workbench 3.x)"
+# ema-workbench 3.x needs Python 3.12; .venv312 (scripts/install-deps.sh) has it and the build
+# tools. The same sources built for 3.12, then the tests that need nothing but numpy and pandas.
+rm -rf "$root/build/wheel312"
+"$root/.venv312/bin/python" -m pip wheel -q --no-build-isolation --no-deps -w "$root/build/wheel312" \
+  -C cmake.define.CMAKE_CXX_COMPILER_LAUNCHER="$(command -v ccache || true)" "$root"
+"$root/.venv312/bin/python" -m pip install -q --force-reinstall --no-deps "$root"/build/wheel312/runstore-*.whl
+cd "$root/python/tests"
+"$root/.venv312/bin/python" -m pytest -q -p no:cacheprovider \
+  "$root"/python/tests/{test_ema,test_attrs,test_package_layout,test_roundtrip,test_values,test_writer,test_experiments,test_zero_copy,test_errors,test_pandas}.py
+cd "$root"
+
 step "A new virtual environment: pip install of the wheel, then the runstore command as typed"
 bash tests/package_install_test.sh "$wheel"
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from . import _attrs
 from ._checks import RunId, check_run_id
 from ._frame import _NULLABLE  # numpy dtype name -> pandas nullable dtype
 
@@ -52,6 +53,8 @@ STATUS_COLUMNS = {
 }
 STATES = ("pending", "running", "done", "failed")
 ID_COLUMN = "experiment"
+#: The key of Store.attrs that names categorical parameters: {param: [category, ...]}.
+CATEGORIES_ATTR = "categories"
 
 
 # -- columns with gaps ---------------------------------------------------------------------------
@@ -303,7 +306,27 @@ def design_frame(store: Store) -> pandas.DataFrame:
     data: dict[str, Any] = {ID_COLUMN: index.ids}
     for p, c in cols.items():
         data[p] = c.to_pandas()
+    apply_categories(store, data)
     return pd.DataFrame(data)
+
+
+def apply_categories(store: Store, data: dict[str, Any]) -> None:
+    """Makes the parameter columns that ``store.attrs["categories"]`` names pandas Categoricals
+    with those categories in that order (a value outside them reads as missing, as pandas
+    does)."""
+    import pandas as pd
+
+    cats = _attrs.read(store.path)[1].get(CATEGORIES_ATTR)
+    if cats is None:
+        return
+    if not isinstance(cats, dict) or not all(isinstance(v, list) for v in cats.values()):
+        raise _attrs.AttrsError(
+            f"store attribute {CATEGORIES_ATTR!r} must map parameter names to lists of "
+            f"categories, not {cats!r}"
+        )
+    for name, categories in cats.items():
+        if name in data and name != ID_COLUMN:
+            data[name] = pd.Categorical(np.asarray(data[name], dtype=object), categories)
 
 
 def status_frame(store: Store) -> pandas.DataFrame:
@@ -340,11 +363,18 @@ def load_results(
 
     store.refresh()
     infos = reserved_series(store)
+    if ROW not in infos:
+        raise ValueError(
+            f"store {store.path} has no experiment design (no {ROW!r} records): load_results "
+            "reads stores written by define_experiments and run_experiments; read other "
+            "stores with Store.scan or Store.to_pandas"
+        )
     index = load_index(store, infos)
     params = design_columns(store, infos)
     data: dict[str, Any] = {ID_COLUMN: index.ids}
     for p in params:
         data[p] = read_column(store, DESIGN + p, index, infos[DESIGN + p]).to_pandas()
+    apply_categories(store, data)
     snames = status_names(params)
     for c, v in status_frame_columns(load_status(store, index, infos)).items():
         data[snames[c]] = v
@@ -547,19 +577,27 @@ def _check_ids(ids: list[Any]) -> np.ndarray:
 def canonical_params(params: Mapping[str, Any]) -> str:
     """The text a derived experiment id hashes: compact JSON with sorted keys, floats in
     Python's repr form (shortest round trip), NaN and infinities as NaN/Infinity."""
-    return json.dumps(
-        {k: (v.item() if isinstance(v, np.generic) else v) for k, v in params.items()},
-        sort_keys=True,
-        separators=(",", ":"),
-        ensure_ascii=False,
-        allow_nan=True,
+    return _CANONICAL.encode(
+        {k: (v.item() if isinstance(v, np.generic) else v) for k, v in params.items()}
     )
+
+
+#: The encoder of canonical_params, made once (json.dumps with options makes one per call).
+_CANONICAL = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=True
+)
 
 
 def experiment_id(params: Mapping[str, Any]) -> str:
     """The id runstore derives for a parameter row without an "experiment" column:
     "e" + the first 16 hex digits of the SHA-256 of :func:`canonical_params`."""
     return "e" + hashlib.sha256(canonical_params(params).encode()).hexdigest()[:16]
+
+
+def experiment_id_of_plain(params: Mapping[str, Any]) -> str:
+    """:func:`experiment_id` of parameters whose values are already plain Python bool, int,
+    float or str (no numpy scalars): the same id, without the copy that converts them."""
+    return "e" + hashlib.sha256(_CANONICAL.encode(params).encode()).hexdigest()[:16]
 
 
 def _row_dicts(params: list[_Param], n: int) -> list[dict[str, Any]]:
@@ -745,3 +783,141 @@ def define_columns(
     for p in params:
         data[p.name] = Column(p.values, p.present, "").to_pandas()
     return pd.DataFrame(data)
+
+
+# -- a loop of one's own -------------------------------------------------------------------------
+
+
+class ExperimentWriter:
+    """Writes whole experiments (parameters, status and outcomes) from a loop of the caller's
+    own: ``runstore.experiments.writer(store)``. Each :meth:`record` is one atomic set of
+    records (a commit never holds part of it), in the layout run_experiments writes, so
+    ``load_results``, ``status``, ``pending`` and the exports read it as any sweep.
+
+    Rows: an experiment recorded with ``row=None`` goes after every row the store held when the
+    writer was made, in the order recorded; ``row=k`` places it at ``k`` (ties in storage
+    order). Recording an experiment again (a retry) replaces its records, row included.
+    """
+
+    def __init__(self, store: Store, **writer_options: Any) -> None:
+        store.refresh()
+        infos = reserved_series(store)
+        self._params = design_columns(store, infos)
+        self._next_row = 0
+        if ROW in infos:
+            r = store._core.scan(ROW)["value"]
+            self._next_row = int(r.max()) + 1 if len(r) else 0
+        self.first_row = self._next_row
+        self._w = store.writer(_allow_reserved=True, **writer_options)
+
+    def record(
+        self,
+        experiment: RunId,
+        params: Mapping[str, Any],
+        outcomes: Mapping[str, Any] | None = None,
+        *,
+        state: str = "done",
+        error: str = "",
+        row: int | None = None,
+        host: str | None = None,
+        started: float | None = None,
+        finished: float | None = None,
+        seconds: float | None = None,
+        attempt: int = 1,
+    ) -> None:
+        """Appends one experiment: ``params`` (its parameters: bool, int, float or str),
+        ``outcomes`` (as ``Writer.log`` takes them) and its status (``state`` one of
+        "pending", "running", "done", "failed"; ``error`` the failure's text). Visible and
+        durable as the writer's commits make it."""
+        check_run_id(experiment)
+        if state not in STATES:
+            raise ValueError(f"state {state!r}: one of {', '.join(STATES)}")
+        for name in params:
+            _check_param_name(name)
+        values: dict[str, Any] = {DESIGN + k: v for k, v in params.items() if v is not None}
+        for k in outcomes or {}:
+            if not isinstance(k, str) or not k or k.startswith("~"):
+                raise ValueError(f"outcome {k!r}: names are non-empty and do not start with '~'")
+        values.update(outcomes or {})
+        if row is None:
+            row = self._next_row
+            self._next_row += 1
+        values[ROW] = np.int64(row)
+        values[STATE] = state
+        values[ERROR] = error
+        values[ATTEMPT] = np.int64(attempt)
+        for k, v in ((HOST, host), (STARTED, started), (FINISHED, finished), (SECONDS, seconds)):
+            if v is not None:
+                values[k] = float(v) if k != HOST else str(v)
+        new = [p for p in params if p not in self._params]
+        if new:
+            self._params += new
+            self._w.put(0, PARAMS, json.dumps(self._params, ensure_ascii=False))
+        self._w.log(experiment, values=values)
+
+    def record_many(
+        self,
+        experiments: list[RunId],
+        params: Mapping[str, Any],
+        outcomes: Mapping[str, Any] | None = None,
+        *,
+        state: str = "done",
+        finished: Any = None,
+        rows: Any = None,
+    ) -> None:
+        """Appends ``len(experiments)`` experiments in one vectorised call, all with state
+        ``state``: ``params`` and ``outcomes`` map names to columns of that length (outcome
+        arrays stacked along a first axis), ``finished`` a column of unix times, ``rows``
+        their rows (default: after the ones recorded so far). The columns are appended one
+        after the other: for all of them to be in one commit, commit yourself after the call
+        rather than give the writer commit_every_s or commit_every_bytes."""
+        n = len(experiments)
+        for e in experiments:
+            check_run_id(e)
+        if state not in STATES:
+            raise ValueError(f"state {state!r}: one of {', '.join(STATES)}")
+        columns: dict[str, Any] = {}
+        for name, col in params.items():
+            _check_param_name(name)
+            columns[DESIGN + name] = col
+        for k, col in (outcomes or {}).items():
+            if not isinstance(k, str) or not k or k.startswith("~"):
+                raise ValueError(f"outcome {k!r}: names are non-empty and do not start with '~'")
+            columns[k] = col
+        for name, col in columns.items():
+            if len(col) != n:
+                raise ValueError(f"column {name!r} has {len(col)} values for {n} experiments")
+        if rows is None:
+            rows = np.arange(self._next_row, self._next_row + n, dtype=np.int64)
+            self._next_row += n
+        columns[ROW] = np.asarray(rows, dtype=np.int64)
+        columns[STATE] = [state] * n
+        columns[ERROR] = [""] * n
+        columns[ATTEMPT] = np.ones(n, dtype=np.int64)
+        if finished is not None:
+            columns[FINISHED] = np.asarray(finished, dtype=np.float64)
+        new = [p for p in params if p not in self._params]
+        if new:
+            self._params += new
+            self._w.put(0, PARAMS, json.dumps(self._params, ensure_ascii=False))
+        self._w.log_many(list(experiments), columns=columns)
+
+    def commit(self, wait: bool = True) -> Any:
+        return self._w.commit(wait=wait)
+
+    def flush(self) -> None:
+        self._w.flush()
+
+    def close(self) -> None:
+        self._w.close()
+
+    @property
+    def writer(self) -> Any:
+        """The underlying Writer (its tickets, ``wait_for_commit``, ``durable_ticket``)."""
+        return self._w
+
+    def __enter__(self) -> ExperimentWriter:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._w.__exit__(*exc)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import numpy as np
 
-from . import _core, _frame, experiments, export
+from . import _attrs, _core, _frame, experiments, export
 from ._checks import RunId, StepWindow, step_range
 from ._core import Writer
 
@@ -159,6 +159,15 @@ class Store:
         """The segments the current snapshot left out because they could not be read, sorted by
         file name; always empty unless the store was opened with ``on_damaged="skip"``."""
         return [DamagedSegment(**d) for d in self._core.damaged_segments()]
+
+    @property
+    def attrs(self) -> _attrs.Attrs:
+        """The store's attributes: a small JSON document (at most 16 MiB) for metadata that a
+        user or an integration keeps with the results (parameter kinds, categories, versions).
+        A mapping of str to JSON values; each change is published whole and crash-safe
+        (docs/format.md, "Attributes"). ``attrs["categories"] = {param: [...]}`` makes that
+        parameter a pandas Categorical in ``design()`` and ``load_results``."""
+        return _attrs.Attrs(self.path, self.read_only)
 
     # -- writing ------------------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from . import _dask_runner, _experiments, _runner
-from ._experiments import experiment_id, grid
+from ._experiments import ExperimentWriter, experiment_id, grid
 from ._runner import RunSummary
 
 if TYPE_CHECKING:
@@ -38,6 +38,8 @@ __all__ = [
     "run",
     "RunSummary",
     "load_results",
+    "writer",
+    "ExperimentWriter",
 ]
 
 
@@ -175,3 +177,17 @@ def load_results(
     Refreshes the store first. Raises KeyError for an unknown name.
     """
     return _experiments.load_results(store, names)
+
+
+def writer(store: Store, **writer_options: Any) -> ExperimentWriter:
+    """An :class:`ExperimentWriter` on ``store``, for a loop of the caller's own that records
+    whole experiments (parameters, status and outcomes) atomically, one ``record`` each::
+
+        with runstore.experiments.writer(store, commit_every_s=5) as w:
+            for params in my_design:
+                w.record(runstore.experiment_id(params), params, simulate(**params))
+
+    ``writer_options`` are those of :meth:`Store.writer`. Ids are the caller's
+    (:func:`experiment_id` gives the ones define would). A context manager: leaving it commits
+    and closes."""
+    return ExperimentWriter(store, **writer_options)
