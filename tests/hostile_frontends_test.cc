@@ -431,6 +431,12 @@ def read_all(path, tag):
                 print(f"{mode} {what}: CorruptionError: {e}")
             except KeyError as e:
                 print(f"{mode} {what}: KeyError: {e}")
+            except ValueError as e:
+                if "no experiment design" not in str(e):  # load_results of a plain store
+                    print(f"{mode} {what}: ValueError: {e}")
+                    traceback.print_exc()
+                    return e
+                print(f"{mode} {what}: ValueError: {e}")
             except BaseException as e:
                 print(f"{mode} {what}: {type(e).__name__}: {e}")
                 traceback.print_exc()

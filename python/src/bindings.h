@@ -44,6 +44,10 @@ class PyWriter {
   // Run ids and steps are taken as handles and converted by ToRunRef and
   // ToStep (convert.h), which say what was wrong with them.
   void Log(nb::handle run, nb::handle step, nb::kwargs values);
+  // Log's work on `n` (name, value) pairs, which `pair(i, &name, &value)`
+  // gives (borrowed references).
+  template <typename Pair>
+  void LogPairs(nb::handle run, nb::handle step, size_t n, Pair&& pair);
   void Put(nb::handle run, nb::handle name, nb::handle value, nb::handle step);
   void LogMany(nb::handle runs, nb::handle steps, nb::kwargs columns);
   void Define(nb::handle name, nb::handle dtype, nb::handle shape, bool variable_shape,

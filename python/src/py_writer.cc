@@ -2,6 +2,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -184,33 +185,125 @@ void PyWriter::RunAppend(size_t bytes, F&& append) {
 }
 
 void PyWriter::Log(nb::handle run, nb::handle step_obj, nb::kwargs values) {
-  const RunRef r = ToRunRef(run.ptr());
-  const int64_t step = ToStep(step_obj.ptr());
   const nb::object merged = MergedKeywords(values.ptr(), "values", "log");
   PyObject* dict = merged.is_valid() ? merged.ptr() : values.ptr();
-  const size_t n = static_cast<size_t>(PyDict_GET_SIZE(dict));
+  Py_ssize_t pos = 0;
+  LogPairs(run, step_obj, static_cast<size_t>(PyDict_GET_SIZE(dict)),
+           [&](size_t, PyObject** key, PyObject** value) { PyDict_Next(dict, &pos, key, value); });
+}
+
+template <typename Pair>
+void PyWriter::LogPairs(nb::handle run, nb::handle step_obj, size_t n, Pair&& pair) {
+  const RunRef r = ToRunRef(run.ptr());
+  const int64_t step = ToStep(step_obj.ptr());
   struct Item {
     std::string_view name;
     ValueSlot slot;
   };
   // Every value is converted before any is appended, so a TypeError appends nothing.
-  std::vector<Item> items(n);
-  Py_ssize_t pos = 0;
-  PyObject *key, *value;
-  size_t i = 0, bytes = 0;
-  while (PyDict_Next(dict, &pos, &key, &value)) {
+  // A few metrics per step is the common call: on the stack, no allocation.
+  constexpr size_t kOnStack = 8;
+  Item stack_items[kOnStack];
+  NamedValue stack_named[kOnStack];
+  std::vector<Item> heap_items;
+  std::vector<NamedValue> heap_named;
+  Item* items = stack_items;
+  NamedValue* named = stack_named;
+  if (n > kOnStack) {
+    heap_items.resize(n);
+    heap_named.resize(n);
+    items = heap_items.data();
+    named = heap_named.data();
+  }
+  size_t bytes = 0;
+  for (size_t i = 0; i < n; ++i) {
+    PyObject *key, *value;
+    pair(i, &key, &value);
     items[i].name = Utf8(key, "series name");
     items[i].slot.Set(value, items[i].name);
     bytes += items[i].slot.nbytes();
-    ++i;
   }
   // One call under one lock; the core checks every value before appending
   // any, so a dtype conflict appends nothing either.
-  std::vector<NamedValue> named(n);
   for (size_t k = 0; k < n; ++k) named[k] = NamedValue{items[k].name, items[k].slot.ref()};
   Writer* w = writer_.get();
-  RunAppend(bytes, [&] { return w->AppendRecord(r, step, named); });
+  const std::span<const NamedValue> record(named, n);
+  RunAppend(bytes, [&] { return w->AppendRecord(r, step, record); });
 }
+
+namespace {
+
+// Writer.log as a METH_FASTCALL | METH_KEYWORDS method: the keywords arrive
+// as a tuple of names beside their values, so a call makes no dict and goes
+// through no argument matching (a per-step loop's cost is mostly that). Any
+// call but log(run[, step], name=value, ...) goes to the bound method it
+// replaces (the `values=` mapping, `run=` by keyword, wrong arity), which
+// says what is wrong with it.
+PyObject* g_log_fallback = nullptr;  // the nanobind method, owned for the process
+
+PyObject* FastLog(PyObject* self, PyObject* const* args, Py_ssize_t nargsf,
+                  PyObject* kwnames) noexcept {
+  const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+  const Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+  PyObject* step = nullptr;
+  bool fast = nargs == 1 || nargs == 2;
+  Py_ssize_t step_at = -1;
+  // Keywords written in the source are interned: the names are told apart by
+  // pointer, and only a name that is not interned is compared by content.
+  static PyObject* const s_step = PyUnicode_InternFromString("step");
+  static PyObject* const s_run = PyUnicode_InternFromString("run");
+  static PyObject* const s_values = PyUnicode_InternFromString("values");
+  for (Py_ssize_t j = 0; fast && j < nkw; ++j) {
+    PyObject* k = PyTuple_GET_ITEM(kwnames, j);
+    const bool step_kw =
+        k == s_step || (!PyUnicode_CHECK_INTERNED(k) && PyUnicode_Compare(k, s_step) == 0);
+    if (step_kw && nargs == 1 && step_at < 0) {
+      step_at = j;
+    } else if (step_kw || k == s_run || k == s_values ||
+               (!PyUnicode_CHECK_INTERNED(k) &&
+                (PyUnicode_Compare(k, s_run) == 0 || PyUnicode_Compare(k, s_values) == 0))) {
+      fast = false;
+    }
+  }
+  if (!fast) {
+    // self first, then the arguments as given.
+    std::vector<PyObject*> all(static_cast<size_t>(nargs + nkw + 1));
+    all[0] = self;
+    std::copy(args, args + nargs + nkw, all.begin() + 1);
+    return PyObject_Vectorcall(g_log_fallback, all.data(), static_cast<size_t>(nargs + 1), kwnames);
+  }
+  if (nargs == 2) step = args[1];
+  if (step_at >= 0) step = args[nargs + step_at];
+  try {
+    nb::object step_default;
+    if (!step) {
+      step_default = nb::int_(0);
+      step = step_default.ptr();
+    }
+    PyWriter* w = nb::inst_ptr<PyWriter>(nb::handle(self));
+    const size_t n = static_cast<size_t>(nkw - (step_at >= 0 ? 1 : 0));
+    Py_ssize_t j = 0;
+    w->LogPairs(nb::handle(args[0]), nb::handle(step), n,
+                [&](size_t, PyObject** key, PyObject** value) {
+                  if (j == step_at) ++j;
+                  *key = PyTuple_GET_ITEM(kwnames, j);
+                  *value = args[nargs + j];
+                  ++j;
+                });
+  } catch (nb::python_error& e) {
+    e.restore();
+    return nullptr;
+  } catch (const std::bad_alloc&) {
+    PyErr_NoMemory();
+    return nullptr;
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+    return nullptr;
+  }
+  Py_RETURN_NONE;
+}
+
+}  // namespace
 
 void PyWriter::Put(nb::handle run, nb::handle name, nb::handle value, nb::handle step_obj) {
   const RunRef r = ToRunRef(run.ptr());
@@ -397,126 +490,163 @@ nb::dict PyWriter::Stats() const {
 }
 
 void BindWriter(nb::module_& m) {
-  nb::class_<PyWriter>(
-      m, "Writer",
-      "Appends records to a store; made by Store.writer(). Use it as a context manager: "
-      "leaving the block commits and closes (also when the block raised).\n\n"
-      "A writer writes only its own segment files, so any number of writers (threads, "
-      "processes, nodes) may append to one store at once. Its methods may be called from "
-      "several threads.")
-      .def(
-          "log", &PyWriter::Log, "run"_a.none(), "step"_a.none() = 0, "values"_a,
-          nb::sig("def log(self, run: int | str, step: int = 0, **values: object) -> None"),
-          "Appends one record per keyword: (run, name, step) -> value. ``run`` is an int or a str. "
-          "A series whose name is not a keyword Python allows here (``run``, ``step``, or not an "
-          "identifier) goes in a dict: ``values={'step': 3.0, 'loss/train': 0.5}``. "
-          "Values: int -> int64, float -> float64, bool -> bool, numpy scalars keep their dtype, "
-          "numpy "
-          "arrays (any shape; copied, made C-contiguous) -> arrays, str -> string, bytes -> bytes, "
-          "lists "
-          "-> numpy.asarray(list).\n\n"
-          "Raises TypeError for an unsupported type or dtype (nothing is appended) and ValueError "
-          "when a "
-          "value conflicts with its series' dtype or shape (values before it in keyword order stay "
-          "appended). Records are durable after commit().")
-      .def(
-          "put", &PyWriter::Put, "run"_a.none(), "name"_a, "value"_a.none(), "step"_a.none() = 0,
-          nb::sig("def put(self, run: int | str, name: str, value: object, step: int = 0) -> None"),
-          "Appends one value (typically a large array) under (run, name, step). Arrays of 1 MiB or "
-          "more "
-          "are written straight from the caller's memory into a block of their own, 64-byte "
-          "aligned, "
-          "with the GIL released.")
-      .def("log_many", &PyWriter::LogMany, "runs"_a.none(), "steps"_a.none() = nb::none(),
-           "columns"_a,
-           nb::sig("def log_many(self, runs: int | str | typing.Sequence[int | str] | "
-                   "numpy.ndarray, steps: int | typing.Sequence[int] | numpy.ndarray | None = "
-                   "None, **columns: object) -> None"),
-           "Vectorised log: record i is (runs[i], name, steps[i]) -> columns[name][i]. ``runs`` "
-           "is one run id (an int or a str: every record is of that run, as many as ``steps`` "
-           "or the columns have) or a sequence or 1-d array of ints/strs (an integer array is "
-           "the fast path); ``steps`` is None (all 0), an int, or an integer array of len(runs). "
-           "A numeric column is an array whose first axis has len(runs) entries; a column of "
-           "str, bytes or arrays of differing shapes is a list with one entry per run. Columns "
-           "named ``runs`` or ``steps`` (or not identifiers) go in a dict: "
-           "``columns={'steps': ...}``.")
-      .def(
-          "define", &PyWriter::Define, "name"_a, "dtype"_a, "shape"_a = nb::none(),
-          "variable_shape"_a = false, "codec"_a = nb::none(),
-          nb::sig("def define(self, name: str, dtype: str | type | numpy.dtype, "
-                  "shape: typing.Sequence[int] | None = None, variable_shape: bool = False, "
-                  "codec: str | None = None) -> None"),
-          "Declares a series before its first record: needed for variable-shape series and to give "
-          "it a "
-          "codec ('none', 'lz4', 'zstd') other than the writer's. ``dtype``: a runstore name "
-          "('float64', "
-          "'string', 'bytes'), a numpy dtype, or float/int/bool/str/bytes. Raises ValueError if it "
-          "conflicts with the series as it exists.")
-      .def(
-          "commit", &PyWriter::Commit, "wait"_a = true,
-          "Makes every record appended before the call durable (fsync) and visible to readers that "
-          "refresh, and returns the commit's ticket. Raises OSError if the data could not be "
-          "written. With wait=False it returns at once: the writer's background thread writes and "
-          "syncs the commit while the caller goes on (converting the next batch, say), and "
-          "wait_for_commit(ticket) returns when it is durable, as commit() would have. Commits "
-          "made faster than the disk syncs share one fsync (group commit): a loop that commits "
-          "with wait=False and waits only for its last ticket pays one fsync per burst, not one "
-          "per commit.")
-      .def("wait_for_commit", &PyWriter::WaitForCommit, "ticket"_a,
-           "Returns when the commit of ``ticket`` (from commit(wait=False)) is durable, or raises "
-           "the error that stopped the writer. ValueError for a ticket this writer did not give "
-           "out.")
-      .def("wait_for_shipped", &PyWriter::WaitForShipped, "ticket"_a = nb::none(),
-           nb::sig("def wait_for_shipped(self, ticket: int | None = None) -> None"),
-           "With staging_dir: seals the segment that holds the commit of ``ticket`` (default: the "
-           "last commit or flush) and returns once it is published in the store, visible to its "
-           "readers; raises the error that stopped shipping (the segment then stays in staging "
-           "for runstore.sync). Without staging, as wait_for_commit. ValueError for a ticket "
-           "this writer did not give out.")
-      .def("flush", &PyWriter::Flush,
-           "Like commit(), without the fsync: every record appended before the call is visible to "
-           "readers that refresh, all-or-nothing, and survives a crash or kill -9 of this process, "
-           "but a power cut before the next commit() (or close) may take it away again, whole "
-           "flushes at a time. What h5py's File.flush() or SQLite's synchronous=NORMAL promise, at "
-           "the cost of a write instead of an fdatasync. Raises OSError if the data could not be "
-           "written.")
-      .def(
-          "resume", &PyWriter::Resume, "run"_a.none(), "step"_a.none(),
-          nb::sig("def resume(self, run: int | str, step: int) -> None"),
-          "Hides this run's records at steps >= step written by earlier commits (of any writer), "
-          "for a "
-          "run restarted from a checkpoint taken at ``step``. Commits what was appended before it; "
-          "records appended after it are not hidden.")
-      .def("close", &PyWriter::Close,
-           "Commits, seals the open segment and stops the writer. Further appends raise "
-           "RuntimeError. "
-           "Closing twice is harmless.")
-      .def("stats", &PyWriter::Stats,
-           "Counters: records_appended, bytes_appended, bytes_written, commits, flushes, syncs "
-           "(fdatasyncs for commits; one covers several commits made with wait=False), "
-           "segments_sealed, "
-           "backpressure_waits, backpressure_seconds, peak_buffered_bytes.")
-      .def_prop_ro("durable_ticket", &PyWriter::durable_ticket,
-                   "The newest commit ticket that is durable with every one before it (0: none "
-                   "yet), without waiting: after commit(wait=False), the results of every commit "
-                   "whose ticket is at most this may be acknowledged.")
-      .def_prop_ro("shipped_ticket", &PyWriter::shipped_ticket,
-                   "The newest ticket shipped into the store with every one before it (0: none "
-                   "yet), without waiting; without staging_dir, durable_ticket.")
-      .def_prop_ro("writer_id", &PyWriter::writer_id,
-                   "This writer's id; its segment files are named after it.")
-      .def_prop_ro("closed", &PyWriter::closed, "True after close() or the end of a with-block.")
-      .def(
-          "__enter__", [](nb::handle self) { return self; }, "Returns the writer itself.")
-      .def("__exit__", &PyWriter::Exit, "exc_type"_a.none(), "exc"_a.none(), "tb"_a.none(),
-           nb::sig("def __exit__(self, exc_type: type[BaseException] | None, "
-                   "exc: BaseException | None, tb: types.TracebackType | None) -> bool"),
-           "Commits and closes. If the block raised, what was logged before is still committed and "
-           "the "
-           "original exception propagates (with a note if committing failed).")
-      .def("__repr__", [](const PyWriter& w) {
-        return "<runstore.Writer " + w.writer_id() + (w.closed() ? " (closed)>" : ">");
-      });
+  auto cls =
+      nb::class_<PyWriter>(
+          m, "Writer",
+          "Appends records to a store; made by Store.writer(). Use it as a context manager: "
+          "leaving the block commits and closes (also when the block raised).\n\n"
+          "A writer writes only its own segment files, so any number of writers (threads, "
+          "processes, nodes) may append to one store at once. Its methods may be called from "
+          "several threads.")
+          .def("log", &PyWriter::Log, "run"_a.none(), "step"_a.none() = 0, "values"_a,
+               nb::sig("def log(self, run: int | str, step: int = 0, **values: object) -> None"),
+               "Appends one record per keyword: (run, name, step) -> value. ``run`` is an int or a "
+               "str. "
+               "A series whose name is not a keyword Python allows here (``run``, ``step``, or not "
+               "an "
+               "identifier) goes in a dict: ``values={'step': 3.0, 'loss/train': 0.5}``. "
+               "Values: int -> int64, float -> float64, bool -> bool, numpy scalars keep their "
+               "dtype, "
+               "numpy "
+               "arrays (any shape; copied, made C-contiguous) -> arrays, str -> string, bytes -> "
+               "bytes, "
+               "lists "
+               "-> numpy.asarray(list).\n\n"
+               "Raises TypeError for an unsupported type or dtype (nothing is appended) and "
+               "ValueError "
+               "when a "
+               "value conflicts with its series' dtype or shape (values before it in keyword order "
+               "stay "
+               "appended). Records are durable after commit().")
+          .def(
+              "put", &PyWriter::Put, "run"_a.none(), "name"_a, "value"_a.none(),
+              "step"_a.none() = 0,
+              nb::sig(
+                  "def put(self, run: int | str, name: str, value: object, step: int = 0) -> None"),
+              "Appends one value (typically a large array) under (run, name, step). Arrays of 1 "
+              "MiB or "
+              "more "
+              "are written straight from the caller's memory into a block of their own, 64-byte "
+              "aligned, "
+              "with the GIL released.")
+          .def(
+              "log_many", &PyWriter::LogMany, "runs"_a.none(), "steps"_a.none() = nb::none(),
+              "columns"_a,
+              nb::sig("def log_many(self, runs: int | str | typing.Sequence[int | str] | "
+                      "numpy.ndarray, steps: int | typing.Sequence[int] | numpy.ndarray | None = "
+                      "None, **columns: object) -> None"),
+              "Vectorised log: record i is (runs[i], name, steps[i]) -> columns[name][i]. ``runs`` "
+              "is one run id (an int or a str: every record is of that run, as many as ``steps`` "
+              "or the columns have) or a sequence or 1-d array of ints/strs (an integer array is "
+              "the fast path); ``steps`` is None (all 0), an int, or an integer array of "
+              "len(runs). "
+              "A numeric column is an array whose first axis has len(runs) entries; a column of "
+              "str, bytes or arrays of differing shapes is a list with one entry per run. Columns "
+              "named ``runs`` or ``steps`` (or not identifiers) go in a dict: "
+              "``columns={'steps': ...}``.")
+          .def("define", &PyWriter::Define, "name"_a, "dtype"_a, "shape"_a = nb::none(),
+               "variable_shape"_a = false, "codec"_a = nb::none(),
+               nb::sig("def define(self, name: str, dtype: str | type | numpy.dtype, "
+                       "shape: typing.Sequence[int] | None = None, variable_shape: bool = False, "
+                       "codec: str | None = None) -> None"),
+               "Declares a series before its first record: needed for variable-shape series and to "
+               "give "
+               "it a "
+               "codec ('none', 'lz4', 'zstd') other than the writer's. ``dtype``: a runstore name "
+               "('float64', "
+               "'string', 'bytes'), a numpy dtype, or float/int/bool/str/bytes. Raises ValueError "
+               "if it "
+               "conflicts with the series as it exists.")
+          .def(
+              "commit", &PyWriter::Commit, "wait"_a = true,
+              "Makes every record appended before the call durable (fsync) and visible to readers "
+              "that "
+              "refresh, and returns the commit's ticket. Raises OSError if the data could not be "
+              "written. With wait=False it returns at once: the writer's background thread writes "
+              "and "
+              "syncs the commit while the caller goes on (converting the next batch, say), and "
+              "wait_for_commit(ticket) returns when it is durable, as commit() would have. Commits "
+              "made faster than the disk syncs share one fsync (group commit): a loop that commits "
+              "with wait=False and waits only for its last ticket pays one fsync per burst, not "
+              "one "
+              "per commit.")
+          .def(
+              "wait_for_commit", &PyWriter::WaitForCommit, "ticket"_a,
+              "Returns when the commit of ``ticket`` (from commit(wait=False)) is durable, or "
+              "raises "
+              "the error that stopped the writer. ValueError for a ticket this writer did not give "
+              "out.")
+          .def(
+              "wait_for_shipped", &PyWriter::WaitForShipped, "ticket"_a = nb::none(),
+              nb::sig("def wait_for_shipped(self, ticket: int | None = None) -> None"),
+              "With staging_dir: seals the segment that holds the commit of ``ticket`` (default: "
+              "the "
+              "last commit or flush) and returns once it is published in the store, visible to its "
+              "readers; raises the error that stopped shipping (the segment then stays in staging "
+              "for runstore.sync). Without staging, as wait_for_commit. ValueError for a ticket "
+              "this writer did not give out.")
+          .def("flush", &PyWriter::Flush,
+               "Like commit(), without the fsync: every record appended before the call is visible "
+               "to "
+               "readers that refresh, all-or-nothing, and survives a crash or kill -9 of this "
+               "process, "
+               "but a power cut before the next commit() (or close) may take it away again, whole "
+               "flushes at a time. What h5py's File.flush() or SQLite's synchronous=NORMAL "
+               "promise, at "
+               "the cost of a write instead of an fdatasync. Raises OSError if the data could not "
+               "be "
+               "written.")
+          .def("resume", &PyWriter::Resume, "run"_a.none(), "step"_a.none(),
+               nb::sig("def resume(self, run: int | str, step: int) -> None"),
+               "Hides this run's records at steps >= step written by earlier commits (of any "
+               "writer), "
+               "for a "
+               "run restarted from a checkpoint taken at ``step``. Commits what was appended "
+               "before it; "
+               "records appended after it are not hidden.")
+          .def("close", &PyWriter::Close,
+               "Commits, seals the open segment and stops the writer. Further appends raise "
+               "RuntimeError. "
+               "Closing twice is harmless.")
+          .def("stats", &PyWriter::Stats,
+               "Counters: records_appended, bytes_appended, bytes_written, commits, flushes, syncs "
+               "(fdatasyncs for commits; one covers several commits made with wait=False), "
+               "segments_sealed, "
+               "backpressure_waits, backpressure_seconds, peak_buffered_bytes.")
+          .def_prop_ro(
+              "durable_ticket", &PyWriter::durable_ticket,
+              "The newest commit ticket that is durable with every one before it (0: none "
+              "yet), without waiting: after commit(wait=False), the results of every commit "
+              "whose ticket is at most this may be acknowledged.")
+          .def_prop_ro("shipped_ticket", &PyWriter::shipped_ticket,
+                       "The newest ticket shipped into the store with every one before it (0: none "
+                       "yet), without waiting; without staging_dir, durable_ticket.")
+          .def_prop_ro("writer_id", &PyWriter::writer_id,
+                       "This writer's id; its segment files are named after it.")
+          .def_prop_ro("closed", &PyWriter::closed,
+                       "True after close() or the end of a with-block.")
+          .def(
+              "__enter__", [](nb::handle self) { return self; }, "Returns the writer itself.")
+          .def("__exit__", &PyWriter::Exit, "exc_type"_a.none(), "exc"_a.none(), "tb"_a.none(),
+               nb::sig("def __exit__(self, exc_type: type[BaseException] | None, "
+                       "exc: BaseException | None, tb: types.TracebackType | None) -> bool"),
+               "Commits and closes. If the block raised, what was logged before is still committed "
+               "and "
+               "the "
+               "original exception propagates (with a note if committing failed).")
+          .def("__repr__", [](const PyWriter& w) {
+            return "<runstore.Writer " + w.writer_id() + (w.closed() ? " (closed)>" : ">");
+          });
+  // log as FastLog, with the method above (its signature and doc) for every
+  // other call.
+  g_log_fallback = nb::getattr(cls, "log").release().ptr();
+  static const std::string doc = nb::cast<std::string>(nb::getattr(g_log_fallback, "__doc__"));
+  static PyMethodDef def = {"log",
+                            reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(FastLog)),
+                            METH_FASTCALL | METH_KEYWORDS, doc.c_str()};
+  nb::object descr = nb::steal(PyDescr_NewMethod(reinterpret_cast<PyTypeObject*>(cls.ptr()), &def));
+  if (!descr.is_valid()) throw nb::python_error();
+  nb::setattr(cls, "log", descr);
 }
 
 }  // namespace runstore::python

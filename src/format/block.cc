@@ -156,6 +156,15 @@ void BlockBuilder::AddKey(const RunRef& run, int64_t step) {
 }
 
 void BlockBuilder::AddKeyGeneral(const RunRef& run, int64_t step) {
+  // A writer's common case: the run of the last record at a later step. While
+  // ascending, the largest key is the last one, so only their steps change
+  // (no string compared past the run, none copied).
+  if (ascending_ && run.is_string && step > last_key_.step && last_key_.run.is_string() &&
+      last_key_.run.string_value() == run.s) {
+    last_key_.step = step;
+    max_key_.step = step;
+    return;
+  }
   KeyRef k{run.is_string, run.i, run.s, step};
   if (CompareKeys(k, ToKeyRef(last_key_)) <= 0) ascending_ = false;
   if (ascending_) {

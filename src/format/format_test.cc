@@ -1,8 +1,12 @@
 #include "format/format.h"
 
+#include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string>
+#include <vector>
 
 #include "format/block.h"
 #include "format/block_reader.h"
@@ -106,6 +110,47 @@ TEST(FormatTest, BlockHeaderRoundTripWithStringKeys) {
     std::string bad = e;
     bad[i] ^= 0x20;
     EXPECT_FALSE(CheckFrameHeader(bad, &p).ok()) << "flip at " << i;
+  }
+}
+
+// A block's header keys (min, max, ascending) against the keys themselves,
+// for string runs that mostly repeat the last run at a later step (a
+// per-run writer, the builder's fast path), and now and then go back a step,
+// change run or switch to an integer run.
+TEST(FormatTest, BlockKeyBoundsMatchTheKeysForRepeatedStringRuns) {
+  const uint32_t seed = std::random_device{}();
+  std::printf("seed %u\n", seed);
+  std::mt19937 rng(seed);
+  const std::vector<std::string> runs = {"e3f1c2a9b4d5e6f70", "e0", "run-with-a-long-name-x", "z"};
+  for (int trial = 0; trial < 200; ++trial) {
+    BlockBuilder b(BlockSchema{"x", DType::kFloat64});
+    std::vector<Key> keys;
+    size_t run = rng() % runs.size();
+    int64_t step = static_cast<int64_t>(rng() % 10);
+    const int n = 1 + static_cast<int>(rng() % 60);
+    for (int i = 0; i < n; ++i) {
+      const uint32_t r = rng() % 20;
+      if (r == 0) run = rng() % runs.size();
+      if (r == 1) step -= static_cast<int64_t>(rng() % 5);  // back, or the same step
+      step += r == 1 ? 0 : 1 + static_cast<int64_t>(rng() % 3);
+      const bool int_run = r == 2;
+      const double v = i;
+      if (int_run) {
+        b.Add(RunRef(int64_t{7}), step, ValueRef::Scalar(v));
+        keys.push_back(Key{RunId(int64_t{7}), step});
+      } else {
+        b.Add(RunRef(runs[run]), step, ValueRef::Scalar(v));
+        keys.push_back(Key{RunId(runs[run]), step});
+      }
+    }
+    BlockHeader h;
+    std::vector<std::string_view> pieces;
+    b.Finish(&h, &pieces);
+    bool ascending = true;
+    for (size_t i = 1; i < keys.size(); ++i) ascending &= keys[i - 1] < keys[i];
+    EXPECT_EQ(h.min_key, *std::min_element(keys.begin(), keys.end())) << "trial " << trial;
+    EXPECT_EQ(h.max_key, *std::max_element(keys.begin(), keys.end())) << "trial " << trial;
+    EXPECT_EQ((h.flags & kBlockKeysAscending) != 0, ascending) << "trial " << trial;
   }
 }
 

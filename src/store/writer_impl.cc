@@ -279,7 +279,7 @@ Status WriterImpl::DefineSeries(std::string_view name, const SeriesOptions& o) {
   }
   MutexLock lock(&mu_);
   RUNSTORE_RETURN_IF_ERROR(CheckUsableLocked());
-  if (auto it = series_.find(std::string(name)); it != series_.end()) {
+  if (auto it = series_.find(name); it != series_.end()) {
     const SeriesSchema& e = it->second->schema;
     if (e.dtype == schema.dtype && e.variable_shape == schema.variable_shape &&
         e.shape == schema.shape) {
@@ -302,7 +302,7 @@ Result<WriterImpl::Series*> WriterImpl::GetSeriesLocked(std::string_view name,
     return ValidateSeriesName(name);
   }
   if (last_series_ != nullptr && last_series_->name == name) return last_series_;
-  auto it = series_.find(std::string(name));
+  auto it = series_.find(name);
   if (it == series_.end()) {
     RUNSTORE_RETURN_IF_ERROR(ValidateSeriesName(name, /*allow_reserved=*/true));
     // The first value defines the series, so it must be valid by itself
@@ -316,7 +316,7 @@ Result<WriterImpl::Series*> WriterImpl::GetSeriesLocked(std::string_view name,
       schema.shape.clear();
     }
     RUNSTORE_RETURN_IF_ERROR(DefineSeriesLocked(name, schema, options_.codec));
-    it = series_.find(std::string(name));
+    it = series_.find(name);
   }
   last_series_ = it->second.get();
   return last_series_;
@@ -594,10 +594,22 @@ Status WriterImpl::AppendRecord(RunRef run, int64_t step, std::span<const NamedV
     many.resize(values.size());
     series = many.data();
   }
+  // The same names as the last record, in the same order (a training loop's
+  // metrics): its series, found by comparing names. They passed the
+  // reserved-name check then, and the writer's options do not change.
+  bool same = values.size() == last_record_.size();
+  for (size_t i = 0; same && i < values.size(); ++i) {
+    same = last_record_[i]->name == values[i].name;
+  }
   for (size_t i = 0; i < values.size(); ++i) {
-    RUNSTORE_ASSIGN_OR_RETURN(series[i], GetSeriesLocked(values[i].name, &values[i].value));
+    if (same) {
+      series[i] = last_record_[i];
+    } else {
+      RUNSTORE_ASSIGN_OR_RETURN(series[i], GetSeriesLocked(values[i].name, &values[i].value));
+    }
     RUNSTORE_RETURN_IF_ERROR(CheckAgainstSeries(*series[i], values[i].name, values[i].value));
   }
+  if (!same) last_record_.assign(series, series + values.size());
   for (size_t i = 0; i < values.size(); ++i) {
     RUNSTORE_RETURN_IF_ERROR(CheckUsableLocked());
     RUNSTORE_RETURN_IF_ERROR(AppendLocked(series[i], run, step, values[i].value));

@@ -16,8 +16,10 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
+#include <vector>
 
 #include "format/block.h"
 #include "runstore/env.h"
@@ -174,11 +176,20 @@ class WriterImpl final : public Writer {
   CondVar done_cv_;  // appenders and committers wait here, with mu_
   CondVar sync_cv_;  // the sync thread waits here, with mu_
   // The callers' side.
-  std::unordered_map<std::string, std::unique_ptr<Series>> series_ RUNSTORE_GUARDED_BY(mu_);
+  // Looked up by string_view, without making a std::string per value.
+  struct NameHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  std::unordered_map<std::string, std::unique_ptr<Series>, NameHash, std::equal_to<>> series_
+      RUNSTORE_GUARDED_BY(mu_);
   // series_ in the order they were created: a commit's blocks are queued in
   // it, so that readers see series in the order they were first logged.
   std::vector<Series*> series_order_ RUNSTORE_GUARDED_BY(mu_);
   Series* last_series_ RUNSTORE_GUARDED_BY(mu_) = nullptr;
+  // The series of the last AppendRecord, in its order: a loop that logs the
+  // same metrics every step finds them by comparing names, not by hashing.
+  std::vector<Series*> last_record_ RUNSTORE_GUARDED_BY(mu_);
   uint64_t bytes_since_commit_ RUNSTORE_GUARDED_BY(mu_) = 0;
   std::optional<std::chrono::steady_clock::time_point> first_uncommitted_ RUNSTORE_GUARDED_BY(mu_);
   int auto_commit_holds_ RUNSTORE_GUARDED_BY(mu_) = 0;     // AutoCommitHold
