@@ -9,6 +9,7 @@ each is kept, the machine being shared):
   log        w.log(run, step=s, reward=..., loss=..., entropy=..., lr=...) every step
   log_many   the same values gathered per 1,000 steps and written with one
              w.log_many(run, steps=..., reward=..., ...) per 1,000
+  log+time   log with Store.writer(record_time=True): what keeping each step's wall time costs
 
 Target (issue: long runs that log every step): log within 1.3x of log_many per step (same data,
 same commits). Also printed: each case's microseconds per step and the ratio to the bare loop.
@@ -61,6 +62,15 @@ def per_step(steps: int, path: str) -> None:
                 w.commit()
 
 
+def per_step_timed(steps: int, path: str) -> None:
+    with runstore.open(path).writer(record_time=True) as w:
+        for s in range(steps):
+            r, lo, e, lr = values(s)
+            w.log(RUN, step=s, reward=r, loss=lo, entropy=e, lr=lr)
+            if s % COMMIT_EVERY == COMMIT_EVERY - 1:
+                w.commit()
+
+
 def batched(steps: int, path: str) -> None:
     with runstore.open(path).writer() as w:
         buf: list[tuple[float, float, float, float]] = []
@@ -100,7 +110,8 @@ def main() -> int:
     best: dict[str, float] = {}
     try:
         for rep in range(args.repeat):
-            for name, fn in (("bare", bare), ("log", per_step), ("log_many", batched)):
+            cases = (("bare", bare), ("log", per_step), ("log_many", batched))
+            for name, fn in (*cases, ("log+time", per_step_timed)):
                 path = os.path.join(base, f"{name}-{rep}")
                 t0 = time.perf_counter()
                 fn(args.steps, path)
@@ -113,7 +124,7 @@ def main() -> int:
         if not args.dir:
             shutil.rmtree(base, ignore_errors=True)
     us = {k: v / args.steps * 1e6 for k, v in best.items()}
-    for k in ("bare", "log", "log_many"):
+    for k in ("bare", "log", "log_many", "log+time"):
         print(f"{k:<9} {us[k]:7.3f} us/step  ({us[k] / us['bare']:.2f}x the bare loop)")
     ratio = us["log"] / us["log_many"]
     ok = ratio <= 1.3

@@ -61,6 +61,12 @@ struct WriterOptions {
   size_t block_bytes = 1ull << 20;
   // Lets runstore's own layers write reserved '~' names.
   bool allow_reserved_names = false;
+  // Keeps the wall-clock time of every Append and AppendRecord (and of the
+  // keys given to AppendTimes) as a record of the reserved series "~time" at
+  // the same (run, step): float64 seconds since the Unix epoch, from the
+  // system clock (microsecond resolution). One record per call and key, not
+  // per series: the time a step was logged, as TensorBoard keeps it per point.
+  bool record_time = false;
   // Node-local staging (docs/design.md#staging): segments are written and
   // committed in this directory (a commit is durable there when Commit
   // returns) and each sealed one is shipped into the store by a thread of
@@ -138,6 +144,11 @@ class Writer {
   // ValueRefs through the single-record Append instead).
   virtual Status AppendBatch(std::span<const RunRef> runs, std::string_view name,
                              std::span<const int64_t> steps, const ValueRef& values) = 0;
+
+  // With WriterOptions::record_time, records the time now at these keys (what
+  // Append and AppendRecord do by themselves), for a caller that appends a
+  // batch's columns with one AppendBatch each; without it, does nothing.
+  virtual Status AppendTimes(std::span<const RunRef> runs, std::span<const int64_t> steps) = 0;
 
   // Hides this run's records at steps >= step written by earlier commits of
   // any writer (docs/design.md#invariant-6). Commits what was appended before it,

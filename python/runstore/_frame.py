@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ._checks import step_range
+
 if TYPE_CHECKING:
     import pandas
 
@@ -41,6 +43,33 @@ def sort_order(run: np.ndarray, step: np.ndarray) -> np.ndarray:
 
 def _as_object_runs(run: np.ndarray) -> np.ndarray:
     return run if run.dtype == object else run.astype(object)
+
+
+#: The reserved series of the writers' record_time (src/store/schema.h kTimeSeries).
+TIME_SERIES = "~time"
+
+
+def times_at(
+    store: Store,
+    run: np.ndarray,
+    step: np.ndarray,
+    runs: Iterable[RunId] | None = None,
+    steps: StepWindow | None = None,
+) -> np.ndarray:
+    """The recorded time of each key (run[i], step[i]): float64 Unix seconds, NaN where none."""
+    import pandas as pd
+
+    out = np.full(len(run), np.nan)
+    if len(run) == 0 or TIME_SERIES not in store._core.names(True):
+        return out
+    t = store._core.scan(TIME_SERIES, True, run_list(runs), step_range(steps))
+    times = pd.DataFrame({"run": _as_object_runs(t["run"]), "step": t["step"], "time": t["value"]})
+    keys = pd.DataFrame({"run": _as_object_runs(np.asarray(run)), "step": np.asarray(step)})
+    # Several writers (or a log_many's string column) may have timed one key: the last one.
+    times = times.drop_duplicates(["run", "step"], keep="last")
+    joined = keys.merge(times, on=["run", "step"], how="left", sort=False)
+    out[:] = joined["time"].to_numpy(dtype=np.float64, na_value=np.nan)
+    return out
 
 
 def run_list(runs: Iterable[RunId] | None) -> Iterable[RunId] | None:

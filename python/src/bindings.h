@@ -89,7 +89,7 @@ class PyStore {
   PyWriter* NewWriter(nb::handle writer_id, nb::handle buffer_bytes, nb::handle codec,
                       nb::handle zstd_level, nb::handle commit_every_s,
                       nb::handle commit_every_bytes, nb::handle segment_bytes, bool allow_reserved,
-                      nb::handle staging_dir, nb::handle ship_every_s);
+                      nb::handle staging_dir, nb::handle ship_every_s, bool record_time);
   void Refresh();
   nb::list Names(bool include_reserved);
   nb::list Runs();

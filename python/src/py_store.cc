@@ -116,8 +116,10 @@ PyStore::PyStore(const std::string& path, bool read_only, bool create, bool skip
 PyWriter* PyStore::NewWriter(nb::handle writer_id, nb::handle buffer_bytes, nb::handle codec,
                              nb::handle zstd_level, nb::handle commit_every_s,
                              nb::handle commit_every_bytes, nb::handle segment_bytes,
-                             bool allow_reserved, nb::handle staging_dir, nb::handle ship_every_s) {
+                             bool allow_reserved, nb::handle staging_dir, nb::handle ship_every_s,
+                             bool record_time) {
   WriterOptions o;
+  o.record_time = record_time;
   // Private: lets the runstore package write its '~design/...' and
   // '~status/...' records (docs/experiments.md); not documented for users.
   o.allow_reserved_names = allow_reserved;
@@ -810,13 +812,14 @@ void BindStore(nb::module_& m) {
            "buffer_bytes"_a = nb::none(), "codec"_a = nb::none(), "zstd_level"_a = nb::none(),
            "commit_every_s"_a = nb::none(), "commit_every_bytes"_a = nb::none(),
            "segment_bytes"_a = nb::none(), "allow_reserved"_a = false, "staging_dir"_a = nb::none(),
-           "ship_every_s"_a = nb::none(), nb::rv_policy::take_ownership,
+           "ship_every_s"_a = nb::none(), "record_time"_a = false, nb::rv_policy::take_ownership,
            nb::sig(
                "def writer(self, *, writer_id: str | None = None, buffer_bytes: int | None = None, "
                "codec: str | None = None, zstd_level: int | None = None, "
                "commit_every_s: float | None = None, commit_every_bytes: int | None = None, "
                "segment_bytes: int | None = None, allow_reserved: bool = False, "
-               "staging_dir: str | None = None, ship_every_s: float | None = None) -> Writer"),
+               "staging_dir: str | None = None, ship_every_s: float | None = None, "
+               "record_time: bool = False) -> Writer"),
            "Creates a Writer (see runstore.Store.writer). RuntimeError for a read-only store.")
       .def("refresh", &PyStore::Refresh,
            "Takes a new snapshot including every commit made since the last one.")

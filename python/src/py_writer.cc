@@ -373,7 +373,11 @@ void PyWriter::LogMany(nb::handle runs_obj, nb::handle steps_obj, nb::kwargs key
         }
       }
     }
-    return Status::OK();
+    // With record_time: one time per key. A column appended value by value
+    // (strings, bytes) has recorded them already.
+    const bool all_batch = !cols.empty() && std::all_of(cols.begin(), cols.end(),
+                                                        [](const Column& c) { return c.batch; });
+    return all_batch ? w->AppendTimes(run_span, step_span) : Status::OK();
   });
 }
 

@@ -25,6 +25,8 @@ using StoreSchema = std::unordered_map<std::string, SeriesSchema>;
 
 // Reserved series holding resume markers (docs/format.md "Resolving keys").
 inline constexpr std::string_view kResumeSeries = "~resume";
+// The wall-clock times of WriterOptions::record_time (float64 Unix seconds).
+inline constexpr std::string_view kTimeSeries = "~time";
 
 }  // namespace runstore
 

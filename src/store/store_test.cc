@@ -239,6 +239,58 @@ INSTANTIATE_TEST_SUITE_P(
 // Series are ranked by the order they were first logged in (SeriesInfo::
 // first_logged), not by name: within a writer's first commit, across its
 // commits, across writers by commit order, and after a refresh.
+// WriterOptions::record_time: one "~time" record per Append, AppendRecord and
+// key of AppendTimes, within the call's wall-clock interval; nothing without it.
+TEST_F(StoreTest, RecordTimeKeepsOneTimePerCallAndKey) {
+  auto store = Open();
+  const auto now = [] {
+    return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+        .count();
+  };
+  const double before = now();
+  WriterOptions o;
+  o.record_time = true;
+  ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter(o));
+  for (int step = 0; step < 10; ++step) {
+    const double a = step, b = 2.0 * step;
+    const NamedValue values[] = {{"a", ValueRef::Scalar(a)}, {"b", ValueRef::Scalar(b)}};
+    ASSERT_OK(w->AppendRecord(RunRef("e3f1c2a9b4d5e6f7"), step, values));
+  }
+  ASSERT_OK(w->Append(RunRef(int64_t{7}), "a", 0, 1.0));
+  const RunRef runs[] = {RunRef("q"), RunRef("q"), RunRef("q")};
+  const int64_t steps[] = {0, 1, 2};
+  const double col[] = {1, 2, 3};
+  const int64_t shape[] = {3};
+  ASSERT_OK(w->AppendBatch(runs, "a", steps, ValueRef::Array(col, shape)));
+  ASSERT_OK(w->AppendTimes(runs, steps));
+  EXPECT_THAT(w->AppendTimes(runs, std::span<const int64_t>(steps, 2)),
+              StatusIs(StatusCode::kInvalidArgument));
+  ASSERT_OK(w->Close());
+  const double after = now();
+  ASSERT_OK_AND_ASSIGN(auto plain, store->NewWriter({}));
+  ASSERT_OK(plain->AppendTimes(runs, steps));  // without record_time: nothing
+  ASSERT_OK(plain->Append(RunRef("z"), "a", 0, 1.0));
+  ASSERT_OK(plain->Close());
+  ASSERT_OK(store->Refresh());
+  auto snap = store->GetSnapshot();
+  ASSERT_OK_AND_ASSIGN(auto scanner, snap->Scan("~time"));
+  ScanBatch batch;
+  size_t total = 0;
+  while (true) {
+    ASSERT_OK_AND_ASSIGN(bool more, scanner->Next(&batch));
+    if (!more) break;
+    for (double t : batch.values.as<double>()) {
+      EXPECT_GE(t, before);
+      EXPECT_LE(t, after);
+    }
+    total += batch.count;
+  }
+  EXPECT_EQ(total, 10u + 1u + 3u);
+  ASSERT_OK_AND_ASSIGN(Value t7, snap->Get(7, "~time", 0));
+  EXPECT_EQ(t7.dtype(), DType::kFloat64);
+  EXPECT_THAT(snap->Get(RunId("z"), "~time", 0), StatusIs(StatusCode::kNotFound));
+}
+
 TEST_F(StoreTest, SeriesAreRankedInTheOrderTheyWereFirstLogged) {
   auto store = Open();
   ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter({}));

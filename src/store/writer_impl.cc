@@ -562,12 +562,21 @@ Status WriterImpl::Append(RunRef run, std::string_view name, int64_t step, const
       value.shape.size() == s->schema.shape.size() &&
       std::equal(value.shape.begin(), value.shape.end(), s->schema.shape.begin())) {
     AddToOpenBlockLocked(s, run, step, value);
+    if (options_.record_time) {
+      const int64_t steps[1] = {step};
+      return AppendTimesLocked({&run, 1}, steps);
+    }
     return Status::OK();
   }
   RUNSTORE_RETURN_IF_ERROR(CheckUsableLocked());
   RUNSTORE_ASSIGN_OR_RETURN(Series * s, GetSeriesLocked(name, &value));
   RUNSTORE_RETURN_IF_ERROR(CheckAgainstSeries(*s, name, value));
-  return AppendLocked(s, run, step, value);
+  RUNSTORE_RETURN_IF_ERROR(AppendLocked(s, run, step, value));
+  if (options_.record_time) {
+    const int64_t steps[1] = {step};
+    return AppendTimesLocked({&run, 1}, steps);
+  }
+  return Status::OK();
 }
 
 Status WriterImpl::CheckAgainstSeries(const Series& s, std::string_view name,
@@ -613,6 +622,41 @@ Status WriterImpl::AppendRecord(RunRef run, int64_t step, std::span<const NamedV
   for (size_t i = 0; i < values.size(); ++i) {
     RUNSTORE_RETURN_IF_ERROR(CheckUsableLocked());
     RUNSTORE_RETURN_IF_ERROR(AppendLocked(series[i], run, step, values[i].value));
+  }
+  if (options_.record_time && !values.empty()) {
+    const int64_t steps[1] = {step};
+    return AppendTimesLocked({&run, 1}, steps);
+  }
+  return Status::OK();
+}
+
+Status WriterImpl::AppendTimes(std::span<const RunRef> runs, std::span<const int64_t> steps) {
+  if (!options_.record_time) return Status::OK();
+  if (runs.size() != steps.size()) {
+    return Status::InvalidArgument("AppendTimes: " + std::to_string(runs.size()) + " runs but " +
+                                   std::to_string(steps.size()) + " steps");
+  }
+  for (const RunRef& r : runs) {
+    if (r.is_string) RUNSTORE_RETURN_IF_ERROR(ValidateRunId(r));
+  }
+  MutexLock lock(&mu_);
+  RUNSTORE_RETURN_IF_ERROR(CheckUsableLocked());
+  const AutoCommitHold hold(this);
+  return AppendTimesLocked(runs, steps);
+}
+
+Status WriterImpl::AppendTimesLocked(std::span<const RunRef> runs, std::span<const int64_t> steps) {
+  const double now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const ValueRef v = ValueRef::Scalar(now);
+  if (time_series_ == nullptr) {
+    Series* last = last_series_;  // "~time" is not what the caller appends to next
+    RUNSTORE_ASSIGN_OR_RETURN(time_series_, GetSeriesLocked(kTimeSeries, &v, /*internal=*/true));
+    last_series_ = last;
+    RUNSTORE_RETURN_IF_ERROR(CheckAgainstSeries(*time_series_, kTimeSeries, v));
+  }
+  for (size_t i = 0; i < runs.size(); ++i) {
+    RUNSTORE_RETURN_IF_ERROR(AppendLocked(time_series_, runs[i], steps[i], v));
   }
   return Status::OK();
 }

@@ -53,6 +53,7 @@ class WriterImpl final : public Writer {
   Status AppendRecord(RunRef run, int64_t step, std::span<const NamedValue> values) override;
   Status AppendBatch(std::span<const RunRef> runs, std::string_view name,
                      std::span<const int64_t> steps, const ValueRef& values) override;
+  Status AppendTimes(std::span<const RunRef> runs, std::span<const int64_t> steps) override;
   Status Resume(RunRef run, int64_t step) override;
   Status Commit() override;
   Result<uint64_t> CommitAsync() override;
@@ -92,6 +93,9 @@ class WriterImpl final : public Writer {
   Status DefineSeriesLocked(std::string_view name, const SeriesSchema& schema, Codec codec)
       RUNSTORE_REQUIRES(mu_);
   Status AppendLocked(Series* s, const RunRef& run, int64_t step, const ValueRef& value)
+      RUNSTORE_REQUIRES(mu_);
+  // With record_time: appends the time now to "~time" at each key.
+  Status AppendTimesLocked(std::span<const RunRef> runs, std::span<const int64_t> steps)
       RUNSTORE_REQUIRES(mu_);
   // Adds a small value to the series' open block (which must exist).
   void AddToOpenBlockLocked(Series* s, const RunRef& run, int64_t step, const ValueRef& value)
@@ -190,6 +194,7 @@ class WriterImpl final : public Writer {
   // The series of the last AppendRecord, in its order: a loop that logs the
   // same metrics every step finds them by comparing names, not by hashing.
   std::vector<Series*> last_record_ RUNSTORE_GUARDED_BY(mu_);
+  Series* time_series_ RUNSTORE_GUARDED_BY(mu_) = nullptr;  // "~time", once record_time wrote it
   uint64_t bytes_since_commit_ RUNSTORE_GUARDED_BY(mu_) = 0;
   std::optional<std::chrono::steady_clock::time_point> first_uncommitted_ RUNSTORE_GUARDED_BY(mu_);
   int auto_commit_holds_ RUNSTORE_GUARDED_BY(mu_) = 0;     // AutoCommitHold
