@@ -49,6 +49,18 @@ if [ "${RUNSTORE_SKIP_PYTHON:-0}" != 1 ]; then
       echo "$want" > "$stamp"
     fi
   fi
+  # ml-instrument's own environment: it pins numpy (<=2.2.4), pyarrow and polars, which the
+  # project's .venv does not hold; the runstore wheel is installed into it by scripts/test.sh.
+  venv_mli="$here/.venv-mli"
+  [ -x "$venv_mli/bin/python" ] || { echo "install-deps: creating $venv_mli"; "$py" -m venv "$venv_mli"; }
+  req="$here/python/requirements-mli.txt"
+  stamp="$venv_mli/.requirements.sha"
+  want=$(sha256sum "$req" | cut -d' ' -f1)
+  if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+    "$venv_mli/bin/python" -m pip install -q --upgrade pip
+    "$venv_mli/bin/python" -m pip install -q -r "$req"
+    echo "$want" > "$stamp"
+  fi
   # Python 3.12 for the EMA workbench integration (ema-workbench 3.x needs 3.12 or later):
   # python3.12 from PATH or from pyenv's versions
   # (pyenv's shim on PATH fails unless 3.12 is selected, hence the check that it runs.)

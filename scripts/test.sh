@@ -97,6 +97,13 @@ rc=0
 if [ "$rc" != 0 ] && [ "$rc" != 3 ]; then cat "$root/build/ema_bench.log"; exit 1; fi
 echo "bench/python/ema_bench.py: ran (exit status $rc)"
 
+step "ml-instrument's Collector on runstore.mlinstrument.Backend, in ml-instrument's own environment"
+"$root/.venv-mli/bin/python" -m pip install -q --force-reinstall --no-deps "$wheel"
+cd "$root/python/tests"
+"$root/.venv-mli/bin/python" -m pytest -q -p no:cacheprovider \
+  "$root"/python/tests/{test_mlinstrument,test_package_layout}.py -k "mlinstrument"
+cd "$root"
+
 step "A new virtual environment: pip install of the wheel, then the runstore command as typed"
 bash tests/package_install_test.sh "$wheel"
 

@@ -177,7 +177,10 @@ def import_first(module: str, path: Path | None = None) -> subprocess.CompletedP
 
 RUNSTORE = package_dir("runstore")
 #: Modules of an optional integration, importable only with its package.
-OPTIONAL_DEPENDENCIES = {"runstore.ema": "ema_workbench"}
+OPTIONAL_DEPENDENCIES = {
+    "runstore.ema": "ema_workbench",
+    "runstore.mlinstrument": "ml_instrumentation",
+}
 RUNSTORE_MODULES = sorted(m for m, source in modules(RUNSTORE, "runstore").items() if source)
 
 
