@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -718,6 +719,53 @@ TEST(StagingSyncTest, ALeaseTemporaryOfAnOwnerKilledInItsFirstBeatIsCleaned) {
   ASSERT_OK(SyncStaging(local, path, Forced(nullptr), &forced));
   EXPECT_THAT(forced.cleaned, ::testing::ElementsAre(orphan));
   EXPECT_TRUE(Names(Env::Default(), local).empty());
+}
+
+// A writer killed after publishing a segment and before removing its staged
+// copy, and a compaction that then merged the published one away (the kill
+// -9 loop of tests/kill9_test.cc found it): the placeholder is gone, and a
+// compacted segment names the staged one as replaced. Sync removes the copy
+// and counts it as published, rather than failing for ever.
+TEST(StagingSyncTest, AStagedCopyOfASegmentCompactedAwayIsCountedPublished) {
+  TempDir dir;
+  const std::string local = dir.path() + "/local", path = dir.path() + "/s";
+  ASSERT_OK_AND_ASSIGN(auto store, Store::Open(path, {}));
+  int commits = 0;
+  for (int life = 0; life < 3; ++life) {  // a segment each: a writer restarted twice
+    ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter(StagingOptions(local)));
+    for (const int end = commits + 10; commits < end; ++commits) {
+      Status s;
+      AppendCommit(w.get(), commits, &s);
+      ASSERT_OK(s);
+      ASSERT_OK(w->Commit());
+    }
+    ASSERT_OK(w->Close());
+  }
+  ASSERT_TRUE(Names(Env::Default(), local).empty());
+  // The staged copies a kill would have left: the published bytes.
+  std::vector<std::string> copied;
+  for (const std::string& n : Names(Env::Default(), path + "/segments")) {
+    if (!n.ends_with(".rss")) continue;
+    std::filesystem::copy_file(path + "/segments/" + n, local + "/" + n);
+    copied.push_back(n);
+  }
+  ASSERT_GE(copied.size(), 2u);
+  CompactOptions co;
+  co.retain_inputs_s = 0;  // the published segments are removed at once
+  co.lease_refresh_s = 0;
+  CompactReport cr;
+  ASSERT_OK(store->Compact(co, &cr));
+  for (const std::string& n : copied) {
+    ASSERT_FALSE(std::filesystem::exists(path + "/segments/" + n)) << n << " was not compacted";
+  }
+  SyncReport r;
+  ASSERT_OK(SyncStaging(local, path, Forced(nullptr), &r));
+  std::sort(r.already_published.begin(), r.already_published.end());
+  std::sort(copied.begin(), copied.end());
+  EXPECT_EQ(r.already_published, copied);
+  EXPECT_TRUE(r.shipped.empty());
+  EXPECT_TRUE(Names(Env::Default(), local).empty());
+  CheckAllCommits(path, commits);
 }
 
 TEST(StagingSyncTest, APublishedSegmentWithOtherBytesIsNeverReplaced) {

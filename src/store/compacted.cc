@@ -100,10 +100,9 @@ Status ResolveCompacted(const std::map<std::string, std::shared_ptr<const Loaded
   return Status::OK();
 }
 
-Result<uint64_t> NextSequencePastReplaced(Env* env, const std::string& segments_dir,
-                                          const std::vector<std::string>& children,
-                                          const std::string& writer_id) {
-  uint64_t next = 1;
+Status ForEachReplaced(Env* env, const std::string& segments_dir,
+                       const std::vector<std::string>& children,
+                       const std::function<void(const format::SegmentId&)>& fn) {
   for (const std::string& c : children) {
     std::string id;
     uint64_t seq;
@@ -123,10 +122,19 @@ Result<uint64_t> NextSequencePastReplaced(Env* env, const std::string& segments_
     if (it == index.footer_sections.end()) continue;
     format::Replaces r;
     if (!format::DecodeReplaces(it->second, c, &r).ok()) continue;
-    for (const format::SegmentId& s : r.segments) {
-      if (s.writer_id == writer_id) next = std::max(next, s.sequence + 1);
-    }
+    for (const format::SegmentId& s : r.segments) fn(s);
   }
+  return Status::OK();
+}
+
+Result<uint64_t> NextSequencePastReplaced(Env* env, const std::string& segments_dir,
+                                          const std::vector<std::string>& children,
+                                          const std::string& writer_id) {
+  uint64_t next = 1;
+  RUNSTORE_RETURN_IF_ERROR(
+      ForEachReplaced(env, segments_dir, children, [&](const format::SegmentId& s) {
+        if (s.writer_id == writer_id) next = std::max(next, s.sequence + 1);
+      }));
   return next;
 }
 

@@ -13,6 +13,7 @@
 
 #include "format/format.h"
 #include "format/segment_reader.h"
+#include "store/compacted.h"
 #include "store/staging.h"
 
 namespace runstore {
@@ -230,7 +231,17 @@ class Syncer {
             env_->FileExists(path).code() == StatusCode::kNotFound) {
           return Status::OK();  // another sync shipped it and removed it meanwhile
         }
-        return p.status();
+        if (p.status().code() != StatusCode::kNotFound) return p.status();
+        // The placeholder is gone: the segment may have been published (by
+        // its writer, killed before it removed the staged copy) and then
+        // merged away by a compaction. Then a compacted segment names it,
+        // by its header's writer id, number and creation time.
+        RUNSTORE_ASSIGN_OR_RETURN(bool compacted, CompactedAway(path, name));
+        if (!compacted) return p.status();
+        report_->already_published.push_back(name);
+        Status r = env_->RemoveFile(path);
+        if (!r.ok() && r.code() != StatusCode::kNotFound) return r;
+        return Status::OK();
       }
       if (*p == staging::Published::kShipped) {
         report_->shipped.push_back(name);
@@ -248,6 +259,21 @@ class Syncer {
     Status r = env_->RemoveFile(path);
     if (!r.ok() && r.code() != StatusCode::kNotFound) return r;
     return Status::OK();
+  }
+
+  // Whether a compaction in the store names the staged segment at `path` as
+  // one it replaced.
+  Result<bool> CompactedAway(const std::string& path, const std::string& name) {
+    RUNSTORE_ASSIGN_OR_RETURN(auto file, env_->NewRandomAccessFile(path));
+    format::SegmentIndex index;
+    RUNSTORE_RETURN_IF_ERROR(format::LoadSegmentIndex(*file, name, &index));
+    const format::SegmentId id{index.header.writer_id, index.header.sequence,
+                               index.header.created_ns};
+    RUNSTORE_ASSIGN_OR_RETURN(auto children, env_->GetChildren(segments_));
+    bool found = false;
+    RUNSTORE_RETURN_IF_ERROR(ForEachReplaced(
+        env_, segments_, children, [&](const format::SegmentId& s) { found |= s == id; }));
+    return found;
   }
 
   // Temporaries of dead publishers in the store's segments/, and the dead
