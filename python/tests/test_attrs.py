@@ -75,6 +75,7 @@ def test_a_failure_at_every_step_of_a_write_leaves_the_old_document_whole(tmp_pa
     steps = ["open", "write", "fsync", "replace"]
     real = {n: getattr(os, n) for n in steps}
     for step in steps:
+
         def fail(*a, _step=step, **k):
             raise OSError(5, f"injected failure at {_step}")
 
