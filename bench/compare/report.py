@@ -1058,6 +1058,11 @@ def write(data, report_path):
             "the disk allows, and the slow ones are other tenants' I/O.\n"
         )
         L.append(_notes("limit"))
+    integrations = _notes("integrations")
+    if integrations:
+        # Benchmarks of their own (bench/python/), whose figures are recorded by hand.
+        L.append("\n## Integrations, measured by their own benchmarks\n")
+        L.append(integrations)
     L.append("\n## Reproducing\n")
     L.append(
         "`bash bench/compare/run.sh` runs everything with the defaults above (`--help` for the "
