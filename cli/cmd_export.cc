@@ -1,7 +1,8 @@
 // `runstore export`: `export csv` writes one CSV file per series, streamed
 // batch by batch from Snapshot::Scan so that memory stays bounded by one block
-// plus the output buffer, whatever the size of the series. `export tar` and
-// `export parquet` are done by the Python package's runstore command (below).
+// plus the output buffer, whatever the size of the series. `export tar`,
+// `export parquet` and `export zarr` are done by the Python package's runstore
+// command (below).
 #include <unistd.h>
 
 #include <cstdio>
@@ -213,18 +214,20 @@ void RegisterExportCsv(CLI::App& export_cmd, ChosenCommand* chosen) {
   ChooseOnParse(cmd, "export csv", chosen, [o] { return RunExportCsv(*o); });
 }
 
-// `export tar` and `export parquet` write the experiment table, and their one
-// engine is the Python package: its `runstore` command does these two exports
-// and hands every other command to this tool. This tool keeps them on its
-// command line, so that its help lists them and a bad command line is a usage
-// error as there, and when run they say where they are done, without starting
-// a Python behind the user's back.
+// `export tar`, `export parquet` and `export zarr` write the experiment table,
+// and their one engine is the Python package: its `runstore` command does
+// these exports and hands every other command to this tool. This tool keeps
+// them on its command line, so that its help lists them and a bad command line
+// is a usage error as there, and when run they say where they are done,
+// without starting a Python behind the user's back.
 
 // What their options are parsed into (checked, then not used).
 struct ExportTableOptions {
   std::string store, out;
-  int chunk_rows = 10000, compresslevel = 1;  // tar
+  int chunk_rows = 10000, compresslevel = 1;  // tar (chunk_rows: zarr too)
   int row_group_rows = 10000;                 // parquet
+  std::vector<std::string> names;             // zarr
+  bool by_step = false;                       // zarr
   bool force = false;
 };
 
@@ -246,17 +249,33 @@ void ChooseDoneInPython(CLI::App* cmd, const std::string& name, ChosenCommand* c
   });
 }
 
+// An export done in Python: its engine's name, what to install, OUT's usual
+// extension.
+struct PythonExport {
+  const char* format;
+  const char* engine;
+  const char* install;
+  const char* extension;
+};
+constexpr PythonExport kPythonExports[] = {
+    {"tar", "tar", "pip install runstore", ".tar.gz"},
+    {"parquet", "Parquet", "pip install 'runstore[arrow]' (the package with pyarrow)", ".parquet"},
+    {"zarr", "Zarr", "pip install 'runstore[xarray]' (the package with xarray, zarr and dask)",
+     ".zarr"},
+};
+
 int ReportExportInPython(const std::string& format) {
-  const bool parquet = format == "parquet";
+  const PythonExport* e = &kPythonExports[0];
+  for (const PythonExport& x : kPythonExports) {
+    if (format == x.format) e = &x;
+  }
   return ReportError(
       "export " + format,
-      Status::NotSupported(
-          std::string("the C++ runstore tool on its own has no ") + (parquet ? "Parquet" : "tar") +
-          " engine; tar and Parquet exports are done by the Python package's runstore command: " +
-          (parquet ? "pip install 'runstore[arrow]' (the package with pyarrow)"
-                   : "pip install runstore") +
-          ", then run 'runstore export " + format + " STORE OUT" +
-          (parquet ? ".parquet" : ".tar.gz") + "' from that environment"));
+      Status::NotSupported(std::string("the C++ runstore tool on its own has no ") + e->engine +
+                           " engine; tar, Parquet and Zarr exports are done by the Python "
+                           "package's runstore command: " +
+                           e->install + ", then run 'runstore export " + format + " STORE OUT" +
+                           e->extension + "' from that environment"));
 }
 
 void RegisterExportTar(CLI::App& export_cmd, ChosenCommand* chosen) {
@@ -314,6 +333,41 @@ void RegisterExportParquet(CLI::App& export_cmd, ChosenCommand* chosen) {
       "  runstore export parquet /scratch/sweep results.parquet\n"
       "  duckdb -c \"SELECT state, count(*) FROM 'results.parquet' GROUP BY state\""));
   ChooseOnParse(cmd, "export parquet", chosen, [o] { return ReportExportInPython("parquet"); });
+}
+
+void RegisterExportZarr(CLI::App& export_cmd, ChosenCommand* chosen) {
+  auto o = std::make_shared<ExportTableOptions>();
+  CLI::App* cmd = export_cmd.add_subcommand(
+      "zarr", "Write a Zarr store that xarray.open_zarr opens: a row per experiment (or run)");
+  cmd->add_option("STORE", o->store, "Store directory")->required();
+  cmd->add_option("OUT", o->out, "Output Zarr directory (not inside the store)")->required();
+  cmd->add_option("--names", o->names, "Only these series (comma-separated or repeated)")
+      ->delimiter(',');
+  cmd->add_flag("--by-step", o->by_step,
+                "Variables of (run, step) in a store with a design too (default: step 0 there)");
+  cmd->add_option("--chunk-rows", o->chunk_rows,
+                  "Runs per Zarr chunk (default: about 8 MiB of the largest variable)")
+      ->transform(Integer<int>(1));
+  cmd->add_flag("--force,-f", o->force, "Replace OUT if it exists (a Zarr store or empty)");
+  cmd->footer(Footer(
+      "Writes the store's xarray Dataset as a Zarr store (format 3, consolidated metadata)\n"
+      "that xarray.open_zarr(OUT) reads without runstore. Dimension 'run': the experiments\n"
+      "in design order (their ids), with the parameters and the status (state, error, host,\n"
+      "started, finished, seconds, attempt) as coordinates along it, and each outcome a\n"
+      "variable of its step-0 records: (run) for scalars, (run, <name>_dim_0, ...) for\n"
+      "arrays. A store without a design (or --by-step) has variables of (run, step, ...)\n"
+      "over every step. Absent values are NaN (absent strings empty); int and bool arrays\n"
+      "are float64 for that. Bytes series are left out. Written chunk by chunk of runs in\n"
+      "bounded memory under a temporary name beside OUT, and renamed into place when\n"
+      "complete; an existing OUT is replaced only with --force, and only if it is a Zarr\n"
+      "store, an empty directory or a file. This export is done by the Python package's\n"
+      "runstore command, with xarray, zarr and dask (pip install 'runstore[xarray]'), which\n"
+      "hands every other command to this tool; the C++ tool on its own says where the\n"
+      "export is done and exits with 5.",
+      "  pip install 'runstore[xarray]'\n"
+      "  runstore export zarr /scratch/sweep results.zarr\n"
+      "  python -c \"import xarray; print(xarray.open_zarr('results.zarr'))\""));
+  ChooseOnParse(cmd, "export zarr", chosen, [o] { return ReportExportInPython("zarr"); });
 }
 
 }  // namespace
@@ -424,17 +478,58 @@ void RegisterWatch(CLI::App& app, ChosenCommand* chosen) {
   ChooseDoneInPython(cmd, "watch", chosen, o, "watch sweeps", "runstore watch STORE");
 }
 
+void RegisterReport(CLI::App& app, ChosenCommand* chosen) {
+  struct ReportOptions {
+    std::string store, output, title;
+    int max_points = 2000, max_runs = 50;
+    int64_t seed = 0;
+    bool force = false;
+  };
+  auto o = std::make_shared<ReportOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "report", "One HTML page of a store's results, plots included (the Python package)");
+  cmd->add_option("store", o->store, "Store directory")->required();
+  cmd->add_option("-o,--output", o->output, "The page to write (not inside the store)")->required();
+  cmd->add_flag("--force,-f", o->force, "Replace the page if it exists");
+  cmd->add_option("--title", o->title, "The page's title (default: the store's path)");
+  cmd->add_option("--max-points", o->max_points, "Points of a scatter plot at most")
+      ->transform(Integer<int>(1))
+      ->capture_default_str();
+  cmd->add_option("--max-runs", o->max_runs, "Runs whose curves are shown")
+      ->transform(Integer<int>(0))
+      ->capture_default_str();
+  cmd->add_option("--seed", o->seed, "Seed of the samples")
+      ->transform(Integer<int64_t>(0))
+      ->capture_default_str();
+  cmd->footer(Footer(
+      "Writes one self-contained HTML file (plotly.js inline: it opens without a network):\n"
+      "the status of the experiments as 'runstore status' computes it, the failures grouped\n"
+      "by error with their tracebacks, each scalar outcome against each parameter (scatter\n"
+      "plots of a seeded sample of --max-points experiments; box plots for text, bool and\n"
+      "few-valued parameters), array outcomes as quantile bands over their index, and the\n"
+      "curves of series logged at many steps, with a choice of metric and runs. Reads in\n"
+      "bounded memory; the page appears whole or not at all, and an existing one is replaced\n"
+      "only with --force. Done by the Python package's runstore command, with plotly (pip\n"
+      "install runstore plotly); the C++ tool on its own says so and exits with 5.",
+      "  runstore report results/sweep -o report.html\n"
+      "  runstore report results/sweep -o report.html --force --max-points 5000"));
+  ChooseDoneInPython(cmd, "report", chosen, o, "write reports",
+                     "runstore report STORE -o report.html");
+}
+
 void RegisterExport(CLI::App& app, ChosenCommand* chosen) {
   CLI::App* export_cmd = app.add_subcommand(
-      "export", "Export series or experiments to other formats (csv, tar, parquet)");
+      "export", "Export series or experiments to other formats (csv, tar, parquet, zarr)");
   export_cmd->require_subcommand(1);
   export_cmd->footer(Footer("",
                             "  runstore export csv /scratch/sweep out/\n"
                             "  runstore export tar /scratch/sweep results.tar.gz\n"
-                            "  runstore export parquet /scratch/sweep results.parquet"));
+                            "  runstore export parquet /scratch/sweep results.parquet\n"
+                            "  runstore export zarr /scratch/sweep results.zarr"));
   RegisterExportCsv(*export_cmd, chosen);
   RegisterExportTar(*export_cmd, chosen);
   RegisterExportParquet(*export_cmd, chosen);
+  RegisterExportZarr(*export_cmd, chosen);
 }
 
 }  // namespace runstore::cli

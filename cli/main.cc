@@ -78,6 +78,7 @@ int Main(int argc, char** argv, std::string* command) {
                     "  runstore info /scratch/sweep --skip-damaged\n"
                     "  runstore export csv /scratch/sweep out/\n"
                     "  runstore export tar /scratch/sweep results.tar.gz\n"
+                    "  runstore report /scratch/sweep -o report.html\n"
                     "  runstore sync /local/staging /scratch/sweep\n"
                     "Run 'runstore COMMAND --help' for the details of a command."));
 
@@ -94,6 +95,7 @@ int Main(int argc, char** argv, std::string* command) {
   RegisterPlan(app, &chosen);
   RegisterStatus(app, &chosen);
   RegisterWatch(app, &chosen);
+  RegisterReport(app, &chosen);
   RegisterSync(app, &chosen);
 
   try {

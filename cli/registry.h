@@ -20,13 +20,14 @@ void RegisterGet(CLI::App& app, ChosenCommand* chosen);      // cmd_get.cc
 void RegisterVerify(CLI::App& app, ChosenCommand* chosen);   // cmd_verify.cc
 void RegisterCompact(CLI::App& app, ChosenCommand* chosen);  // cmd_compact.cc
 void RegisterCatalog(CLI::App& app, ChosenCommand* chosen);  // cmd_catalog.cc
-// `export` and its commands csv, tar and parquet.
+// `export` and its commands csv, tar, parquet and zarr.
 void RegisterExport(CLI::App& app, ChosenCommand* chosen);  // cmd_export.cc
 // `import` and its command tar.
 void RegisterImport(CLI::App& app, ChosenCommand* chosen);  // cmd_export.cc
 void RegisterPlan(CLI::App& app, ChosenCommand* chosen);    // cmd_export.cc
 void RegisterStatus(CLI::App& app, ChosenCommand* chosen);  // cmd_export.cc
 void RegisterWatch(CLI::App& app, ChosenCommand* chosen);   // cmd_export.cc
+void RegisterReport(CLI::App& app, ChosenCommand* chosen);  // cmd_export.cc
 void RegisterSync(CLI::App& app, ChosenCommand* chosen);    // cmd_sync.cc
 
 }  // namespace runstore::cli

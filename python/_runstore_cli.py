@@ -1,12 +1,12 @@
 """The ``runstore`` command of an environment where the package is installed.
 
-Each command has one engine. The tar and Parquet exports and ``import tar`` are the package's
-own (:mod:`runstore._commands`, pandas and pyarrow do the work), and so are ``plan`` (the
-partition planner of :mod:`runstore.dask`), ``status`` and ``watch``; every
-other command (``info``, ``ls``, ``cat``, ``get``, ``verify``, ``export csv``, ``--help``,
-``--version``) is the compiled tool the wheel carries as ``runstore/_bin/runstore``, which this
-module becomes (``exec``), so that its output, exit codes and signals are the tool's own.
-``python -m runstore`` is the same command.
+Each command has one engine. The tar, Parquet and Zarr exports and ``import tar`` are the
+package's own (:mod:`runstore._commands`; pandas, pyarrow, xarray and zarr do the work), and so
+are ``plan`` (the partition planner of :mod:`runstore.dask`), ``status``, ``watch`` and
+``report``; every other command (``info``, ``ls``, ``cat``, ``get``, ``verify``, ``export csv``,
+``--help``, ``--version``) is the compiled tool the wheel carries as ``runstore/_bin/runstore``,
+which this module becomes (``exec``), so that its output, exit codes and signals are the tool's
+own. ``python -m runstore`` is the same command.
 
 A module beside the package rather than in it: importing anything of ``runstore`` imports the
 package, and with it numpy (about 0.1 s), which the commands of the tool do not need.
@@ -22,7 +22,7 @@ from pathlib import Path
 #: The options of the tool that come before a command and take no value.
 _GLOBAL_FLAGS = {"--no-progress", "--skip-damaged"}
 #: The commands done in Python, as (command, subcommand).
-_PYTHON_COMMANDS = {("export", "tar"), ("export", "parquet"), ("import", "tar")}
+_PYTHON_COMMANDS = {("export", "tar"), ("export", "parquet"), ("export", "zarr"), ("import", "tar")}
 
 
 def tool_path() -> Path:
@@ -61,6 +61,14 @@ def main(argv: list[str] | None = None) -> int:
         if "--skip-damaged" in argv:
             args.append("--skip-damaged")
         return (status_main if words[0] == "status" else watch_main)(args)
+    if words[:1] == ["report"]:
+        # The HTML page of a store (runstore.report); it draws progress, so --no-progress counts.
+        from runstore.report import report_main
+
+        args = [a for a in argv if a not in _GLOBAL_FLAGS]
+        del args[args.index("report")]
+        args += [a for a in ("--skip-damaged", "--no-progress") if a in argv]
+        return report_main(args)
     if tuple(words[:2]) in _PYTHON_COMMANDS or words[:1] == ["import"]:
         # The tool's global flags may come anywhere (`runstore --skip-damaged export tar ...`):
         # the exports take --skip-damaged as an option of their own, and --no-progress changes

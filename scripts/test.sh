@@ -127,7 +127,8 @@ for b in "sweep_bench.py --n 2000 --batch 200" "export_bench.py --n 2000" \
          "lazy_io_probe.py --n 4 --k 2 --reps 1" "layout_bench.py --runs 8 --steps 1000 --repeat 1" \
          "commit_floor.py --mb 4 --commits 20 --experiments 2000 --reps 1" \
          "lookup_bench.py --n 2000 --lookups 200" "dask_bench.py --outputs 10 20" \
-         "steplog_bench.py --steps 20000 --repeat 1"; do
+         "steplog_bench.py --steps 20000 --repeat 1" "report_bench.py --n 2000" \
+         "xarray_bench.py --n 2000"; do
   rc=0
   # shellcheck disable=SC2086  # the benchmark's name and arguments
   "$root/.venv/bin/python" bench/python/$b --dir "$smoke/${b%%.py*}" > "$smoke.log" 2>&1 || rc=$?

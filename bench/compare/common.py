@@ -164,3 +164,34 @@ def write_json(path: str, obj) -> None:
     with open(tmp, "w") as f:
         json.dump(obj, f, indent=1, default=float)
     os.replace(tmp, path)
+
+
+#: The exit status of a benchmark that ran but missed a target (bench/python/*_bench.py).
+TARGET_MISSED = 3
+
+
+def finish_targets(targets, results, json_path, widths=(40, 40, 10), **meta) -> int:
+    """Prints the (target, measured, goal, met) rows, writes them with ``results`` and ``meta``
+    to ``json_path`` if given, and returns the exit status: 1 if a case failed (an error, not a
+    missed target), TARGET_MISSED if a target was missed (met is False), 0 otherwise."""
+    wt, wm, wg = widths
+    print()
+    print(f"{'target':{wt}s} {'measured':{wm}s} {'goal':{wg}s} met")
+    for t, m, goal, ok in targets:
+        print(f"{t:{wt}s} {m:{wm}s} {goal:{wg}s} {'-' if ok is None else 'yes' if ok else 'NO'}")
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(
+                {
+                    **meta,
+                    "results": results,
+                    "targets": [
+                        dict(zip(("target", "measured", "goal", "met"), t)) for t in targets
+                    ],
+                },
+                f,
+                indent=2,
+            )
+    if any("error" in r for r in results.values()):
+        return 1
+    return 0 if all(t[3] is not False for t in targets) else TARGET_MISSED

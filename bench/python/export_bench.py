@@ -43,11 +43,10 @@ import numpy as np
 
 # The data, the measurements and the h5py layout of the comparison suite (bench/compare).
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "compare"))
-from common import PARAMS
+from common import PARAMS, finish_targets
 from common import vm_hwm_mib as peak_rss_mib
 
 SERIES_LEN = 100
-TARGET_MISSED = 3  # the exit status of a run that finished but missed a target
 
 
 def sweep_fn(alpha: float, beta: float, gamma: float, delta: float, epsilon: float) -> dict:
@@ -270,28 +269,10 @@ def main() -> int:
                 None,
             )
         )
-    print()
-    print(f"{'target':40s} {'measured':40s} {'goal':10s} met")
-    for t, m, goal, ok in targets:
-        print(f"{t:40s} {m:40s} {goal:10s} {'-' if ok is None else 'yes' if ok else 'NO'}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(
-                {
-                    "n": args.n,
-                    "seed": args.seed,
-                    "sweep": sweep,
-                    "results": results,
-                    "targets": [
-                        dict(zip(("target", "measured", "goal", "met"), t)) for t in targets
-                    ],
-                },
-                f,
-                indent=2,
-            )
-    if any("error" in r for r in results.values()):
-        return 1  # a case that failed is an error, not a missed target
-    return 0 if all(t[3] is not False for t in targets) else TARGET_MISSED
+    status = finish_targets(
+        targets, results, args.json, (40, 40, 10), n=args.n, seed=args.seed, sweep=sweep
+    )
+    return status
 
 
 if __name__ == "__main__":

@@ -43,7 +43,7 @@ test_name=usage
 run "$RS"; expect_rc 1; expect_err_has "subcommand is required"
 # An unknown command is named, with the commands there are.
 run "$RS" frobnicate "$S"; expect_rc 1; expect_err_has "runstore: unknown command 'frobnicate'"
-expect_err_has "info, ls, cat, get, verify, compact, catalog, export, import, plan, status, watch, sync"
+expect_err_has "info, ls, cat, get, verify, compact, catalog, export, import, plan, status, watch, report, sync"
 run "$RS" --no-progress frobnicate; expect_rc 1; expect_err_has "unknown command 'frobnicate'"
 run "$RS" export xml "$S" "$T/x"; expect_rc 1; expect_err_has "unknown command 'export xml'"
 expect_err_has "csv, tar, parquet"
@@ -54,7 +54,7 @@ run "$RS" cat "$S" loss --limit -2; expect_rc 1
 run "$RS" get "$S" 1 loss; expect_rc 1; expect_err_has "--output is required"
 run "$RS" export "$S"; expect_rc 1
 run "$RS" --help; expect_rc 0; expect_out_has "^Exit codes:"; expect_out_has "^  export "; expect_out_has "^  import "
-for cmd in info ls cat get verify "export csv" "export tar" "export parquet" "import tar"; do
+for cmd in info ls cat get verify "export csv" "export tar" "export parquet" "export zarr" "import tar"; do
   # shellcheck disable=SC2086
   run "$RS" $cmd --help
   expect_rc 0; expect_out_has "^Examples:"; expect_out_has "^  2  corruption"
@@ -520,7 +520,7 @@ for f, shape, dtype in [("zcols", (100, 0), np.float64), ("zrows3", (0, 3), np.i
 EOF
 fi
 
-# --- export tar / export parquet: done by the Python package --------------------
+# --- export tar / parquet / zarr: done by the Python package --------------------
 # The Python package's runstore command does these two exports and hands every
 # other command to this tool. This tool lists them and checks their command
 # line; run, they say what to install and exit with 5, starting no Python (not
@@ -532,13 +532,18 @@ chmod +x "$T/bin/python3"
 ln -s python3 "$T/bin/python"
 run env PATH="$T/bin:$PATH" RUNSTORE_PYTHON="$T/bin/python3" "$RS" export tar "$S" "$T/none.tar.gz"
 expect_rc 5; expect_out ""
-expect_err_has "runstore: export tar: NotSupported: the C++ runstore tool on its own has no tar engine; tar and Parquet exports are done by the Python package's runstore command: pip install runstore, then run 'runstore export tar STORE OUT.tar.gz' from that environment"
+expect_err_has "runstore: export tar: NotSupported: the C++ runstore tool on its own has no tar engine; tar, Parquet and Zarr exports are done by the Python package's runstore command: pip install runstore, then run 'runstore export tar STORE OUT.tar.gz' from that environment"
 checks=$((checks + 1))
 [[ $(grep -c . <<<"$err") == 1 ]] || fail "export tar: stderr is not one line: $err"
 run env PATH="$T/bin:$PATH" RUNSTORE_PYTHON="$T/bin/python3" "$RS" export parquet "$S" "$T/none.parquet" -f
 expect_rc 5; expect_out ""
 expect_err_has "runstore: export parquet: NotSupported: the C++ runstore tool on its own has no Parquet engine"
 expect_err_has "pip install 'runstore[arrow]' (the package with pyarrow), then run 'runstore export parquet STORE OUT.parquet'"
+run env PATH="$T/bin:$PATH" RUNSTORE_PYTHON="$T/bin/python3" "$RS" export zarr "$S" "$T/none.zarr" --by-step
+expect_rc 5; expect_out ""
+expect_err_has "runstore: export zarr: NotSupported: the C++ runstore tool on its own has no Zarr engine; tar, Parquet and Zarr exports are done by the Python package's runstore command: pip install 'runstore[xarray]' (the package with xarray, zarr and dask), then run 'runstore export zarr STORE OUT.zarr' from that environment"
+checks=$((checks + 1))
+[[ $(grep -c . <<<"$err") == 1 ]] || fail "export zarr: stderr is not one line: $err"
 # Whatever the store and the flags: the store is not even opened.
 run "$RS" --skip-damaged export tar "$T/nowhere" "$T/none.tar.gz" --chunk-rows 5; expect_rc 5
 expect_err_has "pip install runstore"
@@ -552,17 +557,27 @@ run "$RS" status --help; expect_rc 0; expect_out_has "^  --window FLOAT=300 "
 run env PATH="$T/bin:$PATH" "$RS" watch "$S" --interval 1; expect_rc 5
 expect_err_has "runstore: watch: NotSupported: the C++ runstore tool on its own does not watch sweeps"
 run "$RS" watch --help; expect_rc 0; expect_out_has "^  --interval FLOAT=2 "
+run env PATH="$T/bin:$PATH" "$RS" report "$S" -o "$T/report.html"; expect_rc 5
+expect_err_has "runstore: report: NotSupported: the C++ runstore tool on its own does not write reports"
+expect_err_has "then run 'runstore report STORE -o report.html' from that environment"
+run "$RS" report --help; expect_rc 0; expect_out_has "^  --max-points INT=2000 "; expect_out_has "^Examples:"
+run "$RS" report "$S"; expect_rc 1; expect_err_has "--output is required"
+run "$RS" report "$S" -o "$T/report.html" --max-points 0; expect_rc 1
+expect_err_has "--max-points: '0' is out of range"
 checks=$((checks + 1))
 [[ ! -e $T/imported ]] || fail "import tar created the store"
 checks=$((checks + 1))
-[[ ! -e $T/python_ran && ! -e $T/none.tar.gz && ! -e $T/none.parquet ]] ||
-  fail "export tar|parquet started a Python or wrote its output"
+[[ ! -e $T/python_ran && ! -e $T/none.tar.gz && ! -e $T/none.parquet && ! -e $T/none.zarr && ! -e $T/report.html ]] ||
+  fail "export tar|parquet|zarr or report started a Python or wrote its output"
 run "$RS" export --help; expect_rc 0; expect_out_has "^  tar "; expect_out_has "^  parquet "
+expect_out_has "^  zarr "
 run "$RS" import --help; expect_rc 0; expect_out_has "^  tar "
 run "$RS" export tar --help; expect_rc 0; expect_out_has "^  --chunk-rows INT=10000 "
 expect_out_has "^This export is done by the Python package's runstore command \(pip install runstore\),$"
 run "$RS" export parquet --help; expect_rc 0; expect_out_has "^  --row-group-rows INT=10000 "
 expect_out_has "pip install 'runstore\[arrow\]'"
+run "$RS" export zarr --help; expect_rc 0; expect_out_has "^  --chunk-rows INT "; expect_out_has "^  --by-step "
+expect_out_has "xarray, zarr and dask \(pip install 'runstore\[xarray\]'\)"
 
 # The exports themselves, through the Python front end (python -m runstore, as
 # the package's runstore command does them): with the Python of
@@ -571,10 +586,11 @@ test_name=export_python
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 PY=${RUNSTORE_PYTHON:-}
 [[ -z $PY && -x $root/.venv/bin/python ]] && PY=$root/.venv/bin/python
-have_py= have_arrow=
+have_py= have_arrow= have_xarray=
 if [[ -n $PY ]] && "$PY" -c "import runstore._core" 2>/dev/null; then
   have_py=1
   "$PY" -c "import pyarrow" 2>/dev/null && have_arrow=1
+  "$PY" -c "import xarray, zarr, dask" 2>/dev/null && have_xarray=1
   run "$PY" -m runstore export tar "$S" "$T/store.tar.gz"; expect_rc 0
   expect_out_has "experiments, [0-9]+ members"
   expect_err_has "are not part of the table: loss"  # records at steps other than 0
@@ -627,8 +643,39 @@ if [[ -n $PY ]] && "$PY" -c "import runstore._core" 2>/dev/null; then
   else
     echo "cli_test: export parquet checks skipped: $PY has no pyarrow"
   fi
+  if [[ -n $have_xarray ]]; then
+    # The fixture's every kind of series: ints, bools, uint8, float32, arrays, strings under
+    # int and str runs (one coordinate of text), a series at several steps, variable shapes
+    # and bytes (left out, with a note).
+    run "$PY" -m runstore export zarr "$S" "$T/store.zarr"; expect_rc 0
+    expect_out_has "^$T/store.zarr: 18 runs by 6 steps, 11 variables, [0-9]+ chunks"
+    expect_err_has "note: bytes series are not written"; expect_err_has ": blob;"
+    checks=$((checks + 1))
+    read_back=$("$PY" -c "
+import sys
+sys.modules['runstore'] = None  # read without runstore
+import xarray
+ds = xarray.open_zarr(sys.argv[1])
+print(list(ds.run.values[:3]), float(ds['loss'].sel(run='1', step=4)), 'qi%2F3_17' in ds)
+" "$T/store.zarr" 2>&1)
+    [[ $read_back == "['0', '1', '2'] 4.5 True" ]] || fail "xarray.open_zarr read back: $read_back"
+    run "$PY" -m runstore export zarr "$S" "$T/store.zarr"; expect_rc 5
+    expect_err_has "runstore: export zarr: AlreadyExists: $T/store.zarr exists; use --force (-f) to replace it"
+    run "$PY" -m runstore export zarr "$S" "$T/store.zarr" --force --names loss --chunk-rows 4; expect_rc 0
+    expect_out_has ": 18 runs by 5 steps, 1 variables, "
+    run "$PY" -m runstore export zarr "$S" "$T/store.zarr" --force --names trace; expect_rc 5
+    expect_err_has "runstore: export zarr: ValueError: series 'trace' has a variable shape"
+    run "$PY" -m runstore export zarr "$S" "$T/store.zarr" --force --names nothing; expect_rc 3
+    expect_err_has "runstore: export zarr: NotFound: series 'nothing' not found in the store"
+    run "$PY" -m runstore export zarr "$C" "$T/none.zarr"; expect_rc 2
+    checks=$((checks + 1))
+    [[ ! -e $T/none.zarr && -z $(find "$T" -maxdepth 1 -name '.*runstore-tmp*') ]] ||
+      fail "a failed export zarr left its output behind"
+  else
+    echo "cli_test: export zarr checks skipped: $PY has no xarray, zarr and dask"
+  fi
 else
-  echo "cli_test: export tar/parquet checks skipped: no Python with the runstore package" \
+  echo "cli_test: export tar/parquet/zarr checks skipped: no Python with the runstore package" \
     "(set RUNSTORE_PYTHON, or install it into .venv)"
 fi
 
@@ -648,6 +695,8 @@ for bad in 99999999999999999999 -99999999999999999999 0x10 1.5 1e3 " 5" "5 " +5 
   expect_err_has "--chunk-rows: '$bad' is"
   run "$RS" export parquet "$S" "$T/int.parquet" --row-group-rows "$bad"; expect_rc 1
   expect_err_has "--row-group-rows: '$bad' is"
+  run "$RS" export zarr "$S" "$T/int.zarr" --chunk-rows "$bad"; expect_rc 1
+  expect_err_has "--chunk-rows: '$bad' is"
 done
 run "$RS" get "$S" 3 loss --step 99999999999999999999 -o "$T/int.npy"
 expect_err_has "is out of range (expected an integer from -9223372036854775808 to 9223372036854775807)"
@@ -659,7 +708,7 @@ run "$RS" export tar "$S" "$T/int.tar.gz" --compresslevel 10; expect_rc 1
 expect_err_has "--compresslevel: '10' is out of range (expected an integer from 0 to 9)"
 run "$RS" export tar "$S" "$T/int.tar.gz" --chunk-rows 0; expect_rc 1; expect_err_has "'0' is out of range"
 checks=$((checks + 1))
-[[ ! -e $T/int.npy && ! -e $T/int_csv && ! -e $T/int.tar.gz && ! -e $T/int.parquet ]] ||
+[[ ! -e $T/int.npy && ! -e $T/int_csv && ! -e $T/int.tar.gz && ! -e $T/int.parquet && ! -e $T/int.zarr ]] ||
   fail "a refused command line wrote its output"
 # Decimal digits, with leading zeros, are what they say.
 run "$RS" cat "$S" loss --run 3 --first-step 01 --last-step -0001 -f csv; expect_rc 3
@@ -732,6 +781,12 @@ if [[ -n $have_py ]]; then
   if [[ -n $have_arrow ]]; then
     run "$PY" -m runstore export parquet "$T/victim_link" "$V/x.parquet" --force; expect_rc 5
     expect_err_has "refusing to write the export inside the store"
+  fi
+  if [[ -n $have_xarray ]]; then
+    run "$PY" -m runstore export zarr "$T/victim_link" "$V/segments/x.zarr"; expect_rc 5
+    expect_err_has "refusing to write the export inside the store"
+    run "$PY" -m runstore export zarr "$V" "$T" --force; expect_rc 5
+    expect_err_has "refusing to replace it: it holds the store"
   fi
 fi
 checks=$((checks + 1))

@@ -22,8 +22,8 @@ and the results as numpy arrays:
 
 Three modules: ``runstore`` (open, Store, Writer, LazyArray, the errors);
 ``runstore.experiments`` (grid, define, run, status, load_results: a sweep as records) and
-``runstore.export`` (export_tar, import_tar, export_parquet, to_arrow), functions over an open
-Store, which has most of them as methods too.
+``runstore.export`` (export_tar, import_tar, export_parquet, to_arrow, to_xarray, to_zarr),
+functions over an open Store, which has most of them as methods too.
 
 Errors: ``ValueError`` (bad input, e.g. a dtype that conflicts with an existing series),
 ``KeyError`` (no such record or series), ``OSError`` (file-system errors, with errno),

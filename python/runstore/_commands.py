@@ -3,6 +3,8 @@
     runstore export tar STORE OUT.tar.gz [--chunk-rows N] [--compresslevel L] [--force]
                                   [--skip-damaged]
     runstore export parquet STORE OUT.parquet [--row-group-rows N] [--force] [--skip-damaged]
+    runstore export zarr STORE OUT.zarr [--names A,B] [--by-step] [--chunk-rows N] [--force]
+                                  [--skip-damaged]
     runstore import tar ARCHIVE.tar.gz STORE
 
 Like the rest of the tool (and zstd or gzip), the exports refuse to replace an existing OUT
@@ -85,12 +87,62 @@ def _parser() -> argparse.ArgumentParser:
     pq.add_argument("--compression", default="zstd", help="Parquet codec (default zstd)")
     pq.add_argument("-f", "--force", action="store_true", help="replace OUT if it exists")
     pq.add_argument("--skip-damaged", action="store_true", help=_SKIP_HELP)
+    zr = exp_sub.add_parser(
+        "zarr",
+        help="a Zarr store that xarray.open_zarr opens: a row per experiment (or run)",
+        description="Writes the store's xarray Dataset (Store.to_xarray) as a Zarr store, chunk "
+        "by chunk in bounded memory: dimension 'run' (experiment ids, or run ids), parameters "
+        "and status as coordinates along it, each outcome a variable; a store without a design "
+        "by run and step. xarray.open_zarr(OUT) reads it without runstore.",
+    )
+    zr.add_argument("store")
+    zr.add_argument("out")
+    zr.add_argument(
+        "--names", type=_names, default=None, help="only these series (comma-separated)"
+    )
+    zr.add_argument(
+        "--by-step",
+        action="store_true",
+        help="variables of (run, step) in a store with a design too (default: step 0 there)",
+    )
+    zr.add_argument(
+        "--chunk-rows",
+        type=_positive,
+        default=None,
+        help="runs per Zarr chunk (default: about 8 MiB of the largest variable)",
+    )
+    zr.add_argument("-f", "--force", action="store_true", help="replace OUT if it exists")
+    zr.add_argument("--skip-damaged", action="store_true", help=_SKIP_HELP)
     imp = sub.add_parser("import", help="rebuild a store from an export")
     imp_sub = imp.add_subparsers(dest="format", required=True)
     itar = imp_sub.add_parser("tar", help="from a tarball of `export tar`")
     itar.add_argument("archive")
     itar.add_argument("store")
     return ap
+
+
+def _positive(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
+    return n
+
+
+def _names(text: str) -> list[str]:
+    names = [n for n in text.split(",") if n]
+    if not names:
+        raise argparse.ArgumentTypeError(f"{text!r} names no series")
+    return names
+
+
+#: What to install for an export whose Python modules are missing.
+_INSTALL = {
+    "parquet": "pip install pyarrow, or runstore[arrow]",
+    "zarr": "pip install xarray zarr dask, or runstore[xarray]",
+}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -127,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
                         f"{', '.join(f'{k} ({v:,})' for k, v in r['left_out'].items())}; "
                         "`runstore export csv` writes every record"
                     )
-            else:
+            elif args.format == "parquet":
                 r = store.export_parquet(
                     args.out,
                     row_group_rows=args.row_group_rows,
@@ -137,6 +189,24 @@ def main(argv: list[str] | None = None) -> int:
                 report = (
                     f"{r['path']}: {r['rows']:,} rows, {r['bytes']:,} bytes in {r['seconds']:.1f} s"
                 )
+            else:
+                r = store.to_zarr(
+                    args.out,
+                    args.names,
+                    by_step=True if args.by_step else None,
+                    chunks=args.chunk_rows,
+                    overwrite=args.force,
+                )
+                steps = "" if r["steps"] is None else f" by {r['steps']:,} steps"
+                report = (
+                    f"{r['path']}: {r['runs']:,} runs{steps}, {r['variables']} variables, "
+                    f"{r['chunks']:,} chunks, {r['bytes']:,} bytes in {r['seconds']:.1f} s"
+                )
+                if r["left_out"]:
+                    note = (
+                        f"note: bytes series are not written (Zarr has no specified type for "
+                        f"them): {', '.join(r['left_out'])}; `runstore export parquet` writes them"
+                    )
         else:
             store = runstore.import_tar(args.archive, args.store)
             report = f"{store.path}: {len(store.design()):,} experiments imported"
@@ -154,10 +224,9 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:
         return _fail(what, "IOError", e, EXIT_IO)
     except ImportError as e:
-        return _fail(
-            what, "NotSupported", f"{e} (pip install pyarrow, or runstore[arrow])", EXIT_OTHER
-        )
-    except (ValueError, TypeError, RuntimeError, NotImplementedError) as e:
+        install = _INSTALL.get(args.format, "pip install runstore")
+        return _fail(what, "NotSupported", f"{e} ({install})", EXIT_OTHER)
+    except (ValueError, TypeError, RuntimeError, NotImplementedError, MemoryError) as e:
         return _fail(what, type(e).__name__, e, EXIT_OTHER)
     if note is not None:
         print(note, file=sys.stderr)

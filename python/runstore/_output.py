@@ -1,5 +1,6 @@
-"""The output file of an export (Store.export_tar, Store.export_parquet): it appears whole or not
-at all, readable as any tool's output is, and never inside the store.
+"""The output of an export, a file (Store.export_tar, Store.export_parquet) or a directory
+(Store.to_zarr): it appears whole or not at all, readable as any tool's output is, and never
+inside the store.
 
 - Mode: 0666 minus the umask, as tar, gzip or pandas create files (``tempfile.mkstemp`` would
   make it 0600, which collaborators on a shared cluster cannot read).
@@ -15,6 +16,9 @@ at all, readable as any tool's output is, and never inside the store.
   target.
 - A target inside the store (symlinks and relative paths resolved) is refused with ValueError:
   an export must never write into what it reads.
+- A directory (:class:`ExportDirectory`) is written under a named temporary of the same kind
+  and renamed into place when complete; its files get the modes their writer gives them
+  (0666 minus the umask), its directories 0777 minus the umask.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import io
 import os
 import re
 import secrets
+import shutil
 import signal
 import socket
 import tempfile
@@ -157,38 +162,19 @@ def _pid_is_running(pid: int) -> bool:
     return True
 
 
-class ExportFile:
-    """The file an export writes: ``file`` (binary, buffered) until :meth:`commit` puts it in
-    place; :meth:`abort` (or leaving a ``with`` block without a commit) leaves nothing behind.
+class _Target:
+    """What the file and the directory an export writes share: the target, checked to lie
+    outside the store; temporary names in the target's directory that say whose they are
+    (``.<target>.runstore-tmp-<host>-<pid>-<random>``), and the removal of those that a killed
+    export left; SIGTERM raising SystemExit while a named temporary exists, so that it is
+    removed on the way out; the sync of the target's directory."""
 
-    ``overwrite``: replace an existing target (as pandas and numpy do); if False, FileExistsError
-    when the target exists, checked first and again, atomically, when the file is linked into
-    place. ``store_path``: the store exported, inside which the target must not be.
-    """
-
-    def __init__(
-        self, path: str | os.PathLike[str], *, store_path: str, overwrite: bool = True
-    ) -> None:
+    def __init__(self, path: str | os.PathLike[str], store_path: str) -> None:
         self.path = os.fspath(path)
-        self.overwrite = overwrite
         check_outside_store(self.path, store_path)
-        if not overwrite and os.path.lexists(self.path):
-            raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), self.path)
         self.dir = os.path.dirname(os.path.abspath(self.path))
-        self._base = os.path.basename(self.path)
-        self._tmp: str | None = None  # the named temporary, where O_TMPFILE is not used
-        self._done = False
+        self._base = os.path.basename(os.path.abspath(self.path))
         self._old_sigterm: Any = None
-        self._spools: list[IO[bytes]] = []  # closed by abort, whatever holds on to them
-        self._remove_stale_temporaries()
-        self._fd = self._open()
-        try:
-            self.file: IO[bytes] = io.BufferedWriter(_Raw(self._fd, self.path), buffer_size=1 << 20)
-        except BaseException:
-            self.abort()
-            raise
-
-    # -- opening ---------------------------------------------------------------------------------
 
     def _temporary_prefix(self) -> str:
         """``.<target>.runstore-tmp-<host>-``, the target's part cut so that a pid and the
@@ -201,8 +187,9 @@ class ExportFile:
         return f"{self._temporary_prefix()}{os.getpid()}-{secrets.token_hex(4)}"
 
     def _remove_stale_temporaries(self) -> None:
-        """Removes the named temporaries a SIGKILLed export to this target left: those of this
-        host whose process is not running."""
+        """Removes the named temporaries (files, or directories with what they hold) that a
+        SIGKILLed export to this target left: those of this host whose process is not
+        running."""
         pattern = re.compile(re.escape(self._temporary_prefix()) + r"([0-9]+)-[0-9a-f]{8}")
         try:
             names = os.listdir(self.dir)
@@ -211,10 +198,88 @@ class ExportFile:
         for name in names:
             m = pattern.fullmatch(name)
             if m and int(m.group(1)) != os.getpid() and not _pid_is_running(int(m.group(1))):
-                try:
-                    os.unlink(os.path.join(self.dir, name))
-                except FileNotFoundError:
-                    pass  # another export removed it first
+                remove_path(os.path.join(self.dir, name))
+
+    def _catch_sigterm(self) -> None:
+        """SIGTERM raises SystemExit while the named temporary exists, so that it is removed on
+        the way out (SIGINT raises KeyboardInterrupt anyway). Only where Python's default
+        action would kill the process, and only in the main thread, which signals run in."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+            return
+
+        def on_sigterm(signum: int, frame: Any) -> None:
+            raise SystemExit(128 + signum)
+
+        self._old_sigterm = signal.signal(signal.SIGTERM, on_sigterm)
+
+    def _restore_sigterm(self) -> None:
+        if self._old_sigterm is not None:
+            signal.signal(signal.SIGTERM, self._old_sigterm)
+            self._old_sigterm = None
+
+    def _sync_dir(self) -> None:
+        """Makes the new name durable (a crash could otherwise lose it, though the data was
+        synced)."""
+        _fsync_path(self.dir)
+
+
+def remove_path(path: str) -> None:
+    """Removes a file, or a directory with everything in it; nothing if it is gone already
+    (another export removed it first)."""
+    try:
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        else:
+            os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def _fsync_path(path: str) -> None:
+    """fsync of a file or a directory; nothing where the file system does not sync
+    directories."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some file systems do not sync directories; the files themselves are synced
+    finally:
+        os.close(fd)
+
+
+class ExportFile(_Target):
+    """The file an export writes: ``file`` (binary, buffered) until :meth:`commit` puts it in
+    place; :meth:`abort` (or leaving a ``with`` block without a commit) leaves nothing behind.
+
+    ``overwrite``: replace an existing target (as pandas and numpy do); if False, FileExistsError
+    when the target exists, checked first and again, atomically, when the file is linked into
+    place. ``store_path``: the store exported, inside which the target must not be.
+    """
+
+    def __init__(
+        self, path: str | os.PathLike[str], *, store_path: str, overwrite: bool = True
+    ) -> None:
+        super().__init__(path, store_path)
+        self.overwrite = overwrite
+        if not overwrite and os.path.lexists(self.path):
+            raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), self.path)
+        self._tmp: str | None = None  # the named temporary, where O_TMPFILE is not used
+        self._done = False
+        self._spools: list[IO[bytes]] = []  # closed by abort, whatever holds on to them
+        self._remove_stale_temporaries()
+        self._fd = self._open()
+        try:
+            self.file: IO[bytes] = io.BufferedWriter(_Raw(self._fd, self.path), buffer_size=1 << 20)
+        except BaseException:
+            self.abort()
+            raise
+
+    # -- opening ---------------------------------------------------------------------------------
 
     def _open(self) -> int:
         flags = os.O_WRONLY | getattr(os, "O_CLOEXEC", 0)
@@ -256,25 +321,6 @@ class ExportFile:
             finally:
                 os.close(probe)
         return _LINKABLE[dev]
-
-    def _catch_sigterm(self) -> None:
-        """SIGTERM raises SystemExit while the named temporary exists, so that it is removed on
-        the way out (SIGINT raises KeyboardInterrupt anyway). Only where Python's default
-        action would kill the process, and only in the main thread, which signals run in."""
-        if threading.current_thread() is not threading.main_thread():
-            return
-        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-            return
-
-        def on_sigterm(signum: int, frame: Any) -> None:
-            raise SystemExit(128 + signum)
-
-        self._old_sigterm = signal.signal(signal.SIGTERM, on_sigterm)
-
-    def _restore_sigterm(self) -> None:
-        if self._old_sigterm is not None:
-            signal.signal(signal.SIGTERM, self._old_sigterm)
-            self._old_sigterm = None
 
     # -- writing ---------------------------------------------------------------------------------
 
@@ -338,20 +384,6 @@ class ExportFile:
             raise named_write_error(e, self.path) from None
         self._tmp = None
 
-    def _sync_dir(self) -> None:
-        """Makes the new name durable (a crash could otherwise lose it, though the data was
-        synced)."""
-        try:
-            fd = os.open(self.dir, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-        except OSError:
-            return
-        try:
-            os.fsync(fd)
-        except OSError:
-            pass  # some file systems do not sync directories; the file itself is synced
-        finally:
-            os.close(fd)
-
     def abort(self) -> None:
         """Discards the file: a nameless one goes with its descriptor, a named one is removed."""
         try:
@@ -376,6 +408,148 @@ class ExportFile:
             self._fd = -1
 
     def __enter__(self) -> ExportFile:
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+        if not self._done:
+            self.abort()
+        return False
+
+
+#: What the top of a directory holds when it is a Zarr store (format 3; format 2).
+ZARR_MARKERS = frozenset({"zarr.json", ".zgroup", ".zarray"})
+#: renameat2 flags (linux/fs.h).
+_RENAME_NOREPLACE, _RENAME_EXCHANGE = 1, 2
+
+
+@functools.cache
+def _renameat2() -> Any:
+    """libc's renameat2 (glibc 2.28 and later), which os.rename cannot express; None where
+    there is none."""
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+def _rename(src: str, dst: str, flags: int) -> bool:
+    """renameat2(src, dst, flags): True if done, False where the kernel, the C library or the
+    file system cannot do it (the caller falls back to os.rename); OSError otherwise."""
+    fn = _renameat2()
+    if fn is None:
+        return False
+    if fn(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), flags) == 0:
+        return True
+    e = ctypes.get_errno()
+    if e in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
+        return False
+    raise OSError(e, os.strerror(e), dst)
+
+
+class ExportDirectory(_Target):
+    """The directory an export writes (a Zarr store): ``tmp``, a named temporary directory in
+    the target's directory, until :meth:`commit` renames it into place; :meth:`abort` (or
+    leaving a ``with`` block without a commit) removes it. A SIGKILL leaves it behind; the next
+    export to the same target removes it once its process is gone, as for :class:`ExportFile`.
+
+    ``overwrite``: replace an existing target, which must be a file, an empty directory or a
+    Zarr store (a directory with ``zarr.json``, ``.zgroup`` or ``.zarray`` at its top): any
+    other directory is refused with ValueError, and so is a target that holds the store, since
+    replacing it would delete what is exported. Without ``overwrite`` an existing target is
+    FileExistsError, checked first and again, atomically where the kernel can, when the
+    directory is renamed into place.
+    """
+
+    def __init__(
+        self, path: str | os.PathLike[str], *, store_path: str, overwrite: bool = False
+    ) -> None:
+        super().__init__(path, store_path)
+        self.overwrite = overwrite
+        self._store_path = store_path
+        if os.path.lexists(self.path):
+            self._check_replaceable()
+        self._remove_stale_temporaries()
+        self.tmp = os.path.join(self.dir, self._temporary_name())
+        try:
+            os.mkdir(self.tmp, 0o777)
+        except OSError as e:
+            raise named_write_error(e, self.path) from None
+        self._done = False
+        self._catch_sigterm()
+
+    def _check_replaceable(self) -> None:
+        if not self.overwrite:
+            raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), self.path)
+        target = os.path.realpath(self.path)
+        store = os.path.realpath(self._store_path)
+        if store == target or store.startswith(target.rstrip(os.sep) + os.sep):
+            raise ValueError(
+                f"{self.path}: refusing to replace it: it holds the store {self._store_path}, "
+                "which the export reads"
+            )
+        if os.path.isdir(self.path) and not os.path.islink(self.path):
+            names = set(os.listdir(self.path))
+            if names and not names & ZARR_MARKERS:
+                raise ValueError(
+                    f"{self.path}: refusing to replace a directory that is not a Zarr store (it "
+                    "holds no zarr.json, .zgroup or .zarray); remove it or write elsewhere"
+                )
+
+    def commit(self) -> None:
+        """Syncs every file and directory written, then renames the directory to the target
+        (replacing what is there if ``overwrite``). After a failure nothing is left but what
+        was there before."""
+        try:
+            self._sync_tree()
+            if os.path.lexists(self.path):
+                self._check_replaceable()
+                self._replace()
+            elif not _rename(self.tmp, self.path, _RENAME_NOREPLACE):
+                os.rename(self.tmp, self.path)
+            self._done = True
+        except OSError as e:
+            raise named_write_error(e, self.path) from None
+        finally:
+            if not self._done:
+                self.abort()
+        self._restore_sigterm()
+        self._sync_dir()
+
+    def _replace(self) -> None:
+        """Puts the new directory at the target and removes the old one: swapped in one
+        rename where the kernel can (RENAME_EXCHANGE), else the old one moved aside first."""
+        if _rename(self.tmp, self.path, _RENAME_EXCHANGE):
+            remove_path(self.tmp)  # now the old target
+            return
+        aside = os.path.join(self.dir, self._temporary_name())
+        os.rename(self.path, aside)
+        try:
+            os.rename(self.tmp, self.path)
+        except OSError:
+            os.rename(aside, self.path)
+            raise
+        remove_path(aside)
+
+    def _sync_tree(self) -> None:
+        for root, _, files in os.walk(self.tmp, topdown=False):
+            for name in files:
+                fd = os.open(os.path.join(root, name), os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            _fsync_path(root)
+
+    def abort(self) -> None:
+        """Removes the temporary directory and everything in it."""
+        if not self._done:
+            remove_path(self.tmp)
+        self._restore_sigterm()
+
+    def __enter__(self) -> ExportDirectory:
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:

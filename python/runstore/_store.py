@@ -20,6 +20,7 @@ from ._core import Writer
 if TYPE_CHECKING:
     import pandas
     import pyarrow
+    import xarray
 
 _MODES = {
     # mode: (read_only, create)
@@ -280,6 +281,31 @@ class Store:
     ) -> dict[str, Any]:
         return export.export_parquet(
             self, path, row_group_rows=row_group_rows, compression=compression, overwrite=overwrite
+        )
+
+    @_doc(export.to_xarray)
+    def to_xarray(
+        self,
+        names: Iterable[str] | str | None = None,
+        *,
+        by_step: bool | None = None,
+        lazy: bool | None = None,
+        chunks: int | Mapping[str, int] | None = None,
+    ) -> xarray.Dataset:
+        return export.to_xarray(self, names, by_step=by_step, lazy=lazy, chunks=chunks)
+
+    @_doc(export.to_zarr)
+    def to_zarr(
+        self,
+        path: str | os.PathLike[str],
+        names: Iterable[str] | str | None = None,
+        *,
+        by_step: bool | None = None,
+        chunks: int | Mapping[str, int] | None = None,
+        overwrite: bool = False,
+    ) -> dict[str, Any]:
+        return export.to_zarr(
+            self, path, names, by_step=by_step, chunks=chunks, overwrite=overwrite
         )
 
     # -- reading ------------------------------------------------------------------------------

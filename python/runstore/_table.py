@@ -10,6 +10,8 @@ the resident set stays flat however many experiments and outcomes there are.
 
 from __future__ import annotations
 
+import ctypes
+import functools
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +38,29 @@ def release_mapped_pages(store) -> None:
     (Snapshot::ReleasePages in the core). The mappings are read-only views of files, so nothing
     is lost: a later access reads the page again from the page cache."""
     store._core.release_pages()
+
+
+@functools.cache
+def _malloc_trim() -> Any:
+    """glibc's malloc_trim; None where the C library has none."""
+    try:
+        fn = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_size_t]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+def release_freed_memory() -> None:
+    """Gives the memory the C heap holds free back to the system (glibc's malloc_trim). A
+    scan of a series with str run ids makes a Python str per record, freed when the column is
+    dropped, but the heap keeps that memory (tens of MiB for 200,000 records), counted in the
+    resident set until later allocations reuse it: trimmed before a large allocation, the
+    process's peak is what it holds."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
 
 
 # -- the experiment table ------------------------------------------------------------------------
@@ -79,7 +104,8 @@ class ExperimentTable:
     def __init__(self, store: Store, names: Iterable[str] | None = None) -> None:
         store.refresh()
         self.store = store
-        infos = ex.reserved_series(store)
+        #: Every series of the snapshot read, reserved ones included (the _core series dicts).
+        self.infos = infos = ex.reserved_series(store)
         self.has_design = ex.ROW in infos
         if self.has_design:
             self.index = ex.load_index(store, infos)
@@ -99,15 +125,19 @@ class ExperimentTable:
             release()
         self.status = ex.load_status(store, self.index, infos, after_each=release)
         self.status_names = ex.status_names(self.params)
-        selected = ex.outcome_names(store) if names is None else list(names)
-        self.outcomes = []
-        for n in selected:
-            if n not in infos:
+        self.outcomes: list[Outcome] = []
+        self.add_outcomes(ex.outcome_names(store) if names is None else list(names))
+
+    def add_outcomes(self, names: Iterable[str]) -> None:
+        """Adds the outcomes ``names`` (KeyError for one the snapshot lacks); the scalar ones
+        (and those of no elements) are read whole, as Columns."""
+        for n in names:
+            if n not in self.infos:
                 raise KeyError(f"series {n!r} not found")
-            o = Outcome(n, infos[n])
+            o = Outcome(n, self.infos[n])
             if o.scalar or o.empty:
-                o.column = ex.read_column(store, n, self.index, infos[n])
-                release()
+                o.column = ex.read_column(self.store, n, self.index, self.infos[n])
+                release_mapped_pages(self.store)
             self.outcomes.append(o)
 
     @property
@@ -134,33 +164,72 @@ class ExperimentTable:
         return out
 
     def chunk(self, o: Outcome, rows: slice) -> ex.Column:
-        """Outcome ``o`` for the experiments in ``rows``: one scan of the series filtered to
-        their runs, which touches only the blocks that hold them (the run index), copied into
-        the chunk in experiment order."""
+        """Outcome ``o`` for the experiments in ``rows`` (see :func:`read_rows`)."""
         if o.column is not None:
             return o.column.take(rows)
-        ids = self.index.ids[rows]
-        # Read before the chunk is made, so that a damaged record is Corruption before anything
-        # is allocated by the shape its series' headers claim.
-        d = self.store._core.scan(o.name, runs=ids.tolist(), steps=(0, 1))
-        col = ex.empty_column(len(ids), o.dtype, o.shape)
-        if len(d["run"]):
-            k = self.index.positions(d["run"]) - rows.start
-            values = d["value"]
-            if col.values.dtype == object:  # strings, bytes, arrays of varying shapes
-                for at, v in zip(k.tolist(), values):
-                    col.values[at] = v
-            else:
-                col.values[k] = values
-            col.present[k] = True
-        return col
+        return read_rows(self.store, self.index, o, rows)
 
     def chunks(
         self, chunk_rows: int, row_bytes: int = 0, budget: int = CHUNK_BYTES
     ) -> Iterable[slice]:
         """Slices of at most chunk_rows experiments and about ``budget`` bytes of values; the
         store's mapped pages are released after each."""
-        rows = max(1, min(chunk_rows, budget // max(1, row_bytes)))
+        rows = rows_per_chunk(chunk_rows, row_bytes, budget)
         for start in range(0, self.n, rows):
             yield slice(start, min(self.n, start + rows))
             release_mapped_pages(self.store)
+
+
+def rows_per_chunk(chunk_rows: int, row_bytes: int, budget: int = CHUNK_BYTES) -> int:
+    """Rows of ``row_bytes`` each that a chunk holds: at most ``chunk_rows`` and about
+    ``budget`` bytes, at least one."""
+    return max(1, min(chunk_rows, budget // max(1, row_bytes)))
+
+
+def read_rows(
+    store: Store,
+    index: ex.ExperimentIndex,
+    o: Outcome,
+    rows: slice,
+    steps: np.ndarray | None = None,
+) -> ex.Column:
+    """Outcome ``o`` for the runs of ``index`` in ``rows``: one scan of the series filtered to
+    their runs, which touches only the blocks that hold them (the run index), copied into the
+    chunk in index order.
+
+    Without ``steps``, the step-0 records: values of shape (rows, *shape). With ``steps`` (step
+    values, sorted and unique, a contiguous part of the steps the series may hold), the records
+    at those steps: values of shape (rows, len(steps), *shape) and ``present`` of shape (rows,
+    len(steps)); a record at a step between them that is not one of them (committed after the
+    steps were listed) is left out."""
+    ids = index.ids[rows]
+    width = 1 if steps is None else len(steps)
+    d = None
+    if len(ids) and width:
+        window = (0, 1) if steps is None else (int(steps[0]), int(steps[-1]) + 1)
+        # Read before the chunk is made, so that a damaged record is Corruption before anything
+        # is allocated by the shape its series' headers claim.
+        d = store._core.scan(o.name, runs=ids.tolist(), steps=window)
+    col = ex.empty_column(len(ids) * width, o.dtype, o.shape)
+    if d is not None and len(d["run"]):
+        at = index.positions(d["run"]) - rows.start
+        values = d["value"]
+        if steps is not None:
+            j = np.minimum(np.searchsorted(steps, d["step"]), width - 1)
+            keep = steps[j] == d["step"]
+            at = at * width + j
+            if not keep.all():
+                at, values = at[keep], values[keep]
+        if col.values.dtype == object:  # strings, bytes, arrays of varying shapes
+            for k, v in zip(at.tolist(), values):
+                col.values[k] = v
+        else:
+            col.values[at] = values
+        col.present[at] = True
+    if steps is not None:
+        col = ex.Column(
+            col.values.reshape((len(ids), width) + col.values.shape[1:]),
+            col.present.reshape(len(ids), width),
+            col.dtype,
+        )
+    return col

@@ -7,27 +7,32 @@ and ``Store.to_arrow`` are the same functions as methods.
   opens in a spreadsheet; :func:`import_tar` reads it back into a store, dtypes intact.
 - :func:`export_parquet`: one Parquet file, a row per experiment (needs pyarrow).
 - :func:`to_arrow`: the records as a pyarrow Table, zero-copy where the bytes allow.
+- :func:`to_xarray`: an xarray Dataset with a row per run (per experiment with a design), the
+  parameters and status as coordinates; in memory, or lazily (dask) when larger than memory.
+- :func:`to_zarr`: that Dataset as a Zarr store, which ``xarray.open_zarr`` opens without
+  runstore (needs the ``xarray`` extra: xarray, zarr, dask).
 
-Exports stream in bounded memory, and each writes its file whole or not at all, never inside
-the store (python/README.md, "Exports"). A CSV of every record, at every step, is the
-``runstore export csv`` command.
+Exports stream in bounded memory, and each writes its file (or directory) whole or not at all,
+never inside the store (python/README.md, "Exports"). A CSV of every record, at every step, is
+the ``runstore export csv`` command.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from . import _arrow, _import, _tar
+from . import _arrow, _import, _tar, _xarray, _zarr
 
 if TYPE_CHECKING:
     import pyarrow
+    import xarray
 
     from ._checks import RunId, StepWindow
     from ._store import Store
 
-__all__ = ["export_tar", "import_tar", "export_parquet", "to_arrow"]
+__all__ = ["export_tar", "import_tar", "export_parquet", "to_arrow", "to_xarray", "to_zarr"]
 
 
 def export_tar(
@@ -129,3 +134,80 @@ def to_arrow(
     Raises KeyError for an unknown name and ValueError for a variable-shape series.
     """
     return _arrow.to_arrow(store, names, runs, steps)
+
+
+def to_xarray(
+    store: Store,
+    names: Iterable[str] | str | None = None,
+    *,
+    by_step: bool | None = None,
+    lazy: bool | None = None,
+    chunks: int | Mapping[str, int] | None = None,
+) -> xarray.Dataset:
+    """The store as an xarray Dataset (needs xarray; a lazy one dask too: the ``xarray``
+    extra), one row per run along the dimension ``run``.
+
+    A store with a design (``define_experiments``) has a row per experiment in design order:
+    ``run`` holds the experiment ids (str for derived ids), and the parameters and status
+    (``state``, ``error``, ``host``, ``started``, ``finished``, ``seconds``, ``attempt``, named
+    as in :func:`runstore.load_results`) are coordinates along ``run``. Each outcome is a data
+    variable of its step-0 records: ``(run,)`` for scalars, ``(run, <name>_dim_0, ...)`` for
+    arrays. Any other store has a row per run id (sorted as :meth:`Store.runs`; int and str ids
+    together become str) and its series are variables of ``(run, step, ...)`` over every step
+    any of them has. ``by_step=True`` gives variables by step in a store with a design too,
+    ``by_step=False`` step 0 only in any store.
+
+    ``names``: the series to make variables of (default: every series of fixed shape).
+    Absent values are NaN; int, uint and bool variables that can have gaps (arrays and
+    variables by step always, columns of one value per run when one is missing) are float64
+    for that; strings are ``numpy.dtypes.StringDType(na_object=None)`` (str run ids an object
+    index), bytes object arrays, None where absent. ``attrs`` say where each
+    variable comes from (``runstore_role``, ``runstore_series``, ``runstore_dtype``); the
+    Dataset's attrs hold the store's attrs, its path and runstore's version; a parameter with
+    categories in ``store.attrs["categories"]`` keeps them in its ``attrs["categories"]``.
+
+    ``lazy``: False reads every variable into memory (each array read a chunk of runs at a time
+    straight into its place, so memory is the Dataset and a few MiB); True makes dask arrays
+    that read their chunks when computed (``chunks``: runs per chunk, or ``{"run": r, "step":
+    s}``; default about 64 MiB of the largest variable); None (default) is lazy when the
+    Dataset would take more than half of the memory available to the process (MemAvailable,
+    or what its cgroup leaves), or when ``chunks`` is given. A lazy Dataset reads the store
+    as it is when computed, within the runs and steps fixed when it was made.
+
+    Raises ValueError for a store without records, a reserved name, or a variable-shape series
+    named (read those with :meth:`Store.scan`); KeyError naming a series the store does not
+    have; MemoryError when the Dataset is larger than memory and dask is not installed.
+    """
+    return _xarray.to_xarray(store, names, by_step, lazy, chunks)
+
+
+def to_zarr(
+    store: Store,
+    path: str | os.PathLike[str],
+    names: Iterable[str] | str | None = None,
+    *,
+    by_step: bool | None = None,
+    chunks: int | Mapping[str, int] | None = None,
+    overwrite: bool = False,
+) -> dict[str, Any]:
+    """Writes :func:`to_xarray`'s Dataset as a Zarr store (format 3, consolidated metadata)
+    at ``path``, which ``xarray.open_zarr(path)`` opens without runstore. Needs xarray, zarr
+    and dask (the ``xarray`` extra).
+
+    Streamed: the Dataset is read and written a Zarr chunk at a time (``chunks`` as for
+    :func:`to_xarray`; default about 8 MiB of values of the largest variable), so memory
+    holds one chunk whatever the size of the store. In the Zarr store, absent strings are empty
+    (Zarr strings have no missing value) and a name with "/" or "%" (a Zarr path separator)
+    has them written %2F and %25; ``attrs["runstore_series"]`` keeps the series' name. Bytes
+    series are left out (Zarr format 3 specifies no type for them; ``left_out`` names them)
+    and refused when named.
+
+    The directory appears whole when complete or not at all: it is written under a temporary
+    name beside ``path`` and renamed into place. An existing ``path`` raises FileExistsError
+    unless ``overwrite`` (as ``xarray.Dataset.to_zarr`` does), and is then replaced only if it
+    is a file, an empty directory or a Zarr store (ValueError otherwise, and when it holds the
+    store). Raises ValueError if ``path`` is inside the store, and the errors of
+    :func:`to_xarray`. Returns a summary: path, runs, steps (None without a step dimension),
+    variables, left_out, chunks (chunk files written), bytes, seconds.
+    """
+    return _zarr.to_zarr(store, path, names, by_step, chunks, overwrite)

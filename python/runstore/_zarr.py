@@ -1,0 +1,119 @@
+"""to_zarr: a store's Dataset (``to_xarray``) as a Zarr store that ``xarray.open_zarr`` opens
+without runstore, written chunk by chunk of runs in bounded memory.
+
+The Dataset is made lazy (dask arrays over the store, ``_xarray.Layout``) with chunks of about
+ZARR_CHUNK_BYTES of values, which become the Zarr chunks, and dask's synchronous scheduler
+writes them one at a time: each chunk is read from the store, written and dropped before the
+next, so memory holds one chunk whatever the size of the store. The directory is written under
+a temporary name beside the target and renamed into place when complete
+(``_output.ExportDirectory``).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import warnings
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ._output import ZARR_MARKERS, ExportDirectory
+from ._xarray import STRING, Layout
+
+if TYPE_CHECKING:
+    import xarray
+
+    from ._store import Store
+
+#: Bytes of values in a Zarr chunk (of the largest variable), unless chunks= says.
+ZARR_CHUNK_BYTES = 8 << 20
+
+
+#: Why a bytes series is not written (left out by default, refused when named).
+_NO_BYTES = (
+    "Zarr format 3 has no specified type for bytes of varying length, and the fixed-width one "
+    "xarray writes loses trailing NUL bytes; export it with export_parquet or read it with "
+    "Store.scan"
+)
+
+
+def zarr_name(name: str) -> str:
+    """A name as a Zarr node name: a Zarr store is a tree of names split at "/", whose names
+    must not be "." or "..", nor begin with "__"; so "%" and "/" are written %25 and %2F, a
+    leading "." %2E and a leading "__" %5F_ (``attrs["runstore_series"]`` keeps the series
+    name)."""
+    s = name.replace("%", "%25").replace("/", "%2F")
+    if s.startswith("."):
+        s = "%2E" + s[1:]
+    if s.startswith("__"):
+        s = "%5F" + s[1:]
+    return s
+
+
+def _strings(values: np.ndarray) -> np.ndarray:
+    """Strings with None where absent (``_xarray.STRING``) as Zarr holds them: empty there,
+    since Zarr's strings have no missing value (xarray writes them so too)."""
+    out = values.copy()
+    out[np.equal(values, None)] = ""
+    return out.astype(np.dtypes.StringDType())
+
+
+def _for_zarr(ds: xarray.Dataset) -> xarray.Dataset:
+    """``ds`` as the Zarr store holds it: strings without a missing value, so that xarray
+    writes them as Zarr strings (and never loads a dask array whole to find out what type it
+    holds); names that Zarr would split at "/" escaped."""
+    import dask.array as da
+
+    for name, var in list(ds.variables.items()):
+        if var.dtype != STRING:
+            continue
+        data = var.data
+        if isinstance(data, da.Array):
+            meta = np.empty((0,) * var.ndim, dtype=np.dtypes.StringDType())
+            data = data.map_blocks(_strings, dtype=meta.dtype, meta=meta)
+        else:
+            data = _strings(np.asarray(data))
+        ds[name] = (var.dims, data, var.attrs)
+    renames = {n: zarr_name(str(n)) for n in [*ds.variables, *ds.dims]}
+    return ds.rename({n: z for n, z in renames.items() if z != n})
+
+
+def to_zarr(
+    store: Store,
+    path: str | os.PathLike[str],
+    names: Iterable[str] | str | None,
+    by_step: bool | None,
+    chunks: Any,
+    overwrite: bool,
+) -> dict[str, Any]:
+    """runstore.export.to_zarr."""
+    import dask
+
+    t0 = time.perf_counter()
+    layout = Layout(store, names, by_step, refuse={"bytes": _NO_BYTES})
+    with ExportDirectory(path, store_path=store.path, overwrite=overwrite) as out:
+        ds = _for_zarr(layout.dataset(lazy=True, chunks=chunks, budget=ZARR_CHUNK_BYTES))
+        with dask.config.set(scheduler="synchronous"), warnings.catch_warnings():
+            # Consolidated metadata (one zarr.json holding every array's) lets open_zarr read
+            # one file instead of one per array; zarr-python and xarray read it, other readers
+            # read the arrays' own metadata, which is written as well.
+            warnings.filterwarnings("ignore", message="Consolidated metadata is currently not")
+            ds.to_zarr(out.tmp, mode="w", consolidated=True, compute=True)
+        out.commit()
+    chunk_files = total = 0
+    for root, _, files in os.walk(out.path):
+        for f in files:
+            total += os.path.getsize(os.path.join(root, f))
+            chunk_files += f not in ZARR_MARKERS
+    return {
+        "path": out.path,
+        "runs": layout.n,
+        "steps": None if layout.steps is None else len(layout.steps),
+        "variables": len(ds.data_vars),
+        "left_out": layout.left_out,
+        "chunks": chunk_files,
+        "bytes": total,
+        "seconds": time.perf_counter() - t0,
+    }

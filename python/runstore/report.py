@@ -1,0 +1,233 @@
+"""A store's results as one HTML page: ``runstore report STORE -o report.html``.
+
+    import runstore.report
+    runstore.report.write("results/sweep", "report.html")    # or an open Store
+
+The page is one file that opens without a network (plotly.js and the page's script are
+inline, about 5 MB of the file) and shows, as far as the store has them (``_report_data``
+says how each is computed, in bounded memory):
+
+- the status of the experiments, as ``runstore status`` computes it, with how many finished
+  over time and their run times;
+- the failures, grouped by their error, with their tracebacks (collapsed);
+- each scalar outcome's distribution, and against each parameter: scatter plots for numeric
+  parameters (a seeded sample of at most ``max_points`` experiments, said on the page), box
+  plots for text and bool parameters and numeric ones of few values;
+- each array outcome as quantile bands (5-95%, 25-75%, median) and mean over its index;
+- the curves of series logged at many steps (``w.log(run, step=..., loss=...)``), with a choice
+  of metric and runs, smoothing and a log scale.
+
+A store with none of these (no records yet) gives a page that says so. Needs plotly
+(``pip install plotly``). This module is a front end, as ``runstore status`` is: nothing in the
+package imports it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from typing import Any, TextIO
+
+import runstore
+from runstore import _report_data, _report_page
+from runstore._commands import (
+    EXIT_CORRUPTION,
+    EXIT_IO,
+    EXIT_NOT_FOUND,
+    EXIT_OTHER,
+    _fail,
+    _Parser,
+    _print_report,
+    _without_file,
+)
+from runstore._output import ExportFile
+
+__all__ = ["write"]
+
+
+def write(
+    store: runstore.Store | str | os.PathLike[str],
+    path: str | os.PathLike[str],
+    *,
+    overwrite: bool = True,
+    title: str | None = None,
+    max_points: int = _report_data.MAX_POINTS,
+    max_runs: int = _report_data.MAX_RUNS,
+    curve_points: int = _report_data.CURVE_POINTS,
+    seed: int = _report_data.SEED,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Writes the report of ``store`` (a Store, or the path of one, opened read-only) to the
+    HTML file ``path``.
+
+    ``max_points``: points of a scatter plot at most (a sample drawn with ``seed`` beyond);
+    ``max_runs``: runs whose curves the page holds; ``curve_points``: records of a curve at most
+    (evenly spaced steps beyond). ``title``: the page's title (default: the store's path).
+    ``progress``: say what is being read on stderr while it runs, when stderr is a terminal.
+
+    The file is written as the exports write theirs (``python/README.md``, "Exports"): whole or
+    not at all, mode 0666 minus the umask, never inside the store; an existing file is replaced
+    unless ``overwrite=False`` (FileExistsError). Returns ``{"path", "bytes", "plots",
+    "experiments", "seconds"}``.
+
+    Raises FileNotFoundError for a missing store, ValueError for a path that is not a store or
+    an argument out of range, CorruptionError or OSError for a damaged store, OSError naming
+    ``path`` if it cannot be written, ImportError if plotly is not installed.
+    """
+    t0 = time.perf_counter()
+    _report_page.plotly_js()  # ImportError before anything is read, if plotly is missing
+    if not isinstance(store, runstore.Store):
+        store = runstore.open(store, mode="r")
+    bar = _Progress(progress)
+    try:
+        model = _report_data.collect(
+            store,
+            max_points=max_points,
+            max_runs=max_runs,
+            curve_points=curve_points,
+            seed=seed,
+            progress=bar,
+        )
+        bar("writing the page", 0, 1)
+        with ExportFile(path, store_path=store.path, overwrite=overwrite) as out:
+            written = 0
+            for piece in _report_page.pages(model, title):
+                out.file.write(piece)
+                written += len(piece)
+            out.commit()
+    finally:
+        bar.close()
+    return {
+        "path": os.fspath(path),
+        "bytes": written,
+        "plots": plot_count(model),
+        "experiments": model["experiments"],
+        "seconds": time.perf_counter() - t0,
+    }
+
+
+def plot_count(model: dict[str, Any]) -> int:
+    """How many plots the page of ``model`` draws."""
+    st = model.get("status") or {}
+    oc = model["outcomes"]
+    return (
+        ("timeline" in st)
+        + ("seconds" in st)
+        + len(oc["outcomes"]) * (1 + len(oc["params"]))
+        + len(model["arrays"])
+        + (1 if model["curves"] else 0)
+    )
+
+
+class _Progress:
+    """One line on stderr, redrawn in place, saying what is being read: only when stderr is a
+    terminal (and ``enabled``), at most five times a second; erased at the end."""
+
+    def __init__(self, enabled: bool, stream: TextIO | None = None) -> None:
+        self.stream = sys.stderr if stream is None else stream
+        self.enabled = enabled and self.stream is not None and self.stream.isatty()
+        self.t0 = time.perf_counter()
+        self.last = -1.0
+        self.width = 0
+
+    def __call__(self, what: str, done: int, total: int) -> None:
+        if not self.enabled:
+            return
+        now = time.perf_counter()
+        if now - self.last < 0.2 and done:
+            return
+        self.last = now
+        count = f" {done + 1}/{total}" if total > 1 else ""
+        line = f"runstore report: {what}{count} ({now - self.t0:.1f} s)"
+        self.stream.write("\r" + line.ljust(self.width))
+        self.stream.flush()
+        self.width = len(line)
+
+    def close(self) -> None:
+        if self.enabled and self.width:
+            self.stream.write("\r" + " " * self.width + "\r")
+            self.stream.flush()
+
+
+def report_main(argv: list[str]) -> int:
+    """``runstore report STORE -o OUT.html [--force] ...``; the exit codes of the tool."""
+    ap = _Parser(
+        prog="runstore report",
+        description="Writes one self-contained HTML page of a store's results: the status of "
+        "its experiments, the failures with their tracebacks, each scalar outcome against each "
+        "parameter, array outcomes as quantile bands, and curves of series logged at many steps.",
+    )
+    ap.add_argument("store")
+    ap.add_argument("-o", "--output", required=True, metavar="OUT.html", help="the page to write")
+    ap.add_argument("-f", "--force", action="store_true", help="replace OUT.html if it exists")
+    ap.add_argument("--title", default=None, help="the page's title (default: the store's path)")
+    ap.add_argument(
+        "--max-points",
+        type=int,
+        default=_report_data.MAX_POINTS,
+        metavar="N",
+        help=f"points of a scatter plot at most (default {_report_data.MAX_POINTS:,})",
+    )
+    ap.add_argument(
+        "--max-runs",
+        type=int,
+        default=_report_data.MAX_RUNS,
+        metavar="N",
+        help=f"runs whose curves are shown (default {_report_data.MAX_RUNS})",
+    )
+    ap.add_argument(
+        "--seed",
+        type=int,
+        default=_report_data.SEED,
+        help=f"seed of the samples (default {_report_data.SEED})",
+    )
+    ap.add_argument("--no-progress", action="store_true", help="never show progress")
+    ap.add_argument("--skip-damaged", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.max_points < 1 or args.max_runs < 0:
+        ap.error("--max-points must be at least 1 and --max-runs at least 0")
+    try:
+        store = runstore.open(
+            args.store, mode="r", on_damaged="skip" if args.skip_damaged else "raise"
+        )
+        for d in store.damaged_segments:
+            print(
+                f"runstore: left out damaged segment {d.file}: {d.kind}: "
+                f"{_without_file(d.message, d.file)}",
+                file=sys.stderr,
+            )
+        r = write(
+            store,
+            args.output,
+            overwrite=args.force,
+            title=args.title,
+            max_points=args.max_points,
+            max_runs=args.max_runs,
+            seed=args.seed,
+            progress=not args.no_progress,
+        )
+    except runstore.CorruptionError as e:
+        return _fail("report", "Corruption", e, EXIT_CORRUPTION)
+    except FileExistsError as e:
+        return _fail(
+            "report",
+            "AlreadyExists",
+            f"{e.filename} exists; use --force (-f) to replace it",
+            EXIT_OTHER,
+        )
+    except (FileNotFoundError, KeyError) as e:
+        return _fail("report", "NotFound", e, EXIT_NOT_FOUND)
+    except OSError as e:
+        return _fail("report", "IOError", e, EXIT_IO)
+    except ImportError as e:
+        return _fail("report", "NotSupported", f"{e} (pip install plotly)", EXIT_OTHER)
+    except (ValueError, TypeError, RuntimeError) as e:
+        return _fail("report", type(e).__name__, e, EXIT_OTHER)
+    what = f"{r['experiments']:,} experiments, " if r["experiments"] else ""
+    return _print_report(
+        "report",
+        f"{r['path']}: {what}{r['plots']} plots, {r['bytes'] / 2**20:.1f} MiB in "
+        f"{r['seconds']:.1f} s",
+    )
