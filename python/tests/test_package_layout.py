@@ -218,7 +218,9 @@ def reachable(start: str, known: dict[str, Path | None]) -> set[str]:
 def test_each_module_imports_first_in_a_fresh_interpreter(module):
     dependency = OPTIONAL_DEPENDENCIES.get(module)
     if dependency and importlib.util.find_spec(dependency) is None:
-        pytest.skip(f"{module} needs {dependency}, not installed here (tested in .venv312)")
+        pytest.skip(
+            f"{module} needs {dependency}, not installed here (tested in the environment scripts/test.sh makes for it)"
+        )
     p = import_first(module)
     assert p.returncode == 0, p.stderr
 
