@@ -219,7 +219,8 @@ def test_each_module_imports_first_in_a_fresh_interpreter(module):
     dependency = OPTIONAL_DEPENDENCIES.get(module)
     if dependency and importlib.util.find_spec(dependency) is None:
         pytest.skip(
-            f"{module} needs {dependency}, not installed here (tested in the environment scripts/test.sh makes for it)"
+            f"{module} needs {dependency}, not installed here "
+            "(tested in the environment scripts/test.sh makes for it)"
         )
     p = import_first(module)
     assert p.returncode == 0, p.stderr
