@@ -152,15 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     note = None
     try:
         if args.command == "export":
-            store = runstore.open(
-                args.store, mode="r", on_damaged="skip" if args.skip_damaged else "raise"
-            )
-            for d in store.damaged_segments:
-                print(
-                    f"runstore: left out damaged segment {d.file}: {d.kind}: "
-                    f"{_without_file(d.message, d.file)}",
-                    file=sys.stderr,
-                )
+            store = open_for_command(args.store, args.skip_damaged)
             if args.format == "tar":
                 r = store.export_tar(
                     args.out,
@@ -210,24 +202,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             store = runstore.import_tar(args.archive, args.store)
             report = f"{store.path}: {len(store.design()):,} experiments imported"
-    except runstore.CorruptionError as e:
-        return _fail(what, "Corruption", e, EXIT_CORRUPTION)
-    except FileExistsError as e:
-        return _fail(
-            what,
-            "AlreadyExists",
-            f"{e.filename} exists; use --force (-f) to replace it",
-            EXIT_OTHER,
-        )
-    except (FileNotFoundError, KeyError) as e:
-        return _fail(what, "NotFound", e, EXIT_NOT_FOUND)
-    except OSError as e:
-        return _fail(what, "IOError", e, EXIT_IO)
-    except ImportError as e:
-        install = _INSTALL.get(args.format, "pip install runstore")
-        return _fail(what, "NotSupported", f"{e} ({install})", EXIT_OTHER)
-    except (ValueError, TypeError, RuntimeError, NotImplementedError, MemoryError) as e:
-        return _fail(what, type(e).__name__, e, EXIT_OTHER)
+    except (*COMMAND_ERRORS, NotImplementedError, MemoryError) as e:
+        return fail_for(what, e, _INSTALL.get(args.format, "pip install runstore"))
     if note is not None:
         print(note, file=sys.stderr)
     return _print_report(what, report)
@@ -248,6 +224,52 @@ def _print_report(what: str, report: str) -> int:
         os.close(devnull)
         return _fail(what, "IOError", f"standard output: {e.strerror or e}", EXIT_IO)
     return EXIT_OK
+
+
+#: The errors a command reports with an exit code (fail_for) rather than a traceback.
+COMMAND_ERRORS = (
+    runstore.CorruptionError,
+    OSError,
+    KeyError,
+    ImportError,
+    ValueError,
+    TypeError,
+    RuntimeError,
+)
+
+
+def open_for_command(path: str, skip_damaged: bool) -> runstore.Store:
+    """The store at ``path`` opened read-only for a command; with ``skip_damaged``, around the
+    segment files that cannot be read, each named on stderr as the tool names them."""
+    store = runstore.open(path, mode="r", on_damaged="skip" if skip_damaged else "raise")
+    for d in store.damaged_segments:
+        print(
+            f"runstore: left out damaged segment {d.file}: {d.kind}: "
+            f"{_without_file(d.message, d.file)}",
+            file=sys.stderr,
+        )
+    return store
+
+
+def fail_for(what: str, e: BaseException, install: str) -> int:
+    """Prints command ``what``'s error ``e`` as the tool does and returns its exit code; an
+    ImportError says what to install (``install``)."""
+    if isinstance(e, runstore.CorruptionError):
+        return _fail(what, "Corruption", e, EXIT_CORRUPTION)
+    if isinstance(e, FileExistsError):
+        return _fail(
+            what,
+            "AlreadyExists",
+            f"{e.filename} exists; use --force (-f) to replace it",
+            EXIT_OTHER,
+        )
+    if isinstance(e, (FileNotFoundError, KeyError)):
+        return _fail(what, "NotFound", e, EXIT_NOT_FOUND)
+    if isinstance(e, OSError):
+        return _fail(what, "IOError", e, EXIT_IO)
+    if isinstance(e, ImportError):
+        return _fail(what, "NotSupported", f"{e} ({install})", EXIT_OTHER)
+    return _fail(what, type(e).__name__, e, EXIT_OTHER)
 
 
 def _without_file(message: str, file: str) -> str:

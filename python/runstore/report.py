@@ -33,14 +33,11 @@ from typing import Any, TextIO
 import runstore
 from runstore import _report_data, _report_page
 from runstore._commands import (
-    EXIT_CORRUPTION,
-    EXIT_IO,
-    EXIT_NOT_FOUND,
-    EXIT_OTHER,
-    _fail,
+    COMMAND_ERRORS,
     _Parser,
     _print_report,
-    _without_file,
+    fail_for,
+    open_for_command,
 )
 from runstore._output import ExportFile
 
@@ -189,15 +186,7 @@ def report_main(argv: list[str]) -> int:
     if args.max_points < 1 or args.max_runs < 0:
         ap.error("--max-points must be at least 1 and --max-runs at least 0")
     try:
-        store = runstore.open(
-            args.store, mode="r", on_damaged="skip" if args.skip_damaged else "raise"
-        )
-        for d in store.damaged_segments:
-            print(
-                f"runstore: left out damaged segment {d.file}: {d.kind}: "
-                f"{_without_file(d.message, d.file)}",
-                file=sys.stderr,
-            )
+        store = open_for_command(args.store, args.skip_damaged)
         r = write(
             store,
             args.output,
@@ -208,23 +197,8 @@ def report_main(argv: list[str]) -> int:
             seed=args.seed,
             progress=not args.no_progress,
         )
-    except runstore.CorruptionError as e:
-        return _fail("report", "Corruption", e, EXIT_CORRUPTION)
-    except FileExistsError as e:
-        return _fail(
-            "report",
-            "AlreadyExists",
-            f"{e.filename} exists; use --force (-f) to replace it",
-            EXIT_OTHER,
-        )
-    except (FileNotFoundError, KeyError) as e:
-        return _fail("report", "NotFound", e, EXIT_NOT_FOUND)
-    except OSError as e:
-        return _fail("report", "IOError", e, EXIT_IO)
-    except ImportError as e:
-        return _fail("report", "NotSupported", f"{e} (pip install plotly)", EXIT_OTHER)
-    except (ValueError, TypeError, RuntimeError) as e:
-        return _fail("report", type(e).__name__, e, EXIT_OTHER)
+    except COMMAND_ERRORS as e:
+        return fail_for("report", e, "pip install plotly")
     what = f"{r['experiments']:,} experiments, " if r["experiments"] else ""
     return _print_report(
         "report",
