@@ -31,36 +31,30 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-# The Python side lives in a virtual environment of the project's own.
-if [ "${RUNSTORE_SKIP_PYTHON:-0}" != 1 ]; then
-  venv="$here/.venv"
-  py=${PYTHON:-python3}
-  if [ ! -x "$venv/bin/python" ]; then
-    echo "install-deps: creating $venv"
-    "$py" -m venv "$venv"
+# A virtual environment made with a Python and kept in step with a requirements file: pip runs
+# again only when the file's hash changes. venv PYTHON REQUIREMENTS
+venv() {
+  local dir=$1 python=$2 req=$3
+  if [ ! -x "$dir/bin/python" ]; then
+    echo "install-deps: creating $dir"
+    "$python" -m venv "$dir"
   fi
-  req="$here/python/requirements-dev.txt"
-  stamp="$venv/.requirements.sha"
-  if [ -f "$req" ]; then
-    want=$(sha256sum "$req" | cut -d' ' -f1)
-    if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-      "$venv/bin/python" -m pip install -q --upgrade pip
-      "$venv/bin/python" -m pip install -q -r "$req"
-      echo "$want" > "$stamp"
-    fi
-  fi
-  # ml-instrument's own environment: it pins numpy (<=2.2.4), pyarrow and polars, which the
-  # project's .venv does not hold; the runstore wheel is installed into it by scripts/test.sh.
-  venv_mli="$here/.venv-mli"
-  [ -x "$venv_mli/bin/python" ] || { echo "install-deps: creating $venv_mli"; "$py" -m venv "$venv_mli"; }
-  req="$here/python/requirements-mli.txt"
-  stamp="$venv_mli/.requirements.sha"
+  local stamp="$dir/.requirements.sha" want
   want=$(sha256sum "$req" | cut -d' ' -f1)
   if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-    "$venv_mli/bin/python" -m pip install -q --upgrade pip
-    "$venv_mli/bin/python" -m pip install -q -r "$req"
+    "$dir/bin/python" -m pip install -q --upgrade pip
+    "$dir/bin/python" -m pip install -q -r "$req"
     echo "$want" > "$stamp"
   fi
+}
+
+# The Python side lives in virtual environments of the project's own.
+if [ "${RUNSTORE_SKIP_PYTHON:-0}" != 1 ]; then
+  py=${PYTHON:-python3}
+  venv "$here/.venv" "$py" "$here/python/requirements-dev.txt"
+  # ml-instrument's own environment: it pins numpy (<=2.2.4), pyarrow and polars, which the
+  # project's .venv does not hold; the runstore wheel is installed into it by scripts/test.sh.
+  venv "$here/.venv-mli" "$py" "$here/python/requirements-mli.txt"
   # Python 3.12 for the EMA workbench integration (ema-workbench 3.x needs 3.12 or later):
   # python3.12 from PATH or from pyenv's versions
   # (pyenv's shim on PATH fails unless 3.12 is selected, hence the check that it runs.)
@@ -69,20 +63,10 @@ if [ "${RUNSTORE_SKIP_PYTHON:-0}" != 1 ]; then
            $(ls -d "$(pyenv root 2> /dev/null || echo /nonexistent)"/versions/3.12*/bin/python3.12 2> /dev/null); do
     if [ -n "$c" ] && "$c" -c 'import sys' 2> /dev/null; then py312=$c; break; fi
   done
-  if [ -n "$py312" ]; then
-    venv312="$here/.venv312"
-    [ -x "$venv312/bin/python" ] || { echo "install-deps: creating $venv312"; "$py312" -m venv "$venv312"; }
-    req="$here/python/requirements-ema.txt"
-    stamp="$venv312/.requirements.sha"
-    want=$(sha256sum "$req" | cut -d' ' -f1)
-    if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-      "$venv312/bin/python" -m pip install -q --upgrade pip
-      "$venv312/bin/python" -m pip install -q -r "$req"
-      echo "$want" > "$stamp"
-    fi
-  else
+  if [ -z "$py312" ]; then
     echo "install-deps: no Python 3.12 (python3.12 or pyenv); the EMA workbench tests need one" >&2
     exit 1
   fi
+  venv "$here/.venv312" "$py312" "$here/python/requirements-ema.txt"
 fi
 echo "install-deps: ok"
