@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import time
 
 import numpy as np
@@ -195,3 +196,15 @@ def finish_targets(targets, results, json_path, widths=(40, 40, 10), **meta) -> 
     if any("error" in r for r in results.values()):
         return 1
     return 0 if all(t[3] is not False for t in targets) else TARGET_MISSED
+
+
+def run_json_child(cmd: list[str]) -> dict:
+    """Runs a benchmark's child process and returns the JSON object its last line of output is,
+    or {"error": its last line of stderr, "returncode": ...} if it failed."""
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode != 0:
+        return {
+            "error": (out.stderr.strip().splitlines() or ["?"])[-1],
+            "returncode": out.returncode,
+        }
+    return json.loads(out.stdout.strip().splitlines()[-1])

@@ -33,7 +33,6 @@ import json
 import os
 import platform
 import shutil
-import subprocess
 import sys
 import tarfile
 import tempfile
@@ -43,7 +42,7 @@ import numpy as np
 
 # The data, the measurements and the h5py layout of the comparison suite (bench/compare).
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "compare"))
-from common import PARAMS, finish_targets
+from common import PARAMS, finish_targets, run_json_child
 from common import vm_hwm_mib as peak_rss_mib
 
 SERIES_LEN = 100
@@ -167,13 +166,7 @@ def run_case(name: str, args, work: str) -> dict:
         "--compresslevel",
         str(args.compresslevel),
     ]
-    out = subprocess.run(cmd, capture_output=True, text=True)
-    if out.returncode != 0:
-        return {
-            "error": (out.stderr.strip().splitlines() or ["?"])[-1],
-            "returncode": out.returncode,
-        }
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return run_json_child(cmd)
 
 
 def main() -> int:

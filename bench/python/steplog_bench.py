@@ -53,8 +53,8 @@ def bare(steps: int, path: str) -> None:
             acc = 0.0
 
 
-def per_step(steps: int, path: str) -> None:
-    with runstore.open(path).writer() as w:
+def per_step(steps: int, path: str, record_time: bool = False) -> None:
+    with runstore.open(path).writer(record_time=record_time) as w:
         for s in range(steps):
             r, lo, e, lr = values(s)
             w.log(RUN, step=s, reward=r, loss=lo, entropy=e, lr=lr)
@@ -63,12 +63,7 @@ def per_step(steps: int, path: str) -> None:
 
 
 def per_step_timed(steps: int, path: str) -> None:
-    with runstore.open(path).writer(record_time=True) as w:
-        for s in range(steps):
-            r, lo, e, lr = values(s)
-            w.log(RUN, step=s, reward=r, loss=lo, entropy=e, lr=lr)
-            if s % COMMIT_EVERY == COMMIT_EVERY - 1:
-                w.commit()
+    per_step(steps, path, record_time=True)
 
 
 def batched(steps: int, path: str) -> None:

@@ -35,7 +35,6 @@ import json
 import os
 import platform
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -44,7 +43,7 @@ import numpy as np
 
 # The measurements and the report of targets shared by the benchmarks (bench/compare).
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "compare"))
-from common import finish_targets
+from common import finish_targets, run_json_child
 
 PARAMS = ("alpha", "beta", "gamma", "delta")
 TARGET_RATIO = 1.5
@@ -195,13 +194,7 @@ def run_child(args) -> None:
 def run_case(name: str, args, work: str) -> dict:
     cmd = [sys.executable, os.path.abspath(__file__), "--case", name, "--dir", work]
     cmd += ["--n", str(args.n)]
-    out = subprocess.run(cmd, capture_output=True, text=True)
-    if out.returncode != 0:
-        return {
-            "error": (out.stderr.strip().splitlines() or ["?"])[-1],
-            "returncode": out.returncode,
-        }
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return run_json_child(cmd)
 
 
 def main() -> int:
