@@ -788,6 +788,28 @@ def define_columns(
 # -- a loop of one's own -------------------------------------------------------------------------
 
 
+def _record_names(
+    params: Mapping[str, Any],
+    outcomes: Mapping[str, Any] | None,
+    state: str,
+    keep_none: bool = False,
+) -> dict[str, Any]:
+    """An experiment record's parameters and outcomes under the names they are stored as,
+    checked (a parameter that is None is left out unless ``keep_none``)."""
+    if state not in STATES:
+        raise ValueError(f"state {state!r}: one of {', '.join(STATES)}")
+    out: dict[str, Any] = {}
+    for name, v in params.items():
+        _check_param_name(name)
+        if keep_none or v is not None:
+            out[DESIGN + name] = v
+    for k, v in (outcomes or {}).items():
+        if not isinstance(k, str) or not k or k.startswith("~"):
+            raise ValueError(f"outcome {k!r}: names are non-empty and do not start with '~'")
+        out[k] = v
+    return out
+
+
 class ExperimentWriter:
     """Writes whole experiments (parameters, status and outcomes) from a loop of the caller's
     own: ``runstore.experiments.writer(store)``. Each :meth:`record` is one atomic set of
@@ -830,15 +852,7 @@ class ExperimentWriter:
         "pending", "running", "done", "failed"; ``error`` the failure's text). Visible and
         durable as the writer's commits make it."""
         check_run_id(experiment)
-        if state not in STATES:
-            raise ValueError(f"state {state!r}: one of {', '.join(STATES)}")
-        for name in params:
-            _check_param_name(name)
-        values: dict[str, Any] = {DESIGN + k: v for k, v in params.items() if v is not None}
-        for k in outcomes or {}:
-            if not isinstance(k, str) or not k or k.startswith("~"):
-                raise ValueError(f"outcome {k!r}: names are non-empty and do not start with '~'")
-        values.update(outcomes or {})
+        values = _record_names(params, outcomes, state)
         if row is None:
             row = self._next_row
             self._next_row += 1
@@ -849,10 +863,7 @@ class ExperimentWriter:
         for k, v in ((HOST, host), (STARTED, started), (FINISHED, finished), (SECONDS, seconds)):
             if v is not None:
                 values[k] = float(v) if k != HOST else str(v)
-        new = [p for p in params if p not in self._params]
-        if new:
-            self._params += new
-            self._w.put(0, PARAMS, json.dumps(self._params, ensure_ascii=False))
+        self._note_params(params)
         self._w.log(experiment, values=values)
 
     def record_many(
@@ -874,16 +885,7 @@ class ExperimentWriter:
         n = len(experiments)
         for e in experiments:
             check_run_id(e)
-        if state not in STATES:
-            raise ValueError(f"state {state!r}: one of {', '.join(STATES)}")
-        columns: dict[str, Any] = {}
-        for name, col in params.items():
-            _check_param_name(name)
-            columns[DESIGN + name] = col
-        for k, col in (outcomes or {}).items():
-            if not isinstance(k, str) or not k or k.startswith("~"):
-                raise ValueError(f"outcome {k!r}: names are non-empty and do not start with '~'")
-            columns[k] = col
+        columns = _record_names(params, outcomes, state, keep_none=True)
         for name, col in columns.items():
             if len(col) != n:
                 raise ValueError(f"column {name!r} has {len(col)} values for {n} experiments")
@@ -896,11 +898,15 @@ class ExperimentWriter:
         columns[ATTEMPT] = np.ones(n, dtype=np.int64)
         if finished is not None:
             columns[FINISHED] = np.asarray(finished, dtype=np.float64)
+        self._note_params(params)
+        self._w.log_many(list(experiments), columns=columns)
+
+    def _note_params(self, params: Iterable[str]) -> None:
+        """Appends the parameters new to the store to its column order (~design/~params)."""
         new = [p for p in params if p not in self._params]
         if new:
             self._params += new
             self._w.put(0, PARAMS, json.dumps(self._params, ensure_ascii=False))
-        self._w.log_many(list(experiments), columns=columns)
 
     def commit(self, wait: bool = True) -> Any:
         return self._w.commit(wait=wait)
