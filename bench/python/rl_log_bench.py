@@ -111,13 +111,10 @@ def child(case: str, i: int, steps: int, out: str) -> dict:
     elif case == "sqlite_wal_full":
         import sqlite3
 
+        # The file, its table and WAL mode (which persists) were made by the parent: processes
+        # switching a new file's journal mode at once fail with "database is locked".
         con = sqlite3.connect(os.path.join(out, "metrics.db"), timeout=600)
-        con.execute("PRAGMA journal_mode=WAL")
         con.execute("PRAGMA synchronous=FULL")
-        con.execute(
-            "CREATE TABLE IF NOT EXISTS metrics(run TEXT, step INTEGER, name TEXT, value REAL)"
-        )
-        con.commit()
         rows: list[tuple[str, int, str, float]] = []
         for s in range(steps):
             for m, v in zip(METRICS, values(s), strict=True):
@@ -215,6 +212,14 @@ def main() -> int:
             out = os.path.join(base, case)
             shutil.rmtree(out, ignore_errors=True)
             os.makedirs(out)
+            if case == "sqlite_wal_full":
+                import sqlite3
+
+                con = sqlite3.connect(os.path.join(out, "metrics.db"))
+                con.execute("PRAGMA journal_mode=WAL")
+                con.execute("CREATE TABLE metrics(run TEXT, step INTEGER, name TEXT, value REAL)")
+                con.commit()
+                con.close()
             t0 = time.perf_counter()
             ps = [
                 subprocess.Popen(
