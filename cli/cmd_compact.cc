@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common.h"
+#include "progress.h"
 #include "registry.h"
 
 namespace runstore::cli {
@@ -81,7 +82,15 @@ int RunCompact(const CompactCliOptions& o) {
   auto store = Store::Open(o.store, so);
   if (!store.ok()) return ReportOpenError(kCmd, store.status());
   CompactReport r;
+  Progress progress("compact", 0);
+  if (progress.enabled()) {
+    options.progress = [&progress](uint64_t done, uint64_t total) {
+      progress.SetTotal(total);
+      progress.Update(done, 0);
+    };
+  }
   Status s = (*store)->Compact(options, &r);
+  progress.Finish();
   if (!s.ok()) return ReportError(kCmd, s);
   if (o.json) {
     ordered_json j = {{"store", o.store},

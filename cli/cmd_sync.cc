@@ -2,12 +2,14 @@
 // node-local staging directory into the store (runstore/sync.h,
 // docs/design.md#staging) and reports what it shipped, found published,
 // skipped (a live writer's) and cleaned.
+#include <cstdio>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 
 #include "common.h"
+#include "progress.h"
 #include "registry.h"
 #include "runstore/sync.h"
 
@@ -30,7 +32,21 @@ int RunSync(const SyncCommandOptions& o) {
   so.wait_s = o.wait_s;
   so.force = o.force;
   SyncReport r;
+  Progress progress("sync", 0);
+  if (progress.enabled()) {
+    so.progress = [&progress, wait_s = o.wait_s](size_t done, size_t total, uint64_t bytes) {
+      if (total == 0 && done == 0) {
+        char buf[96];
+        std::snprintf(buf, sizeof(buf), "watching the writers' leases for %g s", wait_s);
+        progress.Spin(buf);
+        return;
+      }
+      progress.SetTotal(total);
+      progress.Update(done, bytes);
+    };
+  }
   const Status s = SyncStaging(o.staging_dir, o.store, so, &r);
+  progress.Finish();
   if (o.json) {
     ordered_json j = {{"staging_dir", o.staging_dir},
                       {"store", o.store},

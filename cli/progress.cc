@@ -18,10 +18,10 @@ Progress::Progress(std::string label, uint64_t total)
 
 Progress::~Progress() { Finish(); }
 
-bool Progress::Due() {
+bool Progress::Due(bool force) {
   if (!enabled_) return false;
   const auto now = std::chrono::steady_clock::now();
-  if (drawn_ && now - last_ < std::chrono::milliseconds(100)) return false;
+  if (!force && drawn_ && now - last_ < std::chrono::milliseconds(100)) return false;
   last_ = now;
   return true;
 }
@@ -34,7 +34,8 @@ void Progress::Draw(const std::string& line) {
 }
 
 void Progress::Update(uint64_t done, uint64_t bytes) {
-  if (!Due()) return;
+  // The end is always drawn, so that the last line seen says it.
+  if (!Due(total_ > 0 && done >= total_)) return;
   constexpr int kWidth = 30;
   char pct[16] = "";
   std::string bar;
@@ -50,7 +51,7 @@ void Progress::Update(uint64_t done, uint64_t bytes) {
 }
 
 void Progress::Spin(const std::string& text) {
-  if (!Due()) return;
+  if (!Due(false)) return;
   static constexpr char kSpinner[] = "|/-\\";
   Draw(label_ + "  " + kSpinner[spin_++ % 4] + " " + text);
 }

@@ -37,10 +37,14 @@ class Progress {
   // Erases the line. Called by the destructor if not before.
   void Finish();
 
+  // The units of work in all, once known (0: unknown, no percentage).
+  void SetTotal(uint64_t total) { total_ = total; }
+
   bool enabled() const { return enabled_; }
 
  private:
-  bool Due();
+  // True when a line may be drawn now: at most ten a second, unless `force`.
+  bool Due(bool force);
   void Draw(const std::string& line);
 
   std::string label_;

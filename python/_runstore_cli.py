@@ -71,11 +71,10 @@ def main(argv: list[str] | None = None) -> int:
         return report_main(args)
     if tuple(words[:2]) in _PYTHON_COMMANDS or words[:1] == ["import"]:
         # The tool's global flags may come anywhere (`runstore --skip-damaged export tar ...`):
-        # the exports take --skip-damaged as an option of their own, and --no-progress changes
-        # nothing for commands that draw no progress bar.
+        # the exports take them as options of their own (import tar draws no progress).
         args = [a for a in argv if a not in _GLOBAL_FLAGS]
-        if "--skip-damaged" in argv and words[0] == "export":
-            args.append("--skip-damaged")
+        if words[0] == "export":
+            args += [a for a in ("--skip-damaged", "--no-progress") if a in argv]
         from runstore import _commands  # the package and numpy: only for the commands in Python
 
         return _commands.main(args)

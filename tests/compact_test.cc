@@ -19,6 +19,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "format/format.h"
@@ -364,8 +365,18 @@ TEST(CompactTest, ManyRecordsAreSortedInSeveralPassesWithinTheMemoryBound) {
   }
   const Dump before = DumpStore(dir.path());
   CompactReport report;
-  ASSERT_OK(store->Compact(TestOptions(), &report));
+  // Progress counts every stored record once, over all the passes.
+  CompactOptions options = TestOptions();
+  std::vector<std::pair<uint64_t, uint64_t>> progress;
+  options.progress = [&](uint64_t done, uint64_t total) { progress.emplace_back(done, total); };
+  ASSERT_OK(store->Compact(options, &report));
   EXPECT_EQ(report.inputs.size(), 6u);
+  ASSERT_GE(progress.size(), 300000u / (64 << 10));
+  for (size_t i = 0; i < progress.size(); ++i) {
+    EXPECT_EQ(progress[i].second, 300000u);
+    if (i > 0) EXPECT_GE(progress[i].first, progress[i - 1].first);
+  }
+  EXPECT_EQ(progress.back().first, 300000u);
   EXPECT_EQ(report.output_records, before.records.size());
   EXPECT_LT(report.output_records, 300000u) << "the parts overwrite each other's keys";
   EXPECT_SAME_DUMP(before, DumpStore(dir.path()));

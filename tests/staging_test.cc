@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -606,7 +607,22 @@ TEST(StagingSyncTest, SyncTwiceShipsOnceAndTheSecondFindsNothing) {
   SyncReport first, second;
   SyncOptions o;
   o.wait_s = 1.2;  // the killed writers' leases stopped beating
+  // Progress: the watch (0 of 0), then each staged segment, ending done.
+  std::vector<std::array<uint64_t, 3>> progress;
+  o.progress = [&](size_t done, size_t staged, uint64_t bytes) {
+    progress.push_back({done, staged, bytes});
+  };
   ASSERT_OK(SyncStaging(dir.path() + "/local", dir.path() + "/store", o, &first));
+  ASSERT_GE(progress.size(), 3u);
+  EXPECT_EQ(progress.front(), (std::array<uint64_t, 3>{0, 0, 0}));
+  const uint64_t staged = progress.back()[1];
+  EXPECT_GE(staged, first.shipped.size());
+  EXPECT_EQ(progress.back(), (std::array<uint64_t, 3>{staged, staged, first.bytes_shipped}));
+  for (size_t i = 2; i < progress.size(); ++i) {
+    EXPECT_EQ(progress[i][1], staged);
+    EXPECT_GE(progress[i][0], progress[i - 1][0]);
+    EXPECT_GE(progress[i][2], progress[i - 1][2]);
+  }
   EXPECT_GE(first.shipped.size(), 2u);
   EXPECT_TRUE(first.skipped.empty());
   EXPECT_GE(first.cleaned.size(), 2u);  // the two dead leases

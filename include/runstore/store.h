@@ -21,6 +21,7 @@
 #define RUNSTORE_STORE_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -122,6 +123,11 @@ struct CompactOptions {
   // compaction removes its inputs at once, and a reader of an older snapshot
   // that had not opened one of them gets NotFound ("refresh and read again").
   double retain_inputs_s = 300;
+  // Called from the compacting thread as the merge goes through the inputs'
+  // stored records: (records done, records in all), at least once at the
+  // end of the merge and otherwise every 64Ki records; not on a dry run.
+  // For a progress display; empty: not called.
+  std::function<void(uint64_t done_records, uint64_t total_records)> progress;
 };
 
 struct CompactReport {

@@ -19,7 +19,9 @@
 #ifndef RUNSTORE_SYNC_H_
 #define RUNSTORE_SYNC_H_
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -44,6 +46,11 @@ struct SyncOptions {
   // processes have ended). Shipping a live writer's open segment makes its
   // later publication fail, so only use it when that is known.
   bool force = false;
+  // Called as the sync goes, for a progress display: (segments done,
+  // segments staged, bytes shipped so far); with both counts 0 while it
+  // watches the leases, before the staged segments are counted, and with
+  // done == staged at the end. Empty: not called.
+  std::function<void(size_t done, size_t staged, uint64_t bytes_shipped)> progress;
 };
 
 // What SyncStaging did, by file name (relative to its directory).

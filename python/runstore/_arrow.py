@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import _experiments as ex
+from . import _progress
 from ._frame import run_list, sort_order
 from ._output import ExportFile
 from ._table import EXPORT_FORMAT, EXPORT_VERSION, ExperimentTable
@@ -228,12 +229,36 @@ def export_parquet(
     row_group_rows: int,
     compression: str,
     overwrite: bool,
+    progress: bool,
 ) -> dict[str, Any]:
     """runstore.export.export_parquet."""
+    t0 = time.perf_counter()
+    line = _progress.Line("runstore export parquet", progress)
+    try:
+        rows, out = _export_parquet(store, path, row_group_rows, compression, overwrite, line)
+    finally:
+        line.close()
+    return {
+        "path": out,
+        "rows": rows,
+        "bytes": os.path.getsize(out),
+        "seconds": time.perf_counter() - t0,
+    }
+
+
+def _export_parquet(
+    store: Store,
+    path: str | os.PathLike[str],
+    row_group_rows: int,
+    compression: str,
+    overwrite: bool,
+    line: _progress.Line,
+) -> tuple[int, str]:
+    """(rows, path written) of export_parquet."""
     import pyarrow.parquet as pq
 
-    t0 = time.perf_counter()
     with ExportFile(path, store_path=store.path, overwrite=overwrite) as out:
+        line.show("reading the experiments")
         sink = out.file
         infos = ex.reserved_series(store)
         if ex.ROW not in infos:
@@ -242,6 +267,7 @@ def export_parquet(
             rows = t.num_rows
         else:
             table = ExperimentTable(store)
+            table.progress = _progress.Work(line, table.n, "rows")
             status = table.status_columns()
             taken = {ex.ID_COLUMN, *table.params, *(table.status_names[f] for f in status)}
             names = [ex.ID_COLUMN, *table.params, *(table.status_names[f] for f in status)]
@@ -282,9 +308,4 @@ def export_parquet(
                 writer.write_batch(batch)
             writer.close()
         out.commit()
-    return {
-        "path": out.path,
-        "rows": rows,
-        "bytes": os.path.getsize(out.path),
-        "seconds": time.perf_counter() - t0,
-    }
+    return rows, out.path

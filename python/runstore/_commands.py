@@ -12,8 +12,8 @@ unless --force is given, where the Python API (Store.export_tar) replaces it as 
 numpy do. Exit codes are the tool's: 0 ok, 1 bad command line, 2 corruption, 3 not found, 4 I/O
 error (also writing standard output), 5 anything else (OUT exists, OUT inside STORE, ...). With
 --skip-damaged, the store is opened with on_damaged="skip" and each segment left out is named on
-stderr, as the tool does. --no-progress is accepted and changes nothing: these commands draw no
-progress bar.
+stderr, as the tool does. The exports draw a progress line on stderr when it is a terminal
+(--no-progress: never), as the tool's commands do.
 """
 
 from __future__ import annotations
@@ -34,6 +34,15 @@ _SKIP_HELP = (
     "read the store around segment files that cannot be read, leaving them out "
     "(each is named on stderr)"
 )
+
+
+#: An export's own --no-progress (also taken before the command): SUPPRESS, so that the
+#: subcommand's default does not undo a --no-progress given before it.
+_NO_PROGRESS: dict = {
+    "action": "store_true",
+    "default": argparse.SUPPRESS,
+    "help": "never draw the progress line (drawn on stderr only when it is a terminal)",
+}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -75,6 +84,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     tar.add_argument("-f", "--force", action="store_true", help="replace OUT if it exists")
     tar.add_argument("--skip-damaged", action="store_true", help=_SKIP_HELP)
+    tar.add_argument("--no-progress", **_NO_PROGRESS)
     pq = exp_sub.add_parser(
         "parquet",
         help="one Parquet file: a row per experiment",
@@ -87,6 +97,7 @@ def _parser() -> argparse.ArgumentParser:
     pq.add_argument("--compression", default="zstd", help="Parquet codec (default zstd)")
     pq.add_argument("-f", "--force", action="store_true", help="replace OUT if it exists")
     pq.add_argument("--skip-damaged", action="store_true", help=_SKIP_HELP)
+    pq.add_argument("--no-progress", **_NO_PROGRESS)
     zr = exp_sub.add_parser(
         "zarr",
         help="a Zarr store that xarray.open_zarr opens: a row per experiment (or run)",
@@ -113,6 +124,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     zr.add_argument("-f", "--force", action="store_true", help="replace OUT if it exists")
     zr.add_argument("--skip-damaged", action="store_true", help=_SKIP_HELP)
+    zr.add_argument("--no-progress", **_NO_PROGRESS)
     imp = sub.add_parser("import", help="rebuild a store from an export")
     imp_sub = imp.add_subparsers(dest="format", required=True)
     itar = imp_sub.add_parser("tar", help="from a tarball of `export tar`")
@@ -159,6 +171,7 @@ def main(argv: list[str] | None = None) -> int:
                     chunk_rows=args.chunk_rows,
                     compresslevel=args.compresslevel,
                     overwrite=args.force,
+                    progress=not args.no_progress,
                 )
                 report = (
                     f"{r['path']}: {r['experiments']:,} experiments, {len(r['members'])} members, "
@@ -177,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
                     row_group_rows=args.row_group_rows,
                     compression=args.compression,
                     overwrite=args.force,
+                    progress=not args.no_progress,
                 )
                 report = (
                     f"{r['path']}: {r['rows']:,} rows, {r['bytes']:,} bytes in {r['seconds']:.1f} s"
@@ -188,6 +202,7 @@ def main(argv: list[str] | None = None) -> int:
                     by_step=True if args.by_step else None,
                     chunks=args.chunk_rows,
                     overwrite=args.force,
+                    progress=not args.no_progress,
                 )
                 steps = "" if r["steps"] is None else f" by {r['steps']:,} steps"
                 report = (

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import _experiments as ex
+from . import _progress
 
 if TYPE_CHECKING:
     from ._store import Store
@@ -263,35 +264,29 @@ def _worker_main(
 
 
 class _Progress:
+    """The line a run keeps on stderr: experiments done, failed, rate and ETA; it stays on the
+    screen at the end."""
+
     def __init__(self, total: int, enabled: bool) -> None:
         self.total = total
-        self.enabled = enabled and total > 0 and sys.stderr.isatty()
-        self.t0 = time.perf_counter()
-        self.last = 0.0
+        self.line = _progress.Line("runstore", enabled and total > 0)
 
     def update(self, done: int, failed: int, force: bool = False) -> None:
-        if not self.enabled:
+        if not self.line.enabled:
             return
-        now = time.perf_counter()
-        if not force and now - self.last < 0.2:
-            return
-        self.last = now
         n = done + failed
-        el = now - self.t0
+        el = self.line.elapsed()
         rate = n / el if el > 0 else 0.0
         eta = (self.total - n) / rate if rate > 0 else math.inf
         eta_s = "?" if not math.isfinite(eta) else time.strftime("%H:%M:%S", time.gmtime(eta))
-        sys.stderr.write(
-            f"\rrunstore: {n:,}/{self.total:,} experiments, {failed:,} failed, "
-            f"{rate:,.1f}/s, ETA {eta_s}   "
+        self.line.show(
+            f"{n:,}/{self.total:,} experiments, {failed:,} failed, {rate:,.1f}/s, ETA {eta_s}",
+            force,
         )
-        sys.stderr.flush()
 
     def close(self, done: int, failed: int) -> None:
-        if self.enabled:
-            self.update(done, failed, force=True)
-            sys.stderr.write("\n")
-            sys.stderr.flush()
+        self.update(done, failed, force=True)
+        self.line.close(keep=True)
 
 
 def _default_workers() -> int:

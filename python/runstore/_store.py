@@ -265,9 +265,15 @@ class Store:
         chunk_rows: int = 10_000,
         compresslevel: int = 1,
         overwrite: bool = True,
+        progress: bool = True,
     ) -> dict[str, Any]:
         return export.export_tar(
-            self, path, chunk_rows=chunk_rows, compresslevel=compresslevel, overwrite=overwrite
+            self,
+            path,
+            chunk_rows=chunk_rows,
+            compresslevel=compresslevel,
+            overwrite=overwrite,
+            progress=progress,
         )
 
     @_doc(export.export_parquet)
@@ -278,9 +284,15 @@ class Store:
         row_group_rows: int = 10_000,
         compression: str = "zstd",
         overwrite: bool = True,
+        progress: bool = True,
     ) -> dict[str, Any]:
         return export.export_parquet(
-            self, path, row_group_rows=row_group_rows, compression=compression, overwrite=overwrite
+            self,
+            path,
+            row_group_rows=row_group_rows,
+            compression=compression,
+            overwrite=overwrite,
+            progress=progress,
         )
 
     @_doc(export.to_xarray)
@@ -303,9 +315,16 @@ class Store:
         by_step: bool | None = None,
         chunks: int | Mapping[str, int] | None = None,
         overwrite: bool = False,
+        progress: bool = True,
     ) -> dict[str, Any]:
         return export.to_zarr(
-            self, path, names, by_step=by_step, chunks=chunks, overwrite=overwrite
+            self,
+            path,
+            names,
+            by_step=by_step,
+            chunks=chunks,
+            overwrite=overwrite,
+            progress=progress,
         )
 
     # -- reading ------------------------------------------------------------------------------

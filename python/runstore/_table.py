@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import _experiments as ex
+from . import _progress
 
 if TYPE_CHECKING:
     from ._store import Store
@@ -126,6 +127,8 @@ class ExperimentTable:
         self.status = ex.load_status(store, self.index, infos, after_each=release)
         self.status_names = ex.status_names(self.params)
         self.outcomes: list[Outcome] = []
+        #: Counts the rows of every chunk handed out (an export's progress bar).
+        self.progress = _progress.quiet()
         self.add_outcomes(ex.outcome_names(store) if names is None else list(names))
 
     def add_outcomes(self, names: Iterable[str]) -> None:
@@ -176,8 +179,10 @@ class ExperimentTable:
         store's mapped pages are released after each."""
         rows = rows_per_chunk(chunk_rows, row_bytes, budget)
         for start in range(0, self.n, rows):
-            yield slice(start, min(self.n, start + rows))
+            stop = min(self.n, start + rows)
+            yield slice(start, stop)
             release_mapped_pages(self.store)
+            self.progress.add(stop - start)
 
 
 def rows_per_chunk(chunk_rows: int, row_bytes: int, budget: int = CHUNK_BYTES) -> int:

@@ -24,7 +24,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import _core
+from . import _core, _progress
 from . import _experiments as ex
 from ._output import ExportFile
 from ._table import EXPORT_FORMAT, EXPORT_VERSION, ExperimentTable, Outcome
@@ -219,13 +219,22 @@ def _cells(col: ex.Column) -> tuple[np.ndarray, np.ndarray | None]:
 
 
 def export_tar(
-    store: Store, path: str | os.PathLike[str], chunk_rows: int, compresslevel: int, overwrite: bool
+    store: Store,
+    path: str | os.PathLike[str],
+    chunk_rows: int,
+    compresslevel: int,
+    overwrite: bool,
+    progress: bool,
 ) -> dict[str, Any]:
     """runstore.export.export_tar."""
     t0 = time.perf_counter()
+    line = _progress.Line("runstore export tar", progress)
     # The target is checked (not in the store; absent unless overwrite) before the store is read.
     with ExportFile(path, store_path=store.path, overwrite=overwrite) as f:
+        line.show("reading the experiments")
         table = ExperimentTable(store)
+        # Every member but metadata.json is one pass over the experiments.
+        table.progress = _progress.Work(line, table.n * (1 + len(table.outcomes)), "rows")
         out = _TarOut(f, compresslevel)
         try:
             summary = _write_tar(table, out, chunk_rows)
@@ -233,6 +242,8 @@ def export_tar(
         except BaseException:
             out.abort()
             raise
+        finally:
+            line.close()
     summary["seconds"] = time.perf_counter() - t0
     summary["bytes"] = os.path.getsize(f.path)
     return summary

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from . import _progress
 from ._output import ZARR_MARKERS, ExportDirectory
 from ._xarray import STRING, Layout
 
@@ -87,33 +88,76 @@ def to_zarr(
     by_step: bool | None,
     chunks: Any,
     overwrite: bool,
+    progress: bool,
 ) -> dict[str, Any]:
     """runstore.export.to_zarr."""
+    t0 = time.perf_counter()
+    line = _progress.Line("runstore export zarr", progress)
+    try:
+        line.show("reading the experiments")
+        layout = Layout(store, names, by_step, refuse={"bytes": _NO_BYTES})
+        out, variables = _write(layout, path, store, chunks, overwrite, line)
+    finally:
+        line.close()
+    chunk_files = total = 0
+    for root, _, files in os.walk(out):
+        for f in files:
+            total += os.path.getsize(os.path.join(root, f))
+            chunk_files += f not in ZARR_MARKERS
+    return {
+        "path": out,
+        "runs": layout.n,
+        "steps": None if layout.steps is None else len(layout.steps),
+        "variables": variables,
+        "left_out": layout.left_out,
+        "chunks": chunk_files,
+        "bytes": total,
+        "seconds": time.perf_counter() - t0,
+    }
+
+
+def _write(
+    layout: Layout,
+    path: str | os.PathLike[str],
+    store: Store,
+    chunks: Any,
+    overwrite: bool,
+    line: _progress.Line,
+) -> tuple[str, int]:
+    """Writes the Zarr store of to_zarr: (the directory's path, its variables)."""
     import dask
 
-    t0 = time.perf_counter()
-    layout = Layout(store, names, by_step, refuse={"bytes": _NO_BYTES})
     with ExportDirectory(path, store_path=store.path, overwrite=overwrite) as out:
         ds = _for_zarr(layout.dataset(lazy=True, chunks=chunks, budget=ZARR_CHUNK_BYTES))
-        with dask.config.set(scheduler="synchronous"), warnings.catch_warnings():
+        with (
+            dask.config.set(scheduler="synchronous"),
+            warnings.catch_warnings(),
+            _task_progress(line),
+        ):
             # Consolidated metadata (one zarr.json holding every array's) lets open_zarr read
             # one file instead of one per array; zarr-python and xarray read it, other readers
             # read the arrays' own metadata, which is written as well.
             warnings.filterwarnings("ignore", message="Consolidated metadata is currently not")
             ds.to_zarr(out.tmp, mode="w", consolidated=True, compute=True)
         out.commit()
-    chunk_files = total = 0
-    for root, _, files in os.walk(out.path):
-        for f in files:
-            total += os.path.getsize(os.path.join(root, f))
-            chunk_files += f not in ZARR_MARKERS
-    return {
-        "path": out.path,
-        "runs": layout.n,
-        "steps": None if layout.steps is None else len(layout.steps),
-        "variables": len(ds.data_vars),
-        "left_out": layout.left_out,
-        "chunks": chunk_files,
-        "bytes": total,
-        "seconds": time.perf_counter() - t0,
-    }
+    return out.path, len(ds.data_vars)
+
+
+def _task_progress(line: _progress.Line) -> Any:
+    """A dask callback that draws the tasks of the write done (each reads or writes a chunk)
+    on ``line`` (defined here: dask is imported only when writing)."""
+    from dask.callbacks import Callback
+
+    class TaskProgress(Callback):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.total = 0
+
+        def _start_state(self, dsk: Any, state: dict[str, Any]) -> None:
+            self.total = sum(len(state[k]) for k in ("ready", "waiting", "running", "finished"))
+
+        def _posttask(self, key: Any, res: Any, dsk: Any, state: dict[str, Any], w: Any) -> None:
+            done = len(state["finished"])
+            line.bar(done, self.total, "tasks", force=done == self.total)
+
+    return TaskProgress()

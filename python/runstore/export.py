@@ -42,6 +42,7 @@ def export_tar(
     chunk_rows: int = 10_000,
     compresslevel: int = 1,
     overwrite: bool = True,
+    progress: bool = True,
 ) -> dict[str, Any]:
     """Writes the store's experiments and their outcomes to a .tar.gz that opens in a
     spreadsheet.
@@ -70,8 +71,10 @@ def export_tar(
     the same directory, removed on an exception, SIGINT or SIGTERM (see python/README.md).
     Raises ValueError if ``path`` is inside the store, and OSError naming ``path`` (in its
     message and ``filename``) if it cannot be written, e.g. on a full disk.
+
+    ``progress``: draw a progress line on stderr while it runs, when stderr is a terminal.
     """
-    return _tar.export_tar(store, path, chunk_rows, compresslevel, overwrite)
+    return _tar.export_tar(store, path, chunk_rows, compresslevel, overwrite, progress)
 
 
 def import_tar(path: str | os.PathLike[str], store: Store, *, chunk_rows: int = 10_000) -> Store:
@@ -100,6 +103,7 @@ def export_parquet(
     row_group_rows: int = 10_000,
     compression: str = "zstd",
     overwrite: bool = True,
+    progress: bool = True,
 ) -> dict[str, Any]:
     """Writes one Parquet file: one row per experiment (design order) with the id, the
     parameters, the status columns and every outcome (step 0): scalars as columns,
@@ -108,8 +112,10 @@ def export_parquet(
     without runstore. A store without a design writes :func:`to_arrow`'s table instead.
     Needs pyarrow (the ``arrow`` extra). The file is written as :func:`export_tar` writes
     its own: whole or not at all, mode 0666 minus the umask, replacing an existing file
-    unless ``overwrite=False``, never inside the store, errors naming ``path``."""
-    return _arrow.export_parquet(store, path, row_group_rows, compression, overwrite)
+    unless ``overwrite=False``, never inside the store, errors naming ``path``; and a
+    progress line on stderr while it runs, when stderr is a terminal (``progress=False``:
+    never)."""
+    return _arrow.export_parquet(store, path, row_group_rows, compression, overwrite, progress)
 
 
 def to_arrow(
@@ -189,6 +195,7 @@ def to_zarr(
     by_step: bool | None = None,
     chunks: int | Mapping[str, int] | None = None,
     overwrite: bool = False,
+    progress: bool = True,
 ) -> dict[str, Any]:
     """Writes :func:`to_xarray`'s Dataset as a Zarr store (format 3, consolidated metadata)
     at ``path``, which ``xarray.open_zarr(path)`` opens without runstore. Needs xarray, zarr
@@ -208,6 +215,7 @@ def to_zarr(
     is a file, an empty directory or a Zarr store (ValueError otherwise, and when it holds the
     store). Raises ValueError if ``path`` is inside the store, and the errors of
     :func:`to_xarray`. Returns a summary: path, runs, steps (None without a step dimension),
-    variables, left_out, chunks (chunk files written), bytes, seconds.
+    variables, left_out, chunks (chunk files written), bytes, seconds. ``progress``: draw a
+    progress line on stderr while it runs (dask's tasks done), when stderr is a terminal.
     """
-    return _zarr.to_zarr(store, path, names, by_step, chunks, overwrite)
+    return _zarr.to_zarr(store, path, names, by_step, chunks, overwrite, progress)

@@ -11,7 +11,6 @@ import html.parser
 import io
 import json
 import os
-import pty
 import re
 import select
 import shutil
@@ -22,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _terminal import run_on_terminal
 
 import runstore
 import runstore.report
@@ -320,37 +320,7 @@ def _umask() -> int:
 
 
 def test_progress_is_drawn_on_a_terminal_only(sweep, tmp_path):
-    main, other = pty.openpty()
-    try:
-        p = subprocess.run(
-            [
-                sys.executable,
-                "-c",
-                "import _runstore_cli, sys; sys.exit(_runstore_cli.main())",
-                "report",
-                str(sweep.path),
-                "-o",
-                str(tmp_path / "tty.html"),
-            ],
-            stdout=subprocess.PIPE,
-            stderr=other,
-            timeout=120,
-        )
-        os.close(other)
-        other = -1
-        drawn = b""
-        while True:
-            try:
-                chunk = os.read(main, 4096)
-            except OSError:  # EIO: the other end is closed and read empty
-                break
-            if not chunk:
-                break
-            drawn += chunk
-    finally:
-        os.close(main)
-        if other >= 0:
-            os.close(other)
+    p, drawn = run_on_terminal("report", str(sweep.path), "-o", str(tmp_path / "tty.html"))
     assert p.returncode == 0
     assert b"\rrunstore report: reading" in drawn and drawn.endswith(b"\r"), drawn
     p = run_cli("report", str(sweep.path), "-o", str(tmp_path / "tty.html"), "-f", "--no-progress")

@@ -129,6 +129,7 @@ class Merger {
         result->input_records += b.header.count;
       }
     }
+    total_records_ = result->input_records;
     RUNSTORE_RETURN_IF_ERROR(LoadMarkers(series));
     // The markers first: the output's parts share one time, and a later part
     // sorts after an earlier one, so markers in the first part never hide a
@@ -142,6 +143,7 @@ class Merger {
       RUNSTORE_RETURN_IF_ERROR(MergeSeries(name, blocks));
     }
     result->output_records = written_;
+    if (options_.progress) options_.progress(done_records_, total_records_);
     return Status::OK();
   }
 
@@ -299,6 +301,7 @@ class Merger {
       return std::tie(x.commit, x.offset, a.row) < std::tie(y.commit, y.offset, b.row);
     });
     for (size_t i = 0; i < entries.size(); ++i) {
+      Advanced();
       const Entry& e = entries[i];
       if (i + 1 < entries.size() && entries[i + 1].step == e.step &&
           CompareRunRefs(run_of(entries[i + 1]), run_of(e)) == 0) {
@@ -309,6 +312,14 @@ class Merger {
       RUNSTORE_RETURN_IF_ERROR(Emit(blocks, e, run));
     }
     return Status::OK();
+  }
+
+  // One more input record resolved: every record is an entry of exactly
+  // one pass of its series.
+  void Advanced() {
+    if (++done_records_ % kProgressRecords == 0 && options_.progress) {
+      options_.progress(done_records_, total_records_);
+    }
   }
 
   Status Emit(const std::vector<BlockRef>& blocks, const Entry& e, const RunRef& run) {
@@ -342,6 +353,7 @@ class Merger {
   }
 
   static constexpr size_t kCachedBlocks = 16;
+  static constexpr uint64_t kProgressRecords = 64 << 10;
   static constexpr uint64_t kFaultAroundBytes = 64 << 10;
   static constexpr size_t kLargeValueBytes = 1 << 20;  // WriterOptions' default
 
@@ -356,6 +368,8 @@ class Merger {
   std::set<uint32_t> touched_segments_;  // whose pages to release
   std::vector<uint32_t> touched_list_;
   uint64_t written_ = 0;
+  uint64_t done_records_ = 0;
+  uint64_t total_records_ = 0;
   // Decoded blocks of the current series, most recent first, by index.
   std::list<std::pair<uint32_t, Payload>> cache_;
   std::unordered_map<uint32_t, std::list<std::pair<uint32_t, Payload>>::iterator> cache_index_;

@@ -166,6 +166,7 @@ class Syncer {
     reads.push_back(std::move(l0));
     RUNSTORE_ASSIGN_OR_RETURN(auto children0, env_->GetChildren(staging_));
     const std::set<std::string> temps0 = LeaseTempsWithoutLease(children0, reads);
+    Progress(0, 0);
     if (!options_.force) {
       std::this_thread::sleep_for(std::chrono::duration<double>(options_.wait_s));
       RUNSTORE_ASSIGN_OR_RETURN(auto l1, ReadLeases(env_, staging_, token_));
@@ -191,6 +192,9 @@ class Syncer {
       uint64_t seq;
       if (format::ParseSegmentFileName(c, &id, &seq)) staged[id].push_back(seq);
     }
+    size_t total = 0, done = 0;
+    for (const auto& [id, seqs] : staged) total += seqs.size();
+    Progress(0, total);
     Status first_error;
     std::set<std::string> ids_left;  // writer ids with segments still staged
     for (auto& [id, seqs] : staged) {
@@ -198,12 +202,14 @@ class Syncer {
       if (unknown_alive_ || alive_ids_.count(id)) {
         for (uint64_t seq : seqs) report_->skipped.push_back(format::SegmentFileName(id, seq));
         ids_left.insert(id);
+        Progress(done += seqs.size(), total);
         continue;
       }
       // In order: a segment names the one before it as sealed, so that one
       // must be in the store first (docs/format.md "Recovery", rule 9).
       for (uint64_t seq : seqs) {
         Status s = ShipOne(format::SegmentFileName(id, seq));
+        Progress(++done, total);
         if (!s.ok()) {
           if (first_error.ok()) first_error = s;
           ids_left.insert(id);
@@ -212,8 +218,13 @@ class Syncer {
       }
       if (Status d = env_->SyncDir(staging_); !d.ok() && first_error.ok()) first_error = d;
     }
+    Progress(total, total);
     if (Status c = CleanLeftovers(ids_left); !c.ok() && first_error.ok()) first_error = c;
     return first_error;
+  }
+
+  void Progress(size_t done, size_t total) const {
+    if (options_.progress) options_.progress(done, total, report_->bytes_shipped);
   }
 
   Status ShipOne(const std::string& name) {
