@@ -84,8 +84,19 @@ double DiskWriteMBps(const std::string& dir, uint64_t bytes) {
   return static_cast<double>(bytes) / 1e6 / t;
 }
 
+// VmHWM of this process image, in KiB (0 if unreadable): exec resets it.
+long PeakRssKib() {
+  long hwm_kib = 0;
+  std::ifstream st("/proc/self/status");
+  for (std::string l; std::getline(st, l);) {
+    if (l.rfind("VmHWM:", 0) == 0) hwm_kib = std::strtol(l.c_str() + 6, nullptr, 10);
+  }
+  return hwm_kib;
+}
+
 int CompactOnly(const std::string& path, uint64_t memory) {
   auto store = CheckValue(Store::Open(path, {}), "open store");
+  const long open_kib = PeakRssKib();  // the opened store, before the merge
   CompactOptions o;
   o.memory_bytes = memory;
   CompactReport r;
@@ -95,20 +106,14 @@ int CompactOnly(const std::string& path, uint64_t memory) {
   // The peak resident set of this process image: VmHWM, which exec resets.
   // (getrusage's ru_maxrss keeps, across exec, the resident set the forked
   // child had from the parent that wrote the store.)
-  long hwm_kib = 0;
-  {
-    std::ifstream st("/proc/self/status");
-    for (std::string l; std::getline(st, l);) {
-      if (l.rfind("VmHWM:", 0) == 0) hwm_kib = std::strtol(l.c_str() + 6, nullptr, 10);
-    }
-  }
+  const long hwm_kib = PeakRssKib();
   struct rusage ru {};
   getrusage(RUSAGE_SELF, &ru);
   ru.ru_maxrss = hwm_kib > 0 ? hwm_kib : ru.ru_maxrss;
-  std::printf("%zu %llu %zu %llu %llu %.3f %ld\n", r.inputs.size(),
+  std::printf("%zu %llu %zu %llu %llu %.3f %ld %ld\n", r.inputs.size(),
               static_cast<unsigned long long>(r.input_bytes), r.outputs.size(),
               static_cast<unsigned long long>(r.output_bytes),
-              static_cast<unsigned long long>(r.output_records), t, ru.ru_maxrss);
+              static_cast<unsigned long long>(r.output_records), t, ru.ru_maxrss, open_kib);
   return 0;
 }
 
@@ -175,9 +180,9 @@ int main(int argc, char** argv) {
   size_t inputs = 0, outputs = 0;
   unsigned long long in_bytes = 0, out_bytes = 0, records = 0;
   double secs = 0;
-  long rss_kib = 0;
-  std::sscanf(line, "%zu %llu %zu %llu %llu %lf %ld", &inputs, &in_bytes, &outputs, &out_bytes,
-              &records, &secs, &rss_kib);
+  long rss_kib = 0, open_kib = 0;
+  std::sscanf(line, "%zu %llu %zu %llu %llu %lf %ld %ld", &inputs, &in_bytes, &outputs, &out_bytes,
+              &records, &secs, &rss_kib, &open_kib);
   const double mbps = static_cast<double>(in_bytes) / 1e6 / secs;
   const double rss_mib = static_cast<double>(rss_kib) / 1024.0;
   std::printf("  compacted %zu segments (%.1f MiB) into %zu (%.1f MiB), %llu records, in %.2f s\n",
@@ -189,5 +194,7 @@ int main(int argc, char** argv) {
   std::printf("  peak RSS of the compaction %.1f MiB (target <= %llu + 32 MiB): %s\n", rss_mib,
               static_cast<unsigned long long>(memory_mib),
               rss_mib <= static_cast<double>(memory_mib) + 32 ? "PASS" : "MISS");
+  std::printf("  of which the opened store before the merge: %.1f MiB\n",
+              static_cast<double>(open_kib) / 1024.0);
   return 0;
 }

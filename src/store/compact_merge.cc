@@ -176,12 +176,25 @@ class Merger {
   }
 
   // Releases the inputs' mapped pages once a quarter of the budget was read.
-  // A fault on a mapping maps the pages around it too (Linux's fault-around,
-  // 64 KiB), so a small block counts as at least that much.
-  void Touched(uint32_t segment, uint64_t bytes) {
-    touched_ += std::max<uint64_t>(bytes, kFaultAroundBytes);
+  // A fault on a mapping maps the pages around it too (Linux's fault-around:
+  // the aligned 64 KiB around the fault), so bytes [offset, offset + n) count
+  // as the aligned 64 KiB windows that hold them. The block just
+  // read is counted after the release: it is about to be cached and read
+  // again, and released pages of a segment no longer listed would stay
+  // mapped until the end of the merge.
+  void Touched(const BlockRef& b) {
+    const uint32_t segment = b.segment;
+    const format::BlockInfo& info = snap_.segments()[segment]->index.blocks[b.block];
+    const uint64_t first = b.offset / kFaultAroundBytes;  // the frame's header, then its payload
+    const uint64_t end =
+        (info.payload_offset + b.header->payload_len + kFaultAroundBytes - 1) / kFaultAroundBytes;
+    const uint64_t bytes = std::max<uint64_t>(end - first, 1) * kFaultAroundBytes;
+    if (touched_ > 0 && touched_ + bytes > options_.memory_bytes / 4) ReleaseTouched();
+    touched_ += bytes;
     if (touched_segments_.insert(segment).second) touched_list_.push_back(segment);
-    if (touched_ < options_.memory_bytes / 4) return;
+  }
+
+  void ReleaseTouched() {
     cache_.clear();
     cache_index_.clear();
     for (uint32_t si : touched_list_) {
@@ -199,7 +212,7 @@ class Merger {
       return &it->second->second;
     }
     RUNSTORE_ASSIGN_OR_RETURN(Payload p, snap_.ReadPayload(b));
-    Touched(b.segment, b.header->payload_len);
+    Touched(b);
     if (cache_.size() >= kCachedBlocks) {
       cache_index_.erase(cache_.back().first);
       cache_.pop_back();
@@ -231,7 +244,7 @@ class Merger {
     for (size_t p = 0; p <= bounds.size(); ++p) {
       const format::Key* lo = p == 0 ? nullptr : &bounds[p - 1];
       const format::Key* hi = p == bounds.size() ? nullptr : &bounds[p];
-      RUNSTORE_RETURN_IF_ERROR(Pass(blocks, lo, hi));
+      RUNSTORE_RETURN_IF_ERROR(Pass(blocks, lo, hi, records / (bounds.size() + 1)));
     }
     return Flush();
   }
@@ -267,8 +280,14 @@ class Merger {
     return c != 0 ? c < 0 : step < k.step;
   }
 
-  Status Pass(const std::vector<BlockRef>& blocks, const format::Key* lo, const format::Key* hi) {
+  // `expected`: about how many keys the range holds (the sample cut the
+  // series into ranges of about equal counts). Reserved with a margin, so
+  // that the keys are not copied into a vector twice their size as they
+  // grow, which would hold up to three times the budget's share at once.
+  Status Pass(const std::vector<BlockRef>& blocks, const format::Key* lo, const format::Key* hi,
+              uint64_t expected) {
     std::vector<Entry> entries;
+    entries.reserve(expected + expected / 8 + 16);
     std::string arena;
     for (uint32_t k = 0; k < blocks.size(); ++k) {
       const format::BlockHeader& h = *blocks[k].header;
@@ -335,7 +354,7 @@ class Merger {
       format::BlockBuilder large(schema_);
       large.AddBorrowed(run, e.step, value);
       RUNSTORE_RETURN_IF_ERROR(out_->AddBlock(&large, /*borrowed=*/true));
-      Touched(blocks[e.block].segment, bytes.size());
+      Touched(blocks[e.block]);
       return Status::OK();
     }
     builder_->Add(run, e.step, value);
