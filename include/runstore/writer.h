@@ -150,6 +150,15 @@ class Writer {
   // batch's columns with one AppendBatch each; without it, does nothing.
   virtual Status AppendTimes(std::span<const RunRef> runs, std::span<const int64_t> steps) = 0;
 
+  // Holds the automatic commits (commit_every_bytes, commit_every_s) until
+  // the matching ReleaseAutoCommits, so that the records of several calls
+  // (the columns of one batch, each an AppendBatch) become visible together;
+  // an automatic commit that came due meanwhile is made at the release.
+  // Holds nest. Commit() is never held, and appends still wait for buffer
+  // space meanwhile (the buffer is then flushed, not committed).
+  virtual void HoldAutoCommits() = 0;
+  virtual void ReleaseAutoCommits() = 0;
+
   // Hides this run's records at steps >= step written by earlier commits of
   // any writer (docs/design.md#invariant-6). Commits what was appended before it,
   // then writes and commits the resume marker, so records appended after it

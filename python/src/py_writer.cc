@@ -363,6 +363,13 @@ void PyWriter::LogMany(nb::handle runs_obj, nb::handle steps_obj, nb::kwargs key
   const std::span<const RunRef> run_span(runs.refs);
   const std::span<const int64_t> step_span(steps.data, n);
   RunAppend(bytes, [&] {
+    // One call's columns become visible together: no automatic commit
+    // between two of them.
+    w->HoldAutoCommits();
+    struct Release {
+      Writer* w;
+      ~Release() { w->ReleaseAutoCommits(); }
+    } release{w};
     for (const Column& c : cols) {
       if (c.batch) {
         RUNSTORE_RETURN_IF_ERROR(w->AppendBatch(run_span, c.name, step_span, c.values.ref()));
@@ -547,7 +554,8 @@ void BindWriter(nb::module_& m) {
               "A numeric column is an array whose first axis has len(runs) entries; a column of "
               "str, bytes or arrays of differing shapes is a list with one entry per run. Columns "
               "named ``runs`` or ``steps`` (or not identifiers) go in a dict: "
-              "``columns={'steps': ...}``.")
+              "``columns={'steps': ...}``. An automatic commit (commit_every_bytes, "
+              "commit_every_s) never falls inside one call: its columns become visible together.")
           .def("define", &PyWriter::Define, "name"_a, "dtype"_a, "shape"_a = nb::none(),
                "variable_shape"_a = false, "codec"_a = nb::none(),
                nb::sig("def define(self, name: str, dtype: str | type | numpy.dtype, "

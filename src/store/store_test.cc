@@ -1036,6 +1036,51 @@ TEST_F(StoreTest, AutoCommitNeverSplitsOneCall) {
   ASSERT_OK(w->Close());
 }
 
+TEST_F(StoreTest, AHoldMakesTheRecordsOfSeveralCallsVisibleTogether) {
+  // The columns of one batch are an AppendBatch each (Python's log_many): an
+  // automatic commit between two would show one column without the others.
+  auto store = Open();
+  WriterOptions wo;
+  wo.commit_every_bytes = 1;  // every call is due a commit
+  ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter(wo));
+  ASSERT_OK_AND_ASSIGN(auto reader, Store::Open(StorePath(), {.read_only = true}));
+  std::vector<RunRef> runs(100, RunRef(int64_t{7}));
+  std::vector<int64_t> steps(100);
+  std::vector<double> values(100);
+  for (int i = 0; i < 100; ++i) steps[i] = i;
+  const int64_t shape[] = {100};
+  auto count = [&](const std::string& name) -> uint64_t {
+    auto snap = reader->Refresh();
+    EXPECT_TRUE(snap.ok());
+    auto info = (*snap)->GetSeriesInfo(name);
+    return info.ok() ? info->count : 0;
+  };
+  w->HoldAutoCommits();
+  w->HoldAutoCommits();  // holds nest
+  for (const char* name : {"reward", "loss", "lr"}) {
+    ASSERT_OK(w->AppendBatch(runs, name, steps, ValueRef::Array(values.data(), shape)));
+  }
+  w->ReleaseAutoCommits();
+  // Still held: the commits that came due wait. (A writer without the hold
+  // queues one at the first AppendBatch; its thread makes it visible at once.)
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(count("reward"), 0u);
+  w->ReleaseAutoCommits();  // the commit that came due is queued now
+  for (int tries = 0; tries < 500 && count("lr") == 0; ++tries) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(count("reward"), 100u);
+  EXPECT_EQ(count("loss"), 100u);
+  EXPECT_EQ(count("lr"), 100u);
+  w->ReleaseAutoCommits();  // without a hold: nothing
+  ASSERT_OK(w->AppendBatch(runs, "late", steps, ValueRef::Array(values.data(), shape)));
+  for (int tries = 0; tries < 500 && count("late") == 0; ++tries) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(count("late"), 100u) << "unheld again: the append is committed by itself";
+  ASSERT_OK(w->Close());
+}
+
 TEST_F(StoreTest, AutoCommitBySecondsAndBytes) {
   auto store = Open();
   ASSERT_OK_AND_ASSIGN(auto reader, Store::Open(StorePath(), {.read_only = true}));

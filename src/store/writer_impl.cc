@@ -499,6 +499,16 @@ void WriterImpl::AfterAppendLocked(size_t value_bytes) {
 
 void WriterImpl::HoldAutoCommitsLocked() { ++auto_commit_holds_; }
 
+void WriterImpl::HoldAutoCommits() {
+  MutexLock lock(&mu_);
+  HoldAutoCommitsLocked();
+}
+
+void WriterImpl::ReleaseAutoCommits() {
+  MutexLock lock(&mu_);
+  if (auto_commit_holds_ > 0) ReleaseAutoCommitsLocked();  // one without a hold: nothing
+}
+
 void WriterImpl::ReleaseAutoCommitsLocked() {
   if (--auto_commit_holds_ != 0) return;
   // An automatic commit that came due while the call appended is made now,

@@ -54,6 +54,8 @@ class WriterImpl final : public Writer {
   Status AppendBatch(std::span<const RunRef> runs, std::string_view name,
                      std::span<const int64_t> steps, const ValueRef& values) override;
   Status AppendTimes(std::span<const RunRef> runs, std::span<const int64_t> steps) override;
+  void HoldAutoCommits() override;
+  void ReleaseAutoCommits() override;
   Status Resume(RunRef run, int64_t step) override;
   Status Commit() override;
   Result<uint64_t> CommitAsync() override;
