@@ -44,9 +44,11 @@ class Line:
         self._width = len(line)
 
     def bar(self, done: int, total: int, unit: str, force: bool = False) -> None:
-        """``label:  37% [###.......] 37,000/100,000 unit (1.2 s)``."""
+        """``label:  37% [###.......] 37,000/100,000 unit (1.2 s)``; the end is always drawn, so
+        that the last line seen says it."""
         if not self.enabled:
             return
+        force = force or (total > 0 and done >= total)
         f = min(1.0, done / total) if total > 0 else 1.0
         cells = int(f * _BAR_CELLS)
         self.show(
@@ -77,7 +79,7 @@ class Work:
 
     def add(self, n: int) -> None:
         self.done += n
-        self.line.bar(self.done, self.total, self.unit, force=self.done >= self.total)
+        self.line.bar(self.done, self.total, self.unit)
 
 
 def quiet() -> Work:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import numpy as np
 
-from . import _attrs, _core, _frame, experiments, export
+from . import _attrs, _core, _frame, _progress, experiments, export
 from ._checks import RunId, StepWindow, step_range
 from ._core import Writer
 
@@ -392,6 +392,7 @@ class Store:
         smaller_than: int = 0,
         memory_bytes: int = 256 << 20,
         retain: float = 300.0,
+        progress: bool = True,
     ) -> dict[str, Any]:
         """Merges many small sealed segments into few large ones, ordered by series and run.
 
@@ -408,15 +409,25 @@ class Store:
         ``input_bytes``, ``output_bytes``, ``input_records``, ``output_records``,
         ``removed_leftovers``, ``retained`` (replaced segments kept), ``seconds``.
         The store's snapshot is refreshed. Raises RuntimeError for a read-only store (unless
-        ``dry_run``) or one with damaged segments, OSError naming the file.
+        ``dry_run``) or one with damaged segments, OSError naming the file. ``progress``: a
+        progress line on stderr (the records merged) while it runs, when stderr is a terminal.
         """
-        report = self._core.compact(
-            dry_run, float(older_than), int(smaller_than), int(memory_bytes), float(retain)
-        )
+        line = _progress.Line("runstore compact", progress)
+        try:
+            report = self._core.compact(
+                dry_run,
+                float(older_than),
+                int(smaller_than),
+                int(memory_bytes),
+                float(retain),
+                progress=(lambda d, t: line.bar(d, t, "records")) if line.enabled else None,
+            )
+        finally:
+            line.close()
         self._core.refresh()
         return report
 
-    def verify(self) -> int:
+    def verify(self, *, progress: bool = True) -> int:
         """Reads every block of every segment and checks its checksum, continuing past problems.
 
         Returns the number of blocks checked when there is no problem. Otherwise raises
@@ -424,9 +435,16 @@ class Store:
         file and the offset), or for several ``"N problems: first; second; ..."``, and its
         ``problems`` attribute lists every one as ``"Kind: message"``. The segments left out as
         damaged (``on_damaged="skip"``) are problems too, a segment that cannot be read at all
-        as ``"IOError: ..."``.
+        as ``"IOError: ..."``. ``progress``: a progress line on stderr (the bytes checked) while
+        it runs, when stderr is a terminal.
         """
-        report = self._core.verify_all()
+        line = _progress.Line("runstore verify", progress)
+        try:
+            report = self._core.verify_all(
+                (lambda d, t: line.bar(d >> 20, t >> 20, "MiB")) if line.enabled else None
+            )
+        finally:
+            line.close()
         problems = [f"{kind}: {message}" for kind, message in report["problems"]]
         if not problems:
             return report["blocks_checked"]
@@ -700,6 +718,7 @@ def sync(
     *,
     wait_s: float = 5.0,
     force: bool = False,
+    progress: bool = True,
 ) -> dict[str, Any]:
     """Ships what staging writers left in ``staging_dir`` into the store at ``store``.
 
@@ -716,8 +735,27 @@ def sync(
     store, CorruptionError for a staged segment whose committed data is damaged (it and its
     writer's later segments stay in staging), FileExistsError when the store holds other bytes
     under a staged segment's name (nothing is replaced), OSError for file-system errors.
+    ``progress``: a progress line on stderr (the lease watch, then the staged segments done)
+    while it runs, when stderr is a terminal.
     """
-    return _core.sync(os.fspath(staging_dir), os.fspath(store), wait_s=wait_s, force=force)
+    line = _progress.Line("runstore sync", progress)
+
+    def draw(done: int, staged: int, shipped: int) -> None:
+        if staged == 0:
+            line.show(f"watching the writers' leases for {wait_s:g} s")
+        else:
+            line.bar(done, staged, f"segments, {shipped / 2**20:,.1f} MiB shipped")
+
+    try:
+        return _core.sync(
+            os.fspath(staging_dir),
+            os.fspath(store),
+            wait_s=wait_s,
+            force=force,
+            progress=draw if line.enabled else None,
+        )
+    finally:
+        line.close()
 
 
 @_doc(experiments.load_results)

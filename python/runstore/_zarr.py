@@ -158,6 +158,6 @@ def _task_progress(line: _progress.Line) -> Any:
 
         def _posttask(self, key: Any, res: Any, dsk: Any, state: dict[str, Any], w: Any) -> None:
             done = len(state["finished"])
-            line.bar(done, self.total, "tasks", force=done == self.total)
+            line.bar(done, self.total, "tasks")
 
     return TaskProgress()

@@ -100,7 +100,8 @@ class PyStore {
   nb::list DamagedSegments();
   // Snapshot::VerifyAll(): {segments, blocks_checked, bytes_checked,
   // problems: [(kind, message), ...]}.
-  nb::dict VerifyAll();
+  // progress(done_bytes, total_bytes) as it reads, or None (PyProgress).
+  nb::dict VerifyAll(nb::handle progress);
   nb::object Get(nb::handle run, const std::string& name, nb::handle step);
   // A numeric value whose bytes are checked as they are read (LazyValue).
   nb::object GetLazy(nb::handle run, const std::string& name, nb::handle step);

@@ -14,6 +14,7 @@
 
 #include <nanobind/nanobind.h>
 
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -26,6 +27,39 @@ namespace nb = nanobind;
 
 // Creates CorruptionError and UnsupportedFormatError and adds them to `m`.
 void InitErrors(nb::module_& m);
+
+// A Python callable (or None) called from C++ work that runs without the
+// GIL (a compaction, a sync, a verify), for progress: each call takes the
+// GIL; the first exception the callable raises stops the calls and is
+// raised by Rethrow once the work is done (the work itself is not stopped).
+class PyProgress {
+ public:
+  explicit PyProgress(nb::handle fn) : fn_(nb::borrow(fn)) {}
+  bool enabled() const { return fn_.is_valid() && !fn_.is_none(); }
+  template <typename... Args>
+  void operator()(Args... args) {
+    if (!enabled()) return;
+    nb::gil_scoped_acquire gil;  // also orders the calls of several threads
+    if (error_) return;
+    try {
+      fn_(args...);
+    } catch (nb::python_error& e) {
+      error_ = std::make_unique<nb::python_error>(std::move(e));
+    }
+  }
+  // With the GIL held.
+  void Rethrow() {
+    if (error_) {
+      nb::python_error e = std::move(*error_);
+      error_.reset();
+      throw e;
+    }
+  }
+
+ private:
+  nb::object fn_;
+  std::unique_ptr<nb::python_error> error_;
+};
 
 // Sets the Python exception for `s` (not OK) and throws nb::python_error,
 // which nanobind hands back to Python.

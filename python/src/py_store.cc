@@ -233,13 +233,19 @@ nb::list PyStore::DamagedSegments() {
   return out;
 }
 
-nb::dict PyStore::VerifyAll() {
+nb::dict PyStore::VerifyAll(nb::handle progress) {
   auto snap = store_->GetSnapshot();
   VerifyReport report;
+  PyProgress on_progress(progress);
   {
     nb::gil_scoped_release nogil;
-    report = snap->VerifyAll();
+    if (on_progress.enabled()) {
+      report = snap->VerifyAll([&](uint64_t done, uint64_t total) { on_progress(done, total); });
+    } else {
+      report = snap->VerifyAll();
+    }
   }
+  on_progress.Rethrow();
   nb::list problems;
   for (const Status& p : report.problems) {
     problems.append(
@@ -745,10 +751,17 @@ nb::dict PyStore::Scan(const std::string& name, bool keys, nb::handle runs_obj,
 namespace {
 
 // runstore.sync: SyncStaging without the GIL, its report as a dict.
-nb::dict Sync(nb::handle staging_dir, nb::handle store, double wait_s, bool force) {
+nb::dict Sync(nb::handle staging_dir, nb::handle store, double wait_s, bool force,
+              nb::handle progress) {
   SyncOptions o;
   o.wait_s = wait_s;
   o.force = force;
+  PyProgress on_progress(progress);
+  if (on_progress.enabled()) {
+    o.progress = [&](size_t done, size_t staged, uint64_t bytes) {
+      on_progress(done, staged, bytes);
+    };
+  }
   const std::string staging(Utf8(staging_dir.ptr(), "staging_dir"));
   const std::string path(Utf8(store.ptr(), "store"));
   SyncReport r;
@@ -757,6 +770,7 @@ nb::dict Sync(nb::handle staging_dir, nb::handle store, double wait_s, bool forc
     nb::gil_scoped_release nogil;
     s = SyncStaging(staging, path, o, &r);
   }
+  on_progress.Rethrow();
   // A missing staging directory or store is a missing file, not a missing key.
   if (s.code() == StatusCode::kNotFound) Throw(PyExc_FileNotFoundError, s.message());
   Check(s);
@@ -778,9 +792,10 @@ nb::dict Sync(nb::handle staging_dir, nb::handle store, double wait_s, bool forc
 
 void BindStore(nb::module_& m) {
   m.def("sync", &Sync, "staging_dir"_a, "store"_a, nb::kw_only(), "wait_s"_a = 5.0,
-        "force"_a = false,
+        "force"_a = false, "progress"_a = nb::none(),
         nb::sig("def sync(staging_dir: str, store: str, *, wait_s: float = 5.0, "
-                "force: bool = False) -> dict[str, Any]"),
+                "force: bool = False, progress: typing.Callable[[int, int, int], None] | None "
+                "= None) -> dict[str, Any]"),
         "SyncStaging (runstore/sync.h): see runstore.sync.");
   nb::class_<PyLazyValue>(m, "LazyValue",
                           "The core of runstore.LazyArray: a numeric value whose bytes are "
@@ -859,8 +874,12 @@ void BindStore(nb::module_& m) {
       .def(
           "compact",
           [](PyStore& self, bool dry_run, double older_than, uint64_t smaller_than,
-             uint64_t memory_bytes, double retain) {
+             uint64_t memory_bytes, double retain, nb::handle progress) {
             CompactOptions o;
+            PyProgress on_progress(progress);
+            if (on_progress.enabled()) {
+              o.progress = [&](uint64_t done, uint64_t total) { on_progress(done, total); };
+            }
             o.dry_run = dry_run;
             o.older_than_s = older_than;
             o.retain_inputs_s = retain;
@@ -872,6 +891,7 @@ void BindStore(nb::module_& m) {
               nb::gil_scoped_release nogil;
               s = self.store()->Compact(o, &r);
             }
+            on_progress.Rethrow();
             Check(s);
             nb::dict d;
             d["dry_run"] = r.dry_run;
@@ -889,9 +909,10 @@ void BindStore(nb::module_& m) {
           },
           "dry_run"_a = false, "older_than"_a = 0.0, "smaller_than"_a = 0,
           "memory_bytes"_a = uint64_t{256} << 20, "retain"_a = CompactOptions().retain_inputs_s,
+          "progress"_a = nb::none(),
           "Store::Compact: merges small sealed segments into few sorted ones; returns the "
           "report as a dict (see runstore.Store.compact).")
-      .def("verify_all", &PyStore::VerifyAll,
+      .def("verify_all", &PyStore::VerifyAll, "progress"_a = nb::none(),
            "Reads every block of every segment and checks every checksum, continuing past "
            "problems: {segments, blocks_checked, bytes_checked, problems}, where problems "
            "lists (kind, message) for every damaged segment left out and every bad block.")

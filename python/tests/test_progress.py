@@ -179,3 +179,56 @@ def test_the_export_bar_counts_every_pass_over_the_experiments(sweep, tmp_path, 
     store.to_zarr(tmp_path / "b.zarr", progress=False)
     assert term.getvalue() == ""
     assert os.path.getsize(tmp_path / "b.tar.gz") > 0
+
+
+def test_compact_verify_and_sync_of_the_python_api_draw_on_a_terminal(sweep, tmp_path, monkeypatch):
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(sweep, copy)
+    store_path = tmp_path / "store"
+    runstore.open(store_path).writer().close()
+    staging = _staging(tmp_path, store_path, writers=2)
+    term = _Terminal()
+    monkeypatch.setattr(sys, "stderr", term)
+    store = runstore.open(copy)
+    assert store.verify() > 0
+    assert "\rrunstore verify: 100% [" in term.getvalue() and " MiB (" in term.getvalue()
+    report = store.compact(retain=0)
+    assert report["inputs"] and f"/{report['input_records']:,} records (" in term.getvalue()
+    report = runstore.sync(staging, store_path, wait_s=1.2)
+    assert len(report["shipped"]) == 2
+    drawn = term.getvalue()
+    assert "\rrunstore sync: watching the writers' leases for 1.2 s" in drawn, drawn
+    assert "100% [" in drawn.split("runstore sync")[-1] and " MiB shipped (" in drawn
+    assert drawn.endswith("\r")
+    term.truncate(0)
+    term.seek(0)
+    store.verify(progress=False)
+    store.compact(progress=False)
+    runstore.sync(staging, store_path, force=True, progress=False)
+    assert term.getvalue() == ""
+
+
+def test_an_exception_in_a_progress_callback_is_raised_after_the_work(sweep, tmp_path):
+    """The C++ work runs without the GIL and is not stopped by the callback: the callback's
+    first exception is raised when it is done, and nothing of the work is lost."""
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(sweep, copy)
+    store = runstore.open(copy)
+    calls = []
+
+    def boom(done, total):
+        calls.append(done)
+        raise KeyError("from the callback")
+
+    with pytest.raises(KeyError, match="from the callback"):
+        store._core.verify_all(boom)
+    with pytest.raises(KeyError, match="from the callback"):
+        store._core.compact(False, 0.0, 0, 256 << 20, 0.0, progress=boom)
+    assert len(calls) == 2  # one call each: the first exception stops the calls
+    store.refresh()
+    assert len(store.segments()) == 1  # the compaction finished
+    assert store.series_info("y").count == N
