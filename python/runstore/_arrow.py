@@ -232,32 +232,13 @@ def export_parquet(
     progress: bool,
 ) -> dict[str, Any]:
     """runstore.export.export_parquet."""
-    t0 = time.perf_counter()
-    line = _progress.Line("runstore export parquet", progress)
-    try:
-        rows, out = _export_parquet(store, path, row_group_rows, compression, overwrite, line)
-    finally:
-        line.close()
-    return {
-        "path": out,
-        "rows": rows,
-        "bytes": os.path.getsize(out),
-        "seconds": time.perf_counter() - t0,
-    }
-
-
-def _export_parquet(
-    store: Store,
-    path: str | os.PathLike[str],
-    row_group_rows: int,
-    compression: str,
-    overwrite: bool,
-    line: _progress.Line,
-) -> tuple[int, str]:
-    """(rows, path written) of export_parquet."""
     import pyarrow.parquet as pq
 
-    with ExportFile(path, store_path=store.path, overwrite=overwrite) as out:
+    t0 = time.perf_counter()
+    with (
+        _progress.Line("runstore export parquet", progress) as line,
+        ExportFile(path, store_path=store.path, overwrite=overwrite) as out,
+    ):
         line.show("reading the experiments")
         sink = out.file
         infos = ex.reserved_series(store)
@@ -308,4 +289,9 @@ def _export_parquet(
                 writer.write_batch(batch)
             writer.close()
         out.commit()
-    return rows, out.path
+    return {
+        "path": out.path,
+        "rows": rows,
+        "bytes": os.path.getsize(out.path),
+        "seconds": time.perf_counter() - t0,
+    }

@@ -57,6 +57,12 @@ class Line:
             force,
         )
 
+    def __enter__(self) -> Line:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def close(self, keep: bool = False) -> None:
         """Erases the line, or with ``keep`` ends it so that it stays on the screen."""
         if self.enabled and self._width:

@@ -412,8 +412,7 @@ class Store:
         ``dry_run``) or one with damaged segments, OSError naming the file. ``progress``: a
         progress line on stderr (the records merged) while it runs, when stderr is a terminal.
         """
-        line = _progress.Line("runstore compact", progress)
-        try:
+        with _progress.Line("runstore compact", progress) as line:
             report = self._core.compact(
                 dry_run,
                 float(older_than),
@@ -422,8 +421,6 @@ class Store:
                 float(retain),
                 progress=(lambda d, t: line.bar(d, t, "records")) if line.enabled else None,
             )
-        finally:
-            line.close()
         self._core.refresh()
         return report
 
@@ -438,13 +435,10 @@ class Store:
         as ``"IOError: ..."``. ``progress``: a progress line on stderr (the bytes checked) while
         it runs, when stderr is a terminal.
         """
-        line = _progress.Line("runstore verify", progress)
-        try:
+        with _progress.Line("runstore verify", progress) as line:
             report = self._core.verify_all(
                 (lambda d, t: line.bar(d >> 20, t >> 20, "MiB")) if line.enabled else None
             )
-        finally:
-            line.close()
         problems = [f"{kind}: {message}" for kind, message in report["problems"]]
         if not problems:
             return report["blocks_checked"]
@@ -746,7 +740,7 @@ def sync(
         else:
             line.bar(done, staged, f"segments, {shipped / 2**20:,.1f} MiB shipped")
 
-    try:
+    with line:
         return _core.sync(
             os.fspath(staging_dir),
             os.fspath(store),
@@ -754,8 +748,6 @@ def sync(
             force=force,
             progress=draw if line.enabled else None,
         )
-    finally:
-        line.close()
 
 
 @_doc(experiments.load_results)

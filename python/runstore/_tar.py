@@ -228,9 +228,11 @@ def export_tar(
 ) -> dict[str, Any]:
     """runstore.export.export_tar."""
     t0 = time.perf_counter()
-    line = _progress.Line("runstore export tar", progress)
     # The target is checked (not in the store; absent unless overwrite) before the store is read.
-    with ExportFile(path, store_path=store.path, overwrite=overwrite) as f:
+    with (
+        _progress.Line("runstore export tar", progress) as line,
+        ExportFile(path, store_path=store.path, overwrite=overwrite) as f,
+    ):
         line.show("reading the experiments")
         table = ExperimentTable(store)
         # Every member but metadata.json is one pass over the experiments.
@@ -242,8 +244,6 @@ def export_tar(
         except BaseException:
             out.abort()
             raise
-        finally:
-            line.close()
     summary["seconds"] = time.perf_counter() - t0
     summary["bytes"] = os.path.getsize(f.path)
     return summary

@@ -91,56 +91,40 @@ def to_zarr(
     progress: bool,
 ) -> dict[str, Any]:
     """runstore.export.to_zarr."""
+    import dask
+
     t0 = time.perf_counter()
-    line = _progress.Line("runstore export zarr", progress)
-    try:
+    with _progress.Line("runstore export zarr", progress) as line:
         line.show("reading the experiments")
         layout = Layout(store, names, by_step, refuse={"bytes": _NO_BYTES})
-        out, variables = _write(layout, path, store, chunks, overwrite, line)
-    finally:
-        line.close()
+        with ExportDirectory(path, store_path=store.path, overwrite=overwrite) as out:
+            ds = _for_zarr(layout.dataset(lazy=True, chunks=chunks, budget=ZARR_CHUNK_BYTES))
+            with (
+                dask.config.set(scheduler="synchronous"),
+                warnings.catch_warnings(),
+                _task_progress(line),
+            ):
+                # Consolidated metadata (one zarr.json holding every array's) lets open_zarr
+                # read one file instead of one per array; zarr-python and xarray read it, other
+                # readers read the arrays' own metadata, which is written as well.
+                warnings.filterwarnings("ignore", message="Consolidated metadata is currently not")
+                ds.to_zarr(out.tmp, mode="w", consolidated=True, compute=True)
+            out.commit()
     chunk_files = total = 0
-    for root, _, files in os.walk(out):
+    for root, _, files in os.walk(out.path):
         for f in files:
             total += os.path.getsize(os.path.join(root, f))
             chunk_files += f not in ZARR_MARKERS
     return {
-        "path": out,
+        "path": out.path,
         "runs": layout.n,
         "steps": None if layout.steps is None else len(layout.steps),
-        "variables": variables,
+        "variables": len(ds.data_vars),
         "left_out": layout.left_out,
         "chunks": chunk_files,
         "bytes": total,
         "seconds": time.perf_counter() - t0,
     }
-
-
-def _write(
-    layout: Layout,
-    path: str | os.PathLike[str],
-    store: Store,
-    chunks: Any,
-    overwrite: bool,
-    line: _progress.Line,
-) -> tuple[str, int]:
-    """Writes the Zarr store of to_zarr: (the directory's path, its variables)."""
-    import dask
-
-    with ExportDirectory(path, store_path=store.path, overwrite=overwrite) as out:
-        ds = _for_zarr(layout.dataset(lazy=True, chunks=chunks, budget=ZARR_CHUNK_BYTES))
-        with (
-            dask.config.set(scheduler="synchronous"),
-            warnings.catch_warnings(),
-            _task_progress(line),
-        ):
-            # Consolidated metadata (one zarr.json holding every array's) lets open_zarr read
-            # one file instead of one per array; zarr-python and xarray read it, other readers
-            # read the arrays' own metadata, which is written as well.
-            warnings.filterwarnings("ignore", message="Consolidated metadata is currently not")
-            ds.to_zarr(out.tmp, mode="w", consolidated=True, compute=True)
-        out.commit()
-    return out.path, len(ds.data_vars)
 
 
 def _task_progress(line: _progress.Line) -> Any:
