@@ -10,6 +10,11 @@
 //   build/dev/bench/compact_bench [--total-mib 1024] [--segments 10000] [--memory-mib 256]
 //
 // The store goes under $RUNSTORE_BENCH_DIR (default /var/tmp) and is removed.
+// To profile the compaction alone, write the store once and compact copies:
+//
+//   build/dev/bench/compact_bench --write-only /var/tmp/s
+//   cp -a /var/tmp/s /var/tmp/c
+//   perf record -g build/dev/bench/compact_bench --compact-only /var/tmp/c
 #include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -123,7 +128,7 @@ int CompactOnly(const std::string& path, uint64_t memory) {
 int main(int argc, char** argv) {
   using namespace runstore::bench;
   uint64_t total_mib = 1024, segments = 10000, memory_mib = 256;
-  std::string compact_only;
+  std::string compact_only, write_only;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--total-mib")
@@ -134,13 +139,20 @@ int main(int argc, char** argv) {
       memory_mib = std::strtoull(argv[i + 1], nullptr, 10);
     else if (a == "--compact-only")
       compact_only = argv[i + 1];
+    else if (a == "--write-only")
+      write_only = argv[i + 1];
     else {
       std::fprintf(stderr,
-                   "usage: compact_bench [--total-mib N] [--segments N] [--memory-mib N]\n");
+                   "usage: compact_bench [--total-mib N] [--segments N] [--memory-mib N] "
+                   "[--write-only STORE | --compact-only STORE]\n");
       return 1;
     }
   }
   if (!compact_only.empty()) return CompactOnly(compact_only, memory_mib << 20);
+  if (!write_only.empty()) {
+    WriteStore(write_only, total_mib << 20, segments);
+    return 0;
+  }
   char tmpl[4096];
   std::snprintf(tmpl, sizeof(tmpl), "%s/compact_bench.XXXXXX", BenchBaseDir().c_str());
   if (mkdtemp(tmpl) == nullptr) return 1;
