@@ -9,7 +9,8 @@ process of its own (``distributed``'s SubprocessCluster), N outputs
   runstore   ``runstore.dask.collect(runstore.dask.save(bag, store))``: each worker's writer
              logs its partitions and commits; the client gathers one small receipt a partition
   np.save    ``bag.map_partitions`` writing one ``.npy`` per output on the workers, returning the
-             file names, ``.compute()`` gathering the names (not durable: left in the page cache)
+             file names, ``.compute()`` gathering the names (not durable: left in the page cache;
+             the time of a ``sync(2)`` right after it is printed, the writeback it left behind)
   np.save+fsync  the same with each file fsynced before the task returns, as a commit is
   to_zarr    the same outputs as a dask array of (1, 1 Mi) chunks, ``to_zarr`` into a directory
   compute    ``bag.compute()``: every output gathered into the client (only where N x 8 MiB is at
@@ -124,6 +125,11 @@ def run_case(client, case: str, n: int, work: str) -> dict:
             return names
 
         names, fig = monitored(client, go)
+        # What the plain np.save left to the kernel when it returned: the writeback of its dirty
+        # pages, timed as a sync(2) right after (0 for the fsynced case, which waited for it).
+        t0 = time.perf_counter()
+        os.sync()
+        fig["sync_after_s"] = time.perf_counter() - t0
         if not np.array_equal(np.load(names[-1]), make(n - 1)):
             raise RuntimeError("np.save: the last output reads back wrong")
     elif case == "to_zarr":
@@ -207,18 +213,27 @@ def termination(args, base: str) -> int:
             print(
                 f"  {case:<13} N={n:>5} ({fig['gib']:.1f} GiB): {fig['seconds']:7.1f} s, "
                 f"client {fig['client_mib']:5.0f} MiB, scheduler {fig['scheduler_mib']:5.0f} MiB,"
-                f" worker peak {fig['worker_mib']:5.0f} MiB",
+                f" worker peak {fig['worker_mib']:5.0f} MiB"
+                + (
+                    f", sync(2) after it {fig['sync_after_s']:.1f} s"
+                    if "sync_after_s" in fig
+                    else ""
+                ),
                 flush=True,
             )
-    print("\n| case | outputs | GiB | seconds | client peak MiB | scheduler peak MiB |")
-    print("|---|---|---|---|---|---|")
+    print(
+        "\n| case | outputs | GiB | seconds | client peak MiB | scheduler peak MiB "
+        "| sync(2) after, s |"
+    )
+    print("|---|---|---|---|---|---|---|")
     for r in rows:
         if "error" in r:
-            print(f"| {r['case']} | {r['outputs']:,} | {r['gib']:.1f} | fails: MemoryError | | |")
+            print(f"| {r['case']} | {r['outputs']:,} | {r['gib']:.1f} | fails: MemoryError | | | |")
             continue
         print(
             f"| {r['case']} | {r['outputs']:,} | {r['gib']:.1f} | {r['seconds']:.1f} | "
-            f"{r['client_mib']:.0f} | {r['scheduler_mib']:.0f} |"
+            f"{r['client_mib']:.0f} | {r['scheduler_mib']:.0f} | "
+            + (f"{r['sync_after_s']:.1f} |" if "sync_after_s" in r else " |")
         )
     missed = []
     for n in args.outputs:
