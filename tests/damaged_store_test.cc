@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "format/format.h"
 #include "format/segment_reader.h"
 #include "runstore/store.h"
 #include "testing/crafted_segment.h"
@@ -192,6 +193,41 @@ TEST_F(DamagedStoreTest, RestartAfterACleanCloseProtectsThePreviousLifesSegment)
   const std::string first = SegmentPath("w", 1);
   fs::resize_file(first, fs::file_size(first) - 100);  // trailer and footer torn away
   EXPECT_THAT(OpenStatus(), StatusIsWith(StatusCode::kCorruption, "seal is missing"));
+}
+
+// A power cut while a seal was being synced can leave the trailer on disk
+// and the footer torn: readers take the segment for a crashed writer's tail
+// with every commit intact. A writer restarted on it must judge the seal by
+// that same rule and not name the segment as its sealed predecessor, or the
+// store it leaves is unopenable (found by the power-loss test, TornGarbage,
+// RUNSTORE_SEED=24103695992264, crash after operation 42/63).
+TEST_F(DamagedStoreTest, RestartAfterATornSealIsNotMistakenForDamage) {
+  WriteRun("w", 1, 1000);
+  const std::string first = SegmentPath("w", 1);
+  const uint64_t size = fs::file_size(first);
+  std::string trailer(format::kTrailerSize, '\0');
+  {
+    std::ifstream f(first, std::ios::binary);
+    f.seekg(static_cast<std::streamoff>(size - format::kTrailerSize));
+    f.read(trailer.data(), static_cast<std::streamsize>(trailer.size()));
+  }
+  format::Trailer t;
+  ASSERT_TRUE(format::DecodeTrailer(trailer, &t));
+  ASSERT_LT(t.footer_offset + 16, size - format::kTrailerSize);
+  Zero(first, t.footer_offset, 16);  // the footer tore, the trailer did not
+  {
+    ASSERT_OK_AND_ASSIGN(auto store, Store::Open(StorePath(), {.read_only = true}));
+    auto snap = store->GetSnapshot();
+    EXPECT_TRUE(snap->DamagedSegments().empty());
+    ExpectRun(*snap, 1, 1000);
+  }
+  WriteRun("w", 2, 500);  // the next life: segment 2
+  ASSERT_OK_AND_ASSIGN(auto store, Store::Open(StorePath(), {.read_only = true}));
+  auto snap = store->GetSnapshot();
+  EXPECT_TRUE(snap->DamagedSegments().empty());
+  ExpectRun(*snap, 1, 1000);
+  ExpectRun(*snap, 2, 500);
+  EXPECT_OK(snap->Verify());
 }
 
 // The last segment of a writer that closed cleanly, cut at a commit

@@ -540,6 +540,12 @@ bool HasValidTrailer(const RandomAccessFile& file) {
          DecodeTrailer(got, &t);
 }
 
+bool ReadsAsSealed(const RandomAccessFile& file, const std::string& name) {
+  if (!HasValidTrailer(file)) return false;
+  SegmentIndex index;
+  return LoadSegmentIndex(file, name, &index).ok() && index.sealed;
+}
+
 Status RefreshSegmentIndex(const RandomAccessFile& file, const std::string& name,
                            SegmentIndex* index) {
   if (index->sealed) return Status::OK();

@@ -69,9 +69,18 @@ struct SegmentIndex {
 // version.
 Status LoadSegmentIndex(const RandomAccessFile& file, const std::string& name, SegmentIndex* index);
 
-// Whether the file ends with a valid trailer (the segment was sealed), read
-// from its last 32 bytes alone.
+// Whether the file ends with a valid trailer, read from its last 32 bytes
+// alone. A hint, not the answer: a crash while the seal was being synced can
+// leave the trailer on disk and the footer torn, and such a segment reads as
+// unsealed. Decide with ReadsAsSealed.
 bool HasValidTrailer(const RandomAccessFile& file);
+
+// Whether LoadSegmentIndex reads the segment as sealed: the rule every
+// decision that depends on a seal uses (a restarted writer naming its sealed
+// predecessor, a sync publishing a staged segment whole), so that none of
+// them takes for sealed a segment that readers take for a crashed tail.
+// Reads only the trailer when there is none, the footer when it is intact.
+bool ReadsAsSealed(const RandomAccessFile& file, const std::string& name);
 
 // Continues recovery of an unsealed segment from index->committed_end, adding
 // commits made since (and noticing if it was sealed meanwhile).

@@ -81,7 +81,6 @@ std::set<std::string> LeaseTempsWithoutLease(
 Result<uint64_t> BytesToPublish(Env* env, const std::string& path, const std::string& name) {
   RUNSTORE_ASSIGN_OR_RETURN(auto file, env->NewRandomAccessFile(path));
   RUNSTORE_ASSIGN_OR_RETURN(uint64_t size, file->Size());
-  if (format::HasValidTrailer(*file)) return size;
   format::SegmentIndex index;
   RUNSTORE_RETURN_IF_ERROR(format::LoadSegmentIndex(*file, name, &index));
   if (index.sealed) return size;

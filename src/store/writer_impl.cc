@@ -167,11 +167,13 @@ Result<std::unique_ptr<Writer>> WriterImpl::Open(Env* env, std::string segments_
   // The previous life's last segment, when it was sealed, is this writer's
   // sealed predecessor: a reader that later finds it without its seal knows
   // it was damaged. One left open by a crash is not named.
+  // A seal torn by a power cut (trailer on disk, footer not) reads as a
+  // crashed tail, so it is judged by the readers' rule, not the trailer alone.
   uint64_t sealed_predecessor = 0;
   if (next_present > 1 && next_present == next_seq) {
-    auto last = env->NewRandomAccessFile(segments_dir + "/" +
-                                         format::SegmentFileName(options.writer_id, next_seq - 1));
-    if (last.ok() && format::HasValidTrailer(**last)) sealed_predecessor = next_seq - 1;
+    const std::string last_name = format::SegmentFileName(options.writer_id, next_seq - 1);
+    auto last = env->NewRandomAccessFile(segments_dir + "/" + last_name);
+    if (last.ok() && format::ReadsAsSealed(**last, last_name)) sealed_predecessor = next_seq - 1;
   }
   // Node-local staging (docs/design.md#staging): the lease exists before
   // the first segment does, so that a sync never takes that segment for a
