@@ -7,7 +7,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 apt_packages=(
   build-essential g++ cmake ninja-build pkg-config git
-  libzstd-dev liblz4-dev libxxhash-dev
+  libzstd-dev liblz4-dev libxxhash-dev libssl-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev clang-format
   clang-16 libclang-rt-16-dev llvm

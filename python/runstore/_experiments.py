@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import _attrs
+from . import _attrs, _core
 from ._checks import RunId, check_run_id
 from ._frame import _NULLABLE  # numpy dtype name -> pandas nullable dtype
 
@@ -591,13 +591,19 @@ _CANONICAL = json.JSONEncoder(
 def experiment_id(params: Mapping[str, Any]) -> str:
     """The id runstore derives for a parameter row without an "experiment" column:
     "e" + the first 16 hex digits of the SHA-256 of :func:`canonical_params`."""
-    return "e" + hashlib.sha256(canonical_params(params).encode()).hexdigest()[:16]
+    return experiment_id_of_plain(
+        {k: (v.item() if isinstance(v, np.generic) else v) for k, v in params.items()}
+    )
 
 
 def experiment_id_of_plain(params: Mapping[str, Any]) -> str:
     """:func:`experiment_id` of parameters whose values are already plain Python bool, int,
-    float or str (no numpy scalars): the same id, without the copy that converts them."""
-    return "e" + hashlib.sha256(_CANONICAL.encode(params).encode()).hexdigest()[:16]
+    float or str (no numpy scalars): the same id, without the copy that converts them, in one
+    C++ call where the row is plain (the encoder's text and SHA-256, ``experiment_id.cc``)."""
+    eid = _core.plain_experiment_id(params)
+    if eid is None:
+        eid = "e" + hashlib.sha256(_CANONICAL.encode(params).encode()).hexdigest()[:16]
+    return eid
 
 
 def _row_dicts(params: list[_Param], n: int) -> list[dict[str, Any]]:
@@ -700,20 +706,22 @@ def define_columns(
                 seen[e] = i
     else:
         rows = _row_dicts(params, n)
-        texts = [canonical_params(r) for r in rows]
+        id_list = [experiment_id_of_plain(r) for r in rows]
         first: dict[str, int] = {}
-        for i, t in enumerate(texts):
-            j = first.setdefault(t, i)
-            if j != i:
+        for i, e in enumerate(id_list):
+            j = first.setdefault(e, i)
+            if j == i:
+                continue
+            if canonical_params(rows[i]) == canonical_params(rows[j]):
                 raise ValueError(
                     f"design: rows {j} and {i} have the same parameters {rows[i]}, so they would "
                     "get the same experiment id; add a parameter that tells them apart (a seed or "
                     "a replicate number) or give an 'experiment' column"
                 )
-        ids = np.empty(n, dtype=object)
-        ids[:] = ["e" + hashlib.sha256(t.encode()).hexdigest()[:16] for t in texts]
-        if len(set(ids.tolist())) != n:  # two different rows with one 64-bit hash prefix
+            # Two different rows with one 64-bit hash prefix.
             raise ValueError("design: two different parameter rows hash to the same experiment id")
+        ids = np.empty(n, dtype=object)
+        ids[:] = id_list
 
     # Compare with what the store holds for ids it already has.
     index = load_index(store, infos)

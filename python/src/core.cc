@@ -19,6 +19,7 @@ NB_MODULE(_core, m) {
   runstore::python::BindConvert(m);
   runstore::python::BindWriter(m);
   runstore::python::BindStore(m);
+  runstore::python::BindExperimentId(m);
   m.attr("FORMAT_VERSION") = runstore::kFormatVersion;
   nb::list dtypes;
   for (int d = 1; d <= 13; ++d) {

@@ -20,8 +20,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import runstore
+from runstore import _core
 from runstore import _experiments as ex
 
 HERE = Path(__file__).parent
@@ -128,6 +131,57 @@ def test_derived_ids_are_the_documented_hash_and_do_not_depend_on_order(store):
         == expected
         == runstore.experiment_id({"name": "adam", "lr": 0.1, "seed": 3})
     )
+
+
+_plain_scalars = st.one_of(
+    st.booleans(),
+    st.none(),
+    st.integers(),  # beyond 64 bits too
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from([0.0, -0.0, 1e16, 1e-5, 1e-4, 123456789.0, 5e-324, 1.7976931348623157e308]),
+    st.text(),  # control characters, quotes, backslashes, any code point but lone surrogates
+)
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.dictionaries(st.text(), _plain_scalars, max_size=8))
+def test_the_compiled_id_is_the_encoders_on_random_plain_rows(row):
+    """``_core.plain_experiment_id`` (C++) writes the canonical encoder's text and hashes it as
+    ``experiment_id`` documents; a row it does not take falls back, never to another id."""
+    text = ex._CANONICAL.encode(row)
+    assert _core.plain_canonical_text(row) == text
+    assert _core.plain_experiment_id(row) == "e" + hashlib.sha256(text.encode()).hexdigest()[:16]
+    assert ex.experiment_id_of_plain(row) == runstore.experiment_id(row)
+
+
+def test_rows_the_compiled_id_does_not_take_get_the_encoders_id():
+    class F(float):
+        pass
+
+    rows = [
+        {"x": F(0.5)},  # a float subclass
+        {"x": np.float32(0.25)},  # numpy scalars: experiment_id converts them first
+        {"x": [1, 2]},  # a list: the encoder writes it
+        {1: "a"},  # a key that is not str: the encoder converts it
+        {"s": "\ud800"},  # a lone surrogate: refused by encode() in both paths
+    ]
+    assert _core.plain_experiment_id(rows[0]) is None
+    assert _core.plain_experiment_id(rows[2]) is None
+    assert _core.plain_experiment_id(rows[3]) is None
+    assert _core.plain_experiment_id(rows[4]) is None
+    for r in rows[:4]:
+        plain = {k: (v.item() if isinstance(v, np.generic) else v) for k, v in r.items()}
+        expected = "e" + hashlib.sha256(ex._CANONICAL.encode(plain).encode()).hexdigest()[:16]
+        assert runstore.experiment_id(r) == expected
+    with pytest.raises(UnicodeEncodeError):
+        runstore.experiment_id(rows[4])
+
+
+def test_two_rows_with_one_hash_prefix_are_refused(store, monkeypatch):
+    monkeypatch.setattr(ex, "experiment_id_of_plain", lambda params: "e0000000000000000")
+    with pytest.raises(ValueError, match="two different parameter rows hash to the same"):
+        store.define_experiments([{"a": 1}, {"a": 2}])
+    assert store.design().empty
 
 
 def test_design_keeps_dtypes_and_absent_parameters(store):

@@ -1,0 +1,214 @@
+// The default experiment id (runstore.experiment_id) of a row of plain
+// parameters, computed in one C++ call: the text the package's canonical
+// encoder writes (python/runstore/_experiments.py: compact JSON with sorted
+// keys, floats in repr form, NaN and Infinity, ensure_ascii=False) and the
+// first 16 hex digits of its SHA-256. A sweep's callback derives one id per
+// experiment, and the encoder and hashlib took several microseconds of it.
+//
+// It writes only what it writes exactly as the encoder does: str keys, and
+// values that are exactly bool, int, float, str or None, strings that encode
+// as UTF-8. For anything else it returns None and the Python path (the
+// encoder itself) takes the row, so the two can never disagree on an id;
+// python/tests/test_experiments.py compares them on random rows.
+#include <Python.h>
+#include <nanobind/nanobind.h>
+#include <openssl/evp.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "bindings.h"
+
+namespace runstore::python {
+namespace {
+
+// json's escaping for ensure_ascii=False: the quote, the backslash and the
+// control characters; \u00XX in lowercase hex for those without a short form.
+void AppendEscaped(std::string* out, std::string_view s) {
+  out->push_back('"');
+  for (const char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    switch (c) {
+      case '"':
+        out->append("\\\"");
+        break;
+      case '\\':
+        out->append("\\\\");
+        break;
+      case '\n':
+        out->append("\\n");
+        break;
+      case '\r':
+        out->append("\\r");
+        break;
+      case '\t':
+        out->append("\\t");
+        break;
+      case '\b':
+        out->append("\\b");
+        break;
+      case '\f':
+        out->append("\\f");
+        break;
+      default:
+        if (c < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+          out->append(buf);
+        } else {
+          out->push_back(ch);
+        }
+    }
+  }
+  out->push_back('"');
+}
+
+// A str as UTF-8, or false (lone surrogates: Python's encode() refuses them,
+// and the Python path then raises as it always did).
+bool Utf8(PyObject* s, std::string_view* out) {
+  Py_ssize_t n = 0;
+  const char* p = PyUnicode_AsUTF8AndSize(s, &n);
+  if (p == nullptr) {
+    PyErr_Clear();
+    return false;
+  }
+  *out = {p, static_cast<size_t>(n)};
+  return true;
+}
+
+// The value as the encoder writes it; false if it is not a plain value.
+bool AppendValue(std::string* out, PyObject* v) {
+  if (v == Py_True) {
+    out->append("true");
+  } else if (v == Py_False) {
+    out->append("false");
+  } else if (v == Py_None) {
+    out->append("null");
+  } else if (PyFloat_CheckExact(v)) {
+    const double d = PyFloat_AS_DOUBLE(v);
+    if (std::isnan(d)) {
+      out->append("NaN");
+    } else if (std::isinf(d)) {
+      out->append(d > 0 ? "Infinity" : "-Infinity");
+    } else {
+      // float.__repr__ itself: the shortest text that reads back as d.
+      char* r = PyOS_double_to_string(d, 'r', 0, Py_DTSF_ADD_DOT_0, nullptr);
+      if (r == nullptr) {
+        PyErr_Clear();
+        return false;
+      }
+      out->append(r);
+      PyMem_Free(r);
+    }
+  } else if (PyLong_CheckExact(v)) {
+    int overflow = 0;
+    const long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (overflow != 0) {
+      PyObject* text = PyObject_Str(v);  // int.__repr__, any size
+      if (text == nullptr) {
+        PyErr_Clear();
+        return false;
+      }
+      std::string_view t;
+      const bool ok = Utf8(text, &t);
+      if (ok) out->append(t);
+      Py_DECREF(text);
+      return ok;
+    }
+    char buf[24];
+    auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), x);
+    out->append(buf, end);
+  } else if (PyUnicode_CheckExact(v)) {
+    std::string_view s;
+    if (!Utf8(v, &s)) return false;
+    AppendEscaped(out, s);
+  } else {
+    return false;
+  }
+  return true;
+}
+
+struct CtxFree {
+  void operator()(EVP_MD_CTX* c) const { EVP_MD_CTX_free(c); }
+};
+
+// "e" + the first 16 hex digits of the SHA-256 of text (OpenSSL's libcrypto).
+bool HexId(std::string_view text, char out[17]) {
+  thread_local std::unique_ptr<EVP_MD_CTX, CtxFree> ctx(EVP_MD_CTX_new());
+  // Fetched once: EVP_sha256() would fetch the implementation again at every init.
+  static EVP_MD* sha256 = EVP_MD_fetch(nullptr, "SHA256", nullptr);
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  if (!ctx || sha256 == nullptr || EVP_DigestInit_ex2(ctx.get(), sha256, nullptr) != 1 ||
+      EVP_DigestUpdate(ctx.get(), text.data(), text.size()) != 1 ||
+      EVP_DigestFinal_ex(ctx.get(), md, &len) != 1 || len < 8) {
+    return false;
+  }
+  static constexpr char kHex[] = "0123456789abcdef";
+  out[0] = 'e';
+  for (int i = 0; i < 8; ++i) {
+    out[1 + 2 * i] = kHex[md[i] >> 4];
+    out[2 + 2 * i] = kHex[md[i] & 15];
+  }
+  return true;
+}
+
+// The canonical text of a dict of plain parameters, or false.
+bool CanonicalText(PyObject* params, std::string* text) {
+  if (!PyDict_CheckExact(params)) return false;
+  std::vector<std::pair<std::string_view, PyObject*>> items;
+  items.reserve(static_cast<size_t>(PyDict_GET_SIZE(params)));
+  Py_ssize_t pos = 0;
+  PyObject* key;
+  PyObject* value;
+  while (PyDict_Next(params, &pos, &key, &value)) {
+    std::string_view k;
+    if (!PyUnicode_CheckExact(key) || !Utf8(key, &k)) return false;
+    items.emplace_back(k, value);
+  }
+  // UTF-8 bytes sort as their code points: the order of sort_keys=True.
+  std::sort(items.begin(), items.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  text->push_back('{');
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (i) text->push_back(',');
+    AppendEscaped(text, items[i].first);
+    text->push_back(':');
+    if (!AppendValue(text, items[i].second)) return false;
+  }
+  text->push_back('}');
+  return true;
+}
+
+}  // namespace
+
+void BindExperimentId(nb::module_& m) {
+  m.def(
+      "plain_experiment_id",
+      [](nb::handle params) -> nb::object {
+        std::string text;
+        char id[17];
+        if (!CanonicalText(params.ptr(), &text) || !HexId(text, id)) return nb::none();
+        return nb::steal(PyUnicode_FromStringAndSize(id, sizeof(id)));
+      },
+      nb::arg("params"),
+      "runstore.experiment_id of a dict of str keys and plain bool, int, float, str or None "
+      "values; None for any other dict (the Python path derives its id).");
+  m.def(
+      "plain_canonical_text",
+      [](nb::handle params) -> nb::object {
+        std::string text;
+        if (!CanonicalText(params.ptr(), &text)) return nb::none();
+        return nb::steal(PyUnicode_FromStringAndSize(text.data(), Py_ssize_t(text.size())));
+      },
+      nb::arg("params"), "The text plain_experiment_id hashes, or None (for tests).");
+}
+
+}  // namespace runstore::python
