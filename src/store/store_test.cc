@@ -1399,7 +1399,8 @@ TEST_F(StoreTest, VerifyChecksTheFootersRunIndexAgainstTheBlocks) {
   EXPECT_THAT(r.problems[0], StatusIsWith(StatusCode::kCorruption,
                                           "segments/w-00000001.rss: offset 128: the footer's run "
                                           "index does not list the block's runs (2 listed, the "
-                                          "block has 3)"));
+                                          "block holds 3; 1 of its runs unlisted, which lookups "
+                                          "by run miss, and 0 listed that it does not hold)"));
 }
 
 TEST_F(StoreTest, SegmentOfNewerVersionIsRefused) {

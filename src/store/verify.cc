@@ -1,6 +1,8 @@
 // Verification (Snapshot::VerifyAll): every block of every segment checked
 // again, past every problem.
 #include <algorithm>
+#include <iterator>
+#include <vector>
 
 #include "store/snapshot.h"
 #include "store/snapshot_helpers.h"
@@ -57,10 +59,18 @@ VerifyReport SnapshotImpl::VerifyAll(
             const auto listed = seg.index.run_index->Of(bi);
             if (!listed.empty() &&
                 !std::equal(hashes.begin(), hashes.end(), listed.begin(), listed.end())) {
-              s = Status::Corruption(at +
-                                     "the footer's run index does not list the block's runs (" +
-                                     std::to_string(listed.size()) + " listed, the block has " +
-                                     std::to_string(hashes.size()) + ")");
+              // Both ascending: say which way they differ.
+              std::vector<uint64_t> missing, extra;
+              std::set_difference(hashes.begin(), hashes.end(), listed.begin(), listed.end(),
+                                  std::back_inserter(missing));
+              std::set_difference(listed.begin(), listed.end(), hashes.begin(), hashes.end(),
+                                  std::back_inserter(extra));
+              s = Status::Corruption(
+                  at + "the footer's run index does not list the block's runs (" +
+                  std::to_string(listed.size()) + " listed, the block holds " +
+                  std::to_string(hashes.size()) + "; " + std::to_string(missing.size()) +
+                  " of its runs unlisted, which lookups by run miss, and " +
+                  std::to_string(extra.size()) + " listed that it does not hold)");
             }
           }
         }
