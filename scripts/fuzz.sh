@@ -43,6 +43,7 @@ usage() {
 }
 
 build_targets() {
+  mkdir -p "$root/build"
   if [ ! -f "$build/build.ninja" ]; then
     cmake --preset fuzz > "$build.configure.log" 2>&1 || { cat "$build.configure.log"; exit 1; }
     rm -f "$build.configure.log"

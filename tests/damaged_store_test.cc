@@ -280,6 +280,39 @@ TEST_F(DamagedStoreTest, UnreadableSegmentFileIsReportedAndSkippable) {
   ExpectRun(*snap, 2, 300);
 }
 
+// A segment only grows (docs/design.md#invariant-4). A reader that refreshes
+// while a live writer's unsealed segment has been cut below what it had
+// committed must report Corruption naming the file, not fail to map it (the
+// store fuzzer found an InvalidArgument here) or recover past its end; with
+// OnDamaged::kSkip the refresh leaves the segment out and says so.
+TEST_F(DamagedStoreTest, AnUnsealedSegmentCutBelowItsCommitsIsCorruptionOnRefresh) {
+  WriteRun("a", 1, 300);
+  auto writable = Store::Open(StorePath(), {});
+  ASSERT_OK(writable);
+  WriterOptions wo;
+  wo.writer_id = "w";
+  auto w = (*writable)->NewWriter(wo);
+  ASSERT_OK(w);
+  for (int step = 0; step < 1000; ++step) {
+    ASSERT_OK((*w)->Append(2, "x", step, double(2000 + step)));
+    if (step % 100 == 99) ASSERT_OK((*w)->Commit());
+  }
+  auto strict = OpenStore();
+  auto skipping = OpenStore(OnDamaged::kSkip);
+  ASSERT_NE(strict, nullptr);
+  ASSERT_NE(skipping, nullptr);
+  ExpectRun(*strict->GetSnapshot(), 2, 1000);
+  const std::string f = SegmentPath("w", 1);
+  fs::resize_file(f, fs::file_size(f) / 2);
+  EXPECT_THAT(strict->Refresh(),
+              StatusIsWith(StatusCode::kCorruption, "segments/w-00000001.rss: the segment shrank"));
+  ASSERT_OK_AND_ASSIGN(auto snap, skipping->Refresh());
+  ASSERT_EQ(snap->DamagedSegments().size(), 1u);
+  EXPECT_EQ(snap->DamagedSegments()[0].file, "segments/w-00000001.rss");
+  ExpectRun(*snap, 1, 300);
+  (void)(*w)->Close();  // its file is damaged; what Close says is not the point
+}
+
 // ---------------------------------------------------------------------------
 // The damage sweep of a whole store: flip, zero and cut every segment of a
 // multi-writer store with resume markers, overwrites across writers, rolled

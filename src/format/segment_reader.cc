@@ -123,7 +123,12 @@ Status WalkFrames(const RandomAccessFile& file, const std::string& name, uint64_
     if (!frame.valid) break;
     const uint64_t payload_off = PayloadOffset(pos, frame.prefix.header_len);
     if (!RangeWithin(payload_off, frame.prefix.payload_len, file_size)) break;
+    // The padding counts (docs/format.md "Recovery", rule 2): a commit
+    // accepted short of it would put committed_end past the end of the file,
+    // and the store maps [0, committed_end). No overflow: the payload ends
+    // inside the file, and aligning adds less than 64.
     const uint64_t next = NextFrameOffset(payload_off, frame.prefix.payload_len);
+    if (next > file_size) break;
     if (frame.prefix.kind == FrameKind::kBlock) {
       BlockInfo b;
       b.frame_offset = pos;
@@ -552,6 +557,14 @@ Status RefreshSegmentIndex(const RandomAccessFile& file, const std::string& name
   RUNSTORE_ASSIGN_OR_RETURN(uint64_t size, file.Size());
   if (size == index->file_size) return Status::OK();
   if (index->commits.empty()) return LoadSegmentIndex(file, name, index);
+  // Segments only grow (docs/design.md#invariant-4): a file now shorter than
+  // what was committed in it has lost committed bytes. Reading on would map
+  // or recover past its end.
+  if (size < index->committed_end) {
+    return Status::Corruption(name + ": the segment shrank to " + std::to_string(size) +
+                              " bytes, below its " + std::to_string(index->committed_end) +
+                              " committed bytes, since it was last read");
+  }
   index->file_size = size;
   // Sealed since: the footer covers everything, read it instead.
   if (size >= kSegmentHeaderSize + kTrailerSize) {

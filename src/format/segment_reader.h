@@ -83,7 +83,8 @@ bool HasValidTrailer(const RandomAccessFile& file);
 bool ReadsAsSealed(const RandomAccessFile& file, const std::string& name);
 
 // Continues recovery of an unsealed segment from index->committed_end, adding
-// commits made since (and noticing if it was sealed meanwhile).
+// commits made since (and noticing if it was sealed meanwhile). Corruption if
+// the file is now shorter than its committed bytes.
 Status RefreshSegmentIndex(const RandomAccessFile& file, const std::string& name,
                            SegmentIndex* index);
 
