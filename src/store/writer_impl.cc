@@ -19,6 +19,21 @@
 namespace runstore {
 namespace {
 
+// ValidateRunId of each run, once per run of equal consecutive ids: a batch
+// of one run's records (log_many with one run id, a Python writer's step
+// tape) repeats the same view of the same bytes.
+Status ValidateRunIds(std::span<const RunRef> runs) {
+  const RunRef* last = nullptr;
+  for (const RunRef& r : runs) {
+    if (!r.is_string) continue;
+    if (last == nullptr || r.s.data() != last->s.data() || r.s.size() != last->s.size()) {
+      RUNSTORE_RETURN_IF_ERROR(ValidateRunId(r));
+    }
+    last = &r;
+  }
+  return Status::OK();
+}
+
 std::string ShapeString(std::span<const int64_t> shape) {
   std::string s = "[";
   for (size_t i = 0; i < shape.size(); ++i) {
@@ -648,9 +663,7 @@ Status WriterImpl::AppendTimes(std::span<const RunRef> runs, std::span<const int
     return Status::InvalidArgument("AppendTimes: " + std::to_string(runs.size()) + " runs but " +
                                    std::to_string(steps.size()) + " steps");
   }
-  for (const RunRef& r : runs) {
-    if (r.is_string) RUNSTORE_RETURN_IF_ERROR(ValidateRunId(r));
-  }
+  RUNSTORE_RETURN_IF_ERROR(ValidateRunIds(runs));
   MutexLock lock(&mu_);
   RUNSTORE_RETURN_IF_ERROR(CheckUsableLocked());
   const AutoCommitHold hold(this);
@@ -691,9 +704,7 @@ Status WriterImpl::AppendBatch(std::span<const RunRef> runs, std::string_view na
                                    ", got shape " + ShapeString(values.shape));
   }
   RUNSTORE_RETURN_IF_ERROR(CheckValue(name, values));
-  for (const RunRef& r : runs) {
-    if (r.is_string) RUNSTORE_RETURN_IF_ERROR(ValidateRunId(r));
-  }
+  RUNSTORE_RETURN_IF_ERROR(ValidateRunIds(runs));
   if (n == 0) return Status::OK();
   const size_t per = values.nbytes / n;
   ValueRef one{values.dtype, values.shape.subspan(1), values.data, per};
