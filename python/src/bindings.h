@@ -26,6 +26,7 @@
 #include <utility>
 
 #include "runstore/store.h"
+#include "step_tape.h"
 
 namespace runstore::python {
 
@@ -39,7 +40,16 @@ inline constexpr int64_t kPressureWindowNs = 2'000'000'000;
 
 class PyWriter {
  public:
-  explicit PyWriter(std::unique_ptr<Writer> writer) : writer_(std::move(writer)) {}
+  // `tape`: whether Writer.log calls may be held on the step tape
+  // (step_tape.h; off with commit_every_s or record_time).
+  PyWriter(std::unique_ptr<Writer> writer, bool tape) : writer_(std::move(writer)) {
+    tape_.set_enabled(tape);
+  }
+  // Appends what the tape holds before the writer closes (errors are lost, as
+  // the core writer's own close on destruction loses them).
+  ~PyWriter();
+  PyWriter(const PyWriter&) = delete;
+  PyWriter& operator=(const PyWriter&) = delete;
 
   // Run ids and steps are taken as handles and converted by ToRunRef and
   // ToStep (convert.h), which say what was wrong with them.
@@ -48,6 +58,15 @@ class PyWriter {
   // gives (borrowed references).
   template <typename Pair>
   void LogPairs(nb::handle run, nb::handle step, size_t n, Pair&& pair);
+  // Writer.log's fast form, log(run[, step], name=value, ...): `values` are
+  // the keyword values, named by `kwnames`, with the step's at `step_at`
+  // (StepTape's kStepDefault, kStepPositional or its index). Taped when it
+  // has the armed shape, else appended (draining the tape first).
+  void LogKeywords(PyObject* run, PyObject* step, PyObject* kwnames, Py_ssize_t step_at,
+                   PyObject* const* values);
+  // Appends what the step tape holds; every other call of the writer does
+  // this first, so that calls are appended in the order they were made.
+  void DrainTape();
   void Put(nb::handle run, nb::handle name, nb::handle value, nb::handle step);
   void LogMany(nb::handle runs, nb::handle steps, nb::kwargs columns);
   void Define(nb::handle name, nb::handle dtype, nb::handle shape, bool variable_shape,
@@ -61,7 +80,7 @@ class PyWriter {
   void Resume(nb::handle run, nb::handle step);
   void Close();
   bool Exit(nb::handle exc_type, nb::handle exc, nb::handle tb);
-  nb::dict Stats() const;
+  nb::dict Stats();
   const std::string& writer_id() const { return writer_->writer_id(); }
   bool closed() const { return closed_.load(std::memory_order_relaxed); }
 
@@ -70,8 +89,12 @@ class PyWriter {
   // the policy above, and raises its error.
   template <typename F>
   void RunAppend(size_t bytes, F&& append);
+  template <typename F>
+  Status RunAppendStatus(size_t bytes, F&& append);
+  Status DrainTapeStatus();
 
   std::unique_ptr<Writer> writer_;
+  StepTape tape_;  // guarded by the GIL
   std::atomic<int64_t> release_until_ns_{0};
   std::atomic<bool> closed_{false};
 };

@@ -161,6 +161,11 @@ nb::object MergedKeywords(PyObject* kwargs, const char* mapping_key, const char*
 
 template <typename F>
 void PyWriter::RunAppend(size_t bytes, F&& append) {
+  Check(RunAppendStatus(bytes, std::forward<F>(append)));
+}
+
+template <typename F>
+Status PyWriter::RunAppendStatus(size_t bytes, F&& append) {
   Status s;
   int64_t until = release_until_ns_.load(std::memory_order_relaxed);
   bool release = bytes >= kReleaseGilBytes;
@@ -181,7 +186,51 @@ void PyWriter::RunAppend(size_t bytes, F&& append) {
     if (t1 - t0 >= SlowAppendNs())
       release_until_ns_.store(t1 + kPressureWindowNs, std::memory_order_relaxed);
   }
-  Check(s);
+  return s;
+}
+
+PyWriter::~PyWriter() {
+  // Still open: the core writer's destruction commits what was appended,
+  // so what the tape holds is appended first.
+  if (!tape_.empty() && !closed()) (void)DrainTapeStatus();
+}
+
+Status PyWriter::DrainTapeStatus() {
+  if (tape_.empty()) return Status::OK();
+  // Taken out first: with the GIL released meanwhile, another thread may
+  // fill the tape again.
+  StepTape::Batch batch = tape_.Take();
+  Writer* w = writer_.get();
+  const Status s = RunAppendStatus(batch.bytes(), [&] { return batch.AppendTo(w); });
+  tape_.Recycle(std::move(batch));
+  if (!s.ok()) tape_.Disarm();
+  return s;
+}
+
+void PyWriter::DrainTape() { Check(DrainTapeStatus()); }
+
+void PyWriter::LogKeywords(PyObject* run, PyObject* step, PyObject* kwnames, Py_ssize_t step_at,
+                           PyObject* const* values) {
+  const Py_ssize_t nkw = PyTuple_GET_SIZE(kwnames);
+  const size_t n = static_cast<size_t>(nkw - (step_at >= 0 ? 1 : 0));
+  if (tape_.Add(run, step, kwnames, step_at, values, n)) {
+    if (tape_.full()) DrainTape();
+    return;
+  }
+  nb::object step_default;
+  if (step == nullptr) {
+    step_default = nb::int_(0);
+    step = step_default.ptr();
+  }
+  Py_ssize_t j = 0;
+  LogPairs(nb::handle(run), nb::handle(step), n, [&](size_t, PyObject** key, PyObject** value) {
+    if (j == step_at) ++j;
+    *key = PyTuple_GET_ITEM(kwnames, j);
+    *value = values[j];
+    ++j;
+  });
+  // Appended: calls shaped like it may be taped.
+  tape_.Arm(run, kwnames, step_at, values, n);
 }
 
 void PyWriter::Log(nb::handle run, nb::handle step_obj, nb::kwargs values) {
@@ -194,6 +243,7 @@ void PyWriter::Log(nb::handle run, nb::handle step_obj, nb::kwargs values) {
 
 template <typename Pair>
 void PyWriter::LogPairs(nb::handle run, nb::handle step_obj, size_t n, Pair&& pair) {
+  DrainTape();
   const RunRef r = ToRunRef(run.ptr());
   const int64_t step = ToStep(step_obj.ptr());
   struct Item {
@@ -274,22 +324,16 @@ PyObject* FastLog(PyObject* self, PyObject* const* args, Py_ssize_t nargsf,
   }
   if (nargs == 2) step = args[1];
   if (step_at >= 0) step = args[nargs + step_at];
+  if (nkw == 0) {
+    // log(run[, step]) with nothing to log: the general method's business.
+    std::vector<PyObject*> all{self, args[0]};
+    if (nargs == 2) all.push_back(args[1]);
+    return PyObject_Vectorcall(g_log_fallback, all.data(), all.size(), nullptr);
+  }
+  if (step_at < 0) step_at = nargs == 2 ? StepTape::kStepPositional : StepTape::kStepDefault;
   try {
-    nb::object step_default;
-    if (!step) {
-      step_default = nb::int_(0);
-      step = step_default.ptr();
-    }
-    PyWriter* w = nb::inst_ptr<PyWriter>(nb::handle(self));
-    const size_t n = static_cast<size_t>(nkw - (step_at >= 0 ? 1 : 0));
-    Py_ssize_t j = 0;
-    w->LogPairs(nb::handle(args[0]), nb::handle(step), n,
-                [&](size_t, PyObject** key, PyObject** value) {
-                  if (j == step_at) ++j;
-                  *key = PyTuple_GET_ITEM(kwnames, j);
-                  *value = args[nargs + j];
-                  ++j;
-                });
+    nb::inst_ptr<PyWriter>(nb::handle(self))
+        ->LogKeywords(args[0], step, kwnames, step_at, args + nargs);
   } catch (nb::python_error& e) {
     e.restore();
     return nullptr;
@@ -306,6 +350,7 @@ PyObject* FastLog(PyObject* self, PyObject* const* args, Py_ssize_t nargsf,
 }  // namespace
 
 void PyWriter::Put(nb::handle run, nb::handle name, nb::handle value, nb::handle step_obj) {
+  DrainTape();
   const RunRef r = ToRunRef(run.ptr());
   const int64_t step = ToStep(step_obj.ptr());
   const std::string_view n = Utf8(name.ptr(), "series name");
@@ -316,6 +361,7 @@ void PyWriter::Put(nb::handle run, nb::handle name, nb::handle value, nb::handle
 }
 
 void PyWriter::LogMany(nb::handle runs_obj, nb::handle steps_obj, nb::kwargs keywords) {
+  DrainTape();
   const nb::object merged = MergedKeywords(keywords.ptr(), "columns", "log_many");
   PyObject* dict = merged.is_valid() ? merged.ptr() : keywords.ptr();
   Runs runs;
@@ -390,6 +436,7 @@ void PyWriter::LogMany(nb::handle runs_obj, nb::handle steps_obj, nb::kwargs key
 
 void PyWriter::Define(nb::handle name, nb::handle dtype, nb::handle shape, bool variable_shape,
                       nb::handle codec) {
+  DrainTape();
   SeriesOptions o;
   const std::string_view n = Utf8(name.ptr(), "series name");
   o.dtype = ParseDTypeSpec(dtype);
@@ -402,6 +449,7 @@ void PyWriter::Define(nb::handle name, nb::handle dtype, nb::handle shape, bool 
 }
 
 uint64_t PyWriter::Commit(bool wait) {
+  DrainTape();
   Result<uint64_t> ticket = uint64_t{0};
   Status s;
   {
@@ -435,6 +483,7 @@ void PyWriter::WaitForShipped(nb::handle ticket) {
 }
 
 void PyWriter::Flush() {
+  DrainTape();
   Status s;
   {
     nb::gil_scoped_release nogil;
@@ -444,6 +493,7 @@ void PyWriter::Flush() {
 }
 
 void PyWriter::Resume(nb::handle run, nb::handle step_obj) {
+  DrainTape();
   const RunRef r = ToRunRef(run.ptr());
   const int64_t step = ToStep(step_obj.ptr());
   Status s;
@@ -455,21 +505,28 @@ void PyWriter::Resume(nb::handle run, nb::handle step_obj) {
 }
 
 void PyWriter::Close() {
+  const Status drained = DrainTapeStatus();  // the writer closes whatever it says
+  // Off before the GIL is released: a call from another thread meanwhile, or
+  // any call after, meets the closing writer.
+  tape_.set_enabled(false);
   Status s;
   {
     nb::gil_scoped_release nogil;
     s = writer_->Close();
   }
   closed_.store(true, std::memory_order_relaxed);
-  Check(s);
+  Check(drained.ok() ? s : drained);
 }
 
 bool PyWriter::Exit(nb::handle exc_type, nb::handle exc, nb::handle) {
+  const Status drained = DrainTapeStatus();
+  tape_.set_enabled(false);  // as in Close
   Status s;
   {
     nb::gil_scoped_release nogil;
     s = writer_->Close();  // commits what was appended, even when the block raised
   }
+  if (!drained.ok()) s = drained;
   closed_.store(true, std::memory_order_relaxed);
   if (exc_type.is_none()) {
     Check(s);
@@ -484,7 +541,8 @@ bool PyWriter::Exit(nb::handle exc_type, nb::handle exc, nb::handle) {
   return false;  // never swallow the exception
 }
 
-nb::dict PyWriter::Stats() const {
+nb::dict PyWriter::Stats() {
+  DrainTape();  // counts what was logged
   const WriterStats s = writer_->stats();
   nb::dict d;
   d["records_appended"] = s.records_appended;
