@@ -148,7 +148,14 @@ class Writer {
   // With WriterOptions::record_time, records the time now at these keys (what
   // Append and AppendRecord do by themselves), for a caller that appends a
   // batch's columns with one AppendBatch each; without it, does nothing.
-  virtual Status AppendTimes(std::span<const RunRef> runs, std::span<const int64_t> steps) = 0;
+  Status AppendTimes(std::span<const RunRef> runs, std::span<const int64_t> steps) {
+    return AppendTimes(runs, steps, {});
+  }
+  // The same with the time of each key given (float64 seconds since the Unix
+  // epoch, as record_time keeps them: when the caller logged it), or now for
+  // every key if `times` is empty. InvalidArgument if the sizes differ.
+  virtual Status AppendTimes(std::span<const RunRef> runs, std::span<const int64_t> steps,
+                             std::span<const double> times) = 0;
 
   // Holds the automatic commits (commit_every_bytes, commit_every_s) until
   // the matching ReleaseAutoCommits, so that the records of several calls

@@ -41,9 +41,11 @@ inline constexpr int64_t kPressureWindowNs = 2'000'000'000;
 class PyWriter {
  public:
   // `tape`: whether Writer.log calls may be held on the step tape
-  // (step_tape.h; off with commit_every_s or record_time).
-  PyWriter(std::unique_ptr<Writer> writer, bool tape) : writer_(std::move(writer)) {
+  // (step_tape.h; off with commit_every_s); `record_time`: the writer's.
+  PyWriter(std::unique_ptr<Writer> writer, bool tape, bool record_time)
+      : writer_(std::move(writer)) {
     tape_.set_enabled(tape);
+    tape_.set_record_time(record_time);
   }
   // Appends what the tape holds before the writer closes (errors are lost, as
   // the core writer's own close on destruction loses them).

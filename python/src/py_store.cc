@@ -139,7 +139,7 @@ PyWriter* PyStore::NewWriter(nb::handle writer_id, nb::handle buffer_bytes, nb::
     r = store_->NewWriter(o);
   }
   CheckOpen(r.status());  // it refreshes the store first
-  return new PyWriter(std::move(r).value(), o.commit_every_s == 0 && !o.record_time);
+  return new PyWriter(std::move(r).value(), o.commit_every_s == 0, o.record_time);
 }
 
 void PyStore::Refresh() {

@@ -2,6 +2,7 @@
 // docs/design.md#step-tape.
 #include "step_tape.h"
 
+#include <chrono>
 #include <cstring>
 #include <utility>
 
@@ -50,7 +51,7 @@ Status StepTape::Batch::AppendTo(Writer* w) const {
     const ValueRef v{dtypes[k], shape, &values[k * kCapacity], m * 8};
     RUNSTORE_RETURN_IF_ERROR(w->AppendBatch(runs, names[k], steps, v));
   }
-  return Status::OK();
+  return times.empty() ? Status::OK() : w->AppendTimes(runs, steps, times);
 }
 
 void StepTape::Arm(PyObject* run, PyObject* kwnames, Py_ssize_t step_at, PyObject* const* values,
@@ -143,6 +144,10 @@ bool StepTape::Add(PyObject* run, PyObject* step, PyObject* kwnames, Py_ssize_t 
   }
   runs_.push_back(r);
   steps_.push_back(s);
+  if (record_time_) {
+    times_.push_back(
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
+  }
   ++count_;
   return true;
 }
@@ -155,14 +160,17 @@ StepTape::Batch StepTape::Take() {
   b.runs.swap(runs_);
   b.steps.swap(steps_);
   b.values.swap(values_);
+  b.times.swap(times_);
   count_ = 0;
   if (spare_runs_.capacity() != 0) {
     runs_.swap(spare_runs_);
     steps_.swap(spare_steps_);
     values_.swap(spare_values_);
+    times_.swap(spare_times_);
   }
   runs_.reserve(kCapacity);
   steps_.reserve(kCapacity);
+  if (record_time_) times_.reserve(kCapacity);
   values_.resize(n_ * kCapacity);
   return b;
 }
@@ -171,9 +179,11 @@ void StepTape::Recycle(Batch&& b) {
   if (spare_runs_.capacity() != 0) return;
   b.runs.clear();
   b.steps.clear();
+  b.times.clear();
   spare_runs_.swap(b.runs);
   spare_steps_.swap(b.steps);
   spare_values_.swap(b.values);
+  spare_times_.swap(b.times);
 }
 
 }  // namespace runstore::python

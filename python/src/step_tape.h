@@ -60,10 +60,12 @@ class StepTape {
     std::vector<RunRef> runs;
     std::vector<int64_t> steps;
     std::vector<uint64_t> values;  // column k at [k * kCapacity, k * kCapacity + runs.size())
+    std::vector<double> times;     // with record_time: when each call was made
     nb::object run_str;            // keeps the str run ids' bytes alive
     size_t bytes() const { return runs.size() * (16 + 8 * names.size()); }
-    // One AppendBatch per series, under one hold of the automatic commits
-    // (the records of the calls become visible together, as each call's did).
+    // One AppendBatch per series (and AppendTimes with each call's time),
+    // under one hold of the automatic commits (the records of the calls
+    // become visible together, as each call's did).
     Status AppendTo(Writer* w) const;
   };
 
@@ -73,12 +75,14 @@ class StepTape {
 
   bool enabled() const { return enabled_; }
   // Off for writers with commit_every_s (an automatic commit must find what
-  // was logged, and a taped record waits for the next call) or record_time
-  // (each record's time is taken when it is appended).
+  // was logged, and a taped record waits for the next call).
   void set_enabled(bool on) {
     enabled_ = on;
     armed_ = armed_ && on;
   }
+  // With WriterOptions::record_time: each taped call's time is taken when
+  // it is added, as Append would take it, and appended with its records.
+  void set_record_time(bool on) { record_time_ = on; }
   // Until the next Arm, no call is taped (after a drain that failed, so that
   // the next call meets the writer's error at once).
   void Disarm() { armed_ = false; }
@@ -104,6 +108,7 @@ class StepTape {
 
  private:
   bool enabled_ = false;
+  bool record_time_ = false;
   bool armed_ = false;
   // The armed shape.
   nb::object kwnames_;
@@ -118,10 +123,12 @@ class StepTape {
   std::vector<RunRef> runs_;
   std::vector<int64_t> steps_;
   std::vector<uint64_t> values_;
+  std::vector<double> times_;
   // A drained batch's buffers, for the next Take.
   std::vector<RunRef> spare_runs_;
   std::vector<int64_t> spare_steps_;
   std::vector<uint64_t> spare_values_;
+  std::vector<double> spare_times_;
 };
 
 }  // namespace runstore::python

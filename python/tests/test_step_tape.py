@@ -76,21 +76,44 @@ def random_calls(w, rng, n):
 
 
 @pytest.mark.parametrize("seed", [int(time.time_ns() % 2**32), 1, 2])
-def test_taped_calls_store_what_each_call_appended_at_once_would(tmp_path, seed):
+@pytest.mark.parametrize("record_time", [False, True])
+def test_taped_calls_store_what_each_call_appended_at_once_would(tmp_path, seed, record_time):
     print(f"seed {seed}")
     rng = np.random.default_rng(seed)
     taped = runstore.open(tmp_path / "taped")
-    with taped.writer() as w:
+    with taped.writer(record_time=record_time) as w:
         random_calls(w, rng, 3000)
     rng = np.random.default_rng(seed)
     direct = runstore.open(tmp_path / "direct")
     # commit_every_s turns the tape off (and an hour never comes due here).
-    with direct.writer(commit_every_s=3600) as w:
+    with direct.writer(commit_every_s=3600, record_time=record_time) as w:
         random_calls(w, rng, 3000)
     got, want = everything(taped), everything(direct)
     assert set(got) == set(want) >= set(NAMES)
     for name in want:
         assert got[name] == want[name], name
+    if record_time:  # a time for every record, as without the tape (the times themselves differ)
+        for name in NAMES:
+            times = taped.scan(name, with_time=True)["time"]
+            assert len(times) == len(want[name]) and not np.isnan(times).any(), name
+
+
+def test_each_taped_call_keeps_the_time_it_was_made(tmp_path):
+    store = runstore.open(tmp_path / "s")
+    before = []
+    with store.writer(record_time=True) as w:
+        for s in range(600):
+            before.append(time.time())
+            w.log("r", step=s, x=float(s))
+            if s % 10 == 9:
+                time.sleep(0.002)  # a time taken at the append would be tens of ms late
+        before.append(time.time())
+    got = store.refresh().scan("x", with_time=True)
+    assert got["step"].tolist() == list(range(600))
+    # Taken at the call, not when the tape was appended (every 256 calls, or at close).
+    slack = 1e-3
+    for s, t in enumerate(got["time"].tolist()):
+        assert before[s] - slack <= t <= before[s + 1] + slack, (s, t, before[s], before[s + 1])
 
 
 def test_every_other_call_sees_the_taped_records_first(tmp_path):

@@ -657,21 +657,24 @@ Status WriterImpl::AppendRecord(RunRef run, int64_t step, std::span<const NamedV
   return Status::OK();
 }
 
-Status WriterImpl::AppendTimes(std::span<const RunRef> runs, std::span<const int64_t> steps) {
+Status WriterImpl::AppendTimes(std::span<const RunRef> runs, std::span<const int64_t> steps,
+                               std::span<const double> times) {
   if (!options_.record_time) return Status::OK();
-  if (runs.size() != steps.size()) {
+  if (runs.size() != steps.size() || (!times.empty() && times.size() != runs.size())) {
     return Status::InvalidArgument("AppendTimes: " + std::to_string(runs.size()) + " runs but " +
-                                   std::to_string(steps.size()) + " steps");
+                                   std::to_string(steps.size()) + " steps and " +
+                                   std::to_string(times.size()) + " times");
   }
   RUNSTORE_RETURN_IF_ERROR(ValidateRunIds(runs));
   MutexLock lock(&mu_);
   RUNSTORE_RETURN_IF_ERROR(CheckUsableLocked());
   const AutoCommitHold hold(this);
-  return AppendTimesLocked(runs, steps);
+  return AppendTimesLocked(runs, steps, times);
 }
 
-Status WriterImpl::AppendTimesLocked(std::span<const RunRef> runs, std::span<const int64_t> steps) {
-  const double now =
+Status WriterImpl::AppendTimesLocked(std::span<const RunRef> runs, std::span<const int64_t> steps,
+                                     std::span<const double> times) {
+  double now =
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   const ValueRef v = ValueRef::Scalar(now);
   if (time_series_ == nullptr) {
@@ -681,6 +684,7 @@ Status WriterImpl::AppendTimesLocked(std::span<const RunRef> runs, std::span<con
     RUNSTORE_RETURN_IF_ERROR(CheckAgainstSeries(*time_series_, kTimeSeries, v));
   }
   for (size_t i = 0; i < runs.size(); ++i) {
+    if (!times.empty()) now = times[i];  // v views `now`
     RUNSTORE_RETURN_IF_ERROR(AppendLocked(time_series_, runs[i], steps[i], v));
   }
   return Status::OK();

@@ -53,7 +53,9 @@ class WriterImpl final : public Writer {
   Status AppendRecord(RunRef run, int64_t step, std::span<const NamedValue> values) override;
   Status AppendBatch(std::span<const RunRef> runs, std::string_view name,
                      std::span<const int64_t> steps, const ValueRef& values) override;
-  Status AppendTimes(std::span<const RunRef> runs, std::span<const int64_t> steps) override;
+  using Writer::AppendTimes;
+  Status AppendTimes(std::span<const RunRef> runs, std::span<const int64_t> steps,
+                     std::span<const double> times) override;
   void HoldAutoCommits() override;
   void ReleaseAutoCommits() override;
   Status Resume(RunRef run, int64_t step) override;
@@ -97,8 +99,8 @@ class WriterImpl final : public Writer {
   Status AppendLocked(Series* s, const RunRef& run, int64_t step, const ValueRef& value)
       RUNSTORE_REQUIRES(mu_);
   // With record_time: appends the time now to "~time" at each key.
-  Status AppendTimesLocked(std::span<const RunRef> runs, std::span<const int64_t> steps)
-      RUNSTORE_REQUIRES(mu_);
+  Status AppendTimesLocked(std::span<const RunRef> runs, std::span<const int64_t> steps,
+                           std::span<const double> times = {}) RUNSTORE_REQUIRES(mu_);
   // Adds a small value to the series' open block (which must exist).
   void AddToOpenBlockLocked(Series* s, const RunRef& run, int64_t step, const ValueRef& value)
       RUNSTORE_REQUIRES(mu_);
