@@ -10,6 +10,8 @@
 // as UTF-8. For anything else it returns None and the Python path (the
 // encoder itself) takes the row, so the two can never disagree on an id;
 // python/tests/test_experiments.py compares them on random rows.
+#include "experiment_id.h"
+
 #include <Python.h>
 #include <nanobind/nanobind.h>
 #include <openssl/evp.h>
@@ -27,11 +29,10 @@
 #include "bindings.h"
 
 namespace runstore::python {
-namespace {
 
 // json's escaping for ensure_ascii=False: the quote, the backslash and the
 // control characters; \u00XX in lowercase hex for those without a short form.
-void AppendEscaped(std::string* out, std::string_view s) {
+void AppendJsonString(std::string* out, std::string_view s) {
   out->push_back('"');
   for (const char ch : s) {
     const auto c = static_cast<unsigned char>(ch);
@@ -70,9 +71,9 @@ void AppendEscaped(std::string* out, std::string_view s) {
   out->push_back('"');
 }
 
-// A str as UTF-8, or false (lone surrogates: Python's encode() refuses them,
-// and the Python path then raises as it always did).
-bool Utf8(PyObject* s, std::string_view* out) {
+// Lone surrogates: Python's encode() refuses them, and the Python path then
+// raises as it always did.
+bool Utf8Bytes(PyObject* s, std::string_view* out) {
   Py_ssize_t n = 0;
   const char* p = PyUnicode_AsUTF8AndSize(s, &n);
   if (p == nullptr) {
@@ -83,6 +84,32 @@ bool Utf8(PyObject* s, std::string_view* out) {
   return true;
 }
 
+bool AppendJsonFloat(std::string* out, double d) {
+  if (std::isnan(d)) {
+    out->append("NaN");
+  } else if (std::isinf(d)) {
+    out->append(d > 0 ? "Infinity" : "-Infinity");
+  } else {
+    // float.__repr__ itself: the shortest text that reads back as d.
+    char* r = PyOS_double_to_string(d, 'r', 0, Py_DTSF_ADD_DOT_0, nullptr);
+    if (r == nullptr) {
+      PyErr_Clear();
+      return false;
+    }
+    out->append(r);
+    PyMem_Free(r);
+  }
+  return true;
+}
+
+void AppendJsonInt(std::string* out, int64_t v) {
+  char buf[24];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), v);
+  out->append(buf, end);
+}
+
+namespace {
+
 // The value as the encoder writes it; false if it is not a plain value.
 bool AppendValue(std::string* out, PyObject* v) {
   if (v == Py_True) {
@@ -92,21 +119,7 @@ bool AppendValue(std::string* out, PyObject* v) {
   } else if (v == Py_None) {
     out->append("null");
   } else if (PyFloat_CheckExact(v)) {
-    const double d = PyFloat_AS_DOUBLE(v);
-    if (std::isnan(d)) {
-      out->append("NaN");
-    } else if (std::isinf(d)) {
-      out->append(d > 0 ? "Infinity" : "-Infinity");
-    } else {
-      // float.__repr__ itself: the shortest text that reads back as d.
-      char* r = PyOS_double_to_string(d, 'r', 0, Py_DTSF_ADD_DOT_0, nullptr);
-      if (r == nullptr) {
-        PyErr_Clear();
-        return false;
-      }
-      out->append(r);
-      PyMem_Free(r);
-    }
+    return AppendJsonFloat(out, PyFloat_AS_DOUBLE(v));
   } else if (PyLong_CheckExact(v)) {
     int overflow = 0;
     const long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
@@ -117,18 +130,16 @@ bool AppendValue(std::string* out, PyObject* v) {
         return false;
       }
       std::string_view t;
-      const bool ok = Utf8(text, &t);
+      const bool ok = Utf8Bytes(text, &t);
       if (ok) out->append(t);
       Py_DECREF(text);
       return ok;
     }
-    char buf[24];
-    auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), x);
-    out->append(buf, end);
+    AppendJsonInt(out, x);
   } else if (PyUnicode_CheckExact(v)) {
     std::string_view s;
-    if (!Utf8(v, &s)) return false;
-    AppendEscaped(out, s);
+    if (!Utf8Bytes(v, &s)) return false;
+    AppendJsonString(out, s);
   } else {
     return false;
   }
@@ -139,7 +150,9 @@ struct CtxFree {
   void operator()(EVP_MD_CTX* c) const { EVP_MD_CTX_free(c); }
 };
 
-// "e" + the first 16 hex digits of the SHA-256 of text (OpenSSL's libcrypto).
+}  // namespace
+
+// OpenSSL's libcrypto.
 bool HexId(std::string_view text, char out[17]) {
   thread_local std::unique_ptr<EVP_MD_CTX, CtxFree> ctx(EVP_MD_CTX_new());
   // Fetched once: EVP_sha256() would fetch the implementation again at every init.
@@ -160,6 +173,8 @@ bool HexId(std::string_view text, char out[17]) {
   return true;
 }
 
+namespace {
+
 // The canonical text of a dict of plain parameters, or false.
 bool CanonicalText(PyObject* params, std::string* text) {
   if (!PyDict_CheckExact(params)) return false;
@@ -170,7 +185,7 @@ bool CanonicalText(PyObject* params, std::string* text) {
   PyObject* value;
   while (PyDict_Next(params, &pos, &key, &value)) {
     std::string_view k;
-    if (!PyUnicode_CheckExact(key) || !Utf8(key, &k)) return false;
+    if (!PyUnicode_CheckExact(key) || !Utf8Bytes(key, &k)) return false;
     items.emplace_back(k, value);
   }
   // UTF-8 bytes sort as their code points: the order of sort_keys=True.
@@ -179,7 +194,7 @@ bool CanonicalText(PyObject* params, std::string* text) {
   text->push_back('{');
   for (size_t i = 0; i < items.size(); ++i) {
     if (i) text->push_back(',');
-    AppendEscaped(text, items[i].first);
+    AppendJsonString(text, items[i].first);
     text->push_back(':');
     if (!AppendValue(text, items[i].second)) return false;
   }
