@@ -165,6 +165,34 @@ class Store:
         steps: tuple[int, int] | None = None,
     ) -> dict[str, npt.NDArray[Any]]: ...
 
+class EmaBatch:
+    """EMA workbench experiments gathered into columns (runstore.ema's callback; private)."""
+
+    def __init__(self, outcomes: Sequence[str], first_row: int) -> None:
+        """A batch for a model's outcomes (their names, in order); rows count from first_row."""
+    def add(self, experiment: Any, outcomes: dict[str, Any], finished: float) -> int:
+        """Gathers an experiment and returns how many the batch holds, or 0 if it is not one
+        the batch takes (the batch is then unchanged)."""
+    def take(
+        self,
+    ) -> tuple[
+        list[str],
+        dict[str, npt.NDArray[Any] | list[str]],
+        dict[str, npt.NDArray[Any]],
+        npt.NDArray[np.int64],
+        npt.NDArray[np.float64],
+    ]:
+        """(ids, params, outcomes, rows, finished) of the experiments gathered, as
+        ExperimentWriter.record_many takes them; empties the batch."""
+    def __len__(self) -> int: ...
+
+def plain_experiment_id(params: dict[str, Any]) -> str | None:
+    """runstore.experiment_id of a dict of str keys and plain bool, int, float, str or None
+    values; None for any other dict (the Python path derives its id)."""
+
+def plain_canonical_text(params: dict[str, Any]) -> str | None:
+    """The text plain_experiment_id hashes, or None (for tests)."""
+
 def csv_rows(
     columns: Sequence[npt.NDArray[Any]],
     missing: Sequence[npt.NDArray[np.bool_] | None],

@@ -41,8 +41,8 @@ from ema_workbench.em_framework.parameters import (
     IntegerParameter,
 )
 
+from . import _core, _output, _tar
 from . import _experiments as ex
-from . import _output, _tar
 from ._store import Store
 from ._store import open as _open
 from ._version import __version__
@@ -130,8 +130,10 @@ class _Callback(AbstractCallback):
 
     Experiments are gathered into columns and written ``batch`` at a time (or when
     ``flush_every_s`` has passed) with one vectorised call, then flushed; a commit follows
-    every ``commit_every_s``. A commit thus never holds part of an experiment, and the cost per
-    experiment is a few appends to lists."""
+    every ``commit_every_s``. A commit thus never holds part of an experiment. An experiment
+    costs one C++ call (``_core.EmaBatch``, which reads its values, derives its id and appends
+    them to the columns); one that call does not take (array parameters to flatten, a missing
+    outcome, values of other types) goes the Python path, and so does the rest of its batch."""
 
     store_path: str = ""
     options: dict[str, Any] = {}
@@ -178,33 +180,32 @@ class _Callback(AbstractCallback):
         cats.update({k["name"]: k["categories"] for k in kinds if k["kind"] == "categorical"})
         self.store.attrs.update({ATTR: meta, ex.CATEGORIES_ATTR: cats})
         self._meta = meta
+        self._model: Any = None  # the model of the last experiment, in meta["models"]
         # A small buffer: the callback writes often, and memory is what it must keep flat.
         self._w = ex.ExperimentWriter(self.store, buffer_bytes=opts["buffer_bytes"])
         self._outcome_names = [o.name for o in outcomes]
+        # The experiments gathered since the last write: in C++ (the batch), or, from the
+        # first one it did not take until the next write, in Python (pending).
+        self._batch = _core.EmaBatch(self._outcome_names, self._w.first_row)
         self._pending: list[tuple[str, dict[str, Any], dict[str, Any], int, float]] = []
         self._last_flush = self._last_commit = time.monotonic()
         self._closed = False
         type(self).instances.add(self)
-        self._finalizer = weakref.finalize(self, _finish, self._w, self._pending)
+        self._finalizer = weakref.finalize(self, _finish, self._w, self._batch, self._pending)
 
     def __call__(self, experiment: Any, outcomes: Mapping[str, Any]) -> None:
         if self._closed:
             raise RuntimeError(f"the runstore callback on {self.store.path} is closed")
         model = experiment.model_name
-        if model not in self._meta["models"]:
-            self._meta["models"].append(model)
-            self.store.attrs[ATTR] = self._meta
-        params = _values(experiment.scenario, experiment.policy)
-        params["model"] = model
-        eid = ex.experiment_id_of_plain(params)  # experiment_id(): the parameters and the model
-        params["scenario"] = _plain(experiment.scenario.name)
-        params["policy"] = _plain(experiment.policy.name)
-        values = {k: outcomes[k] for k in self._outcome_names if outcomes.get(k) is not None}
-        row = self._w.first_row + experiment.experiment_id
-        self._pending.append((eid, params, values, row, time.time()))
+        if model != self._model:
+            self._note_model(model)
+        finished = time.time()
+        held = 0 if self._pending else self._batch.add(experiment, outcomes, finished)
+        if not held:
+            held = self._gather(experiment, outcomes, finished)
         now = time.monotonic()
-        if len(self._pending) >= self.batch or now - self._last_flush >= self.flush_every_s:
-            _write(self._w, self._pending)
+        if held >= self.batch or now - self._last_flush >= self.flush_every_s:
+            _write(self._w, self._batch, self._pending)
             if now - self._last_commit >= self.commit_every_s:
                 self._w.commit(wait=False)
                 self._last_commit = now
@@ -213,6 +214,30 @@ class _Callback(AbstractCallback):
             self._last_flush = now
         # Counts it and draws EMA's progress; at the last experiment that calls close().
         super().__call__(experiment, outcomes)
+
+    def _note_model(self, model: Any) -> None:
+        """Adds a model to store.attrs["ema"]["models"] before any of its experiments is
+        written."""
+        if model not in self._meta["models"]:
+            self._meta["models"].append(model)
+            self.store.attrs[ATTR] = self._meta
+        self._model = model
+
+    def _gather(self, experiment: Any, outcomes: Mapping[str, Any], finished: float) -> int:
+        """The Python path: gathers an experiment that the C++ batch did not take, after
+        taking over what that batch holds, so that the whole batch is written as this path
+        writes it; returns how many are gathered."""
+        if len(self._batch):
+            self._pending += self._batch.drain()
+        params = _values(experiment.scenario, experiment.policy)
+        params["model"] = experiment.model_name
+        eid = ex.experiment_id_of_plain(params)  # experiment_id(): the parameters and the model
+        params["scenario"] = _plain(experiment.scenario.name)
+        params["policy"] = _plain(experiment.policy.name)
+        values = {k: outcomes[k] for k in self._outcome_names if outcomes.get(k) is not None}
+        row = self._w.first_row + experiment.experiment_id
+        self._pending.append((eid, params, values, row, finished))
+        return len(self._pending)
 
     def close(self) -> None:
         """Writes and commits what was recorded and closes the writer (also at interpreter
@@ -236,29 +261,32 @@ class _Callback(AbstractCallback):
         return self.store
 
 
-def _write(w: ex.ExperimentWriter, pending: list[Any]) -> None:
-    """Writes the gathered experiments, grouped by which parameters and outcomes they have (one
-    group unless some lack an outcome), and empties ``pending``."""
+def _write(w: ex.ExperimentWriter, batch: _core.EmaBatch, pending: list[Any]) -> None:
+    """Writes the gathered experiments and empties ``batch`` and ``pending`` (one of them holds
+    none): the C++ batch's columns in one call, or the Python path's grouped by which
+    parameters and outcomes they have (one group unless some lack an outcome)."""
+    if len(batch):
+        ids, params, outs, rows, finished = batch.take()
+        w.record_many(ids, params, outs, rows=rows, finished=finished)
     groups: dict[tuple[tuple[str, ...], tuple[str, ...]], list[Any]] = {}
     for item in pending:
         groups.setdefault((tuple(item[1]), tuple(item[2])), []).append(item)
     for (pnames, onames), items in groups.items():
         params = {p: [it[1][p] for it in items] for p in pnames}
-        outs = {o: np.asarray([it[2][o] for it in items]) for o in onames}
+        outcomes = {o: np.asarray([it[2][o] for it in items]) for o in onames}
         w.record_many(
             [it[0] for it in items],
             params,
-            outs,
+            outcomes,
             rows=[it[3] for it in items],
             finished=[it[4] for it in items],
         )
     pending.clear()
 
 
-def _finish(w: ex.ExperimentWriter, pending: list[Any]) -> None:
+def _finish(w: ex.ExperimentWriter, batch: _core.EmaBatch, pending: list[Any]) -> None:
     try:
-        if pending:
-            _write(w, pending)
+        _write(w, batch, pending)
     finally:
         w.close()
 

@@ -145,6 +145,7 @@ class PyStore {
 void BindWriter(nb::module_& m);
 void BindStore(nb::module_& m);
 void BindExperimentId(nb::module_& m);
+void BindEmaBatch(nb::module_& m);
 
 }  // namespace runstore::python
 

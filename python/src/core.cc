@@ -20,6 +20,7 @@ NB_MODULE(_core, m) {
   runstore::python::BindWriter(m);
   runstore::python::BindStore(m);
   runstore::python::BindExperimentId(m);
+  runstore::python::BindEmaBatch(m);
   m.attr("FORMAT_VERSION") = runstore::kFormatVersion;
   nb::list dtypes;
   for (int d = 1; d <= 13; ++d) {
