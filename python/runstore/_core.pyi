@@ -1,6 +1,6 @@
 """Type stubs for runstore._core, the compiled half of the runstore package."""
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Literal
 
@@ -166,24 +166,34 @@ class Store:
     ) -> dict[str, npt.NDArray[Any]]: ...
 
 class EmaBatch:
-    """EMA workbench experiments gathered into columns (runstore.ema's callback; private)."""
+    """EMA workbench experiments kept until their batch is written (runstore.ema's callback;
+    private)."""
 
     def __init__(self, outcomes: Sequence[str], first_row: int) -> None:
         """A batch for a model's outcomes (their names, in order); rows count from first_row."""
-    def add(self, experiment: Any, outcomes: dict[str, Any], finished: float) -> int:
-        """Gathers an experiment and returns how many the batch holds, or 0 if it is not one
-        the batch takes (the batch is then unchanged)."""
-    def take(
+    def keep(self, experiment: Any, outcomes: Mapping[str, Any], finished: float) -> int:
+        """Keeps an experiment, its outcomes as they are now and its finishing time; returns how
+        many the batch holds."""
+    def columns(
         self,
-    ) -> tuple[
-        list[str],
-        dict[str, npt.NDArray[Any] | list[str]],
-        dict[str, npt.NDArray[Any]],
-        npt.NDArray[np.int64],
-        npt.NDArray[np.float64],
-    ]:
-        """(ids, params, outcomes, rows, finished) of the experiments gathered, as
-        ExperimentWriter.record_many takes them; empties the batch."""
+    ) -> (
+        tuple[
+            list[str],
+            dict[str, npt.NDArray[Any] | list[str]],
+            dict[str, npt.NDArray[Any]],
+            npt.NDArray[np.int64],
+            npt.NDArray[np.float64],
+        ]
+        | None
+    ):
+        """(ids, params, outcomes, rows, finished) of the experiments kept, as
+        ExperimentWriter.record_many takes them; None if the batch is not one this takes (the
+        Python path then writes its items())."""
+    def items(self) -> list[tuple[Any, dict[str, Any], float]]:
+        """The experiments kept as (experiment, outcomes, finished), the outcomes a dict of
+        those present."""
+    def clear(self) -> None:
+        """Forgets the experiments kept."""
     def __len__(self) -> int: ...
 
 def plain_experiment_id(params: dict[str, Any]) -> str | None:

@@ -128,12 +128,12 @@ def _outcome_class(o: Any) -> str:
 class _Callback(AbstractCallback):
     """The class ``callback`` binds to a store; EMA instantiates it.
 
-    Experiments are gathered into columns and written ``batch`` at a time (or when
-    ``flush_every_s`` has passed) with one vectorised call, then flushed; a commit follows
-    every ``commit_every_s``. A commit thus never holds part of an experiment. An experiment
-    costs one C++ call (``_core.EmaBatch``, which reads its values, derives its id and appends
-    them to the columns); one that call does not take (array parameters to flatten, a missing
-    outcome, values of other types) goes the Python path, and so does the rest of its batch."""
+    Each experiment is kept as it comes (``_core.EmaBatch``: a reference to it and to its
+    outcomes, and the time), and ``batch`` at a time (or when ``flush_every_s`` has passed)
+    the batch is written with one vectorised call, then flushed; a commit follows every
+    ``commit_every_s``. A commit thus never holds part of an experiment. One C++ call reads a
+    batch's values, derives their ids and builds the columns; a batch it does not take (array
+    parameters to flatten, a missing outcome, values of other types) goes the Python path."""
 
     store_path: str = ""
     options: dict[str, Any] = {}
@@ -184,14 +184,13 @@ class _Callback(AbstractCallback):
         # A small buffer: the callback writes often, and memory is what it must keep flat.
         self._w = ex.ExperimentWriter(self.store, buffer_bytes=opts["buffer_bytes"])
         self._outcome_names = [o.name for o in outcomes]
-        # The experiments gathered since the last write: in C++ (the batch), or, from the
-        # first one it did not take until the next write, in Python (pending).
+        # The experiments since the last write.
         self._batch = _core.EmaBatch(self._outcome_names, self._w.first_row)
-        self._pending: list[tuple[str, dict[str, Any], dict[str, Any], int, float]] = []
-        self._last_flush = self._last_commit = time.monotonic()
+        self._flush_at = time.monotonic() + self.flush_every_s
+        self._last_commit = time.monotonic()
         self._closed = False
         type(self).instances.add(self)
-        self._finalizer = weakref.finalize(self, _finish, self._w, self._batch, self._pending)
+        self._finalizer = weakref.finalize(self, _finish, self._w, self._batch, self._outcome_names)
 
     def __call__(self, experiment: Any, outcomes: Mapping[str, Any]) -> None:
         if self._closed:
@@ -199,19 +198,9 @@ class _Callback(AbstractCallback):
         model = experiment.model_name
         if model != self._model:
             self._note_model(model)
-        finished = time.time()
-        held = 0 if self._pending else self._batch.add(experiment, outcomes, finished)
-        if not held:
-            held = self._gather(experiment, outcomes, finished)
-        now = time.monotonic()
-        if held >= self.batch or now - self._last_flush >= self.flush_every_s:
-            _write(self._w, self._batch, self._pending)
-            if now - self._last_commit >= self.commit_every_s:
-                self._w.commit(wait=False)
-                self._last_commit = now
-            else:
-                self._w.flush()
-            self._last_flush = now
+        held = self._batch.keep(experiment, outcomes, time.time())
+        if held >= self.batch or time.monotonic() >= self._flush_at:
+            self._write()
         # Counts it and draws EMA's progress; at the last experiment that calls close().
         super().__call__(experiment, outcomes)
 
@@ -223,21 +212,17 @@ class _Callback(AbstractCallback):
             self.store.attrs[ATTR] = self._meta
         self._model = model
 
-    def _gather(self, experiment: Any, outcomes: Mapping[str, Any], finished: float) -> int:
-        """The Python path: gathers an experiment that the C++ batch did not take, after
-        taking over what that batch holds, so that the whole batch is written as this path
-        writes it; returns how many are gathered."""
-        if len(self._batch):
-            self._pending += self._batch.drain()
-        params = _values(experiment.scenario, experiment.policy)
-        params["model"] = experiment.model_name
-        eid = ex.experiment_id_of_plain(params)  # experiment_id(): the parameters and the model
-        params["scenario"] = _plain(experiment.scenario.name)
-        params["policy"] = _plain(experiment.policy.name)
-        values = {k: outcomes[k] for k in self._outcome_names if outcomes.get(k) is not None}
-        row = self._w.first_row + experiment.experiment_id
-        self._pending.append((eid, params, values, row, finished))
-        return len(self._pending)
+    def _write(self) -> None:
+        """Writes the experiments kept, then flushes, or commits once commit_every_s has
+        passed since the last commit."""
+        now = time.monotonic()
+        self._flush_at = now + self.flush_every_s
+        _write(self._w, self._batch, self._outcome_names)
+        if now - self._last_commit >= self.commit_every_s:
+            self._w.commit(wait=False)
+            self._last_commit = now
+        else:
+            self._w.flush()
 
     def close(self) -> None:
         """Writes and commits what was recorded and closes the writer (also at interpreter
@@ -261,32 +246,64 @@ class _Callback(AbstractCallback):
         return self.store
 
 
-def _write(w: ex.ExperimentWriter, batch: _core.EmaBatch, pending: list[Any]) -> None:
-    """Writes the gathered experiments and empties ``batch`` and ``pending`` (one of them holds
-    none): the C++ batch's columns in one call, or the Python path's grouped by which
-    parameters and outcomes they have (one group unless some lack an outcome)."""
-    if len(batch):
-        ids, params, outs, rows, finished = batch.take()
-        w.record_many(ids, params, outs, rows=rows, finished=finished)
+def _write(w: ex.ExperimentWriter, batch: _core.EmaBatch, outcome_names: list[str]) -> None:
+    """Writes the experiments kept in ``batch`` and empties it: the columns its C++ path builds,
+    in one call, or, for a batch that path does not take, the Python path's, grouped by which
+    parameters and outcomes the experiments have (one group unless some lack an outcome)."""
+    if not len(batch):
+        return
+    columns = batch.columns()
+    if columns is not None:
+        ids, params, outcomes, rows, finished = columns
+        w.record_many(ids, params, outcomes, rows=rows, finished=finished)
+        batch.clear()
+        return
+    items = batch.items()
+    batch.clear()
+    rows = []
+    try:
+        for item in items:  # a value runstore does not store raises: those before it are kept
+            rows.append(_row(w, *item, outcome_names))
+    finally:
+        _write_rows(w, rows)
+
+
+def _row(
+    w: ex.ExperimentWriter,
+    experiment: Any,
+    outcomes: Mapping[str, Any],
+    finished: float,
+    outcome_names: list[str],
+) -> tuple[str, dict[str, Any], dict[str, Any], int, float]:
+    """The Python path: an experiment as (id, parameters, outcomes, row, finished)."""
+    params = _values(experiment.scenario, experiment.policy)
+    params["model"] = experiment.model_name
+    eid = ex.experiment_id_of_plain(params)  # experiment_id(): the parameters and the model
+    params["scenario"] = _plain(experiment.scenario.name)
+    params["policy"] = _plain(experiment.policy.name)
+    values = {k: outcomes[k] for k in outcome_names if outcomes.get(k) is not None}
+    return eid, params, values, w.first_row + experiment.experiment_id, finished
+
+
+def _write_rows(w: ex.ExperimentWriter, rows: list[Any]) -> None:
     groups: dict[tuple[tuple[str, ...], tuple[str, ...]], list[Any]] = {}
-    for item in pending:
-        groups.setdefault((tuple(item[1]), tuple(item[2])), []).append(item)
-    for (pnames, onames), items in groups.items():
-        params = {p: [it[1][p] for it in items] for p in pnames}
-        outcomes = {o: np.asarray([it[2][o] for it in items]) for o in onames}
+    for row in rows:
+        groups.setdefault((tuple(row[1]), tuple(row[2])), []).append(row)
+    for (pnames, onames), group in groups.items():
+        params = {p: [r[1][p] for r in group] for p in pnames}
+        outcomes = {o: np.asarray([r[2][o] for r in group]) for o in onames}
         w.record_many(
-            [it[0] for it in items],
+            [r[0] for r in group],
             params,
             outcomes,
-            rows=[it[3] for it in items],
-            finished=[it[4] for it in items],
+            rows=[r[3] for r in group],
+            finished=[r[4] for r in group],
         )
-    pending.clear()
 
 
-def _finish(w: ex.ExperimentWriter, batch: _core.EmaBatch, pending: list[Any]) -> None:
+def _finish(w: ex.ExperimentWriter, batch: _core.EmaBatch, outcome_names: list[str]) -> None:
     try:
-        _write(w, batch, pending)
+        _write(w, batch, outcome_names)
     finally:
         w.close()
 

@@ -1,28 +1,28 @@
-// EmaBatch: EMA workbench experiments gathered into columns as they finish,
-// for runstore.ema's callback (python/runstore/ema.py). The callback hands
-// each experiment to add() and writes what take() returns with one
-// ExperimentWriter.record_many a batch, so that an experiment costs one C++
-// call rather than a row of Python dicts and a content hash in Python.
+// EmaBatch: EMA workbench experiments kept as EMA hands them to runstore.ema's
+// callback (python/runstore/ema.py), and the columns of a batch of them. The
+// callback keeps each experiment (a reference to it and to its outcomes: one
+// C++ call) and, a batch at a time, columns() reads them all, derives their
+// ids and builds the columns that one ExperimentWriter.record_many writes: a
+// tight loop over a thousand experiments rather than a row of Python dicts
+// and a content hash per experiment.
 //
-// It gathers exactly what the callback's Python path (ema.py: _values,
-// _plain, experiment_id, _write) records, or refuses the experiment and
-// changes nothing, and the Python path takes it. It takes an experiment whose
-// scenario and policy keep their values in a `.data` dict, with no key in
-// both and none named model, scenario or policy; whose values, names and
-// scalar outcomes are bool, int (within int64), float or str, or numpy
-// scalars that .item() makes such; whose other outcomes are numpy arrays of a
-// dtype runstore stores; and, after the first experiment of a batch, with the
-// same keys in the same order, the same outcomes present and arrays of the
-// same dtype and shape as the first. Anything else (array parameters to
-// flatten, None, a missing outcome, a model that changes its keys) is refused.
+// columns() builds exactly what the callback's Python path (ema.py: _values,
+// _plain, experiment_id, _write_rows) records, or returns None and the
+// Python path writes the batch. It takes a batch whose experiments' scenario
+// and policy keep their values in a `.data` dict, with no key in both and
+// none named model, scenario or policy; whose values, names and scalar
+// outcomes are bool, int (within int64), float or str, or numpy scalars that
+// .item() makes such, of one kind per column; whose other outcomes are numpy
+// arrays of a dtype runstore stores, of one dtype and shape per outcome; and
+// whose experiments all have the same keys in the same order and the same
+// outcomes. Anything else (array parameters to flatten, None, a missing
+// outcome, kinds or shapes that change) leaves the batch to the Python path.
 //
-// Columns hold what the Python path hands the writer: numbers promote within
-// a column as numpy.asarray promotes a list of them (bool < int < float),
-// outcome arrays stack along a new first axis with the first one's dtype, and
-// str columns are lists of the same str objects. python/tests/test_ema.py
-// compares the two paths on the same experiments.
-//
-// Every method needs the GIL (nanobind holds it for each call).
+// The columns are what the Python path hands the writer: numbers in the
+// array numpy.asarray makes of a list of them, outcome arrays stacked along a
+// new first axis, str columns lists of the same str objects.
+// python/tests/test_ema_batch.py compares the two paths on the same
+// experiments. Needs the GIL.
 #include <Python.h>
 #include <nanobind/nanobind.h>
 
@@ -195,21 +195,6 @@ class ScalarColumn {
     return out;
   }
 
-  // Value k as _plain gives it: a bool, int, float or str.
-  nb::object Item(size_t k) const {
-    switch (kind_) {
-      case Kind::kFloat:
-        return nb::steal(PyFloat_FromDouble(floats_[k]));
-      case Kind::kInt:
-        return nb::steal(PyLong_FromLongLong(ints_[k]));
-      case Kind::kBool:
-        return nb::borrow(ints_[k] ? Py_True : Py_False);
-      case Kind::kStr:
-        break;
-    }
-    return strs_[k];
-  }
-
  private:
   Kind kind_;
   std::vector<double> floats_;
@@ -313,8 +298,6 @@ class OutcomeColumn {
     return out;
   }
 
-  const nb::object& Item(size_t k) const { return values_[k]; }
-
  private:
   Kind kind_;         // of scalars
   nb::object descr_;  // of arrays (null for scalars), with their type, shape and size
@@ -326,34 +309,43 @@ class OutcomeColumn {
 
 PyObject* Interned(const char* s) { return PyUnicode_InternFromString(s); }
 
-}  // namespace
+PyObject* ModelKey() {
+  static PyObject* const s = Interned("model");
+  return s;
+}
+PyObject* ScenarioKey() {
+  static PyObject* const s = Interned("scenario");
+  return s;
+}
+PyObject* PolicyKey() {
+  static PyObject* const s = Interned("policy");
+  return s;
+}
 
-class EmaBatch {
+// An attribute (a new reference), or null with no Python error set.
+nb::object Attr(PyObject* obj, PyObject* name) {
+  PyObject* v = PyObject_GetAttr(obj, name);
+  if (v == nullptr) PyErr_Clear();
+  return nb::steal(v);
+}
+
+// The columns of a batch, built one experiment at a time. The first one sets
+// the batch's schema (keys, kinds, outcomes); Add refuses any that does not
+// fit it, and the whole batch then goes the Python path.
+class BatchColumns {
  public:
   static constexpr size_t kIdSize = 17;  // "e" and 16 hex digits
 
-  EmaBatch(nb::handle outcome_names, int64_t first_row) : first_row_(first_row) {
-    for (nb::handle name : nb::iter(outcome_names)) {
-      if (!PyUnicode_CheckExact(name.ptr())) {
-        throw nb::type_error("EmaBatch: outcome names must be str");
-      }
-      outcome_names_.push_back(nb::borrow(name));
-    }
-  }
+  BatchColumns(const std::vector<nb::object>& outcome_names, int64_t first_row)
+      : outcome_names_(outcome_names), first_row_(first_row) {}
 
-  size_t size() const { return n_; }
-
-  // Gathers the experiment; returns how many the batch holds, or 0 if the
-  // Python path must take it (the batch is then as it was).
-  size_t Add(nb::handle experiment, nb::handle outcomes, double finished) {
-    if (!Read(experiment.ptr(), outcomes.ptr())) return 0;
-    if (n_ == 0) {
-      if (!NewSchema()) return 0;
-    } else if (!Matches()) {
-      return 0;
-    }
+  // Adds an experiment, its outcomes (one per outcome name, null where it
+  // has none) and its finishing time; false if it is not one the batch takes.
+  bool Add(PyObject* experiment, const nb::object* outcomes, double finished) {
+    if (!Read(experiment, outcomes)) return false;
+    if (n_ == 0 ? !NewSchema() : !Matches()) return false;
     char id[kIdSize];
-    if (!IdText() || !HexId(text_, id)) return 0;
+    if (!IdText() || !HexId(text_, id)) return false;
     ids_.append(id, kIdSize);
     for (size_t k = 0; k < values_.size(); ++k) params_[k].Push(values_[k]);
     models_.Push(model_);
@@ -364,116 +356,71 @@ class EmaBatch {
     }
     rows_.push_back(first_row_ + experiment_id_);
     finished_.push_back(finished);
-    return ++n_;
+    ++n_;
+    return true;
   }
 
-  // (ids, params, outcomes, rows, finished) as record_many takes them, and
-  // empties the batch.
-  nb::tuple Take() {
+  // (ids, params, outcomes, rows, finished) as record_many takes them.
+  nb::tuple Take() const {
     nb::list ids;
-    for (size_t k = 0; k < n_; ++k) ids.append(Id(k));
+    for (size_t k = 0; k < n_; ++k) {
+      nb::object id = nb::steal(PyUnicode_FromStringAndSize(ids_.data() + kIdSize * k, kIdSize));
+      if (!id.is_valid()) throw nb::python_error();
+      ids.append(id);
+    }
     nb::dict params;
+    nb::dict outcomes;
     if (n_ != 0) {
       for (size_t k = 0; k < params_.size(); ++k) params[keys_[k]] = params_[k].Take();
       params[nb::handle(ModelKey())] = models_.Take();
       params[nb::handle(ScenarioKey())] = scenario_names_.Take();
       params[nb::handle(PolicyKey())] = policy_names_.Take();
-    }
-    nb::dict outcomes;
-    for (size_t k = 0; k < outcome_columns_.size() && n_ != 0; ++k) {
-      outcomes[outcome_names_[present_[k]]] = outcome_columns_[k].Take();
+      for (size_t k = 0; k < outcome_columns_.size(); ++k) {
+        outcomes[outcome_names_[present_[k]]] = outcome_columns_[k].Take();
+      }
     }
     nb::object rows = NewArray<int64_t>(
         NPY_INT64, n_, [&](int64_t* p) { std::copy(rows_.begin(), rows_.end(), p); });
     nb::object finished = NewArray<double>(
         NPY_DOUBLE, n_, [&](double* p) { std::copy(finished_.begin(), finished_.end(), p); });
-    Clear();
     return nb::make_tuple(ids, params, outcomes, rows, finished);
   }
 
-  // The experiments gathered as the Python path's items, (id, params,
-  // outcomes, row, finished) each, in the order they came, and empties the
-  // batch: for the Python path to take the whole batch over.
-  nb::list Drain() {
-    nb::list out;
-    for (size_t k = 0; k < n_; ++k) {
-      nb::dict params;
-      for (size_t j = 0; j < params_.size(); ++j) params[keys_[j]] = params_[j].Item(k);
-      params[nb::handle(ModelKey())] = models_.Item(k);
-      params[nb::handle(ScenarioKey())] = scenario_names_.Item(k);
-      params[nb::handle(PolicyKey())] = policy_names_.Item(k);
-      nb::dict values;
-      for (size_t j = 0; j < outcome_columns_.size(); ++j) {
-        values[outcome_names_[present_[j]]] = outcome_columns_[j].Item(k);
-      }
-      out.append(nb::make_tuple(Id(k), params, values, rows_[k], finished_[k]));
-    }
-    Clear();
-    return out;
-  }
-
  private:
-  nb::object Id(size_t k) const {
-    nb::object id = nb::steal(PyUnicode_FromStringAndSize(ids_.data() + kIdSize * k, kIdSize));
-    if (!id.is_valid()) throw nb::python_error();
-    return id;
-  }
-
-  static PyObject* ModelKey() {
-    static PyObject* s = Interned("model");
-    return s;
-  }
-  static PyObject* ScenarioKey() {
-    static PyObject* s = Interned("scenario");
-    return s;
-  }
-  static PyObject* PolicyKey() {
-    static PyObject* s = Interned("policy");
-    return s;
-  }
-
-  // Reads the experiment into the members below; false if it is not one
-  // this batch takes whatever the schema.
-  bool Read(PyObject* experiment, PyObject* outcomes) {
+  // Reads an experiment into the members below; false if it is not one a
+  // batch takes, whatever its schema.
+  bool Read(PyObject* experiment, const nb::object* outcomes) {
     static PyObject* const scenario_attr = Interned("scenario");
     static PyObject* const policy_attr = Interned("policy");
     static PyObject* const model_attr = Interned("model_name");
     static PyObject* const id_attr = Interned("experiment_id");
     static PyObject* const data_attr = Interned("data");
     static PyObject* const name_attr = Interned("name");
-    auto get = [](PyObject* obj, PyObject* name) {
-      PyObject* v = PyObject_GetAttr(obj, name);
-      if (v == nullptr) PyErr_Clear();
-      return nb::steal(v);
-    };
-    if (!PyDict_CheckExact(outcomes)) return false;
-    scenario_ = get(experiment, scenario_attr);
-    policy_ = get(experiment, policy_attr);
-    model_obj_ = get(experiment, model_attr);
-    nb::object eid = get(experiment, id_attr);
+    scenario_ = Attr(experiment, scenario_attr);
+    policy_ = Attr(experiment, policy_attr);
+    model_obj_ = Attr(experiment, model_attr);
+    nb::object eid = Attr(experiment, id_attr);
     if (!scenario_.is_valid() || !policy_.is_valid() || !model_obj_.is_valid() || !eid.is_valid()) {
       return false;
     }
-    scenario_data_ = get(scenario_.ptr(), data_attr);
-    policy_data_ = get(policy_.ptr(), data_attr);
-    nb::object sname = get(scenario_.ptr(), name_attr);
-    nb::object pname = get(policy_.ptr(), name_attr);
-    if (!scenario_data_.is_valid() || !policy_data_.is_valid() || !sname.is_valid() ||
-        !pname.is_valid() || !PyDict_CheckExact(scenario_data_.ptr()) ||
+    scenario_data_ = Attr(scenario_.ptr(), data_attr);
+    policy_data_ = Attr(policy_.ptr(), data_attr);
+    // scenario_name_ and policy_name_ may borrow these until they are pushed.
+    scenario_name_obj_ = Attr(scenario_.ptr(), name_attr);
+    policy_name_obj_ = Attr(policy_.ptr(), name_attr);
+    if (!scenario_data_.is_valid() || !policy_data_.is_valid() || !scenario_name_obj_.is_valid() ||
+        !policy_name_obj_.is_valid() || !PyDict_CheckExact(scenario_data_.ptr()) ||
         !PyDict_CheckExact(policy_data_.ptr())) {
       return false;
     }
     Scalar id;
     if (!ReadScalar(model_obj_.ptr(), false, &model_) || model_.kind != Kind::kStr ||
         !ReadScalar(eid.ptr(), false, &id) || id.kind != Kind::kInt ||
-        !ReadScalar(sname.ptr(), true, &scenario_name_) ||
-        !ReadScalar(pname.ptr(), true, &policy_name_)) {
+        !ReadScalar(scenario_name_obj_.ptr(), true, &scenario_name_) ||
+        !ReadScalar(policy_name_obj_.ptr(), true, &policy_name_)) {
       return false;
     }
     experiment_id_ = id.i;
-    // scenario_name_ and policy_name_ may borrow them until they are pushed.
-    names_keep_[0] = std::move(sname);
-    names_keep_[1] = std::move(pname);
 
     keys_read_.clear();
     values_.clear();
@@ -502,13 +449,9 @@ class EmaBatch {
 
     outcome_values_.assign(outcome_names_.size(), OutcomeValue{});
     for (size_t k = 0; k < outcome_names_.size(); ++k) {
-      PyObject* v = PyDict_GetItemWithError(outcomes, outcome_names_[k].ptr());
-      if (v == nullptr && PyErr_Occurred()) {
-        PyErr_Clear();
-        return false;
-      }
+      PyObject* v = outcomes[k].ptr();
       OutcomeValue& o = outcome_values_[k];
-      if (v == nullptr || v == Py_None) continue;
+      if (v == nullptr) continue;
       o.obj = v;
       if (PyArray_CheckExact(v)) {
         o.array = reinterpret_cast<PyArrayObject*>(v);
@@ -520,10 +463,9 @@ class EmaBatch {
     return true;
   }
 
-  // The batch's schema from the experiment just read: false if its keys
-  // cannot be a batch's (a key named as a column the callback adds).
+  // The batch's schema from its first experiment: false if its keys cannot
+  // be a batch's (one named as a column the callback adds).
   bool NewSchema() {
-    Clear();
     for (PyObject* key : keys_read_) {
       if (PyUnicode_Compare(key, ModelKey()) == 0 || PyUnicode_Compare(key, ScenarioKey()) == 0 ||
           PyUnicode_Compare(key, PolicyKey()) == 0) {
@@ -532,14 +474,12 @@ class EmaBatch {
     }
     n_scenario_keys_ = n_scenario_keys_read_;
     for (size_t k = 0; k < keys_read_.size(); ++k) {
-      keys_.push_back(nb::borrow(keys_read_[k]));
-      key_utf8_.emplace_back();
       std::string_view u;
       if (!Utf8Bytes(keys_read_[k], &u)) return false;
-      key_utf8_.back().assign(u);
+      keys_.push_back(nb::borrow(keys_read_[k]));
+      key_utf8_.emplace_back(u);
       params_.emplace_back(values_[k].kind);
     }
-    models_ = ScalarColumn(Kind::kStr);
     scenario_names_ = ScalarColumn(scenario_name_.kind);
     policy_names_ = ScalarColumn(policy_name_.kind);
     for (size_t k = 0; k < outcome_values_.size(); ++k) {
@@ -549,21 +489,19 @@ class EmaBatch {
     }
     // The canonical text's keys: the parameters and "model", sorted by their
     // UTF-8 bytes (the order of code points: sort_keys=True).
-    const size_t model = keys_.size();
+    model_index_ = keys_.size();
     std::vector<std::string_view> names(key_utf8_.begin(), key_utf8_.end());
     names.push_back("model");
     order_.resize(names.size());
     std::iota(order_.begin(), order_.end(), size_t{0});
     std::sort(order_.begin(), order_.end(),
               [&](size_t a, size_t b) { return names[a] < names[b]; });
-    prefixes_.clear();
     for (size_t j = 0; j < order_.size(); ++j) {
       std::string p = j == 0 ? "{" : ",";
       AppendJsonString(&p, names[order_[j]]);
       p.push_back(':');
       prefixes_.push_back(std::move(p));
     }
-    model_index_ = model;
     return true;
   }
 
@@ -604,26 +542,10 @@ class EmaBatch {
     return true;
   }
 
-  void Clear() {
-    n_ = 0;
-    keys_.clear();
-    key_utf8_.clear();
-    params_.clear();
-    models_ = ScalarColumn(Kind::kStr);
-    scenario_names_ = ScalarColumn(Kind::kStr);
-    policy_names_ = ScalarColumn(Kind::kStr);
-    present_.clear();
-    outcome_columns_.clear();
-    ids_.clear();
-    rows_.clear();
-    finished_.clear();
-  }
+  const std::vector<nb::object>& outcome_names_;
+  const int64_t first_row_;
 
-  // Constant after construction.
-  std::vector<nb::object> outcome_names_;
-  int64_t first_row_;
-
-  // The schema, set by the first experiment of a batch.
+  // The schema, set by the first experiment.
   std::vector<nb::object> keys_;       // the scenario's keys, then the policy's
   std::vector<std::string> key_utf8_;  // the same, as UTF-8
   size_t n_scenario_keys_ = 0;
@@ -632,7 +554,7 @@ class EmaBatch {
   std::vector<std::string> prefixes_;  // before each value of the text: {"key": or ,"key":
   size_t model_index_ = 0;
 
-  // The batch's columns.
+  // The columns.
   size_t n_ = 0;
   std::vector<ScalarColumn> params_;
   ScalarColumn models_{Kind::kStr};
@@ -645,7 +567,7 @@ class EmaBatch {
 
   // The experiment being added (borrowed pointers live as long as these).
   nb::object scenario_, policy_, model_obj_, scenario_data_, policy_data_;
-  nb::object names_keep_[2];
+  nb::object scenario_name_obj_, policy_name_obj_;
   std::vector<PyObject*> keys_read_;
   std::vector<Scalar> values_;
   size_t n_scenario_keys_read_ = 0;
@@ -655,21 +577,104 @@ class EmaBatch {
   std::string text_;
 };
 
+}  // namespace
+
+// The experiments of a batch as EMA hands them over, kept until the batch is
+// written: a reference to each, to each of its outcomes as the outcomes dict
+// holds them at the time (EMA's model fills the same dict again for its next
+// experiment) and its finishing time. It makes no Python container per
+// experiment, so the garbage collector has no more to do than with EMA's own
+// loop.
+class EmaBatch {
+ public:
+  EmaBatch(nb::handle outcome_names, int64_t first_row) : first_row_(first_row) {
+    for (nb::handle name : nb::iter(outcome_names)) {
+      if (!PyUnicode_CheckExact(name.ptr())) {
+        throw nb::type_error("EmaBatch: outcome names must be str");
+      }
+      outcome_names_.push_back(nb::borrow(name));
+    }
+  }
+
+  size_t size() const { return experiments_.size(); }
+
+  // Keeps an experiment; returns how many the batch holds. `outcomes` is a
+  // mapping; an outcome it lacks or holds as None is kept as absent.
+  size_t Keep(nb::handle experiment, nb::handle outcomes, double finished) {
+    nb::object dict = nb::borrow(outcomes);
+    if (!PyDict_CheckExact(dict.ptr())) dict = nb::steal(PyDict_New());
+    if (!dict.is_valid() ||
+        (dict.ptr() != outcomes.ptr() && PyDict_Merge(dict.ptr(), outcomes.ptr(), 1) != 0)) {
+      throw nb::python_error();
+    }
+    for (const nb::object& name : outcome_names_) {
+      PyObject* v = PyDict_GetItemWithError(dict.ptr(), name.ptr());
+      if (v == nullptr && PyErr_Occurred()) throw nb::python_error();
+      outcomes_.push_back(v == nullptr || v == Py_None ? nb::object() : nb::borrow(v));
+    }
+    experiments_.push_back(nb::borrow(experiment));
+    finished_.push_back(finished);
+    return experiments_.size();
+  }
+
+  // The batch's columns, or None if it is not one the C++ path takes.
+  nb::object Columns() const {
+    BatchColumns columns(outcome_names_, first_row_);
+    const size_t m = outcome_names_.size();
+    for (size_t k = 0; k < experiments_.size(); ++k) {
+      if (!columns.Add(experiments_[k].ptr(), outcomes_.data() + k * m, finished_[k])) {
+        return nb::none();
+      }
+    }
+    return columns.Take();
+  }
+
+  // The experiments kept, as (experiment, outcomes, finished) for the Python
+  // path: the outcomes a dict of those present.
+  nb::list Items() const {
+    nb::list out;
+    const size_t m = outcome_names_.size();
+    for (size_t k = 0; k < experiments_.size(); ++k) {
+      nb::dict outcomes;
+      for (size_t j = 0; j < m; ++j) {
+        if (outcomes_[k * m + j].is_valid()) outcomes[outcome_names_[j]] = outcomes_[k * m + j];
+      }
+      out.append(nb::make_tuple(experiments_[k], outcomes, finished_[k]));
+    }
+    return out;
+  }
+
+  void Clear() {
+    experiments_.clear();
+    outcomes_.clear();
+    finished_.clear();
+  }
+
+ private:
+  std::vector<nb::object> outcome_names_;
+  const int64_t first_row_;
+  std::vector<nb::object> experiments_;
+  std::vector<nb::object> outcomes_;  // outcome_names_.size() an experiment; null: absent
+  std::vector<double> finished_;
+};
+
 void BindEmaBatch(nb::module_& m) {
   nb::class_<EmaBatch>(m, "EmaBatch",
-                       "EMA workbench experiments gathered into columns (runstore.ema's "
-                       "callback; private).")
+                       "EMA workbench experiments kept until their batch is written "
+                       "(runstore.ema's callback; private).")
       .def(nb::init<nb::handle, int64_t>(), "outcomes"_a, "first_row"_a,
            "A batch for a model's outcomes (their names, in order); rows count from first_row.")
-      .def("add", &EmaBatch::Add, "experiment"_a, "outcomes"_a, "finished"_a,
-           "Gathers an experiment and returns how many the batch holds, or 0 if it is not "
-           "one the batch takes (the batch is then unchanged).")
-      .def("take", &EmaBatch::Take,
-           "(ids, params, outcomes, rows, finished) of the experiments gathered, as "
-           "ExperimentWriter.record_many takes them; empties the batch.")
-      .def("drain", &EmaBatch::Drain,
-           "The experiments gathered as the Python path's items, (id, params, outcomes, row, "
-           "finished) each, in the order they came; empties the batch.")
+      .def("keep", &EmaBatch::Keep, "experiment"_a, "outcomes"_a, "finished"_a,
+           "Keeps an experiment, its outcomes as they are now and its finishing time; returns "
+           "how many the batch holds.")
+      .def("columns", &EmaBatch::Columns,
+           "(ids, params, outcomes, rows, finished) of the experiments kept, as "
+           "ExperimentWriter.record_many takes them; None if the batch is not one this takes "
+           "(the Python path then writes its items()).")
+      .def("items", &EmaBatch::Items,
+           "The experiments kept as (experiment, outcomes, finished), the outcomes a dict of "
+           "those present.")
+      .def("clear", &EmaBatch::Clear, "Forgets the experiments kept.")
       .def("__len__", &EmaBatch::size);
 }
 

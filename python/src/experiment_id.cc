@@ -84,13 +84,66 @@ bool Utf8Bytes(PyObject* s, std::string_view* out) {
   return true;
 }
 
+namespace {
+
+// float.__repr__ of a finite d (Python's format_float_short, 'r' mode with
+// Py_DTSF_ADD_DOT_0) from the shortest digits that read back as d, which
+// std::to_chars gives as dtoa's mode 0 does (the nearest of the shortest):
+// positional for exponents -4 < e < 16, "1.5e+16" and "1e-05" otherwise.
+bool AppendRepr(std::string* out, double d) {
+  char buf[40];
+  const auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), d, std::chars_format::scientific);
+  if (ec != std::errc()) return false;
+  // buf is [-]D[.DDD]e(+|-)EE[E].
+  const char* p = buf;
+  if (*p == '-') out->push_back(*p++);
+  char digits[24];
+  int n = 0;
+  digits[n++] = *p++;
+  if (*p == '.') {
+    for (++p; p < end && *p != 'e' && n < 24; ++p) digits[n++] = *p;
+  }
+  if (p + 2 >= end || *p != 'e') return false;
+  const bool negative_exp = p[1] == '-';
+  int exp = 0;
+  if (std::from_chars(p + 2, end, exp).ec != std::errc()) return false;
+  if (negative_exp) exp = -exp;
+  const int decpt = exp + 1;  // where the decimal point goes among the digits
+  if (decpt <= -4 || decpt > 16) {
+    out->push_back(digits[0]);
+    if (n > 1) {
+      out->push_back('.');
+      out->append(digits + 1, n - 1);
+    }
+    char e[8];
+    const int len = std::snprintf(e, sizeof(e), "e%+.02d", exp);
+    out->append(e, len);
+  } else if (decpt <= 0) {
+    out->append("0.");
+    out->append(-decpt, '0');
+    out->append(digits, n);
+  } else if (decpt < n) {
+    out->append(digits, decpt);
+    out->push_back('.');
+    out->append(digits + decpt, n - decpt);
+  } else {
+    out->append(digits, n);
+    out->append(decpt - n, '0');
+    out->append(".0");
+  }
+  return true;
+}
+
+}  // namespace
+
 bool AppendJsonFloat(std::string* out, double d) {
   if (std::isnan(d)) {
     out->append("NaN");
   } else if (std::isinf(d)) {
     out->append(d > 0 ? "Infinity" : "-Infinity");
-  } else {
-    // float.__repr__ itself: the shortest text that reads back as d.
+  } else if (const size_t mark = out->size(); !AppendRepr(out, d)) {
+    out->resize(mark);
+    // float.__repr__ itself (what AppendRepr writes, faster).
     char* r = PyOS_double_to_string(d, 'r', 0, Py_DTSF_ADD_DOT_0, nullptr);
     if (r == nullptr) {
       PyErr_Clear();

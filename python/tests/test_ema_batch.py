@@ -1,10 +1,11 @@
-"""runstore.ema's two paths store the same: the C++ batch (_core.EmaBatch) and the Python path
-it leaves to the experiments it does not take (ema-workbench 3.x, Python 3.12+).
+"""runstore.ema's two paths store the same: the batch's columns built in C++
+(_core.EmaBatch) and the Python path it leaves the batches it does not take to
+(ema-workbench 3.x, Python 3.12+).
 
 Each case hands the same experiments, outcomes and finishing times to a callback as EMA would,
-once as it runs and once with the C++ batch taking nothing, and compares every record of the
-two stores (reserved series included), the series' dtypes, shapes and order, and the store's
-attributes."""
+once as it runs and once with every batch going the Python path, and compares every record of
+the two stores (reserved series included), the series' dtypes, shapes and order, and the
+store's attributes."""
 
 from __future__ import annotations
 
@@ -37,19 +38,6 @@ UNCERTAINTIES = [
 ]
 LEVERS = [BooleanParameter("flag"), RealParameter("rate", 0.0, 1.0)]
 OUTCOMES = [ScalarOutcome("y"), ArrayOutcome("curve"), ScalarOutcome("count")]
-
-
-class TakesNothing:
-    """An EmaBatch that takes no experiment: every one goes the Python path."""
-
-    def __init__(self, outcomes, first_row):
-        pass
-
-    def add(self, experiment, outcomes, finished):
-        return 0
-
-    def __len__(self):
-        return 0
 
 
 class FakeTime:
@@ -85,23 +73,27 @@ def plain_experiments(n, start=0):
 
 def run(path, pairs, monkeypatch, python_only=False, batch=1000, levers=()):
     """Hands ``pairs`` to a callback on ``path`` with finishing times 1000.0, 1001.0, ...;
-    returns how many the C++ batch took."""
+    returns how many experiments went in batches whose columns C++ built."""
     clock = itertools.count(1000.0)
     taken = []
 
     class Counting(_core.EmaBatch):
-        def add(self, experiment, outcomes, finished):
-            held = super().add(experiment, outcomes, finished)
-            taken.append(bool(held))
-            return held
+        def columns(self):
+            got = None if python_only else super().columns()
+            if got is not None:
+                taken.append(len(self))
+            return got
 
     with monkeypatch.context() as m:
         m.setattr(runstore.ema, "time", FakeTime(clock))
-        m.setattr(_core, "EmaBatch", TakesNothing if python_only else Counting)
+        m.setattr(_core, "EmaBatch", Counting)
         cls = runstore.ema.callback(path, batch=batch, flush_every_s=1e9, commit_every_s=1e9)
         cb = cls(list(UNCERTAINTIES), list(levers), list(OUTCOMES), len(pairs), log_progress=True)
+        shared = {}  # as EMA's model, which fills one dict again for every experiment
         for e, o in pairs:
-            cb(e, o)
+            shared.clear()
+            shared.update(o)
+            cb(e, shared)
         cb.close()
     return sum(taken)
 
@@ -199,8 +191,8 @@ def test_a_column_of_mixed_kinds_goes_the_python_path_which_promotes_as_numpy_do
         (experiment(9 + i, {"x": x, "n": 1, "kind": "a"}), plain_outcomes(9))
         for i, x in enumerate([1, 2.5, True])
     ]
-    # The first kind change is the third experiment: the batch goes the Python path from there.
-    assert both(tmp_path, pairs, monkeypatch, batch=6) == 2 + 2
+    # A kind changes in each batch (the third experiment of each): both go the Python path.
+    assert both(tmp_path, pairs, monkeypatch, batch=6) == 0
     st = runstore.open(tmp_path / "fast")
     assert st.series_info("~design/x").dtype == "float64"
     assert st.series_info("count").dtype == "int64"
@@ -226,17 +218,16 @@ def test_array_parameters_none_and_other_types_go_the_python_path(tmp_path, monk
     pairs += plain_experiments(3, start=7)
     pairs.append((experiment(10, {"x": 0.5, "n": np.uint64(3), "kind": "a"}), plain_outcomes(10)))
     pairs += plain_experiments(3, start=11)
-    taken = both(tmp_path, pairs, monkeypatch, batch=5)
-    # The batch of each experiment it refused goes the Python path to its end.
-    assert 0 < taken < len(pairs)
+    # Batches of 5: the second and third hold the two it does not take.
+    assert both(tmp_path, pairs, monkeypatch, batch=5) == 5
 
 
 def test_a_missing_outcome_sends_its_batch_the_python_path(tmp_path, monkeypatch):
     pairs = plain_experiments(12)
     pairs[3][1]["y"] = None  # as EMA gives an outcome the model did not return
     del pairs[6][1]["count"]
-    # Batches of 4: three taken then the Python path; two then it; the last batch taken.
-    assert both(tmp_path, pairs, monkeypatch, batch=4) == 3 + 2 + 4
+    # Batches of 4: the first two go the Python path, the last is taken.
+    assert both(tmp_path, pairs, monkeypatch, batch=4) == 4
 
 
 def test_an_outcome_that_changes_dtype_or_shape_sends_its_batch_the_python_path(
@@ -245,7 +236,7 @@ def test_an_outcome_that_changes_dtype_or_shape_sends_its_batch_the_python_path(
     pairs = plain_experiments(8)
     pairs[2][1]["curve"] = pairs[2][1]["curve"].astype(np.float32)  # numpy makes float64
     pairs[5][1]["y"] = np.array(pairs[5][1]["y"])  # a 0-d array among floats
-    assert both(tmp_path, pairs, monkeypatch, batch=4) == 2 + 1
+    assert both(tmp_path, pairs, monkeypatch, batch=4) == 0
 
 
 def test_changing_keys_and_a_key_in_both_scenario_and_policy(tmp_path, monkeypatch):
@@ -254,8 +245,8 @@ def test_changing_keys_and_a_key_in_both_scenario_and_policy(tmp_path, monkeypat
     pairs += plain_experiments(3, start=5)
     pairs.append((experiment(8, {"x": 0.5, "n": 2, "kind": "a"}, {"n": 3}), plain_outcomes(8)))
     pairs += plain_experiments(3, start=9)
-    taken = both(tmp_path, pairs, monkeypatch, batch=4)
-    assert 0 < taken < len(pairs)
+    # Batches of 4: the second and third hold the two it does not take.
+    assert both(tmp_path, pairs, monkeypatch, batch=4) == len(pairs) - 8
 
 
 def test_outcome_arrays_of_any_layout_are_copied_in_c_order(tmp_path, monkeypatch):
@@ -276,10 +267,8 @@ def test_models_and_rows_of_several_models(tmp_path, monkeypatch):
     assert runstore.open(tmp_path / "fast").attrs["ema"]["models"] == ["m1", "m2"]
 
 
-def test_the_batch_takes_nothing_it_cannot_store_exactly():
-    b = _core.EmaBatch(["y"], 0)
-    ok = experiment(0, {"x": 0.5, "n": 1, "kind": "a"})
-    assert b.add(ok, {"y": 1.0}, 0.0) == 1
+def test_the_columns_take_no_batch_they_cannot_store_exactly():
+    ok = (experiment(0, {"x": 0.5, "n": 1, "kind": "a"}), {"y": 1.0}, 0.0)
     refused = [
         (experiment(1, {"x": None, "n": 1, "kind": "a"}), {"y": 1.0}),
         (experiment(1, {"x": np.array([1.0]), "n": 1, "kind": "a"}), {"y": 1.0}),
@@ -297,14 +286,20 @@ def test_the_batch_takes_nothing_it_cannot_store_exactly():
         (experiment(1, {"x": 0.5, "n": 1, "kind": "a"}, model=np.str_("toy")), {"y": 1.0}),
     ]
     for e, o in refused:
-        assert b.add(e, o, 1.0) == 0, e
-    assert len(b) == 1
-    ids, params, outcomes, rows, finished = b.take()
-    assert ids == [runstore.ema.experiment_id(ok.scenario, ok.policy, "toy")]
+        assert batch_of([ok, (e, o, 1.0)]).columns() is None, e
+    ids, params, outcomes, rows, finished = batch_of([ok], first_row=5).columns()
+    assert ids == [runstore.ema.experiment_id(ok[0].scenario, ok[0].policy, "toy")]
     assert list(params) == ["x", "n", "kind", "model", "scenario", "policy"]
     assert params["x"].dtype == np.float64 and params["n"].dtype == np.int64
     assert params["kind"] == ["a"] and params["policy"] == ["None"]
-    assert outcomes["y"].tolist() == [1.0] and rows.tolist() == [0] and finished.tolist() == [0.0]
-    assert len(b) == 0
+    assert outcomes["y"].tolist() == [1.0] and rows.tolist() == [5] and finished.tolist() == [0.0]
     # A key named as a column the callback adds, in a batch's first experiment.
-    assert b.add(experiment(1, {"x": 0.5, "scenario": 1}), {"y": 1.0}, 0.0) == 0
+    named = (experiment(1, {"x": 0.5, "scenario": 1}), {"y": 1.0}, 0.0)
+    assert batch_of([named]).columns() is None
+
+
+def batch_of(items, first_row=0):
+    batch = _core.EmaBatch(["y"], first_row)
+    for item in items:
+        batch.keep(*item)
+    return batch

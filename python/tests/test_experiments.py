@@ -154,6 +154,30 @@ def test_the_compiled_id_is_the_encoders_on_random_plain_rows(row):
     assert ex.experiment_id_of_plain(row) == runstore.experiment_id(row)
 
 
+def test_the_compiled_float_text_is_repr_on_random_bit_patterns():
+    """The ids' float text (C++: shortest digits, laid out as float.__repr__ lays them out) is
+    repr's for doubles of every exponent, subnormals and the layout's edges included."""
+    seed = 20240601
+    print(f"seed {seed}")
+    rng = np.random.default_rng(seed)
+    bits = rng.integers(0, 2**64, size=200_000, dtype=np.uint64, endpoint=False)
+    values = bits.view(np.float64)
+    values = values[np.isfinite(values)].tolist()
+    values += [v * s for v in (1e-5, 1e-4, 1e15, 1e16, 1e17, 2e16 + 8) for s in (1, -1)]
+    values += [
+        9.999999999999999e15,
+        1e16 - 2,
+        0.0001,
+        0.00011,
+        123.0,
+        5e-324,
+        2.2250738585072014e-308,
+    ]
+    values += rng.random(50_000).tolist() + (rng.random(50_000) * 1e6).round(3).tolist()
+    for v in values:
+        assert _core.plain_canonical_text({"x": v}) == f'{{"x":{v!r}}}', v
+
+
 def test_rows_the_compiled_id_does_not_take_get_the_encoders_id():
     class F(float):
         pass
