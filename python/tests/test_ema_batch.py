@@ -303,3 +303,14 @@ def batch_of(items, first_row=0):
     for item in items:
         batch.keep(*item)
     return batch
+
+
+def test_a_value_runstore_does_not_store_raises_and_keeps_the_experiments_before_it(
+    tmp_path, monkeypatch
+):
+    pairs = plain_experiments(8)
+    pairs[5] = (experiment(5, {"x": 0.5, "n": 1, "kind": object()}), plain_outcomes(5))
+    with pytest.raises(TypeError, match="parameter value"):
+        run(tmp_path / "s", pairs, monkeypatch)
+    status = runstore.open(tmp_path / "s").status()
+    assert len(status) == 5 and (status["state"] == "done").all()
