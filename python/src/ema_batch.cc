@@ -44,7 +44,7 @@ namespace {
 
 using namespace nb::literals;
 
-// The kinds of values a column holds; numbers in this order of promotion.
+// The kinds of values a column holds (one kind a column).
 enum class Kind : uint8_t { kBool, kInt, kFloat, kStr };
 
 // One parameter value, name or scalar outcome as the Python path stores it.
@@ -63,9 +63,11 @@ bool SetInt(T v, Scalar* out) {
   return true;
 }
 
-// `v` as _plain makes it: an exact bool, int within int64, float or str as
-// it is; with `numpy_scalars`, numpy's bool, integers (but uint64) and
-// float32/float64, whose .item() is one of those. False for anything else.
+// `v` as the Python path stores it: an exact bool, int within int64, float
+// or str; numpy's float64, int64 and bool (numpy.asarray makes the same
+// array of them as of their .item()); with `numpy_scalars` (parameters and
+// names, which _plain turns into their .item()) also numpy's other integers
+// but uint64, and float32. False for anything else.
 bool ReadScalar(PyObject* v, bool numpy_scalars, Scalar* out) {
   PyTypeObject* t = Py_TYPE(v);
   if (t == &PyFloat_Type) {
@@ -116,8 +118,9 @@ bool ReadScalar(PyObject* v, bool numpy_scalars, Scalar* out) {
   if (t == &PyUByteArrType_Type) return SetInt(PyArrayScalar_VAL(v, UByte), out);
   if (t == &PyShortArrType_Type) return SetInt(PyArrayScalar_VAL(v, Short), out);
   if (t == &PyUShortArrType_Type) return SetInt(PyArrayScalar_VAL(v, UShort), out);
-  if (t == &PyIntArrType_Type && sizeof(npy_int) == 4)
+  if (t == &PyIntArrType_Type && sizeof(npy_int) == 4) {
     return SetInt(PyArrayScalar_VAL(v, Int), out);
+  }
   if (t == &PyUIntArrType_Type && sizeof(npy_uint) == 4) {
     return SetInt(PyArrayScalar_VAL(v, UInt), out);
   }
@@ -153,8 +156,8 @@ nb::object NewArray(int type_num, size_t n, Fill&& fill) {
   return arr;
 }
 
-// One column of parameter values (or names), a value per experiment, all of
-// the first one's kind.
+// One column of values (parameters, names, scalar outcomes), a value per
+// experiment, all of the first one's kind.
 class ScalarColumn {
  public:
   explicit ScalarColumn(Kind kind) : kind_(kind) {}
@@ -225,16 +228,16 @@ bool StackableArray(PyArrayObject* a) {
 
 // One outcome of an experiment as read.
 struct OutcomeValue {
-  PyObject* obj = nullptr;         // borrowed; null when the outcome is absent or None
+  PyObject* obj = nullptr;         // null when the outcome is absent or None
   PyArrayObject* array = nullptr;  // obj, when it is an array
   Scalar scalar;                   // obj, when it is not
 };
 
-// One outcome's column: the values themselves (the Python path keeps them
-// too), scalars of one kind or arrays of one dtype and shape.
+// One outcome's column: scalars of one kind, or arrays of one dtype and
+// shape (borrowed: the batch keeps them while its columns are built).
 class OutcomeColumn {
  public:
-  explicit OutcomeColumn(const OutcomeValue& first) : kind_(first.scalar.kind) {
+  explicit OutcomeColumn(const OutcomeValue& first) : scalars_(first.scalar.kind) {
     if (first.array == nullptr) return;
     descr_ = nb::borrow(reinterpret_cast<PyObject*>(PyArray_DESCR(first.array)));
     type_num_ = PyArray_TYPE(first.array);
@@ -243,40 +246,25 @@ class OutcomeColumn {
   }
 
   bool Takes(const OutcomeValue& v) const {
-    if (!descr_.is_valid()) return v.array == nullptr && v.scalar.kind == kind_;
+    if (!descr_.is_valid()) return v.array == nullptr && scalars_.Takes(v.scalar);
     return v.array != nullptr && PyArray_TYPE(v.array) == type_num_ &&
            static_cast<size_t>(PyArray_NDIM(v.array)) == shape_.size() &&
            std::equal(shape_.begin(), shape_.end(), PyArray_DIMS(v.array));
   }
 
-  void Push(const OutcomeValue& v) { values_.push_back(nb::borrow(v.obj)); }
+  void Push(const OutcomeValue& v) {
+    if (descr_.is_valid()) {
+      arrays_.push_back(v.array);
+    } else {
+      scalars_.Push(v.scalar);
+    }
+  }
 
   // What numpy.asarray makes of the list of the values: arrays stacked along
   // a new first axis, scalars in an array of their kind.
   nb::object Take() const {
-    const size_t n = values_.size();
-    if (!descr_.is_valid()) {
-      auto read = [](const nb::object& o) {
-        Scalar v;
-        ReadScalar(o.ptr(), false, &v);  // it was read so when pushed
-        return v;
-      };
-      switch (kind_) {
-        case Kind::kFloat:
-          return NewArray<double>(NPY_DOUBLE, n, [&](double* p) {
-            for (const nb::object& o : values_) *p++ = read(o).d;
-          });
-        case Kind::kInt:
-          return NewArray<int64_t>(NPY_INT64, n, [&](int64_t* p) {
-            for (const nb::object& o : values_) *p++ = read(o).i;
-          });
-        default:
-          return NewArray<npy_bool>(NPY_BOOL, n, [&](npy_bool* p) {
-            for (const nb::object& o : values_) *p++ = read(o).i != 0;
-          });
-      }
-    }
-    std::vector<npy_intp> dims{static_cast<npy_intp>(n)};
+    if (!descr_.is_valid()) return scalars_.Take();
+    std::vector<npy_intp> dims{static_cast<npy_intp>(arrays_.size())};
     dims.insert(dims.end(), shape_.begin(), shape_.end());
     auto* d = reinterpret_cast<PyArray_Descr*>(descr_.ptr());
     Py_INCREF(d);  // PyArray_NewFromDescr steals it
@@ -284,8 +272,7 @@ class OutcomeColumn {
                                                     dims.data(), nullptr, nullptr, 0, nullptr));
     if (!out.is_valid()) throw nb::python_error();
     auto* dst = static_cast<char*>(PyArray_DATA(reinterpret_cast<PyArrayObject*>(out.ptr())));
-    for (const nb::object& o : values_) {
-      auto* a = reinterpret_cast<PyArrayObject*>(o.ptr());
+    for (PyArrayObject* a : arrays_) {
       nb::object copy;
       if (!PyArray_IS_C_CONTIGUOUS(a)) {
         copy = nb::steal(PyArray_NewCopy(a, NPY_CORDER));
@@ -299,12 +286,12 @@ class OutcomeColumn {
   }
 
  private:
-  Kind kind_;         // of scalars
-  nb::object descr_;  // of arrays (null for scalars), with their type, shape and size
+  ScalarColumn scalars_;  // scalar outcomes
+  nb::object descr_;      // of arrays (null for scalars), with their type, shape and size
   int type_num_ = 0;
   std::vector<npy_intp> shape_;
   size_t nbytes_ = 0;
-  std::vector<nb::object> values_;
+  std::vector<PyArrayObject*> arrays_;
 };
 
 PyObject* Interned(const char* s) { return PyUnicode_InternFromString(s); }
