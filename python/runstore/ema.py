@@ -286,6 +286,8 @@ def _row(
 
 
 def _write_rows(w: ex.ExperimentWriter, rows: list[Any]) -> None:
+    """Writes the Python path's rows, one record_many for each set of parameter and outcome
+    names."""
     groups: dict[tuple[tuple[str, ...], tuple[str, ...]], list[Any]] = {}
     for row in rows:
         groups.setdefault((tuple(row[1]), tuple(row[2])), []).append(row)
