@@ -140,10 +140,18 @@ class Writer {
   virtual Status AppendRecord(RunRef run, int64_t step, std::span<const NamedValue> values) = 0;
 
   // Appends n records of one series at once: runs[i], steps[i] and the i-th
-  // value of `values`, whose first dimension is n (for strings, pass n
-  // ValueRefs through the single-record Append instead).
+  // value of `values`, whose first dimension is n (for strings, use
+  // AppendValues).
   virtual Status AppendBatch(std::span<const RunRef> runs, std::string_view name,
                              std::span<const int64_t> steps, const ValueRef& values) = 0;
+
+  // Appends n records of one series whose values are given one by one
+  // (strings, bytes, arrays of differing shapes): runs[i], steps[i],
+  // values[i], as n calls of Append would, under one lock and one series
+  // lookup. Every value is checked before any is appended (InvalidArgument,
+  // nothing appended). Like AppendBatch, records no time (AppendTimes does).
+  virtual Status AppendValues(std::span<const RunRef> runs, std::string_view name,
+                              std::span<const int64_t> steps, std::span<const ValueRef> values) = 0;
 
   // With WriterOptions::record_time, records the time now at these keys (what
   // Append and AppendRecord do by themselves), for a caller that appends a
@@ -237,6 +245,12 @@ class Writer {
   // last sync (docs/format.md "Recovery", rule 6), so a writer that flushes
   // often should still commit now and then (commit_every_s).
   virtual Status Flush() = 0;
+  // Flush without waiting: queues it and returns at once. The records
+  // appended before the call become visible and safe from a kill -9 of this
+  // process when the background thread has written them, a moment later,
+  // all-or-nothing as with Flush; an error doing so is returned by a later
+  // call (the next Append, Commit or Close).
+  virtual Status FlushAsync() = 0;
 
   // Commits, seals the open segment and stops the background thread; with
   // staging, ships what is left and removes the writer's lease. The

@@ -920,8 +920,8 @@ class ExperimentWriter:
     def commit(self, wait: bool = True) -> Any:
         return self._w.commit(wait=wait)
 
-    def flush(self) -> None:
-        self._w.flush()
+    def flush(self, wait: bool = True) -> None:
+        self._w.flush(wait=wait)
 
     def close(self) -> None:
         self._w.close()

@@ -78,7 +78,7 @@ class PyWriter {
   uint64_t durable_ticket() const { return writer_->DurableTicket(); }
   uint64_t shipped_ticket() const { return writer_->ShippedTicket(); }
   void WaitForShipped(nb::handle ticket);
-  void Flush();
+  void Flush(bool wait);
   void Resume(nb::handle run, nb::handle step);
   void Close();
   bool Exit(nb::handle exc_type, nb::handle exc, nb::handle tb);

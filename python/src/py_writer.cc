@@ -416,21 +416,18 @@ void PyWriter::LogMany(nb::handle runs_obj, nb::handle steps_obj, nb::kwargs key
       Writer* w;
       ~Release() { w->ReleaseAutoCommits(); }
     } release{w};
+    std::vector<ValueRef> refs;
     for (const Column& c : cols) {
       if (c.batch) {
         RUNSTORE_RETURN_IF_ERROR(w->AppendBatch(run_span, c.name, step_span, c.values.ref()));
       } else {
-        for (size_t k = 0; k < n; ++k) {
-          RUNSTORE_RETURN_IF_ERROR(
-              w->Append(run_span[k], c.name, step_span[k], c.records[k].ref()));
-        }
+        refs.clear();
+        for (const ValueSlot& r : c.records) refs.push_back(r.ref());
+        RUNSTORE_RETURN_IF_ERROR(w->AppendValues(run_span, c.name, step_span, refs));
       }
     }
-    // With record_time: one time per key. A column appended value by value
-    // (strings, bytes) has recorded them already.
-    const bool all_batch = !cols.empty() && std::all_of(cols.begin(), cols.end(),
-                                                        [](const Column& c) { return c.batch; });
-    return all_batch ? w->AppendTimes(run_span, step_span) : Status::OK();
+    // With record_time: one time per key.
+    return cols.empty() ? Status::OK() : w->AppendTimes(run_span, step_span);
   });
 }
 
@@ -482,8 +479,9 @@ void PyWriter::WaitForShipped(nb::handle ticket) {
   Check(s);
 }
 
-void PyWriter::Flush() {
+void PyWriter::Flush(bool wait) {
   DrainTape();
+  if (!wait) return Check(writer_->FlushAsync());  // queues: nothing to wait for
   Status s;
   {
     nb::gil_scoped_release nogil;
@@ -655,17 +653,15 @@ void BindWriter(nb::module_& m) {
               "readers; raises the error that stopped shipping (the segment then stays in staging "
               "for runstore.sync). Without staging, as wait_for_commit. ValueError for a ticket "
               "this writer did not give out.")
-          .def("flush", &PyWriter::Flush,
+          .def("flush", &PyWriter::Flush, "wait"_a = true,
                "Like commit(), without the fsync: every record appended before the call is visible "
-               "to "
-               "readers that refresh, all-or-nothing, and survives a crash or kill -9 of this "
-               "process, "
-               "but a power cut before the next commit() (or close) may take it away again, whole "
-               "flushes at a time. What h5py's File.flush() or SQLite's synchronous=NORMAL "
-               "promise, at "
-               "the cost of a write instead of an fdatasync. Raises OSError if the data could not "
-               "be "
-               "written.")
+               "to readers that refresh, all-or-nothing, and survives a crash or kill -9 of this "
+               "process, but a power cut before the next commit() (or close) may take it away "
+               "again, whole flushes at a time. What h5py's File.flush() or SQLite's "
+               "synchronous=NORMAL promise, at the cost of a write instead of an fdatasync. Raises "
+               "OSError if the data could not be written. With wait=False it returns at once: the "
+               "background thread writes the flush a moment later (and an error doing so is raised "
+               "by a later call).")
           .def("resume", &PyWriter::Resume, "run"_a.none(), "step"_a.none(),
                nb::sig("def resume(self, run: int | str, step: int) -> None"),
                "Hides this run's records at steps >= step written by earlier commits (of any "

@@ -166,14 +166,18 @@ void BlockBuilder::AddKeyGeneral(const RunRef& run, int64_t step) {
     return;
   }
   KeyRef k{run.is_string, run.i, run.s, step};
-  if (CompareKeys(k, ToKeyRef(last_key_)) <= 0) ascending_ = false;
   if (ascending_) {
-    max_key_ = ToKey(run, step);
-  } else {
-    if (CompareKeys(k, ToKeyRef(min_key_)) < 0) min_key_ = ToKey(run, step);
-    if (CompareKeys(k, ToKeyRef(max_key_)) > 0) max_key_ = ToKey(run, step);
+    if (CompareKeys(k, ToKeyRef(last_key_)) > 0) {
+      max_key_ = ToKey(run, step);
+      last_key_ = max_key_;
+      return;
+    }
+    ascending_ = false;
   }
-  last_key_ = ToKey(run, step);
+  // Not ascending, for good: the last key no longer matters, and a key is
+  // copied only when it is a new smallest or largest (hashed run ids: rarely).
+  if (CompareKeys(k, ToKeyRef(min_key_)) < 0) min_key_ = ToKey(run, step);
+  if (CompareKeys(k, ToKeyRef(max_key_)) > 0) max_key_ = ToKey(run, step);
 }
 
 void BlockBuilder::AddValueBytes(const ValueRef& value) {

@@ -1317,6 +1317,51 @@ TEST_F(StoreTest, AppendRecordChecksEveryValueBeforeAppendingAny) {
       << "nothing of run 8 appended";
 }
 
+// AppendValues is n Appends of one series in one call: the same records,
+// strings and arrays of differing shapes among them; a value that does not
+// fit the series appends nothing of the call.
+TEST_F(StoreTest, AppendValuesAppendsWhatAppendsWouldAndChecksEveryValueFirst) {
+  auto store = Open();
+  ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter({}));
+  const std::vector<RunRef> runs = {RunRef("e3f1c2a9b4d5e6f70"), RunRef("e3f1c2a9b4d5e6f70"),
+                                    RunRef(int64_t{7})};
+  const std::vector<int64_t> steps = {0, 1, 0};
+  const std::vector<ValueRef> states = {ValueRef::String("done"), ValueRef::String(""),
+                                        ValueRef::String("failed: ValueError")};
+  ASSERT_OK(w->AppendValues(runs, "state", steps, states));
+  const double one = 1.0;
+  const std::vector<ValueRef> wrong = {ValueRef::String("done"), ValueRef::Scalar(one),
+                                       ValueRef::String("x")};
+  EXPECT_THAT(w->AppendValues(runs, "state", steps, wrong), StatusIs(StatusCode::kInvalidArgument));
+  EXPECT_THAT(w->AppendValues(runs, "state", std::span<const int64_t>(steps.data(), 2), states),
+              StatusIsWith(StatusCode::kInvalidArgument, "3 runs, 2 steps and 3 values"));
+  ASSERT_OK(w->Close());
+  ASSERT_OK_AND_ASSIGN(auto snap, store->Refresh());
+  EXPECT_EQ(snap->Get(RunRef("e3f1c2a9b4d5e6f70"), "state", 0)->str(), "done");
+  EXPECT_EQ(snap->Get(RunRef("e3f1c2a9b4d5e6f70"), "state", 1)->str(), "");
+  EXPECT_EQ(snap->Get(7, "state", 0)->str(), "failed: ValueError");
+  ASSERT_OK_AND_ASSIGN(SeriesInfo info, snap->GetSeriesInfo("state"));
+  EXPECT_EQ(info.count, 3u) << "the refused call appended nothing";
+}
+
+// FlushAsync returns at once; what was appended before it becomes visible
+// without another call, all of it together.
+TEST_F(StoreTest, FlushAsyncMakesTheRecordsVisibleWithoutAnotherCall) {
+  auto store = Open();
+  ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter({}));
+  for (int64_t s = 0; s < 1000; ++s) ASSERT_OK(w->Append(1, "x", s, double(s)));
+  ASSERT_OK(w->FlushAsync());
+  uint64_t count = 0;
+  for (int i = 0; i < 2000 && count == 0; ++i) {
+    ASSERT_OK_AND_ASSIGN(auto snap, store->Refresh());
+    if (auto info = snap->GetSeriesInfo("x"); info.ok()) count = info->count;
+    if (count == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(count, 1000u);
+  ASSERT_OK(w->Close());
+  EXPECT_THAT(w->FlushAsync(), StatusIs(StatusCode::kFailedPrecondition));
+}
+
 TEST_F(StoreTest, StorePathThatIsARegularFileIsRefused) {
   std::ofstream(dir_.path() + "/file") << "hello";
   EXPECT_THAT(Store::Open(dir_.path() + "/file", {}),

@@ -467,6 +467,13 @@ Status WriterImpl::Flush() {
   return CommitLocked(/*sync=*/false);
 }
 
+Status WriterImpl::FlushAsync() {
+  MutexLock lock(&mu_);
+  RUNSTORE_RETURN_IF_ERROR(CheckUsableLocked());
+  (void)QueueCommitLocked(/*sync=*/false);
+  return Status::OK();
+}
+
 void WriterImpl::BackpressureWaitLocked(const std::function<bool()>& enough) {
   const auto start = std::chrono::steady_clock::now();
   ++stats_.backpressure_waits;
@@ -746,6 +753,28 @@ Status WriterImpl::AppendBatch(std::span<const RunRef> runs, std::string_view na
     stats_.records_appended += k - 1;  // AfterAppendLocked counts one
     AfterAppendLocked(k * per);
     i += k;
+  }
+  return Status::OK();
+}
+
+Status WriterImpl::AppendValues(std::span<const RunRef> runs, std::string_view name,
+                                std::span<const int64_t> steps, std::span<const ValueRef> values) {
+  const size_t n = runs.size();
+  if (steps.size() != n || values.size() != n) {
+    return Status::InvalidArgument(
+        "AppendValues of '" + std::string(name) + "': " + std::to_string(n) + " runs, " +
+        std::to_string(steps.size()) + " steps and " + std::to_string(values.size()) + " values");
+  }
+  RUNSTORE_RETURN_IF_ERROR(ValidateRunIds(runs));
+  if (n == 0) return Status::OK();
+  MutexLock lock(&mu_);
+  RUNSTORE_RETURN_IF_ERROR(CheckUsableLocked());
+  const AutoCommitHold hold(this);
+  RUNSTORE_ASSIGN_OR_RETURN(Series * s, GetSeriesLocked(name, &values[0]));
+  for (const ValueRef& v : values) RUNSTORE_RETURN_IF_ERROR(CheckAgainstSeries(*s, name, v));
+  for (size_t i = 0; i < n; ++i) {
+    RUNSTORE_RETURN_IF_ERROR(CheckUsableLocked());
+    RUNSTORE_RETURN_IF_ERROR(AppendLocked(s, runs[i], steps[i], values[i]));
   }
   return Status::OK();
 }

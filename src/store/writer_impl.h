@@ -53,6 +53,8 @@ class WriterImpl final : public Writer {
   Status AppendRecord(RunRef run, int64_t step, std::span<const NamedValue> values) override;
   Status AppendBatch(std::span<const RunRef> runs, std::string_view name,
                      std::span<const int64_t> steps, const ValueRef& values) override;
+  Status AppendValues(std::span<const RunRef> runs, std::string_view name,
+                      std::span<const int64_t> steps, std::span<const ValueRef> values) override;
   using Writer::AppendTimes;
   Status AppendTimes(std::span<const RunRef> runs, std::span<const int64_t> steps,
                      std::span<const double> times) override;
@@ -67,6 +69,7 @@ class WriterImpl final : public Writer {
   Status WaitForShipped(uint64_t ticket) override;
   uint64_t LastTicket() const override;
   Status Flush() override;
+  Status FlushAsync() override;
   Status Close() override;
   const std::string& writer_id() const override { return options_.writer_id; }
   WriterStats stats() const override;

@@ -1,6 +1,7 @@
 #include "util/utf8.h"
 
 #include <cstdint>
+#include <cstring>
 
 namespace runstore {
 
@@ -8,6 +9,14 @@ bool IsValidUtf8(std::string_view s) {
   const auto* p = reinterpret_cast<const unsigned char*>(s.data());
   const auto* end = p + s.size();
   while (p < end) {
+    // ASCII, eight bytes at a time: run ids and names are mostly that.
+    while (end - p >= 8) {
+      uint64_t w;
+      std::memcpy(&w, p, 8);
+      if (w & 0x8080808080808080ull) break;
+      p += 8;
+    }
+    if (p == end) break;
     unsigned char c = *p;
     if (c < 0x80) {
       ++p;
