@@ -82,9 +82,10 @@ class Writer:
     def wait_for_shipped(self, ticket: int | None = None) -> None:
         """Seals and ships the segment holding ``ticket`` (default: the last commit) and
         returns once it is visible in the store."""
-    def flush(self) -> None:
+    def flush(self, wait: bool = True) -> None:
         """Makes every record appended before the call visible and safe from a crash of the
-        process (not from a power cut); durable at the next commit() or close."""
+        process (not from a power cut); durable at the next commit() or close. With
+        wait=False, returns at once and the background thread writes the flush."""
     def resume(self, run: _RunId, step: int) -> None:
         """Hides this run's records at steps >= step written by earlier commits."""
     def close(self) -> None:
@@ -169,11 +170,22 @@ class EmaBatch:
     """EMA workbench experiments kept until their batch is written (runstore.ema's callback;
     private)."""
 
-    def __init__(self, outcomes: Sequence[str], first_row: int) -> None:
-        """A batch for a model's outcomes (their names, in order); rows count from first_row."""
-    def keep(self, experiment: Any, outcomes: Mapping[str, Any], finished: float) -> int:
-        """Keeps an experiment, its outcomes as they are now and its finishing time; returns how
-        many the batch holds."""
+    def __init__(
+        self,
+        outcomes: Sequence[str],
+        first_row: int,
+        batch: int = 1000,
+        flush_every_s: float = 1.0,
+    ) -> None:
+        """A batch for a model's outcomes (their names, in order); rows count from first_row.
+        keep() says to write it once it holds ``batch`` experiments or ``flush_every_s`` has
+        passed since it was last cleared."""
+    def keep(
+        self, experiment: Any, outcomes: Mapping[str, Any], finished: float | None = None
+    ) -> int:
+        """Keeps an experiment, its outcomes as they are now and its finishing time (None:
+        now). Returns bits: 1, write the batch now; 2, the experiment's model_name differs
+        from the last kept one's (the first's too)."""
     def columns(
         self,
     ) -> (

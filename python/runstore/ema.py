@@ -180,13 +180,13 @@ class _Callback(AbstractCallback):
         cats.update({k["name"]: k["categories"] for k in kinds if k["kind"] == "categorical"})
         self.store.attrs.update({ATTR: meta, ex.CATEGORIES_ATTR: cats})
         self._meta = meta
-        self._model: Any = None  # the model of the last experiment, in meta["models"]
         # A small buffer: the callback writes often, and memory is what it must keep flat.
         self._w = ex.ExperimentWriter(self.store, buffer_bytes=opts["buffer_bytes"])
         self._outcome_names = [o.name for o in outcomes]
         # The experiments since the last write.
-        self._batch = _core.EmaBatch(self._outcome_names, self._w.first_row)
-        self._flush_at = time.monotonic() + self.flush_every_s
+        self._batch = _core.EmaBatch(
+            self._outcome_names, self._w.first_row, self.batch, self.flush_every_s
+        )
         self._last_commit = time.monotonic()
         self._closed = False
         type(self).instances.add(self)
@@ -195,12 +195,13 @@ class _Callback(AbstractCallback):
     def __call__(self, experiment: Any, outcomes: Mapping[str, Any]) -> None:
         if self._closed:
             raise RuntimeError(f"the runstore callback on {self.store.path} is closed")
-        model = experiment.model_name
-        if model != self._model:
-            self._note_model(model)
-        held = self._batch.keep(experiment, outcomes, time.time())
-        if held >= self.batch or time.monotonic() >= self._flush_at:
-            self._write()
+        # One call per experiment: kept by reference, with its time; says when to write.
+        due = self._batch.keep(experiment, outcomes)
+        if due:
+            if due & 2:
+                self._note_model(experiment.model_name)
+            if due & 1:
+                self._write()
         # Counts it and draws EMA's progress; at the last experiment that calls close().
         super().__call__(experiment, outcomes)
 
@@ -210,19 +211,18 @@ class _Callback(AbstractCallback):
         if model not in self._meta["models"]:
             self._meta["models"].append(model)
             self.store.attrs[ATTR] = self._meta
-        self._model = model
 
     def _write(self) -> None:
         """Writes the experiments kept, then flushes, or commits once commit_every_s has
         passed since the last commit."""
         now = time.monotonic()
-        self._flush_at = now + self.flush_every_s
         _write(self._w, self._batch, self._outcome_names)
         if now - self._last_commit >= self.commit_every_s:
             self._w.commit(wait=False)
             self._last_commit = now
         else:
-            self._w.flush()
+            # The background thread writes it: EMA's loop goes on meanwhile.
+            self._w.flush(wait=False)
 
     def close(self) -> None:
         """Writes and commits what was recorded and closes the writer (also at interpreter
@@ -323,9 +323,10 @@ def callback(
     experiment in ``store`` (a path, created if missing, or an open Store) as it finishes.
 
     The experiments are written ``batch`` at a time, and at least every ``flush_every_s``, then
-    made visible to readers and safe from a kill -9 (a flush); every ``commit_every_s`` also
-    durable (fdatasync, in the background). A kill -9 loses at most the experiments gathered
-    since the last write, which ``remaining`` then gives back. ``buffer_bytes`` bounds the
+    flushed by the writer's background thread (visible to readers and safe from a kill -9 a
+    moment later, while EMA goes on); every ``commit_every_s`` also made durable (fdatasync, in
+    the background). A kill -9 loses at most the experiments gathered since the last write and
+    the flush then under way, which ``remaining`` then gives back. ``buffer_bytes`` bounds the
     writer's memory for records not yet written (``Store.writer``). At the end
     ``perform_experiments`` returns the (read-only) Store, whose tables
     :func:`load_results` gives, or with ``load=True`` those tables at once (as EMA's own

@@ -27,6 +27,7 @@
 #include <nanobind/nanobind.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <numeric>
@@ -574,20 +575,33 @@ class BatchColumns {
 // loop.
 class EmaBatch {
  public:
-  EmaBatch(nb::handle outcome_names, int64_t first_row) : first_row_(first_row) {
+  EmaBatch(nb::handle outcome_names, int64_t first_row, size_t batch, double flush_every_s)
+      : first_row_(first_row), batch_(batch), flush_every_s_(flush_every_s) {
     for (nb::handle name : nb::iter(outcome_names)) {
       if (!PyUnicode_CheckExact(name.ptr())) {
         throw nb::type_error("EmaBatch: outcome names must be str");
       }
       outcome_names_.push_back(nb::borrow(name));
     }
+    SetDeadline();
   }
 
   size_t size() const { return experiments_.size(); }
 
-  // Keeps an experiment; returns how many the batch holds. `outcomes` is a
-  // mapping; an outcome it lacks or holds as None is kept as absent.
-  size_t Keep(nb::handle experiment, nb::handle outcomes, double finished) {
+  // What Keep asks of the callback (bits of its result).
+  static constexpr int kWrite = 1;     // batch_ kept, or flush_every_s_ passed: write them
+  static constexpr int kNewModel = 2;  // a model other than the last experiment's
+
+  // Keeps an experiment, finished at `finished` (Unix seconds; None: now,
+  // as time.time() tells it). `outcomes` is a mapping; an outcome it lacks
+  // or holds as None is kept as absent. Returns kWrite | kNewModel bits: the
+  // per-experiment work of the callback is this one call.
+  int Keep(nb::handle experiment, nb::handle outcomes, nb::handle finished_obj) {
+    const double finished =
+        finished_obj.is_none()
+            ? std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+                  .count()
+            : nb::cast<double>(finished_obj);
     nb::object dict = nb::borrow(outcomes);
     if (!PyDict_CheckExact(dict.ptr())) dict = nb::steal(PyDict_New());
     if (!dict.is_valid() ||
@@ -601,7 +615,17 @@ class EmaBatch {
     }
     experiments_.push_back(nb::borrow(experiment));
     finished_.push_back(finished);
-    return experiments_.size();
+    int due = 0;
+    if (experiments_.size() >= batch_ || std::chrono::steady_clock::now() >= flush_at_) {
+      due |= kWrite;
+    }
+    nb::object model = nb::steal(PyObject_GetAttrString(experiment.ptr(), "model_name"));
+    if (!model.is_valid()) throw nb::python_error();
+    if (!model_.is_valid() || !model.equal(model_)) {
+      due |= kNewModel;
+      model_ = std::move(model);
+    }
+    return due;
   }
 
   // The batch's columns, or None if it is not one the C++ path takes.
@@ -631,15 +655,27 @@ class EmaBatch {
     return out;
   }
 
+  // Forgets the experiments kept; the flush interval starts again.
   void Clear() {
     experiments_.clear();
     outcomes_.clear();
     finished_.clear();
+    SetDeadline();
   }
 
  private:
+  void SetDeadline() {
+    flush_at_ = std::chrono::steady_clock::now() +
+                std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                    std::chrono::duration<double>(flush_every_s_));
+  }
+
   std::vector<nb::object> outcome_names_;
   const int64_t first_row_;
+  const size_t batch_;
+  const double flush_every_s_;
+  std::chrono::steady_clock::time_point flush_at_;
+  nb::object model_;  // the last experiment's model_name
   std::vector<nb::object> experiments_;
   std::vector<nb::object> outcomes_;  // outcome_names_.size() an experiment; null: absent
   std::vector<double> finished_;
@@ -649,11 +685,15 @@ void BindEmaBatch(nb::module_& m) {
   nb::class_<EmaBatch>(m, "EmaBatch",
                        "EMA workbench experiments kept until their batch is written "
                        "(runstore.ema's callback; private).")
-      .def(nb::init<nb::handle, int64_t>(), "outcomes"_a, "first_row"_a,
-           "A batch for a model's outcomes (their names, in order); rows count from first_row.")
-      .def("keep", &EmaBatch::Keep, "experiment"_a, "outcomes"_a, "finished"_a,
-           "Keeps an experiment, its outcomes as they are now and its finishing time; returns "
-           "how many the batch holds.")
+      .def(nb::init<nb::handle, int64_t, size_t, double>(), "outcomes"_a, "first_row"_a,
+           "batch"_a = 1000, "flush_every_s"_a = 1.0,
+           "A batch for a model's outcomes (their names, in order); rows count from first_row. "
+           "keep() says to write it once it holds `batch` experiments or flush_every_s has "
+           "passed since it was last cleared.")
+      .def("keep", &EmaBatch::Keep, "experiment"_a, "outcomes"_a, "finished"_a = nb::none(),
+           "Keeps an experiment, its outcomes as they are now and its finishing time (None: "
+           "now). Returns bits: 1, write the batch now; 2, the experiment's model_name differs "
+           "from the last kept one's (the first's too).")
       .def("columns", &EmaBatch::Columns,
            "(ids, params, outcomes, rows, finished) of the experiments kept, as "
            "ExperimentWriter.record_many takes them; None if the batch is not one this takes "
