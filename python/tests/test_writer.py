@@ -94,6 +94,21 @@ def test_flush_is_visible_at_once_and_counted(store_path):
     assert (stats["commits"], stats["flushes"]) == (2, 1)
 
 
+def test_flush_without_waiting_becomes_visible_without_another_call(store_path):
+    store = runstore.open(store_path)
+    reader = runstore.open(store_path, mode="r")
+    with store.writer() as w:
+        w.log_many("r", steps=np.arange(500), x=np.arange(500.0))
+        assert w.flush(wait=False) is None
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if "x" in reader.refresh().names():
+                break
+            time.sleep(0.01)
+        assert reader.scan("x")["value"].tolist() == list(np.arange(500.0))  # all of it
+        assert w.stats()["flushes"] == 1
+
+
 def test_commit_without_waiting_returns_a_ticket_to_wait_for(store_path):
     store = runstore.open(store_path)
     with store.writer() as w:
