@@ -887,9 +887,9 @@ class ExperimentWriter:
         """Appends ``len(experiments)`` experiments in one vectorised call, all with state
         ``state``: ``params`` and ``outcomes`` map names to columns of that length (outcome
         arrays stacked along a first axis), ``finished`` a column of unix times, ``rows``
-        their rows (default: after the ones recorded so far). The columns are appended one
-        after the other: for all of them to be in one commit, commit yourself after the call
-        rather than give the writer commit_every_s or commit_every_bytes."""
+        their rows (default: after the ones recorded so far). An automatic commit
+        (commit_every_s, commit_every_bytes) never falls inside the call: its columns become
+        visible together."""
         n = len(experiments)
         if set(map(type, experiments)) != {str}:  # str ids need no check: one pass in C
             for e in experiments:
