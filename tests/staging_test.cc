@@ -784,6 +784,80 @@ TEST(StagingSyncTest, AStagedCopyOfASegmentCompactedAwayIsCountedPublished) {
   CheckAllCommits(path, commits);
 }
 
+// The same after a second compaction merged the first one's output away too
+// (a compactor run again later, with the first output among the small
+// segments): the second output names the stager's segments only as
+// replaced earlier, since they were gone when it ran. The staged copies
+// still count as published, and a writer of the same id still numbers past
+// them. Before that section, the sync failed: "the placeholder that claims
+// this segment number is gone".
+TEST(StagingSyncTest, AStagedCopyOfASegmentCompactedAwayTwiceIsCountedPublished) {
+  TempDir dir;
+  const std::string local = dir.path() + "/local", path = dir.path() + "/s";
+  ASSERT_OK_AND_ASSIGN(auto store, Store::Open(path, {}));
+  int commits = 0;
+  uint64_t last_seq = 0;
+  auto write_life = [&](const WriterOptions& o) {
+    ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter(o));
+    for (const int end = commits + 10; commits < end; ++commits) {
+      Status s;
+      AppendCommit(w.get(), commits, &s);
+      ASSERT_OK(s);
+      ASSERT_OK(w->Commit());
+    }
+    ASSERT_OK(w->Close());
+  };
+  for (int life = 0; life < 3; ++life) ASSERT_NO_FATAL_FAILURE(write_life(StagingOptions(local)));
+  std::vector<std::string> copied;
+  for (const std::string& n : Names(Env::Default(), path + "/segments")) {
+    if (!n.ends_with(".rss")) continue;
+    std::filesystem::copy_file(path + "/segments/" + n, local + "/" + n);
+    copied.push_back(n);
+    std::string id;
+    uint64_t seq = 0;
+    ASSERT_TRUE(format::ParseSegmentFileName(n, &id, &seq)) << n;
+    last_seq = std::max(last_seq, seq);
+  }
+  ASSERT_GE(copied.size(), 2u);
+  CompactOptions co;
+  co.retain_inputs_s = 0;
+  co.lease_refresh_s = 0;
+  CompactReport first, second;
+  ASSERT_OK(store->Compact(co, &first));
+  ASSERT_EQ(first.outputs.size(), 1u);
+  // Another writer's segment, so that the second compaction has two inputs:
+  // the first output and it.
+  WriterOptions other;
+  other.writer_id = "other";
+  ASSERT_NO_FATAL_FAILURE(write_life(other));
+  ASSERT_OK(store->Refresh().status());
+  ASSERT_OK(store->Compact(co, &second));
+  ASSERT_EQ(second.outputs.size(), 1u);
+  EXPECT_FALSE(std::filesystem::exists(path + "/" + first.outputs[0]))
+      << first.outputs[0] << " was not merged away";
+  for (const std::string& n : copied)
+    EXPECT_FALSE(std::filesystem::exists(path + "/segments/" + n));
+
+  SyncReport r;
+  ASSERT_OK(SyncStaging(local, path, Forced(nullptr), &r));
+  std::sort(r.already_published.begin(), r.already_published.end());
+  std::sort(copied.begin(), copied.end());
+  EXPECT_EQ(r.already_published, copied);
+  EXPECT_TRUE(r.shipped.empty());
+  EXPECT_TRUE(Names(Env::Default(), local).empty());
+  CheckAllCommits(path, commits);
+
+  // A new life of the stager numbers past every segment it ever had.
+  ASSERT_NO_FATAL_FAILURE(write_life(StagingOptions(local)));
+  ASSERT_OK_AND_ASSIGN(auto snap, store->Refresh());
+  uint64_t newest = 0;
+  for (const SegmentInfo& si : snap->ListSegments()) {
+    if (si.writer_id == "stager") newest = std::max(newest, si.sequence);
+  }
+  EXPECT_GT(newest, last_seq);
+  CheckAllCommits(path, commits);
+}
+
 TEST(StagingSyncTest, APublishedSegmentWithOtherBytesIsNeverReplaced) {
   TempDir dir;
   int commits = 0;

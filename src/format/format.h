@@ -165,6 +165,9 @@ Status DecodeFooterHeader(std::string_view header, FooterHeader* f);
 // entries, sections of `u32 tag, u32 flags, u64 length, bytes, pad to 8`.
 inline constexpr uint32_t kFooterSectionRunIndex = 1;  // docs/format.md "Run index"
 inline constexpr uint32_t kFooterSectionReplaces = 2;  // segments a compacted one replaces
+// Segments its compacted inputs replaced that were gone when it ran (optional:
+// readers resolve without it; sync and new writers read it).
+inline constexpr uint32_t kFooterSectionReplacedEarlier = 3;
 // Flag bit 0: a reader that does not know the tag may ignore the section
 // (it only adds information); without it an unknown tag is refused.
 inline constexpr uint32_t kFooterSectionOptional = 1;

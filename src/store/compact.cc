@@ -214,7 +214,13 @@ class Compaction {
     }
     // An input that is itself compacted passes on what it replaces and is
     // still there (a crash before its inputs were removed): those stay
-    // replaced once the input is gone.
+    // replaced once the input is gone. What it replaced that is gone, and
+    // what it names as replaced earlier, are named as replaced earlier: not
+    // for readers (nothing is there to leave out, and naming them in the
+    // replaces section would make the two groups overlap), but so that a
+    // staged copy of one still counts as published for sync, and a writer
+    // of its id still numbers past it (docs/design.md#compaction-replaces).
+    std::vector<format::SegmentId> earlier;
     for (const CompactionGroup& g : view.resolution.groups) {
       if (!g.accepted || std::none_of(g.parts.begin(), g.parts.end(), [&](const std::string& p) {
             return std::find(inputs.begin(), inputs.end(), p) != inputs.end();
@@ -223,16 +229,33 @@ class Compaction {
       }
       for (const format::SegmentId& id : g.replaces.segments) {
         auto it = view.all.find(format::SegmentFileName(id.writer_id, id.sequence));
-        if (it != view.all.end() && IdOf(*it->second) == id) replaces.segments.push_back(id);
+        if (it != view.all.end() && IdOf(*it->second) == id) {
+          replaces.segments.push_back(id);
+        } else {
+          earlier.push_back(id);
+        }
       }
     }
-    std::sort(replaces.segments.begin(), replaces.segments.end());
-    replaces.segments.erase(std::unique(replaces.segments.begin(), replaces.segments.end()),
-                            replaces.segments.end());
+    for (const auto& seg : segs) {
+      auto it = seg->index.footer_sections.find(format::kFooterSectionReplacedEarlier);
+      if (it == seg->index.footer_sections.end()) continue;
+      format::Replaces r;
+      RUNSTORE_RETURN_IF_ERROR(format::DecodeReplaces(it->second, seg->file, &r));
+      earlier.insert(earlier.end(), r.segments.begin(), r.segments.end());
+    }
+    auto sort_unique = [](std::vector<format::SegmentId>* v) {
+      std::sort(v->begin(), v->end());
+      v->erase(std::unique(v->begin(), v->end()), v->end());
+    };
+    sort_unique(&replaces.segments);
+    sort_unique(&earlier);
+    std::erase_if(earlier, [&](const format::SegmentId& id) {
+      return std::binary_search(replaces.segments.begin(), replaces.segments.end(), id);
+    });
     replaced_ = replaces.segments;
     MergeResult result;
-    Status s = MergeSegments(env_, dir_, segs, writer_id_, time_ns_, std::move(replaces), options_,
-                             &result);
+    Status s = MergeSegments(env_, dir_, segs, writer_id_, time_ns_, std::move(replaces),
+                             std::move(earlier), options_, &result);
     temps_ = result.temp_names;
     RUNSTORE_RETURN_IF_ERROR(s);
     report_->input_records = result.input_records;

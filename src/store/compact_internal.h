@@ -60,7 +60,8 @@ struct MergeResult {
 Status MergeSegments(Env* env, const std::string& segments_dir,
                      const std::vector<std::shared_ptr<const LoadedSegment>>& inputs,
                      const std::string& writer_id, int64_t time_ns, format::Replaces replaces,
-                     const CompactOptions& options, MergeResult* result);
+                     std::vector<format::SegmentId> replaced_earlier, const CompactOptions& options,
+                     MergeResult* result);
 
 // The running compaction's lease: the file `compact.<token>.lease`, whose
 // contents a thread rewrites every refresh_s, so that another compaction can

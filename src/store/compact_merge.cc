@@ -47,16 +47,26 @@ class Output {
         borrowed && !IsVarLength(h.dtype) ? format::kValueChunkShift : 0);
   }
 
-  // Commits every part at `time_ns`, adds the replaces section, seals.
-  Status Finish(int64_t time_ns, format::Replaces replaces, MergeResult* result) {
+  // Commits every part at `time_ns`, adds the replaces section (and the
+  // replaced-earlier one, if it names any), seals.
+  Status Finish(int64_t time_ns, format::Replaces replaces,
+                std::vector<format::SegmentId> replaced_earlier, MergeResult* result) {
     if (parts_.empty()) RUNSTORE_RETURN_IF_ERROR(NewPart());  // nothing visible: one empty part
     replaces.part_count = static_cast<uint32_t>(parts_.size());
     const std::string section = format::EncodeReplaces(replaces);
+    const std::string earlier =
+        replaced_earlier.empty()
+            ? std::string()
+            : format::EncodeReplaces({replaces.part_count, std::move(replaced_earlier)});
     for (auto& p : parts_) {
       // One commit per part, at the greatest time among the inputs, so that
       // the part sorts where their last commit sorted.
       RUNSTORE_RETURN_IF_ERROR(p->Commit(time_ns, /*sync=*/true));
       p->AddFooterSection(format::kFooterSectionReplaces, 0, section);
+      if (!earlier.empty()) {
+        p->AddFooterSection(format::kFooterSectionReplacedEarlier, format::kFooterSectionOptional,
+                            earlier);
+      }
       RUNSTORE_RETURN_IF_ERROR(p->Seal());
       result->part_bytes.push_back(p->size());
     }
@@ -399,14 +409,15 @@ class Merger {
 Status MergeSegments(Env* env, const std::string& segments_dir,
                      const std::vector<std::shared_ptr<const LoadedSegment>>& inputs,
                      const std::string& writer_id, int64_t time_ns, format::Replaces replaces,
-                     const CompactOptions& options, MergeResult* result) {
+                     std::vector<format::SegmentId> replaced_earlier, const CompactOptions& options,
+                     MergeResult* result) {
   // A snapshot of the inputs alone: its ranks order them as the store does
   // (by writer id and sequence), and it checks every block once as it reads.
   RUNSTORE_ASSIGN_OR_RETURN(auto snap, SnapshotImpl::Build(inputs));
   Output out(env, segments_dir, writer_id, options);
   Merger merger(*snap, &out, options);
   RUNSTORE_RETURN_IF_ERROR(merger.Run(result));
-  return out.Finish(time_ns, std::move(replaces), result);
+  return out.Finish(time_ns, std::move(replaces), std::move(replaced_earlier), result);
 }
 
 }  // namespace runstore::compact

@@ -118,11 +118,15 @@ Status ForEachReplaced(Env* env, const std::string& segments_dir,
     // A compacted segment that cannot be read names nothing a reader uses;
     // readers report it.
     if (!format::LoadSegmentIndex(**file, c, &index).ok() || !index.sealed) continue;
-    auto it = index.footer_sections.find(format::kFooterSectionReplaces);
-    if (it == index.footer_sections.end()) continue;
-    format::Replaces r;
-    if (!format::DecodeReplaces(it->second, c, &r).ok()) continue;
-    for (const format::SegmentId& s : r.segments) fn(s);
+    // What it replaces, and what its compacted inputs had replaced before it
+    // (gone by then, and named still).
+    for (uint32_t tag : {format::kFooterSectionReplaces, format::kFooterSectionReplacedEarlier}) {
+      auto it = index.footer_sections.find(tag);
+      if (it == index.footer_sections.end()) continue;
+      format::Replaces r;
+      if (!format::DecodeReplaces(it->second, c, &r).ok()) continue;
+      for (const format::SegmentId& s : r.segments) fn(s);
+    }
   }
   return Status::OK();
 }

@@ -55,15 +55,17 @@ Status ResolveCompacted(const std::map<std::string, std::shared_ptr<const Loaded
                         const std::function<Status(const std::string& name, Status)>& damage,
                         CompactedResolution* out);
 
-// The smallest sequence number for `writer_id` above every number that a
-// compacted segment in `segments_dir` names for it (1 if none), so that a
-// writer never reuses the number of a segment compaction removed.
 // Calls `fn` with every segment that a readable compacted segment among
-// `children` (names in `segments_dir`) names as replaced.
+// `children` (names in `segments_dir`) names as replaced: in its replaces
+// section, or in its replaced-earlier one (segments its compacted inputs had
+// replaced, gone when it was made).
 Status ForEachReplaced(Env* env, const std::string& segments_dir,
                        const std::vector<std::string>& children,
                        const std::function<void(const format::SegmentId&)>& fn);
 
+// The smallest sequence number for `writer_id` above every number that a
+// compacted segment in `segments_dir` names for it (1 if none), so that a
+// writer never reuses the number of a segment compaction removed.
 Result<uint64_t> NextSequencePastReplaced(Env* env, const std::string& segments_dir,
                                           const std::vector<std::string>& children,
                                           const std::string& writer_id);
