@@ -742,29 +742,56 @@ TEST(StagingSyncTest, ALeaseTemporaryOfAnOwnerKilledInItsFirstBeatIsCleaned) {
 // -9 loop of tests/kill9_test.cc found it): the placeholder is gone, and a
 // compacted segment names the staged one as replaced. Sync removes the copy
 // and counts it as published, rather than failing for ever.
-TEST(StagingSyncTest, AStagedCopyOfASegmentCompactedAwayIsCountedPublished) {
-  TempDir dir;
-  const std::string local = dir.path() + "/local", path = dir.path() + "/s";
-  ASSERT_OK_AND_ASSIGN(auto store, Store::Open(path, {}));
-  int commits = 0;
-  for (int life = 0; life < 3; ++life) {  // a segment each: a writer restarted twice
-    ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter(StagingOptions(local)));
-    for (const int end = commits + 10; commits < end; ++commits) {
-      Status s;
-      AppendCommit(w.get(), commits, &s);
-      ASSERT_OK(s);
-      ASSERT_OK(w->Commit());
-    }
-    ASSERT_OK(w->Close());
+// A writer's life: commits *commits.. *commits + 9, one Commit each, then
+// Close.
+void WriteLife(Store* store, const WriterOptions& o, int* commits) {
+  ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter(o));
+  for (const int end = *commits + 10; *commits < end; ++*commits) {
+    Status s;
+    AppendCommit(w.get(), *commits, &s);
+    ASSERT_OK(s);
+    ASSERT_OK(w->Commit());
   }
-  ASSERT_TRUE(Names(Env::Default(), local).empty());
-  // The staged copies a kill would have left: the published bytes.
+  ASSERT_OK(w->Close());
+}
+
+// Copies every segment of the store at `path` into staging `local`: the
+// staged copies that writers killed after publishing them would leave (the
+// published bytes). Their names.
+std::vector<std::string> LeaveStagedCopies(const std::string& path, const std::string& local) {
   std::vector<std::string> copied;
   for (const std::string& n : Names(Env::Default(), path + "/segments")) {
     if (!n.ends_with(".rss")) continue;
     std::filesystem::copy_file(path + "/segments/" + n, local + "/" + n);
     copied.push_back(n);
   }
+  return copied;
+}
+
+// A forced sync of `local` counts each of `copied` as already published,
+// ships nothing and empties staging; the store holds every commit once.
+void ExpectStagedCopiesPublished(const std::string& local, const std::string& path,
+                                 std::vector<std::string> copied, int commits) {
+  SyncReport r;
+  ASSERT_OK(SyncStaging(local, path, Forced(nullptr), &r));
+  std::sort(r.already_published.begin(), r.already_published.end());
+  std::sort(copied.begin(), copied.end());
+  EXPECT_EQ(r.already_published, copied);
+  EXPECT_TRUE(r.shipped.empty());
+  EXPECT_TRUE(Names(Env::Default(), local).empty());
+  CheckAllCommits(path, commits);
+}
+
+TEST(StagingSyncTest, AStagedCopyOfASegmentCompactedAwayIsCountedPublished) {
+  TempDir dir;
+  const std::string local = dir.path() + "/local", path = dir.path() + "/s";
+  ASSERT_OK_AND_ASSIGN(auto store, Store::Open(path, {}));
+  int commits = 0;
+  for (int life = 0; life < 3; ++life) {  // a segment each: a writer restarted twice
+    ASSERT_NO_FATAL_FAILURE(WriteLife(store.get(), StagingOptions(local), &commits));
+  }
+  ASSERT_TRUE(Names(Env::Default(), local).empty());
+  const std::vector<std::string> copied = LeaveStagedCopies(path, local);
   ASSERT_GE(copied.size(), 2u);
   CompactOptions co;
   co.retain_inputs_s = 0;  // the published segments are removed at once
@@ -774,14 +801,7 @@ TEST(StagingSyncTest, AStagedCopyOfASegmentCompactedAwayIsCountedPublished) {
   for (const std::string& n : copied) {
     ASSERT_FALSE(std::filesystem::exists(path + "/segments/" + n)) << n << " was not compacted";
   }
-  SyncReport r;
-  ASSERT_OK(SyncStaging(local, path, Forced(nullptr), &r));
-  std::sort(r.already_published.begin(), r.already_published.end());
-  std::sort(copied.begin(), copied.end());
-  EXPECT_EQ(r.already_published, copied);
-  EXPECT_TRUE(r.shipped.empty());
-  EXPECT_TRUE(Names(Env::Default(), local).empty());
-  CheckAllCommits(path, commits);
+  ExpectStagedCopiesPublished(local, path, copied, commits);
 }
 
 // The same after a second compaction merged the first one's output away too
@@ -797,22 +817,10 @@ TEST(StagingSyncTest, AStagedCopyOfASegmentCompactedAwayTwiceIsCountedPublished)
   ASSERT_OK_AND_ASSIGN(auto store, Store::Open(path, {}));
   int commits = 0;
   uint64_t last_seq = 0;
-  auto write_life = [&](const WriterOptions& o) {
-    ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter(o));
-    for (const int end = commits + 10; commits < end; ++commits) {
-      Status s;
-      AppendCommit(w.get(), commits, &s);
-      ASSERT_OK(s);
-      ASSERT_OK(w->Commit());
-    }
-    ASSERT_OK(w->Close());
-  };
+  auto write_life = [&](const WriterOptions& o) { WriteLife(store.get(), o, &commits); };
   for (int life = 0; life < 3; ++life) ASSERT_NO_FATAL_FAILURE(write_life(StagingOptions(local)));
-  std::vector<std::string> copied;
-  for (const std::string& n : Names(Env::Default(), path + "/segments")) {
-    if (!n.ends_with(".rss")) continue;
-    std::filesystem::copy_file(path + "/segments/" + n, local + "/" + n);
-    copied.push_back(n);
+  const std::vector<std::string> copied = LeaveStagedCopies(path, local);
+  for (const std::string& n : copied) {
     std::string id;
     uint64_t seq = 0;
     ASSERT_TRUE(format::ParseSegmentFileName(n, &id, &seq)) << n;
@@ -838,14 +846,7 @@ TEST(StagingSyncTest, AStagedCopyOfASegmentCompactedAwayTwiceIsCountedPublished)
   for (const std::string& n : copied)
     EXPECT_FALSE(std::filesystem::exists(path + "/segments/" + n));
 
-  SyncReport r;
-  ASSERT_OK(SyncStaging(local, path, Forced(nullptr), &r));
-  std::sort(r.already_published.begin(), r.already_published.end());
-  std::sort(copied.begin(), copied.end());
-  EXPECT_EQ(r.already_published, copied);
-  EXPECT_TRUE(r.shipped.empty());
-  EXPECT_TRUE(Names(Env::Default(), local).empty());
-  CheckAllCommits(path, commits);
+  ExpectStagedCopiesPublished(local, path, copied, commits);
 
   // A new life of the stager numbers past every segment it ever had.
   ASSERT_NO_FATAL_FAILURE(write_life(StagingOptions(local)));
