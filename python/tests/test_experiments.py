@@ -398,9 +398,13 @@ def _reserved_outcome(x):
 
 SWEEP_SCRIPT = textwrap.dedent(
     """
-    import os, sys, time
+    import os, signal, sys, time
     import numpy as np
     import runstore
+
+    # Ctrl-C as on a terminal, even when the tests were started with SIGINT ignored (a
+    # background job of a non-interactive shell, nohup), which a child inherits.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
     CALLS = sys.argv[2]
 

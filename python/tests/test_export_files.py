@@ -148,9 +148,12 @@ def test_where_a_nameless_file_cannot_be_linked_a_named_temporary_is_used(
 # A child that exports a store and stops in the middle of writing (after the first MiB of the
 # tarball, or the first Parquet row group), says so and waits to be killed.
 CHILD = textwrap.dedent("""
-    import errno, os, sys, time
+    import errno, os, signal, sys, time
     import runstore
     import runstore._tar
+
+    # SIGINT as on a terminal, even when the tests were started with it ignored (inherited).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
     store_path, fmt, target, named = sys.argv[1:5]
     if named == "1":  # as on a file system without O_TMPFILE (NFS)
