@@ -132,13 +132,25 @@ Status ClaimSegment(Env* env, const std::string& segments_dir, const std::string
   return f->Close();
 }
 
+namespace {
+// kAlreadyThere once the store's directory is synced.
+Result<Published> DurableAlreadyThere(Env* env, const std::string& segments_dir) {
+  RUNSTORE_RETURN_IF_ERROR(env->SyncDir(segments_dir));
+  return Published::kAlreadyThere;
+}
+}  // namespace
+
 Result<Published> PublishSegment(Env* env, const std::string& source, uint64_t length,
                                  const std::string& segments_dir, const std::string& name,
                                  const std::string& token) {
   const std::string target = segments_dir + "/" + name;
   bool empty = false;
   RUNSTORE_ASSIGN_OR_RETURN(Published state, CheckTarget(env, source, length, target, &empty));
-  if (state == Published::kAlreadyThere) return state;
+  // Already there: renamed into place by a publisher that may have died
+  // before it synced the directory, so the name may not be durable yet. The
+  // caller removes the staged copy next, so make it durable first, or a
+  // power cut could take back the rename after that removal.
+  if (state == Published::kAlreadyThere) return DurableAlreadyThere(env, segments_dir);
 
   // 1. The bytes under a temporary name that carries our token, so that a
   // sync can tell a dead publisher's leftover from a live one's.
@@ -170,7 +182,8 @@ Result<Published> PublishSegment(Env* env, const std::string& source, uint64_t l
   Result<Published> again = CheckTarget(env, source, length, target, &empty);
   if (!again.ok() || *again == Published::kAlreadyThere) {
     (void)env->RemoveFile(temp);
-    return again;
+    if (!again.ok()) return again;
+    return DurableAlreadyThere(env, segments_dir);
   }
   Status s = env->RenameFile(temp, target);
   if (!s.ok()) {

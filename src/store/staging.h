@@ -65,8 +65,9 @@ enum class Published {
 // the directory. The target must exist (NotFound: its claim is gone, and
 // nothing is published) and be empty (then it is replaced) or begin with
 // those bytes (kAlreadyThere: published before, possibly with commits that
-// staging lost since in a power cut); anything else is AlreadyExists and
-// nothing is replaced. `source` NotFound is
+// staging lost since in a power cut; the directory is synced then too, since
+// the publisher that renamed them in may have died before it did); anything
+// else is AlreadyExists and nothing is replaced. `source` NotFound is
 // returned as such (someone else shipped it and removed it).
 Result<Published> PublishSegment(Env* env, const std::string& source, uint64_t length,
                                  const std::string& segments_dir, const std::string& name,

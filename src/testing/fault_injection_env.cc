@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string_view>
 #include <utility>
@@ -61,7 +63,7 @@ class FaultInjectionEnv::FaultWritableFile final : public WritableFile {
   using WritableFile::Append;  // the one-piece overload
   Status Append(std::span<const std::string_view> pieces) override {
     std::lock_guard<std::mutex> lock(env_->mu_);
-    const Fate fate = env_->CountOperationLocked();
+    const Fate fate = env_->CountOperationLocked("append", path_);
     if (fate == Fate::kCrash) return env_->FateError(fate, path_, "append");
     if (epoch_ != env_->epoch_) return StaleHandleError(path_, "append");
     const uint64_t before = base_->Size();
@@ -87,7 +89,7 @@ class FaultInjectionEnv::FaultWritableFile final : public WritableFile {
 
   Status WriteAt(uint64_t offset, std::string_view data) override {
     std::lock_guard<std::mutex> lock(env_->mu_);
-    const Fate fate = env_->CountOperationLocked();
+    const Fate fate = env_->CountOperationLocked("write", path_);
     if (fate == Fate::kCrash) return env_->FateError(fate, path_, "write");
     if (epoch_ != env_->epoch_) return StaleHandleError(path_, "write");
     if (fate == Fate::kFail) return env_->FateError(fate, path_, "write");
@@ -101,7 +103,7 @@ class FaultInjectionEnv::FaultWritableFile final : public WritableFile {
 
   Status Close() override {
     std::lock_guard<std::mutex> lock(env_->mu_);
-    const Fate fate = env_->CountOperationLocked();
+    const Fate fate = env_->CountOperationLocked("close", path_);
     if (fate == Fate::kCrash) return env_->FateError(fate, path_, "close");
     if (epoch_ != env_->epoch_) return StaleHandleError(path_, "close");
     Status s = base_->Close();
@@ -116,7 +118,7 @@ class FaultInjectionEnv::FaultWritableFile final : public WritableFile {
   // from another thread lands wholly before or after it.
   Status SyncUpTo(bool all, uint64_t length) {
     std::lock_guard<std::mutex> lock(env_->mu_);
-    const Fate fate = env_->CountOperationLocked();
+    const Fate fate = env_->CountOperationLocked(all ? "sync" : "sync prefix", path_);
     if (fate == Fate::kCrash) return env_->FateError(fate, path_, "sync");
     if (epoch_ != env_->epoch_) return StaleHandleError(path_, "sync");
     Status s = fate == Fate::kFail ? env_->FateError(fate, path_, "sync")
@@ -172,17 +174,28 @@ void FaultInjectionEnv::ResetCounters() {
   crashed_ = false;
 }
 
-FaultInjectionEnv::Fate FaultInjectionEnv::CountOperationLocked() {
+FaultInjectionEnv::Fate FaultInjectionEnv::CountOperationLocked(const char* what,
+                                                                const std::string& path) {
   const uint64_t op = ++operations_;
+  Fate fate = Fate::kRun;
   if (crashed_ || (crash_armed_ && op > crash_after_)) {
     crashed_ = true;
-    return Fate::kCrash;
-  }
-  if (op == fail_at_) {
+    fate = Fate::kCrash;
+  } else if (op == fail_at_) {
     fail_at_ = 0;
-    return Fate::kFail;
+    fate = Fate::kFail;
   }
-  return Fate::kRun;
+  // RUNSTORE_FAULT_TRACE=1: every operation on stderr, to read the sequence
+  // a failing crash point ran.
+  static const bool trace = std::getenv("RUNSTORE_FAULT_TRACE") != nullptr;
+  if (trace) {
+    std::fprintf(stderr, "fault env: %llu %s %s%s\n", static_cast<unsigned long long>(op), what,
+                 path.c_str(),
+                 fate == Fate::kCrash  ? " (refused: crashed)"
+                 : fate == Fate::kFail ? " (failed: injected)"
+                                       : "");
+  }
+  return fate;
 }
 
 Status FaultInjectionEnv::FateError(Fate fate, const std::string& path, const char* op) const {
@@ -201,7 +214,7 @@ Result<std::unique_ptr<WritableFile>> FaultInjectionEnv::NewWritableFile(
     const std::string& raw_path, bool exclusive) {
   const std::string path = NormalizePath(raw_path);
   std::lock_guard<std::mutex> lock(mu_);
-  const Fate fate = CountOperationLocked();
+  const Fate fate = CountOperationLocked("open for writing", path);
   if (fate != Fate::kRun) return FateError(fate, path, "open for writing");
   const bool existed = base_->FileExists(path).ok();
   RUNSTORE_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> base_file,
@@ -222,7 +235,7 @@ Result<std::unique_ptr<WritableFile>> FaultInjectionEnv::NewWritableFile(
 Status FaultInjectionEnv::CreateDir(const std::string& raw_path) {
   const std::string path = NormalizePath(raw_path);
   std::lock_guard<std::mutex> lock(mu_);
-  const Fate fate = CountOperationLocked();
+  const Fate fate = CountOperationLocked("mkdir", path);
   if (fate != Fate::kRun) return FateError(fate, path, "mkdir");
   RUNSTORE_RETURN_IF_ERROR(base_->CreateDir(path));
   pending_.push_back({PendingChange::Kind::kCreateDir, ParentDir(path), path, {}, std::nullopt});
@@ -232,7 +245,7 @@ Status FaultInjectionEnv::CreateDir(const std::string& raw_path) {
 Status FaultInjectionEnv::RemoveFile(const std::string& raw_path) {
   const std::string path = NormalizePath(raw_path);
   std::lock_guard<std::mutex> lock(mu_);
-  const Fate fate = CountOperationLocked();
+  const Fate fate = CountOperationLocked("unlink", path);
   if (fate != Fate::kRun) return FateError(fate, path, "unlink");
   std::optional<SavedFile> saved = SaveFileLocked(path);
   const Status s = base_->RemoveFile(path);
@@ -250,7 +263,7 @@ Status FaultInjectionEnv::RenameFile(const std::string& raw_from, const std::str
   const std::string from = NormalizePath(raw_from);
   const std::string to = NormalizePath(raw_to);
   std::lock_guard<std::mutex> lock(mu_);
-  const Fate fate = CountOperationLocked();
+  const Fate fate = CountOperationLocked("rename", from + " -> " + to);
   if (fate != Fate::kRun) return FateError(fate, from, ("rename to " + to).c_str());
   std::optional<SavedFile> saved;
   if (from != to) saved = SaveFileLocked(to);
@@ -268,7 +281,7 @@ Status FaultInjectionEnv::RenameFile(const std::string& raw_from, const std::str
 Status FaultInjectionEnv::SyncDir(const std::string& raw_dir) {
   const std::string dir = NormalizePath(raw_dir);
   std::lock_guard<std::mutex> lock(mu_);
-  const Fate fate = CountOperationLocked();
+  const Fate fate = CountOperationLocked("fsync directory", dir);
   if (fate != Fate::kRun) return FateError(fate, dir, "fsync directory");
   RUNSTORE_RETURN_IF_ERROR(base_->SyncDir(dir));
   std::erase_if(pending_, [&](const PendingChange& change) {

@@ -10,6 +10,9 @@
 // returns, FileExists, IsDirectory, GetChildren, GetFileSize,
 // CheckWritableDir, NowNanos) go straight to the base env, are not counted,
 // and keep working after a crash so that a test can look at what is there.
+// With RUNSTORE_FAULT_TRACE set in the environment, each operation is printed
+// on stderr (its number, what, the path, and whether it was refused), to read
+// the sequence behind a failing crash point.
 //
 // FAILURES.
 //  - FailOperation(n, err): the n-th operation from now fails with
@@ -197,8 +200,9 @@ class FaultInjectionEnv final : public Env {
 
   enum class Fate { kRun, kFail, kCrash };
 
-  // Numbers the next operation and decides what happens to it.
-  Fate CountOperationLocked();
+  // Numbers the next operation (`what` on `path`, for the trace) and decides
+  // what happens to it.
+  Fate CountOperationLocked(const char* what, const std::string& path);
   // The error for an operation whose fate is not kRun.
   Status FateError(Fate fate, const std::string& path, const char* op) const;
   // Reads `path` through the base if it is a file that fits the undo budget.
