@@ -994,6 +994,53 @@ TEST(ReplacesSectionTest, AStoreWithAHostileSectionReportsTheFile) {
   EXPECT_THAT(s->Compact(TestOptions(), nullptr), StatusIs(StatusCode::kFailedPrecondition));
 }
 
+// The replaced-earlier section (tag 3) is optional and readers never use it:
+// a hostile one leaves the segment's records readable, verify reports it by
+// file and byte, and compaction refuses the segment as an input rather than
+// drop the segments it names.
+TEST(ReplacesSectionTest, AHostileReplacedEarlierSectionIsReportedAndNeverCarriedOn) {
+  TempDir dir;
+  ASSERT_OK_AND_ASSIGN(auto store, OpenStore(dir.path()));
+  format::SegmentHeader h;
+  h.version = format::kSegmentFormatVersion;
+  h.created_ns = 1;
+  h.sequence = 1;
+  h.writer_id = "compact.evil";
+  const std::string path = dir.path() + "/segments/compact.evil-00000001.rss";
+  {
+    ASSERT_OK_AND_ASSIGN(auto w, format::SegmentWriter::Create(Env::Default(), path, h));
+    ASSERT_OK(w->Commit(5));
+    w->AddFooterSection(format::kFooterSectionReplaces, 0,
+                        format::EncodeReplaces(format::Replaces{1, {{"gone", 1, 1}}}));
+    std::string hostile = format::EncodeReplaces(format::Replaces{1, {{"gone", 2, 1}}});
+    hostile[8] = '\x40';  // 64 entries in 40 bytes
+    w->AddFooterSection(format::kFooterSectionReplacedEarlier, format::kFooterSectionOptional,
+                        hostile);
+    ASSERT_OK(w->Seal());
+  }
+  {
+    WriterOptions o;
+    o.writer_id = "w";
+    ASSERT_OK_AND_ASSIGN(auto wr, store->NewWriter(o));
+    ASSERT_OK(wr->Append(int64_t{1}, "x", 0, 1.0));
+    ASSERT_OK(wr->Close());
+  }
+  ASSERT_OK_AND_ASSIGN(auto snap, store->Refresh());
+  EXPECT_TRUE(snap->DamagedSegments().empty());
+  EXPECT_TRUE(snap->Get(int64_t{1}, "x", 0).ok());
+  const VerifyReport report = snap->VerifyAll();
+  ASSERT_EQ(report.problems.size(), 1u);
+  EXPECT_THAT(report.problems[0],
+              StatusIsWith(StatusCode::kCorruption,
+                           "segments/compact.evil-00000001.rss: footer section 'replaced earlier' "
+                           "(tag 3), byte 8: 64 entries cannot fit"));
+  EXPECT_THAT(store->Compact(TestOptions(), nullptr),
+              StatusIsWith(StatusCode::kCorruption, "'replaced earlier'"));
+  EXPECT_TRUE(std::filesystem::exists(path)) << "the input stays";
+  ASSERT_OK_AND_ASSIGN(snap, store->Refresh());
+  EXPECT_TRUE(snap->Get(int64_t{1}, "x", 0).ok());
+}
+
 // ---------------------------------------------------------------------------
 // Crashes: after every file operation of a compaction, power lost with the
 // unsynced data dropped, every committed record reads back exactly once and

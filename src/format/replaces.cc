@@ -18,10 +18,11 @@ bool ValidIdChar(char c) {
          c == '_' || c == '-';
 }
 
-Status Bad(std::string_view file, uint64_t at, const std::string& what) {
-  return Status::Corruption(std::string(file) + ": footer section 'replaces' (tag " +
-                            std::to_string(kFooterSectionReplaces) + "), byte " +
-                            std::to_string(at) + ": " + what);
+// Names the section by its tag: tag 3 has the encoding of tag 2.
+Status Bad(std::string_view file, uint32_t tag, uint64_t at, const std::string& what) {
+  const char* name = tag == kFooterSectionReplacedEarlier ? "replaced earlier" : "replaces";
+  return Status::Corruption(std::string(file) + ": footer section '" + name + "' (tag " +
+                            std::to_string(tag) + "), byte " + std::to_string(at) + ": " + what);
 }
 
 }  // namespace
@@ -41,18 +42,18 @@ std::string EncodeReplaces(const Replaces& r) {
   return out;
 }
 
-Status DecodeReplaces(std::string_view b, std::string_view file, Replaces* r) {
+Status DecodeReplaces(std::string_view b, std::string_view file, Replaces* r, uint32_t tag) {
   *r = Replaces();
-  if (b.size() < kHeaderBytes) return Bad(file, 0, "shorter than its 16-byte header");
+  if (b.size() < kHeaderBytes) return Bad(file, tag, 0, "shorter than its 16-byte header");
   const uint32_t version = DecodeFixed<uint32_t>(b.data());
   if (version != kReplacesVersion) {
     return Bad(
-        file, 0,
+        file, tag, 0,
         "version " + std::to_string(version) + ", expected " + std::to_string(kReplacesVersion));
   }
   const uint32_t parts = DecodeFixed<uint32_t>(b.data() + 4);
   if (parts == 0 || parts > kMaxCompactionParts) {
-    return Bad(file, 4,
+    return Bad(file, tag, 4,
                "part count " + std::to_string(parts) + " is not in 1.." +
                    std::to_string(kMaxCompactionParts));
   }
@@ -60,7 +61,7 @@ Status DecodeReplaces(std::string_view b, std::string_view file, Replaces* r) {
   // Each entry takes at least kMinEntryBytes: a count the bytes cannot hold
   // is refused before anything is reserved for it.
   if (count > (b.size() - kHeaderBytes) / kMinEntryBytes) {
-    return Bad(file, 8,
+    return Bad(file, tag, 8,
                std::to_string(count) + " entries cannot fit in " +
                    std::to_string(b.size() - kHeaderBytes) + " bytes");
   }
@@ -69,36 +70,38 @@ Status DecodeReplaces(std::string_view b, std::string_view file, Replaces* r) {
   uint64_t at = kHeaderBytes;
   for (uint64_t i = 0; i < count; ++i) {
     if (!RangeWithin(at, 18, b.size()))
-      return Bad(file, at, "entry " + std::to_string(i) + " is cut");
+      return Bad(file, tag, at, "entry " + std::to_string(i) + " is cut");
     SegmentId s;
     s.sequence = DecodeFixed<uint64_t>(b.data() + at);
     s.created_ns = DecodeFixed<int64_t>(b.data() + at + 8);
     const uint16_t len = DecodeFixed<uint16_t>(b.data() + at + 16);
-    if (s.sequence == 0) return Bad(file, at, "entry " + std::to_string(i) + " has sequence 0");
+    if (s.sequence == 0)
+      return Bad(file, tag, at, "entry " + std::to_string(i) + " has sequence 0");
     if (len == 0 || len > kMaxWriterIdBytes) {
-      return Bad(file, at + 16, "writer id length " + std::to_string(len) + " is not in 1..64");
+      return Bad(file, tag, at + 16,
+                 "writer id length " + std::to_string(len) + " is not in 1..64");
     }
     uint64_t end = 0;
     if (!RangeWithin(at + 18, len, b.size()) || !AlignUpWithin(at + 18 + len, 8, b.size(), &end)) {
-      return Bad(file, at + 18, "writer id of entry " + std::to_string(i) + " is cut");
+      return Bad(file, tag, at + 18, "writer id of entry " + std::to_string(i) + " is cut");
     }
     s.writer_id.assign(b.data() + at + 18, len);
     if (!std::all_of(s.writer_id.begin(), s.writer_id.end(), ValidIdChar)) {
       return Bad(
-          file, at + 18,
+          file, tag, at + 18,
           "writer id of entry " + std::to_string(i) + " has a character outside [A-Za-z0-9._-]");
     }
     for (uint64_t p = at + 18 + len; p < end; ++p) {
-      if (b[p] != '\0') return Bad(file, p, "padding is not zero");
+      if (b[p] != '\0') return Bad(file, tag, p, "padding is not zero");
     }
     if (!r->segments.empty() && !(r->segments.back() < s)) {
-      return Bad(file, at, "entry " + std::to_string(i) + " is not after the one before it");
+      return Bad(file, tag, at, "entry " + std::to_string(i) + " is not after the one before it");
     }
     r->segments.push_back(std::move(s));
     at = end;
   }
   if (at != b.size()) {
-    return Bad(file, at, std::to_string(b.size() - at) + " bytes after the last entry");
+    return Bad(file, tag, at, std::to_string(b.size() - at) + " bytes after the last entry");
   }
   return Status::OK();
 }

@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "format/format.h"
 #include "runstore/status.h"
 
 namespace runstore::format {
@@ -38,8 +39,10 @@ std::string EncodeReplaces(const Replaces& r);
 // Corruption naming `file` (the segment whose footer holds the bytes) for
 // anything that is not a well-formed section: lengths past the end, a bad
 // writer id, unsorted or duplicate entries, trailing bytes. Never allocates
-// more than the bytes can hold.
-Status DecodeReplaces(std::string_view bytes, std::string_view file, Replaces* r);
+// more than the bytes can hold. `tag` is the section's (the replaced-earlier
+// section has the same encoding), for the message.
+Status DecodeReplaces(std::string_view bytes, std::string_view file, Replaces* r,
+                      uint32_t tag = kFooterSectionReplaces);
 
 }  // namespace runstore::format
 

@@ -240,7 +240,8 @@ class Compaction {
       auto it = seg->index.footer_sections.find(format::kFooterSectionReplacedEarlier);
       if (it == seg->index.footer_sections.end()) continue;
       format::Replaces r;
-      RUNSTORE_RETURN_IF_ERROR(format::DecodeReplaces(it->second, seg->file, &r));
+      // Refused rather than dropped: the output would no longer name them.
+      RUNSTORE_RETURN_IF_ERROR(format::DecodeReplaces(it->second, seg->file, &r, it->first));
       earlier.insert(earlier.end(), r.segments.begin(), r.segments.end());
     }
     auto sort_unique = [](std::vector<format::SegmentId>* v) {

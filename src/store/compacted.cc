@@ -124,7 +124,7 @@ Status ForEachReplaced(Env* env, const std::string& segments_dir,
       auto it = index.footer_sections.find(tag);
       if (it == index.footer_sections.end()) continue;
       format::Replaces r;
-      if (!format::DecodeReplaces(it->second, c, &r).ok()) continue;
+      if (!format::DecodeReplaces(it->second, c, &r, tag).ok()) continue;  // verify reports it
       for (const format::SegmentId& s : r.segments) fn(s);
     }
   }
