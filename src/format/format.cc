@@ -332,11 +332,15 @@ std::string EncodeFooterHeader(const FooterHeader& f) {
   return s;
 }
 
+void AppendFooterSectionHeader(std::string* dst, uint32_t tag, uint32_t flags, uint64_t length) {
+  PutFixed<uint32_t>(dst, tag);
+  PutFixed<uint32_t>(dst, flags);
+  PutFixed<uint64_t>(dst, length);
+}
+
 std::string EncodeFooterSection(uint32_t tag, uint32_t flags, std::string_view bytes) {
   std::string s;
-  PutFixed<uint32_t>(&s, tag);
-  PutFixed<uint32_t>(&s, flags);
-  PutFixed<uint64_t>(&s, bytes.size());
+  AppendFooterSectionHeader(&s, tag, flags, bytes.size());
   s.append(bytes);
   s.resize(AlignUp(s.size(), 8), '\0');
   return s;

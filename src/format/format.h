@@ -175,6 +175,9 @@ inline constexpr size_t kFooterSectionHeaderSize = 16;
 // The first version whose footers may hold sections.
 inline constexpr uint32_t kFirstVersionWithSections = 4;
 std::string EncodeFooterSection(uint32_t tag, uint32_t flags, std::string_view bytes);
+// Appends the 16-byte section header alone, for a writer that appends the
+// section's `length` bytes (and its padding) itself.
+void AppendFooterSectionHeader(std::string* dst, uint32_t tag, uint32_t flags, uint64_t length);
 
 struct Trailer {
   uint64_t footer_offset = 0;

@@ -284,7 +284,9 @@ bool DecodeRunIndex(std::string_view bytes, uint64_t blocks, RunIndex* ri, std::
     return false;
   }
   ri->hashes.resize(prev);
-  for (uint64_t i = 0; i < prev; ++i) d.Get(&ri->hashes[i]);
+  std::string_view hashes;
+  d.GetBytes(d.remaining(), &hashes);  // exactly 8 * prev bytes, checked above
+  if (prev > 0) std::memcpy(ri->hashes.data(), hashes.data(), hashes.size());
   for (uint64_t b = 0, lo = 0; b < n; lo = ri->ends[b++]) {
     for (uint64_t i = lo + 1; i < ri->ends[b]; ++i) {
       if (ri->hashes[i] <= ri->hashes[i - 1]) {

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -25,6 +26,11 @@ inline T DecodeFixed(const char* src) {
 template <typename T>
 inline void PutFixed(std::string* dst, T v) {
   dst->append(reinterpret_cast<const char*>(&v), sizeof(T));
+}
+// PutFixed of each value, in one append.
+template <typename T>
+inline void PutFixedArray(std::string* dst, std::span<const T> v) {
+  if (!v.empty()) dst->append(reinterpret_cast<const char*>(v.data()), v.size_bytes());
 }
 
 inline constexpr uint64_t AlignUp(uint64_t n, uint64_t a) { return (n + a - 1) / a * a; }
