@@ -961,6 +961,32 @@ TEST(ReplacesSectionTest, RoundTripsAndRefusesEveryCutAndHostileCount) {
               StatusIs(StatusCode::kCorruption));
 }
 
+// The one segment WriteCompactedSegment writes.
+constexpr char kCompactedSegment[] = "segments/compact.evil-00000001.rss";
+
+struct FooterSection {
+  uint32_t tag;
+  uint32_t flags;
+  std::string bytes;
+};
+
+// Seals, in the store at `store_path`, a segment of one empty commit under
+// the compacted writer id "compact.evil" with these footer sections: a
+// compaction's output as a hostile file would have it.
+void WriteCompactedSegment(const std::string& store_path,
+                           const std::vector<FooterSection>& sections) {
+  format::SegmentHeader h;
+  h.version = format::kSegmentFormatVersion;
+  h.created_ns = 1;
+  h.sequence = 1;
+  h.writer_id = "compact.evil";
+  ASSERT_OK_AND_ASSIGN(auto w, format::SegmentWriter::Create(
+                                   Env::Default(), store_path + "/" + kCompactedSegment, h));
+  ASSERT_OK(w->Commit(5));
+  for (const FooterSection& f : sections) w->AddFooterSection(f.tag, f.flags, f.bytes);
+  ASSERT_OK(w->Seal());
+}
+
 TEST(ReplacesSectionTest, AStoreWithAHostileSectionReportsTheFile) {
   TempDir dir;
   ASSERT_OK_AND_ASSIGN(auto store, OpenStore(dir.path()));
@@ -971,18 +997,10 @@ TEST(ReplacesSectionTest, AStoreWithAHostileSectionReportsTheFile) {
     ASSERT_OK(wr->Append(int64_t{1}, "x", 0, 1.0));
     ASSERT_OK(wr->Close());
   }
-  format::SegmentHeader h;
-  h.version = format::kSegmentFormatVersion;
-  h.created_ns = 1;
-  h.sequence = 1;
-  h.writer_id = "compact.evil";
-  const std::string path = dir.path() + "/segments/compact.evil-00000001.rss";
-  ASSERT_OK_AND_ASSIGN(auto w, format::SegmentWriter::Create(Env::Default(), path, h));
-  ASSERT_OK(w->Commit(5));
   std::string hostile = format::EncodeReplaces(format::Replaces{1, {{"w", 1, 1}}});
   hostile[8] = '\x40';  // 64 entries in 40 bytes
-  w->AddFooterSection(format::kFooterSectionReplaces, 0, hostile);
-  ASSERT_OK(w->Seal());
+  ASSERT_NO_FATAL_FAILURE(
+      WriteCompactedSegment(dir.path(), {{format::kFooterSectionReplaces, 0, hostile}}));
   EXPECT_THAT(OpenStore(dir.path()),
               StatusIsWith(StatusCode::kCorruption, "segments/compact.evil-00000001.rss"));
   StoreOptions skip;
@@ -1001,23 +1019,14 @@ TEST(ReplacesSectionTest, AStoreWithAHostileSectionReportsTheFile) {
 TEST(ReplacesSectionTest, AHostileReplacedEarlierSectionIsReportedAndNeverCarriedOn) {
   TempDir dir;
   ASSERT_OK_AND_ASSIGN(auto store, OpenStore(dir.path()));
-  format::SegmentHeader h;
-  h.version = format::kSegmentFormatVersion;
-  h.created_ns = 1;
-  h.sequence = 1;
-  h.writer_id = "compact.evil";
-  const std::string path = dir.path() + "/segments/compact.evil-00000001.rss";
-  {
-    ASSERT_OK_AND_ASSIGN(auto w, format::SegmentWriter::Create(Env::Default(), path, h));
-    ASSERT_OK(w->Commit(5));
-    w->AddFooterSection(format::kFooterSectionReplaces, 0,
-                        format::EncodeReplaces(format::Replaces{1, {{"gone", 1, 1}}}));
-    std::string hostile = format::EncodeReplaces(format::Replaces{1, {{"gone", 2, 1}}});
-    hostile[8] = '\x40';  // 64 entries in 40 bytes
-    w->AddFooterSection(format::kFooterSectionReplacedEarlier, format::kFooterSectionOptional,
-                        hostile);
-    ASSERT_OK(w->Seal());
-  }
+  std::string hostile = format::EncodeReplaces(format::Replaces{1, {{"gone", 2, 1}}});
+  hostile[8] = '\x40';  // 64 entries in 40 bytes
+  ASSERT_NO_FATAL_FAILURE(WriteCompactedSegment(
+      dir.path(),
+      {{format::kFooterSectionReplaces, 0,
+        format::EncodeReplaces(format::Replaces{1, {{"gone", 1, 1}}})},
+       {format::kFooterSectionReplacedEarlier, format::kFooterSectionOptional, hostile}}));
+  const std::string path = dir.path() + "/" + kCompactedSegment;
   {
     WriterOptions o;
     o.writer_id = "w";
