@@ -114,6 +114,16 @@ struct NamedValue {
   ValueRef value;
 };
 
+// One series' values for Writer::AppendColumns: n values in one array whose
+// first dimension is n (numbers of one fixed shape, as AppendBatch takes
+// them), or, when `each` is not empty, one ValueRef a value (strings, bytes,
+// arrays of differing shapes, as AppendValues takes them).
+struct ColumnRef {
+  std::string_view name;
+  ValueRef values;
+  std::span<const ValueRef> each;
+};
+
 class Writer {
  public:
   virtual ~Writer() = default;
@@ -152,6 +162,16 @@ class Writer {
   // nothing appended). Like AppendBatch, records no time (AppendTimes does).
   virtual Status AppendValues(std::span<const RunRef> runs, std::string_view name,
                               std::span<const int64_t> steps, std::span<const ValueRef> values) = 0;
+
+  // Appends n records to each of several series under the same n keys
+  // (runs[i], steps[i]): a table's columns, e.g. the parameters and outcomes
+  // of a batch of experiments. The run ids are checked once, and every column
+  // is checked before any record is appended: on InvalidArgument nothing was
+  // appended and no series was defined. The records of one call are never
+  // split by an automatic commit. With WriterOptions::record_time, one time
+  // per key (as AppendRecord), when there is a column.
+  virtual Status AppendColumns(std::span<const RunRef> runs, std::span<const int64_t> steps,
+                               std::span<const ColumnRef> columns) = 0;
 
   // With WriterOptions::record_time, records the time now at these keys (what
   // Append and AppendRecord do by themselves), for a caller that appends a

@@ -53,7 +53,10 @@ struct Column {
   std::string_view name;
   bool batch = true;
   ValueSlot values;
-  std::vector<ValueSlot> records;
+  // Per record: one slot for each run of the same object (a column of one
+  // state or model name converts it once), and a value for each record.
+  std::vector<ValueSlot> slots;
+  std::vector<ValueRef> records;
   nb::object keep;
   size_t bytes = 0;
 };
@@ -101,10 +104,18 @@ void ParseColumn(Column* c, PyObject* col, size_t n) {
                                 std::to_string(len) + " entries for " + std::to_string(n) +
                                 " runs");
   }
-  c->records.resize(n);
+  // Reserved, never grown: a record's value may point into its slot.
+  c->slots.reserve(n);
+  c->records.reserve(n);
+  PyObject* last = nullptr;
   for (size_t i = 0; i < n; ++i) {
-    c->records[i].Set(PyTuple_GET_ITEM(tuple.ptr(), i), c->name);
-    c->bytes += c->records[i].nbytes();
+    PyObject* item = PyTuple_GET_ITEM(tuple.ptr(), i);
+    if (item != last) {
+      c->slots.emplace_back().Set(item, c->name);
+      last = item;
+    }
+    c->records.push_back(c->slots.back().ref());
+    c->bytes += c->records.back().nbytes;
   }
   c->keep = std::move(tuple);
 }
@@ -408,27 +419,15 @@ void PyWriter::LogMany(nb::handle runs_obj, nb::handle steps_obj, nb::kwargs key
   Writer* w = writer_.get();
   const std::span<const RunRef> run_span(runs.refs);
   const std::span<const int64_t> step_span(steps.data, n);
-  RunAppend(bytes, [&] {
-    // One call's columns become visible together: no automatic commit
-    // between two of them.
-    w->HoldAutoCommits();
-    struct Release {
-      Writer* w;
-      ~Release() { w->ReleaseAutoCommits(); }
-    } release{w};
-    std::vector<ValueRef> refs;
-    for (const Column& c : cols) {
-      if (c.batch) {
-        RUNSTORE_RETURN_IF_ERROR(w->AppendBatch(run_span, c.name, step_span, c.values.ref()));
-      } else {
-        refs.clear();
-        for (const ValueSlot& r : c.records) refs.push_back(r.ref());
-        RUNSTORE_RETURN_IF_ERROR(w->AppendValues(run_span, c.name, step_span, refs));
-      }
-    }
-    // With record_time: one time per key.
-    return cols.empty() ? Status::OK() : w->AppendTimes(run_span, step_span);
-  });
+  std::vector<ColumnRef> refs;
+  refs.reserve(cols.size());
+  for (const Column& c : cols) {
+    refs.push_back(c.batch ? ColumnRef{c.name, c.values.ref(), {}}
+                           : ColumnRef{c.name, ValueRef{}, c.records});
+  }
+  // One call: every column checked before any is appended, visible together,
+  // and with record_time one time per key.
+  RunAppend(bytes, [&] { return w->AppendColumns(run_span, step_span, refs); });
 }
 
 void PyWriter::Define(nb::handle name, nb::handle dtype, nb::handle shape, bool variable_shape,

@@ -17,6 +17,7 @@ import pytest
 
 import runstore
 from runstore import _attrs
+from runstore._experiments import DESIGN
 
 
 def test_attributes_round_trip_and_count_revisions(tmp_path):
@@ -153,3 +154,25 @@ def test_experiment_records_refuse_what_is_not_theirs(tmp_path):
         with pytest.raises(ValueError, match="'~y'"):
             w.record("e", {"x": 1}, {"~y": 1.0})
     assert pd.isna(store.attrs.get("categories"))
+
+
+def test_record_many_with_an_outcome_its_series_refuses_records_no_experiment(tmp_path):
+    """record_many is one atomic record set: an outcome column that conflicts with what the
+    store holds leaves none of the batch's parameters or states behind, not even after a
+    later commit, and the batch can be recorded again once it is right."""
+    store = runstore.open(tmp_path / "s")
+    ids = [runstore.experiment_id({"x": i / 4}) for i in range(4)]
+    with runstore.experiments.writer(store) as w:
+        w.record_many(ids[:2], {"x": [0.0, 0.25]}, {"curve": np.zeros((2, 3))})
+        with pytest.raises(ValueError, match="'curve'"):
+            w.record_many(ids[2:], {"x": [0.5, 0.75]}, {"curve": np.zeros((2, 4))})
+        w.commit()
+        store.refresh()
+        assert len(store.scan(DESIGN + "x")["run"]) == 2
+        assert store.pending() == []
+        w.record_many(ids[2:], {"x": [0.5, 0.75]}, {"curve": np.ones((2, 3))})
+    experiments, outcomes = runstore.load_results(store)
+    assert experiments["experiment"].tolist() == ids
+    assert experiments["state"].tolist() == ["done"] * 4
+    assert outcomes["curve"].shape == (4, 3)
+    assert outcomes["curve"][2:].tolist() == [[1.0] * 3] * 2

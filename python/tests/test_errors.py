@@ -47,6 +47,24 @@ def test_log_many_bad_shapes(store):
             w.log_many([1, 2, 3], steps=np.array([0.5, 1, 2]), x=np.zeros(3))
 
 
+def test_log_many_with_a_bad_column_appends_no_column(store):
+    """A column that conflicts with its series fails the whole call: the columns before it
+    are not appended, and a series it would have defined is not defined."""
+    ids = [runstore.experiment_id({"x": i}) for i in range(3)]
+    with store.writer() as w:
+        w.log_many(ids, y=np.zeros(3))
+        with pytest.raises(ValueError, match="series 'y' is fixed-shape"):
+            w.log_many(ids, steps=[1, 1, 1], new=np.ones(3), state=["done"] * 3, y=np.ones((3, 2)))
+        w.log_many(ids, steps=[2, 2, 2], new=np.arange(3), y=np.ones(3))  # "new" takes int64
+    store.refresh()
+    assert len(store.scan("y")["value"]) == 6
+    assert store.scan("new")["value"].dtype == np.int64
+    assert list(store.scan("new")["step"]) == [2, 2, 2]
+    assert "state" not in store.series()
+    with pytest.raises(KeyError):
+        store.get(ids[0], "y", step=1)
+
+
 def test_missing_record_and_series_raise_key_error(store):
     with store.writer() as w:
         w.log(1, x=1.0)

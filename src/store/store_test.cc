@@ -1036,6 +1036,126 @@ TEST_F(StoreTest, AutoCommitNeverSplitsOneCall) {
   ASSERT_OK(w->Close());
 }
 
+// AppendColumns: a table's columns under the same keys in one call (Python's
+// log_many and record_many). With hashed run ids and record_time, as the
+// experiments layer writes them: every column is checked before any record is
+// appended, a failed call leaves no record and no series behind, and an
+// automatic commit never splits a call.
+TEST_F(StoreTest, AppendColumnsAppendsEveryColumnOrNone) {
+  auto store = Open();
+  WriterOptions wo;
+  wo.record_time = true;
+  wo.commit_every_bytes = 1;  // every call is due a commit: a split would show
+  ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter(wo));
+  ASSERT_OK_AND_ASSIGN(auto reader, Store::Open(StorePath(), {.read_only = true}));
+  constexpr size_t kN = 50;
+  std::vector<std::string> ids;
+  std::vector<RunRef> runs;
+  std::vector<int64_t> steps(kN, 0), steps2(kN, 1);
+  std::vector<double> x(kN), curve(kN * 4);
+  std::vector<int64_t> ints(kN);
+  for (size_t i = 0; i < kN; ++i) {
+    // Ids like the default experiment ids: the hex of a 64-bit mix of i.
+    uint64_t h = (i + 1) * 0x9E3779B97F4A7C15ull;
+    h = (h ^ (h >> 31)) * 0xBF58476D1CE4E5B9ull;
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h ^ (h >> 29)));
+    ids.emplace_back(hex);
+  }
+  for (size_t i = 0; i < kN; ++i) {
+    runs.push_back(RunRef(ids[i]));
+    x[i] = 0.5 * static_cast<double>(i);
+    ints[i] = static_cast<int64_t>(i);
+    for (size_t j = 0; j < 4; ++j) curve[i * 4 + j] = static_cast<double>(i * 10 + j);
+  }
+  const std::string_view model = "toy";
+  const std::vector<ValueRef> models(kN, ValueRef::String(model));
+  const int64_t x_shape[] = {kN}, curve_shape[] = {kN, 4};
+  const ColumnRef table[] = {{"x", ValueRef::Array(x.data(), x_shape), {}},
+                             {"model", ValueRef{}, models},
+                             {"curve", ValueRef::Array(curve.data(), curve_shape), {}}};
+  ASSERT_OK(w->AppendColumns(runs, steps, table));
+  auto snap_of = [&]() {
+    auto snap = reader->Refresh();
+    EXPECT_TRUE(snap.ok());
+    return snap.ok() ? *snap : nullptr;
+  };
+  auto count = [](const auto& snap, const std::string& name) -> uint64_t {
+    auto info = snap->GetSeriesInfo(name);
+    return info.ok() ? info->count : 0;
+  };
+  for (int tries = 0; tries < 500 && count(snap_of(), "x") == 0; ++tries) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  {
+    auto snap = snap_of();
+    EXPECT_EQ(count(snap, "x"), kN);
+    EXPECT_EQ(count(snap, "model"), kN) << "an automatic commit split the call";
+    EXPECT_EQ(count(snap, "curve"), kN) << "an automatic commit split the call";
+    EXPECT_EQ(count(snap, "~time"), kN) << "one time per key";
+  }
+
+  // Calls that fail: each appends nothing and defines nothing.
+  const ColumnRef conflicting[] = {{"fresh", ValueRef::Array(x.data(), x_shape), {}},
+                                   {"x", ValueRef::Array(ints.data(), x_shape), {}}};
+  EXPECT_THAT(w->AppendColumns(runs, steps2, conflicting),
+              StatusIsWith(StatusCode::kInvalidArgument, "'x'"));
+  const std::vector<ValueRef> short_models(kN - 1, ValueRef::String(model));
+  const ColumnRef short_column[] = {{"fresh", ValueRef::Array(x.data(), x_shape), {}},
+                                    {"model", ValueRef{}, short_models}};
+  EXPECT_THAT(w->AppendColumns(runs, steps2, short_column),
+              StatusIsWith(StatusCode::kInvalidArgument, "49 values for 50 runs"));
+  std::vector<ValueRef> mixed = models;
+  mixed[kN - 1] = ValueRef::Scalar(x[0]);  // a number in a column of strings
+  const ColumnRef mixed_column[] = {{"fresh", ValueRef::Array(x.data(), x_shape), {}},
+                                    {"model", ValueRef{}, mixed}};
+  EXPECT_THAT(w->AppendColumns(runs, steps2, mixed_column), StatusIs(StatusCode::kInvalidArgument));
+  const int64_t wrong_shape[] = {kN - 1};
+  const ColumnRef wrong_first_dimension[] = {
+      {"fresh", ValueRef::Array(x.data(), x_shape), {}},
+      {"curve", ValueRef::Array(curve.data(), wrong_shape), {}}};
+  EXPECT_THAT(w->AppendColumns(runs, steps2, wrong_first_dimension),
+              StatusIsWith(StatusCode::kInvalidArgument, "first dimension of 50"));
+  const ColumnRef reserved[] = {{"fresh", ValueRef::Array(x.data(), x_shape), {}},
+                                {"~resume", ValueRef::Array(ints.data(), x_shape), {}}};
+  EXPECT_THAT(w->AppendColumns(runs, steps2, reserved), StatusIs(StatusCode::kInvalidArgument));
+  std::vector<RunRef> bad_runs = runs;
+  const std::string not_utf8 = "\xff\xfe";
+  bad_runs[kN / 2] = RunRef(not_utf8);
+  const ColumnRef fresh_only[] = {{"fresh", ValueRef::Array(x.data(), x_shape), {}}};
+  EXPECT_THAT(w->AppendColumns(bad_runs, steps2, fresh_only),
+              StatusIsWith(StatusCode::kInvalidArgument, "UTF-8"));
+  EXPECT_THAT(w->AppendColumns(runs, std::span<const int64_t>(steps2.data(), kN - 1), fresh_only),
+              StatusIs(StatusCode::kInvalidArgument));
+
+  // "fresh" was defined by none of them: it takes int64 now, as its first
+  // successful call says.
+  const ColumnRef fresh_ints[] = {{"fresh", ValueRef::Array(ints.data(), x_shape), {}},
+                                  {"x", ValueRef::Array(x.data(), x_shape), {}}};
+  ASSERT_OK(w->AppendColumns(runs, steps2, fresh_ints));
+  ASSERT_OK(w->AppendColumns(runs, steps2, {}));  // no column: nothing, not even a time
+  ASSERT_OK(w->Close());
+  auto snap = snap_of();
+  EXPECT_EQ(count(snap, "x"), 2 * kN);
+  EXPECT_EQ(count(snap, "model"), kN);
+  EXPECT_EQ(count(snap, "curve"), kN);
+  EXPECT_EQ(count(snap, "fresh"), kN);
+  EXPECT_EQ(count(snap, "~time"), 2 * kN);
+  ASSERT_OK_AND_ASSIGN(SeriesInfo fresh, snap->GetSeriesInfo("fresh"));
+  EXPECT_EQ(fresh.dtype, DType::kInt64);
+  for (size_t i = 0; i < kN; i += 7) {
+    ASSERT_OK_AND_ASSIGN(Value c, snap->Get(RunId(ids[i]), "curve", 0));
+    ASSERT_EQ(c.as<double>().size(), 4u);
+    EXPECT_EQ(c.as<double>()[3], static_cast<double>(i * 10 + 3));
+    ASSERT_OK_AND_ASSIGN(Value m, snap->Get(RunId(ids[i]), "model", 0));
+    EXPECT_EQ(m.str(), "toy");
+    ASSERT_OK_AND_ASSIGN(Value f, snap->Get(RunId(ids[i]), "fresh", 1));
+    EXPECT_EQ(f.scalar<int64_t>(), static_cast<int64_t>(i));
+    ASSERT_OK_AND_ASSIGN(Value x1, snap->Get(RunId(ids[i]), "x", 1));
+    EXPECT_EQ(x1.scalar<double>(), 0.5 * static_cast<double>(i));
+  }
+}
+
 TEST_F(StoreTest, AHoldMakesTheRecordsOfSeveralCallsVisibleTogether) {
   // The columns of one batch are an AppendBatch each (Python's log_many): an
   // automatic commit between two would show one column without the others.

@@ -697,6 +697,31 @@ Status WriterImpl::AppendTimesLocked(std::span<const RunRef> runs, std::span<con
   return Status::OK();
 }
 
+namespace {
+
+// The checks of a batch's values that need no series: n values of one fixed
+// shape along the first dimension. `what` names the call in the message.
+Status CheckBatchValues(std::string_view what, std::string_view name, size_t n,
+                        const ValueRef& values) {
+  if (IsVarLength(values.dtype)) {
+    return Status::InvalidArgument(std::string(what) + " of '" + std::string(name) +
+                                   "': string and bytes values are appended one by one");
+  }
+  if (values.shape.empty() || static_cast<size_t>(values.shape[0]) != n) {
+    return Status::InvalidArgument(std::string(what) + " of '" + std::string(name) +
+                                   "': values need a first dimension of " + std::to_string(n) +
+                                   ", got shape " + ShapeString(values.shape));
+  }
+  return CheckValue(name, values);
+}
+
+// The first of a batch's n > 0 values, as a value of its own.
+ValueRef FirstOfBatch(const ValueRef& values, size_t n) {
+  return ValueRef{values.dtype, values.shape.subspan(1), values.data, values.nbytes / n};
+}
+
+}  // namespace
+
 Status WriterImpl::AppendBatch(std::span<const RunRef> runs, std::string_view name,
                                std::span<const int64_t> steps, const ValueRef& values) {
   const size_t n = runs.size();
@@ -705,25 +730,23 @@ Status WriterImpl::AppendBatch(std::span<const RunRef> runs, std::string_view na
                                    "': " + std::to_string(n) + " runs but " +
                                    std::to_string(steps.size()) + " steps");
   }
-  if (IsVarLength(values.dtype)) {
-    return Status::InvalidArgument("AppendBatch of '" + std::string(name) +
-                                   "': string and bytes values are appended one by one");
-  }
-  if (values.shape.empty() || static_cast<size_t>(values.shape[0]) != n) {
-    return Status::InvalidArgument("AppendBatch of '" + std::string(name) +
-                                   "': values need a first dimension of " + std::to_string(n) +
-                                   ", got shape " + ShapeString(values.shape));
-  }
-  RUNSTORE_RETURN_IF_ERROR(CheckValue(name, values));
+  RUNSTORE_RETURN_IF_ERROR(CheckBatchValues("AppendBatch", name, n, values));
   RUNSTORE_RETURN_IF_ERROR(ValidateRunIds(runs));
   if (n == 0) return Status::OK();
-  const size_t per = values.nbytes / n;
-  ValueRef one{values.dtype, values.shape.subspan(1), values.data, per};
+  const ValueRef one = FirstOfBatch(values, n);
   MutexLock lock(&mu_);
   RUNSTORE_RETURN_IF_ERROR(CheckUsableLocked());
   const AutoCommitHold hold(this);
   RUNSTORE_ASSIGN_OR_RETURN(Series * s, GetSeriesLocked(name, &one));
   RUNSTORE_RETURN_IF_ERROR(CheckValueAgainst(name, s->schema, one));
+  return AppendBatchLocked(s, runs, steps, values);
+}
+
+Status WriterImpl::AppendBatchLocked(Series* s, std::span<const RunRef> runs,
+                                     std::span<const int64_t> steps, const ValueRef& values) {
+  const size_t n = runs.size();
+  ValueRef one = FirstOfBatch(values, n);
+  const size_t per = one.nbytes;
   const char* base = static_cast<const char*>(values.data);
   if (s->record_bytes == 0 || per >= options_.large_value_bytes) {
     for (size_t i = 0; i < n; ++i) {
@@ -772,11 +795,95 @@ Status WriterImpl::AppendValues(std::span<const RunRef> runs, std::string_view n
   const AutoCommitHold hold(this);
   RUNSTORE_ASSIGN_OR_RETURN(Series * s, GetSeriesLocked(name, &values[0]));
   for (const ValueRef& v : values) RUNSTORE_RETURN_IF_ERROR(CheckAgainstSeries(*s, name, v));
-  for (size_t i = 0; i < n; ++i) {
+  return AppendValuesLocked(s, runs, steps, values);
+}
+
+Status WriterImpl::AppendValuesLocked(Series* s, std::span<const RunRef> runs,
+                                      std::span<const int64_t> steps,
+                                      std::span<const ValueRef> values) {
+  for (size_t i = 0; i < runs.size(); ++i) {
     RUNSTORE_RETURN_IF_ERROR(CheckUsableLocked());
     RUNSTORE_RETURN_IF_ERROR(AppendLocked(s, runs[i], steps[i], values[i]));
   }
   return Status::OK();
+}
+
+Status WriterImpl::AppendColumns(std::span<const RunRef> runs, std::span<const int64_t> steps,
+                                 std::span<const ColumnRef> columns) {
+  const size_t n = runs.size();
+  if (steps.size() != n) {
+    return Status::InvalidArgument("AppendColumns: " + std::to_string(n) + " runs but " +
+                                   std::to_string(steps.size()) + " steps");
+  }
+  for (const ColumnRef& c : columns) {
+    if (!c.each.empty()) {
+      if (c.each.size() != n) {
+        return Status::InvalidArgument("AppendColumns: column '" + std::string(c.name) + "' has " +
+                                       std::to_string(c.each.size()) + " values for " +
+                                       std::to_string(n) + " runs");
+      }
+    } else {
+      RUNSTORE_RETURN_IF_ERROR(CheckBatchValues("AppendColumns", c.name, n, c.values));
+    }
+  }
+  RUNSTORE_RETURN_IF_ERROR(ValidateRunIds(runs));  // once for every column
+  if (n == 0 || columns.empty()) return Status::OK();
+  MutexLock lock(&mu_);
+  RUNSTORE_RETURN_IF_ERROR(CheckUsableLocked());
+  // Every column is checked against its series before any is appended; the
+  // series this call defined are forgotten again if one fails.
+  std::vector<Series*> series(columns.size());
+  std::vector<Series*> defined;
+  for (size_t i = 0; i < columns.size(); ++i) {
+    const ColumnRef& c = columns[i];
+    const ValueRef first = c.each.empty() ? FirstOfBatch(c.values, n) : c.each[0];
+    const bool known = series_.find(c.name) != series_.end();
+    Status st;
+    if (Result<Series*> r = GetSeriesLocked(c.name, &first); !r.ok()) {
+      st = r.status();
+    } else {
+      series[i] = *r;
+      if (!known) defined.push_back(series[i]);
+      if (c.each.empty()) {
+        st = CheckValueAgainst(c.name, series[i]->schema, first);
+      } else {
+        const ValueRef* checked = nullptr;
+        for (const ValueRef& v : c.each) {
+          // A column of one state or name repeats one value: checked once.
+          if (checked != nullptr && v.data == checked->data && v.nbytes == checked->nbytes &&
+              v.dtype == checked->dtype && v.shape.data() == checked->shape.data() &&
+              v.shape.size() == checked->shape.size()) {
+            continue;
+          }
+          st = CheckAgainstSeries(*series[i], c.name, v);
+          if (!st.ok()) break;
+          checked = &v;
+        }
+      }
+    }
+    if (!st.ok()) {
+      ForgetSeriesLocked(defined);
+      return st;
+    }
+  }
+  const AutoCommitHold hold(this);
+  for (size_t i = 0; i < columns.size(); ++i) {
+    const ColumnRef& c = columns[i];
+    RUNSTORE_RETURN_IF_ERROR(c.each.empty() ? AppendBatchLocked(series[i], runs, steps, c.values)
+                                            : AppendValuesLocked(series[i], runs, steps, c.each));
+  }
+  return options_.record_time ? AppendTimesLocked(runs, steps) : Status::OK();
+}
+
+void WriterImpl::ForgetSeriesLocked(std::span<Series* const> defined) {
+  for (Series* s : defined) {
+    if (last_series_ == s) last_series_ = nullptr;
+    if (std::find(last_record_.begin(), last_record_.end(), s) != last_record_.end()) {
+      last_record_.clear();
+    }
+    std::erase(series_order_, s);
+    series_.erase(series_.find(s->name));  // frees *s
+  }
 }
 
 Status WriterImpl::Resume(RunRef run, int64_t step) {

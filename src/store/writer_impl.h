@@ -55,6 +55,8 @@ class WriterImpl final : public Writer {
                      std::span<const int64_t> steps, const ValueRef& values) override;
   Status AppendValues(std::span<const RunRef> runs, std::string_view name,
                       std::span<const int64_t> steps, std::span<const ValueRef> values) override;
+  Status AppendColumns(std::span<const RunRef> runs, std::span<const int64_t> steps,
+                       std::span<const ColumnRef> columns) override;
   using Writer::AppendTimes;
   Status AppendTimes(std::span<const RunRef> runs, std::span<const int64_t> steps,
                      std::span<const double> times) override;
@@ -101,6 +103,15 @@ class WriterImpl final : public Writer {
       RUNSTORE_REQUIRES(mu_);
   Status AppendLocked(Series* s, const RunRef& run, int64_t step, const ValueRef& value)
       RUNSTORE_REQUIRES(mu_);
+  // The appends of AppendBatch and AppendValues, once their values were
+  // checked against `s`.
+  Status AppendBatchLocked(Series* s, std::span<const RunRef> runs, std::span<const int64_t> steps,
+                           const ValueRef& values) RUNSTORE_REQUIRES(mu_);
+  Status AppendValuesLocked(Series* s, std::span<const RunRef> runs, std::span<const int64_t> steps,
+                            std::span<const ValueRef> values) RUNSTORE_REQUIRES(mu_);
+  // Undoes the definition of series that have no record yet (a call whose
+  // checks failed after it defined them).
+  void ForgetSeriesLocked(std::span<Series* const> defined) RUNSTORE_REQUIRES(mu_);
   // With record_time: appends the time now to "~time" at each key.
   Status AppendTimesLocked(std::span<const RunRef> runs, std::span<const int64_t> steps,
                            std::span<const double> times = {}) RUNSTORE_REQUIRES(mu_);
