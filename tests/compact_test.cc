@@ -376,7 +376,9 @@ TEST(CompactTest, ManyRecordsAreSortedInSeveralPassesWithinTheMemoryBound) {
   ASSERT_GE(progress.size(), 300000u / (64 << 10));
   for (size_t i = 0; i < progress.size(); ++i) {
     EXPECT_EQ(progress[i].second, 300000u);
-    if (i > 0) EXPECT_GE(progress[i].first, progress[i - 1].first);
+    if (i > 0) {
+      EXPECT_GE(progress[i].first, progress[i - 1].first);
+    }
   }
   EXPECT_EQ(progress.back().first, 300000u);
   EXPECT_EQ(report.output_records, before.records.size());
