@@ -619,7 +619,8 @@ class EmaBatch {
     if (experiments_.size() >= batch_ || std::chrono::steady_clock::now() >= flush_at_) {
       due |= kWrite;
     }
-    nb::object model = nb::steal(PyObject_GetAttrString(experiment.ptr(), "model_name"));
+    static PyObject* const model_attr = Interned("model_name");
+    nb::object model = nb::steal(PyObject_GetAttr(experiment.ptr(), model_attr));
     if (!model.is_valid()) throw nb::python_error();
     if (!model_.is_valid() || !model.equal(model_)) {
       due |= kNewModel;
