@@ -794,8 +794,24 @@ Status WriterImpl::AppendValues(std::span<const RunRef> runs, std::string_view n
   RUNSTORE_RETURN_IF_ERROR(CheckUsableLocked());
   const AutoCommitHold hold(this);
   RUNSTORE_ASSIGN_OR_RETURN(Series * s, GetSeriesLocked(name, &values[0]));
-  for (const ValueRef& v : values) RUNSTORE_RETURN_IF_ERROR(CheckAgainstSeries(*s, name, v));
+  RUNSTORE_RETURN_IF_ERROR(CheckValuesAgainst(*s, name, values));
   return AppendValuesLocked(s, runs, steps, values);
+}
+
+Status WriterImpl::CheckValuesAgainst(const Series& s, std::string_view name,
+                                      std::span<const ValueRef> values) {
+  const ValueRef* checked = nullptr;
+  for (const ValueRef& v : values) {
+    // A column of one state or name repeats one value: checked once.
+    if (checked != nullptr && v.data == checked->data && v.nbytes == checked->nbytes &&
+        v.dtype == checked->dtype && v.shape.data() == checked->shape.data() &&
+        v.shape.size() == checked->shape.size()) {
+      continue;
+    }
+    RUNSTORE_RETURN_IF_ERROR(CheckAgainstSeries(s, name, v));
+    checked = &v;
+  }
+  return Status::OK();
 }
 
 Status WriterImpl::AppendValuesLocked(Series* s, std::span<const RunRef> runs,
@@ -834,37 +850,21 @@ Status WriterImpl::AppendColumns(std::span<const RunRef> runs, std::span<const i
   // series this call defined are forgotten again if one fails.
   std::vector<Series*> series(columns.size());
   std::vector<Series*> defined;
-  for (size_t i = 0; i < columns.size(); ++i) {
-    const ColumnRef& c = columns[i];
-    const ValueRef first = c.each.empty() ? FirstOfBatch(c.values, n) : c.each[0];
-    const bool known = series_.find(c.name) != series_.end();
-    Status st;
-    if (Result<Series*> r = GetSeriesLocked(c.name, &first); !r.ok()) {
-      st = r.status();
-    } else {
-      series[i] = *r;
+  const Status checked = [&]() RUNSTORE_REQUIRES(mu_) -> Status {
+    for (size_t i = 0; i < columns.size(); ++i) {
+      const ColumnRef& c = columns[i];
+      const ValueRef first = c.each.empty() ? FirstOfBatch(c.values, n) : c.each[0];
+      const bool known = series_.find(c.name) != series_.end();
+      RUNSTORE_ASSIGN_OR_RETURN(series[i], GetSeriesLocked(c.name, &first));
       if (!known) defined.push_back(series[i]);
-      if (c.each.empty()) {
-        st = CheckValueAgainst(c.name, series[i]->schema, first);
-      } else {
-        const ValueRef* checked = nullptr;
-        for (const ValueRef& v : c.each) {
-          // A column of one state or name repeats one value: checked once.
-          if (checked != nullptr && v.data == checked->data && v.nbytes == checked->nbytes &&
-              v.dtype == checked->dtype && v.shape.data() == checked->shape.data() &&
-              v.shape.size() == checked->shape.size()) {
-            continue;
-          }
-          st = CheckAgainstSeries(*series[i], c.name, v);
-          if (!st.ok()) break;
-          checked = &v;
-        }
-      }
+      RUNSTORE_RETURN_IF_ERROR(c.each.empty() ? CheckValueAgainst(c.name, series[i]->schema, first)
+                                              : CheckValuesAgainst(*series[i], c.name, c.each));
     }
-    if (!st.ok()) {
-      ForgetSeriesLocked(defined);
-      return st;
-    }
+    return Status::OK();
+  }();
+  if (!checked.ok()) {
+    ForgetSeriesLocked(defined);
+    return checked;
   }
   const AutoCommitHold hold(this);
   for (size_t i = 0; i < columns.size(); ++i) {

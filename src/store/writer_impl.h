@@ -99,6 +99,10 @@ class WriterImpl final : public Writer {
   // Checks `value` against series `s` (the fast path compares with the series'
   // fixed record layout).
   static Status CheckAgainstSeries(const Series& s, std::string_view name, const ValueRef& value);
+  // CheckAgainstSeries of each value; a value repeated (the same bytes as the
+  // one before it, as a column of one state holds) is checked once.
+  static Status CheckValuesAgainst(const Series& s, std::string_view name,
+                                   std::span<const ValueRef> values);
   Status DefineSeriesLocked(std::string_view name, const SeriesSchema& schema, Codec codec)
       RUNSTORE_REQUIRES(mu_);
   Status AppendLocked(Series* s, const RunRef& run, int64_t step, const ValueRef& value)
