@@ -26,18 +26,11 @@ namespace {
 namespace fs = std::filesystem;
 using ::runstore::testing::Contents;
 using ::runstore::testing::DiffContents;
+using ::runstore::testing::HashedId;
 using ::runstore::testing::ScanAll;
 using ::runstore::testing::StatusIs;
 using ::runstore::testing::StatusIsWith;
 using ::runstore::testing::TempDir;
-
-// An experiment id as the experiments layer makes them.
-std::string HashedId(uint64_t i) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "e%016llx",
-                static_cast<unsigned long long>(Checksum(&i, sizeof i)));
-  return buf;
-}
 
 // `segments` sealed segments of writer `id`, one writer and commit each: a hashed run
 // with a scalar and a small array, as one experiment of a sweep writes.

@@ -29,6 +29,7 @@ namespace runstore {
 namespace {
 
 namespace fs = std::filesystem;
+using ::runstore::testing::HashedId;
 using ::runstore::testing::StatusIs;
 using ::runstore::testing::StatusIsWith;
 using ::runstore::testing::TempDir;
@@ -1054,14 +1055,7 @@ TEST_F(StoreTest, AppendColumnsAppendsEveryColumnOrNone) {
   std::vector<int64_t> steps(kN, 0), steps2(kN, 1);
   std::vector<double> x(kN), curve(kN * 4);
   std::vector<int64_t> ints(kN);
-  for (size_t i = 0; i < kN; ++i) {
-    // Ids like the default experiment ids: the hex of a 64-bit mix of i.
-    uint64_t h = (i + 1) * 0x9E3779B97F4A7C15ull;
-    h = (h ^ (h >> 31)) * 0xBF58476D1CE4E5B9ull;
-    char hex[17];
-    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h ^ (h >> 29)));
-    ids.emplace_back(hex);
-  }
+  for (size_t i = 0; i < kN; ++i) ids.push_back(HashedId(i));
   for (size_t i = 0; i < kN; ++i) {
     runs.push_back(RunRef(ids[i]));
     x[i] = 0.5 * static_cast<double>(i);

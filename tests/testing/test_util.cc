@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "util/hash.h"
+
 namespace runstore::testing {
 
 TempDir::TempDir() {
@@ -34,6 +36,13 @@ uint64_t TestSeed() {
   std::printf("[ seed     ] RUNSTORE_SEED=%llu\n", static_cast<unsigned long long>(seed));
   std::fflush(stdout);
   return seed;
+}
+
+std::string HashedId(uint64_t i) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "e%016llx",
+                static_cast<unsigned long long>(Checksum(&i, sizeof i)));
+  return buf;
 }
 
 RecordValue RecordValueAt(const ScanBatch& b, size_t i) {

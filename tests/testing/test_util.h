@@ -166,6 +166,10 @@ class TempDir {
 // Printed so that a failure can be replayed.
 uint64_t TestSeed();
 
+// An experiment id as runstore's experiments layer makes them by default:
+// 'e' and 16 hex digits of a hash (of i).
+std::string HashedId(uint64_t i);
+
 }  // namespace runstore::testing
 
 #endif  // RUNSTORE_TESTS_TESTING_TEST_UTIL_H_
