@@ -71,6 +71,14 @@ bool SnapshotImpl::BlocksReaching(const std::vector<BlockRef>& blocks,
   return true;
 }
 
+bool SnapshotImpl::MayHoldRun(const BlockRef& b, uint64_t run_hash) const {
+  const auto& ri = segments_[b.segment]->index.run_index;
+  if (!ri) return true;  // an open segment, or an older version
+  const auto listed = ri->Of(b.block);
+  // Not listed (integer runs in order): its key range decides.
+  return listed.empty() || std::binary_search(listed.begin(), listed.end(), run_hash);
+}
+
 void SnapshotImpl::EnsureRunIndex(const SeriesEntry& e) const {
   std::call_once(e.run_index_once, [&] {
     std::vector<uint64_t> hashes;
@@ -115,6 +123,7 @@ Result<SnapshotImpl::Found> SnapshotImpl::Find(RunRef run, std::string_view name
   const BlockRef* best = nullptr;
   uint32_t best_row = 0;
   Payload best_payload;
+  const uint64_t hash = format::RunHash(run);
   // Block b, if it may hold the key and is ordered after the best so far:
   // read it and look for the key's last record in it.
   auto consider = [&](const BlockRef& b) -> Status {
@@ -123,6 +132,11 @@ Result<SnapshotImpl::Found> SnapshotImpl::Find(RunRef run, std::string_view name
         step < h.min_step || step > h.max_step) {
       return Status::OK();
     }
+    // A block that a sealed segment's footer lists without the run's hash
+    // holds none of its records (docs/format.md "Run index"), whichever way
+    // it became a candidate: it is not read, as a scan filtered to the run
+    // does not read it (scan.cc), so the two report the same damage.
+    if (!MayHoldRun(b, hash)) return Status::OK();
     if (best && std::tie(b.commit, b.offset) < std::tie(best->commit, best->offset)) {
       return Status::OK();
     }
@@ -186,9 +200,8 @@ Result<SnapshotImpl::Found> SnapshotImpl::Find(RunRef run, std::string_view name
     if (!BlocksReaching(e.blocks, e.by_min_key, e.max_tree, ub, run, step, kMaxRangeCandidates,
                         &candidates)) {
       EnsureRunIndex(e);
-      const uint64_t h = format::RunHash(run);
-      auto lo = std::lower_bound(e.run_index.begin(), e.run_index.end(), std::make_pair(h, 0u));
-      for (; lo != e.run_index.end() && lo->first == h; ++lo) {
+      auto lo = std::lower_bound(e.run_index.begin(), e.run_index.end(), std::make_pair(hash, 0u));
+      for (; lo != e.run_index.end() && lo->first == hash; ++lo) {
         RUNSTORE_RETURN_IF_ERROR(consider(e.blocks[lo->second]));
       }
       candidates.clear();

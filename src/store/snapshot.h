@@ -206,6 +206,10 @@ class SnapshotImpl final : public Snapshot {
     Payload payload;
   };
   Result<Found> Find(RunRef run, std::string_view name, int64_t step, Check check) const;
+  // False when the footer of b's sealed segment lists b's runs and none has
+  // hash `run_hash` (docs/format.md "Run index"): b holds no record of the
+  // run. True for a block not listed, or in a segment without a run index.
+  bool MayHoldRun(const BlockRef& b, uint64_t run_hash) const;
   void EnsureRunIndex(const SeriesEntry& e) const;
 
   std::vector<std::shared_ptr<const LoadedSegment>> segments_;
