@@ -2,7 +2,11 @@
 // fresh temporary directory and against the in-memory env.
 #include "runstore/env.h"
 
+#include <fcntl.h>
+#include <linux/magic.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -469,6 +473,68 @@ TEST(PosixEnvTest, NewCopyOfAcrossFileSystemsCopiesThroughABuffer) {
   ASSERT_OK((*out)->Close());
   ASSERT_OK_AND_ASSIGN(std::string got, ReadFileToString(env, dir.path() + "/to"));
   EXPECT_TRUE(got == data.substr(0, data.size() - 3));
+}
+
+// Pages of [begin, end) of `path` in the page cache (mincore of a mapping
+// that faults nothing in).
+size_t ResidentPages(const std::string& path, uint64_t begin, uint64_t end) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  struct stat st;
+  ::fstat(fd, &st);
+  const size_t length = static_cast<size_t>(st.st_size);
+  void* base = ::mmap(nullptr, length, PROT_READ, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (base == MAP_FAILED) return 0;
+  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  std::vector<unsigned char> in((length + page - 1) / page);
+  ::mincore(base, length, in.data());
+  ::munmap(base, length);
+  size_t n = 0;
+  for (uint64_t p = begin / page; p < (end + page - 1) / page && p < in.size(); ++p) n += in[p] & 1;
+  return n;
+}
+
+// A large piece (a large value) leaves the page cache once a sync has made it
+// durable, and not before; small pieces stay. Every byte still reads back.
+TEST(PosixEnvTest, LargePiecesLeaveThePageCacheOnceSynced) {
+  testing::TempDir dir;
+  struct statfs fs;
+  ASSERT_EQ(::statfs(dir.path().c_str(), &fs), 0);
+  if (fs.f_type == TMPFS_MAGIC) GTEST_SKIP() << "tmpfs pages are the file: nothing to drop";
+  const uint64_t seed = testing::TestSeed();
+  std::mt19937_64 rng(seed);
+  std::string pool(size_t{9} << 20, '\0');
+  for (char& c : pool) c = static_cast<char>(rng());
+  // Not page-aligned anywhere: the large piece's first and last pages are
+  // shared with the small ones and stay.
+  const std::string_view small1 = std::string_view(pool).substr(1, 65536 + 100);
+  const std::string_view large = std::string_view(pool).substr(70000, (size_t{4} << 20) + 777);
+  const std::string_view small2 = std::string_view(pool).substr(5u << 20, 3000);
+  const uint64_t large_begin = small1.size(), large_end = large_begin + large.size();
+  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  const uint64_t whole = large_end / page - (large_begin + page - 1) / page;
+
+  const std::string path = dir.path() + "/f";
+  Env* env = Env::Default();
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<WritableFile> file, env->NewWritableFile(path, true));
+  const std::string_view pieces[] = {small1, large, small2};
+  ASSERT_OK(file->Append(pieces));
+  // Dirty: nothing may be dropped yet, also not by a sync of a prefix that
+  // ends inside the large piece.
+  ASSERT_OK(file->SyncPrefix(large_begin + 4096));
+  EXPECT_GE(ResidentPages(path, large_begin, large_end), whole) << "seed " << seed;
+  ASSERT_OK(file->Sync());
+  const size_t after = ResidentPages(path, large_begin, large_end);
+  printf("large piece: %llu whole pages, %zu resident after the sync\n",
+         static_cast<unsigned long long>(whole), after);
+  EXPECT_LE(after, 2u) << "its whole pages are dropped, at most the two it shares stay";
+  EXPECT_EQ(ResidentPages(path, 0, page * 8), 8u) << "a small piece stays cached";
+  ASSERT_OK(file->Close());
+  std::string expected(small1);
+  expected.append(large).append(small2);
+  ASSERT_OK_AND_ASSIGN(std::string got, ReadFileToString(env, path));
+  EXPECT_TRUE(got == expected) << "seed " << seed;
 }
 
 TEST(PosixEnvTest, DefaultIsOneObject) { EXPECT_EQ(Env::Default(), Env::Default()); }

@@ -22,10 +22,12 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "env/path.h"
 #include "runstore/env.h"
+#include "util/mutex.h"
 
 namespace runstore {
 namespace {
@@ -52,6 +54,11 @@ class PosixWritableFile final : public WritableFile {
   using WritableFile::Append;  // the one-piece overload
   Status Append(std::span<const std::string_view> pieces) override {
     if (fd_ < 0) return ClosedFileStatus(path_, "append");
+    uint64_t at = size_;
+    for (std::string_view piece : pieces) {
+      if (piece.size() >= kLargePieceBytes) NoteLarge(at, at + piece.size());
+      at += piece.size();
+    }
     // Gather into batches of at most IOV_MAX pieces; a short write (disk
     // nearly full, signal) resumes where the kernel stopped, part way through
     // a piece if need be.
@@ -129,6 +136,7 @@ class PosixWritableFile final : public WritableFile {
     // owns: written_back_ stays its own, and synced_ only grows.
     if (::fdatasync(fd_) != 0) return ErrnoStatus(path_ + ": fdatasync", errno);
     RaiseSynced(&synced_, length);
+    DropSyncedLarge(length);
     return Status::OK();
   }
 
@@ -186,6 +194,46 @@ class PosixWritableFile final : public WritableFile {
   }
 
  private:
+  // A large piece (a large value, written from the caller's memory: see
+  // docs/format.md) is written once and seldom read soon, so its whole pages
+  // leave the page cache once a sync has made them durable
+  // (POSIX_FADV_DONTNEED; clean, unmapped pages only, so nothing is lost and
+  // a reader's mapping keeps its pages). A page cache that grows with every
+  // GiB written costs the kernel far more per byte than one that reuses its
+  // pages: docs/design.md#large-values-leave-the-page-cache-once-durable.
+  static constexpr uint64_t kLargePieceBytes = uint64_t{1} << 20;
+
+  void NoteLarge(uint64_t begin, uint64_t end) {
+    MutexLock lock(&large_mu_);
+    if (!large_.empty() && large_.back().second == begin) {
+      large_.back().second = end;  // adjacent: one range
+    } else {
+      large_.emplace_back(begin, end);
+    }
+  }
+
+  // Drops the whole pages of the large ranges below `synced`; a range that
+  // reaches past it waits for the sync that covers it.
+  void DropSyncedLarge(uint64_t synced) {
+#ifdef POSIX_FADV_DONTNEED
+    static const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+    MutexLock lock(&large_mu_);
+    size_t done = 0;
+    for (; done < large_.size() && large_[done].second <= synced; ++done) {
+      const uint64_t first = (large_[done].first + page - 1) / page * page;
+      const uint64_t end = large_[done].second / page * page;
+      // Only a hint: a failure loses nothing.
+      if (end > first) {
+        (void)::posix_fadvise(fd_, static_cast<off_t>(first), static_cast<off_t>(end - first),
+                              POSIX_FADV_DONTNEED);
+      }
+    }
+    large_.erase(large_.begin(), large_.begin() + static_cast<ptrdiff_t>(done));
+#else
+    (void)synced;
+#endif
+  }
+
   // Appended bytes are handed to the disk a window at a time
   // (sync_file_range WRITE: start writeback, wait for nothing), as RocksDB's
   // bytes_per_sync does. The next Sync then waits only for the last window
@@ -211,6 +259,9 @@ class PosixWritableFile final : public WritableFile {
   uint64_t written_back_ = 0;  // writeback started (or synced) below this offset
   // Below it every byte is durable; written by SyncPrefix from another thread.
   std::atomic<uint64_t> synced_{0};
+  // Appended by Append, dropped by SyncPrefix, which may run on another thread.
+  Mutex large_mu_;
+  std::vector<std::pair<uint64_t, uint64_t>> large_ RUNSTORE_GUARDED_BY(large_mu_);
 };
 
 class PosixMappedRegion final : public MappedRegion {
