@@ -7,6 +7,7 @@ functions that also take a path and open it (load_results, run_experiments, impo
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
@@ -104,10 +105,13 @@ class Store:
 
     Reads see a snapshot: the commits made before the store was opened or last refreshed.
     A Store may be used from several threads; it pickles as (path, mode, on_damaged), so it can
-    be handed to worker processes, each of which then opens it again.
+    be handed to worker processes, each of which then opens it again. An unpickled Store opens
+    the store when it is first used, not when it is unpickled: opening reads every segment's
+    index, and a Store passed to thousands of tasks that only name its path (a Dask graph's
+    tasks, say) would otherwise read the whole store once per task.
     """
 
-    __slots__ = ("_core", "_mode", "_on_damaged", "__weakref__")
+    __slots__ = ("_opened", "_path", "_mode", "_on_damaged", "__weakref__")
 
     def __init__(
         self,
@@ -120,24 +124,37 @@ class Store:
             raise ValueError(f"mode must be 'a', 'r' or 'r+', got {mode!r}")
         if not isinstance(on_damaged, str) or on_damaged not in _ON_DAMAGED:
             raise ValueError(f"on_damaged must be 'raise' or 'skip', got {on_damaged!r}")
-        read_only, create = _MODES[mode]
         # An absolute path, so that a pickled Store opens the same store in a worker process
         # whatever its working directory.
-        self._core = _core.Store(
-            os.path.abspath(os.fspath(path)),
-            read_only=read_only,
-            create=create,
-            skip_damaged=_ON_DAMAGED[on_damaged],
-        )
+        self._path = os.path.abspath(os.fspath(path))
         self._mode = mode
         self._on_damaged = on_damaged
+        self._opened: Any = None
+        self._open()
+
+    def _open(self) -> Any:
+        with _OPEN_LOCK:
+            if self._opened is None:
+                read_only, create = _MODES[self._mode]
+                self._opened = _core.Store(
+                    self._path,
+                    read_only=read_only,
+                    create=create,
+                    skip_damaged=_ON_DAMAGED[self._on_damaged],
+                )
+            return self._opened
+
+    @property
+    def _core(self) -> Any:
+        opened = self._opened
+        return opened if opened is not None else self._open()
 
     # -- properties ---------------------------------------------------------------------------
 
     @property
     def path(self) -> str:
         """The store's directory."""
-        return self._core.path
+        return self._path
 
     @property
     def mode(self) -> str:
@@ -147,7 +164,7 @@ class Store:
     @property
     def read_only(self) -> bool:
         """True if opened with mode='r'."""
-        return self._core.read_only
+        return _MODES[self._mode][0]
 
     @property
     def on_damaged(self) -> str:
@@ -577,11 +594,26 @@ class Store:
     # -- protocol -----------------------------------------------------------------------------
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (Store, (self.path, self._mode, self._on_damaged))
+        return (_unpickled_store, (self._path, self._mode, self._on_damaged))
 
     def __repr__(self) -> str:
         damaged = f" on_damaged={self._on_damaged!r}" if self._on_damaged != "raise" else ""
         return f"<runstore.Store {self.path!r} mode={self._mode!r}{damaged}>"
+
+
+_OPEN_LOCK = threading.Lock()
+
+
+def _unpickled_store(path: str, mode: str, on_damaged: str) -> Store:
+    """A Store that opens ``path`` when first used (Store.__reduce__)."""
+    if mode not in _MODES or on_damaged not in _ON_DAMAGED:
+        raise ValueError(f"not a pickled runstore.Store: mode={mode!r}, on_damaged={on_damaged!r}")
+    store = Store.__new__(Store)
+    store._path = os.fspath(path)
+    store._mode = mode
+    store._on_damaged = on_damaged
+    store._opened = None
+    return store
 
 
 def _is_basic_index(x: object) -> bool:

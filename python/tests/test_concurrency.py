@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import multiprocessing
+import pickle
 import threading
 import time
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 
 import numpy as np
+import pytest
 
 import runstore
 
@@ -134,6 +136,27 @@ def test_process_pool_of_writers(store_path):
     store = runstore.open(store_path, mode="r")
     check(store, tasks)
     assert len({s.writer_id for s in store.segments()}) == tasks
+
+
+def test_an_unpickled_store_reads_nothing_until_it_is_used(store_path):
+    # A Store handed to every task of a Dask graph is unpickled once per task: opening it there
+    # would read every segment's index each time, where the task may only need its path.
+    store = runstore.open(store_path)
+    with store.writer() as w:
+        w.log(runstore.experiment_id({"x": 1}), step=0, x=1.0)
+    blob = pickle.dumps(runstore.open(store_path, mode="r+"))
+    moved = store_path.with_name(store_path.name + "-moved")
+    store_path.rename(moved)
+    again = pickle.loads(blob)  # the directory is gone: nothing is read yet
+    assert (again.path, again.mode, again.read_only) == (str(store_path), "r+", False)
+    with pytest.raises(FileNotFoundError, match="no store here"):
+        again.names()
+    moved.rename(store_path)
+    first = pickle.loads(blob)
+    # The first use opens it, once, whichever of several threads comes first.
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        assert list(pool.map(lambda _: first.names(), range(32))) == [["x"]] * 32
+    assert first.runs() == [runstore.experiment_id({"x": 1})]
 
 
 def pickled_store_task(args) -> int:
