@@ -111,7 +111,7 @@ class Store:
     tasks, say) would otherwise read the whole store once per task.
     """
 
-    __slots__ = ("_opened", "_path", "_mode", "_on_damaged", "__weakref__")
+    __slots__ = ("_opened", "_lock", "_path", "_mode", "_on_damaged", "__weakref__")
 
     def __init__(
         self,
@@ -130,10 +130,11 @@ class Store:
         self._mode = mode
         self._on_damaged = on_damaged
         self._opened: Any = None
+        self._lock = threading.Lock()
         self._open()
 
     def _open(self) -> Any:
-        with _OPEN_LOCK:
+        with self._lock:  # of this Store only: opening another store need not wait
             if self._opened is None:
                 read_only, create = _MODES[self._mode]
                 self._opened = _core.Store(
@@ -601,9 +602,6 @@ class Store:
         return f"<runstore.Store {self.path!r} mode={self._mode!r}{damaged}>"
 
 
-_OPEN_LOCK = threading.Lock()
-
-
 def _unpickled_store(path: str, mode: str, on_damaged: str) -> Store:
     """A Store that opens ``path`` when first used (Store.__reduce__)."""
     if mode not in _MODES or on_damaged not in _ON_DAMAGED:
@@ -613,6 +611,7 @@ def _unpickled_store(path: str, mode: str, on_damaged: str) -> Store:
     store._mode = mode
     store._on_damaged = on_damaged
     store._opened = None
+    store._lock = threading.Lock()
     return store
 
 
