@@ -30,6 +30,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <random>
 #include <set>
@@ -606,26 +607,29 @@ void PrintFigures(const char* what, uint64_t seed, int rounds, const Supervisor&
 // The kill loop of both tests. Writers of even index keep one id across their
 // lives (a job restarted with a fixed id), and every other restart of those
 // that write to the store directly starts the new life before the old one is
-// killed: two live writers with one id. With `staging`, writers of index
-// kWriters/2 and up stage there (each with a fixed id, as a SLURM task that
-// restarts), and `tools` (the compactor and the sync) run and die beside them.
+// killed: two live writers with one id. With `stagings` (one node-local
+// directory per node), writers of index kWriters/2 and up stage in them, in
+// turn (each with a fixed id, as a SLURM task that restarts), and `tools` (the
+// compactor and a sync per node) run and die beside them.
 // The loop ends after `min_rounds` kills once `min_seconds` have passed (and
 // at most after the wall budget), or after `soak` seconds.
 struct KillLoop {
   std::mt19937_64& rng;
   Supervisor& sup;
   std::vector<ToolLoop*> tools;
-  std::string staging;
+  std::vector<std::string> stagings;
   int max_sleep_ms = kMaxSleepMs;
   int min_rounds = kRounds;
   double min_seconds = 0;
   int rounds = 0, overlaps = 0;
 
-  bool Stages(int index) const { return !staging.empty() && index >= kWriters / 2; }
+  bool Stages(int index) const { return !stagings.empty() && index >= kWriters / 2; }
   std::string IdOf(int index) const {
     return index % 2 == 0 || Stages(index) ? "w" + std::to_string(index) : "";
   }
-  std::string StagingOf(int index) const { return Stages(index) ? staging : ""; }
+  std::string StagingOf(int index) const {
+    return Stages(index) ? stagings[static_cast<size_t>(index) % stagings.size()] : "";
+  }
 
   void Pump() {
     sup.Pump(static_cast<int>(rng() % (max_sleep_ms + 1)));
@@ -686,7 +690,7 @@ TEST(Kill9Test, EveryAcknowledgedCommitSurvivesSigkillOfConcurrentWriters) {
   const double soak = SoakSeconds("RUNSTORE_SOAK_SECONDS");
   Supervisor sup(path, program);
   Readers readers(path, kReaders);
-  KillLoop loop{rng, sup, {}, ""};
+  KillLoop loop{rng, sup, {}, {}};
   ASSERT_NO_FATAL_FAILURE(loop.Run(start, soak));
   readers.Stop();
   const double writing_s = std::chrono::duration<double>(Clock::now() - start).count();
@@ -709,10 +713,14 @@ TEST(Kill9Test, EveryAcknowledgedCommitSurvivesSigkillOfConcurrentWriters) {
 
 // The same loop as a cluster job runs it (docs/design.md#staging,
 // #compaction): 6 writers of which 3 stage on "node-local" disk, a compactor
-// and a sync, all killed at random for at least 50 rounds while readers
-// refresh; then a forced sync (every writer is dead) and a compaction that
-// removes the killed compactions' leftovers. The store must hold exactly
-// what the model of acknowledged commits says, and only segments.
+// and a sync per node, all killed at random for at least 50 rounds while
+// readers refresh; then a forced sync (every writer is dead) and a compaction
+// that removes the killed compactions' leftovers. The store must hold exactly
+// what the model of acknowledged commits says, and only segments. Two nodes:
+// one whose local directory shares the store's file system (shipping copies
+// in the kernel, copy_file_range) and, where /dev/shm is another file system,
+// one staging there, as a cluster's node-local disk is never the shared
+// store's (shipping copies through a buffer: the kernel refuses with EXDEV).
 TEST(Kill9Test, StagingWritersCompactionAndSyncAllKilledLoseNothing) {
   const uint64_t seed = TestSeed();
   std::mt19937_64 rng(seed);
@@ -720,11 +728,27 @@ TEST(Kill9Test, StagingWritersCompactionAndSyncAllKilledLoseNothing) {
   const std::string cli = RequireProgram("cli/runstore");
   ASSERT_FALSE(HasFailure());
   TempDir dir;
-  const std::string path = dir.path() + "/store", staging = dir.path() + "/local";
+  const std::string path = dir.path() + "/store";
+  std::vector<std::string> stagings = {dir.path() + "/local"};
+  struct stat here, shm;
+  const std::string shm_dir = "/dev/shm/runstore-kill9-" + std::to_string(::getpid());
+  if (::stat(dir.path().c_str(), &here) == 0 && ::stat("/dev/shm", &shm) == 0 &&
+      here.st_dev != shm.st_dev) {
+    stagings.push_back(shm_dir);
+  }
+  struct RemoveShm {
+    std::string dir;
+    ~RemoveShm() { std::filesystem::remove_all(dir); }
+  } remove_shm{stagings.size() > 1 ? shm_dir : ""};
+  std::printf("[ staging  ] %s\n", stagings.size() > 1
+                                       ? "node 1 beside the store, node 2 on /dev/shm (another "
+                                         "file system: shipping copies through a buffer)"
+                                       : "one node, beside the store (/dev/shm is not another "
+                                         "file system here)");
   ASSERT_OK(Store::Open(path, {}).status());
   // Node-local scratch exists before the job's processes start ($SLURM_TMPDIR):
   // a sync started before the first staging writer must find it.
-  std::filesystem::create_directories(staging);
+  for (const std::string& staging : stagings) std::filesystem::create_directories(staging);
 
   const auto start = Clock::now();
   const double soak = SoakSeconds("RUNSTORE_CLUSTER_SOAK_SECONDS");
@@ -739,9 +763,15 @@ TEST(Kill9Test, StagingWritersCompactionAndSyncAllKilledLoseNothing) {
   // Its default --wait of 5 s: a dead writer's open segment is shipped after
   // 5 s without a beat of its lease; some runs finish, most die watching or
   // shipping.
-  ToolLoop sync("runstore sync", {cli, "sync", staging, path}, rng, 8);
+  std::vector<std::unique_ptr<ToolLoop>> syncs;
+  std::vector<ToolLoop*> tools = {&compactor};
+  for (const std::string& staging : stagings) {
+    syncs.push_back(std::make_unique<ToolLoop>(
+        "runstore sync", std::vector<std::string>{cli, "sync", staging, path}, rng, 8));
+    tools.push_back(syncs.back().get());
+  }
   Readers readers(path, kReaders);
-  KillLoop loop{rng, sup, {&compactor, &sync}, staging};
+  KillLoop loop{rng, sup, tools, stagings};
   // Between kills: up to 400 ms, so that writers write more than they start;
   // a soak kills as often as the writers-only loop, so that the store grows
   // by about a GiB in half an hour, not tens.
@@ -753,7 +783,7 @@ TEST(Kill9Test, StagingWritersCompactionAndSyncAllKilledLoseNothing) {
   const double writing_s = std::chrono::duration<double>(Clock::now() - start).count();
   EXPECT_EQ(sup.failures(), "") << "writers must only ever die of SIGKILL";
   EXPECT_EQ(compactor.failures(), "");
-  EXPECT_EQ(sync.failures(), "");
+  for (const auto& sync : syncs) EXPECT_EQ(sync->failures(), "");
   EXPECT_EQ(readers.failures(), "");
   EXPECT_GT(readers.refreshes(), 0u);
   for (const auto& [key, l] : sup.lives())
@@ -763,7 +793,15 @@ TEST(Kill9Test, StagingWritersCompactionAndSyncAllKilledLoseNothing) {
   SyncReport synced;
   SyncOptions so;
   so.force = true;
-  ASSERT_OK(SyncStaging(staging, path, so, &synced));
+  for (const std::string& staging : stagings) {
+    SyncReport one;
+    ASSERT_OK(SyncStaging(staging, path, so, &one));
+    synced.shipped.insert(synced.shipped.end(), one.shipped.begin(), one.shipped.end());
+    synced.already_published.insert(synced.already_published.end(), one.already_published.begin(),
+                                    one.already_published.end());
+    synced.cleaned.insert(synced.cleaned.end(), one.cleaned.begin(), one.cleaned.end());
+    synced.bytes_shipped += one.bytes_shipped;
+  }
   CompactReport compacted;
   {
     ASSERT_OK_AND_ASSIGN(auto store, Store::Open(path, {}));
@@ -772,28 +810,40 @@ TEST(Kill9Test, StagingWritersCompactionAndSyncAllKilledLoseNothing) {
     co.lease_refresh_s = 0;
     ASSERT_OK(store->Compact(co, &compacted));
   }
-  ASSERT_OK_AND_ASSIGN(auto left, Env::Default()->GetChildren(staging));
-  std::erase_if(left, [](const std::string& n) { return n == "." || n == ".."; });
-  EXPECT_TRUE(left.empty()) << left.size() << " files left in staging, e.g. " << left.front();
+  for (const std::string& staging : stagings) {
+    ASSERT_OK_AND_ASSIGN(auto left, Env::Default()->GetChildren(staging));
+    std::erase_if(left, [](const std::string& n) { return n == "." || n == ".."; });
+    EXPECT_TRUE(left.empty()) << left.size() << " files left in " << staging << ", e.g. "
+                              << left.front();
+  }
   ASSERT_OK_AND_ASSIGN(auto in_store, Env::Default()->GetChildren(path + "/segments"));
   for (const std::string& n : in_store) EXPECT_TRUE(n.ends_with(".rss")) << n;
 
   const ReadBack r = CheckStore(path, sup.lives());
+  std::string sync_figures;
+  int sync_kills = 0;
+  for (size_t i = 0; i < syncs.size(); ++i) {
+    sync_figures += (i ? "; node " : "node ") + std::to_string(i + 1) +
+                    " started=" + std::to_string(syncs[i]->starts()) +
+                    " killed=" + std::to_string(syncs[i]->kills()) +
+                    " completed=" + std::to_string(syncs[i]->completed());
+    sync_kills += syncs[i]->kills();
+  }
   std::printf(
       "[ figures  ] readers: refreshes=%llu records checked=%llu; compactions started=%d "
-      "killed=%d completed=%d; syncs started=%d killed=%d completed=%d; final sync shipped %zu "
+      "killed=%d completed=%d; syncs: %s; final sync shipped %zu "
       "segments (%llu bytes), %zu already published, %zu cleaned; final compaction merged %zu "
       "segments into %zu\n",
       static_cast<unsigned long long>(readers.refreshes()),
       static_cast<unsigned long long>(readers.records()), compactor.starts(), compactor.kills(),
-      compactor.completed(), sync.starts(), sync.kills(), sync.completed(), synced.shipped.size(),
+      compactor.completed(), sync_figures.c_str(), synced.shipped.size(),
       static_cast<unsigned long long>(synced.bytes_shipped), synced.already_published.size(),
       synced.cleaned.size(), compacted.inputs.size(), compacted.outputs.size());
   PrintFigures("cluster kill -9", seed, loop.rounds, sup, r, writing_s,
                std::chrono::duration<double>(Clock::now() - start).count());
   EXPECT_GE(loop.rounds, 50);
   EXPECT_GT(compactor.kills(), 0);
-  EXPECT_GT(sync.kills(), 0);
+  EXPECT_GT(sync_kills, 0);
 }
 
 // An MPI job's ranks all open the same new store at the same moment, each
