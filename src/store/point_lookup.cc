@@ -71,12 +71,22 @@ bool SnapshotImpl::BlocksReaching(const std::vector<BlockRef>& blocks,
   return true;
 }
 
-bool SnapshotImpl::MayHoldRun(const BlockRef& b, uint64_t run_hash) const {
+bool SnapshotImpl::MayHoldRuns(const BlockRef& b, std::span<const uint64_t> run_hashes) const {
   const auto& ri = segments_[b.segment]->index.run_index;
-  if (!ri) return true;  // an open segment, or an older version
+  if (!ri) return true;
   const auto listed = ri->Of(b.block);
-  // Not listed (integer runs in order): its key range decides.
-  return listed.empty() || std::binary_search(listed.begin(), listed.end(), run_hash);
+  if (listed.empty()) return true;
+  // The smaller list searched in the larger.
+  if (listed.size() < run_hashes.size()) {
+    for (uint64_t h : listed) {
+      if (std::binary_search(run_hashes.begin(), run_hashes.end(), h)) return true;
+    }
+    return false;
+  }
+  for (uint64_t h : run_hashes) {
+    if (std::binary_search(listed.begin(), listed.end(), h)) return true;
+  }
+  return false;
 }
 
 void SnapshotImpl::EnsureRunIndex(const SeriesEntry& e) const {
@@ -136,7 +146,7 @@ Result<SnapshotImpl::Found> SnapshotImpl::Find(RunRef run, std::string_view name
     // holds none of its records (docs/format.md "Run index"), whichever way
     // it became a candidate: it is not read, as a scan filtered to the run
     // does not read it (scan.cc), so the two report the same damage.
-    if (!MayHoldRun(b, hash)) return Status::OK();
+    if (!MayHoldRuns(b, std::span<const uint64_t>(&hash, 1))) return Status::OK();
     if (best && std::tie(b.commit, b.offset) < std::tie(best->commit, best->offset)) {
       return Status::OK();
     }

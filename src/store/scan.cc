@@ -57,7 +57,9 @@ class ScannerImpl final : public SeriesScanner {
       // of its smallest and largest keys; its header also has its step range.
       const bool one_run = h.min_key.run == h.max_key.run;
       if (filter_ && !filter_->Overlaps(h.min_key.run, h.max_key.run)) continue;
-      if (filter_ && !MayHoldFilteredRun(e_->blocks[item.block])) continue;
+      // Hashed ids spread every block's key range over the whole key space, so
+      // the range alone rules out none: the footer's run index does.
+      if (filter_ && !snap_->MayHoldRuns(e_->blocks[item.block], filter_hashes_)) continue;
       if (steps_ && (h.max_step < steps_->first || h.min_step > steps_->last)) continue;
       RUNSTORE_ASSIGN_OR_RETURN(Payload p, snap_->ReadPayload(e_->blocks[item.block]));
       const bool steps_within =
@@ -81,27 +83,6 @@ class ScannerImpl final : public SeriesScanner {
   }
 
  private:
-  // False when the footer's run index (docs/format.md "Run index") says the
-  // block holds none of the filter's runs: hashed ids spread every block's
-  // key range over the whole key space, so the range alone rules out none.
-  bool MayHoldFilteredRun(const SnapshotImpl::BlockRef& b) const {
-    const auto& ri = snap_->segments()[b.segment]->index.run_index;
-    if (!ri) return true;  // an open segment, or an older version: read it
-    const auto listed = ri->Of(b.block);
-    if (listed.empty()) return true;  // not listed: its key range decided
-    // The smaller list searched in the larger.
-    if (listed.size() < filter_hashes_.size()) {
-      for (uint64_t h : listed) {
-        if (std::binary_search(filter_hashes_.begin(), filter_hashes_.end(), h)) return true;
-      }
-      return false;
-    }
-    for (uint64_t h : filter_hashes_) {
-      if (std::binary_search(listed.begin(), listed.end(), h)) return true;
-    }
-    return false;
-  }
-
   // Fills *batch with rows `rows` of a block (every row when `all_rows`).
   Result<bool> Fill(const BlockHeader& h, const Payload& p, bool all_rows,
                     const std::vector<uint32_t>& rows, ScanBatch* batch) {

@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -179,6 +180,13 @@ class SnapshotImpl final : public Snapshot {
   // a block with value chunks, everything but the value data (GetLazy).
   enum class Check { kAll, kAllButValue };
   Result<Payload> ReadPayload(const BlockRef& b, Check check = Check::kAll) const;
+  // False when the footer of b's sealed segment lists b's runs and none of
+  // them has a hash in `run_hashes` (sorted; docs/format.md "Run index"): b
+  // holds no record of those runs. True for a block not listed (integer runs
+  // in order: its key range decides), or in a segment without a run index
+  // (open, or of an older version). Get and a scan filtered to runs both ask
+  // it, so they leave out the same blocks.
+  bool MayHoldRuns(const BlockRef& b, std::span<const uint64_t> run_hashes) const;
   Status EnsurePlan(const SeriesEntry& e) const;
   // True when no key appears twice among the blocks of these payloads, for
   // the layouts they recognise (false otherwise, which proves nothing):
@@ -206,10 +214,6 @@ class SnapshotImpl final : public Snapshot {
     Payload payload;
   };
   Result<Found> Find(RunRef run, std::string_view name, int64_t step, Check check) const;
-  // False when the footer of b's sealed segment lists b's runs and none has
-  // hash `run_hash` (docs/format.md "Run index"): b holds no record of the
-  // run. True for a block not listed, or in a segment without a run index.
-  bool MayHoldRun(const BlockRef& b, uint64_t run_hash) const;
   void EnsureRunIndex(const SeriesEntry& e) const;
 
   std::vector<std::shared_ptr<const LoadedSegment>> segments_;
