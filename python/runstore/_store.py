@@ -120,6 +120,11 @@ class Store:
         on_damaged: Literal["raise", "skip"] = "raise",
     ) -> None:
         """Opens the store at ``path``; see :func:`runstore.open`."""
+        self._set(path, mode, on_damaged)
+        self._open()
+
+    def _set(self, path: str | os.PathLike[str], mode: str, on_damaged: str) -> None:
+        """Checks and keeps what the store is opened with; opens nothing."""
         if mode not in _MODES:
             raise ValueError(f"mode must be 'a', 'r' or 'r+', got {mode!r}")
         if not isinstance(on_damaged, str) or on_damaged not in _ON_DAMAGED:
@@ -131,7 +136,6 @@ class Store:
         self._on_damaged = on_damaged
         self._opened: Any = None
         self._lock = threading.Lock()
-        self._open()
 
     def _open(self) -> Any:
         with self._lock:  # of this Store only: opening another store need not wait
@@ -604,14 +608,8 @@ class Store:
 
 def _unpickled_store(path: str, mode: str, on_damaged: str) -> Store:
     """A Store that opens ``path`` when first used (Store.__reduce__)."""
-    if mode not in _MODES or on_damaged not in _ON_DAMAGED:
-        raise ValueError(f"not a pickled runstore.Store: mode={mode!r}, on_damaged={on_damaged!r}")
     store = Store.__new__(Store)
-    store._path = os.fspath(path)
-    store._mode = mode
-    store._on_damaged = on_damaged
-    store._opened = None
-    store._lock = threading.Lock()
+    store._set(path, mode, on_damaged)
     return store
 
 
