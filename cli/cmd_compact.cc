@@ -60,6 +60,18 @@ void PrintRetained(const CompactReport& r, double retain_s) {
   std::cout << buf << "\n";
 }
 
+// Segments held back by staged ones not yet published
+// (docs/design.md#compaction-and-staging).
+void PrintHeldBack(const CompactReport& r) {
+  if (r.held_back.empty()) return;
+  std::cout << "held back " << r.held_back.size()
+            << " segments committed after the claim of a segment still in staging (published "
+               "by its writer or by `runstore sync`): ";
+  for (size_t i = 0; i < r.staged.size() && i < 3; ++i) std::cout << (i ? ", " : "") << r.staged[i];
+  if (r.staged.size() > 3) std::cout << " and " << r.staged.size() - 3 << " more";
+  std::cout << "\n";
+}
+
 int RunCompact(const CompactCliOptions& o) {
   constexpr std::string_view kCmd = "compact";
   CompactOptions options;
@@ -99,6 +111,8 @@ int RunCompact(const CompactCliOptions& o) {
                       {"input_bytes", r.input_bytes},
                       {"input_records", r.input_records},
                       {"excluded", r.excluded},
+                      {"staged", r.staged},
+                      {"held_back", r.held_back},
                       {"outputs", r.outputs},
                       {"output_bytes", r.output_bytes},
                       {"output_records", r.output_records},
@@ -114,6 +128,7 @@ int RunCompact(const CompactCliOptions& o) {
     std::cout << "nothing to compact";
     if (!r.excluded.empty()) std::cout << " (" << r.excluded.size() << " segments left out)";
     std::cout << "\n";
+    PrintHeldBack(r);
     PrintRetained(r, o.retain_s);
     return FinishStdout(kCmd, kExitOk);
   }
@@ -136,6 +151,7 @@ int RunCompact(const CompactCliOptions& o) {
     std::cout << "left out " << f
               << " (shares runs with a segment that stays, across the merged commit's place)\n";
   }
+  PrintHeldBack(r);
   PrintRetained(r, o.retain_s);
   return FinishStdout(kCmd, kExitOk);
 }
@@ -160,7 +176,8 @@ void RegisterCompact(CLI::App& app, ChosenCommand* chosen) {
   cmd->add_flag(
       "--json", o->json,
       "Print one JSON object {store, dry_run, inputs, input_bytes, input_records, "
-      "excluded, outputs, output_bytes, output_records, removed_leftovers, retained, seconds}");
+      "excluded, staged, held_back, outputs, output_bytes, output_records, removed_leftovers, "
+      "retained, seconds}");
   cmd->footer(Footer(
       "Merges the store's sealed segments (never one a writer still has open) into segments\n"
       "of up to 1 GiB whose records are ordered by series, run and step, while writers go on\n"

@@ -55,6 +55,7 @@ int RunSync(const SyncCommandOptions& o) {
                       {"already_published", r.already_published},
                       {"skipped", r.skipped},
                       {"cleaned", r.cleaned},
+                      {"damaged_leases", r.damaged_leases},
                       {"bytes_shipped", r.bytes_shipped}};
     if (!s.ok()) j["error"] = {{"code", StatusCodeName(s.code())}, {"message", s.message()}};
     std::cout << j.dump(2, ' ', false, ordered_json::error_handler_t::replace) << "\n";
@@ -64,6 +65,8 @@ int RunSync(const SyncCommandOptions& o) {
     for (const std::string& n : r.skipped)
       std::cout << "skipped " << n << " (its writer is alive)\n";
     for (const std::string& n : r.cleaned) std::cout << "cleaned " << n << "\n";
+    for (const std::string& n : r.damaged_leases)
+      std::cout << "not a lease, left alone: " << n << "\n";
     const bool did_something = !r.shipped.empty() || !r.already_published.empty() ||
                                !r.skipped.empty() || !r.cleaned.empty();
     if (s.ok() || did_something) {
@@ -97,7 +100,8 @@ void RegisterSync(CLI::App& app, ChosenCommand* chosen) {
       ->excludes(wait);
   cmd->add_flag("--json", o->json,
                 "Print one JSON object {staging_dir, store, ok, shipped, already_published, "
-                "skipped, cleaned, bytes_shipped, and when not ok error: {code, message}}");
+                "skipped, cleaned, damaged_leases, bytes_shipped, and when not ok error: {code, "
+                "message}}");
   cmd->footer(Footer(
       "Ships every sealed segment a crashed or preempted writer left in STAGING_DIR into\n"
       "STORE, and the committed prefix of an unsealed one (it then reads as a crashed\n"

@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "format/claim.h"
 #include "format/format.h"
 #include "format/segment_reader.h"
 #include "runstore/store.h"
@@ -163,11 +164,11 @@ TEST(StagingWriterTest, StagingDirComesFromTheEnvironmentUnlessGivenAndEmptyDisa
     ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter({.writer_id = "e"}));
     ASSERT_OK(w->Append(1, "x", 0, 1.0));
     ASSERT_OK(w->Commit());
-    // The open segment is in staging, its placeholder in the store empty.
+    // The open segment is in staging, its placeholder in the store a claim.
     EXPECT_EQ(Names(Env::Default(), staging).size(), 2u);  // segment and lease
     ASSERT_OK_AND_ASSIGN(uint64_t size,
                          Env::Default()->GetFileSize(dir.path() + "/s/segments/e-00000001.rss"));
-    EXPECT_EQ(size, 0u);
+    EXPECT_EQ(size, format::kClaimSize);
     ASSERT_OK(w->Close());
   }
   {
@@ -364,6 +365,11 @@ void CheckRecovered(Env* env, int acked_durable, int written, const std::string&
   for (const std::string& n : Names(env, "/store/segments")) {
     if (!n.ends_with(".rss") && (*problems)++ < 5) {
       ADD_FAILURE() << where << ": left in the store: " << n;
+    }
+    // A dead writer's claim left behind would hold compaction back for ever.
+    auto bytes = ReadFileToString(env, "/store/segments/" + n);
+    if (bytes.ok() && format::DecodeClaim(*bytes, n) && (*problems)++ < 5) {
+      ADD_FAILURE() << where << ": a claim is left in the store: " << n;
     }
   }
 }

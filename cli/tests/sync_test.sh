@@ -92,4 +92,44 @@ expect_rc 0
 run "$RS" info "$T/store"
 expect_rc 0
 
+# A staging directory that is the store's own segments/ (or inside the store,
+# or holding it) is refused before anything is touched: inside the store every
+# segment looks like a published copy of itself, and a sync once removed them
+# all with exit code 0.
+test_name="staging inside the store"
+before=$(ls "$T/store/segments" | sort)
+for staging in "$T/store/segments" "$T/store/segments/" "$T/store" "$T"; do
+  run "$RS" sync --force "$staging" "$T/store"
+  expect_rc 5
+  expect_err_has "apart from the store"
+done
+ln -s "$T/store/segments" "$T/alias"
+run "$RS" sync --force "$T/alias" "$T/store"
+expect_rc 5
+checks=$((checks + 1))
+[[ "$(ls "$T/store/segments" | sort)" == "$before" ]] || fail "segments changed"
+run "$RS" verify "$T/store"
+expect_rc 0
+
+# A file named like a lease that is not one (a FIFO would block a reader; a
+# sparse giant would be read whole) is left alone and reported, and the dead
+# writer's committed records beside it are shipped.
+test_name="damaged leases"
+start_writer 2 10
+kill -9 "$wpid"
+{ wait "$wpid"; } 2>/dev/null
+mkfifo "$T/local/00000000000000aa.lease"
+truncate -s 256G "$T/local/00000000000000bb.lease"
+run "$RS" sync --wait 1.5 --json "$T/local" "$T/store"
+expect_rc 2
+expect_out_has '"damaged_leases"'
+expect_out_contains "00000000000000aa.lease"
+expect_out_contains "00000000000000bb.lease"
+expect_out_contains "w2-0-"
+checks=$((checks + 1))
+(($(staged) == 0)) || fail "the dead writer's segment was not shipped: $(ls "$T/local")"
+checks=$((checks + 1))
+[[ -p "$T/local/00000000000000aa.lease" && -f "$T/local/00000000000000bb.lease" ]] ||
+  fail "a damaged lease was removed"
+
 finish sync_test

@@ -99,6 +99,15 @@ struct FileInfo {
   friend bool operator==(const FileInfo&, const FileInfo&) = default;
 };
 
+// Which file a path names: two paths name one file (or directory) exactly
+// when their FileIds are equal, whatever their spelling, symbolic links or
+// bind mounts.
+struct FileId {
+  uint64_t device = 0;
+  uint64_t inode = 0;
+  friend bool operator==(const FileId&, const FileId&) = default;
+};
+
 class Env {
  public:
   virtual ~Env() = default;
@@ -139,6 +148,10 @@ class Env {
   // the POSIX Env resolves `dir` once and each name relative to it.
   virtual std::vector<Result<FileInfo>> GetChildrenInfo(const std::string& dir,
                                                         std::span<const std::string> names);
+  // The identity of the file or directory at `path`, following symbolic
+  // links (stat(2)'s device and inode); NotFound if absent. By default
+  // NotSupported.
+  virtual Result<FileId> GetFileId(const std::string& path);
   // Creates one directory level. AlreadyExists if it exists.
   virtual Status CreateDir(const std::string& path) = 0;
   virtual Status RemoveFile(const std::string& path) = 0;

@@ -140,6 +140,14 @@ struct CompactReport {
   // across the new commit's place in commit order, or another compaction
   // holds them.
   std::vector<std::string> excluded;
+  // Placeholders of segments that may be committed in some node's staging
+  // and not yet published (docs/design.md#compaction-and-staging), and the
+  // candidates held back until they are: those with a commit that may be
+  // ordered after one of the staged segments' commits. `runstore sync`
+  // publishes them, and removes the claims of dead writers that staged
+  // nothing under them.
+  std::vector<std::string> staged;
+  std::vector<std::string> held_back;
   std::vector<std::string> outputs;  // the segments written
   uint64_t output_bytes = 0;
   uint64_t output_records = 0;  // visible records, each once

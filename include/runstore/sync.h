@@ -58,7 +58,12 @@ struct SyncReport {
   std::vector<std::string> shipped;            // published into the store by this call
   std::vector<std::string> already_published;  // found published with the same bytes
   std::vector<std::string> skipped;            // of a live writer, left in staging
-  std::vector<std::string> cleaned;            // leftovers removed: dead leases, temporaries
+  std::vector<std::string> cleaned;  // leftovers removed: dead leases, temporaries, claims
+  // Files named like leases that are not (a FIFO, a giant, garbage): each
+  // "<name>: <why>". They protect nothing, are left where they are, and
+  // make SyncStaging return Corruption naming the first once everything
+  // else is shipped.
+  std::vector<std::string> damaged_leases;
   uint64_t bytes_shipped = 0;
 };
 

@@ -427,7 +427,10 @@ class Store:
         of newer snapshots leave them out), so that a reader holding an older snapshot can
         still read them; a compaction after that removes them (0: at once). Returns the
         report: ``inputs``, ``excluded`` (left out because they share runs with segments
-        that stay, across the merged commit's place in commit order), ``outputs``,
+        that stay, across the merged commit's place in commit order), ``staged`` and
+        ``held_back`` (placeholders of segments still in some node's staging, and the segments
+        committed after their claims, left for a compaction once they are published),
+        ``outputs``,
         ``input_bytes``, ``output_bytes``, ``input_records``, ``output_records``,
         ``removed_leftovers``, ``retained`` (replaced segments kept), ``seconds``.
         The store's snapshot is refreshed. Raises RuntimeError for a read-only store (unless
@@ -753,11 +756,15 @@ def sync(
     watching, for when none can be running (a job's epilogue). Idempotent: run again, or from
     two processes at once, nothing is published twice and no published segment is replaced.
 
-    Returns ``{"shipped", "already_published", "skipped", "cleaned"}`` (lists of file names)
-    and ``"bytes_shipped"``. Raises FileNotFoundError for a missing staging directory or
-    store, CorruptionError for a staged segment whose committed data is damaged (it and its
-    writer's later segments stay in staging), FileExistsError when the store holds other bytes
-    under a staged segment's name (nothing is replaced), OSError for file-system errors.
+    Returns ``{"shipped", "already_published", "skipped", "cleaned", "damaged_leases"}``
+    (lists of file names; a damaged lease is "name: why") and ``"bytes_shipped"``. Raises
+    ValueError for a staging directory that is not apart from the store (the store, inside
+    it, or holding it: nothing is touched), FileNotFoundError for a missing staging directory
+    or store, CorruptionError for a staged segment whose committed data is damaged (it and its
+    writer's later segments stay in staging) or a file named like a lease that is not one (a
+    FIFO, a giant: left alone, everything else shipped), FileExistsError when the store holds
+    other bytes under a staged segment's name (nothing is replaced), OSError for file-system
+    errors.
     ``progress``: a progress line on stderr (the lease watch, then the staged segments done)
     while it runs, when stderr is a terminal.
     """

@@ -784,6 +784,7 @@ nb::dict Sync(nb::handle staging_dir, nb::handle store, double wait_s, bool forc
   d["already_published"] = names(r.already_published);
   d["skipped"] = names(r.skipped);
   d["cleaned"] = names(r.cleaned);
+  d["damaged_leases"] = names(r.damaged_leases);
   d["bytes_shipped"] = r.bytes_shipped;
   return d;
 }
@@ -899,6 +900,8 @@ void BindStore(nb::module_& m) {
             d["input_bytes"] = r.input_bytes;
             d["input_records"] = r.input_records;
             d["excluded"] = r.excluded;
+            d["staged"] = r.staged;
+            d["held_back"] = r.held_back;
             d["outputs"] = r.outputs;
             d["output_bytes"] = r.output_bytes;
             d["output_records"] = r.output_records;

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -88,6 +89,28 @@ def test_sync_errors_name_the_missing_directory(tmp_path):
     (tmp_path / "local").mkdir()
     with pytest.raises(FileNotFoundError, match="not a runstore store"):
         runstore.sync(tmp_path / "local", tmp_path / "nostore")
+
+
+def test_a_staging_directory_inside_the_store_is_refused_and_the_store_survives(store, tmp_path):
+    """`runstore sync STORE/segments STORE` removed every segment, and a writer staging into
+    segments/ claimed 100,001 numbers: both are refused before anything is touched."""
+    with store.writer() as w:
+        for run in range(5):
+            w.log(run, x=float(run))
+    root = Path(store.path)
+    segments = sorted(os.listdir(root / "segments"))
+    os.symlink(root / "segments", tmp_path / "alias")
+    inside = [root / "segments", tmp_path / "alias", root, root / "stage"]
+    for staging in inside:
+        if staging.exists():  # a sync of a staging directory that is not there: NotFound
+            with pytest.raises(ValueError, match="apart from the store"):
+                runstore.sync(staging, root, force=True, progress=False)
+        with pytest.raises(ValueError, match="apart from the store"):
+            store.writer(staging_dir=staging)
+    assert sorted(os.listdir(root / "segments")) == segments
+    assert not (root / "stage").exists()
+    store.refresh()
+    assert store.scan("x")["value"].tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]
 
 
 _WRITER = textwrap.dedent(

@@ -36,6 +36,10 @@ Result<std::unique_ptr<WritableFile>> Env::NewCopyOf(const std::string& from, ui
   return out;
 }
 
+Result<FileId> Env::GetFileId(const std::string& path) {
+  return Status::NotSupported(path + ": this Env does not tell files apart by identity");
+}
+
 std::vector<Result<FileInfo>> Env::GetChildrenInfo(const std::string& dir,
                                                    std::span<const std::string> names) {
   std::vector<Result<FileInfo>> out;

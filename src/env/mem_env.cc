@@ -186,6 +186,34 @@ class MemEnv final : public Env {
     return ErrnoStatus(path + ": stat", ENOENT);
   }
 
+  // No links here: a path's identity is its spelling with "." and ".."
+  // resolved.
+  Result<FileId> GetFileId(const std::string& raw_path) override {
+    std::vector<std::string_view> parts;
+    const std::string normal = NormalizePath(raw_path);
+    std::string_view rest = normal;
+    while (!rest.empty()) {
+      const size_t slash = rest.find('/');
+      const std::string_view part = rest.substr(0, slash);
+      rest = slash == std::string_view::npos ? std::string_view() : rest.substr(slash + 1);
+      if (part.empty() || part == ".") continue;
+      if (part == "..") {
+        if (!parts.empty()) parts.pop_back();
+        continue;
+      }
+      parts.push_back(part);
+    }
+    std::string path = normal.starts_with('/') ? "" : ".";
+    for (std::string_view part : parts) path += "/" + std::string(part);
+    if (path.empty()) path = "/";
+    const std::string key = path.starts_with("./") ? path.substr(2) : path;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!files_.count(key) && !dirs_.count(key) && key != "/" && key != ".") {
+      return ErrnoStatus(key + ": stat", ENOENT);
+    }
+    return FileId{0, std::hash<std::string>()(key)};
+  }
+
   Result<std::vector<std::string>> GetChildren(const std::string& raw_dir) override {
     const std::string dir = NormalizePath(raw_dir);
     std::lock_guard<std::mutex> lock(mu_);

@@ -453,6 +453,12 @@ class PosixEnv final : public Env {
     return S_ISDIR(st.st_mode);
   }
 
+  Result<FileId> GetFileId(const std::string& path) override {
+    struct stat st;
+    if (::stat(path.c_str(), &st) != 0) return ErrnoStatus(path + ": stat", errno);
+    return FileId{static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino)};
+  }
+
   Result<std::vector<std::string>> GetChildren(const std::string& dir) override {
     DIR* d = ::opendir(dir.c_str());
     if (d == nullptr) return ErrnoStatus(dir + ": opendir", errno);

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <random>
 
+#include "format/claim.h"
 #include "format/format.h"
 #include "store/compact_internal.h"
 
@@ -156,16 +157,47 @@ class Compaction {
 #endif
   }
 
+  // The least bound among the claims of segments that may be staged and
+  // not yet published (docs/design.md#compaction-and-staging): placeholders
+  // in segments/ holding a claim record. INT64_MAX if there is none. An
+  // empty placeholder claims nothing that was staged (its record is synced
+  // before the staged file exists).
+  Result<int64_t> StagedNotBefore(const CompactionView& view) {
+    int64_t bound = INT64_MAX;
+    report_->staged.clear();
+    for (const auto& [name, seg] : view.all) {
+      if (!seg->index.commits.empty() || seg->index.file_size != format::kClaimSize) continue;
+      auto bytes = ReadFileToString(env_, seg->path);
+      if (!bytes.ok()) {
+        // Published or removed since the listing: then it is no claim.
+        if (bytes.status().code() == StatusCode::kNotFound) continue;
+        return bytes.status().WithContext("reading the placeholder " + seg->file);
+      }
+      const auto claim = format::DecodeClaim(*bytes, name);
+      if (!claim) continue;
+      report_->staged.push_back(seg->file);
+      bound = std::min(bound, claim->not_before_ns);
+    }
+    return bound;
+  }
+
   Result<std::vector<std::string>> PlanNames(const CompactionView& view,
                                              const std::vector<uint32_t>& candidates) {
-    RUNSTORE_ASSIGN_OR_RETURN(
-        Plan plan, PlanCompaction(*view.snapshot, candidates, writer_id_, options_.min_inputs));
+    RUNSTORE_ASSIGN_OR_RETURN(const int64_t staged_not_before, StagedNotBefore(view));
+    RUNSTORE_ASSIGN_OR_RETURN(Plan plan, PlanCompaction(*view.snapshot, candidates, writer_id_,
+                                                        options_.min_inputs, staged_not_before));
     ReturnFreedHeap();
     const auto& segs = view.snapshot->segments();
     for (uint32_t i : plan.excluded) {
       if (std::find(report_->excluded.begin(), report_->excluded.end(), segs[i]->file) ==
           report_->excluded.end()) {
         report_->excluded.push_back(segs[i]->file);
+      }
+    }
+    for (uint32_t i : plan.held_back) {
+      if (std::find(report_->held_back.begin(), report_->held_back.end(), segs[i]->file) ==
+          report_->held_back.end()) {
+        report_->held_back.push_back(segs[i]->file);
       }
     }
     std::vector<std::string> names;

@@ -38,15 +38,24 @@ struct Order {
 struct Plan {
   std::vector<uint32_t> inputs;    // indices into the snapshot's segments()
   std::vector<uint32_t> excluded;  // candidates left out by the conflict rule
-  int64_t time_ns = 0;             // the compacted commit's time
+  // Candidates left out because they hold a commit that may be ordered
+  // after a commit still in some node's staging (`staged_not_before`).
+  std::vector<uint32_t> held_back;
+  int64_t time_ns = 0;  // the compacted commit's time
 };
 
 // Which of the snapshot's segments (`candidates`, indices into segments())
 // can be merged into one commit at the greatest time among them, with writer
 // id `writer_id`, without changing what any key resolves to: the conflict
-// rule's fixpoint (docs/design.md#compaction, "Commit order").
+// rule's fixpoint (docs/design.md#compaction, "Commit order"). Segments
+// that may still be staged, unpublished, somewhere (docs/design.md
+// #compaction-and-staging) are unknown in their runs and commits but for a
+// bound: none of their commits is ordered at or before `staged_not_before`
+// (INT64_MAX: none is staged). So only candidates whose commits are all at
+// or before it are merged, and C sorts before every staged commit.
 Result<Plan> PlanCompaction(const SnapshotImpl& snap, const std::vector<uint32_t>& candidates,
-                            const std::string& writer_id, uint32_t min_inputs);
+                            const std::string& writer_id, uint32_t min_inputs,
+                            int64_t staged_not_before = INT64_MAX);
 
 // Writes the resolved records of `inputs` into temporary parts named
 // `<writer_id>-<seq>.rss.tmp` in `segments_dir`, each sealed with one commit

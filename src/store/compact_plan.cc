@@ -54,17 +54,30 @@ Result<std::vector<uint64_t>> RunHashesOf(const SnapshotImpl& snap, uint32_t si)
 }  // namespace
 
 Result<Plan> PlanCompaction(const SnapshotImpl& snap, const std::vector<uint32_t>& candidates,
-                            const std::string& writer_id, uint32_t min_inputs) {
+                            const std::string& writer_id, uint32_t min_inputs,
+                            int64_t staged_not_before) {
   const auto& segs = snap.segments();
   const uint32_t n = static_cast<uint32_t>(segs.size());
-  std::vector<bool> in(n, false);
-  for (uint32_t c : candidates) in[c] = true;
   std::vector<std::vector<Order>> commits(n);
   for (uint32_t i = 0; i < n; ++i) {
     const auto& h = segs[i]->index.header;
     for (const auto& c : segs[i]->index.commits) {
       commits[i].push_back(Order{c.time_ns, h.writer_id, h.sequence});
     }
+  }
+  Plan plan;
+  std::vector<bool> in(n, false);
+  for (uint32_t c : candidates) {
+    // A staged segment u, published later, may share a run with any
+    // candidate and has commits anywhere after its bound: a candidate with
+    // a commit past the bound could have one of u's between its first and
+    // C. One whose commits all lie at or before it cannot, and then neither
+    // can C, which takes the greatest of their times.
+    if (!commits[c].empty() && commits[c].back().time_ns > staged_not_before) {
+      plan.held_back.push_back(c);
+      continue;
+    }
+    in[c] = true;
   }
   std::vector<std::vector<uint64_t>> runs(n);
   std::vector<bool> have_runs(n, false);
@@ -75,7 +88,6 @@ Result<Plan> PlanCompaction(const SnapshotImpl& snap, const std::vector<uint32_t
     }
     return &runs[i];
   };
-  Plan plan;
   while (true) {
     uint32_t count = 0;
     int64_t t = INT64_MIN;

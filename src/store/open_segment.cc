@@ -35,8 +35,13 @@ Status OpenSegment::Create() {
       // Staging: the number is claimed in the shared store, where every
       // node's writers meet, durably, before the staged file exists; the
       // shipper claims it ahead of need, off this thread.
-      RUNSTORE_ASSIGN_OR_RETURN(next_seq_, claimer_->TakeClaim(next_seq_));
+      RUNSTORE_ASSIGN_OR_RETURN(const staging::Claimed claimed, claimer_->TakeClaim(next_seq_));
+      next_seq_ = claimed.seq;
       h.sequence = next_seq_;
+      // Every commit in it after the claim's bound, which a compactor
+      // relies on to know what it may merge before the segment is
+      // published (docs/design.md#compaction-and-staging).
+      last_commit_time_ = std::max(last_commit_time_, claimed.not_before_ns);
     }
     const std::string path = segments_dir_ + "/" + format::SegmentFileName(writer_id_, next_seq_);
     auto seg = format::SegmentWriter::Create(env_, path, h);

@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "env/path.h"
 #include "format/format.h"
 #include "runstore/sync.h"
 
@@ -57,9 +58,21 @@ Result<bool> StartsWith(Env* env, const std::string& b, const std::string& a, ui
   return true;
 }
 
+// Whether `a` and `b` name one file (a hard link, a staging directory that
+// is the store's segments/ under another spelling): then the staged copy is
+// the published segment, and removing it would remove that.
+Result<bool> SameFile(Env* env, const std::string& a, const std::string& b) {
+  auto ia = env->GetFileId(a);
+  if (!ia.ok()) {
+    return ia.status().code() == StatusCode::kNotSupported ? Result<bool>(false) : ia.status();
+  }
+  RUNSTORE_ASSIGN_OR_RETURN(FileId ib, env->GetFileId(b));
+  return *ia == ib;
+}
+
 // The state of a placeholder: NotFound, or whether it may be replaced by
-// `length` bytes of `source` (empty), or already holds them (and possibly
-// more commits after them).
+// `length` bytes of `source` (it is still a placeholder), or already holds
+// them (and possibly more commits after them).
 Result<Published> CheckTarget(Env* env, const std::string& source, uint64_t length,
                               const std::string& target, bool* empty) {
   auto size = env->GetFileSize(target);
@@ -72,7 +85,14 @@ Result<Published> CheckTarget(Env* env, const std::string& source, uint64_t leng
     }
     return size.status();
   }
-  *empty = *size == 0;
+  RUNSTORE_ASSIGN_OR_RETURN(const bool same, SameFile(env, source, target));
+  if (same) {
+    return Status::InvalidArgument(
+        source + " is the store's segment " + target +
+        " itself (one file under two names), not a staged copy of it: nothing is published "
+        "or removed; the staging directory must be apart from the store");
+  }
+  *empty = IsPlaceholderSize(*size);
   if (*empty) return Published::kShipped;
   // The same bytes, or more: a sync that shipped the committed prefix of a
   // killed writer's segment may have found commits in the page cache that a
@@ -126,10 +146,71 @@ bool ParseLeaseTempName(std::string_view name, std::string* token) {
   return true;
 }
 
-Status ClaimSegment(Env* env, const std::string& segments_dir, const std::string& name) {
-  RUNSTORE_ASSIGN_OR_RETURN(auto f, env->NewWritableFile(segments_dir + "/" + name,
-                                                         /*exclusive=*/true));
-  return f->Close();
+Status ClaimSegment(Env* env, const std::string& segments_dir, const std::string& name,
+                    const format::SegmentClaim& claim) {
+  const std::string path = segments_dir + "/" + name;
+  RUNSTORE_ASSIGN_OR_RETURN(auto f, env->NewWritableFile(path, /*exclusive=*/true));
+  // The record synced before the claim counts: a compactor that finds the
+  // placeholder empty takes it for one under which nothing was staged.
+  Status s = f->Append(format::EncodeClaim(claim, name));
+  if (s.ok()) s = f->Sync();
+  const Status c = f->Close();
+  if (s.ok()) s = c;
+  if (!s.ok()) {
+    // Not a claim: the number stays taken, by an empty segment.
+    (void)env->RemoveFile(path);
+    return s.WithContext("claim " + path);
+  }
+  return Status::OK();
+}
+
+bool IsPlaceholderSize(uint64_t size) { return size < format::kSegmentHeaderSize; }
+
+Status CheckApart(Env* env, const std::string& staging_dir, const std::string& store_dir) {
+  // A directory and its ancestors, by identity, up to the root (whose ".."
+  // is itself).
+  const auto chain = [&](const std::string& dir) -> Result<std::vector<FileId>> {
+    std::vector<FileId> ids;
+    std::string path = dir;
+    for (int depth = 0; depth < 4096; ++depth) {
+      RUNSTORE_ASSIGN_OR_RETURN(FileId id, env->GetFileId(path));
+      if (!ids.empty() && id == ids.back()) break;
+      ids.push_back(id);
+      path += "/..";
+    }
+    return ids;
+  };
+  // A staging directory not made yet would be made inside its parent: apart
+  // unless that parent is the store or inside it.
+  std::string dir = staging_dir;
+  bool made = true;
+  if (Status e = env->FileExists(dir); e.code() == StatusCode::kNotFound) {
+    dir = ParentDir(dir);
+    made = false;
+  }
+  auto staging = chain(dir);
+  if (!staging.ok() && (staging.status().code() == StatusCode::kNotSupported ||
+                        (!made && staging.status().code() == StatusCode::kNotFound))) {
+    return Status::OK();  // no parent either: making the directory says so
+  }
+  RUNSTORE_RETURN_IF_ERROR(staging.status());
+  RUNSTORE_ASSIGN_OR_RETURN(const std::vector<FileId> store, chain(store_dir));
+  const std::string why =
+      ": a staging directory must be apart from the store (node-local scratch), or a sync "
+      "would take the store's own segments for staged copies";
+  for (size_t i = 0; i < staging->size(); ++i) {
+    if ((*staging)[i] != store.front()) continue;
+    return Status::InvalidArgument("staging directory " + staging_dir +
+                                   (i == 0 && made ? " is the store " : " lies inside the store ") +
+                                   store_dir + why);
+  }
+  for (size_t j = 1; made && j < store.size(); ++j) {
+    if (store[j] == staging->front()) {
+      return Status::InvalidArgument("staging directory " + staging_dir + " holds the store " +
+                                     store_dir + why);
+    }
+  }
+  return Status::OK();
 }
 
 namespace {
@@ -307,18 +388,21 @@ uint64_t Shipper::shipped() const {
   return shipped_;
 }
 
-Result<uint64_t> Shipper::ClaimFrom(uint64_t from) {
+Result<Claimed> Shipper::ClaimFrom(uint64_t from) {
   // Another writer with the same id (on this node or another) may hold the
   // next numbers: take the first free one (docs/design.md#writer-ids).
   constexpr uint64_t kMaxNumbersTaken = 100000;
+  // The writer's commits in the segment staged under this number come
+  // later than this (OpenSegment makes them so, whatever the clock does).
+  const format::SegmentClaim claim{env_->NowNanos(), token_};
   for (uint64_t seq = from;; ++seq) {
     const std::string name = format::SegmentFileName(writer_id_, seq);
-    Status s = ClaimSegment(env_, segments_dir_, name);
+    Status s = ClaimSegment(env_, segments_dir_, name, claim);
     if (s.ok()) {
       // Durable before the staged file exists, so that a staged segment
       // always has its placeholder after a power cut.
       RUNSTORE_RETURN_IF_ERROR(env_->SyncDir(segments_dir_));
-      return seq;
+      return Claimed{seq, claim.not_before_ns};
     }
     if (s.code() != StatusCode::kAlreadyExists || seq - from == kMaxNumbersTaken) {
       return s.WithContext("claiming a segment number for writer '" + writer_id_ + "'");
@@ -326,7 +410,7 @@ Result<uint64_t> Shipper::ClaimFrom(uint64_t from) {
   }
 }
 
-Result<uint64_t> Shipper::TakeClaim(uint64_t from) {
+Result<Claimed> Shipper::TakeClaim(uint64_t from) {
   MutexLock lock(&mu_);
   while (true) {
     if (!claimed_ && !claim_wanted_ && claim_error_.ok()) {
@@ -341,14 +425,19 @@ Result<uint64_t> Shipper::TakeClaim(uint64_t from) {
       claim_wanted_ = false;
       return s;
     }
-    const uint64_t seq = *claimed_;
+    const Claimed claimed = *claimed_;
     claimed_.reset();
-    claim_from_ = std::max(claim_from_, seq + 1);
+    claim_from_ = std::max(claim_from_, claimed.seq + 1);
     claim_wanted_ = true;  // the next segment's, ahead of need
     cv_.SignalAll();
-    if (seq >= from) return seq;
+    if (claimed.seq >= from) return claimed;
     // Claimed before the writer moved past it (its staged name was taken):
-    // an empty placeholder, read as an empty segment.
+    // a placeholder under which nothing is staged, read as an empty
+    // segment. It is removed, as at Close, so that it holds no compaction
+    // back.
+    mu_.Unlock();
+    (void)env_->RemoveFile(segments_dir_ + "/" + format::SegmentFileName(writer_id_, claimed.seq));
+    mu_.Lock();
   }
 }
 
@@ -404,15 +493,15 @@ void Shipper::Loop() {
     if (ClaimWantedLocked()) {
       const uint64_t from = claim_from_;
       mu_.Unlock();
-      Result<uint64_t> seq = ClaimFrom(from);
+      Result<Claimed> claimed = ClaimFrom(from);
       mu_.Lock();
       claim_wanted_ = false;
-      if (seq.ok()) {
-        claimed_ = *seq;
-        claim_from_ = *seq + 1;
+      if (claimed.ok()) {
+        claimed_ = *claimed;
+        claim_from_ = claimed->seq + 1;
         last_claim_error_ = Status::OK();
       } else {
-        claim_error_ = last_claim_error_ = seq.status();
+        claim_error_ = last_claim_error_ = claimed.status();
       }
       cv_.SignalAll();
       continue;
@@ -449,9 +538,17 @@ Status Shipper::Close() {
   MutexLock lock(&mu_);
   lease = std::move(lease_);
   // The number claimed ahead and never used: its placeholder would be an
-  // empty segment for ever. (A crash leaves it so; that is harmless.)
+  // empty segment for ever, and its claim would hold back compaction of
+  // what is committed after it. (A crash leaves it so; a sync of this
+  // staging directory removes it once it finds the writer dead.)
   if (claimed_) {
-    (void)env_->RemoveFile(segments_dir_ + "/" + format::SegmentFileName(writer_id_, *claimed_));
+    // Durable before the lease goes: a power cut must not bring back a
+    // claim whose lease, the only sign that its writer is dead, is gone.
+    Status r =
+        env_->RemoveFile(segments_dir_ + "/" + format::SegmentFileName(writer_id_, claimed_->seq));
+    if (r.code() == StatusCode::kNotFound) r = Status::OK();  // a forced sync took it
+    if (r.ok()) r = env_->SyncDir(segments_dir_);
+    if (!r.ok() && error_.ok()) error_ = r.WithContext("removing the claim taken ahead");
     claimed_.reset();
   }
   // The lease goes last: once it is gone a sync may take what is left in

@@ -1,15 +1,17 @@
 // Node-local staging (docs/design.md#staging): the pieces a writer with
 // WriterOptions::staging_dir and SyncStaging (runstore/sync.h) share.
 //
-//  - Claiming a segment number in the shared store: an empty placeholder
-//    <writer_id>-<seq>.rss created there with O_EXCL (an empty file reads as
+//  - Claiming a segment number in the shared store: a placeholder
+//    <writer_id>-<seq>.rss created there with O_EXCL, holding only a claim
+//    record (format/claim.h; shorter than a segment header, so it reads as
 //    an empty segment, docs/format.md "Recovery"), so numbers stay unique
-//    across nodes; the segment itself is written in staging under the same
-//    name.
+//    across nodes and a compactor knows that a segment may be staged under
+//    it; the segment itself is written in staging under the same name.
 //  - Publishing a staged segment over its placeholder with the publish
 //    protocol (invariant 5): copy under a temporary name that carries the
 //    publisher's owner token, fsync, rename into place, fsync the directory.
-//    A placeholder is only ever replaced when it is empty.
+//    A placeholder is only ever replaced while it is one (shorter than a
+//    segment header), and never by the file itself.
 //  - Leases: <token>.lease in the staging directory, rewritten by a thread
 //    every StagingLeaseBeatSeconds() while its owner (a writer or a sync)
 //    lives. A lease that does not change while someone watches it for longer
@@ -27,6 +29,7 @@
 #include <string_view>
 #include <thread>
 
+#include "format/claim.h"
 #include "runstore/env.h"
 #include "runstore/status.h"
 #include "util/mutex.h"
@@ -50,10 +53,35 @@ std::string LeaseName(std::string_view token);
 bool ParseLeaseName(std::string_view name, std::string* token);
 bool ParseLeaseTempName(std::string_view name, std::string* token);
 
-// Claims `name` in the store's `segments_dir` by creating it, empty, with
-// O_EXCL: AlreadyExists if another writer holds it. Does not sync the
-// directory (the caller does, before it writes anything the claim protects).
-Status ClaimSegment(Env* env, const std::string& segments_dir, const std::string& name);
+// Claims `name` in the store's `segments_dir` by creating it with O_EXCL
+// (AlreadyExists if another writer holds it) and writing `claim` into it,
+// synced. Does not sync the directory (the caller does, before it writes
+// anything the claim protects). A placeholder left empty by a failure or a
+// crash here claims nothing that was staged: the staged file is created
+// only after the claim is complete.
+Status ClaimSegment(Env* env, const std::string& segments_dir, const std::string& name,
+                    const format::SegmentClaim& claim);
+
+// Whether a file of `size` bytes in segments/ is a placeholder (an empty
+// segment to readers, which a publication may replace) rather than a
+// segment: shorter than a segment header.
+bool IsPlaceholderSize(uint64_t size);
+
+// A number claimed in the store, and the claim's bound on the commit times
+// of the segment staged under it (the writer's first commit there must be
+// later).
+struct Claimed {
+  uint64_t seq = 0;
+  int64_t not_before_ns = 0;
+};
+
+// InvalidArgument unless `staging_dir` and the store at `store_dir` are
+// apart: the staging directory must not be the store, its segments/, or any
+// directory inside the store, and must not hold the store. Directories are
+// compared by identity (device and inode, following "..": symbolic links,
+// bind mounts and other spellings of one directory are the same), never by
+// their path strings.
+Status CheckApart(Env* env, const std::string& staging_dir, const std::string& store_dir);
 
 enum class Published {
   kShipped,       // this call renamed the bytes into place
@@ -143,7 +171,7 @@ class Shipper {
   // A number >= `from` claimed (durably) in the store for the writer's next
   // segment: the one claimed ahead, or, if none is ready, one claimed now.
   // Starts claiming the one after. Not after Close.
-  Result<uint64_t> TakeClaim(uint64_t from) RUNSTORE_EXCLUDES(mu_);
+  Result<Claimed> TakeClaim(uint64_t from) RUNSTORE_EXCLUDES(mu_);
   // Whether a number is claimed ahead and ready to take without waiting. If
   // not, makes sure one is being claimed (again, after a failed claim).
   bool ClaimReady() RUNSTORE_EXCLUDES(mu_);
@@ -159,7 +187,7 @@ class Shipper {
   void Loop() RUNSTORE_EXCLUDES(mu_);
   Status ShipOne(const std::string& name);
   // Claims the first free number from `from` on and syncs the directory.
-  Result<uint64_t> ClaimFrom(uint64_t from);
+  Result<Claimed> ClaimFrom(uint64_t from);
   bool ClaimWantedLocked() const RUNSTORE_REQUIRES(mu_) {
     return claim_wanted_ && !claimed_ && claim_error_.ok() && !stop_;
   }
@@ -188,7 +216,7 @@ class Shipper {
   // the one claimed ahead and not taken yet, the error of the last claim.
   uint64_t claim_from_ RUNSTORE_GUARDED_BY(mu_);
   bool claim_wanted_ RUNSTORE_GUARDED_BY(mu_) = true;
-  std::optional<uint64_t> claimed_ RUNSTORE_GUARDED_BY(mu_);
+  std::optional<Claimed> claimed_ RUNSTORE_GUARDED_BY(mu_);
   Status claim_error_ RUNSTORE_GUARDED_BY(mu_);
   Status last_claim_error_ RUNSTORE_GUARDED_BY(mu_);  // until a claim succeeds
 

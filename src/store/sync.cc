@@ -3,6 +3,7 @@
 #include "runstore/sync.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <map>
@@ -11,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "format/claim.h"
 #include "format/format.h"
 #include "format/segment_reader.h"
 #include "store/compacted.h"
@@ -27,31 +29,72 @@ struct LeaseState {
   std::string writer_id;  // of a writer's lease
 };
 
-// Every lease in `dir` but `own`, by token.
+// A lease is a few lines (staging::Lease::Beat); a file named like one and
+// larger than this is not one, and is never read whole.
+constexpr uint64_t kMaxLeaseBytes = 4096;
+constexpr std::string_view kLeaseFirstLine = "runstore lease\n";  // then "kind ...", ...
+
+// The lease at `path`: its state, or why it is not a lease (a special file,
+// or larger than any lease): Corruption naming it. NotFound if gone. A
+// regular file of a lease's size whose text does not read (a lease that a
+// power cut tore: beats after the first are not synced) is a lease of an
+// unknown kind, as before: alive if it changes, dead otherwise.
+Result<LeaseState> ReadLease(Env* env, const std::string& path) {
+  auto file = env->NewRandomAccessFile(path);  // refuses what is not a regular file
+  if (!file.ok()) {
+    // Not a regular file (IOError without an errno), or a directory: not a
+    // lease. Anything else (no permission, out of descriptors, EIO) is what
+    // it is, and stops the sync.
+    const Status& e = file.status();
+    if (e.code() == StatusCode::kIOError && (e.sys_errno() == 0 || e.sys_errno() == EISDIR)) {
+      return Status::Corruption(path + ": not a lease: " + e.message());
+    }
+    return e;
+  }
+  RUNSTORE_ASSIGN_OR_RETURN(const uint64_t size, (*file)->Size());
+  if (size > kMaxLeaseBytes) {
+    return Status::Corruption(path + ": not a lease: " + std::to_string(size) +
+                              " bytes, where a lease has at most " +
+                              std::to_string(kMaxLeaseBytes));
+  }
+  std::string buf(size, '\0');
+  std::string_view got;
+  RUNSTORE_RETURN_IF_ERROR((*file)->Read(0, buf.size(), buf.data(), &got));
+  LeaseState st;
+  st.text = std::string(got);
+  if (!st.text.starts_with(kLeaseFirstLine)) return st;
+  size_t pos = 0;
+  while (pos < st.text.size()) {
+    size_t end = st.text.find('\n', pos);
+    if (end == std::string::npos) end = st.text.size();
+    const std::string_view line(st.text.data() + pos, end - pos);
+    if (line.starts_with("kind ")) st.kind = std::string(line.substr(5));
+    if (line.starts_with("writer_id ")) st.writer_id = std::string(line.substr(10));
+    pos = end + 1;
+  }
+  return st;
+}
+
+// Every lease in `dir` but `own`, by token. What is named like a lease but
+// is not one goes to `damaged` ("name: why", once each) and protects
+// nothing: a writer rewrites its lease through a rename, whole, so a live
+// writer's lease always reads.
 Result<std::map<std::string, LeaseState>> ReadLeases(Env* env, const std::string& dir,
-                                                     const std::string& own) {
+                                                     const std::string& own,
+                                                     std::map<std::string, std::string>* damaged) {
   RUNSTORE_ASSIGN_OR_RETURN(auto children, env->GetChildren(dir));
   std::map<std::string, LeaseState> leases;
   for (const std::string& c : children) {
     std::string token;
     if (!staging::ParseLeaseName(c, &token) || token == own) continue;
-    auto text = ReadFileToString(env, dir + "/" + c);
-    if (!text.ok()) {
-      if (text.status().code() == StatusCode::kNotFound) continue;  // its owner just ended
-      return text.status();
+    auto st = ReadLease(env, dir + "/" + c);
+    if (!st.ok()) {
+      if (st.status().code() == StatusCode::kNotFound) continue;  // its owner just ended
+      if (st.status().code() != StatusCode::kCorruption) return st.status();
+      damaged->emplace(c, st.status().message());
+      continue;
     }
-    LeaseState st;
-    st.text = *text;
-    size_t pos = 0;
-    while (pos < st.text.size()) {
-      size_t end = st.text.find('\n', pos);
-      if (end == std::string::npos) end = st.text.size();
-      const std::string_view line(st.text.data() + pos, end - pos);
-      if (line.starts_with("kind ")) st.kind = std::string(line.substr(5));
-      if (line.starts_with("writer_id ")) st.writer_id = std::string(line.substr(10));
-      pos = end + 1;
-    }
-    leases.emplace(token, std::move(st));
+    leases.emplace(token, std::move(st).value());
   }
   return leases;
 }
@@ -110,6 +153,11 @@ class Syncer {
 
  private:
   Status CheckDirs(const std::string& store_path) {
+    RUNSTORE_RETURN_IF_ERROR(CheckStoreAndStaging(store_path));
+    return staging::CheckApart(env_, staging_, store_path);
+  }
+
+  Status CheckStoreAndStaging(const std::string& store_path) {
     auto staging_is_dir = env_->IsDirectory(staging_);
     if (!staging_is_dir.ok()) {
       return staging_is_dir.status().WithContext("staging directory " + staging_);
@@ -161,21 +209,21 @@ class Syncer {
 
   Status ShipAndClean() {
     std::vector<std::map<std::string, LeaseState>> reads;
-    RUNSTORE_ASSIGN_OR_RETURN(auto l0, ReadLeases(env_, staging_, token_));
+    RUNSTORE_ASSIGN_OR_RETURN(auto l0, ReadLeases(env_, staging_, token_, &damaged_leases_));
     reads.push_back(std::move(l0));
     RUNSTORE_ASSIGN_OR_RETURN(auto children0, env_->GetChildren(staging_));
     const std::set<std::string> temps0 = LeaseTempsWithoutLease(children0, reads);
     Progress(0, 0);
     if (!options_.force) {
       std::this_thread::sleep_for(std::chrono::duration<double>(options_.wait_s));
-      RUNSTORE_ASSIGN_OR_RETURN(auto l1, ReadLeases(env_, staging_, token_));
+      RUNSTORE_ASSIGN_OR_RETURN(auto l1, ReadLeases(env_, staging_, token_, &damaged_leases_));
       reads.push_back(std::move(l1));
     }
     // The staged segments, listed after the watch and before the last read:
     // a writer writes its lease before its first segment, so the lease of
     // any segment listed here is in that read.
     RUNSTORE_ASSIGN_OR_RETURN(auto children, env_->GetChildren(staging_));
-    RUNSTORE_ASSIGN_OR_RETURN(auto l2, ReadLeases(env_, staging_, token_));
+    RUNSTORE_ASSIGN_OR_RETURN(auto l2, ReadLeases(env_, staging_, token_, &damaged_leases_));
     reads.push_back(std::move(l2));
     Classify(reads);
     // Lease temporaries with no lease, there before the watch and after it
@@ -219,6 +267,16 @@ class Syncer {
     }
     Progress(total, total);
     if (Status c = CleanLeftovers(ids_left); !c.ok() && first_error.ok()) first_error = c;
+    for (const auto& [name, why] : damaged_leases_) {
+      // Reported like a damaged staged segment, once everything else is
+      // shipped; left for a person to look at.
+      report_->damaged_leases.push_back(name + ": " + why);
+      if (first_error.ok()) {
+        first_error = Status::Corruption(why +
+                                         " (skipped; everything else was synced; remove it "
+                                         "once you know what it is)");
+      }
+    }
     return first_error;
   }
 
@@ -286,8 +344,9 @@ class Syncer {
     return found;
   }
 
-  // Temporaries of dead publishers in the store's segments/, and the dead
-  // leases, once nothing they protected is left in staging.
+  // Temporaries of dead publishers in the store's segments/, the claims of
+  // dead writers under which nothing is staged, and the dead leases, once
+  // nothing they protected is left in staging.
   Status CleanLeftovers(const std::set<std::string>& ids_left) {
     // Removes dir/name; what is gone already (another sync) is not an error.
     auto remove = [&](const std::string& dir, const std::string& name,
@@ -304,9 +363,10 @@ class Syncer {
       if (!dead_.count(token) && token != token_) continue;  // live, or another node's
       RUNSTORE_RETURN_IF_ERROR(remove(segments_, c, std::string(kSegmentsDir) + "/" + c));
     }
+    RUNSTORE_RETURN_IF_ERROR(ReleaseDeadClaims(in_store, remove));
     // The removals durable before the leases that name their tokens go: a
     // power cut could otherwise bring back a temporary with no lease left
-    // to tell whose it is.
+    // to tell whose it is, or a claim that nobody would release.
     RUNSTORE_RETURN_IF_ERROR(env_->SyncDir(segments_));
     for (const auto& [token, st] : dead_) {
       if (st.kind == "writer" && ids_left.count(st.writer_id)) continue;
@@ -321,6 +381,49 @@ class Syncer {
     return env_->SyncDir(staging_);
   }
 
+  // A dead writer's claims in the store under which nothing is staged here
+  // (the number it claimed ahead, a staged segment without a commit that
+  // was just removed): removed, so that they hold back no compaction
+  // (docs/design.md#compaction-and-staging). A claim is the dead writer's
+  // only if it holds the writer's token, the name of its lease: another
+  // writer with the same id, alive on another node, keeps its own. The
+  // files of the dead writers' ids are looked at, and every file if a dead
+  // lease was torn (its writer id unreadable).
+  template <typename Remove>
+  Status ReleaseDeadClaims(const std::vector<std::string>& in_store, const Remove& remove) {
+    std::set<std::string> dead_ids, dead_tokens;
+    bool any_id = false;
+    for (const auto& [token, st] : dead_) {
+      if (st.kind == "sync") continue;
+      dead_tokens.insert(token);
+      if (st.kind == "writer") {
+        dead_ids.insert(st.writer_id);
+      } else {
+        any_id = true;
+      }
+    }
+    if (dead_tokens.empty()) return Status::OK();
+    RUNSTORE_ASSIGN_OR_RETURN(auto staged_now, env_->GetChildren(staging_));
+    const std::set<std::string> staged(staged_now.begin(), staged_now.end());
+    for (const std::string& c : in_store) {
+      std::string id;
+      uint64_t seq;
+      if (!format::ParseSegmentFileName(c, &id, &seq) || (!any_id && !dead_ids.count(id)) ||
+          staged.count(c)) {
+        continue;
+      }
+      const std::string path = segments_ + "/" + c;
+      auto size = env_->GetFileSize(path);
+      if (!size.ok() || *size != format::kClaimSize) continue;
+      auto bytes = ReadFileToString(env_, path);
+      if (!bytes.ok()) continue;
+      const auto claim = format::DecodeClaim(*bytes, c);
+      if (!claim || !dead_tokens.count(claim->owner_token)) continue;
+      RUNSTORE_RETURN_IF_ERROR(remove(segments_, c, std::string(kSegmentsDir) + "/" + c));
+    }
+    return Status::OK();
+  }
+
   Env* const env_;
   const std::string staging_;
   const std::string segments_;
@@ -331,6 +434,7 @@ class Syncer {
   std::vector<std::string> orphan_lease_temps_;
   bool unknown_alive_ = false;  // a live lease that names no writer we can read
   std::map<std::string, LeaseState> dead_;
+  std::map<std::string, std::string> damaged_leases_;  // name -> why
 };
 
 }  // namespace

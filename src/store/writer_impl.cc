@@ -9,6 +9,7 @@
 #include <cstring>
 #include <random>
 
+#include "env/path.h"
 #include "format/format.h"
 #include "format/segment_reader.h"
 #include "store/compacted.h"
@@ -201,6 +202,7 @@ Result<std::unique_ptr<Writer>> WriterImpl::Open(Env* env, std::string segments_
   std::unique_ptr<staging::Shipper> shipper;
   if (!options.staging_dir->empty()) {
     const std::string& dir = *options.staging_dir;
+    RUNSTORE_RETURN_IF_ERROR(staging::CheckApart(env, dir, ParentDir(segments_dir)));
     if (Status c = env->CreateDir(dir); !c.ok() && c.code() != StatusCode::kAlreadyExists) {
       return c.WithContext("creating staging directory " + dir);
     }

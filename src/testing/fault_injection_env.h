@@ -168,6 +168,7 @@ class FaultInjectionEnv final : public Env {
   Result<std::vector<std::string>> GetChildren(const std::string& dir) override;
   Result<uint64_t> GetFileSize(const std::string& path) override;
   Result<::runstore::FileInfo> GetFileInfo(const std::string& path) override;
+  Result<FileId> GetFileId(const std::string& path) override { return base_->GetFileId(path); }
   Status CheckWritableDir(const std::string& dir) override;
   int64_t NowNanos() override;
 
