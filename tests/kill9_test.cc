@@ -80,8 +80,15 @@ struct Life {
   int life = 0;
   bool opened = false;
   uint64_t commits = 0;   // ACK lines
-  int64_t acked_end = 0;  // seqs [0, acked_end) are acknowledged
-  std::string problems;   // malformed or inconsistent ACK lines
+  int64_t acked_end = 0;  // seqs [0, acked_end) are acknowledged ([resume_at, ...) resuming)
+  // A resuming life (kill9_pattern.h): the step it resumed its run at (-1:
+  // not a resuming life), whether its Resume was acknowledged (its first
+  // life resumes nothing and counts as resumed), and the ends of its
+  // acknowledged commits, from resume_at on: where a later life may resume.
+  int64_t resume_at = -1;
+  bool resumed = false;
+  std::vector<int64_t> boundaries;
+  std::string problems;  // malformed or inconsistent ACK lines
 };
 
 struct Child {
@@ -102,8 +109,10 @@ class Supervisor {
   // Starts writer `index` as life `life`; `extra` are further arguments.
   // With `writer_id`, the life writes under that id (KILL9_WRITER_ID) instead
   // of one of its own; with `staging`, it stages there (RUNSTORE_STAGING_DIR).
+  // With `resume_at` >= 0, a resuming life (KILL9_RESUME_AT).
   void Spawn(int index, int life, const std::vector<std::string>& extra = {},
-             const std::string& writer_id = "", const std::string& staging = "") {
+             const std::string& writer_id = "", const std::string& staging = "",
+             int64_t resume_at = -1) {
     int fds[2];
     ASSERT_EQ(::pipe2(fds, O_CLOEXEC), 0) << std::strerror(errno);
     std::vector<std::string> args{program_, store_, std::to_string(index), std::to_string(life)};
@@ -115,15 +124,18 @@ class Supervisor {
     // threads (the readers) may call nothing that allocates.
     std::string id_var = "KILL9_WRITER_ID=" + writer_id;
     std::string staging_var = "RUNSTORE_STAGING_DIR=" + staging;
+    std::string resume_var = "KILL9_RESUME_AT=" + std::to_string(resume_at);
     std::vector<char*> envp;
     for (char** e = environ; *e != nullptr; ++e) {
       if (std::strncmp(*e, "KILL9_WRITER_ID=", 16) != 0 &&
-          std::strncmp(*e, "RUNSTORE_STAGING_DIR=", 21) != 0) {
+          std::strncmp(*e, "RUNSTORE_STAGING_DIR=", 21) != 0 &&
+          std::strncmp(*e, "KILL9_RESUME_AT=", 16) != 0) {
         envp.push_back(*e);
       }
     }
     if (!writer_id.empty()) envp.push_back(id_var.data());
     if (!staging.empty()) envp.push_back(staging_var.data());
+    if (resume_at >= 0) envp.push_back(resume_var.data());
     envp.push_back(nullptr);
     const pid_t pid = ::fork();
     ASSERT_GE(pid, 0) << std::strerror(errno);
@@ -142,6 +154,11 @@ class Supervisor {
     Life& l = lives_[{index, life}];
     l.index = index;
     l.life = life;
+    if (resume_at >= 0) {
+      l.resume_at = l.acked_end = resume_at;
+      l.resumed = life == 0;
+      l.boundaries = {resume_at};
+    }
   }
 
   // Reads what the writers have written, for up to `ms` milliseconds.
@@ -234,6 +251,13 @@ class Supervisor {
       l.opened = true;
       return;
     }
+    if (line.starts_with("RESUMED ")) {
+      if (l.resume_at < 0 || l.resumed || line != "RESUMED " + std::to_string(l.resume_at)) {
+        l.problems += "unexpected '" + line + "'; ";
+      }
+      l.resumed = true;
+      return;
+    }
     std::istringstream in(line);
     std::string word;
     uint64_t n = 0;
@@ -246,9 +270,11 @@ class Supervisor {
     bool ok = n == l.commits + 1 && first == l.acked_end && last >= first &&
               kill9::CommitsAfter(l.index, l.life, last);
     for (int64_t s = first; ok && s < last; ++s) ok = !kill9::CommitsAfter(l.index, l.life, s);
+    if (l.resume_at >= 0 && !l.resumed) ok = false;  // records before the Resume
     if (!ok) l.problems += "ACK '" + line + "' does not follow the pattern; ";
     l.commits = n;
     l.acked_end = last + 1;
+    if (l.resume_at >= 0) l.boundaries.push_back(l.acked_end);
   }
 
   void CheckForUnexpectedExits() {
@@ -327,6 +353,12 @@ class Readers {
           for (size_t i = 0; i < b.count; ++i) {
             int index = -1, life = -1;
             const RunId run = b.run(i);
+            // A resuming run holds several lives, which only the read-back's
+            // model of resumes tells apart.
+            if (run.is_int() && kill9::ParseResumingRun(run.int_value(), &index)) {
+              ++records_;
+              continue;
+            }
             const bool ours =
                 *kind == kill9::Kind::kText
                     ? run.is_string() && kill9::ParseStringRun(run.string_value(), &index, &life)
@@ -454,8 +486,102 @@ struct ReadBack {
   uint64_t total = 0, strangers = 0, wrong = 0, duplicates = 0;
   uint64_t acked_commits = 0, verified = 0, lost = 0, unacked_present = 0, unacked_commits = 0;
   uint64_t lives_opened = 0, big_verified = 0, blocks = 0, store_bytes = 0;
+  // Resuming runs: lives that resumed, markers found, records hidden as
+  // their lives' resumes say (acknowledged by an earlier life, then hidden).
+  uint64_t resumes = 0, markers = 0, hidden_acked = 0;
   size_t segments = 0;
 };
+
+// The visible records of one resuming run, by step: (series, value bytes).
+using ResumingRecords = std::map<int64_t, std::vector<std::pair<kill9::Kind, std::string>>>;
+
+// Checks a resuming run against its lives (in life order) and the steps of
+// the resume markers present. A life whose Resume was acknowledged has its
+// marker; one killed before that acknowledgement wrote nothing and may have
+// one (found among `markers`, unless an earlier life's marker has the same
+// step: then the two hide the same records but for the earlier life's
+// unacknowledged commit, which may be present or not anyway). Life l is in
+// effect from its resume step c_l; step s is shown by L(s), the last life in
+// effect with c_l <= s: every step L(s) acknowledged is there with L(s)'s
+// value, at most one commit of it beyond them, nothing of any other life,
+// and one record per step.
+void CheckResuming(int index, const std::vector<const Life*>& lives, const ResumingRecords& seen,
+                   const std::set<int64_t>& markers, ReadBack* r) {
+  const std::string who = "resuming run of w" + std::to_string(index);
+  std::vector<const Life*> in_effect;
+  std::set<int64_t> claimed_steps;
+  for (const Life* l : lives) {
+    const bool resumed = l->life == 0 || l->resumed;
+    if (l->life > 0 && l->resumed) {
+      ++r->resumes;
+      EXPECT_TRUE(markers.count(l->resume_at))
+          << who << ": life " << l->life << "'s acknowledged resume at " << l->resume_at
+          << " is missing";
+    }
+    if (resumed || (markers.count(l->resume_at) && !claimed_steps.count(l->resume_at))) {
+      in_effect.push_back(l);
+      claimed_steps.insert(l->resume_at);
+    }
+  }
+  r->markers += markers.size();
+  for (size_t k = 0; k < in_effect.size(); ++k) {
+    const Life& l = *in_effect[k];
+    const int64_t until = k + 1 < in_effect.size() ? in_effect[k + 1]->resume_at : INT64_MAX;
+    // Acknowledged by an earlier life and hidden by this one: must be gone.
+    if (k > 0) {
+      for (const Life* before : lives) {
+        if (before->life >= l.life) break;
+        for (int64_t s = std::max(l.resume_at, before->resume_at); s < before->acked_end; ++s) {
+          r->hidden_acked += s < until;
+        }
+      }
+    }
+    for (int64_t s = l.resume_at; s < std::min(l.acked_end, until); ++s) {
+      const kill9::Kind kind = kill9::KindOf(index, l.life, s);
+      const auto it = seen.find(s);
+      if (it == seen.end()) {
+        if (r->lost++ < 5) {
+          ADD_FAILURE() << who << ": life " << l.life << "'s acknowledged step " << s
+                        << " is missing (resumed at " << l.resume_at << ")";
+        }
+        continue;
+      }
+      ++r->verified;
+      r->big_verified += kind == kill9::Kind::kBig;
+    }
+    // Beyond what it acknowledged: at most the commit in flight.
+    int64_t end = std::min(l.acked_end, until);
+    while (end < until && seen.count(end) && end - l.acked_end < 100000) ++end;
+    if (end > l.acked_end) {
+      int boundaries = 0;
+      for (int64_t s = l.acked_end; s < end; ++s)
+        boundaries += kill9::CommitsAfter(index, l.life, s);
+      r->unacked_present += static_cast<uint64_t>(end - l.acked_end);
+      r->unacked_commits += static_cast<uint64_t>(boundaries);
+      EXPECT_LE(boundaries, 1) << who << ": life " << l.life << " shows " << boundaries
+                               << " unacknowledged commits";
+      EXPECT_TRUE(end == until || kill9::CommitsAfter(index, l.life, end - 1))
+          << who << ": life " << l.life << " shows part of a commit";
+    }
+    for (auto it = seen.lower_bound(l.resume_at); it != seen.end() && it->first < until; ++it) {
+      const int64_t s = it->first;
+      const kill9::Kind kind = kill9::KindOf(index, l.life, s);
+      if (it->second.size() != 1 && r->duplicates++ < 5) {
+        ADD_FAILURE() << who << ": step " << s << " shows " << it->second.size() << " records";
+      }
+      if (s >= end && r->strangers++ < 5) {
+        ADD_FAILURE() << who << ": step " << s << " should be hidden (life " << l.life
+                      << " is in effect from " << l.resume_at << " and wrote up to " << end << ")";
+      }
+      for (const auto& [k, bytes] : it->second) {
+        if ((k != kind || bytes != kill9::ValueBytes(kind, index, l.life, s)) && r->wrong++ < 5) {
+          ADD_FAILURE() << who << ": step " << s << " is not life " << l.life << "'s "
+                        << kill9::NameOf(kind) << " record (a hidden life's, or wrong)";
+        }
+      }
+    }
+  }
+}
 
 // Reads the store back after every process is dead and checks it against
 // what the lives acknowledged: every acknowledged record present byte for
@@ -475,6 +601,7 @@ ReadBack CheckStore(const std::string& path, const std::map<std::pair<int, int>,
     return r;
   }
   std::map<std::pair<int, int>, std::map<int64_t, int>> present;  // life -> seq -> times seen
+  std::map<int, ResumingRecords> resuming;                        // index -> its run's records
   for (const SeriesInfo& info : *series) {
     auto kind = kill9::KindOfName(info.name);
     if (!kind) {
@@ -499,6 +626,10 @@ ReadBack CheckStore(const std::string& path, const std::map<std::pair<int, int>,
         const RunId run = b.run(i);
         const int64_t seq = b.steps[i];
         int index = -1, life = -1;
+        if (run.is_int() && kill9::ParseResumingRun(run.int_value(), &index)) {
+          resuming[index][seq].emplace_back(*kind, testing::RecordValueAt(b, i).bytes);
+          continue;
+        }
         const bool ours =
             *kind == kill9::Kind::kText
                 ? run.is_string() && kill9::ParseStringRun(run.string_value(), &index, &life)
@@ -523,8 +654,45 @@ ReadBack CheckStore(const std::string& path, const std::map<std::pair<int, int>,
     }
   }
 
+  // Resuming runs, against their lives and the markers present.
+  std::map<int, std::set<int64_t>> markers;
+  std::map<int, std::vector<const Life*>> resuming_lives;
+  for (const auto& [key, l] : lives) {
+    if (l.resume_at >= 0) resuming_lives[l.index].push_back(&l);
+  }
+  if (!resuming_lives.empty()) {
+    auto scanner = snap->Scan("~resume");
+    EXPECT_OK(scanner.status());
+    ScanBatch b;
+    while (scanner.ok()) {
+      auto more = (*scanner)->Next(&b);
+      EXPECT_OK(more.status());
+      if (!more.ok() || !*more) break;
+      for (size_t i = 0; i < b.count; ++i) {
+        int index = -1;
+        if (b.run(i).is_int() && kill9::ParseResumingRun(b.run(i).int_value(), &index)) {
+          markers[index].insert(b.steps[i]);
+        }
+      }
+    }
+  }
+  for (const auto& [index, ls] : resuming_lives) {
+    CheckResuming(index, ls, resuming[index], markers[index], &r);
+    for (const Life* l : ls) {
+      r.acked_commits += l->commits;
+      r.lives_opened += l->opened;
+    }
+  }
+  for (const auto& [index, recs] : resuming) {
+    if (!resuming_lives.count(index)) {
+      ADD_FAILURE() << "a resuming run no writer writes: " << index;
+      ++r.strangers;
+    }
+  }
+
   // Per life: whole commits, in order, all acknowledged ones, at most one more.
   for (const auto& [key, l] : lives) {
+    if (l.resume_at >= 0) continue;  // above
     r.acked_commits += l.commits;
     r.lives_opened += l.opened;
     const auto it = present.find(key);
@@ -590,7 +758,8 @@ void PrintFigures(const char* what, uint64_t seed, int rounds, const Supervisor&
       "[ figures  ] %s: seed=%llu rounds=%d writer kills=%d writer lives=%zu (opened %llu) "
       "acknowledged commits=%llu records verified=%llu (256 KiB arrays %llu) records lost=%llu "
       "unacknowledged-but-present records=%llu (in %llu commits) records in store=%llu "
-      "duplicates=%llu strangers=%llu wrong values=%llu; segments=%zu, %.1f MiB, blocks "
+      "duplicates=%llu strangers=%llu wrong values=%llu; resumes=%llu markers=%llu "
+      "acknowledged records hidden by later resumes=%llu; segments=%zu, %.1f MiB, blocks "
       "verified=%llu; writing %.1f s, total %.1f s\n",
       what, static_cast<unsigned long long>(seed), rounds, sup.kills(), sup.lives().size(),
       static_cast<unsigned long long>(r.lives_opened),
@@ -599,8 +768,10 @@ void PrintFigures(const char* what, uint64_t seed, int rounds, const Supervisor&
       static_cast<unsigned long long>(r.unacked_present),
       static_cast<unsigned long long>(r.unacked_commits), static_cast<unsigned long long>(r.total),
       static_cast<unsigned long long>(r.duplicates), static_cast<unsigned long long>(r.strangers),
-      static_cast<unsigned long long>(r.wrong), r.segments, r.store_bytes / 1048576.0,
-      static_cast<unsigned long long>(r.blocks), writing_s, total_s);
+      static_cast<unsigned long long>(r.wrong), static_cast<unsigned long long>(r.resumes),
+      static_cast<unsigned long long>(r.markers), static_cast<unsigned long long>(r.hidden_acked),
+      r.segments, r.store_bytes / 1048576.0, static_cast<unsigned long long>(r.blocks), writing_s,
+      total_s);
   std::fflush(stdout);
 }
 
@@ -623,7 +794,22 @@ struct KillLoop {
   double min_seconds = 0;
   int rounds = 0, overlaps = 0;
 
+  // Writers of odd index resume their run at each restart, as a training
+  // run restarted from a checkpoint (`resumes`): the later commits hide
+  // what their previous lives wrote from the checkpoint on.
+  bool resumes = false;
+  bool Resumes(int index) const { return resumes && index % 2 == 1; }
   bool Stages(int index) const { return !stagings.empty() && index >= kWriters / 2; }
+  // Where life `life` of a resuming writer resumes: the end of one of the
+  // commits its previous life acknowledged (the newest, as a checkpoint
+  // usually is, or an older one), or that life's own resume step.
+  int64_t ResumeAt(int index, int life) {
+    if (!Resumes(index)) return -1;
+    if (life == 0) return 0;
+    const Life& prev = sup.lives().at({index, life - 1});
+    const std::vector<int64_t>& b = prev.boundaries;
+    return rng() % 2 == 0 ? b.back() : b[rng() % b.size()];
+  }
   std::string IdOf(int index) const {
     return index % 2 == 0 || Stages(index) ? "w" + std::to_string(index) : "";
   }
@@ -639,7 +825,7 @@ struct KillLoop {
   void Run(Clock::time_point start, double soak) {
     std::map<int, int> life_of;
     for (int i = 0; i < kWriters; ++i) {
-      ASSERT_NO_FATAL_FAILURE(sup.Spawn(i, 0, {}, IdOf(i), StagingOf(i)));
+      ASSERT_NO_FATAL_FAILURE(sup.Spawn(i, 0, {}, IdOf(i), StagingOf(i), ResumeAt(i, 0)));
       life_of[i] = 0;
     }
     for (ToolLoop* t : tools) ASSERT_NO_FATAL_FAILURE(t->Start());
@@ -653,15 +839,16 @@ struct KillLoop {
       Pump();
       const int victim = static_cast<int>(rng() % kWriters);
       const int old_life = life_of[victim];
-      if (victim % 2 == 0 && !Stages(victim) && rng() % 2 == 0) {
+      if (victim % 2 == 0 && !Stages(victim) && !Resumes(victim) && rng() % 2 == 0) {
         ASSERT_NO_FATAL_FAILURE(sup.Spawn(victim, ++life_of[victim], {}, IdOf(victim)));
         Pump();
         sup.Kill(victim, old_life);
         ++overlaps;
       } else {
         sup.Kill(victim, old_life);
+        const int life = ++life_of[victim];
         ASSERT_NO_FATAL_FAILURE(
-            sup.Spawn(victim, ++life_of[victim], {}, IdOf(victim), StagingOf(victim)));
+            sup.Spawn(victim, life, {}, IdOf(victim), StagingOf(victim), ResumeAt(victim, life)));
       }
     }
     Pump();
@@ -772,6 +959,10 @@ TEST(Kill9Test, StagingWritersCompactionAndSyncAllKilledLoseNothing) {
   }
   Readers readers(path, kReaders);
   KillLoop loop{rng, sup, tools, stagings};
+  // Writers 1, 3 and 5 resume their runs at every restart; 3 and 5 stage:
+  // compaction must never move a resume marker or an overwritten value past
+  // a commit still in staging (docs/design.md#compaction-and-staging).
+  loop.resumes = true;
   // Between kills: up to 400 ms, so that writers write more than they start;
   // a soak kills as often as the writers-only loop, so that the store grows
   // by about a GiB in half an hour, not tens.
@@ -833,12 +1024,14 @@ TEST(Kill9Test, StagingWritersCompactionAndSyncAllKilledLoseNothing) {
       "[ figures  ] readers: refreshes=%llu records checked=%llu; compactions started=%d "
       "killed=%d completed=%d; syncs: %s; final sync shipped %zu "
       "segments (%llu bytes), %zu already published, %zu cleaned; final compaction merged %zu "
-      "segments into %zu\n",
+      "segments into %zu (%zu left out by commit order, %zu held back by %zu claims)\n",
       static_cast<unsigned long long>(readers.refreshes()),
       static_cast<unsigned long long>(readers.records()), compactor.starts(), compactor.kills(),
       compactor.completed(), sync_figures.c_str(), synced.shipped.size(),
       static_cast<unsigned long long>(synced.bytes_shipped), synced.already_published.size(),
-      synced.cleaned.size(), compacted.inputs.size(), compacted.outputs.size());
+      synced.cleaned.size(), compacted.inputs.size(), compacted.outputs.size(),
+      compacted.excluded.size(), compacted.held_back.size(), compacted.staged.size());
+  for (const std::string& claim : compacted.staged) ADD_FAILURE() << "a claim is left: " << claim;
   PrintFigures("cluster kill -9", seed, loop.rounds, sup, r, writing_s,
                std::chrono::duration<double>(Clock::now() - start).count());
   EXPECT_GE(loop.rounds, 50);

@@ -83,9 +83,23 @@ inline int64_t IntRun(int index, int life) { return int64_t{index} * 1000000 + l
 inline std::string StringRun(int index, int life) {
   return "w" + std::to_string(index) + "-l" + std::to_string(life);
 }
-// Parses a run back into (index, life); false if it is not one of ours.
+// Resuming writers (KILL9_RESUME_AT) write every series of every life into
+// one integer run per index, as a training run restarted from checkpoints
+// does: each life after the first begins with Writer::Resume(run, c) at a
+// step c its previous lives acknowledged, hiding what they wrote from c on,
+// and writes steps c, c + 1, ... with the values of its own (index, life).
+inline constexpr int64_t kResumingRunBase = int64_t{1} << 40;
+inline int64_t ResumingRun(int index) { return kResumingRunBase + index; }
+inline bool ParseResumingRun(int64_t run, int* index) {
+  if (run < kResumingRunBase || run >= kResumingRunBase + 1000000) return false;
+  *index = static_cast<int>(run - kResumingRunBase);
+  return true;
+}
+
+// Parses a run back into (index, life); false if it is not one of ours (a
+// resuming run is not: it holds several lives).
 inline bool ParseIntRun(int64_t run, int* index, int* life) {
-  if (run < 0) return false;
+  if (run < 0 || run >= kResumingRunBase) return false;
   *index = static_cast<int>(run / 1000000);
   *life = static_cast<int>(run % 1000000);
   return true;

@@ -11,7 +11,11 @@
 //
 //   ACK <commit number> <first seq> <last seq>
 //
-// so that the supervisor knows exactly which records are acknowledged. Runs
+// so that the supervisor knows exactly which records are acknowledged. With
+// $KILL9_RESUME_AT set to a step c, the life writes every record into the
+// index's resuming run (kill9_pattern.h), from seq = c on, and, for a life
+// after the first, begins with Resume(run, c), then writes "RESUMED <c>".
+// Runs
 // until killed (or for <seconds>, then closes; 0: until killed). With <start
 // at> (nanoseconds since the Unix epoch) it waits until then before opening
 // the store, so that several processes open (and create) it at once. Any
@@ -76,14 +80,23 @@ int main(int argc, char** argv) {
   runstore::Writer& w = **writer;
   WriteLine("OPEN\n");
 
-  const int64_t run = kill9::IntRun(index, life);
-  const std::string srun = kill9::StringRun(index, life);
+  const char* resume_at = std::getenv("KILL9_RESUME_AT");
+  const bool resuming = resume_at != nullptr && *resume_at != '\0';
+  const int64_t first_seq = resuming ? std::atoll(resume_at) : 0;
+  const int64_t run = resuming ? kill9::ResumingRun(index) : kill9::IntRun(index, life);
+  const std::string text_run = kill9::StringRun(index, life);  // outlives srun's view
+  const runstore::RunRef srun = resuming ? runstore::RunRef(run) : runstore::RunRef(text_run);
+  if (resuming && life > 0) {
+    const runstore::Status s = w.Resume(run, first_seq);
+    if (!s.ok()) Die(id, s);
+    WriteLine("RESUMED " + std::to_string(first_seq) + "\n");
+  }
   const int64_t vec_shape[] = {kill9::kVectorLength};
   const int64_t big_shape[] = {kill9::kBigLength};
   const auto start = std::chrono::steady_clock::now();
   uint64_t commits = 0;
-  int64_t first_uncommitted = 0;
-  for (int64_t seq = 0;; ++seq) {
+  int64_t first_uncommitted = first_seq;
+  for (int64_t seq = first_seq;; ++seq) {
     const kill9::Kind kind = kill9::KindOf(index, life, seq);
     const std::string bytes = kill9::ValueBytes(kind, index, life, seq);
     runstore::Status s;
