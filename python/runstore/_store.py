@@ -187,9 +187,10 @@ class Store:
     def attrs(self) -> _attrs.Attrs:
         """The store's attributes: a small JSON document (at most 16 MiB) for metadata that a
         user or an integration keeps with the results (parameter kinds, categories, versions).
-        A mapping of str to JSON values; each change is published whole and crash-safe
-        (docs/format.md, "Attributes"). ``attrs["categories"] = {param: [...]}`` makes that
-        parameter a pandas Categorical in ``design()`` and ``load_results``."""
+        A mapping of str to JSON values; each change is published whole and crash-safe, and
+        lands or raises when processes change it at once (docs/format.md, "Attributes").
+        ``attrs["categories"] = {param: [...]}`` makes that parameter a pandas Categorical in
+        ``design()`` and ``load_results``."""
         return _attrs.Attrs(self.path, self.read_only)
 
     # -- writing ------------------------------------------------------------------------------
