@@ -76,6 +76,92 @@ bool DTypeFromDescr(PyArray_Descr* d, DType* out) {
                              " is not supported (" + kSupported + ")");
 }
 
+// numpy.ma.MaskedArray, looked up on first use (numpy is loaded by then). Set
+// under the GIL without a static guard: an import may release the GIL, and a
+// guard held across it could deadlock with a thread waiting for the GIL.
+PyObject* MaskedArrayType() {
+  static PyObject* type = nullptr;
+  if (type == nullptr) {
+    nb::object ma = nb::steal(PyImport_ImportModule("numpy.ma"));
+    if (!ma.is_valid()) throw nb::python_error();
+    PyObject* t = PyObject_GetAttrString(ma.ptr(), "MaskedArray");
+    if (t == nullptr) throw nb::python_error();
+    if (type == nullptr) {
+      type = t;  // kept for the life of the process
+    } else {
+      Py_DECREF(t);
+    }
+  }
+  return type;
+}
+
+// Whether `obj` is a numpy masked array (np.ma.masked included). Plain arrays
+// are told by their exact type, without a lookup.
+bool IsMaskedArray(PyObject* obj) {
+  if (PyArray_CheckExact(obj) || !PyArray_Check(obj)) return false;
+  const int is = PyObject_IsInstance(obj, MaskedArrayType());
+  if (is < 0) throw nb::python_error();
+  return is == 1;
+}
+
+// How many elements of the masked array `obj` its mask hides.
+npy_intp MaskedCount(PyObject* obj) {
+  nb::object mask = nb::steal(PyObject_GetAttrString(obj, "mask"));
+  if (!mask.is_valid()) throw nb::python_error();
+  nb::object flags = nb::steal(PyArray_FromAny(mask.ptr(), PyArray_DescrFromType(NPY_BOOL), 0, 0,
+                                               NPY_ARRAY_FORCECAST, nullptr));
+  if (!flags.is_valid()) throw nb::python_error();
+  const npy_intp n = PyArray_CountNonzero(reinterpret_cast<PyArrayObject*>(flags.ptr()));
+  if (n < 0) throw nb::python_error();
+  return n;
+}
+
+// A masked array is stored as its data only when its mask hides nothing: a
+// store holds no mask, and a masked element stored would be read back as a
+// value. `what` starts the message ("series 'loss'", "log_many: runs").
+constexpr const char* kMaskAdvice =
+    "store array.filled(fill) with a fill value such as numpy.nan, and the mask as a series of "
+    "its own if it matters";
+
+void RefuseMasked(PyObject* obj, const std::string& what, const char* advice = kMaskAdvice) {
+  if (!IsMaskedArray(obj)) return;
+  const npy_intp masked = MaskedCount(obj);
+  if (masked == 0) return;
+  const auto* arr = reinterpret_cast<PyArrayObject*>(obj);
+  if (PyArray_NDIM(arr) == 0) {
+    Throw(PyExc_TypeError, what +
+                               ": a masked element (numpy.ma.masked) is a missing value, not a "
+                               "value: runstore stores no mask (leave the record out)");
+  }
+  Throw(PyExc_TypeError, what + ": a numpy masked array with " + std::to_string(masked) + " of " +
+                             std::to_string(PyArray_SIZE(arr)) +
+                             " elements masked: runstore stores no mask (" + advice + ")");
+}
+
+// The first masked element or masked array with a masked element in a list or
+// tuple (nested up to numpy's 64 dimensions), which numpy.asarray would turn
+// into data; "" if there is none, else where it is ("[2][0]").
+std::string FindMasked(PyObject* seq, int depth) {
+  if (depth > NPY_MAXDIMS) return "";
+  // The size is read again and each item held: reading a mask runs Python.
+  for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); ++i) {
+    nb::object held = nb::borrow(PySequence_Fast_GET_ITEM(seq, i));
+    PyObject* item = held.ptr();
+    PyTypeObject* t = Py_TYPE(item);
+    if (t == &PyFloat_Type || t == &PyLong_Type || t == &PyBool_Type) continue;
+    std::string inner;
+    if (PyList_Check(item) || PyTuple_Check(item)) {
+      inner = FindMasked(item, depth + 1);
+    } else if (IsMaskedArray(item) && MaskedCount(item) > 0) {
+      inner = " ";
+    }
+    if (!inner.empty()) {
+      return "[" + std::to_string(i) + "]" + (inner == " " ? "" : inner);
+    }
+  }
+  return "";
+}
+
 }  // namespace
 
 std::string_view Utf8(PyObject* str, const char* what) {
@@ -129,6 +215,7 @@ bool IntegerValue(PyObject* obj, const char* kind, WhereFn where, int64_t* out) 
 // any other dtype (bool included), OverflowError for a uint64 beyond int64.
 // `kind` and `kinds` name an element and the elements ("step", "steps").
 nb::object Int64Array(PyObject* obj, const char* what, const char* kind, const char* kinds) {
+  RefuseMasked(obj, Where(what, nullptr, -1) + kinds, "give only the unmasked ones");
   auto* arr = reinterpret_cast<PyArrayObject*>(obj);
   PyArray_Descr* d = PyArray_DESCR(arr);
   if (d->kind != 'i' && d->kind != 'u') {
@@ -161,6 +248,7 @@ nb::object Int64Array(PyObject* obj, const char* what, const char* kind, const c
 RunRef ToRunRef(PyObject* obj, const char* what, Py_ssize_t index) {
   if (PyUnicode_Check(obj)) return RunRef(Utf8(obj, "run id"));
   auto where = [&] { return Where(what, "runs", index); };
+  if (PyArray_Check(obj)) RefuseMasked(obj, where() + "run id", "give only the unmasked ones");
   int64_t v;
   if (!IntegerValue(obj, "run id", where, &v)) {
     Throw(PyExc_TypeError, where() + "run id must be an int or a str, got " + TypeName(obj));
@@ -175,6 +263,7 @@ int64_t ToStep(PyObject* obj, const char* what, Py_ssize_t index) {
     if (overflow == 0 && !(v == -1 && PyErr_Occurred())) return v;
   }
   auto where = [&] { return Where(what, "steps", index); };
+  if (PyArray_Check(obj)) RefuseMasked(obj, where() + "step", "give only the unmasked ones");
   int64_t v;
   if (!IntegerValue(obj, "step", where, &v)) {
     Throw(PyExc_TypeError, where() + "step must be an int, got " + TypeName(obj));
@@ -394,7 +483,16 @@ void ValueSlot::Set(PyObject* obj, std::string_view name) {
     Throw(PyExc_TypeError,
           "series '" + std::string(name) + "': None is not a value (" + kSupported + ")");
   }
-  // Lists, tuples, memoryviews and objects with __array__ go through numpy.
+  // Lists, tuples, memoryviews and objects with __array__ go through numpy,
+  // which would turn a masked element inside a list into data.
+  if (PyList_Check(obj) || PyTuple_Check(obj)) {
+    const std::string at = FindMasked(obj, 1);
+    if (!at.empty()) {
+      Throw(PyExc_TypeError, "series '" + std::string(name) + "': element " + at +
+                                 " is masked (numpy.ma): runstore stores no mask (" + kMaskAdvice +
+                                 ")");
+    }
+  }
   PyObject* arr = PyArray_FromAny(obj, nullptr, 0, 0, 0, nullptr);
   if (arr == nullptr) {
     nb::python_error err;
@@ -420,6 +518,9 @@ void ValueSlot::SetNumpyScalar(PyObject* obj, std::string_view name) {
 }
 
 void ValueSlot::SetArray(PyObject* obj, std::string_view name) {
+  // Subclasses of ndarray are stored as their data (numpy.matrix, numpy.memmap),
+  // a masked array only if its mask hides nothing.
+  RefuseMasked(obj, "series '" + std::string(name) + "'");
   auto* arr = reinterpret_cast<PyArrayObject*>(obj);
   PyArray_Descr* d = PyArray_DESCR(arr);
   DType dtype;

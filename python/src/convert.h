@@ -4,7 +4,12 @@
 //   int -> int64, float -> float64, bool -> bool, numpy scalars and 0-d arrays keep
 //   their dtype, numpy arrays (made C-contiguous and native-endian when needed) ->
 //   arrays, str -> string, bytes/bytearray -> bytes, lists -> numpy.asarray(list).
-// Unsupported dtypes raise TypeError naming the series and the dtype.
+// Subclasses of ndarray (numpy.matrix, numpy.memmap) are stored as their data.
+// A store holds no mask, so a numpy masked array (numpy.ma) is stored only when
+// its mask hides nothing; one with a masked element, numpy.ma.masked itself,
+// and a list holding either raise TypeError, as do arrays of run ids or steps
+// with a masked element. Unsupported dtypes raise TypeError naming the series
+// and the dtype.
 //
 // Every function here needs the GIL, except ValueSlot::ref() and nbytes().
 #ifndef RUNSTORE_PYTHON_CONVERT_H_
