@@ -547,6 +547,14 @@ def _check_param_name(name: str) -> None:
         raise ValueError(
             f"design: parameter {name!r} starts with '~', which is reserved for runstore"
         )
+    if "\0" in name:
+        raise ValueError(f"design: parameter {name!r} holds a NUL character, which no name may")
+    try:
+        name.encode()
+    except UnicodeEncodeError:
+        raise ValueError(
+            f"design: parameter {name!r} is not valid Unicode text (names are UTF-8)"
+        ) from None
     if len((DESIGN + name).encode()) > 255:
         raise ValueError(
             f"design: parameter name {name[:40]!r}... is longer than {255 - len(DESIGN)} bytes"

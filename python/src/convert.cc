@@ -1,5 +1,6 @@
 #include "convert.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
@@ -170,8 +171,25 @@ std::string_view Utf8(PyObject* str, const char* what) {
   }
   Py_ssize_t n;
   const char* s = PyUnicode_AsUTF8AndSize(str, &n);
-  if (s == nullptr) throw nb::python_error();
+  if (s == nullptr) ThrowNotUnicode(str, what);
   return {s, static_cast<size_t>(n)};
+}
+
+void ThrowNotUnicode(PyObject* str, const std::string& what) {
+  // A str with a lone surrogate (from surrogateescape, or built by hand) has no
+  // UTF-8 form; its repr escapes the surrogate, so the message can show it.
+  PyErr_Clear();
+  std::string shown = "?";
+  nb::object r = nb::steal(PyObject_Repr(str));
+  if (r.is_valid()) {
+    Py_ssize_t len;
+    const char* c = PyUnicode_AsUTF8AndSize(r.ptr(), &len);
+    if (c != nullptr) shown = std::string(c, static_cast<size_t>(std::min<Py_ssize_t>(len, 80)));
+  }
+  PyErr_Clear();
+  Throw(PyExc_ValueError, what + " " + shown +
+                              " is not valid Unicode text (it holds a lone surrogate); runstore "
+                              "keeps text as UTF-8");
 }
 
 namespace {
@@ -437,7 +455,10 @@ void ValueSlot::Set(PyObject* obj, std::string_view name) {
   shape_ = nullptr;
   rank_ = 0;
   if (PyUnicode_Check(obj)) {
-    std::string_view s = Utf8(obj, "value");
+    Py_ssize_t len;
+    const char* c = PyUnicode_AsUTF8AndSize(obj, &len);
+    if (c == nullptr) ThrowNotUnicode(obj, "series '" + std::string(name) + "': the str");
+    const std::string_view s(c, static_cast<size_t>(len));
     dtype_ = DType::kString;
     data_ = s.data();
     nbytes_ = s.size();

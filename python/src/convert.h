@@ -30,8 +30,12 @@ namespace runstore::python {
 namespace nb = nanobind;
 
 // The UTF-8 bytes of a Python str; valid while the str lives. TypeError for
-// other types (`what` names the argument in the message).
+// other types, ValueError for a str that has no UTF-8 form (a lone surrogate);
+// `what` names the argument in the message.
 std::string_view Utf8(PyObject* str, const char* what);
+// Raises that ValueError: "<what> '<the str, escaped>' is not valid Unicode
+// text ...".
+[[noreturn]] void ThrowNotUnicode(PyObject* str, const std::string& what);
 
 // Every run id and step that Python hands to the core goes through ToRunRef
 // and ToStep (one element at a time) or ParseRuns and ParseSteps (many), so

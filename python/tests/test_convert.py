@@ -1,4 +1,8 @@
-"""numpy masked arrays and other subclasses of ndarray at every entry point that writes a value.
+"""What the conversion of Python values for the writer (python/src/convert.cc) refuses, at every
+entry point that writes a value: numpy masked arrays with a masked element, and text that is not
+Unicode.
+
+numpy masked arrays and other subclasses of ndarray.
 
 A store holds no mask: a masked array whose mask hides an element (numpy.ma.masked itself, and
 a list holding either) is refused with a TypeError that says so, at log, put, log_many,
@@ -151,3 +155,28 @@ def test_dask_save_of_a_masked_array_is_a_failed_receipt(tmp_path):
     assert "stores no mask" in by_part[1].error
     store.refresh()
     assert sorted(store.scan("v")["run"].tolist()) == [0, 2]
+
+
+def test_text_that_is_not_unicode_is_refused_naming_where_it_is(tmp_path):
+    """A lone surrogate (what surrogateescape decoding leaves) has no UTF-8 form: as a value, a
+    run id, a series name or a parameter name it raises ValueError naming the series or the
+    argument and showing the string escaped, never the codec's bare message."""
+    store = runstore.open(tmp_path / "s")
+    bad = "a\ud800b"
+    with store.writer() as w:
+        for call, where in [
+            (lambda: w.log(1, x=bad), "series 'x': the str 'a\\ud800b'"),
+            (lambda: w.log_many([1, 2], x=["ok", bad]), "series 'x': the str 'a\\ud800b'"),
+            (lambda: w.put(bad, "x", 1.0), "run id 'a\\ud800b'"),
+            (lambda: w.log(1, values={bad: 1.0}), "series name 'a\\ud800b'"),
+        ]:
+            with pytest.raises(ValueError) as e:
+                call()
+            assert str(e.value).startswith(where), str(e.value)
+            assert "is not valid Unicode text" in str(e.value)
+    with pytest.raises(ValueError, match="parameter 'a\\\\ud800b' is not valid Unicode"):
+        store.define_experiments([{"experiment": 1, bad: 1.0}])
+    with pytest.raises(ValueError, match="parameter 'a\\\\x00b' holds a NUL"):
+        store.define_experiments([{"experiment": 1, "a\0b": 1.0}])
+    store.refresh()
+    assert store.names() == []
