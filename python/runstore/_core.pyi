@@ -215,6 +215,9 @@ def plain_experiment_id(params: dict[str, Any]) -> str | None:
 def plain_canonical_text(params: dict[str, Any]) -> str | None:
     """The text plain_experiment_id hashes, or None (for tests)."""
 
+def check_series_name(name: str) -> None:
+    """Raises ValueError if a writer would refuse ``name`` as a series name (private)."""
+
 def csv_rows(
     columns: Sequence[npt.NDArray[Any]],
     missing: Sequence[npt.NDArray[np.bool_] | None],

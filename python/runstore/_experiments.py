@@ -540,7 +540,8 @@ def _normalise(design: Any) -> tuple[list[Any] | None, list[_Param]]:
     return ids, params
 
 
-def _check_param_name(name: str) -> None:
+def check_param_name(name: str) -> None:
+    """Raises ValueError if ``name`` cannot be a parameter of the design, saying why."""
     if not name:
         raise ValueError("design: a parameter name is empty")
     if name.startswith("~"):
@@ -695,7 +696,7 @@ def define_columns(
     import pandas as pd
 
     for p in params:
-        _check_param_name(p.name)
+        check_param_name(p.name)
 
     store.refresh()
     infos = reserved_series(store)
@@ -816,7 +817,7 @@ def _record_names(
         raise ValueError(f"state {state!r}: one of {', '.join(STATES)}")
     out: dict[str, Any] = {}
     for name, v in params.items():
-        _check_param_name(name)
+        check_param_name(name)
         if keep_none or v is not None:
             out[DESIGN + name] = v
     for k, v in (outcomes or {}).items():

@@ -51,6 +51,11 @@ __all__ = ["callback", "remaining", "load_results", "save_results", "experiment_
 
 ATTR = "ema"
 EXTRA_COLUMNS = ("scenario", "policy", "model")  # after the parameters, as EMA has them
+#: experiments.csv's line ending: pandas quotes a field that holds a character of it, and
+#: reads a lone "\r" as a line's end, so a name or a value with a "\r" in it is quoted only
+#: when the lines end in "\r\n" (EMA's own save_results writes "\n", and a "\r" in a name
+#: or a categorical value breaks its file).
+CRLF = "\r\n"
 
 
 _PLAIN = (float, int, str, bool)
@@ -118,6 +123,19 @@ def _columns(kinds: list[dict[str, Any]], shapes: Mapping[str, Any]) -> list[tup
     return cols + [(c, "category") for c in EXTRA_COLUMNS]
 
 
+def _check_names(parameters: list[Any], outcomes: list[Any]) -> None:
+    """Refuses, before any experiment runs, a parameter or outcome name that the store would
+    refuse when the first experiments are written (empty, longer than 255 bytes, with a NUL,
+    not Unicode, starting with '~')."""
+    for p in parameters:
+        ex.check_param_name(p.name)
+    for o in outcomes:
+        try:
+            _core.check_series_name(o.name)
+        except ValueError as e:
+            raise ValueError(f"outcome {o.name[:80]!r}: {e}") from None
+
+
 def _outcome_class(o: Any) -> str:
     for cls in (TimeSeriesOutcome, ArrayOutcome, ScalarOutcome):
         if isinstance(o, cls):
@@ -163,6 +181,7 @@ class _Callback(AbstractCallback):
         self.commit_every_s = opts["commit_every_s"]
         self.batch = opts["batch"]
         self.store = _open(type(self).store_path)
+        _check_names(uncertainties + levers, outcomes)
         kinds = [_kind(p) for p in uncertainties + levers]
         shapes = {p.name: list(p.shape) for p in uncertainties + levers if p.shape is not None}
         meta = {
@@ -173,12 +192,19 @@ class _Callback(AbstractCallback):
             "outcomes": [
                 {"name": o.name, "class": _outcome_class(o), "shape": o.shape} for o in outcomes
             ],
-            "models": list(self.store.attrs.get(ATTR, {}).get("models", [])),
+            "models": [],
             "versions": {"ema_workbench": ema_version, "runstore": __version__},
         }
-        cats = dict(self.store.attrs.get(ex.CATEGORIES_ATTR, {}))
-        cats.update({k["name"]: k["categories"] for k in kinds if k["kind"] == "categorical"})
-        self.store.attrs.update({ATTR: meta, ex.CATEGORIES_ATTR: cats})
+        categories = {k["name"]: k["categories"] for k in kinds if k["kind"] == "categorical"}
+
+        def merge(attrs: dict[str, Any]) -> dict[str, Any]:
+            # Applied to the newest attributes (again if another process updates them first):
+            # the models and categories others noted stay.
+            meta["models"] = list(attrs.get(ATTR, {}).get("models", []))
+            cats = {**attrs.get(ex.CATEGORIES_ATTR, {}), **categories}
+            return {**attrs, ATTR: meta, ex.CATEGORIES_ATTR: cats}
+
+        self.store.attrs.modify(merge)
         self._meta = meta
         # A small buffer: the callback writes often, and memory is what it must keep flat.
         self._w = ex.ExperimentWriter(self.store, buffer_bytes=opts["buffer_bytes"])
@@ -210,7 +236,13 @@ class _Callback(AbstractCallback):
         written."""
         if model not in self._meta["models"]:
             self._meta["models"].append(model)
-            self.store.attrs[ATTR] = self._meta
+
+            def note(attrs: dict[str, Any]) -> dict[str, Any]:
+                meta = attrs.get(ATTR, self._meta)
+                models = list(dict.fromkeys([*meta.get("models", []), *self._meta["models"]]))
+                return {**attrs, ATTR: {**meta, "models": models}}
+
+            self.store.attrs.modify(note)
 
     def _write(self) -> None:
         """Writes the experiments kept, then flushes, or commits once commit_every_s has
@@ -293,7 +325,7 @@ def _write_rows(w: ex.ExperimentWriter, rows: list[Any]) -> None:
         groups.setdefault((tuple(row[1]), tuple(row[2])), []).append(row)
     for (pnames, onames), group in groups.items():
         params = {p: [r[1][p] for r in group] for p in pnames}
-        outcomes = {o: np.asarray([r[2][o] for r in group]) for o in onames}
+        outcomes = {o: _outcome_column([r[2][o] for r in group]) for o in onames}
         w.record_many(
             [r[0] for r in group],
             params,
@@ -301,6 +333,15 @@ def _write_rows(w: ex.ExperimentWriter, rows: list[Any]) -> None:
             rows=[r[3] for r in group],
             finished=[r[4] for r in group],
         )
+
+
+def _outcome_column(values: list[Any]) -> Any:
+    """An outcome's values for record_many: stacked as numpy.asarray does, but a list as it is
+    when it holds masked arrays, which the writer checks one by one (numpy.asarray would keep
+    their masked elements as data)."""
+    if any(isinstance(v, np.ma.MaskedArray) for v in values):
+        return values
+    return np.asarray(values)
 
 
 def _finish(w: ex.ExperimentWriter, batch: _core.EmaBatch, outcome_names: list[str]) -> None:
@@ -460,9 +501,9 @@ def save_results(
         f = out.spool()
         for start in range(0, len(experiments), chunk_rows):
             part = experiments.iloc[start : start + chunk_rows]
-            f.write(part.to_csv(header=start == 0, index=False, encoding="UTF-8").encode())
+            f.write(part.to_csv(header=start == 0, index=False, lineterminator=CRLF).encode())
         if len(experiments) == 0:
-            f.write(experiments.to_csv(header=True, index=False).encode())
+            f.write(experiments.to_csv(header=True, index=False, lineterminator=CRLF).encode())
         out.add("experiments.csv", f)
         listed = []
         for o in meta["outcomes"]:

@@ -838,6 +838,13 @@ nb::object CsvRows(nb::handle columns_obj, nb::handle missing_obj, nb::handle wr
 }  // namespace
 
 void BindConvert(nb::module_& m) {
+  m.def(
+      "check_series_name",
+      [](nb::handle name) { Check(ValidateSeriesName(Utf8(name.ptr(), "series name"))); },
+      nb::arg("name"), nb::sig("def check_series_name(name: str) -> None"),
+      "Raises ValueError if a writer would refuse ``name`` as a series name (empty, longer "
+      "than 255 bytes, with a NUL, not Unicode, or starting with '~'), saying why; for front "
+      "ends that check names before any record is written (private).");
   m.def("csv_rows", &CsvRows, nb::arg("columns"), nb::arg("missing"), nb::arg("write") = nb::none(),
         nb::sig("def csv_rows(columns: typing.Sequence[numpy.ndarray], "
                 "missing: typing.Sequence[numpy.ndarray | None], "

@@ -208,3 +208,112 @@ def test_stores_without_ema_experiments_say_so(tmp_path):
         runstore.ema.load_results(store)
     with pytest.raises(ValueError, match="no experiment design"):
         runstore.load_results(store)
+
+
+def _masked_curve(x=0.5):
+    curve = np.ma.masked_array(np.linspace(0.0, x, 3), mask=[False, x > 0.5, False])
+    return {"y": x, "curve": curve}
+
+
+def test_a_masked_outcome_is_refused_and_the_experiments_before_it_are_kept(tmp_path):
+    """A store holds no mask: an outcome array with a masked element raises (naming the
+    outcome) instead of being stored with the masked value as data; one whose mask hides
+    nothing is its data."""
+    model = Model("masked", function=_masked_curve)
+    model.uncertainties = [RealParameter("x", 0.0, 1.0)]
+    model.outcomes = [ScalarOutcome("y"), ArrayOutcome("curve")]
+    scen = scenarios_of(model, 30, seed=5)
+    first_bad = next(i for i, s in enumerate(scen) if s["x"] > 0.5)
+    cb = runstore.ema.callback(tmp_path / "s", batch=1)
+    with pytest.raises((TypeError, EMAError), match="'curve'.*stores no mask"):
+        try:
+            perform_experiments(model, scen, callback=cb)
+        finally:
+            cb.close_all()
+    experiments, outcomes = runstore.ema.load_results(tmp_path / "s")
+    assert len(experiments) == first_bad
+    assert not isinstance(outcomes["curve"], np.ma.MaskedArray)
+    np.testing.assert_array_equal(outcomes["curve"][:, 1], [s["x"] / 2 for s in scen[:first_bad]])
+
+
+def _hostile_model(names, categories, fail_with=None):
+    def fn(**kw):
+        x = kw[names[0]]
+        if fail_with is not None and x > 0.5:
+            raise RuntimeError(fail_with)
+        return {n: x + i for i, n in enumerate(names)} | {"arr": np.full(2, x)}
+
+    model = Model("hostile", function=fn)
+    model.uncertainties = [RealParameter(n, 0.0, 1.0) for n in names] + [
+        CategoricalParameter("cat", categories)
+    ]
+    model.outcomes = [ScalarOutcome(n) for n in names] + [ArrayOutcome("arr")]
+    return model
+
+
+def test_every_hostile_string_as_a_name_or_category_round_trips_or_is_refused_first(tmp_path):
+    """Every hostile string as an uncertainty name, an outcome name and a category: the tables
+    runstore.ema.load_results gives equal EMA's own, also through save_results and EMA's
+    load_results (whose CSV breaks on a carriage return in EMA's own files); a name the store
+    cannot hold is refused, naming it, before any experiment runs."""
+    from _hostile import HOSTILE
+
+    accepted, refused = [], {}
+    with runstore.open(tmp_path / "names").writer() as w:  # which names a store takes
+        for key, s in HOSTILE.items():
+            try:
+                w.log(1, values={s: 1.0})
+                accepted.append(s)
+            except ValueError as e:
+                refused[key] = str(e)
+    # The accepted ones, all in one model, and the refused ones one by one through EMA.
+    model = _hostile_model(accepted, accepted)
+    scen = scenarios_of(model, 8, seed=2)
+    reference = perform_experiments(model, scen)
+    store = perform_experiments(model, scen, callback=runstore.ema.callback(tmp_path / "s"))
+    got = runstore.ema.load_results(store)
+    assert_same_results(reference, got)
+    assert list(got[0].columns[: len(accepted)]) == accepted
+    # Through save_results and EMA's own load_results: the values (its CSV changes dtypes, as
+    # for its own files; a "\r" in a name or category, which breaks EMA's own file, is kept).
+    out = tmp_path / "results.tar.gz"
+    runstore.ema.save_results(store, out)
+    back, back_outcomes = ema.load_results(str(out))
+    assert list(back.columns) == list(reference[0].columns)
+    for n in accepted:
+        np.testing.assert_array_equal(back[n].to_numpy(), reference[0][n].to_numpy(), err_msg=n)
+        np.testing.assert_array_equal(back_outcomes[n], reference[1][n], err_msg=n)
+    assert back["cat"].astype(str).tolist() == reference[0]["cat"].astype(str).tolist()
+
+    calls = []
+    for key, s in HOSTILE.items():
+        if key not in refused:
+            continue
+        m = _hostile_model([s], ["a", "b"])
+        m.function = lambda **kw: calls.append(kw)
+        with pytest.raises((ValueError, EMAError)) as e:
+            perform_experiments(m, 2, callback=runstore.ema.callback(tmp_path / f"r-{key}"))
+        assert repr(s)[:12] in str(e.value) or "empty" in str(e.value), (key, str(e.value)[:200])
+    assert calls == [], "refused before any experiment ran"
+    print(
+        f"EMA: {len(accepted)} hostile names and categories round-trip, {len(refused)} refused "
+        f"first: {sorted(refused)}"
+    )
+
+
+def test_a_hostile_exception_text_keeps_what_was_done_and_the_store_readable(tmp_path):
+    from _hostile import STORABLE
+
+    text = "".join(STORABLE[k] for k in ("html-script-close", "term-osc52-clipboard", "newline"))
+    model = _hostile_model(["x"], ["a", "b"], fail_with=text)
+    scen = scenarios_of(model, 20, seed=4)
+    first_bad = next(i for i, s in enumerate(scen) if s["x"] > 0.5)
+    cb = runstore.ema.callback(tmp_path / "s")
+    with pytest.raises(EMAError, match="window.__pwned"):
+        try:
+            perform_experiments(model, scen, callback=cb)
+        finally:
+            cb.close_all()
+    experiments, _ = runstore.ema.load_results(tmp_path / "s")
+    assert len(experiments) == first_bad and list(experiments.columns)[:2] == ["x", "cat"]
+    assert len(runstore.ema.remaining(tmp_path / "s", scen)) == len(scen) - first_bad
