@@ -13,6 +13,8 @@ import time
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import runstore
 from runstore import _attrs
@@ -517,3 +519,24 @@ def test_record_many_with_an_outcome_its_series_refuses_records_no_experiment(tm
     assert experiments["state"].tolist() == ["done"] * 4
     assert outcomes["curve"].shape == (4, 3)
     assert outcomes["curve"][2:].tolist() == [[1.0] * 3] * 2
+
+
+_JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False)
+    | st.text(),  # any code point but lone surrogates
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(), children, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=25)
+@given(doc=st.dictionaries(st.text(), _JSON, max_size=6))
+def test_any_json_document_of_text_keys_round_trips(tmp_path_factory, doc):
+    path = str(tmp_path_factory.mktemp("attrs"))
+    _attrs.modify(path, lambda a: doc)
+    assert _attrs.read(path) == (1, doc)

@@ -15,6 +15,8 @@ import textwrap
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("ml_instrumentation")
 
@@ -290,3 +292,23 @@ def test_every_hostile_string_as_metric_id_and_parameter_round_trips_or_is_refus
         print("  refused:", r)
     assert sum(kept.values()) + sum(refused.values()) == 3 * len(HOSTILE)
     assert kept["metric"] >= len(STORABLE) // 2 and kept["id"] >= len(STORABLE) // 2
+
+
+@settings(max_examples=60)
+@given(
+    metric=st.text(max_size=12),
+    run=st.one_of(st.integers(-(2**63), 2**63 - 1), st.text(max_size=12)),
+    frame=st.integers(0, 2**62),
+)
+def test_any_metric_name_and_run_id_round_trip_or_are_refused(tmp_path_factory, metric, run, frame):
+    backend = Backend(tmp_path_factory.mktemp("s"))
+    try:
+        backend.write_many({metric: {0: Point(run, metric, frame, 0.25)}})
+    except ValueError as e:
+        assert metric == "" or metric.startswith("~") or "\0" in metric, str(e)
+        with pytest.raises(ValueError, match="runstore refused"):
+            backend.close()  # says it again
+        return
+    got = backend.read_metric(metric, run)
+    backend.close()
+    assert [(p.frame, p.id, p.measurement) for p in got] == [(frame, run, 0.25)]
