@@ -580,6 +580,11 @@ class Store:
         see ``Store.writer(record_time=True)``); ``pd.to_datetime(df.time, unit="s")`` makes
         it a datetime.
 
+        Series of arrays have no column: by default they are left out (``series()`` lists
+        them; ``scan`` and ``to_xarray`` read them, and ``runstore.mlinstrument``'s
+        ``load_all_results`` gives every series, arrays included, as ml-instrument's
+        ``id``/``frame`` table).
+
         Raises KeyError for an unknown name and ValueError for a series that is not scalar.
         """
         df = _frame.to_pandas(self, names, runs, steps)
