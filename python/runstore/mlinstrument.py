@@ -167,11 +167,16 @@ class Backend(BaseBackend):
     # -- moving data -------------------------------------------------------------------------
 
     def merge(self, other: str) -> None:
-        """Copies every committed point of this store into the store at ``other`` (created if
-        missing), one writer and one commit."""
+        """Copies every committed point of this store, and the parameters that
+        :func:`attach_metadata` kept, into the store at ``other`` (created if missing), as
+        ml-instrument's merge copies every table; the points with one writer and one commit."""
         store = self._reader()
-        with _open(other).writer() as w:
+        target = _open(other)
+        infos = store.series()
+        with target.writer() as w:
             for name in store.names():
+                if infos[name].variable_shape:
+                    w.define(name, infos[name].dtype, variable_shape=True)
                 d = store.scan(name)
                 if d["value"].dtype != object:
                     w.log_many(list(d["run"].tolist()), steps=d["step"], columns={name: d["value"]})
@@ -180,6 +185,9 @@ class Backend(BaseBackend):
                         d["run"].tolist(), d["step"].tolist(), d["value"], strict=True
                     ):
                         w.put(r, name, v, step=s)
+        design = store.design()
+        if len(design) and len(design.columns) > 1:
+            target.define_experiments(design)
 
     def dump(self) -> str:
         """What ``load`` needs to find these points again: the store's path, as JSON (the

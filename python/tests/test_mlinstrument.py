@@ -312,3 +312,24 @@ def test_any_metric_name_and_run_id_round_trip_or_are_refused(tmp_path_factory, 
     got = backend.read_metric(metric, run)
     backend.close()
     assert [(p.frame, p.id, p.measurement) for p in got] == [(frame, run, 0.25)]
+
+
+def test_merge_and_load_carry_ragged_metrics_and_parameters(tmp_path):
+    backend = Backend(tmp_path / "s")
+    backend.define("trace", "float64", variable_shape=True)
+    for i in (1, 2):
+        c = Collector(backend=backend, experiment_id=i, low_watermark=2)
+        for frame in range(3):
+            c.set_frame(frame)
+            c.collect("trace", np.zeros(frame + i))
+            c.collect("r", float(frame))
+        c._writer.sync_now()
+        runstore.mlinstrument.attach_metadata(backend, i, {"alpha": i / 10, "env": f"e{i}"})
+    backend.merge(str(tmp_path / "merged"))
+    third = Backend(tmp_path / "loaded")
+    third.load(backend.dump())
+    want = runstore.mlinstrument.load_all_results(tmp_path / "s")
+    for other in ("merged", "loaded"):
+        got = runstore.mlinstrument.load_all_results(tmp_path / other)
+        assert got.equals(want.select(got.columns)) and set(got.columns) == set(want.columns)
+    backend.close()
