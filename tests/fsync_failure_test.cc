@@ -57,7 +57,7 @@ using ::runstore::testing::ScanAll;
 using ::runstore::testing::TestSeed;
 
 constexpr char kStorePath[] = "/store";
-constexpr auto kPatience = std::chrono::seconds(10);
+constexpr auto kPatience = std::chrono::seconds(120);  // a hang, not a speed
 
 // ---------------------------------------------------------------------------
 // An Env over the FaultInjectionEnv that sees every mutating call the writer

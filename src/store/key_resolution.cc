@@ -26,7 +26,9 @@ bool SnapshotImpl::RunMarkers::Hides(int64_t step, const CommitOrder& order) con
 bool SnapshotImpl::HiddenByResume(const RunRef& run, int64_t step, const CommitOrder& order) const {
   if (resume_.empty()) return false;
   auto it = resume_.find(run);
-  return it != resume_.end() && it->second.Hides(step, order);
+  if (it == resume_.end()) return false;
+  marker_searches_.fetch_add(1, std::memory_order_relaxed);
+  return it->second.Hides(step, order);
 }
 
 bool SnapshotImpl::BlockMayBeHidden(const BlockRef& b) const {
@@ -40,6 +42,7 @@ bool SnapshotImpl::BlockMayBeHidden(const BlockRef& b) const {
   for (auto it = resume_.lower_bound(h.min_key.run);
        it != resume_.end() && !(h.max_key.run < it->first); ++it) {
     if (++looked > h.count) return true;
+    marker_searches_.fetch_add(1, std::memory_order_relaxed);
     if (it->second.Hides(h.max_step, b.commit)) return true;
   }
   return false;

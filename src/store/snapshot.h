@@ -107,6 +107,11 @@ class SnapshotImpl final : public Snapshot {
 
   // The schema of every series, for writers' conflict checks.
   StoreSchema Schema() const;
+  // How many searches of a run's resume markers the reads of this snapshot
+  // made: one per record or block checked against them, each a binary
+  // search (docs/design.md#invariant-6). For tests that count, rather than
+  // time, that resolution is not quadratic in the number of markers.
+  uint64_t marker_searches() const { return marker_searches_.load(std::memory_order_relaxed); }
   const std::vector<std::shared_ptr<const LoadedSegment>>& segments() const { return segments_; }
 
   struct BlockRef {
@@ -238,6 +243,7 @@ class SnapshotImpl final : public Snapshot {
     bool operator()(const RunRef& a, const RunId& b) const;
   };
   std::map<RunId, RunMarkers, RunLess> resume_;
+  mutable std::atomic<uint64_t> marker_searches_{0};
   std::vector<std::string> conflicts_;
   mutable std::once_flag runs_once_;
   mutable Status runs_status_;
