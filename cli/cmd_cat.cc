@@ -103,6 +103,9 @@ int RunCat(const CatOptions& o) {
 
   std::optional<TextTable> table;
   if (fmt == OutFormat::kText) table.emplace(&out);
+  // CSV is exact, but a terminal is shown the strings of the store as text
+  // shows them (Printable), never their control characters raw.
+  const bool csv_on_terminal = fmt == OutFormat::kCsv && isatty(STDOUT_FILENO) == 1;
   if (fmt == OutFormat::kCsv) out.Write("run,step,value\n");
 
   const DType dtype = info->dtype;
@@ -132,13 +135,17 @@ int RunCat(const CatOptions& o) {
       }
       line.clear();
       if (fmt == OutFormat::kCsv) {
-        AppendRun(&line, row.run_is_string, row.run_int, row.run_str, fmt);
+        if (csv_on_terminal && row.run_is_string) {
+          AppendCsvCell(&line, Printable(row.run_str));
+        } else {
+          AppendRun(&line, row.run_is_string, row.run_int, row.run_str, fmt);
+        }
         line += ',';
         line += std::to_string(row.step);
         line += ',';
         value_s.clear();
         AppendValue(&value_s, dtype, row.shape, row.data, row.nbytes, fmt);
-        AppendCsvCell(&line, value_s);
+        AppendCsvCell(&line, csv_on_terminal ? Printable(value_s) : value_s);
       } else {
         line += "{\"run\":";
         AppendRun(&line, row.run_is_string, row.run_int, row.run_str, fmt);
@@ -209,6 +216,9 @@ void RegisterCat(CLI::App& app, ChosenCommand* chosen) {
       "are nan, inf, -inf in text and csv and null in jsonl; strings are JSON-quoted in text\n"
       "and jsonl and raw in csv; bytes are base64 (RFC 4648, padded), prefixed \"base64:\" in\n"
       "text. String run ids are printed as they are in text and csv (quoted in jsonl).\n"
+      "Control characters, bidirectional overrides and line separators of a string are\n"
+      "escaped in text (\\x1b, \\u202e) and jsonl (\\u001b), and in csv when it goes to a\n"
+      "terminal: a store's strings are never terminal commands.\n"
       "Exit code 3 also when --run matches no record. With --run, --first-step and\n"
       "--last-step only the blocks that can hold the records asked for are read.",
       "  runstore cat /scratch/sweep loss\n"

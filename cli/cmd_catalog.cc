@@ -45,7 +45,7 @@ int RunCatalog(const CatalogOptions& o) {
                                 {"read_from_footers", before.from_footer},
                                 {"bytes", ec ? 0 : bytes},
                                 {"seconds", seconds}};
-    std::cout << j.dump(2) << "\n";
+    std::cout << JsonPrintable(j.dump(2)) << "\n";
   } else {
     std::cout << "catalog: " << *written << " sealed segments of " << s.segments << " ("
               << before.from_catalog << " from the old catalog, " << before.from_footer

@@ -119,11 +119,14 @@ int RunCompact(const CompactCliOptions& o) {
                       {"removed_leftovers", r.removed_leftovers},
                       {"retained", r.retained},
                       {"seconds", r.seconds}};
-    std::cout << j.dump(2, ' ', false, ordered_json::error_handler_t::replace) << "\n";
+    std::cout << JsonPrintable(j.dump(2, ' ', false, ordered_json::error_handler_t::replace))
+              << "\n";
     return FinishStdout(kCmd, kExitOk);
   }
   char buf[256];
-  for (const std::string& f : r.removed_leftovers) std::cout << "removed leftover " << f << "\n";
+  for (const std::string& f : r.removed_leftovers) {
+    std::cout << "removed leftover " << Printable(f) << "\n";
+  }
   if (r.inputs.empty()) {
     std::cout << "nothing to compact";
     if (!r.excluded.empty()) std::cout << " (" << r.excluded.size() << " segments left out)";
@@ -137,7 +140,7 @@ int RunCompact(const CompactCliOptions& o) {
                   r.inputs.size(), static_cast<double>(r.input_bytes) / 1048576.0,
                   static_cast<unsigned long long>(r.input_records));
     std::cout << buf << "\n";
-    for (const std::string& f : r.inputs) std::cout << "  " << f << "\n";
+    for (const std::string& f : r.inputs) std::cout << "  " << Printable(f) << "\n";
   } else {
     std::snprintf(buf, sizeof(buf),
                   "merged %zu segments (%.1f MiB) into %zu (%.1f MiB): %llu records, %.2f s",
@@ -145,10 +148,10 @@ int RunCompact(const CompactCliOptions& o) {
                   static_cast<double>(r.output_bytes) / 1048576.0,
                   static_cast<unsigned long long>(r.output_records), r.seconds);
     std::cout << buf << "\n";
-    for (const std::string& f : r.outputs) std::cout << "  " << f << "\n";
+    for (const std::string& f : r.outputs) std::cout << "  " << Printable(f) << "\n";
   }
   for (const std::string& f : r.excluded) {
-    std::cout << "left out " << f
+    std::cout << "left out " << Printable(f)
               << " (shares runs with a segment that stays, across the merged commit's place)\n";
   }
   PrintHeldBack(r);

@@ -19,6 +19,12 @@ int RunGet(const GetOptions& o) {
   const Result<RunId> run = ParseRunArg(o.run, o.run_is_string, "RUN");
   if (!run.ok()) return ReportUsageError(kCmd, run.status().message());
   const bool to_stdout = o.out == "-";
+  if (to_stdout && isatty(STDOUT_FILENO) == 1) {
+    // A string value's bytes would reach the terminal raw, control characters too.
+    return ReportUsageError(kCmd,
+                            "standard output is a terminal, and a .npy file is not text: "
+                            "redirect it (-o - > FILE.npy) or give a file (-o FILE.npy)");
+  }
   int open_rc = kExitOk;
   auto store = OpenStoreForCommand(kCmd, o.store, &open_rc);
   if (store == nullptr) return open_rc;

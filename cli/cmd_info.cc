@@ -124,12 +124,13 @@ int RunInfo(const InfoOptions& o) {
                           {"message", d.status.message()}});
     }
     j["damaged_segments"] = left_out;
-    std::cout << j.dump(2, ' ', false, ordered_json::error_handler_t::replace) << "\n";
+    std::cout << JsonPrintable(j.dump(2, ' ', false, ordered_json::error_handler_t::replace))
+              << "\n";
     return kExitOk;
   }
   auto bytes = [](uint64_t n) { return std::to_string(n) + " (" + HumanBytes(n) + ")"; };
   std::vector<std::vector<std::string>> rows = {
-      {"store:", store->path()},
+      {"store:", Printable(store->path())},
       {"format version:", version ? std::to_string(version) : "unknown"},
       {"writers:", std::to_string(writers.size())},
       {"segments:", std::to_string(segments.size()) + " (" + std::to_string(sealed) + " sealed, " +
@@ -146,7 +147,9 @@ int RunInfo(const InfoOptions& o) {
   };
   if (!damaged.empty()) {
     rows.push_back({"damaged segments:", std::to_string(damaged.size()) + " (left out)"});
-    for (const DamagedSegment& d : damaged) rows.push_back({"", d.file + ": " + DamageText(d)});
+    for (const DamagedSegment& d : damaged) {
+      rows.push_back({"", Printable(d.file + ": " + DamageText(d))});
+    }
   }
   PrintTable(rows, {false, false});
   return kExitOk;
@@ -165,10 +168,11 @@ int RunLs(const LsOptions& o) {
     if (o.json) {
       ordered_json j = ordered_json::array();
       for (const RunId& r : *runs) j.push_back(RunToJson(r));
-      std::cout << j.dump(2, ' ', false, ordered_json::error_handler_t::replace) << "\n";
+      std::cout << JsonPrintable(j.dump(2, ' ', false, ordered_json::error_handler_t::replace))
+                << "\n";
     } else {
       std::string out;
-      for (const RunId& r : *runs) out += r.ToString() + "\n";
+      for (const RunId& r : *runs) out += Printable(r.ToString()) + "\n";
       std::cout << out;
     }
     return kExitOk;
@@ -186,13 +190,14 @@ int RunLs(const LsOptions& o) {
                    {"count", s.count},
                    {"stored_bytes", s.stored_bytes}});
     }
-    std::cout << j.dump(2, ' ', false, ordered_json::error_handler_t::replace) << "\n";
+    std::cout << JsonPrintable(j.dump(2, ' ', false, ordered_json::error_handler_t::replace))
+              << "\n";
     return kExitOk;
   }
   std::vector<std::vector<std::string>> rows = {{"NAME", "DTYPE", "SHAPE", "COUNT", "BYTES"}};
   for (const SeriesInfo& s : *series) {
-    rows.push_back({s.name, std::string(DTypeName(s.dtype)), ShapeText(s), std::to_string(s.count),
-                    std::to_string(s.stored_bytes)});
+    rows.push_back({Printable(s.name), std::string(DTypeName(s.dtype)), ShapeText(s),
+                    std::to_string(s.count), std::to_string(s.stored_bytes)});
   }
   PrintTable(rows, {false, false, false, true, true});
   return kExitOk;

@@ -58,15 +58,18 @@ int RunSync(const SyncCommandOptions& o) {
                       {"damaged_leases", r.damaged_leases},
                       {"bytes_shipped", r.bytes_shipped}};
     if (!s.ok()) j["error"] = {{"code", StatusCodeName(s.code())}, {"message", s.message()}};
-    std::cout << j.dump(2, ' ', false, ordered_json::error_handler_t::replace) << "\n";
+    std::cout << JsonPrintable(j.dump(2, ' ', false, ordered_json::error_handler_t::replace))
+              << "\n";
   } else {
-    for (const std::string& n : r.shipped) std::cout << "shipped " << n << "\n";
-    for (const std::string& n : r.already_published) std::cout << "already published " << n << "\n";
+    for (const std::string& n : r.shipped) std::cout << "shipped " << Printable(n) << "\n";
+    for (const std::string& n : r.already_published) {
+      std::cout << "already published " << Printable(n) << "\n";
+    }
     for (const std::string& n : r.skipped)
-      std::cout << "skipped " << n << " (its writer is alive)\n";
-    for (const std::string& n : r.cleaned) std::cout << "cleaned " << n << "\n";
+      std::cout << "skipped " << Printable(n) << " (its writer is alive)\n";
+    for (const std::string& n : r.cleaned) std::cout << "cleaned " << Printable(n) << "\n";
     for (const std::string& n : r.damaged_leases)
-      std::cout << "not a lease, left alone: " << n << "\n";
+      std::cout << "not a lease, left alone: " << Printable(n) << "\n";
     const bool did_something = !r.shipped.empty() || !r.already_published.empty() ||
                                !r.skipped.empty() || !r.cleaned.empty();
     if (s.ok() || did_something) {

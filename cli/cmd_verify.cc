@@ -33,7 +33,8 @@ int RunVerify(const VerifyOptions& o) {
       ordered_json j = {{"store", o.store},    {"ok", false},
                         {"segments", nullptr}, {"blocks", nullptr},
                         {"blocks_checked", 0}, {"error", ErrorJson(store.status())}};
-      std::cout << j.dump(2, ' ', false, ordered_json::error_handler_t::replace) << "\n";
+      std::cout << JsonPrintable(j.dump(2, ' ', false, ordered_json::error_handler_t::replace))
+                << "\n";
     } else if (store.status().code() == StatusCode::kCorruption) {
       std::cout << "CORRUPT: the store could not be opened\n";
     }
@@ -79,7 +80,8 @@ int RunVerify(const VerifyOptions& o) {
       for (const Status& p : report.problems) all.push_back(ErrorJson(p));
       j["problems"] = all;
     }
-    std::cout << j.dump(2, ' ', false, ordered_json::error_handler_t::replace) << "\n";
+    std::cout << JsonPrintable(j.dump(2, ' ', false, ordered_json::error_handler_t::replace))
+              << "\n";
   } else if (status.ok()) {
     std::cout << "ok: " << segments.size() << " segments, " << checked
               << " blocks checked, no corruption\n";
@@ -90,7 +92,8 @@ int RunVerify(const VerifyOptions& o) {
               << report.problems.size() << " problem(s):\n";
     for (const Status& p : report.problems) {
       // Damaged segments may be unreadable (IOError) rather than corrupt.
-      std::cout << "  " << (p.code() == StatusCode::kCorruption ? p.message() : p.ToString())
+      std::cout << "  "
+                << Printable(p.code() == StatusCode::kCorruption ? p.message() : p.ToString())
                 << "\n";
     }
   }

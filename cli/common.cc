@@ -50,13 +50,13 @@ int ReportError(std::string_view command, const Status& status) {
   std::cout.flush();
   std::cerr << "runstore: ";
   if (!command.empty()) std::cerr << command << ": ";
-  std::cerr << status.ToString() << "\n";
+  std::cerr << Printable(status.ToString()) << "\n";
   return ExitCodeFor(status);
 }
 
 int ReportUsageError(std::string_view command, std::string_view message) {
   std::cout.flush();
-  std::cerr << "runstore: " << command << ": " << message << "\n"
+  std::cerr << "runstore: " << command << ": " << Printable(message) << "\n"
             << "Run with --help for more information.\n";
   return kExitUsage;
 }
@@ -124,7 +124,8 @@ std::unique_ptr<Store> OpenStoreForCommand(std::string_view command, const std::
   if (!damaged.empty()) {
     std::cout.flush();
     for (const DamagedSegment& d : damaged) {
-      std::cerr << "runstore: left out damaged segment " << d.file << ": " << DamageText(d) << "\n";
+      std::cerr << Printable("runstore: left out damaged segment " + d.file + ": " + DamageText(d))
+                << "\n";
     }
   }
   *rc = kExitOk;

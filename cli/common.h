@@ -26,9 +26,12 @@ using text::AppendBase64;
 using text::AppendCsvCell;
 using text::AppendElement;
 using text::AppendJsonString;
+using text::AppendPrintable;
 using text::AppendRun;
 using text::AppendValue;
+using text::JsonPrintable;
 using text::OutFormat;
+using text::Printable;
 using text::ShapeText;
 
 // Exit codes of the `runstore` program (documented in every --help).
@@ -48,7 +51,10 @@ int ExitCodeFor(const Status& status);
 std::string ExitCodeHelp();
 
 // Prints "runstore: <command>: <status>" to stderr and returns its exit code
-// ("runstore: <status>" for an empty command).
+// ("runstore: <status>" for an empty command). The message, which may name
+// series, runs and files of a store, is written through Printable, as is
+// every string of a store that the commands print as text (cli/README.md,
+// "Strings from a store").
 int ReportError(std::string_view command, const Status& status);
 
 // Prints "runstore: <command>: <message>" and the hint to --help to stderr and

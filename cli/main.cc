@@ -131,7 +131,7 @@ int main(int argc, char** argv) {
     std::cerr << "runstore: error: out of memory\n";
     rc = kExitOther;
   } catch (const std::exception& e) {
-    std::cerr << "runstore: error: " << e.what() << "\n";
+    std::cerr << "runstore: error: " << runstore::text::Printable(e.what()) << "\n";
     rc = kExitOther;
   }
   // Every command (and --help) succeeds only if what it printed was written.

@@ -3,7 +3,6 @@
 #include <charconv>
 #include <cmath>
 #include <cstring>
-#include <nlohmann/json.hpp>
 
 namespace runstore::text {
 namespace {
@@ -59,6 +58,72 @@ size_t AppendNested(std::string* out, DType dtype, std::span<const int64_t> shap
   }
   out->push_back(']');
   return used;
+}
+
+// The code point that starts at s[*i], and *i moved past it; or -1, and *i
+// moved past one byte, where s[*i] does not start a valid UTF-8 sequence (a
+// stray continuation byte, a cut sequence, an overlong form, a surrogate,
+// beyond U+10FFFF).
+int32_t NextCodePoint(std::string_view s, size_t* i) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data()) + *i;
+  const size_t left = s.size() - *i;
+  const unsigned char c = p[0];
+  if (c < 0x80) {
+    *i += 1;
+    return c;
+  }
+  size_t n;
+  uint32_t cp;
+  if ((c & 0xE0) == 0xC0) {
+    n = 1;
+    cp = c & 0x1F;
+  } else if ((c & 0xF0) == 0xE0) {
+    n = 2;
+    cp = c & 0x0F;
+  } else if ((c & 0xF8) == 0xF0) {
+    n = 3;
+    cp = c & 0x07;
+  } else {
+    *i += 1;
+    return -1;
+  }
+  if (left <= n) {
+    *i += 1;
+    return -1;
+  }
+  for (size_t k = 1; k <= n; ++k) {
+    if ((p[k] & 0xC0) != 0x80) {
+      *i += 1;
+      return -1;
+    }
+    cp = (cp << 6) | (p[k] & 0x3F);
+  }
+  static constexpr uint32_t kMin[] = {0, 0x80, 0x800, 0x10000};
+  if (cp < kMin[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
+    *i += 1;
+    return -1;
+  }
+  *i += n + 1;
+  return static_cast<int32_t>(cp);
+}
+
+// How many bytes from s[i] on are printable ASCII (U+0020-U+007E), but for
+// the quote and the backslash when `json`: what both escapings copy as it is.
+size_t PlainAsciiRun(std::string_view s, size_t i, bool json) {
+  size_t j = i;
+  for (; j < s.size(); ++j) {
+    const auto c = static_cast<unsigned char>(s[j]);
+    if (c < 0x20 || c >= 0x7f || (json && (c == '"' || c == '\\'))) break;
+  }
+  return j - i;
+}
+
+// Appends backslash, `letter` and `cp` in `digits` lowercase hex digits.
+void AppendHexEscape(std::string* out, char letter, uint32_t cp, int digits) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  out->push_back('\\');
+  out->push_back(letter);
+  for (int k = digits - 1; k >= 0; --k) out->push_back(kHex[(cp >> (4 * k)) & 0xF]);
 }
 
 }  // namespace
@@ -146,7 +211,7 @@ void AppendRun(std::string* out, bool is_string, int64_t i, std::string_view s, 
   } else if (fmt == OutFormat::kCsv) {
     AppendCsvCell(out, s);
   } else {
-    out->append(s);
+    AppendPrintable(out, s);
   }
 }
 
@@ -163,23 +228,109 @@ void AppendCsvCell(std::string* out, std::string_view cell) {
   out->push_back('"');
 }
 
-void AppendJsonString(std::string* out, std::string_view s) {
-  // Fast path: printable ASCII without quotes or backslashes.
-  bool simple = true;
-  for (unsigned char c : s) {
-    if (c < 0x20 || c >= 0x7f || c == '"' || c == '\\') {
-      simple = false;
-      break;
+bool IsUnsafeCodePoint(uint32_t cp) {
+  return cp < 0x20 || (cp >= 0x7f && cp <= 0x9f) || cp == 0x61c || cp == 0x200e || cp == 0x200f ||
+         (cp >= 0x202a && cp <= 0x202e) || (cp >= 0x2066 && cp <= 0x2069) || cp == 0x2028 ||
+         cp == 0x2029;
+}
+
+void AppendPrintable(std::string* out, std::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    // Printable ASCII, the common case, a run at a time.
+    const size_t plain = PlainAsciiRun(s, i, /*json=*/false);
+    out->append(s.substr(i, plain));
+    i += plain;
+    if (i == s.size()) break;
+    const size_t start = i;
+    const int32_t cp = NextCodePoint(s, &i);
+    if (cp >= 0 && !IsUnsafeCodePoint(static_cast<uint32_t>(cp))) {
+      out->append(s.substr(start, i - start));
+    } else if (cp == '\t') {
+      out->append("\\t");
+    } else if (cp == '\n') {
+      out->append("\\n");
+    } else if (cp == '\r') {
+      out->append("\\r");
+    } else if (cp < 0) {
+      AppendHexEscape(out, 'x', static_cast<unsigned char>(s[start]), 2);
+    } else if (cp < 0x100) {
+      AppendHexEscape(out, 'x', static_cast<uint32_t>(cp), 2);
+    } else {
+      AppendHexEscape(out, 'u', static_cast<uint32_t>(cp), 4);
     }
   }
-  if (simple) {
-    out->push_back('"');
-    out->append(s);
-    out->push_back('"');
-    return;
+}
+
+std::string Printable(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  AppendPrintable(&out, s);
+  return out;
+}
+
+void AppendJsonString(std::string* out, std::string_view s) {
+  out->push_back('"');
+  size_t i = 0;
+  while (i < s.size()) {
+    const size_t plain = PlainAsciiRun(s, i, /*json=*/true);
+    out->append(s.substr(i, plain));
+    i += plain;
+    if (i == s.size()) break;
+    const size_t start = i;
+    const int32_t cp = NextCodePoint(s, &i);
+    switch (cp) {
+      case '"':
+        out->append("\\\"");
+        continue;
+      case '\\':
+        out->append("\\\\");
+        continue;
+      case '\b':
+        out->append("\\b");
+        continue;
+      case '\t':
+        out->append("\\t");
+        continue;
+      case '\n':
+        out->append("\\n");
+        continue;
+      case '\f':
+        out->append("\\f");
+        continue;
+      case '\r':
+        out->append("\\r");
+        continue;
+      default:
+        break;
+    }
+    if (cp < 0) {
+      out->append("\\ufffd");
+    } else if (IsUnsafeCodePoint(static_cast<uint32_t>(cp))) {
+      AppendHexEscape(out, 'u', static_cast<uint32_t>(cp), 4);
+    } else {
+      out->append(s.substr(start, i - start));
+    }
   }
-  out->append(nlohmann::json(std::string(s))
-                  .dump(-1, ' ', /*ensure_ascii=*/false, nlohmann::json::error_handler_t::replace));
+  out->push_back('"');
+}
+
+std::string JsonPrintable(std::string_view json) {
+  std::string out;
+  out.reserve(json.size());
+  size_t i = 0;
+  while (i < json.size()) {
+    const size_t start = i;
+    const int32_t cp = NextCodePoint(json, &i);
+    if (cp < 0) {
+      out.append("\\ufffd");
+    } else if (IsUnsafeCodePoint(static_cast<uint32_t>(cp)) && cp != '\n') {
+      AppendHexEscape(&out, 'u', static_cast<uint32_t>(cp), 4);
+    } else {
+      out.append(json.substr(start, i - start));
+    }
+  }
+  return out;
 }
 
 void AppendBase64(std::string* out, std::string_view bytes) {
