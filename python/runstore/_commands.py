@@ -13,7 +13,8 @@ numpy do. Exit codes are the tool's: 0 ok, 1 bad command line, 2 corruption, 3 n
 error (also writing standard output), 5 anything else (OUT exists, OUT inside STORE, ...). With
 --skip-damaged, the store is opened with on_damaged="skip" and each segment left out is named on
 stderr, as the tool does. The exports draw a progress line on stderr when it is a terminal
-(--no-progress: never), as the tool's commands do.
+(--no-progress: never), as the tool's commands do. Names, ids and messages from a store are
+printed through :func:`runstore._printable.printable`, never as terminal commands.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import sys
 from typing import NoReturn
 
 import runstore
+from runstore._printable import printable
 
 EXIT_OK, EXIT_USAGE, EXIT_CORRUPTION, EXIT_NOT_FOUND, EXIT_IO, EXIT_OTHER = 0, 1, 2, 3, 4, 5
 #: The end of the message of an error opening a store meets in one segment file
@@ -220,17 +222,18 @@ def main(argv: list[str] | None = None) -> int:
     except (*COMMAND_ERRORS, NotImplementedError, MemoryError) as e:
         return fail_for(what, e, _INSTALL.get(args.format, "pip install runstore"))
     if note is not None:
-        print(note, file=sys.stderr)
+        print(printable(note), file=sys.stderr)
     return _print_report(what, report)
 
 
 def _print_report(what: str, report: str) -> int:
-    """Prints ``report`` on standard output: EXIT_OK, or EXIT_IO with a message if it could not
-    be written (a full disk, a closed pipe), as a command whose output was lost has failed."""
+    """Prints ``report`` on standard output, each of its lines through :func:`printable`: EXIT_OK,
+    or EXIT_IO with a message if it could not be written (a full disk, a closed pipe), as a
+    command whose output was lost has failed."""
     if sys.stdout is None:  # started with descriptor 1 closed
         return _fail(what, "IOError", f"standard output: {os.strerror(errno.EBADF)}", EXIT_IO)
     try:
-        print(report)
+        print("\n".join(printable(line) for line in report.split("\n")))
         sys.stdout.flush()
     except OSError as e:
         # Point the descriptor at /dev/null, or the interpreter's own flush at exit fails again.
@@ -259,8 +262,10 @@ def open_for_command(path: str, skip_damaged: bool) -> runstore.Store:
     store = runstore.open(path, mode="r", on_damaged="skip" if skip_damaged else "raise")
     for d in store.damaged_segments:
         print(
-            f"runstore: left out damaged segment {d.file}: {d.kind}: "
-            f"{_without_file(d.message, d.file)}",
+            printable(
+                f"runstore: left out damaged segment {d.file}: {d.kind}: "
+                f"{_without_file(d.message, d.file)}"
+            ),
             file=sys.stderr,
         )
     return store
@@ -307,7 +312,7 @@ def _fail(what: str, kind: str, e: object, code: int) -> int:
     damaged = text.endswith(_PYTHON_HINT)
     if damaged:
         text = text[: -len(_PYTHON_HINT)]
-    print(f"runstore: {what}: {kind}: {text}", file=sys.stderr)
+    print(f"runstore: {what}: {kind}: {printable(text)}", file=sys.stderr)
     if damaged:
         print(
             f"runstore: {what}: to read the other segments, leaving this one out, run with "

@@ -3,7 +3,8 @@
 Drawn only when stderr is a terminal and the caller allows it, redrawn in place at most five
 times a second, and erased at the end (or kept, for a summary the user wants to see), so that
 it never ends up in a log or a pipe. The compiled tool draws its own (cli/progress.h) the same
-way.
+way. What it draws goes through :func:`runstore._printable.printable`: a name from a store in
+it is never a terminal command.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 import sys
 import time
 from typing import TextIO
+
+from ._printable import printable
 
 _INTERVAL_S = 0.2
 _BAR_CELLS = 30
@@ -38,7 +41,7 @@ class Line:
         if not force and self._width and now - self._last < _INTERVAL_S:
             return
         self._last = now
-        line = f"{self.label}: {text}"
+        line = printable(f"{self.label}: {text}")
         self.stream.write("\r" + line.ljust(self._width))
         self.stream.flush()
         self._width = len(line)

@@ -4,6 +4,8 @@ Counts of pending, running, done and failed experiments; the rate at which exper
 over the last minutes and the time left at that rate; the slowest experiments, the longest
 running ones and the failures with the first line of their errors. Read from one snapshot of
 the store (read-only: it never blocks or slows a sweep's writers), as text or ``--json``.
+Ids, hosts and errors come from the store: the text shows them through
+:func:`runstore._printable.printable`, never a terminal command; the JSON is ASCII.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from runstore._commands import (
     _Parser,
     _print_report,
 )
+from runstore._printable import printable
 
 #: The states of an experiment, in the order they are reported.
 STATES = ("done", "running", "pending", "failed")
@@ -151,7 +154,9 @@ def format_summary(s: dict) -> str:
     """The text ``runstore status`` prints for a :func:`summary`."""
     n = s["experiments"]
     width = len(f"{n:,}")
-    out = [f"{s['store']}: {n:,} experiments" + (", all finished" if s["complete"] else "")]
+    out = [
+        f"{printable(s['store'])}: {n:,} experiments" + (", all finished" if s["complete"] else "")
+    ]
     for state in STATES:
         c = s["counts"][state]
         out.append(f"  {state:<8} {c:>{width},}  {100.0 * c / n:5.1f}%")
@@ -167,7 +172,8 @@ def format_summary(s: dict) -> str:
         more = s["counts"]["failed"] - shown
         out.append("failed" + (f" (first {shown} of {s['counts']['failed']:,}):" if more else ":"))
         out += [
-            _row(e["experiment"], f"attempt {e['attempt']}", e["host"]) + f"  {e['error']}"
+            _row(e["experiment"], f"attempt {e['attempt']}", e["host"])
+            + f"  {printable(e['error'])}"
             for e in s["failed"]
         ]
     return "\n".join(out)
@@ -195,7 +201,7 @@ def _rate(r: float) -> str:
 
 
 def _row(experiment: Any, what: str, host: str | None) -> str:
-    return f"  {experiment!s:<20} {what:>14}" + (f"  on {host}" if host else "")
+    return f"  {printable(experiment):<20} {what:>14}" + (f"  on {printable(host)}" if host else "")
 
 
 def status_main(argv: list[str]) -> int:

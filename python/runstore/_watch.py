@@ -6,7 +6,9 @@ since; the sweep's writers never wait for it) and redraws: the counts, rate and 
 ``run_experiments(shard=(i, N))`` or a SLURM array of N tasks splits it) or else one per host,
 and the latest failures. It exits with 0 once no experiment is pending or running (``--stay``
 keeps it open), and at Ctrl-C with 130. On a terminal it redraws the screen in place; written
-to a file or a pipe it prints one line per refresh instead.
+to a file or a pipe it prints one line per refresh instead. Ids, hosts and errors from the
+store are shown through :func:`runstore._printable.printable`: the view's own escapes are the
+only ones it writes.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import numpy as np
 import runstore
 from runstore import _status
 from runstore._commands import EXIT_CORRUPTION, EXIT_NOT_FOUND, EXIT_OTHER, _fail, _Parser
+from runstore._printable import printable
 from runstore._runner import shard_of
 
 _CLEAR = "\x1b[H\x1b[2J"  # cursor home, clear screen
@@ -57,14 +60,16 @@ class Groups:
             keys = self._shard
             labels = [f"shard {i}" for i in range(self.shards)]
             groups = range(self.shards)
+            shown = labels
         else:
             host = frame["host"].to_numpy(dtype=object)
             ran = np.array([h is not None and h == h for h in host], dtype=bool)  # h == h: not NaN
             keys = np.where(ran, host, "")
             labels = sorted({str(h) for h in keys[ran]})
+            shown = [printable(h) for h in labels]
             groups = labels
         out = []
-        for label, g in zip(labels, groups):
+        for label, g in zip(shown, groups):
             mine = keys == g
             out.append(
                 (
@@ -78,13 +83,18 @@ class Groups:
         return out
 
 
+def _cut(text: str, width: int) -> str:
+    """``text``, or its start and "…" in ``width`` characters."""
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
 def render(s: dict, groups: list[tuple[str, int, int, int, int]], width: int, height: int) -> str:
     """The screen for summary ``s`` and group rows, at most ``height`` lines of ``width``."""
     n = s["experiments"]
     c = s["counts"]
     finished = c["done"] + c["failed"]
     bar_w = max(10, min(60, width - 40))
-    lines = [f"runstore watch {s['store']}  ({time.strftime('%H:%M:%S')})"]
+    lines = [f"runstore watch {printable(s['store'])}  ({time.strftime('%H:%M:%S')})"]
     lines.append(
         f"{bar(finished / n, bar_w)} {finished:,}/{n:,} {100.0 * finished / n:5.1f}%"
         + ("  all finished" if s["complete"] else "")
@@ -96,14 +106,15 @@ def render(s: dict, groups: list[tuple[str, int, int, int, int]], width: int, he
     lines.append(_status.rate_line(s))
     if groups:
         lines.append("")
-        label_w = max(len(g[0]) for g in groups)
+        # A label (a host's name, from the store) takes a third of the line at most.
+        label_w = min(max(len(g[0]) for g in groups), max(8, width // 3))
         room = height - len(lines) - 2 - min(3, len(s["failed"]))
         shown = groups if len(groups) <= room else groups[: max(room - 1, 0)]
         gbar = max(10, min(40, width - label_w - 36))
         for label, done, failed, running, total in shown:
             frac = (done + failed) / total if total else 0.0
             lines.append(
-                f"{label:<{label_w}} {bar(frac, gbar)} {done + failed:,}/{total:,}"
+                f"{_cut(label, label_w):<{label_w}} {bar(frac, gbar)} {done + failed:,}/{total:,}"
                 + (f"  {running} running" if running else "")
                 + (f"  {failed} failed" if failed else "")
             )
@@ -113,7 +124,7 @@ def render(s: dict, groups: list[tuple[str, int, int, int, int]], width: int, he
         lines.append("")
         lines.append("failed:")
         for e in s["failed"][:3]:
-            lines.append(f"  {e['experiment']!s}: {e['error']}")
+            lines.append(f"  {printable(e['experiment'])}: {printable(e['error'])}")
     lines = lines[:height]
     while lines and not lines[-1]:
         lines.pop()
@@ -141,7 +152,8 @@ def watch(
             # Started before the sweep defined its experiments: wait for them.
             out.write(
                 (_CLEAR if tty else "")
-                + f"{time.strftime('%H:%M:%S')} {store.path}: no experiments defined yet\n"
+                + f"{time.strftime('%H:%M:%S')} {printable(store.path)}: "
+                + "no experiments defined yet\n"
             )
             out.flush()
             time.sleep(interval_s)
