@@ -10,6 +10,11 @@ costs about 11 KB a coordinate. The script draws one plot at a time, so that the
 once and the browser stays responsive; when it is done, ``<body>`` carries ``data-plots`` (how
 many plots there are), ``data-rendered`` and ``data-failed`` (how many were drawn and how many
 could not be, each of those saying why in its place).
+
+Every string of the store is data here, whatever it holds (docs/experiments.md, "The report"):
+escaped HTML in text and attributes, :func:`script_json` in the JSON, escaped for plotly's
+markup in titles and hover text, and never a key of a plain object in the script (Maps, lists
+and positions instead: a run called ``__proto__`` or ``constructor`` is drawn like any other).
 """
 
 from __future__ import annotations
@@ -60,7 +65,7 @@ def pages(model: dict[str, Any], title: str | None = None) -> Iterator[bytes]:
     yield _body(model, title).encode()
     yield (
         '<script type="application/json" id="rs-data">'
-        + _inline_script(json.dumps(_data(model), separators=(",", ":"), allow_nan=False))
+        + script_json(_data(model))
         + "</script>\n<script>"
         + _JS
         + "</script>\n</body></html>\n"
@@ -68,9 +73,20 @@ def pages(model: dict[str, Any], title: str | None = None) -> Iterator[bytes]:
 
 
 def _inline_script(text: str) -> str:
-    """``text`` safe inside a script element: no ``</script`` or ``<!--`` that would end it
-    (``<\\/`` is ``</`` in every JavaScript string and regular expression, and JSON's too)."""
+    """JavaScript ``text`` (plotly.js, not a string of the store) safe inside a script element:
+    no ``</script`` or ``<!--`` that would end it or change how it ends (``<\\/`` is ``</`` in
+    every JavaScript string and regular expression, ``<\\!`` is ``<!``)."""
     return text.replace("</", "<\\/").replace("<!--", "<\\!--")
+
+
+def script_json(value: Any) -> str:
+    """``value`` as JSON that is data inside a ``<script type="application/json">`` element
+    whatever its strings hold: ASCII, with ``<``, ``>`` and ``&`` (which can only be inside
+    strings) written ``\\u003c``, ``\\u003e``, ``\\u0026``, so that no ``</script``, ``<!--``
+    or ``<script`` can end the element or change how the HTML parser reads it; U+2028 and
+    U+2029 are escapes too. ``JSON.parse`` of the element's text gives ``value`` back."""
+    text = json.dumps(value, separators=(",", ":"), allow_nan=False)  # ASCII: ensure_ascii
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
 # -- the data of the plots -----------------------------------------------------------------------
@@ -127,9 +143,14 @@ def _data(model: dict[str, Any]) -> dict[str, Any]:
             "log": o.get("log", False),
             "sample": _typed(o["sample"]),
             "hist": _hist(o["hist"]) if "hist" in o else None,
-            "boxes": {
-                p: {k: [_finite(x) for x in v] for k, v in b.items()} for p, b in o["boxes"].items()
-            },
+            # One entry per parameter, in the order of "params" (null where it has no boxes):
+            # a list, so that no parameter's name is ever a key the script looks up.
+            "boxes": [
+                {k: [_finite(x) for x in v] for k, v in o["boxes"][p["name"]].items()}
+                if p["name"] in o["boxes"]
+                else None
+                for p in oc["params"]
+            ],
         }
         for o in oc["outcomes"]
     ]
@@ -620,13 +641,19 @@ const BUILD = {
       layout(axis(p.name, p.log ? {type: "log"} : {}), axis(o.name, o.log ? {type: "log"} : {}))];
   },
   box: function (el) {
-    const o = outcome(el), p = param(el), b = o.boxes[p.name];
+    const o = outcome(el), p = param(el), b = o.boxes[+el.dataset.p];
     if (!b) throw new Error("no values");
-    return [[{type: "box", x: p.levels.map(esc), q1: b.q1, median: b.median, q3: b.q3,
+    // The values at positions 0, 1, ... with their text as tick labels: a category axis
+    // keeps its categories in an object keyed by them, where values such as "constructor"
+    // or "__proto__" (written by any writer) would be lost.
+    const at = p.levels.map((v, k) => k), labels = p.levels.map(esc);
+    return [[{type: "box", x: at, q1: b.q1, median: b.median, q3: b.q3,
       lowerfence: b.lo, upperfence: b.hi, mean: b.mean, boxmean: true, boxpoints: false,
-      marker: {color: BLUE}, line: {width: 1.5}, fillcolor: BLUE + "33", customdata: b.n,
-      hovertemplate: esc(p.name) + "=%{x}<br>n=%{customdata}<extra></extra>"}],
-      layout(axis(p.name, {type: "category"}), axis(o.name, o.log ? {type: "log"} : {}))];
+      marker: {color: BLUE}, line: {width: 1.5}, fillcolor: BLUE + "33",
+      customdata: labels.map((l, k) => [l, b.n[k]]),
+      hovertemplate: esc(p.name) + "=%{customdata[0]}<br>n=%{customdata[1]}<extra></extra>"}],
+      layout(axis(p.name, {tickmode: "array", tickvals: at, ticktext: labels,
+        range: [-0.5, at.length - 0.5]}), axis(o.name, o.log ? {type: "log"} : {}))];
   },
   band: function (el) {
     const a = D.arrays[+el.dataset.a], x = arr(a.index), q = {};
@@ -653,11 +680,15 @@ const curves = (function () {
   if (!D.curves.length) return null;
   const metric = document.getElementById("rs-metric"), list = document.getElementById("rs-runs");
   const smooth = document.getElementById("rs-smooth"), logy = document.getElementById("rs-logy");
-  const runs = [], index = {};
+  // Keyed by run ids, which any writer chooses ("__proto__", "constructor"): Maps, never
+  // objects, whose inherited properties such names would find.
+  const runs = [], index = new Map();
   D.curves.forEach(function (c, k) {
     const o = document.createElement("option");
     o.value = k; o.textContent = c.name; metric.appendChild(o);
-    for (const r of c.runs) if (!(r.run in index)) { index[r.run] = runs.length; runs.push(r.run); }
+    for (const r of c.runs) {
+      if (!index.has(r.run)) { index.set(r.run, runs.length); runs.push(r.run); }
+    }
   });
   const boxes = runs.map(function (run, k) {
     const label = document.createElement("label"), box = document.createElement("input");
@@ -669,11 +700,11 @@ const curves = (function () {
     label.title = run; list.appendChild(label);
     return box;
   });
-  const decoded = {};
+  const decoded = new Map();
   function series(c, r) {
     const key = c + "/" + r.run;
-    if (!decoded[key]) decoded[key] = [arr(r.steps), arr(r.values)];
-    return decoded[key];
+    if (!decoded.has(key)) decoded.set(key, [arr(r.steps), arr(r.values)]);
+    return decoded.get(key);
   }
   function ema(v, w) {
     const out = new Float64Array(v.length);
@@ -690,7 +721,7 @@ const curves = (function () {
     const chosen = new Set(boxes.filter((b) => b.checked).map((b) => b.value));
     for (const r of m.runs) {
       if (!chosen.has(r.run)) continue;
-      const s = series(c, r), colour = PALETTE[index[r.run] % PALETTE.length];
+      const s = series(c, r), colour = PALETTE[index.get(r.run) % PALETTE.length];
       const hover = esc(r.run) + " step %{x}: %{y:.5~g}<extra></extra>";
       if (w > 0) {
         traces.push({type: "scatter", mode: "lines", x: s[0], y: s[1], showlegend: false,

@@ -8,32 +8,22 @@ from __future__ import annotations
 
 import base64
 import html.parser
-import io
 import json
 import os
 import re
-import select
-import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from _browser import Browser, Tab, needs_chromium
 from _terminal import run_on_terminal
 
 import runstore
 import runstore.report
 from runstore import _report_data
 
-HERE = Path(__file__).parent
-REPO = HERE.parents[1]
-ARTIFACTS = Path(os.environ.get("RUNSTORE_TEST_ARTIFACTS", REPO / "build" / "test-artifacts"))
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-needs_chromium = pytest.mark.skipif(
-    CHROMIUM is None, reason="chromium is not installed (scripts/install-deps.sh installs it)"
-)
 DONE_GREEN = (0x2F, 0x9E, 0x44)
 FAILED_RED = (0xE0, 0x31, 0x31)
 FIRST_RUN_BLUE = (0x1F, 0x77, 0xB4)
@@ -131,7 +121,7 @@ def test_box_plots_and_bands_are_the_stored_values_quantiles(sweep, tmp_path):
     assert opt_names == ["lr", "opt", "seed"]
     assert [p["kind"] for p in d["params"]] == ["numeric", "levels", "levels"]
     loss_entry = next(o for o in d["outcomes"] if o["name"] == "loss")
-    boxes = loss_entry["boxes"]["opt"]
+    boxes = loss_entry["boxes"][1]  # a list in the order of the parameters
     assert d["params"][1]["levels"] == ["adam", "sgd"]
     for k, level in enumerate(["adam", "sgd"]):
         v = loss[done & (experiments["opt"] == level).to_numpy()]
@@ -163,7 +153,7 @@ def test_samples_are_seeded_and_said(sweep, tmp_path):
     assert len(da["ids"]) == 10 and da["ids"] == db["ids"] and da["ids"] != dc["ids"]
     assert all(len(o["sample"]) == 10 for o in da["outcomes"])
     # Box plots are over every experiment whatever the sample.
-    assert all(sum(o["boxes"]["opt"]["n"]) == 60 for o in da["outcomes"])
+    assert all(sum(o["boxes"][1]["n"]) == 60 for o in da["outcomes"])  # parameter 1: opt
 
 
 def test_a_band_over_more_values_than_it_holds_is_a_seeded_sample(sweep, tmp_path, monkeypatch):
@@ -328,118 +318,6 @@ def test_progress_is_drawn_on_a_terminal_only(sweep, tmp_path):
 
 
 # -- drawn in a browser ----------------------------------------------------------------------------
-
-
-class Browser:
-    """Headless Chromium driven over the DevTools protocol on a pipe (--remote-debugging-pipe):
-    each page at an exact viewport (--window-size cannot make one narrower than 500 pixels, so a
-    phone's is emulated), read once its script has drawn every plot."""
-
-    def __init__(self, profile: Path) -> None:
-        cmd_r, self._cmd_w = os.pipe()
-        self._resp_r, resp_w = os.pipe()
-
-        def on_3_and_4() -> None:  # Chromium reads commands from descriptor 3, answers on 4
-            a, b = os.dup(cmd_r), os.dup(resp_w)  # neither is 3 or 4 unless it is its own
-            os.dup2(a, 3)
-            os.dup2(b, 4)
-
-        self.proc = subprocess.Popen(
-            [
-                CHROMIUM,
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--hide-scrollbars",
-                "--no-first-run",
-                f"--user-data-dir={profile}",
-                "--remote-debugging-pipe",
-                "about:blank",
-            ],
-            preexec_fn=on_3_and_4,
-            pass_fds=(3, 4),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
-        os.close(cmd_r)
-        os.close(resp_w)
-        self._buf = b""
-        self._id = 0
-
-    def send(self, method: str, session: str | None = None, **params):
-        self._id += 1
-        msg = {"id": self._id, "method": method, "params": params}
-        if session is not None:
-            msg["sessionId"] = session
-        os.write(self._cmd_w, json.dumps(msg).encode() + b"\0")
-        while True:
-            m = self._read()
-            if m.get("id") == self._id:  # not an event, nor an earlier answer
-                assert "error" not in m, f"{method}: {m['error']}"
-                return m["result"]
-
-    def _read(self, timeout: float = 60.0) -> dict:
-        end = time.monotonic() + timeout
-        while (k := self._buf.find(b"\0")) < 0:
-            ready, _, _ = select.select([self._resp_r], [], [], max(0.0, end - time.monotonic()))
-            assert ready, f"chromium did not answer in {timeout} s"
-            chunk = os.read(self._resp_r, 1 << 20)
-            assert chunk, f"chromium exited: {self.proc.stderr.read().decode()[-2000:]}"
-            self._buf += chunk
-        msg, self._buf = self._buf[:k], self._buf[k + 1 :]
-        return json.loads(msg)
-
-    def open(self, page: Path, width: int, height: int, mobile: bool = False) -> Tab:
-        target = self.send("Target.createTarget", url="about:blank")["targetId"]
-        session = self.send("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
-        self.send(
-            "Emulation.setDeviceMetricsOverride",
-            session,
-            width=width,
-            height=height,
-            deviceScaleFactor=1,
-            mobile=mobile,
-        )
-        self.send("Page.navigate", session, url=page.as_uri())
-        tab = Tab(self, session)
-        end = time.monotonic() + 60
-        while tab.eval("document.body && document.body.dataset.rendered") is None:
-            assert time.monotonic() < end, "the page's script did not finish drawing in 60 s"
-            time.sleep(0.05)
-        return tab
-
-    def close(self) -> None:
-        try:
-            self.send("Browser.close")
-        finally:
-            self.proc.wait(timeout=30)
-            os.close(self._cmd_w)
-            os.close(self._resp_r)
-            self.proc.stderr.close()
-
-
-class Tab:
-    def __init__(self, browser: Browser, session: str) -> None:
-        self.browser = browser
-        self.session = session
-
-    def eval(self, expression: str):
-        r = self.browser.send(
-            "Runtime.evaluate", self.session, expression=expression, returnByValue=True
-        )
-        assert "exceptionDetails" not in r, r["exceptionDetails"]
-        return r["result"].get("value")
-
-    def screenshot(self, name: str) -> np.ndarray:
-        """The viewport as an (h, w, 3) uint8 array; the PNG is kept in ARTIFACTS."""
-        image = pytest.importorskip("PIL.Image")
-        png = base64.b64decode(
-            self.browser.send("Page.captureScreenshot", self.session, format="png")["data"]
-        )
-        ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        (ARTIFACTS / f"{name}.png").write_bytes(png)
-        with image.open(io.BytesIO(png)) as im:
-            return np.asarray(im.convert("RGB"))
 
 
 @pytest.fixture
