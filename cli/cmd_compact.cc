@@ -67,7 +67,9 @@ void PrintHeldBack(const CompactReport& r) {
   std::cout << "held back " << r.held_back.size()
             << " segments committed after the claim of a segment still in staging (published "
                "by its writer or by `runstore sync`): ";
-  for (size_t i = 0; i < r.staged.size() && i < 3; ++i) std::cout << (i ? ", " : "") << r.staged[i];
+  for (size_t i = 0; i < r.staged.size() && i < 3; ++i) {
+    std::cout << (i ? ", " : "") << Printable(r.staged[i]);
+  }
   if (r.staged.size() > 3) std::cout << " and " << r.staged.size() - 3 << " more";
   std::cout << "\n";
 }
