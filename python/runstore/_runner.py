@@ -97,6 +97,10 @@ def _format_error(e: BaseException) -> str:
     if tb is not None and tb.tb_frame.f_code is _Runner.run_one.__code__:
         tb = tb.tb_next
     text = "".join(traceback.format_exception(type(e), e, tb))
+    # A message that is not Unicode text (a lone surrogate, from a bytes object decoded with
+    # surrogateescape) is kept with those code points escaped: the store keeps text as UTF-8,
+    # and an experiment's error must never stop the sweep.
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
     if len(text) > MAX_ERROR_CHARS:
         head, tail = MAX_ERROR_CHARS // 4, MAX_ERROR_CHARS - MAX_ERROR_CHARS // 4
         text = (

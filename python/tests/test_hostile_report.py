@@ -51,7 +51,8 @@ def check_refusal(what: str, key: str, e: BaseException) -> None:
     """A hostile string refused: a ValueError that says what was wrong with it."""
     assert isinstance(e, ValueError), (what, key, repr(e))
     assert re.search(
-        r"surrogates not allowed|NUL|empty|longer than|1 to 255 bytes|starts with '~'|reserved",
+        r"not valid Unicode text|surrogates not allowed|NUL|empty|longer than|1 to 255 bytes|"
+        r"starts with .~.|reserved",
         str(e),
     ), (what, key, str(e))
 

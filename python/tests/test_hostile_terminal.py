@@ -443,13 +443,9 @@ def test_status_and_watch_in_a_real_terminal_change_nothing_but_their_text(hosti
     print(f"{len(printed)} lines of status and a screen of watch in tmux")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=UnicodeEncodeError,
-    reason="run_experiments stores an error's text as it is: a lone surrogate in it is refused "
-    "by the writer and stops the sweep",
-)
 def test_an_error_message_that_is_not_unicode_text_is_stored_escaped(tmp_path):
+    """A lone surrogate in an experiment's exception stopped the whole sweep (the writer refuses
+    text that is not Unicode); the error is now kept with it escaped."""
     store = runstore.open(tmp_path / "s")
     store.define_experiments([{"x": 1}])
 
