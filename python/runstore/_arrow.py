@@ -13,7 +13,7 @@ import numpy as np
 
 from . import _experiments as ex
 from . import _progress
-from ._frame import run_list, sort_order
+from ._frame import KeyUnion, run_list, sort_order
 from ._output import ExportFile
 from ._table import EXPORT_FORMAT, EXPORT_VERSION, ExperimentTable
 
@@ -128,7 +128,6 @@ def to_arrow(
     steps: StepWindow | None,
 ) -> pyarrow.Table:
     """runstore.export.to_arrow."""
-    import pandas as pd
     import pyarrow as pa
 
     runs = run_list(runs)
@@ -167,28 +166,14 @@ def to_arrow(
             i = infos[n]
             columns[n] = _arrow_array(take(scans[n]["value"]), None, i.dtype, i.shape)
         return pa.table(columns)
-    # Different keys: the union of keys, sorted; each series placed with gaps.
-    mixed = any(s["run"].dtype == object for s in scans.values())
-    keys = [
-        pd.MultiIndex.from_arrays([s["run"].astype(object) if mixed else s["run"], s["step"]])
-        for s in scans.values()
-    ]
-    union = keys[0]
-    for k in keys[1:]:
-        union = union.union(k, sort=False)
-    run = np.asarray(union.get_level_values(0).to_numpy())
-    step = np.asarray(union.get_level_values(1).to_numpy(), dtype=np.int64)
-    if run.dtype == object and not any(isinstance(r, str) for r in run.tolist()):
-        run = run.astype(np.int64)
-    order = sort_order(run, step)
-    run, step = run[order], step[order]
-    full = pd.MultiIndex.from_arrays([run.astype(object) if mixed else run, step])
-    columns["run"] = _run_array(run)
-    columns["step"] = _zero_copy_primitive(step)
-    for n, k in zip(selected, keys):
+    # Different keys: the union of keys, sorted (one sort of them all); each series placed
+    # with gaps.
+    union = KeyUnion([s["run"] for s in scans.values()], [s["step"] for s in scans.values()])
+    columns["run"] = _run_array(union.run)
+    columns["step"] = _zero_copy_primitive(union.step)
+    for n, pos in zip(selected, union.positions):
         i = infos[n]
-        pos = full.get_indexer(k)
-        col = ex.empty_column(len(run), i.dtype, i.shape)
+        col = ex.empty_column(len(union.run), i.dtype, i.shape)
         col.values[pos] = scans[n]["value"]
         col.present[pos] = True
         columns[n] = _arrow_array(col.values, col.present, i.dtype, i.shape)

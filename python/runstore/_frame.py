@@ -4,7 +4,7 @@ to_arrow shares."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -43,6 +43,73 @@ def sort_order(run: np.ndarray, step: np.ndarray) -> np.ndarray:
 
 def _as_object_runs(run: np.ndarray) -> np.ndarray:
     return run if run.dtype == object else run.astype(object)
+
+
+class KeyUnion:
+    """The union of the (run, step) keys of several series, sorted as :func:`sort_order`
+    sorts, and where each series' records go in it.
+
+    One sort of every key together, then one pass: O(N log N) for N keys in all, however many
+    series there are (an outer join per series costs the size of the table so far each time,
+    quadratic in the number of series whose keys differ). A series holds a key once (a scan
+    resolves them), so each of its records has a row of its own.
+
+    ``run``, ``step``: the union (run ids int64, or objects where some are str);
+    ``positions[i]``: the row of each record of series i, in the order given."""
+
+    def __init__(self, runs: list[np.ndarray], steps: list[np.ndarray]) -> None:
+        mixed = any(r.dtype == object for r in runs)
+        run = np.concatenate([_as_object_runs(r) if mixed else r for r in runs])
+        step = np.concatenate([np.asarray(s, dtype=np.int64) for s in steps])
+        order = sort_order(run, step)
+        run_sorted, step_sorted = run[order], step[order]
+        first = np.ones(len(order), dtype=bool)  # the first record of each key, in key order
+        if len(order) > 1:
+            first[1:] = (step_sorted[1:] != step_sorted[:-1]) | _differ(run_sorted)
+        rows = np.empty(len(order), dtype=np.intp)
+        rows[order] = np.cumsum(first) - 1
+        self.run = run_sorted[first]
+        if self.run.dtype == object and not any(isinstance(r, str) for r in self.run.tolist()):
+            self.run = self.run.astype(np.int64)
+        self.step = step_sorted[first]
+        bounds = np.cumsum([0] + [len(r) for r in runs])
+        self.positions = [rows[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def _differ(run_sorted: np.ndarray) -> np.ndarray:
+    """Whether each run id differs from the one before it (``3`` and ``"3"`` differ)."""
+    if run_sorted.dtype != object:
+        return run_sorted[1:] != run_sorted[:-1]
+    a, b = run_sorted[1:].tolist(), run_sorted[:-1].tolist()
+    return np.fromiter(
+        (type(x) is not type(y) or x != y for x, y in zip(a, b)), dtype=bool, count=len(a)
+    )
+
+
+def _placed(values: np.ndarray, pos: np.ndarray, n: int) -> Any:
+    """A column of ``n`` rows with ``values`` at rows ``pos`` and a gap elsewhere: NaN in float
+    columns, None in object ones, pd.NA in int, uint and bool ones (pandas nullable dtypes);
+    the numpy dtype where nothing is missing."""
+    if len(pos) == n:
+        out = np.empty(n, dtype=values.dtype)
+        out[pos] = values
+        return out
+    if values.dtype.kind == "f":
+        out = np.full(n, np.nan, dtype=values.dtype)
+        out[pos] = values
+        return out
+    if values.dtype == object:
+        out = np.full(n, None, dtype=object)
+        out[pos] = values
+        return out
+    import pandas as pd
+
+    data = np.zeros(n, dtype=values.dtype)
+    data[pos] = values
+    mask = np.ones(n, dtype=bool)
+    mask[pos] = False
+    arr_type = pd.api.types.pandas_dtype(_NULLABLE[values.dtype.name]).construct_array_type()
+    return arr_type(data, mask)
 
 
 #: The reserved series of the writers' record_time (src/store/schema.h kTimeSeries).
@@ -143,28 +210,9 @@ def to_pandas(
             data[n] = sorted_scans[n]["value"]
         return pd.DataFrame(data)
 
-    # General case: an outer join on (run, step).
-    mixed = any(s["run"].dtype == object for s in scans.values())
-    df = None
-    for n in selected:
-        s = scans[n]
-        values = s["value"]
-        if values.dtype.name in _NULLABLE:
-            values = pd.array(values, dtype=_NULLABLE[values.dtype.name])  # type: ignore[call-overload]
-        frame = pd.DataFrame(
-            {"run": _as_object_runs(s["run"]) if mixed else s["run"], "step": s["step"], n: values}
-        )
-        df = frame if df is None else df.merge(frame, on=["run", "step"], how="outer", sort=False)
-    assert df is not None
-    run = df["run"].to_numpy()
-    if run.dtype == object and not any(isinstance(r, str) for r in run):
-        run = run.astype(np.int64)
-    order = sort_order(run, df["step"].to_numpy())
-    df = df.iloc[order].reset_index(drop=True)
-    df["run"] = run[order]
-    for n in selected:
-        col = df[n]
-        # Back to the numpy dtype where the join left no gap.
-        if str(col.dtype) in _NULLABLE.values() and not col.isna().any():
-            df[n] = col.to_numpy(dtype=infos[n].dtype if infos[n].dtype != "bool" else bool)
-    return df
+    # General case: the union of every series' keys, each series placed by position.
+    union = KeyUnion([scans[n]["run"] for n in selected], [scans[n]["step"] for n in selected])
+    data = {"run": union.run, "step": union.step}
+    for n, pos in zip(selected, union.positions):
+        data[n] = _placed(scans[n]["value"], pos, len(union.run))
+    return pd.DataFrame(data)
