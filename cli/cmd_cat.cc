@@ -15,6 +15,7 @@
 #include "common.h"
 #include "progress.h"
 #include "registry.h"
+#include "runstore/csv.h"
 #include "runstore/text.h"
 
 namespace runstore::cli {
@@ -135,17 +136,16 @@ int RunCat(const CatOptions& o) {
       }
       line.clear();
       if (fmt == OutFormat::kCsv) {
-        if (csv_on_terminal && row.run_is_string) {
-          AppendCsvCell(&line, Printable(row.run_str));
-        } else {
-          AppendRun(&line, row.run_is_string, row.run_int, row.run_str, fmt);
-        }
+        // On a terminal the cells are shown escaped, as all text is; the
+        // formula rule holds either way.
+        text::AppendCsvRun(&line, row.run_is_string, row.run_int,
+                           csv_on_terminal ? Printable(row.run_str) : row.run_str);
         line += ',';
         line += std::to_string(row.step);
         line += ',';
         value_s.clear();
         AppendValue(&value_s, dtype, row.shape, row.data, row.nbytes, fmt);
-        AppendCsvCell(&line, csv_on_terminal ? Printable(value_s) : value_s);
+        text::AppendCsvValueCell(&line, dtype, csv_on_terminal ? Printable(value_s) : value_s);
       } else {
         line += "{\"run\":";
         AppendRun(&line, row.run_is_string, row.run_int, row.run_str, fmt);

@@ -5,6 +5,7 @@
 // command (below).
 #include <unistd.h>
 
+#include <cctype>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -18,12 +19,19 @@
 #include "common.h"
 #include "progress.h"
 #include "registry.h"
+#include "runstore/csv.h"
 #include "runstore/text.h"
 
 namespace runstore::cli {
 namespace {
 
 using nlohmann::ordered_json;
+
+// What manifest.json says of text cells (runstore/csv.h).
+constexpr std::string_view kTextCellsNote =
+    "a text cell (string value, string run id, base64 of bytes) that would begin with = + - @ "
+    "TAB or CR after its leading single quotes is written with one more single quote first, "
+    "so that spreadsheets show it as text; remove that one quote to read the text";
 
 // Column names of the value: "value", or one per element in C order
 // ("value_0", "value_1_2", ...) when the shape is fixed and small.
@@ -47,6 +55,49 @@ std::vector<std::string> ValueColumns(const SeriesInfo& info, int max_columns) {
     }
   }
   return cols;
+}
+
+// Whether Windows keeps `stem` (a name up to its first '.') for a device:
+// CON, PRN, AUX, NUL, COM1-9, LPT1-9, case ignored ("nul.txt" too).
+bool IsWindowsDeviceName(std::string_view name) {
+  std::string stem(name.substr(0, name.find('.')));
+  for (char& c : stem) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (stem == "CON" || stem == "PRN" || stem == "AUX" || stem == "NUL") return true;
+  return stem.size() == 4 && (stem.starts_with("COM") || stem.starts_with("LPT")) &&
+         stem[3] >= '1' && stem[3] <= '9';
+}
+
+// The file a series is written to: SafeFileName plus ".csv", with the first
+// character of a Windows device name escaped ("CON" -> "%43ON.csv": the
+// escape stays injective, every '%' of a name being escaped), and '~' and a
+// hash of the series name added when it equals a file named before once case
+// is ignored ("Loss" after "loss"), so that no two series share a file on a
+// case-insensitive file system (macOS, Windows). `used` holds the names so
+// far, lower-cased.
+std::string SeriesFileName(const std::string& series, std::set<std::string>* used) {
+  std::string base = SafeFileName(series);
+  if (IsWindowsDeviceName(base)) {
+    char esc[4];
+    std::snprintf(esc, sizeof(esc), "%%%02X", static_cast<unsigned char>(base[0]));
+    base = esc + base.substr(1);
+  }
+  auto lower = [](std::string s) {
+    for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return s;
+  };
+  if (used->count(lower(base + ".csv")) != 0) {
+    uint64_t h = 1469598103934665603ull;  // FNV-1a, as SafeFileName's cut names
+    for (unsigned char c : series) {
+      h ^= c;
+      h *= 1099511628211ull;
+    }
+    char hex[18];
+    std::snprintf(hex, sizeof(hex), "~%016llx", static_cast<unsigned long long>(h));
+    base += hex;
+  }
+  std::string file = base + ".csv";
+  used->insert(lower(file));
+  return file;
 }
 
 }  // namespace
@@ -89,8 +140,9 @@ int RunExportCsv(const ExportCsvOptions& o) {
   ordered_json manifest = ordered_json::array();
   uint64_t done = 0, bytes = 0;
   std::string line, cell;
+  std::set<std::string> used_files = {"manifest.json"};
   for (const SeriesInfo& info : series) {
-    const std::string file = SafeFileName(info.name) + ".csv";
+    const std::string file = SeriesFileName(info.name, &used_files);
     const std::string path = (fs::path(o.outdir) / file).string();
     const std::string tmp = path + suffix;
     const std::vector<std::string> cols = ValueColumns(info, o.max_columns);
@@ -120,7 +172,7 @@ int RunExportCsv(const ExportCsvOptions& o) {
       for (size_t i = 0; i < batch.count; ++i) {
         const Row row = GetRow(batch, i);
         line.clear();
-        AppendRun(&line, row.run_is_string, row.run_int, row.run_str, OutFormat::kCsv);
+        text::AppendCsvRun(&line, row.run_is_string, row.run_int, row.run_str);
         line += ',';
         line += std::to_string(row.step);
         if (split) {
@@ -138,7 +190,7 @@ int RunExportCsv(const ExportCsvOptions& o) {
           line += ',';
           cell.clear();
           AppendValue(&cell, info.dtype, row.shape, row.data, row.nbytes, OutFormat::kCsv);
-          AppendCsvCell(&line, cell);
+          text::AppendCsvValueCell(&line, info.dtype, cell);
         }
         line += '\n';
         out.Write(line);
@@ -168,9 +220,10 @@ int RunExportCsv(const ExportCsvOptions& o) {
   const std::string mpath = (fs::path(o.outdir) / "manifest.json").string();
   auto m = Output::Create(mpath + suffix, mpath);
   if (!m.ok()) return ReportError(kCmd, m.status());
-  (*m)->Write(ordered_json{{"store", store->path()}, {"series", manifest}}.dump(
-                  2, ' ', false, ordered_json::error_handler_t::replace) +
-              "\n");
+  (*m)->Write(
+      ordered_json{{"store", store->path()}, {"text_cells", kTextCellsNote}, {"series", manifest}}
+          .dump(2, ' ', false, ordered_json::error_handler_t::replace) +
+      "\n");
   Status s = (*m)->Close();
   if (s.ok()) s = PlaceFile(mpath + suffix, mpath, /*replace=*/true);
   if (!s.ok()) {

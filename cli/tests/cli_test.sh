@@ -474,6 +474,48 @@ touch "$T/a_file"
 run "$RS" export csv "$S" "$T/a_file"; expect_rc 4; expect_err_has "runstore: export csv: IOError:"
 run "$RS" export csv "$C" "$T/export5"; expect_rc 2; expect_err_has "$corrupt_file"
 
+# --- text a spreadsheet would run (CWE-1236) ---------------------------------
+# A string, a string run id or base64 that begins (after its own single quotes)
+# with = + - @ TAB or CR gets one more single quote; numbers stay numbers.
+test_name=formulas
+F=$T/formulas
+"$MK" formulas "$F" || fail "make_fixture formulas"
+tab=$'\t'
+cr=$'\r'
+cells="run,step,value
+'=cmd,0,\"'=HYPERLINK(\"\"http://x\"\",\"\"y\"\")\"
+'=cmd,1,'+1+1
+'=cmd,2,'-1+1
+'=cmd,3,'@SUM(A1)
+'=cmd,4,'${tab}=1+1
+'=cmd,5,\"'${cr}=1+1\"
+'=cmd,6,''=x
+'=cmd,7,'''-y
+'=cmd,8,'plain
+'=cmd,9,plain
+'=cmd,10,a=b
+'-5,0,run -5
+-3,0,int run"
+run "$RS" cat "$F" cell --format csv; expect_rc 0; expect_out "$cells"
+run "$RS" export csv "$F" "$T/formulas_csv"; expect_rc 0
+expect_file_eq "$T/formulas_csv/cell.csv" "$cells"
+expect_file_eq "$T/formulas_csv/blob.csv" "run,step,value
+'=cmd,0,'+AA="
+expect_file_eq "$T/formulas_csv/neg.csv" "run,step,value
+-3,0,-1.5
+-3,1,-inf"
+run "$RS" cat "$F" neg --format csv; expect_rc 0; expect_out "run,step,value
+-3,0,-1.5
+-3,1,-inf"
+# Names one file system would take for one file: Loss and loss (case), CON (Windows).
+checks=$((checks + 1))
+files=$(cd "$T/formulas_csv" && ls | tr '\n' ' ')
+[[ $files =~ ^%43ON.csv\ Loss.csv\ blob.csv\ cell.csv\ loss~[0-9a-f]{16}.csv\ manifest.json\ neg.csv\ $ ||
+   $files =~ ^%43ON.csv\ Loss~[0-9a-f]{16}.csv\ blob.csv\ cell.csv\ loss.csv\ manifest.json\ neg.csv\ $ ]] ||
+  fail "export csv files: $files"
+checks=$((checks + 1))
+grep -q '"text_cells": "a text cell' "$T/formulas_csv/manifest.json" || fail "manifest.json lacks text_cells"
+
 # --- arrays with a zero dimension ----------------------------------------------
 test_name=zero_size
 Z=$T/zero

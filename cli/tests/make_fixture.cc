@@ -17,6 +17,12 @@
 //                                   for runs 0..2, and "var" (variable
 //                                   shape, int32) of shape (0, 3) for run 0
 //                                   and [1, 2] for run 1.
+//   make_fixture formulas DIR       text a spreadsheet would take for a formula
+//                                   (runstore/csv.h): "cell" (string) and
+//                                   "blob" (bytes, base64 beginning with '+')
+//                                   under string runs "=cmd" and "-5" and int
+//                                   run -3, "neg" (float64 -1.5, -inf), and
+//                                   series named "Loss", "loss" and "CON".
 //
 // Uses only the public headers; the corruption is done with plain file I/O.
 #include <unistd.h>
@@ -241,11 +247,42 @@ int CorruptHeader(const std::string& dir) {
   return 0;
 }
 
+int Formulas(const std::string& dir) {
+  auto store = OpenStore(dir);
+  auto w = NewWriter(store.get(), "formulas");
+  const char* cells[] = {"=HYPERLINK(\"http://x\",\"y\")",
+                         "+1+1",
+                         "-1+1",
+                         "@SUM(A1)",
+                         "\t=1+1",
+                         "\r=1+1",
+                         "'=x",
+                         "''-y",
+                         "'plain",
+                         "plain",
+                         "a=b"};
+  int step = 0;
+  for (const char* c : cells) Check(w->Append("=cmd", "cell", step++, ValueRef::String(c)), "cell");
+  Check(w->Append("-5", "cell", 0, ValueRef::String("run -5")), "cell");
+  Check(w->Append(-3, "cell", 0, ValueRef::String("int run")), "cell");
+  const unsigned char plus[] = {0xF8, 0x00};
+  Check(w->Append("=cmd", "blob", 0,
+                  ValueRef::Bytes(std::string_view(reinterpret_cast<const char*>(plus), 2))),
+        "blob");
+  Check(w->Append(-3, "neg", 0, -1.5), "neg");
+  Check(w->Append(-3, "neg", 1, -std::numeric_limits<double>::infinity()), "neg");
+  Check(w->Append(1, "Loss", 0, 1.0), "Loss");
+  Check(w->Append(1, "loss", 0, 2.0), "loss");
+  Check(w->Append(1, "CON", 0, 3.0), "CON");
+  Check(w->Close(), "close");
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc != 3) {
-    std::cerr << "usage: make_fixture good|corrupt|corrupt-header|zero-size DIR\n";
+    std::cerr << "usage: make_fixture good|corrupt|corrupt-header|zero-size|formulas DIR\n";
     return 1;
   }
   const std::string mode = argv[1];
@@ -258,6 +295,7 @@ int main(int argc, char** argv) {
   if (mode == "corrupt") return Corrupt(dir);
   if (mode == "corrupt-header") return CorruptHeader(dir);
   if (mode == "zero-size") return ZeroSize(dir);
+  if (mode == "formulas") return Formulas(dir);
   std::cerr << "make_fixture: unknown mode '" << mode << "'\n";
   return 1;
 }

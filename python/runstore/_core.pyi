@@ -222,8 +222,12 @@ def csv_rows(
     columns: Sequence[npt.NDArray[Any]],
     missing: Sequence[npt.NDArray[np.bool_] | None],
     write: Callable[[bytes], object] | None = None,
+    *,
+    text_cells: bool | Sequence[bool] = False,
 ) -> bytes | int:
-    """CSV lines of equal-length columns (private; used by Store.export_tar)."""
+    """CSV lines of equal-length columns (private; used by Store.export_tar). ``text_cells``
+    (for every column, or one bool per column): str and bytes cells that a spreadsheet would
+    take for a formula get a leading single quote (present/runstore/csv.h)."""
 
 def sync(
     staging_dir: str,

@@ -11,6 +11,7 @@
 
 #include "errors.h"
 #include "numpy_api.h"
+#include "runstore/csv.h"
 #include "runstore/text.h"
 
 namespace runstore::python {
@@ -694,13 +695,24 @@ void AppendElementCell(std::string* out, DType dtype, const char* p) {
   text::AppendElement(out, dtype, p, text::OutFormat::kCsv);
 }
 
-void AppendObjectCell(std::string* out, PyObject* o, size_t column) {
+// `text_cells`: str and bytes cells as text cells that no spreadsheet takes for a formula
+// (runstore/csv.h: a single quote before a text that would begin with = + - @ TAB CR).
+void AppendObjectCell(std::string* out, PyObject* o, size_t column, bool text_cells) {
   if (o == Py_None) return;
   if (PyUnicode_Check(o)) {
     Py_ssize_t n;
     const char* s = PyUnicode_AsUTF8AndSize(o, &n);
     if (s == nullptr) throw nb::python_error();
-    AppendCsvCell(out, {s, static_cast<size_t>(n)});
+    if (text_cells) {
+      text::AppendCsvTextCell(out, {s, static_cast<size_t>(n)});
+    } else {
+      AppendCsvCell(out, {s, static_cast<size_t>(n)});
+    }
+  } else if (PyBytes_Check(o) && text_cells) {
+    std::string b64;
+    AppendBase64Cell(&b64, reinterpret_cast<const unsigned char*>(PyBytes_AS_STRING(o)),
+                     static_cast<size_t>(PyBytes_GET_SIZE(o)));
+    text::AppendCsvTextCell(out, b64);
   } else if (PyBool_Check(o)) {
     out->append(o == Py_True ? "true" : "false");
   } else if (PyLong_Check(o)) {
@@ -734,7 +746,8 @@ struct CsvColumn {
 // Text handed to `write` at a time when CsvRows streams.
 constexpr size_t kCsvPieceBytes = 1 << 20;
 
-nb::object CsvRows(nb::handle columns_obj, nb::handle missing_obj, nb::handle write) {
+nb::object CsvRows(nb::handle columns_obj, nb::handle missing_obj, nb::handle write,
+                   nb::handle text_cells_obj) {
   nb::object columns = nb::steal(PySequence_Tuple(columns_obj.ptr()));
   if (!columns.is_valid()) throw nb::python_error();
   nb::object missing = nb::steal(PySequence_Tuple(missing_obj.ptr()));
@@ -745,6 +758,20 @@ nb::object CsvRows(nb::handle columns_obj, nb::handle missing_obj, nb::handle wr
   }
   if (PyTuple_GET_SIZE(missing.ptr()) != ncols) {
     Throw(PyExc_ValueError, "csv_rows: one missing mask (or None) per column is needed");
+  }
+  // text_cells: one bool for every column, or one per column.
+  std::vector<bool> text_cells(static_cast<size_t>(ncols), false);
+  if (PyBool_Check(text_cells_obj.ptr())) {
+    text_cells.assign(static_cast<size_t>(ncols), text_cells_obj.ptr() == Py_True);
+  } else {
+    nb::object flags = nb::steal(PySequence_Tuple(text_cells_obj.ptr()));
+    if (!flags.is_valid()) throw nb::python_error();
+    if (PyTuple_GET_SIZE(flags.ptr()) != ncols) {
+      Throw(PyExc_ValueError, "csv_rows: text_cells is a bool or one bool per column");
+    }
+    for (Py_ssize_t c = 0; c < ncols; ++c) {
+      text_cells[static_cast<size_t>(c)] = PyObject_IsTrue(PyTuple_GET_ITEM(flags.ptr(), c)) == 1;
+    }
   }
   std::vector<CsvColumn> cols(static_cast<size_t>(ncols));
   npy_intp rows = -1;
@@ -816,7 +843,7 @@ nb::object CsvRows(nb::handle columns_obj, nb::handle missing_obj, nb::handle wr
         first = false;
         if (!absent) {
           PyObject* o = reinterpret_cast<PyObject* const*>(col.data)[r];
-          AppendObjectCell(&out, o, c);
+          AppendObjectCell(&out, o, c, text_cells[c]);
         }
         continue;
       }
@@ -846,9 +873,11 @@ void BindConvert(nb::module_& m) {
       "than 255 bytes, with a NUL, not Unicode, or starting with '~'), saying why; for front "
       "ends that check names before any record is written (private).");
   m.def("csv_rows", &CsvRows, nb::arg("columns"), nb::arg("missing"), nb::arg("write") = nb::none(),
+        nb::kw_only(), nb::arg("text_cells") = false,
         nb::sig("def csv_rows(columns: typing.Sequence[numpy.ndarray], "
                 "missing: typing.Sequence[numpy.ndarray | None], "
-                "write: typing.Callable[[bytes], object] | None = None) -> bytes | int"),
+                "write: typing.Callable[[bytes], object] | None = None, *, "
+                "text_cells: bool | typing.Sequence[bool] = False) -> bytes | int"),
         "CSV lines (UTF-8, each ending in \\n) of equal-length columns, side by side: a numeric "
         "column of shape (n, *shape) gives prod(shape) cells per row (C order), a 1-d object "
         "column one cell of str (RFC 4180 quoting), bytes (base64), int, float or bool, None "
@@ -856,8 +885,11 @@ void BindConvert(nb::module_& m) {
         "column i in the rows where it is True. Floats are written in the shortest form that "
         "reads back exactly; NaN and infinities as nan, inf, -inf; bool as true / false. With "
         "``write`` (e.g. a file's write method), the text is passed to it in pieces of about 1 MiB "
-        "and the number of bytes is returned, so that it is never held whole. Used by "
-        "Store.export_tar (private).");
+        "and the number of bytes is returned, so that it is never held whole. With "
+        "``text_cells`` (for every column, or a bool per column), a str or bytes cell that a "
+        "spreadsheet would take for a formula (after "
+        "its leading single quotes it begins with = + - @ TAB or CR) gets one more single quote "
+        "first (runstore/csv.h). Used by Store.export_tar (private).");
   nb::class_<ArrayOwner>(
       m, "ArrayOwner",
       "Keeps the bytes of arrays returned by runstore alive: the base of every "
