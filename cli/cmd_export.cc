@@ -282,6 +282,7 @@ struct ExportTableOptions {
   std::vector<std::string> names;             // zarr
   bool by_step = false;                       // zarr
   bool force = false;
+  std::string max_expansion;  // import tar: a number or "none"
 };
 
 // NotSupported (exit code 5), saying what to install to run `export FORMAT`.
@@ -436,11 +437,21 @@ void RegisterImport(CLI::App& app, ChosenCommand* chosen) {
       "tar", "Rebuild a store from a tarball of 'export tar': design, status, outcomes");
   cmd->add_option("ARCHIVE", o->out, "A .tar.gz written by 'runstore export tar'")->required();
   cmd->add_option("STORE", o->store, "The store to write (created if missing)")->required();
+  cmd->add_option("--chunk-rows", o->chunk_rows, "Rows parsed and written at a time")
+      ->transform(Integer<int>(1))
+      ->capture_default_str();
+  cmd->add_option("--max-expansion", o->max_expansion,
+                  "Refuse an archive that decompresses to more than X times its size (default "
+                  "300, and 64 MiB at least: a gzip bomb); none: no limit");
   cmd->footer(Footer(
       "Reads metadata.json, experiments.csv and the outcome members, and writes them into\n"
-      "STORE with their dtypes and shapes (runstore.import_tar in Python). This command is\n"
-      "done by the Python package's runstore command (pip install runstore); the C++ tool on\n"
-      "its own says so and exits with 5.",
+      "STORE with their dtypes and shapes (runstore.import_tar in Python). A new STORE appears\n"
+      "whole once the archive has been read; an existing one receives the import as one\n"
+      "commit. The archive is checked, not trusted: links, special files, a cut or damaged\n"
+      "archive, a gzip bomb and outcomes named like runstore's own '~' series are refused,\n"
+      "naming the member, and nothing is written. This command is done by the Python\n"
+      "package's runstore command (pip install runstore); the C++ tool on its own says so\n"
+      "and exits with 5.",
       "  pip install runstore\n"
       "  runstore import tar results.tar.gz /scratch/sweep-again"));
   ChooseDoneInPython(cmd, "import tar", chosen, o, "import", "runstore import tar ARCHIVE STORE");

@@ -5,7 +5,7 @@
     runstore export parquet STORE OUT.parquet [--row-group-rows N] [--force] [--skip-damaged]
     runstore export zarr STORE OUT.zarr [--names A,B] [--by-step] [--chunk-rows N] [--force]
                                   [--skip-damaged]
-    runstore import tar ARCHIVE.tar.gz STORE
+    runstore import tar ARCHIVE.tar.gz STORE [--chunk-rows N] [--max-expansion X|none]
 
 Like the rest of the tool (and zstd or gzip), the exports refuse to replace an existing OUT
 unless --force is given, where the Python API (Store.export_tar) replaces it as pandas and
@@ -129,9 +129,27 @@ def _parser() -> argparse.ArgumentParser:
     zr.add_argument("--no-progress", **_NO_PROGRESS)
     imp = sub.add_parser("import", help="rebuild a store from an export")
     imp_sub = imp.add_subparsers(dest="format", required=True)
-    itar = imp_sub.add_parser("tar", help="from a tarball of `export tar`")
+    itar = imp_sub.add_parser(
+        "tar",
+        help="from a tarball of `export tar`",
+        description="Reads a tarball of `export tar` into STORE: a new store appears whole when "
+        "the archive has been read, an existing one receives the import as one commit. The "
+        "archive is checked, not trusted: links, special files, a cut or damaged archive and "
+        "outcomes named like runstore's own series are refused, naming the member.",
+    )
     itar.add_argument("archive")
     itar.add_argument("store")
+    itar.add_argument(
+        "--chunk-rows", type=_positive, default=10_000, help="rows parsed and written at a time"
+    )
+    itar.add_argument(
+        "--max-expansion",
+        type=_expansion,
+        default=runstore.export.MAX_EXPANSION,
+        metavar="X|none",
+        help="refuse an archive that decompresses to more than X times its size (default "
+        f"{runstore.export.MAX_EXPANSION:g}, and 64 MiB at least: a gzip bomb); none: no limit",
+    )
     return ap
 
 
@@ -143,6 +161,18 @@ def _positive(text: str) -> int:
     if n < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
     return n
+
+
+def _expansion(text: str) -> float | None:
+    if text.lower() == "none":
+        return None
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number or 'none'") from None
+    if not x > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number")
+    return x
 
 
 def _names(text: str) -> list[str]:
@@ -217,7 +247,12 @@ def main(argv: list[str] | None = None) -> int:
                         f"them): {', '.join(r['left_out'])}; `runstore export parquet` writes them"
                     )
         else:
-            store = runstore.import_tar(args.archive, args.store)
+            store = runstore.import_tar(
+                args.archive,
+                args.store,
+                chunk_rows=args.chunk_rows,
+                max_expansion=args.max_expansion,
+            )
             report = f"{store.path}: {len(store.design()):,} experiments imported"
     except (*COMMAND_ERRORS, NotImplementedError, MemoryError) as e:
         return fail_for(what, e, _INSTALL.get(args.format, "pip install runstore"))

@@ -690,9 +690,18 @@ def define_experiments(store: Store, design: Any) -> pandas.DataFrame:
 
 
 def define_columns(
-    store: Store, explicit_ids: list[Any] | None, params: list[_Param], n: int
+    store: Store,
+    explicit_ids: list[Any] | None,
+    params: list[_Param],
+    n: int,
+    writer: Any = None,
 ) -> pandas.DataFrame:
-    """define_experiments on columns: explicit ids (or None) and typed parameter columns."""
+    """define_experiments on columns: explicit ids (or None) and typed parameter columns.
+
+    The rows are checked against what ``store`` holds and written by a writer of its own, then
+    committed; with ``writer`` (a writer with reserved names allowed, of this store or of one
+    whose records will join it), written by that writer instead, and left for its owner to
+    commit (import_tar makes the whole import one commit)."""
     import pandas as pd
 
     for p in params:
@@ -780,7 +789,8 @@ def define_columns(
             r = store._core.scan(ROW)["value"]
             first_row = int(r.max()) + 1 if len(r) else 0
         order = stored_params + [p.name for p in params if p.name not in stored_params]
-        with store.writer(_allow_reserved=True) as w:
+
+        def write(w: Any) -> None:
             for p in params:
                 keep = p.present[new]
                 if not keep.any():
@@ -794,7 +804,13 @@ def define_columns(
             )
             if order != stored_params:
                 w.put(0, PARAMS, json.dumps(order, ensure_ascii=False))
-        store.refresh()
+
+        if writer is not None:
+            write(writer)
+        else:
+            with store.writer(_allow_reserved=True) as w:
+                write(w)
+            store.refresh()
 
     data: dict[str, Any] = {ID_COLUMN: ids}
     for p in params:

@@ -169,9 +169,10 @@ class _Target:
     export left; SIGTERM raising SystemExit while a named temporary exists, so that it is
     removed on the way out; the sync of the target's directory."""
 
-    def __init__(self, path: str | os.PathLike[str], store_path: str) -> None:
+    def __init__(self, path: str | os.PathLike[str], store_path: str | None) -> None:
         self.path = os.fspath(path)
-        check_outside_store(self.path, store_path)
+        if store_path is not None:
+            check_outside_store(self.path, store_path)
         self.dir = os.path.dirname(os.path.abspath(self.path))
         self._base = os.path.basename(os.path.abspath(self.path))
         self._old_sigterm: Any = None
@@ -464,7 +465,7 @@ class ExportDirectory(_Target):
     """
 
     def __init__(
-        self, path: str | os.PathLike[str], *, store_path: str, overwrite: bool = False
+        self, path: str | os.PathLike[str], *, store_path: str | None, overwrite: bool = False
     ) -> None:
         super().__init__(path, store_path)
         self.overwrite = overwrite
@@ -484,8 +485,10 @@ class ExportDirectory(_Target):
         if not self.overwrite:
             raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), self.path)
         target = os.path.realpath(self.path)
-        store = os.path.realpath(self._store_path)
-        if store == target or store.startswith(target.rstrip(os.sep) + os.sep):
+        store = os.path.realpath(self._store_path or "")
+        if self._store_path is not None and (
+            store == target or store.startswith(target.rstrip(os.sep) + os.sep)
+        ):
             raise ValueError(
                 f"{self.path}: refusing to replace it: it holds the store {self._store_path}, "
                 "which the export reads"
@@ -555,4 +558,31 @@ class ExportDirectory(_Target):
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
         if not self._done:
             self.abort()
+        return False
+
+
+class WorkDirectory(_Target):
+    """A directory for work beside ``path`` (an import into the existing store ``path``
+    builds its records there), under a named temporary of the same kind as
+    :class:`ExportDirectory`'s: removed by :meth:`remove` (and on leaving a ``with`` block, on
+    SIGTERM and SIGINT); a SIGKILL leaves it, and the next one beside the same ``path``
+    removes it once its process is gone. Whatever is taken from it into ``path`` is its
+    owner's to publish."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        super().__init__(path, None)
+        self._remove_stale_temporaries()
+        self.tmp = os.path.join(self.dir, self._temporary_name())
+        os.mkdir(self.tmp, 0o777)
+        self._catch_sigterm()
+
+    def remove(self) -> None:
+        remove_path(self.tmp)
+        self._restore_sigterm()
+
+    def __enter__(self) -> WorkDirectory:
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+        self.remove()
         return False

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import numpy as np
 
-from . import _attrs, _core, _frame, _progress, experiments, export
+from . import _attrs, _core, _frame, _import, _progress, _tar_stream, experiments, export
 from ._checks import RunId, StepWindow, step_range
 from ._core import Writer
 
@@ -830,10 +830,26 @@ def run_experiments(
 
 
 def import_tar(
-    path: str | os.PathLike[str], store_path: str | os.PathLike[str], *, chunk_rows: int = 10_000
+    path: str | os.PathLike[str],
+    store_path: str | os.PathLike[str],
+    *,
+    chunk_rows: int = 10_000,
+    max_expansion: float | None = _tar_stream.MAX_EXPANSION,
 ) -> Store:
     """Rebuilds a store from a tarball of :meth:`Store.export_tar`: design, status and
-    outcomes with their dtypes and shapes, written to the store at ``store_path`` (opened with
-    mode "a": created if missing). Returns the store. See :func:`runstore.export.import_tar`,
-    which reads into a store already open."""
-    return export.import_tar(path, Store(store_path), chunk_rows=chunk_rows)
+    outcomes with their dtypes and shapes, written to the store at ``store_path``. Returns the
+    store.
+
+    Where ``store_path`` does not exist (or is an empty directory), the store is built under a
+    temporary name beside it and renamed into place when the whole archive has been read: it
+    appears complete or not at all. An existing store receives the import as
+    :func:`runstore.export.import_tar` writes it: one commit, published at once. The archive is
+    not trusted: see :func:`runstore.export.import_tar` for what is checked and refused."""
+    target = os.fspath(store_path)
+    if not os.path.lexists(target) or (
+        os.path.isdir(target) and not os.path.islink(target) and not os.listdir(target)
+    ):
+        return _import.import_new(path, target, Store, chunk_rows, max_expansion)
+    return export.import_tar(
+        path, Store(target), chunk_rows=chunk_rows, max_expansion=max_expansion
+    )

@@ -7,7 +7,6 @@ The layout is specified in docs/experiments.md; _import.py reads it back.
 
 from __future__ import annotations
 
-import csv
 import datetime
 import hashlib
 import io
@@ -27,7 +26,7 @@ import numpy as np
 from . import _core, _progress
 from . import _experiments as ex
 from ._output import ExportFile
-from ._table import EXPORT_FORMAT, EXPORT_VERSION, ExperimentTable, Outcome
+from ._table import EXPORT_FORMAT, ExperimentTable, Outcome
 from ._version import __version__
 
 if TYPE_CHECKING:
@@ -36,23 +35,59 @@ if TYPE_CHECKING:
 #: Spreadsheets (Excel, LibreOffice) open at most 16,384 columns: outcomes with more elements
 #: than fit next to the experiment id go to .npy files even when they are 1-d or 2-d.
 MAX_CSV_ELEMENTS = 16_383
+#: The version of the tarball's layout (metadata.json "version"): 2 writes text cells that a
+#: spreadsheet would take for a formula with a leading single quote; import_tar reads 1 and 2.
+TAR_VERSION = 2
+
+
+# -- text cells ----------------------------------------------------------------------------------
+
+#: A text that a spreadsheet would take for a formula, after the single quotes it begins with
+#: (present/runstore/csv.h, which the C++ formatter uses for the cells themselves).
+_FORMULA = re.compile(r"'*[=+\-@\t\r]")
+
+
+def text_cell(text: str) -> str:
+    """A text cell as the exports write it (version 2): with a leading single quote where a
+    spreadsheet would take the text for a formula (CWE-1236): after the single quotes it
+    begins with, it begins with = + - @ TAB or CR."""
+    return "'" + text if _FORMULA.match(text) else text
+
+
+def text_from_cell(cell: str) -> str:
+    """The text of a cell :func:`text_cell` wrote: the cell without its added quote."""
+    return cell[1:] if cell.startswith("'") and _FORMULA.match(cell, 1) else cell
 
 
 # -- names ---------------------------------------------------------------------------------------
 
 _SAFE = re.compile(rb"[A-Za-z0-9._-]")
+#: Names Windows keeps for devices, also with an extension (NUL.txt): a file cannot have them.
+_WINDOWS_DEVICES = frozenset(
+    ["CON", "PRN", "AUX", "NUL"] + [f"{p}{d}" for p in ("COM", "LPT") for d in "123456789"]
+)
+
+
+def portable_name(s: str) -> str:
+    """``s`` (already escaped to characters every file system takes) with its first character
+    escaped as %XX where Windows would refuse it as a file or directory name: a device name
+    (CON, NUL.txt, ...), case ignored. Injective: a '%' of the name itself is always escaped."""
+    if s.split(".", 1)[0].upper() in _WINDOWS_DEVICES:
+        return f"%{ord(s[0]):02X}" + s[1:]
+    return s
 
 
 def safe_file_name(name: str, used: set[str]) -> str:
     """A file name for a series name: bytes outside [A-Za-z0-9._-] (and a leading '.') escaped
-    as %XX, as `runstore export csv` does ('qi/3_17' -> 'qi%2F3_17'); names that escape to more
-    than 120 bytes are cut and end in '~' and a hash; a name that equals a used one when case is
-    ignored gets '~' and a hash too (for case-insensitive file systems)."""
+    as %XX, as `runstore export csv` does ('qi/3_17' -> 'qi%2F3_17'), and the first of a name
+    Windows keeps for a device ('CON' -> '%43ON'); names that escape to more than 120 bytes are
+    cut and end in '~' and a hash; a name that equals a used one when case is ignored gets '~'
+    and a hash too (for case-insensitive file systems)."""
     out = []
     for i, b in enumerate(name.encode()):
         c = bytes([b])
         out.append(c.decode() if _SAFE.fullmatch(c) and not (i == 0 and c == b".") else f"%{b:02X}")
-    s = "".join(out)
+    s = portable_name("".join(out))
     digest = hashlib.sha256(name.encode()).hexdigest()[:12]
     if len(s) > 120:
         cut = s[:100]
@@ -65,12 +100,21 @@ def safe_file_name(name: str, used: set[str]) -> str:
 
 
 def _header(cells: list[str]) -> bytes:
-    buf = io.StringIO()
-    csv.writer(buf, lineterminator="\n").writerow(cells)
-    return buf.getvalue().encode()
+    """The header line: the names as text cells, quoted as every cell is (RFC 4180: a name
+    with a comma, a quote, CR or LF)."""
+    columns = []
+    for c in cells:
+        a = np.empty(1, dtype=object)
+        a[0] = c
+        columns.append(a)
+    out = _core.csv_rows(columns, [None] * len(columns), text_cells=True)
+    assert isinstance(out, bytes)
+    return out
 
 
-def _element_names(name: str, shape: tuple[int, ...]) -> list[str]:
+def element_names(name: str, shape: tuple[int, ...]) -> list[str]:
+    """The CSV columns of an outcome of ``shape`` (after the id): ``name`` for a scalar,
+    ``name_0`` .. for 1-d, ``name_i_j`` (C order) for 2-d."""
     return [name + "".join(f"_{i}" for i in idx) for idx in np.ndindex(*shape)] if shape else [name]
 
 
@@ -288,7 +332,7 @@ def _write_tar(table: ExperimentTable, out: _TarOut, chunk_rows: int) -> dict[st
             if o.variable:
                 m["columns"] = [ex.ID_COLUMN, o.name + ".shape", o.name]
             else:
-                m["columns"] = [ex.ID_COLUMN] + _element_names(o.name, o.shape or ())
+                m["columns"] = [ex.ID_COLUMN] + element_names(o.name, o.shape or ())
             if o.column is not None:
                 m.update(
                     {
@@ -305,7 +349,7 @@ def _write_tar(table: ExperimentTable, out: _TarOut, chunk_rows: int) -> dict[st
 
     meta = {
         "format": EXPORT_FORMAT,
-        "version": EXPORT_VERSION,
+        "version": TAR_VERSION,
         "runstore_version": __version__,
         "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "store": table.store.path,
@@ -324,6 +368,13 @@ def _write_tar(table: ExperimentTable, out: _TarOut, chunk_rows: int) -> dict[st
             "bool": "true, false",
             "bytes": "base64 (RFC 4648, padded)",
             "absent": "empty cell (see missing and missing_rows for string and bytes columns)",
+            "text_cells": (
+                "a text cell (a header, a string, a string id, base64 of bytes) that after its "
+                "leading single quotes begins with = + - @ TAB or CR is written with one more "
+                "single quote first, so that spreadsheets show it as text and never run it as "
+                "a formula; numbers are written as they are"
+            ),
+            "formula_prefix": "'",
         },
     }
     out.add_bytes("metadata.json", json.dumps(meta, indent=1, ensure_ascii=False).encode())
@@ -337,7 +388,7 @@ def _write_tar(table: ExperimentTable, out: _TarOut, chunk_rows: int) -> dict[st
             v, a = _cells(c.take(rows))
             vals.append(v)
             masks.append(a)
-        _core.csv_rows(vals, masks, f.write)
+        _core.csv_rows(vals, masks, f.write, text_cells=True)
     out.add("experiments.csv", f)
 
     # Records that are not part of the experiment table: at steps other than 0, or of runs
@@ -373,10 +424,16 @@ def _write_outcome_csv(
                 if v is not None:
                     shapes[k] = json.dumps(list(v.shape))
                     texts[k] = json.dumps(_json_values(v), separators=(",", ":"), allow_nan=True)
-            _core.csv_rows([ids[rows], shapes, texts], [None, None, None], f.write)
+            # The shape and the values are JSON of numbers, not text: written as they are.
+            _core.csv_rows(
+                [ids[rows], shapes, texts],
+                [None, None, None],
+                f.write,
+                text_cells=[True, False, False],
+            )
         else:
             v, a = _cells(col)
-            _core.csv_rows([ids[rows], v], [None, a], f.write)
+            _core.csv_rows([ids[rows], v], [None, a], f.write, text_cells=True)
     out.add(m["member"], f)
     return exported
 

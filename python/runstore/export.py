@@ -23,7 +23,7 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from . import _arrow, _import, _tar, _xarray, _zarr
+from . import _arrow, _import, _tar, _tar_stream, _xarray, _zarr
 
 if TYPE_CHECKING:
     import pyarrow
@@ -33,6 +33,10 @@ if TYPE_CHECKING:
     from ._store import Store
 
 __all__ = ["export_tar", "import_tar", "export_parquet", "to_arrow", "to_xarray", "to_zarr"]
+
+#: import_tar's default max_expansion: decompressed bytes an archive may hold per byte of its
+#: size (runstore's exports, gzip level 1, expand at most about 230 times).
+MAX_EXPANSION = _tar_stream.MAX_EXPANSION
 
 
 def export_tar(
@@ -77,23 +81,43 @@ def export_tar(
     return _tar.export_tar(store, path, chunk_rows, compresslevel, overwrite, progress)
 
 
-def import_tar(path: str | os.PathLike[str], store: Store, *, chunk_rows: int = 10_000) -> Store:
+def import_tar(
+    path: str | os.PathLike[str],
+    store: Store,
+    *,
+    chunk_rows: int = 10_000,
+    max_expansion: float | None = _tar_stream.MAX_EXPANSION,
+) -> Store:
     """Rebuilds a store from a tarball written by :func:`export_tar` (or ``runstore export
     tar``): writes it into ``store``, an open writable Store.
 
     The design (ids, parameters with their dtypes, column order), the status of every
     experiment and every outcome (dtypes and shapes as recorded in metadata.json) are written
     to the store (an existing store must not define the same experiments with other
-    parameters). Reads the archive as a stream, member by member, ``chunk_rows`` rows at a
-    time. Returns the store, refreshed. (:func:`runstore.import_tar` takes the store's path
-    and opens it, creating it if missing.)
+    parameters, nor hold an outcome's series with another dtype or shape). Rows of an
+    outcome's CSV are matched to experiments by their ``experiment`` cell, so a sheet sorted or
+    filtered in a spreadsheet imports right (an experiment without a row has no value).
+    Returns the store, refreshed. (:func:`runstore.import_tar` takes the store's path and
+    builds a new store there whole.)
 
-    Raises RuntimeError for a store opened read-only, ValueError for a file that is not an
-    export this version reads.
+    Whole or nothing: the records are written into a store of their own beside ``store`` and
+    committed once; only when the whole archive has been read, with every member metadata.json
+    names, is that one segment file linked into ``store``, so that readers see all of the
+    import or none of it. After any error ``store`` is as it was.
+
+    The archive is not trusted. It is read as a stream in bounded memory (``chunk_rows`` rows,
+    at most 4 MiB of text, at a time); it may decompress to at most ``max_expansion`` times
+    its size (64 MiB at least; None: no limit), so that a gzip bomb is refused; a member that
+    is a link, a device or a FIFO, a cut or damaged archive, metadata.json that is not what an
+    export writes, an outcome named like runstore's own series (``~resume``, ``~status/...``),
+    a row whose id is not an experiment, a cell that is not a value of its dtype: each raises
+    ValueError naming the archive, the member and the line.
+
+    Raises RuntimeError for a store opened read-only.
     """
     if store.read_only:
         raise RuntimeError(f"import_tar: the store {store.path} is open read-only")
-    return _import.import_tar(path, store, chunk_rows)
+    return _import.import_tar(path, store, chunk_rows, max_expansion)
 
 
 def export_parquet(
