@@ -13,7 +13,7 @@ import numpy as np
 
 from . import _experiments as ex
 from . import _progress
-from ._frame import KeyUnion, run_list, sort_order
+from ._frame import KeyUnion, run_list, series_columns, sort_order, unique_name
 from ._output import ExportFile
 from ._table import EXPORT_FORMAT, EXPORT_VERSION, ExperimentTable
 
@@ -146,6 +146,7 @@ def to_arrow(
                 )
     if not selected:
         return pa.table({"run": pa.array([], pa.int64()), "step": pa.array([], pa.int64())})
+    column = series_columns(selected)
     scans = {n: store.scan(n, runs=runs, steps=steps) for n in selected}
     first = scans[selected[0]]
     same = all(
@@ -164,7 +165,7 @@ def to_arrow(
         columns["step"] = _zero_copy_primitive(take(step))
         for n in selected:
             i = infos[n]
-            columns[n] = _arrow_array(take(scans[n]["value"]), None, i.dtype, i.shape)
+            columns[column[n]] = _arrow_array(take(scans[n]["value"]), None, i.dtype, i.shape)
         return pa.table(columns)
     # Different keys: the union of keys, sorted (one sort of them all); each series placed
     # with gaps.
@@ -176,7 +177,7 @@ def to_arrow(
         col = ex.empty_column(len(union.run), i.dtype, i.shape)
         col.values[pos] = scans[n]["value"]
         col.present[pos] = True
-        columns[n] = _arrow_array(col.values, col.present, i.dtype, i.shape)
+        columns[column[n]] = _arrow_array(col.values, col.present, i.dtype, i.shape)
     return pa.table(columns)
 
 
@@ -235,11 +236,12 @@ def export_parquet(
             table = ExperimentTable(store)
             table.progress = _progress.Work(line, table.n, "rows")
             status = table.status_columns()
-            taken = {ex.ID_COLUMN, *table.params, *(table.status_names[f] for f in status)}
             names = [ex.ID_COLUMN, *table.params, *(table.status_names[f] for f in status)]
+            fixed = set(names)
+            taken = fixed | {o.name for o in table.outcomes}
             outcome_meta = []
             for o in table.outcomes:
-                col = o.name if o.name not in taken else f"outcome.{o.name}"
+                col = o.name if o.name not in fixed else unique_name(f"outcome.{o.name}", taken)
                 names.append(col)
                 outcome_meta.append(
                     {

@@ -21,7 +21,7 @@ import numpy as np
 
 from . import _attrs, _core
 from ._checks import RunId, check_run_id
-from ._frame import _NULLABLE  # numpy dtype name -> pandas nullable dtype
+from ._frame import _NULLABLE, unique_name  # _NULLABLE: numpy dtype -> pandas nullable
 
 if TYPE_CHECKING:
     import pandas
@@ -290,9 +290,9 @@ def status_frame_columns(status: dict[str, Column]) -> dict[str, Any]:
 
 def status_names(params: Iterable[str]) -> dict[str, str]:
     """Status column -> its column name next to the parameters: "state", ... or, where a
-    parameter has that name, "status.state"."""
+    parameter has that name, "status.state" ("status.state~2" where that is a parameter too)."""
     taken = set(params) | {ID_COLUMN}
-    return {c: (f"status.{c}" if c in taken else c) for c in STATUS_COLUMNS}
+    return {c: unique_name(c if c not in taken else f"status.{c}", taken) for c in STATUS_COLUMNS}
 
 
 def ids_frame_column(index: ExperimentIndex) -> np.ndarray:

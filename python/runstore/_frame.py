@@ -41,6 +41,31 @@ def sort_order(run: np.ndarray, step: np.ndarray) -> np.ndarray:
     return np.lexsort((step, strs, ints, is_str))
 
 
+def unique_name(name: str, taken: set[str]) -> str:
+    """``name``, or where it is in ``taken`` ``name~2``, ``name~3``, ... (the first that is
+    not), added to ``taken``: a column named after a series never takes the place of
+    another column (a DataFrame, a Dataset or a Parquet schema would lose one)."""
+    out, k = name, 2
+    while out in taken:
+        out, k = f"{name}~{k}", k + 1
+    taken.add(out)
+    return out
+
+
+#: The key columns of to_pandas and to_arrow.
+KEY_COLUMNS = ("run", "step")
+
+
+def series_columns(names: Iterable[str], keys: Iterable[str] = KEY_COLUMNS) -> dict[str, str]:
+    """The column of each series beside the key columns ``keys``: its name, or for a series
+    named like a key column (``run``, ``step``; ``time`` with time=True) ``series.<name>``
+    (made unique with :func:`unique_name`)."""
+    names = list(names)
+    keys = set(keys)
+    taken = keys | set(names)
+    return {n: unique_name(f"series.{n}", taken) if n in keys else n for n in names}
+
+
 def _as_object_runs(run: np.ndarray) -> np.ndarray:
     return run if run.dtype == object else run.astype(object)
 
@@ -152,7 +177,10 @@ def to_pandas(
     names: Iterable[str] | str | None,
     runs: Iterable[RunId] | None = None,
     steps: StepWindow | None = None,
+    keys: tuple[str, ...] = KEY_COLUMNS,
 ) -> pandas.DataFrame:
+    """Store.to_pandas without its time column; ``keys``: the names of the columns beside
+    the series' (``series_columns``), "time" among them when the caller adds it."""
     import pandas as pd
 
     runs = run_list(runs)
@@ -176,6 +204,7 @@ def to_pandas(
                 )
     if not selected:
         return pd.DataFrame({"run": np.empty(0, np.int64), "step": np.empty(0, np.int64)})
+    column = series_columns(selected, keys)
     scans = {n: store.scan(n, runs=runs, steps=steps) for n in selected}
 
     first = scans[selected[0]]
@@ -192,7 +221,7 @@ def to_pandas(
         order = sort_order(run, step)
         data = {"run": run[order], "step": step[order]}
         for n in selected:
-            data[n] = scans[n]["value"][order]
+            data[column[n]] = scans[n]["value"][order]
         return pd.DataFrame(data)
     sorted_scans = {}
     for n, s in scans.items():
@@ -207,12 +236,12 @@ def to_pandas(
     ):
         data = {"run": first["run"], "step": first["step"]}
         for n in selected:
-            data[n] = sorted_scans[n]["value"]
+            data[column[n]] = sorted_scans[n]["value"]
         return pd.DataFrame(data)
 
     # General case: the union of every series' keys, each series placed by position.
     union = KeyUnion([scans[n]["run"] for n in selected], [scans[n]["step"] for n in selected])
     data = {"run": union.run, "step": union.step}
     for n, pos in zip(selected, union.positions):
-        data[n] = _placed(scans[n]["value"], pos, len(union.run))
+        data[column[n]] = _placed(scans[n]["value"], pos, len(union.run))
     return pd.DataFrame(data)

@@ -583,11 +583,14 @@ class Store:
         Series of arrays have no column: by default they are left out (``series()`` lists
         them; ``scan`` and ``to_xarray`` read them, and ``runstore.mlinstrument``'s
         ``load_all_results`` gives every series, arrays included, as ml-instrument's
-        ``id``/``frame`` table).
+        ``id``/``frame`` table). A series named like a column beside them (``run``, ``step``;
+        ``time`` with ``time=True``) is the column ``series.<name>`` (``series.<name>~2`` where
+        that is taken too), so that no column takes another's place.
 
         Raises KeyError for an unknown name and ValueError for a series that is not scalar.
         """
-        df = _frame.to_pandas(self, names, runs, steps)
+        keys = (*_frame.KEY_COLUMNS, "time") if time else _frame.KEY_COLUMNS
+        df = _frame.to_pandas(self, names, runs, steps, keys)
         if time:
             df.insert(
                 2,

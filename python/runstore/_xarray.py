@@ -34,6 +34,7 @@ import numpy as np
 
 from . import _attrs
 from . import _experiments as ex
+from ._frame import unique_name
 from ._plan import _fmt
 from ._table import (
     CHUNK_BYTES,
@@ -386,11 +387,19 @@ class Layout:
             self.coords[STEP] = ((STEP,), self.steps, {"runstore_role": "step"})
         if self.has_design:
             self._design_coords()
-        taken = set(self.coords)
+        # An outcome named like a coordinate is outcome.<name>; names made unique, so that no
+        # variable takes another's place (a Dataset is a mapping of names).
+        fixed = set(self.coords)
+        taken = fixed | {o.name for o in outcomes}
         self.variables = []
         for o in outcomes:
-            name = o.name if o.name not in taken else f"outcome.{o.name}"
+            name = o.name if o.name not in fixed else unique_name(f"outcome.{o.name}", taken)
             self.variables.append(Variable(name, o, store, self.index, self.steps))
+        # A dimension of an array, <name>_dim_<k>, must be no variable's name (xarray would
+        # take that variable for the dimension's coordinate) nor another array's dimension.
+        for v in self.variables:
+            lead = 1 if self.steps is None else 2
+            v.dims = v.dims[:lead] + tuple(unique_name(d, taken) for d in v.dims[lead:])
         # What the scans of the columns above freed, before the variables are allocated.
         release_freed_memory()
         self.attrs: dict[str, Any] = dict(_attrs.read(store.path)[1])
@@ -430,8 +439,9 @@ class Layout:
         table = self.table
         probe = {p: c.values for p, c in table.params.items()}
         ex.apply_categories(self.store, probe)  # the categories of store.attrs, checked
+        taken = set(table.params) | {RUN, STEP} | set(table.status_names.values())
         for p, col in table.params.items():
-            name = p if p not in (RUN, STEP) else f"param.{p}"
+            name = p if p not in (RUN, STEP) else unique_name(f"param.{p}", taken)
             attrs: dict[str, Any] = {
                 "runstore_role": "parameter",
                 "runstore_series": ex.DESIGN + p,

@@ -11,7 +11,9 @@ a temporary name beside the target and renamed into place when complete
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 import time
 import warnings
 from collections.abc import Iterable
@@ -21,6 +23,7 @@ import numpy as np
 
 from . import _progress
 from ._output import ZARR_MARKERS, ExportDirectory
+from ._tar import portable_name
 from ._xarray import STRING, Layout
 
 if TYPE_CHECKING:
@@ -40,17 +43,54 @@ _NO_BYTES = (
 )
 
 
+#: Characters of a name written %XX in a Zarr store: "%" (the escape itself), the path
+#: separators "/" (Zarr's) and "\\" (taken for "/" by some readers and by Windows), control
+#: characters, and those Windows refuses in a file name.
+_ZARR_ESCAPED = re.compile(r'[%/\\\x00-\x1f\x7f:*?"<>|]')
+#: Names the top of a Zarr node holds for itself (format 3; format 2's begin with ".").
+_ZARR_KEYS = frozenset(["zarr.json"])
+#: Longest escaped name kept whole (a node is a directory: 255 bytes on most file systems).
+_ZARR_NAME_BYTES = 200
+
+
 def zarr_name(name: str) -> str:
-    """A name as a Zarr node name: a Zarr store is a tree of names split at "/", whose names
-    must not be "." or "..", nor begin with "__"; so "%" and "/" are written %25 and %2F, a
-    leading "." %2E and a leading "__" %5F_ (``attrs["runstore_series"]`` keeps the series
-    name)."""
-    s = name.replace("%", "%25").replace("/", "%2F")
+    """A name as a Zarr node name, which is a directory of the store: "%", "/", "\\", control
+    characters and the characters Windows refuses (:*?"<>|) are written %XX; a leading "."
+    %2E, a leading "__" %5F_ (Zarr keeps both), a trailing "." or space %2E or %20 (Windows
+    drops them); the first character of "zarr.json" (the metadata's own name) or of a
+    Windows device name (CON, NUL.txt, ...) %XX. A name longer than 200 bytes so escaped is
+    cut and ends in "~" and a hash of the name. Injective (every "%" of the name is escaped),
+    so distinct series never share a node; ``attrs["runstore_series"]`` keeps the name."""
+    s = _ZARR_ESCAPED.sub(lambda m: "".join(f"%{b:02X}" for b in m.group().encode()), name)
     if s.startswith("."):
         s = "%2E" + s[1:]
     if s.startswith("__"):
         s = "%5F" + s[1:]
+    if s.endswith(".") or s.endswith(" "):
+        s = s[:-1] + f"%{ord(s[-1]):02X}"
+    if s.lower() in _ZARR_KEYS:
+        s = f"%{ord(s[0]):02X}" + s[1:]
+    s = portable_name(s)
+    if len(s.encode()) > _ZARR_NAME_BYTES:
+        cut = s.encode()[: _ZARR_NAME_BYTES - 16].decode("utf-8", "ignore")
+        k = cut.find("%", len(cut) - 2)  # not inside a %XX escape
+        s = (cut if k == -1 else cut[:k]) + "~" + hashlib.sha256(name.encode()).hexdigest()[:12]
     return s
+
+
+def zarr_names(names: Iterable[str]) -> dict[str, str]:
+    """:func:`zarr_name` of each of ``names``, and "~" and a hash added to one that equals an
+    earlier one when case is ignored ("Loss" after "loss"), so that no two share a directory
+    on a case-insensitive file system (macOS, Windows)."""
+    out: dict[str, str] = {}
+    used: set[str] = set()
+    for n in names:
+        z = zarr_name(n)
+        if z.lower() in used:
+            z += "~" + hashlib.sha256(n.encode()).hexdigest()[:12]
+        used.add(z.lower())
+        out[n] = z
+    return out
 
 
 def _strings(values: np.ndarray) -> np.ndarray:
@@ -77,7 +117,10 @@ def _for_zarr(ds: xarray.Dataset) -> xarray.Dataset:
         else:
             data = _strings(np.asarray(data))
         ds[name] = (var.dims, data, var.attrs)
-    renames = {n: zarr_name(str(n)) for n in [*ds.variables, *ds.dims]}
+    # Variables (and coordinates) are directories; dimensions are only names in their
+    # metadata, escaped alike so that they read the same.
+    renames = zarr_names(str(n) for n in ds.variables)
+    renames.update({str(d): zarr_name(str(d)) for d in ds.dims if d not in ds.variables})
     return ds.rename({n: z for n, z in renames.items() if z != n})
 
 

@@ -228,10 +228,12 @@ def to_zarr(
     Streamed: the Dataset is read and written a Zarr chunk at a time (``chunks`` as for
     :func:`to_xarray`; default about 8 MiB of values of the largest variable), so memory
     holds one chunk whatever the size of the store. In the Zarr store, absent strings are empty
-    (Zarr strings have no missing value) and a name with "/" or "%" (a Zarr path separator)
-    has them written %2F and %25; ``attrs["runstore_series"]`` keeps the series' name. Bytes
-    series are left out (Zarr format 3 specifies no type for them; ``left_out`` names them)
-    and refused when named.
+    (Zarr strings have no missing value) and each variable's name is escaped where Zarr, a
+    file system or Windows would split, merge or refuse it ("/", "\\", "%", control
+    characters, zarr.json, CON, names equal but for case: docs/experiments.md), so that every
+    series is a variable of its own; ``attrs["runstore_series"]`` keeps the series' name.
+    Bytes series are left out (Zarr format 3 specifies no type for them; ``left_out`` names
+    them) and refused when named.
 
     The directory appears whole when complete or not at all: it is written under a temporary
     name beside ``path`` and renamed into place. An existing ``path`` raises FileExistsError

@@ -324,3 +324,46 @@ def test_export_parquet_writes_row_groups_that_pandas_reads(awkward_store, tmp_p
     df = pd.read_parquet(out)
     assert len(df) == 9 and list(df.columns[:3]) == ["experiment", "kind", "seed"]
     np.testing.assert_array_equal(df["lr, rate"].to_numpy(), experiments["lr, rate"].to_numpy())
+
+
+def test_names_that_collide_get_columns_of_their_own(store, tmp_path):
+    """A parameter named status.state beside one named state, and an outcome named like a
+    parameter beside one named outcome.<it>: every column is there once, under a name of its
+    own, in load_results, the tarball, Parquet and xarray (a DataFrame, a Parquet schema or a
+    Dataset with two columns of one name loses one, or cannot be read)."""
+    pq = pytest.importorskip("pyarrow.parquet")
+    store.define_experiments([{"state": "s", "status.state": "t", "x": 1.0}])
+    eid = store.design()["experiment"][0]
+    with store.writer() as w:
+        w.log(eid, values={"x": 2.0, "outcome.x": 3.0})
+    store.refresh()
+    experiments, outcomes = runstore.load_results(store)
+    assert list(experiments.columns[:5]) == [
+        "experiment",
+        "state",
+        "status.state",
+        "x",
+        "status.state~2",
+    ]
+    assert experiments["status.state"][0] == "t" and experiments["status.state~2"][0] == "pending"
+    assert outcomes["x"][0] == 2.0 and outcomes["outcome.x"][0] == 3.0
+    store.export_parquet(tmp_path / "r.parquet")
+    t = pq.read_table(tmp_path / "r.parquet")
+    assert len(set(t.column_names)) == len(t.column_names)
+    assert t.column("outcome.x~2").to_pylist() == [2.0] and t.column("outcome.x").to_pylist() == [
+        3.0
+    ]
+    assert t.column("x").to_pylist() == [1.0] and t.column("status.state").to_pylist() == ["t"]
+    meta = json.loads(t.schema.metadata[b"runstore"])
+    assert {o["name"]: o["column"] for o in meta["outcomes"]} == {
+        "x": "outcome.x~2",
+        "outcome.x": "outcome.x",
+    }
+    ds = store.to_xarray()
+    assert ds["outcome.x~2"].values.tolist() == [2.0] and ds["status.state"].values.tolist() == [
+        "t"
+    ]
+    assert ds["status.state~2"].values.tolist() == ["pending"]
+    store.export_tar(tmp_path / "r.tar.gz")
+    back = runstore.import_tar(tmp_path / "r.tar.gz", tmp_path / "back")
+    assert_same_results(store, back)

@@ -252,3 +252,31 @@ def test_to_pandas_places_every_record_as_a_join_would(tmp_path_factory, series)
         assert got == [
             None if v is None else (v.item() if isinstance(v, np.generic) else v) for v in want
         ]
+
+
+def test_a_series_named_like_a_key_column_keeps_its_own_column(store):
+    """A series named run, step (or time, with time=True) wrote its values over the run ids or
+    steps; it is the column series.<name> now, made unique where that is a series too."""
+    pytest.importorskip("pyarrow")
+    with store.writer(record_time=True) as w:
+        w.log(1, step=2, values={"run": 10.0, "step": 20.0, "time": 30.0, "series.run": 40.0})
+        w.log(3, step=4, values={"run": 11.0})
+    store.refresh()
+    df = store.to_pandas(time=True)
+    assert list(df.columns) == [
+        "run",
+        "step",
+        "time",
+        "series.run~2",
+        "series.step",
+        "series.time",
+        "series.run",
+    ]
+    assert df["run"].tolist() == [1, 3] and df["step"].tolist() == [2, 4]
+    assert df["series.run~2"].tolist() == [10.0, 11.0] and df["series.run"].iloc[0] == 40.0
+    assert df["series.time"].iloc[0] == 30.0 and df["time"].iloc[0] > 1e9
+    t = store.to_arrow()
+    assert t.column_names[:2] == ["run", "step"]
+    assert sorted(t.column_names[2:]) == ["series.run", "series.run~2", "series.step", "time"]
+    assert t.column("run").to_pylist() == [1, 3] and t.column("time").to_pylist()[0] == 30.0
+    assert t.column("series.run~2").to_pylist() == [10.0, 11.0]

@@ -281,13 +281,15 @@ def open_without_runstore(path, tmp_path):
 
 def assert_same_as_zarr_holds(back, ds):
     """``back`` (read from Zarr) holds ``ds``: absent strings empty, names escaped."""
-    from runstore._zarr import zarr_name
+    from runstore._zarr import zarr_name, zarr_names
 
-    assert sorted(back.variables) == sorted(zarr_name(n) for n in ds.variables)
-    assert set(back.coords) == {zarr_name(n) for n in ds.coords}
+    names = zarr_names(ds.variables)
+    dims = {d: names.get(d, zarr_name(d)) for d in ds.dims}
+    assert sorted(back.variables) == sorted(names.values())
+    assert set(back.coords) == {names[n] for n in ds.coords}
     for n, var in ds.variables.items():
-        got = back[zarr_name(n)]
-        assert got.dims == tuple(zarr_name(d) for d in var.dims), n
+        got = back[names[n]]
+        assert got.dims == tuple(dims[d] for d in var.dims), n
         assert {k: v for k, v in got.attrs.items()} == var.attrs, n
         if var.dtype.kind in "OT":  # str: Zarr's strings have no missing value
             want = [v if isinstance(v, str) else "" for v in var.values.ravel().tolist()]
@@ -324,6 +326,38 @@ def test_export_zarr_of_a_store_by_step_escapes_names_zarr_would_split(store, rn
     assert back["train%2Floss"].attrs["runstore_series"] == "train/loss"
     with pytest.raises(ValueError, match="series 'blob' holds bytes: Zarr format 3 has no"):
         store.to_zarr(tmp_path / "blob.zarr", names=["blob"])
+
+
+def test_export_zarr_keeps_every_name_that_a_file_system_or_zarr_would_merge(store, tmp_path):
+    """A series a\\b became the array b of a group a (xarray.open_zarr saw one variable fewer)
+    and one called zarr.json failed the export. Every name is a variable of its own: names
+    Zarr, Windows or a case-insensitive file system would split, merge or refuse are escaped,
+    and attrs["runstore_series"] keeps the name."""
+    names = ["a\\b", "a", "zarr.json", "Loss", "loss", "CON", "nul.txt", "x:y", "t.", "q?"]
+    names += ["line\nfeed", "run", "step", "vec_dim_0", "x" * 255]
+    with store.writer() as w:
+        for k, n in enumerate(names):
+            w.log(1, step=0, values={n: float(k)})
+            w.log(2, step=1, values={n: float(-k)})
+        w.log(1, vec=np.arange(3.0))
+    store.refresh()
+    ds = store.to_xarray()
+    assert len(ds.data_vars) == len(names) + 1  # run, step: outcome.run, outcome.step
+    series = sorted(v.attrs["runstore_series"] for v in ds.data_vars.values())
+    assert series == sorted([*names, "vec"])
+    assert ds["vec"].dims == ("run", "step", "vec_dim_0~2")  # not the series vec_dim_0
+    store.to_zarr(tmp_path / "names.zarr")
+    back = open_without_runstore(tmp_path / "names.zarr", tmp_path)
+    assert_same_as_zarr_holds(back, ds)
+    got = {v.attrs["runstore_series"]: v for v in back.data_vars.values()}
+    assert sorted(got) == series
+    for k, n in enumerate(names):
+        np.testing.assert_array_equal(got[n].values[:, :2], [[k, np.nan], [np.nan, -k]], n)
+    lowered = [v.lower() for v in back.variables]
+    assert len(set(lowered)) == len(lowered)  # no two directories on macOS or Windows
+    top = set(os.listdir(tmp_path / "names.zarr"))
+    assert {"a%5Cb", "%7Aarr.json", "%43ON", "%6Eul.txt", "x%3Ay", "t%2E", "q%3F"} <= top
+    assert max(len(n.encode()) for n in top) <= 200
 
 
 def test_export_zarr_streams_chunk_by_chunk_in_bounded_memory(store, tmp_path):
