@@ -78,14 +78,20 @@ def zarr_name(name: str) -> str:
     return s
 
 
-def zarr_names(names: Iterable[str]) -> dict[str, str]:
+def zarr_names(names: Iterable[str], coordinates: Iterable[str] = ()) -> dict[str, str]:
     """:func:`zarr_name` of each of ``names``, and "~" and a hash added to one that equals an
     earlier one when case is ignored ("Loss" after "loss"), so that no two share a directory
-    on a case-insensitive file system (macOS, Windows)."""
+    on a case-insensitive file system (macOS, Windows). In the names of ``coordinates``
+    whitespace (a space, U+2028, ...) is written %XX too: xarray lists a variable's
+    coordinates in one attribute, split at whitespace, and keeps a coordinate whose name
+    holds some as a data variable."""
     out: dict[str, str] = {}
     used: set[str] = set()
+    coords = set(coordinates)
     for n in names:
         z = zarr_name(n)
+        if n in coords:
+            z = "".join("".join(f"%{b:02X}" for b in c.encode()) if c.isspace() else c for c in z)
         if z.lower() in used:
             z += "~" + hashlib.sha256(n.encode()).hexdigest()[:12]
         used.add(z.lower())
@@ -119,7 +125,7 @@ def _for_zarr(ds: xarray.Dataset) -> xarray.Dataset:
         ds[name] = (var.dims, data, var.attrs)
     # Variables (and coordinates) are directories; dimensions are only names in their
     # metadata, escaped alike so that they read the same.
-    renames = zarr_names(str(n) for n in ds.variables)
+    renames = zarr_names((str(n) for n in ds.variables), coordinates=(str(c) for c in ds.coords))
     renames.update({str(d): zarr_name(str(d)) for d in ds.dims if d not in ds.variables})
     return ds.rename({n: z for n, z in renames.items() if z != n})
 

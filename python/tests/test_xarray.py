@@ -283,7 +283,7 @@ def assert_same_as_zarr_holds(back, ds):
     """``back`` (read from Zarr) holds ``ds``: absent strings empty, names escaped."""
     from runstore._zarr import zarr_name, zarr_names
 
-    names = zarr_names(ds.variables)
+    names = zarr_names(ds.variables, coordinates=ds.coords)
     dims = {d: names.get(d, zarr_name(d)) for d in ds.dims}
     assert sorted(back.variables) == sorted(names.values())
     assert set(back.coords) == {names[n] for n in ds.coords}
