@@ -695,13 +695,14 @@ def define_columns(
     params: list[_Param],
     n: int,
     writer: Any = None,
-) -> pandas.DataFrame:
+) -> pandas.DataFrame | None:
     """define_experiments on columns: explicit ids (or None) and typed parameter columns.
 
     The rows are checked against what ``store`` holds and written by a writer of its own, then
-    committed; with ``writer`` (a writer with reserved names allowed, of this store or of one
-    whose records will join it), written by that writer instead, and left for its owner to
-    commit (import_tar makes the whole import one commit)."""
+    committed, and the design frame is returned; with ``writer`` (a writer with reserved names
+    allowed, of this store or of one whose records will join it), written by that writer
+    instead and left for its owner to commit (import_tar makes the whole import one commit),
+    and None is returned."""
     import pandas as pd
 
     for p in params:
@@ -812,6 +813,8 @@ def define_columns(
                 write(w)
             store.refresh()
 
+    if writer is not None:
+        return None
     data: dict[str, Any] = {ID_COLUMN: ids}
     for p in params:
         data[p.name] = Column(p.values, p.present, "").to_pandas()

@@ -34,7 +34,7 @@ import numpy as np
 
 from . import _experiments as ex
 from ._output import ExportDirectory, WorkDirectory, remove_path
-from ._table import EXPORT_FORMAT
+from ._table import EXPORT_FORMAT, release_freed_memory
 from ._tar import TAR_VERSION, element_names, text_cell, text_from_cell
 from ._tar_stream import ArchiveError, Member, TarStream, open_archive
 
@@ -93,11 +93,17 @@ def import_new(
     under a temporary name beside ``store_path`` and renamed into place when complete."""
     archive = os.fspath(path)
     target = os.path.abspath(os.fspath(store_path))
-    if os.path.isdir(target) and not os.path.islink(target) and not os.listdir(target):
+    empty = os.path.isdir(target) and not os.path.islink(target) and not os.listdir(target)
+    if empty:
         os.rmdir(target)  # an empty directory is where the new store goes
-    with ExportDirectory(target, store_path=None, overwrite=False) as out:
-        _build(archive, out.tmp, None, open_store, chunk_rows, max_expansion)
-        out.commit()
+    try:
+        with ExportDirectory(target, store_path=None, overwrite=False) as out:
+            _build(archive, out.tmp, None, open_store, chunk_rows, max_expansion)
+            out.commit()
+    except BaseException:
+        if empty and not os.path.lexists(target):
+            os.mkdir(target)  # as it was
+        raise
     return open_store(target)
 
 
@@ -315,6 +321,7 @@ class _Import:
         reader = csv.reader(lines, strict=True)
         try:
             first = next(reader, None)
+            lines.chars = 0
             want = [_cell_text(h, self.version) for h in header]
             if first != want:
                 got = first or []
@@ -398,18 +405,20 @@ class _Import:
                 f"holds {row0:,} rows; metadata.json gives {n:,} experiments: cut short, or edited",
             )
         self.ids = _id_array(ids, id_meta["dtype"])
-        seen: dict[Any, int] = {}
-        for k, e in enumerate(ids):
-            key = (type(e), e)
-            if key in seen:
-                raise self.error(
-                    member, f"experiment id {e!r} is in rows {seen[key] + 1} and {k + 1}"
-                )
-            seen[key] = k
-        for k, text in enumerate(self.id_texts):
-            self.text_pos[text] = -1 if text in self.text_pos else k
-        full = {name: _concat(p) for name, p in parts.items()}
+        if len(set(ids)) != len(ids):  # 3 and "3" differ in a set
+            first: dict[Any, int] = {}
+            for k, e in enumerate(ids):
+                j = first.setdefault((type(e), e), k)
+                if j != k:
+                    raise self.error(
+                        member, f"experiment id {_short(e)} is in rows {j + 1} and {k + 1}"
+                    )
+        del ids
+        # One column at a time, each chunk's part dropped as it is joined.
+        full = {name: _concat(parts.pop(name)) for name in list(parts)}
         self.write_design_and_status(member, cols, full)
+        del full
+        release_freed_memory()
 
     def parse_id(self, member: str, line: int, text: str, kind: str, is_str: bool) -> Any:
         if kind == "string" or (kind == "mixed" and is_str):
@@ -513,6 +522,10 @@ class _Import:
         texts = [self.cell(t) for t in id_cells.tolist()]
         if texts == self.id_texts[row0 : row0 + len(texts)]:
             return np.arange(row0, row0 + len(texts))
+        if not self.text_pos:  # made at the first row out of order (most archives have none)
+            # The row of each id's text; -1 where an int and a str id share one (3 and "3").
+            for k, text in enumerate(self.id_texts):
+                self.text_pos[text] = -1 if text in self.text_pos else k
         pos = np.empty(len(texts), dtype=np.intp)
         for k, t in enumerate(texts):
             p = self.text_pos.get(t)
@@ -762,7 +775,12 @@ def _parse_cells(
                 present = np.fromiter((c != "" for c in cells.tolist()), bool, n)
         values = np.empty(n, dtype=object)
         if dtype == "string":
-            values[:] = [text(c) if p else None for c, p in zip(cells.tolist(), present.tolist())]
+            # One str object per distinct text of the chunk (states, hosts repeat).
+            seen: dict[str, str] = {}
+            values[:] = [
+                seen.setdefault(text(c), text(c)) if p else None
+                for c, p in zip(cells.tolist(), present.tolist())
+            ]
         else:
             values[:] = [
                 base64.b64decode(text(c), validate=True) if p else None

@@ -673,3 +673,15 @@ def test_a_killed_import_leaves_no_store_and_the_next_one_cleans_up(archive, tmp
     assert not temporaries(tmp_path)
     with capsys.disabled():
         print(f"\nkilled imports: seed {seed}, finished before the kill: {finished}")
+
+
+def test_an_empty_directory_becomes_the_store_or_stays_empty(archive, tmp_path):
+    target = tmp_path / "empty"
+    target.mkdir()
+    bad = tmp_path / "bad.tar.gz"
+    bad.write_bytes(b"not an archive")
+    with pytest.raises(ValueError, match="not a .tar.gz"):
+        runstore.import_tar(bad, target)
+    assert target.is_dir() and not os.listdir(target) and not temporaries(tmp_path)
+    back = runstore.import_tar(archive, target)
+    assert back.path == str(target) and len(back.design()) == 4
