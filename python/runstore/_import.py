@@ -898,7 +898,7 @@ def _checked_meta(meta: Any, error: Callable[[str], ArchiveError]) -> dict[str, 
         rows_list(c, "missing_rows", where)
         if role == "parameter":
             try:
-                ex._check_param_name(name)
+                ex.check_param_name(name)
             except ValueError as e:
                 raise error(f"{where}: {e}") from None
         else:
