@@ -7,7 +7,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 #include <random>
+#include <utility>
 
 #include "env/path.h"
 #include "format/format.h"
@@ -239,7 +241,74 @@ WriterImpl::WriterImpl(Env* env, std::string segments_dir, const WriterOptions& 
   sync_thread_ = std::thread([this] { SyncLoop(); });
 }
 
-WriterImpl::~WriterImpl() { (void)Close(); }
+WriterImpl::~WriterImpl() {
+  if (fork_guard_.InOtherProcess()) {
+    AbandonAfterFork();
+    return;
+  }
+  (void)Close();
+}
+
+namespace {
+
+// Ends a std::thread object's life without joining or detaching it: in a
+// child of fork() its handle names a thread of the parent, which does not
+// exist here (and whose descriptor glibc may have handed to a new thread of
+// this process).
+void AbandonThread(std::thread* t) {
+  alignas(std::thread) unsigned char grave[sizeof(std::thread)];
+  new (grave) std::thread(std::move(*t));  // *t is empty now; the grave is never destroyed
+}
+
+// Puts a new T in *x without destroying the old one, which a thread of the
+// parent may have left half changed (or been waiting on) at the fork.
+template <typename T, typename... Args>
+void Renew(T* x, Args&&... args) {
+  new (x) T(std::forward<Args>(args)...);
+}
+
+}  // namespace
+
+Status WriterImpl::ForkedError() const {
+  return Status::FailedPrecondition(
+      "writer '" + options_.writer_id + "' was opened in process " +
+      std::to_string(fork_guard_.owner_pid()) + " and this is process " + std::to_string(getpid()) +
+      ", a child of fork(): a writer's threads and open segment stay with the process that "
+      "opened it, so nothing can be appended, committed or closed through it here (nothing was, "
+      "and the parent's writer goes on unharmed). Open a writer in this process "
+      "(Store::NewWriter; store.writer() in Python)");
+}
+
+// The analysis is off: this runs in a child of fork(), whose one thread is the
+// caller, and it is the fork, not a lock, that makes the members its own.
+void WriterImpl::AbandonAfterFork() RUNSTORE_NO_THREAD_SAFETY_ANALYSIS {
+  AbandonThread(&bg_);
+  AbandonThread(&sync_thread_);
+  // A thread of the parent may have waited on them: destroying them would
+  // wait for it for ever (glibc's pthread_cond_destroy waits for waiters).
+  Renew(&work_cv_);
+  Renew(&done_cv_);
+  Renew(&sync_cv_);
+  // Its destructor would ship, stop the parent's lease and remove the lease
+  // file and the number claimed ahead: left to the child's exit.
+  (void)shipper_.release();
+  // The mutex free at the fork: no thread of the parent was changing what it
+  // guards. No task and no sync running: nor the open segment.
+  const bool settled = mu_.TryLock();
+  const bool busy = !settled || running_ || group_.running();
+  if (settled) mu_.Unlock();
+  if (!settled) {
+    Renew(&mu_);
+    Renew(&series_);
+    Renew(&series_order_);
+    Renew(&last_record_);
+    Renew(&queue_, options_.buffer_bytes, options_.block_bytes);
+    Renew(&bg_error_);
+  }
+  // Its descriptor (this process's copy) is closed by the destructor, which
+  // writes nothing; one a thread of the parent was using is left open.
+  if (busy) Renew(&open_, env_, std::string(), options_.writer_id, options_.zstd_level, 0, 0);
+}
 
 Status WriterImpl::CheckUsableLocked() const {
   if (!closed_ && !stopping_ && bg_error_.ok()) return Status::OK();  // no Status copy
@@ -276,6 +345,7 @@ Status WriterImpl::DefineSeriesLocked(std::string_view name, const SeriesSchema&
 }
 
 Status WriterImpl::DefineSeries(std::string_view name, const SeriesOptions& o) {
+  if (fork_guard_.InOtherProcess()) return ForkedError();
   RUNSTORE_RETURN_IF_ERROR(ValidateSeriesName(name, options_.allow_reserved_names));
   SeriesSchema schema{o.dtype, o.variable_shape,
                       o.variable_shape ? std::vector<int64_t>{} : o.shape};
@@ -377,17 +447,20 @@ Status WriterImpl::CommitLocked(bool sync) {
 }
 
 Status WriterImpl::Commit() {
+  if (fork_guard_.InOtherProcess()) return ForkedError();
   MutexLock lock(&mu_);
   return CommitLocked();
 }
 
 Result<uint64_t> WriterImpl::CommitAsync() {
+  if (fork_guard_.InOtherProcess()) return ForkedError();
   MutexLock lock(&mu_);
   RUNSTORE_RETURN_IF_ERROR(CheckUsableLocked());
   return QueueCommitLocked(/*sync=*/true);
 }
 
 Status WriterImpl::WaitForCommit(uint64_t ticket) {
+  if (fork_guard_.InOtherProcess()) return ForkedError();
   MutexLock lock(&mu_);
   if (ticket == 0 || ticket > commit_requested_) {
     return Status::InvalidArgument("writer '" + options_.writer_id +
@@ -413,21 +486,25 @@ Status WriterImpl::WaitForCommitLocked(uint64_t ticket) {
 }
 
 uint64_t WriterImpl::DurableTicket() const {
+  if (fork_guard_.InOtherProcess()) return 0;  // nothing of this process
   MutexLock lock(&mu_);
   return group_.durable();
 }
 
 uint64_t WriterImpl::ShippedTicket() const {
+  if (fork_guard_.InOtherProcess()) return 0;  // nothing of this process
   if (!shipper_) return DurableTicket();
   return shipper_->shipped();
 }
 
 uint64_t WriterImpl::LastTicket() const {
+  if (fork_guard_.InOtherProcess()) return 0;  // nothing of this process
   MutexLock lock(&mu_);
   return commit_requested_;
 }
 
 Status WriterImpl::WaitForShipped(uint64_t ticket) {
+  if (fork_guard_.InOtherProcess()) return ForkedError();
   if (!shipper_) return WaitForCommit(ticket);
   MutexLock lock(&mu_);
   if (ticket == 0 || ticket > commit_requested_) {
@@ -465,11 +542,13 @@ Status WriterImpl::WaitForShipped(uint64_t ticket) {
 }
 
 Status WriterImpl::Flush() {
+  if (fork_guard_.InOtherProcess()) return ForkedError();
   MutexLock lock(&mu_);
   return CommitLocked(/*sync=*/false);
 }
 
 Status WriterImpl::FlushAsync() {
+  if (fork_guard_.InOtherProcess()) return ForkedError();
   MutexLock lock(&mu_);
   RUNSTORE_RETURN_IF_ERROR(CheckUsableLocked());
   (void)QueueCommitLocked(/*sync=*/false);
@@ -526,11 +605,13 @@ void WriterImpl::AfterAppendLocked(size_t value_bytes) {
 void WriterImpl::HoldAutoCommitsLocked() { ++auto_commit_holds_; }
 
 void WriterImpl::HoldAutoCommits() {
+  if (fork_guard_.InOtherProcess()) return;
   MutexLock lock(&mu_);
   HoldAutoCommitsLocked();
 }
 
 void WriterImpl::ReleaseAutoCommits() {
+  if (fork_guard_.InOtherProcess()) return;
   MutexLock lock(&mu_);
   if (auto_commit_holds_ > 0) ReleaseAutoCommitsLocked();  // one without a hold: nothing
 }
@@ -585,6 +666,7 @@ Status WriterImpl::AppendLarge(Series* s, const RunRef& run, int64_t step, const
 }
 
 Status WriterImpl::Append(RunRef run, std::string_view name, int64_t step, const ValueRef& value) {
+  if (fork_guard_.InOtherProcess()) return ForkedError();
   if (run.is_string) RUNSTORE_RETURN_IF_ERROR(ValidateRunId(run));
   MutexLock lock(&mu_);
   // The hot path: another small fixed-shape value of the series appended
@@ -627,6 +709,7 @@ Status WriterImpl::CheckAgainstSeries(const Series& s, std::string_view name,
 }
 
 Status WriterImpl::AppendRecord(RunRef run, int64_t step, std::span<const NamedValue> values) {
+  if (fork_guard_.InOtherProcess()) return ForkedError();
   if (run.is_string) RUNSTORE_RETURN_IF_ERROR(ValidateRunId(run));
   MutexLock lock(&mu_);
   RUNSTORE_RETURN_IF_ERROR(CheckUsableLocked());
@@ -668,6 +751,7 @@ Status WriterImpl::AppendRecord(RunRef run, int64_t step, std::span<const NamedV
 
 Status WriterImpl::AppendTimes(std::span<const RunRef> runs, std::span<const int64_t> steps,
                                std::span<const double> times) {
+  if (fork_guard_.InOtherProcess()) return ForkedError();
   if (!options_.record_time) return Status::OK();
   if (runs.size() != steps.size() || (!times.empty() && times.size() != runs.size())) {
     return Status::InvalidArgument("AppendTimes: " + std::to_string(runs.size()) + " runs but " +
@@ -726,6 +810,7 @@ ValueRef FirstOfBatch(const ValueRef& values, size_t n) {
 
 Status WriterImpl::AppendBatch(std::span<const RunRef> runs, std::string_view name,
                                std::span<const int64_t> steps, const ValueRef& values) {
+  if (fork_guard_.InOtherProcess()) return ForkedError();
   const size_t n = runs.size();
   if (steps.size() != n) {
     return Status::InvalidArgument("AppendBatch of '" + std::string(name) +
@@ -784,6 +869,7 @@ Status WriterImpl::AppendBatchLocked(Series* s, std::span<const RunRef> runs,
 
 Status WriterImpl::AppendValues(std::span<const RunRef> runs, std::string_view name,
                                 std::span<const int64_t> steps, std::span<const ValueRef> values) {
+  if (fork_guard_.InOtherProcess()) return ForkedError();
   const size_t n = runs.size();
   if (steps.size() != n || values.size() != n) {
     return Status::InvalidArgument(
@@ -828,6 +914,7 @@ Status WriterImpl::AppendValuesLocked(Series* s, std::span<const RunRef> runs,
 
 Status WriterImpl::AppendColumns(std::span<const RunRef> runs, std::span<const int64_t> steps,
                                  std::span<const ColumnRef> columns) {
+  if (fork_guard_.InOtherProcess()) return ForkedError();
   const size_t n = runs.size();
   if (steps.size() != n) {
     return Status::InvalidArgument("AppendColumns: " + std::to_string(n) + " runs but " +
@@ -889,6 +976,7 @@ void WriterImpl::ForgetSeriesLocked(std::span<Series* const> defined) {
 }
 
 Status WriterImpl::Resume(RunRef run, int64_t step) {
+  if (fork_guard_.InOtherProcess()) return ForkedError();
   if (run.is_string) RUNSTORE_RETURN_IF_ERROR(ValidateRunId(run));
   MutexLock lock(&mu_);
   // The marker hides records of commits strictly before its own, so
@@ -901,6 +989,7 @@ Status WriterImpl::Resume(RunRef run, int64_t step) {
 }
 
 Status WriterImpl::Close() {
+  if (fork_guard_.InOtherProcess()) return ForkedError();
   {
     MutexLock lock(&mu_);
     if (closed_) return !bg_error_.ok() ? bg_error_ : shipper_ ? shipper_->status() : Status::OK();
@@ -928,6 +1017,7 @@ Status WriterImpl::Close() {
 }
 
 WriterStats WriterImpl::stats() const {
+  if (fork_guard_.InOtherProcess()) return {};
   MutexLock lock(&mu_);
   return stats_;
 }

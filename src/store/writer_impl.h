@@ -8,6 +8,11 @@
 // queued tasks; the sync thread. A caller that must wait for a task or a
 // sync anyway (a commit, a large value written from its memory) runs it
 // itself when the thread for it is idle.
+//
+// Processes: a writer belongs to the process that opened it. In a child of
+// fork() every call returns FailedPrecondition (the tickets are 0, the stats
+// empty), and destroying the writer there only frees memory
+// (docs/design.md#fork).
 #ifndef RUNSTORE_STORE_WRITER_IMPL_H_
 #define RUNSTORE_STORE_WRITER_IMPL_H_
 
@@ -29,6 +34,7 @@
 #include "store/open_segment.h"
 #include "store/schema.h"
 #include "store/staging.h"
+#include "util/fork_guard.h"
 #include "util/mutex.h"
 #include "util/thread_annotations.h"
 
@@ -181,6 +187,14 @@ class WriterImpl final : public Writer {
   // frames are not committed, leaves the seal to the next commit instead.
   void RollIdleLocked() RUNSTORE_REQUIRES(mu_);
 
+  // ---- fork() (docs/design.md#fork).
+  // The error of every call made in a child of fork().
+  Status ForkedError() const;
+  // Destruction in a child: the parent's threads are not joined, its files
+  // not written, synced, sealed or removed, and what one of its threads may
+  // have been changing at the fork is left as it is rather than freed.
+  void AbandonAfterFork();
+
   // ---- Group commit: the sync thread's loop, and the one sync it runs at a
   // time (mu_ held on entry and exit, released during the fdatasync).
   void SyncLoop() RUNSTORE_EXCLUDES(mu_);
@@ -193,8 +207,11 @@ class WriterImpl final : public Writer {
   Env* const env_;
   const WriterOptions options_;
   const StoreSchema existing_;
+  const ForkGuard fork_guard_;  // the process the writer belongs to
   // Staging only (null otherwise); thread-safe, with a thread of its own.
-  const std::unique_ptr<staging::Shipper> shipper_;
+  // Released without being destroyed in a child of fork() (its destructor
+  // would stop the parent's lease).
+  std::unique_ptr<staging::Shipper> shipper_;
 
   // ---- Protected by mu_.
   mutable Mutex mu_;

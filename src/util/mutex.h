@@ -21,6 +21,8 @@ class RUNSTORE_CAPABILITY("mutex") Mutex {
 
   void Lock() RUNSTORE_ACQUIRE() { mu_.lock(); }
   void Unlock() RUNSTORE_RELEASE() { mu_.unlock(); }
+  // Takes the mutex if no thread holds it; true if it did.
+  bool TryLock() RUNSTORE_TRY_ACQUIRE(true) { return mu_.try_lock(); }
   // Tells the analysis that the calling thread holds the mutex (for code it
   // cannot follow, such as a callback the holder runs).
   void AssertHeld() const RUNSTORE_ASSERT_CAPABILITY(this) {}

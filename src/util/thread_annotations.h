@@ -27,6 +27,8 @@
 // A function that takes (or gives back) the capabilities.
 #define RUNSTORE_ACQUIRE(...) RUNSTORE_THREAD_ANNOTATION_(acquire_capability(__VA_ARGS__))
 #define RUNSTORE_RELEASE(...) RUNSTORE_THREAD_ANNOTATION_(release_capability(__VA_ARGS__))
+// A function that takes the capabilities when it returns `result`.
+#define RUNSTORE_TRY_ACQUIRE(...) RUNSTORE_THREAD_ANNOTATION_(try_acquire_capability(__VA_ARGS__))
 // A function that returns the capability guarding what it returns.
 #define RUNSTORE_RETURN_CAPABILITY(x) RUNSTORE_THREAD_ANNOTATION_(lock_returned(x))
 // Asserts, to the analysis, that the capability is held.
