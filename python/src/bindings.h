@@ -19,8 +19,10 @@
 #include <nanobind/stl/string.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
@@ -94,11 +96,20 @@ class PyWriter {
   template <typename F>
   Status RunAppendStatus(size_t bytes, F&& append);
   Status DrainTapeStatus();
+  // Waits (without the GIL) until no batch taken off the tape is still being
+  // appended by another thread.
+  void WaitForDrains();
 
   std::unique_ptr<Writer> writer_;
   StepTape tape_;  // guarded by the GIL
   std::atomic<int64_t> release_until_ns_{0};
   std::atomic<bool> closed_{false};
+  // Batches taken off the tape and being appended, perhaps with the GIL
+  // released: close waits for them, or a call that returned as logged would
+  // meet the closed writer and be lost. Never held while blocking on the GIL.
+  std::mutex drain_mu_;
+  std::condition_variable drains_done_;
+  int draining_ = 0;  // guarded by drain_mu_
 };
 
 class PyStore {

@@ -211,11 +211,24 @@ Status PyWriter::DrainTapeStatus() {
   // Taken out first: with the GIL released meanwhile, another thread may
   // fill the tape again.
   StepTape::Batch batch = tape_.Take();
+  {
+    const std::lock_guard lock(drain_mu_);
+    ++draining_;
+  }
   Writer* w = writer_.get();
   const Status s = RunAppendStatus(batch.bytes(), [&] { return batch.AppendTo(w); });
+  {
+    const std::lock_guard lock(drain_mu_);
+    if (--draining_ == 0) drains_done_.notify_all();
+  }
   tape_.Recycle(std::move(batch));
   if (!s.ok()) tape_.Disarm();
   return s;
+}
+
+void PyWriter::WaitForDrains() {
+  std::unique_lock lock(drain_mu_);
+  drains_done_.wait(lock, [&] { return draining_ == 0; });
 }
 
 void PyWriter::DrainTape() { Check(DrainTapeStatus()); }
@@ -502,13 +515,16 @@ void PyWriter::Resume(nb::handle run, nb::handle step_obj) {
 }
 
 void PyWriter::Close() {
-  const Status drained = DrainTapeStatus();  // the writer closes whatever it says
-  // Off before the GIL is released: a call from another thread meanwhile, or
-  // any call after, meets the closing writer.
+  // Off before the drain: the drain may release the GIL (under back-pressure),
+  // and a call another thread taped meanwhile would return as logged and
+  // never be appended. Off, a call from another thread, or any call after,
+  // meets the closing writer.
   tape_.set_enabled(false);
+  const Status drained = DrainTapeStatus();  // the writer closes whatever it says
   Status s;
   {
     nb::gil_scoped_release nogil;
+    WaitForDrains();  // batches other threads took off the tape before it was off
     s = writer_->Close();
   }
   closed_.store(true, std::memory_order_relaxed);
@@ -516,11 +532,12 @@ void PyWriter::Close() {
 }
 
 bool PyWriter::Exit(nb::handle exc_type, nb::handle exc, nb::handle) {
+  tape_.set_enabled(false);  // before the drain, as in Close
   const Status drained = DrainTapeStatus();
-  tape_.set_enabled(false);  // as in Close
   Status s;
   {
     nb::gil_scoped_release nogil;
+    WaitForDrains();       // as in Close
     s = writer_->Close();  // commits what was appended, even when the block raised
   }
   if (!drained.ok()) s = drained;

@@ -311,8 +311,8 @@ void WriterImpl::AbandonAfterFork() RUNSTORE_NO_THREAD_SAFETY_ANALYSIS {
 }
 
 Status WriterImpl::CheckUsableLocked() const {
-  if (!closed_ && !stopping_ && bg_error_.ok()) return Status::OK();  // no Status copy
-  if (closed_ || stopping_)
+  if (!closed_ && !stopping_ && !closing_ && bg_error_.ok()) return Status::OK();  // no copy
+  if (closed_ || stopping_ || closing_)
     return Status::FailedPrecondition("writer " + options_.writer_id + " is closed");
   return bg_error_;
 }
@@ -739,7 +739,8 @@ Status WriterImpl::AppendRecord(RunRef run, int64_t step, std::span<const NamedV
   }
   if (!same) last_record_.assign(series, series + values.size());
   for (size_t i = 0; i < values.size(); ++i) {
-    RUNSTORE_RETURN_IF_ERROR(CheckUsableLocked());
+    // Within a call only a background error stops it: Close waits for it.
+    if (!bg_error_.ok()) return bg_error_;
     RUNSTORE_RETURN_IF_ERROR(AppendLocked(series[i], run, step, values[i].value));
   }
   if (options_.record_time && !values.empty()) {
@@ -838,7 +839,7 @@ Status WriterImpl::AppendBatchLocked(Series* s, std::span<const RunRef> runs,
   if (s->record_bytes == 0 || per >= options_.large_value_bytes) {
     for (size_t i = 0; i < n; ++i) {
       one.data = base + i * per;
-      RUNSTORE_RETURN_IF_ERROR(CheckUsableLocked());
+      if (!bg_error_.ok()) return bg_error_;  // (Close waits for the call)
       RUNSTORE_RETURN_IF_ERROR(AppendLocked(s, runs[i], steps[i], one));
     }
     return Status::OK();
@@ -846,7 +847,7 @@ Status WriterImpl::AppendBatchLocked(Series* s, std::span<const RunRef> runs,
   // Fixed-shape values: copy as many whole records as fit in the open block
   // at once.
   for (size_t i = 0; i < n;) {
-    RUNSTORE_RETURN_IF_ERROR(CheckUsableLocked());
+    if (!bg_error_.ok()) return bg_error_;  // (Close waits for the call)
     if (!s->builder) {
       s->builder = queue_.TakeBuilder(format::BlockSchema{
           s->name, s->schema.dtype, s->schema.variable_shape, s->schema.shape, s->codec});
@@ -906,7 +907,7 @@ Status WriterImpl::AppendValuesLocked(Series* s, std::span<const RunRef> runs,
                                       std::span<const int64_t> steps,
                                       std::span<const ValueRef> values) {
   for (size_t i = 0; i < runs.size(); ++i) {
-    RUNSTORE_RETURN_IF_ERROR(CheckUsableLocked());
+    if (!bg_error_.ok()) return bg_error_;  // (Close waits for the call)
     RUNSTORE_RETURN_IF_ERROR(AppendLocked(s, runs[i], steps[i], values[i]));
   }
   return Status::OK();
@@ -993,6 +994,10 @@ Status WriterImpl::Close() {
   {
     MutexLock lock(&mu_);
     if (closed_) return !bg_error_.ok() ? bg_error_ : shipper_ ? shipper_->status() : Status::OK();
+    // Calls appending several records that are under way end first (their
+    // records wholly in the last commit); calls from now on are refused.
+    closing_ = true;
+    while (calls_appending_ > 0 && !stopping_) done_cv_.Wait(&mu_);
     if (!stopping_) {
       QueueAllBlocksLocked();
       queue_.PushSeal();

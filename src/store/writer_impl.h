@@ -145,17 +145,24 @@ class WriterImpl final : public Writer {
   void AfterAppendLocked(size_t value_bytes) RUNSTORE_REQUIRES(mu_);
   // Automatic commits (commit_every_bytes, commit_every_s) wait while a call
   // that appends several records runs, so that none is split by one; one
-  // that came due meanwhile is made when the last hold is released.
+  // that came due meanwhile is made when the last hold is released. So does
+  // Close (calls_appending_): such a call may wait for buffer space or for a
+  // large value to be written, and a close that came in between would leave
+  // the records appended before it in the last commit and fail the call.
   void HoldAutoCommitsLocked() RUNSTORE_REQUIRES(mu_);
   void ReleaseAutoCommitsLocked() RUNSTORE_REQUIRES(mu_);
   class AutoCommitHold {
    public:
     explicit AutoCommitHold(WriterImpl* w) RUNSTORE_REQUIRES(w->mu_) : w_(w) {
       w_->HoldAutoCommitsLocked();
+      ++w_->calls_appending_;
     }
     // Runs with the writer's mutex held: the hold is made and released
     // inside one locked call (the analysis cannot see that from here).
-    ~AutoCommitHold() RUNSTORE_NO_THREAD_SAFETY_ANALYSIS { w_->ReleaseAutoCommitsLocked(); }
+    ~AutoCommitHold() RUNSTORE_NO_THREAD_SAFETY_ANALYSIS {
+      w_->ReleaseAutoCommitsLocked();
+      if (--w_->calls_appending_ == 0) w_->done_cv_.SignalAll();  // Close may wait
+    }
     AutoCommitHold(const AutoCommitHold&) = delete;
     AutoCommitHold& operator=(const AutoCommitHold&) = delete;
 
@@ -237,6 +244,7 @@ class WriterImpl final : public Writer {
   uint64_t bytes_since_commit_ RUNSTORE_GUARDED_BY(mu_) = 0;
   std::optional<std::chrono::steady_clock::time_point> first_uncommitted_ RUNSTORE_GUARDED_BY(mu_);
   int auto_commit_holds_ RUNSTORE_GUARDED_BY(mu_) = 0;     // AutoCommitHold
+  int calls_appending_ RUNSTORE_GUARDED_BY(mu_) = 0;       // AutoCommitHold, not the API's
   bool time_commit_due_ RUNSTORE_GUARDED_BY(mu_) = false;  // during a hold
   // Tickets: commits (and flushes) are numbered 1, 2, ... as they are
   // queued; large values written from the caller's memory likewise.
@@ -249,6 +257,7 @@ class WriterImpl final : public Writer {
   GroupCommit group_ RUNSTORE_GUARDED_BY(mu_);
   bool running_ RUNSTORE_GUARDED_BY(mu_) = false;   // a thread holds task_role_
   Status bg_error_ RUNSTORE_GUARDED_BY(mu_);        // the first error of a task or sync: sticky
+  bool closing_ RUNSTORE_GUARDED_BY(mu_) = false;   // Close waits for calls_appending_
   bool stopping_ RUNSTORE_GUARDED_BY(mu_) = false;  // Close queued the seal
   bool sync_stop_ RUNSTORE_GUARDED_BY(mu_) = false;
   bool closed_ RUNSTORE_GUARDED_BY(mu_) = false;
