@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import atexit
 import math
+import os
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -31,6 +32,14 @@ def _close_all() -> None:
     for r in _runners.values():
         r.close()
     _runners.clear()
+
+
+def _after_fork_in_child() -> None:
+    # The parent's writers are the parent's: a child (a forked worker process) opens its own.
+    _runners.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _run_chunk(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import threading
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
@@ -34,6 +35,20 @@ _ON_DAMAGED = {"raise": False, "skip": True}
 #: How many problems the message of Store.verify's CorruptionError spells out.
 _VERIFY_MESSAGE_PROBLEMS = 10
 _F = TypeVar("_F", bound=Callable[..., Any])
+
+#: Every Store of this process (see _after_fork_in_child).
+_STORES: weakref.WeakSet[Store] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    """A Store's lock, held by another thread of the parent at the fork (opening the store),
+    would be held for ever in the child, whose one thread is this one: each gets a new one. What
+    the core store itself does across fork is in docs/design.md#fork."""
+    for s in list(_STORES):
+        s._lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _doc(fn: Callable[..., Any]) -> Callable[[_F], _F]:
@@ -136,6 +151,7 @@ class Store:
         self._on_damaged = on_damaged
         self._opened: Any = None
         self._lock = threading.Lock()
+        _STORES.add(self)
 
     def _open(self) -> Any:
         with self._lock:  # of this Store only: opening another store need not wait

@@ -93,7 +93,8 @@ class WriterPlugin(WorkerPlugin):
     """Opens ``store``'s writer lazily in the worker process and closes it when the worker stops.
 
     Writer methods may be called from several threads at once (include/runstore/writer.h), so the
-    worker's threads share the one writer; the lock guards only its creation.
+    worker's threads share the one writer; the lock guards only its creation. A writer belongs to
+    the process that opened it: in a forked child a new one is opened.
     """
 
     def __init__(self, store: Store, writer_options: dict[str, Any] | None = None) -> None:
@@ -102,6 +103,7 @@ class WriterPlugin(WorkerPlugin):
         self.name = plugin_name(store)
         self._lock = threading.Lock()
         self._writer: Any = None
+        self._pid = 0  # the process _writer belongs to
 
     def __getstate__(self) -> dict[str, Any]:
         return dict(store=self.store, writer_options=self.writer_options, name=self.name)
@@ -111,13 +113,14 @@ class WriterPlugin(WorkerPlugin):
 
     def writer(self) -> Any:
         with self._lock:
-            if self._writer is None or self._writer.closed:
+            if self._writer is None or self._writer.closed or self._pid != os.getpid():
                 self._writer = self.store.writer(**self.writer_options)
+                self._pid = os.getpid()
             return self._writer
 
     def teardown(self, worker: Any = None) -> None:
         with self._lock:
-            if self._writer is not None and not self._writer.closed:
+            if self._writer is not None and not self._writer.closed and self._pid == os.getpid():
                 self._writer.close()  # commits what is logged, then closes
             self._writer = None
 
@@ -129,6 +132,17 @@ def plugin_name(store: Store) -> str:
 #: Writers of processes that are not Dask workers (the synchronous scheduler): closed at exit.
 _LOCAL_PLUGINS: dict[str, WriterPlugin] = {}
 _LOCAL_LOCK = threading.Lock()
+
+
+def _after_fork_in_child() -> None:
+    # The parent's writers are the parent's (their teardown at the child's exit does nothing
+    # there): a child opens its own.
+    global _LOCAL_LOCK
+    _LOCAL_PLUGINS.clear()
+    _LOCAL_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _plugin(store: Store, writer_options: dict[str, Any]) -> WriterPlugin:

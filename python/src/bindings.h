@@ -27,6 +27,7 @@
 #include <string>
 #include <utility>
 
+#include "fork_guard.h"
 #include "runstore/store.h"
 #include "step_tape.h"
 
@@ -50,7 +51,8 @@ class PyWriter {
     tape_.set_record_time(record_time);
   }
   // Appends what the tape holds before the writer closes (errors are lost, as
-  // the core writer's own close on destruction loses them).
+  // the core writer's own close on destruction loses them). In a child of
+  // fork(), appends nothing: the core writer there only frees memory.
   ~PyWriter();
   PyWriter(const PyWriter&) = delete;
   PyWriter& operator=(const PyWriter&) = delete;
@@ -77,8 +79,14 @@ class PyWriter {
               nb::handle codec);
   uint64_t Commit(bool wait);
   void WaitForCommit(uint64_t ticket);
-  uint64_t durable_ticket() const { return writer_->DurableTicket(); }
-  uint64_t shipped_ticket() const { return writer_->ShippedTicket(); }
+  uint64_t durable_ticket() const {
+    CheckProcess();
+    return writer_->DurableTicket();
+  }
+  uint64_t shipped_ticket() const {
+    CheckProcess();
+    return writer_->ShippedTicket();
+  }
   void WaitForShipped(nb::handle ticket);
   void Flush(bool wait);
   void Resume(nb::handle run, nb::handle step);
@@ -88,7 +96,16 @@ class PyWriter {
   const std::string& writer_id() const { return writer_->writer_id(); }
   bool closed() const { return closed_.load(std::memory_order_relaxed); }
 
+  // Raises RuntimeError in a child of fork() (docs/design.md#fork): every
+  // method calls it first, the step tape's path included, so that no call
+  // there returns as if it had appended or committed.
+  void CheckProcess() const {
+    if (fork_guard_.InOtherProcess()) [[unlikely]]
+      ThrowForked();
+  }
+
  private:
+  [[noreturn]] void ThrowForked() const;
   // Runs `append` (a callable returning Status) with or without the GIL, by
   // the policy above, and raises its error.
   template <typename F>
@@ -101,7 +118,8 @@ class PyWriter {
   void WaitForDrains();
 
   std::unique_ptr<Writer> writer_;
-  StepTape tape_;  // guarded by the GIL
+  const ForkGuard fork_guard_;  // the process the writer belongs to
+  StepTape tape_;               // guarded by the GIL
   std::atomic<int64_t> release_until_ns_{0};
   std::atomic<bool> closed_{false};
   // Batches taken off the tape and being appended, perhaps with the GIL
@@ -110,6 +128,36 @@ class PyWriter {
   std::mutex drain_mu_;
   std::condition_variable drains_done_;
   int draining_ = 0;  // guarded by drain_mu_
+};
+
+// A store across fork() (docs/design.md#fork). A store at rest holds no
+// thread, and its snapshot reads through mappings and pread, which a child
+// shares safely with its parent; but a thread of the parent inside a call of
+// the store at the fork (a refresh, a scan) may hold its locks, or be
+// building what a first read builds once, and the child would wait for that
+// thread for ever. So calls are counted while they run without the GIL (the
+// thread that forks holds it), and in a child the first call finds out
+// whether one was under way: then every call raises RuntimeError, otherwise
+// the store is the child's own from then on.
+struct StoreForkState {
+  std::atomic<int> busy{0};  // calls in flight
+  // The following with the GIL held.
+  ForkGuard guard;      // the process the store was last checked in
+  bool broken = false;  // unusable in this process
+};
+
+// Held by each call of a store that reaches the core, made with the GIL
+// held: raises RuntimeError in a child of fork() if the store was in use at
+// the fork, and counts the call while it runs.
+class StoreUse {
+ public:
+  StoreUse(StoreForkState& state, const std::string& path);
+  ~StoreUse() { state_.busy.fetch_sub(1, std::memory_order_relaxed); }
+  StoreUse(const StoreUse&) = delete;
+  StoreUse& operator=(const StoreUse&) = delete;
+
+ private:
+  StoreForkState& state_;
 };
 
 class PyStore {
@@ -151,6 +199,13 @@ class PyStore {
   std::unique_ptr<Store> store_;
   bool read_only_;
   bool skip_damaged_;
+  // Shared with the store's lazy values.
+  std::shared_ptr<StoreForkState> fork_ = std::make_shared<StoreForkState>();
+
+ public:
+  // Held by a call (see StoreUse).
+  StoreUse Use() { return StoreUse(*fork_, store_->path()); }
+  const std::shared_ptr<StoreForkState>& fork_state() const { return fork_; }
 };
 
 void BindWriter(nb::module_& m);

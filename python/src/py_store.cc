@@ -75,6 +75,24 @@ bool IsDamagedSegmentError(const Status& s) {
 
 }  // namespace
 
+StoreUse::StoreUse(StoreForkState& state, const std::string& path) : state_(state) {
+  if (state.guard.InOtherProcess() || state.broken) [[unlikely]] {
+    // The first call in a child of fork() (the GIL makes it the only one).
+    if (state.broken || state.busy.load(std::memory_order_relaxed) > 0) {
+      state.broken = true;
+      Throw(PyExc_RuntimeError,
+            "store " + path + " was in use by another thread of process " +
+                std::to_string(state.guard.owner_pid()) + " when this process (" +
+                std::to_string(getpid()) +
+                ") was forked from it: that thread does not exist here and may have held the "
+                "store's locks, so this copy cannot be used. Open the store again in this "
+                "process: runstore.open(path)");
+    }
+    state.guard = ForkGuard();  // the child's own from now on
+  }
+  state.busy.fetch_add(1, std::memory_order_relaxed);
+}
+
 void PyStore::CheckOpen(const Status& s) const {
   if (s.ok()) return;
   if (skip_damaged_ || !IsDamagedSegmentError(s)) ThrowStatus(s);
@@ -118,6 +136,7 @@ PyWriter* PyStore::NewWriter(nb::handle writer_id, nb::handle buffer_bytes, nb::
                              nb::handle commit_every_bytes, nb::handle segment_bytes,
                              bool allow_reserved, nb::handle staging_dir, nb::handle ship_every_s,
                              bool record_time) {
+  const StoreUse use = Use();
   WriterOptions o;
   o.record_time = record_time;
   // Private: lets the runstore package write its '~design/...' and
@@ -143,6 +162,7 @@ PyWriter* PyStore::NewWriter(nb::handle writer_id, nb::handle buffer_bytes, nb::
 }
 
 void PyStore::Refresh() {
+  const StoreUse use = Use();
   Status s;
   {
     nb::gil_scoped_release nogil;
@@ -167,12 +187,14 @@ std::vector<SeriesInfo> ListSeriesNoGil(Store& store, bool include_reserved) {
 }  // namespace
 
 nb::list PyStore::Names(bool include_reserved) {
+  const StoreUse use = Use();
   nb::list out;
   for (const SeriesInfo& s : ListSeriesNoGil(*store_, include_reserved)) out.append(s.name);
   return out;
 }
 
 nb::list PyStore::Series(bool include_reserved) {
+  const StoreUse use = Use();
   nb::list out;
   for (const SeriesInfo& s : ListSeriesNoGil(*store_, include_reserved)) {
     out.append(SeriesDict(s));
@@ -181,6 +203,7 @@ nb::list PyStore::Series(bool include_reserved) {
 }
 
 nb::dict PyStore::SeriesInfoOf(const std::string& name) {
+  const StoreUse use = Use();
   auto snap = store_->GetSnapshot();
   Result<SeriesInfo> r = Status::NotFound("");
   {
@@ -191,6 +214,7 @@ nb::dict PyStore::SeriesInfoOf(const std::string& name) {
 }
 
 nb::list PyStore::Runs() {
+  const StoreUse use = Use();
   auto snap = store_->GetSnapshot();
   Result<std::vector<RunId>> r = Status::NotFound("");
   {
@@ -204,6 +228,7 @@ nb::list PyStore::Runs() {
 }
 
 nb::list PyStore::Segments() {
+  const StoreUse use = Use();
   nb::list out;
   for (const SegmentInfo& s : store_->GetSnapshot()->ListSegments()) {
     nb::dict d;
@@ -222,6 +247,7 @@ nb::list PyStore::Segments() {
 }
 
 nb::list PyStore::DamagedSegments() {
+  const StoreUse use = Use();
   nb::list out;
   for (const DamagedSegment& d : store_->GetSnapshot()->DamagedSegments()) {
     nb::dict e;
@@ -234,6 +260,7 @@ nb::list PyStore::DamagedSegments() {
 }
 
 nb::dict PyStore::VerifyAll(nb::handle progress) {
+  const StoreUse use = Use();
   auto snap = store_->GetSnapshot();
   VerifyReport report;
   PyProgress on_progress(progress);
@@ -260,6 +287,7 @@ nb::dict PyStore::VerifyAll(nb::handle progress) {
 }
 
 nb::object PyStore::Get(nb::handle run, const std::string& name, nb::handle step_obj) {
+  const StoreUse use = Use();
   const RunRef r = ToRunRef(run.ptr());  // borrows `run`, which the call keeps alive
   const int64_t step = ToStep(step_obj.ptr());
   auto snap = store_->GetSnapshot();
@@ -278,13 +306,18 @@ namespace {
 // CheckView has checked the bytes they reach.
 class PyLazyValue {
  public:
-  explicit PyLazyValue(LazyValue lazy)
-      : lazy_(std::move(lazy)), raw_(MakeArrayView(lazy_.value())) {}
+  // `fork` and `path`: the store's, whose snapshot the checks read.
+  PyLazyValue(LazyValue lazy, std::shared_ptr<StoreForkState> fork, std::string path)
+      : lazy_(std::move(lazy)),
+        raw_(MakeArrayView(lazy_.value())),
+        fork_(std::move(fork)),
+        path_(std::move(path)) {}
 
   nb::object raw() const { return raw_; }
   bool all_checked() const { return lazy_.all_checked(); }
 
   void CheckAll() const {
+    const StoreUse use(*fork_, path_);
     Status s;
     {
       nb::gil_scoped_release nogil;
@@ -295,6 +328,7 @@ class PyLazyValue {
 
   // Checks every byte that `view`, an array viewing raw()'s memory, can read.
   void CheckView(nb::handle view) const {
+    const StoreUse use(*fork_, path_);
     if (!PyArray_Check(view.ptr())) Throw(PyExc_TypeError, "check_view takes a numpy array");
     auto* a = reinterpret_cast<PyArrayObject*>(view.ptr());
     const int nd = PyArray_NDIM(a);
@@ -370,11 +404,14 @@ class PyLazyValue {
 
   LazyValue lazy_;
   nb::object raw_;
+  std::shared_ptr<StoreForkState> fork_;
+  std::string path_;
 };
 
 }  // namespace
 
 nb::object PyStore::GetLazy(nb::handle run, const std::string& name, nb::handle step_obj) {
+  const StoreUse use = Use();
   const RunRef r = ToRunRef(run.ptr());
   const int64_t step = ToStep(step_obj.ptr());
   auto snap = store_->GetSnapshot();
@@ -389,7 +426,7 @@ nb::object PyStore::GetLazy(nb::handle run, const std::string& name, nb::handle 
                                std::string(DTypeName(lazy.value().dtype())) +
                                " values, not arrays; use get()");
   }
-  return nb::cast(PyLazyValue(std::move(lazy)), nb::rv_policy::move);
+  return nb::cast(PyLazyValue(std::move(lazy), fork_, path()), nb::rv_policy::move);
 }
 
 namespace {
@@ -556,6 +593,7 @@ std::vector<RunId> ToRunIds(nb::handle runs) {
 // numeric columns. A series held in one block comes back as views of it.
 nb::dict PyStore::Scan(const std::string& name, bool keys, nb::handle runs_obj,
                        std::optional<std::pair<int64_t, int64_t>> step_range) {
+  const StoreUse use = Use();
   ScanOptions options{.keys = keys};
   if (!runs_obj.is_none()) options.runs = ToRunIds(runs_obj);
   if (step_range) options.steps = ScanOptions::StepRange{step_range->first, step_range->second};
@@ -842,6 +880,7 @@ void BindStore(nb::module_& m) {
       .def(
           "release_pages",
           [](PyStore& self) {
+            const StoreUse use = self.Use();
             auto snap = self.store()->GetSnapshot();
             nb::gil_scoped_release nogil;
             snap->ReleasePages();
@@ -851,6 +890,7 @@ void BindStore(nb::module_& m) {
       .def(
           "write_catalog",
           [](PyStore& self) {
+            const StoreUse use = self.Use();
             std::optional<Result<uint64_t>> r;
             {
               nb::gil_scoped_release nogil;
@@ -876,6 +916,7 @@ void BindStore(nb::module_& m) {
           "compact",
           [](PyStore& self, bool dry_run, double older_than, uint64_t smaller_than,
              uint64_t memory_bytes, double retain, nb::handle progress) {
+            const StoreUse use = self.Use();
             CompactOptions o;
             PyProgress on_progress(progress);
             if (on_progress.enabled()) {

@@ -202,8 +202,26 @@ Status PyWriter::RunAppendStatus(size_t bytes, F&& append) {
 
 PyWriter::~PyWriter() {
   // Still open: the core writer's destruction commits what was appended,
-  // so what the tape holds is appended first.
-  if (!tape_.empty() && !closed()) (void)DrainTapeStatus();
+  // so what the tape holds is appended first. Not in a child of fork():
+  // what the tape holds there is the parent's, and so is the writer.
+  if (!tape_.empty() && !closed() && !fork_guard_.InOtherProcess()) (void)DrainTapeStatus();
+}
+
+namespace {
+
+std::string ForkedMessage(const std::string& writer_id, int owner_pid) {
+  return "runstore.Writer '" + writer_id + "' was opened in process " + std::to_string(owner_pid) +
+         " and this is process " + std::to_string(getpid()) +
+         ", a child of fork(): a writer's threads and open segment stay with the process that "
+         "opened it, so nothing can be logged, committed or closed through it here (nothing "
+         "was, and the parent's writer goes on unharmed). Open a writer in this process: "
+         "store.writer()";
+}
+
+}  // namespace
+
+void PyWriter::ThrowForked() const {
+  Throw(PyExc_RuntimeError, ForkedMessage(writer_->writer_id(), fork_guard_.owner_pid()));
 }
 
 Status PyWriter::DrainTapeStatus() {
@@ -231,10 +249,14 @@ void PyWriter::WaitForDrains() {
   drains_done_.wait(lock, [&] { return draining_ == 0; });
 }
 
-void PyWriter::DrainTape() { Check(DrainTapeStatus()); }
+void PyWriter::DrainTape() {
+  CheckProcess();  // every method but the taped log comes here first
+  Check(DrainTapeStatus());
+}
 
 void PyWriter::LogKeywords(PyObject* run, PyObject* step, PyObject* kwnames, Py_ssize_t step_at,
                            PyObject* const* values) {
+  CheckProcess();  // a taped call reaches no core writer that would refuse it
   const Py_ssize_t nkw = PyTuple_GET_SIZE(kwnames);
   const size_t n = static_cast<size_t>(nkw - (step_at >= 0 ? 1 : 0));
   if (tape_.Add(run, step, kwnames, step_at, values, n)) {
@@ -472,6 +494,7 @@ uint64_t PyWriter::Commit(bool wait) {
 }
 
 void PyWriter::WaitForCommit(uint64_t ticket) {
+  CheckProcess();
   Status s;
   {
     nb::gil_scoped_release nogil;
@@ -481,6 +504,7 @@ void PyWriter::WaitForCommit(uint64_t ticket) {
 }
 
 void PyWriter::WaitForShipped(nb::handle ticket) {
+  CheckProcess();
   Status s;
   const uint64_t t = ticket.is_none() ? writer_->LastTicket() : nb::cast<uint64_t>(ticket);
   if (t == 0) return;  // nothing committed yet: nothing to ship
@@ -515,6 +539,7 @@ void PyWriter::Resume(nb::handle run, nb::handle step_obj) {
 }
 
 void PyWriter::Close() {
+  CheckProcess();  // the writer stays open, in the process it belongs to
   // Off before the drain: the drain may release the GIL (under back-pressure),
   // and a call another thread taped meanwhile would return as logged and
   // never be appended. Off, a call from another thread, or any call after,
@@ -532,6 +557,17 @@ void PyWriter::Close() {
 }
 
 bool PyWriter::Exit(nb::handle exc_type, nb::handle exc, nb::handle) {
+  if (fork_guard_.InOtherProcess()) {
+    if (exc_type.is_none() || exc.is_none()) ThrowForked();
+    // The block raised already: that exception goes on, saying that nothing
+    // of the block was committed.
+    nb::object note = MessageText("runstore: nothing the block logged was committed: " +
+                                  ForkedMessage(writer_->writer_id(), fork_guard_.owner_pid()));
+    PyObject* r = PyObject_CallMethod(exc.ptr(), "add_note", "O", note.ptr());
+    if (r == nullptr) PyErr_Clear();
+    Py_XDECREF(r);
+    return false;
+  }
   tape_.set_enabled(false);  // before the drain, as in Close
   const Status drained = DrainTapeStatus();
   Status s;
@@ -580,7 +616,11 @@ void BindWriter(nb::module_& m) {
           "leaving the block commits and closes (also when the block raised).\n\n"
           "A writer writes only its own segment files, so any number of writers (threads, "
           "processes, nodes) may append to one store at once. Its methods may be called from "
-          "several threads.")
+          "several threads.\n\n"
+          "A writer belongs to the process that made it. In a child of fork() (multiprocessing's "
+          "fork start method) every method raises RuntimeError saying to open a writer in the "
+          "child, leaving a with-block too; garbage collection there raises nothing and writes "
+          "nothing; the parent's writer goes on unharmed.")
           .def("log", &PyWriter::Log, "run"_a.none(), "step"_a.none() = 0, "values"_a,
                nb::sig("def log(self, run: int | str, step: int = 0, **values: object) -> None"),
                "Appends one record per keyword: (run, name, step) -> value. ``run`` is an int or a "
@@ -709,7 +749,12 @@ void BindWriter(nb::module_& m) {
           .def_prop_ro("closed", &PyWriter::closed,
                        "True after close() or the end of a with-block.")
           .def(
-              "__enter__", [](nb::handle self) { return self; }, "Returns the writer itself.")
+              "__enter__",
+              [](nb::handle self) {
+                nb::inst_ptr<PyWriter>(self)->CheckProcess();
+                return self;
+              },
+              "Returns the writer itself.")
           .def("__exit__", &PyWriter::Exit, "exc_type"_a.none(), "exc"_a.none(), "tb"_a.none(),
                nb::sig("def __exit__(self, exc_type: type[BaseException] | None, "
                        "exc: BaseException | None, tb: types.TracebackType | None) -> bool"),
