@@ -89,7 +89,7 @@ rm -rf "$root/build/wheel312"
 "$root/.venv312/bin/python" -m pip install -q --force-reinstall --no-deps "$root"/build/wheel312/runstore-*.whl
 cd "$root/python/tests"
 "$root/.venv312/bin/python" -m pytest -q -p no:cacheprovider \
-  "$root"/python/tests/{test_ema,test_ema_batch,test_attrs,test_roundtrip,test_values,test_writer,test_experiments,test_zero_copy,test_errors,test_pandas,test_log_call}.py
+  "$root"/python/tests/{test_ema,test_ema_signals,test_ema_batch,test_attrs,test_roundtrip,test_values,test_writer,test_experiments,test_zero_copy,test_errors,test_pandas,test_log_call}.py
 # The layout check of runstore.ema, whose ema_workbench only this environment has.
 "$root/.venv312/bin/python" -m pytest -q -p no:cacheprovider "$root"/python/tests/test_package_layout.py -k "ema"
 cd "$root"

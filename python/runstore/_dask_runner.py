@@ -8,6 +8,13 @@ The records are those of the process pool (_runner._Runner), so status, pending,
 and a rerun behave the same. A worker that dies mid-chunk has its task rerun by Dask elsewhere:
 the experiments it had committed run again, and the later commit wins, so no key is recorded
 twice.
+
+Signals (docs/experiments.md, "Signals"): a Dask worker runs tasks on threads of its own, so
+SIGTERM or SIGINT to a worker process (a batch system preempting it) cannot interrupt fn; its
+main thread sets the experiment under way back to pending, commits what finished and ends the
+process by the signal (the first chunk a process runs puts the handlers in place). The client,
+on SIGTERM or Ctrl-C, cancels the tasks not started, says what was done and raises
+(SystemExit(143) for SIGTERM); tasks already running finish and commit on their workers.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from . import _runner
+from . import _runner, _signals
 
 if TYPE_CHECKING:
     from ._store import Store
@@ -34,12 +41,32 @@ def _close_all() -> None:
     _runners.clear()
 
 
+def _interrupt_all() -> None:
+    """On SIGTERM or SIGINT to this worker process (its main thread): the experiments under way
+    back to pending, what finished committed."""
+    for r in list(_runners.values()):
+        r.interrupt()
+
+
 def _after_fork_in_child() -> None:
     # The parent's writers are the parent's: a child (a forked worker process) opens its own.
     _runners.clear()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _install_stop_handlers() -> None:
+    """In a Dask worker process, has its event loop's thread (the main thread) put the signal
+    handlers in place: SIGTERM and SIGINT then run _interrupt_all and end the process by the
+    signal (runstore._signals.on_stop). Tasks run on other threads, which cannot install them."""
+    try:
+        from distributed import get_worker
+
+        loop = get_worker().loop
+    except (ImportError, ValueError):  # not in a Dask worker (a local scheduler)
+        return
+    loop.add_callback(_signals.on_stop, "runstore-experiments", _interrupt_all)
 
 
 def _run_chunk(
@@ -50,6 +77,7 @@ def _run_chunk(
     if r is None:
         if not _runners:
             atexit.register(_close_all)
+            _install_stop_handlers()
         r = _runners[path] = _runner._Runner(store_type(path, "r+"), fn)
     r.fn = fn
     return r.run_chunk(chunk)
@@ -82,22 +110,31 @@ def run(
         return _runner.RunSummary(0, 0, skipped, time.perf_counter() - t0, 0, 0)
     size = max(1, min(commit_every, math.ceil(len(rows) / (4 * workers))))
     bar = _runner._Progress(len(rows), progress)
-    futures = [
-        client.submit(_run_chunk, store.path, type(store), fn, chunk, pure=False)
-        for chunk in _runner.make_chunks(index, params, rows, attempts, size)
-    ]
     done = failed = 0
     failed_ids: list[Any] = []
+    futures: list[Any] = []
+    sigterm = _signals.enter()  # SIGTERM raises Terminated here, as Ctrl-C KeyboardInterrupt
     try:
-        for fut in as_completed(futures):
-            d, f = fut.result()
-            done += len(d)
-            failed += len(f)
-            failed_ids += f
-            bar.update(done, failed)
+        try:
+            futures = [
+                client.submit(_run_chunk, store.path, type(store), fn, chunk, pure=False)
+                for chunk in _runner.make_chunks(index, params, rows, attempts, size)
+            ]
+            for fut in as_completed(futures):
+                d, f = fut.result()
+                done += len(d)
+                failed += len(f)
+                failed_ids += f
+                bar.update(done, failed)
+        finally:
+            bar.close(done, failed)
+            store.refresh()
+    except (KeyboardInterrupt, _signals.Terminated):
+        client.cancel(futures)  # those not started never start; running ones finish and commit
+        _runner._say_interrupted(done, failed, len(rows) - done - failed)
+        raise
     finally:
-        bar.close(done, failed)
-        store.refresh()
+        _signals.leave(sigterm)
     return _runner.RunSummary(
         done,
         failed,

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import _experiments as ex
-from . import _progress
+from . import _progress, _signals
 
 if TYPE_CHECKING:
     from ._store import Store
@@ -118,11 +118,16 @@ class _Runner:
         self.fn = fn
         self.writer = store.writer(_allow_reserved=True, commit_every_s=commit_every_s)
         self.host = socket.gethostname()
+        #: The experiment whose status says "running" and not yet how it ended (None: none).
+        self.current: Any = None
+        #: (done ids, failed ids) of the chunk run last, or being run.
+        self.finished: tuple[list[Any], list[Any]] = ([], [])
 
     def run_one(self, eid: Any, params: dict[str, Any], attempt: int) -> bool:
         """Runs one experiment and appends its records (not committed). True if done."""
         w = self.writer
         started = time.time()
+        self.current = eid
         w.log(
             eid,
             **{ex.STATE: "running", ex.HOST: self.host, ex.STARTED: started, ex.ATTEMPT: attempt},
@@ -134,6 +139,8 @@ class _Runner:
             if _Flags.stop:
                 raise _Stop()
             out = self.fn(**params)
+        except _signals.Terminated:
+            raise  # SIGTERM to this process, not a failure of fn
         except (Exception, SystemExit) as e:  # noqa: BLE001 - whatever fn raises is its failure
             error = _format_error(e)
             out = None
@@ -153,12 +160,14 @@ class _Runner:
                 # Outcomes and status in one call: a (time-based) auto-commit never separates
                 # them, and a value the store refuses appends nothing.
                 w.log(eid, **values, **status, **{ex.STATE: "done", ex.ERROR: ""})
+                self.current = None
                 for k, v in odd.items():
                     w.put(eid, k, v)
                 return True
             except (TypeError, ValueError, OverflowError) as e:
                 error = f"{type(e).__name__}: the outcomes could not be stored: {e}\n"
         w.log(eid, **status, **{ex.STATE: "failed", ex.ERROR: error})
+        self.current = None
         return False
 
     def run_chunk(
@@ -166,22 +175,37 @@ class _Runner:
     ) -> tuple[list[Any], list[Any]]:
         """Runs the experiments of a chunk, then commits. Returns (done ids, failed ids).
 
-        On _Stop or KeyboardInterrupt the interrupted experiment is set back to pending, what
-        finished is committed, and the exception propagates."""
+        On _Stop, KeyboardInterrupt or Terminated the interrupted experiment is set back to
+        pending, what finished is committed (and left in ``self.finished``), and the exception
+        propagates."""
         done: list[Any] = []
         failed: list[Any] = []
+        self.finished = (done, failed)
         for eid, params, attempt in chunk:
             if _Flags.stop:
                 break
             try:
                 ok = self.run_one(eid, params, attempt)
             except BaseException:
-                self.writer.log(eid, **{ex.STATE: "pending"})
+                # Interrupted before its outcome was logged: back to pending. One whose
+                # outcome was logged is committed as it ended.
+                if self.current is not None:
+                    self.current = None
+                    self.writer.log(eid, **{ex.STATE: "pending"})
                 self.writer.commit()
                 raise
             (done if ok else failed).append(eid)
         self.writer.commit()
         return done, failed
+
+    def interrupt(self) -> None:
+        """Sets the experiment under way back to pending and commits what is complete: what a
+        process whose work runs on another thread (a Dask worker) does on SIGTERM or SIGINT,
+        from its main thread, before it ends."""
+        eid = self.current
+        if eid is not None:
+            self.writer.log(eid, **{ex.STATE: "pending"})
+        self.writer.commit()
 
     def close(self) -> None:
         self.writer.close()
@@ -253,7 +277,7 @@ def _worker_main(
             try:
                 done, failed = runner.run_chunk(chunk)
             except _Stop:
-                send("stopped", widx, seq)
+                send("stopped", widx, seq, *runner.finished)  # what finished is committed
                 break
             send("end", widx, seq, done, failed)
     finally:
@@ -471,20 +495,42 @@ def _run_here(
 ) -> RunSummary:
     done = failed = 0
     failed_ids: list[Any] = []
-    runner = _Runner(store, fn)
+    # SIGTERM raises Terminated (SystemExit(143)) here as Ctrl-C raises KeyboardInterrupt: the
+    # experiment under way goes back to pending and what finished is committed (run_chunk).
+    sigterm = _signals.enter()
     try:
-        for chunk in chunks:
-            d, f = runner.run_chunk(chunk)
+        runner = _Runner(store, fn)
+        try:
+            for chunk in chunks:
+                d, f = runner.run_chunk(chunk)
+                done += len(d)
+                failed += len(f)
+                failed_ids += f
+                bar.update(done, failed)
+        except (KeyboardInterrupt, _signals.Terminated):
+            d, f = runner.finished  # of the chunk it interrupted, committed
             done += len(d)
             failed += len(f)
-            failed_ids += f
-            bar.update(done, failed)
+            raise
+        finally:
+            bar.close(done, failed)
+            runner.close()
+            store.refresh()
+    except (KeyboardInterrupt, _signals.Terminated):
+        _say_interrupted(done, failed, total - done - failed)
+        raise
     finally:
-        bar.close(done, failed)
-        runner.close()
-        store.refresh()
+        _signals.leave(sigterm)
     return RunSummary(
         done, failed, skipped, time.perf_counter() - t0, 0, total - done - failed, failed_ids
+    )
+
+
+def _say_interrupted(done: int, failed: int, not_run: int) -> None:
+    print(
+        f"\nrunstore: interrupted; {done:,} done and {failed:,} failed in this call, "
+        f"{not_run:,} not run. Run again to continue: done experiments are kept.",
+        file=sys.stderr,
     )
 
 
@@ -589,8 +635,13 @@ class _Pool:
             self.failed += len(f)
             self.failed_ids += f
             self.bar.update(self.done, self.failed)
-        elif kind == "stopped":
+        elif kind == "stopped":  # the rest of its chunk is left pending
+            _, _, seq, d, f = msg
             self.current.pop(widx, None)
+            self.outstanding.pop(seq, None)
+            self.done += len(d)
+            self.failed += len(f)
+            self.failed_ids += f
         elif kind == "exit":
             self.exited.add(widx)
         elif kind == "fatal":
@@ -632,8 +683,12 @@ class _Pool:
                 self._read(widx, self.conns[widx])
             if widx in self.exited and p.exitcode == 0:
                 continue
-            # It died (killed, out of memory, a segfault or os._exit in fn).
-            if widx not in self.began_any and self.fatal is None:
+            # It died (killed, out of memory, a segfault or os._exit in fn). One that a stop
+            # signal killed before it could handle it (while it started) is replaced: the signal
+            # was sent from outside (to the whole job, and then the parent's own handler stops
+            # the sweep in a moment), not a sign that it cannot start.
+            stopped = p.exitcode in (-signal.SIGTERM, -signal.SIGINT)
+            if widx not in self.began_any and self.fatal is None and not stopped:
                 self.fatal = (
                     f"worker process {p.name} exited with code {p.exitcode} before it ran anything "
                     "(see its error output above)"
@@ -685,7 +740,11 @@ class _Pool:
 
             def on_term(signum: int, frame: Any) -> None:
                 stop_signal.append(signum)
-                raise KeyboardInterrupt
+                # The first one stops the sweep as Ctrl-C does; more (a batch system signals
+                # every process of a job, and again through its launcher) do not cut that
+                # short. SIGKILL is the hard stop.
+                if len(stop_signal) == 1:
+                    raise KeyboardInterrupt
 
             old_term = signal.signal(signal.SIGTERM, on_term)
         interrupted = False
@@ -700,6 +759,9 @@ class _Pool:
                     break
         except KeyboardInterrupt:
             interrupted = True
+            # A worker the signal killed before its handler was in place is no failure of the
+            # sweep: the whole job is being stopped.
+            self.fatal = None
         finally:
             try:
                 self._stop(kill=self.fatal is not None)
@@ -726,12 +788,7 @@ class _Pool:
             self.failed_ids,
         )
         if interrupted:
-            print(
-                f"\nrunstore: interrupted; {summary.done:,} done and {summary.failed:,} failed "
-                f"in this call, {summary.not_run:,} not run. Run again to continue: done "
-                "experiments are kept.",
-                file=sys.stderr,
-            )
+            _say_interrupted(summary.done, summary.failed, summary.not_run)
             if stop_signal:
                 raise SystemExit(128 + stop_signal[0])
             raise KeyboardInterrupt

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import numpy as np
 
-from . import _attrs, _core, _frame, _import, _progress, _tar_stream, experiments, export
+from . import _attrs, _core, _frame, _import, _progress, _signals, _tar_stream, experiments, export
 from ._checks import RunId, StepWindow, step_range
 from ._core import Writer
 
@@ -35,6 +35,9 @@ _ON_DAMAGED = {"raise": False, "skip": True}
 #: How many problems the message of Store.verify's CorruptionError spells out.
 _VERIFY_MESSAGE_PROBLEMS = 10
 _F = TypeVar("_F", bound=Callable[..., Any])
+
+# A writer's with-block makes SIGTERM raise in the main thread while it runs (_signals).
+_core._set_signal_hooks(_signals.enter, _signals.leave)
 
 #: Every Store of this process (see _after_fork_in_child).
 _STORES: weakref.WeakSet[Store] = weakref.WeakSet()

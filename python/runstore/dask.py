@@ -36,6 +36,7 @@ import numpy as np
 import psutil
 from distributed import WorkerPlugin, get_client, get_worker, wait
 
+from . import _signals
 from ._plan import Plan, _fmt, parse_size, plan
 from ._store import Store
 
@@ -94,7 +95,10 @@ class WriterPlugin(WorkerPlugin):
 
     Writer methods may be called from several threads at once (include/runstore/writer.h), so the
     worker's threads share the one writer; the lock guards only its creation. A writer belongs to
-    the process that opened it: in a forked child a new one is opened.
+    the process that opened it: in a forked child a new one is opened. In a worker process,
+    SIGTERM and SIGINT commit what was logged before the process ends by the signal
+    (docs/experiments.md, "Signals"): a partition whose receipt was not returned runs again and
+    rewrites the same keys.
     """
 
     def __init__(self, store: Store, writer_options: dict[str, Any] | None = None) -> None:
@@ -111,6 +115,10 @@ class WriterPlugin(WorkerPlugin):
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["store"], state["writer_options"])
 
+    def setup(self, worker: Any = None) -> None:
+        # Called on the worker's event loop, in its main thread: the signal handlers go there.
+        _signals.on_stop(self.name, self._commit)
+
     def writer(self) -> Any:
         with self._lock:
             if self._writer is None or self._writer.closed or self._pid != os.getpid():
@@ -118,7 +126,14 @@ class WriterPlugin(WorkerPlugin):
                 self._pid = os.getpid()
             return self._writer
 
+    def _commit(self) -> None:
+        """SIGTERM or SIGINT to the worker process: what is logged is committed."""
+        w = self._writer
+        if w is not None and not w.closed and self._pid == os.getpid():
+            w.commit()
+
     def teardown(self, worker: Any = None) -> None:
+        _signals.forget_stop(self.name)
         with self._lock:
             if self._writer is not None and not self._writer.closed and self._pid == os.getpid():
                 self._writer.close()  # commits what is logged, then closes

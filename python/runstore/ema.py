@@ -41,7 +41,7 @@ from ema_workbench.em_framework.parameters import (
     IntegerParameter,
 )
 
-from . import _core, _output, _tar
+from . import _core, _output, _signals, _tar
 from . import _experiments as ex
 from ._store import Store
 from ._store import open as _open
@@ -215,8 +215,14 @@ class _Callback(AbstractCallback):
         )
         self._last_commit = time.monotonic()
         self._closed = False
+        # Until close, SIGTERM raises SystemExit(143) in the main thread (where the program has
+        # no handler of its own), as Ctrl-C raises KeyboardInterrupt: EMA's loop stops, and
+        # close_all (a finally, or at exit) commits what was done (docs/experiments.md).
+        self._sigterm = _signals.enter()
         type(self).instances.add(self)
-        self._finalizer = weakref.finalize(self, _finish, self._w, self._batch, self._outcome_names)
+        self._finalizer = weakref.finalize(
+            self, _finish, self._w, self._batch, self._outcome_names, self._sigterm
+        )
 
     def __call__(self, experiment: Any, outcomes: Mapping[str, Any]) -> None:
         if self._closed:
@@ -344,11 +350,16 @@ def _outcome_column(values: list[Any]) -> Any:
     return np.asarray(values)
 
 
-def _finish(w: ex.ExperimentWriter, batch: _core.EmaBatch, outcome_names: list[str]) -> None:
+def _finish(
+    w: ex.ExperimentWriter, batch: _core.EmaBatch, outcome_names: list[str], sigterm: bool
+) -> None:
     try:
         _write(w, batch, outcome_names)
     finally:
-        w.close()
+        try:
+            w.close()
+        finally:
+            _signals.leave(sigterm)  # what the callback's enter() took back
 
 
 def callback(

@@ -133,7 +133,7 @@ def run(
     A progress line goes to stderr when it is a terminal and ``progress`` is true.
     ``start_method``: "spawn" (default), "forkserver" or "fork" (a worker's copies of this
     process's writers raise if used: each worker opens its own). Scripts that use "spawn" need
-    the usual ``if __name__ == "__main__":`` guard.
+    the usual ``if __name__ == "__main__":`` guard. Signals: docs/experiments.md, "Signals".
 
     ``shard=(i, n)`` runs only the pending experiments of shard i of n: those whose id hashes
     to i (a function of the id alone, so n runners on any number of nodes never run the same

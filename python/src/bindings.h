@@ -91,6 +91,10 @@ class PyWriter {
   void Flush(bool wait);
   void Resume(nb::handle run, nb::handle step);
   void Close();
+  // A with-block: while it runs, SIGTERM raises in the main thread
+  // (runstore._signals, through the hooks set by set_signal_hooks), so that
+  // leaving it commits.
+  void Enter();
   bool Exit(nb::handle exc_type, nb::handle exc, nb::handle tb);
   nb::dict Stats();
   const std::string& writer_id() const { return writer_->writer_id(); }
@@ -113,6 +117,8 @@ class PyWriter {
   template <typename F>
   Status RunAppendStatus(size_t bytes, F&& append);
   Status DrainTapeStatus();
+  // Undoes the signal hooks' enters of this writer's with-blocks.
+  void LeaveSignals();
   // Waits (without the GIL) until no batch taken off the tape is still being
   // appended by another thread.
   void WaitForDrains();
@@ -127,7 +133,8 @@ class PyWriter {
   // meet the closed writer and be lost. Never held while blocking on the GIL.
   std::mutex drain_mu_;
   std::condition_variable drains_done_;
-  int draining_ = 0;  // guarded by drain_mu_
+  int draining_ = 0;        // guarded by drain_mu_
+  int signal_entries_ = 0;  // with-blocks whose enter hook took SIGTERM; the GIL guards it
 };
 
 // A store across fork() (docs/design.md#fork). A store at rest holds no

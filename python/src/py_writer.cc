@@ -556,8 +556,47 @@ void PyWriter::Close() {
   Check(drained.ok() ? s : drained);
 }
 
+namespace {
+
+// runstore._signals.enter and leave, set by _set_signal_hooks (owned for the
+// process); null until then.
+PyObject* g_enter_hook = nullptr;
+PyObject* g_leave_hook = nullptr;
+
+void SetSignalHooks(nb::handle enter, nb::handle leave) {
+  Py_XSETREF(g_enter_hook, nb::borrow(enter).release().ptr());
+  Py_XSETREF(g_leave_hook, nb::borrow(leave).release().ptr());
+}
+
+}  // namespace
+
+void PyWriter::Enter() {
+  CheckProcess();
+  if (g_enter_hook == nullptr) return;
+  nb::object entered = nb::steal(PyObject_CallNoArgs(g_enter_hook));
+  if (!entered.is_valid()) throw nb::python_error();
+  if (PyObject_IsTrue(entered.ptr()) == 1) ++signal_entries_;
+}
+
+void PyWriter::LeaveSignals() {
+  for (; signal_entries_ > 0 && g_leave_hook != nullptr; --signal_entries_) {
+    nb::object left = nb::steal(PyObject_CallOneArg(g_leave_hook, Py_True));
+    if (left.is_valid()) continue;
+    // A SIGTERM that came while the writer closed was raised before the
+    // hook undid the enter: undo it now (the handler ignores later ones),
+    // then raise that.
+    nb::python_error raised;
+    for (; signal_entries_ > 0; --signal_entries_) {
+      nb::object again = nb::steal(PyObject_CallOneArg(g_leave_hook, Py_True));
+      if (!again.is_valid()) PyErr_Clear();
+    }
+    throw raised;
+  }
+}
+
 bool PyWriter::Exit(nb::handle exc_type, nb::handle exc, nb::handle) {
   if (fork_guard_.InOtherProcess()) {
+    LeaveSignals();
     if (exc_type.is_none() || exc.is_none()) ThrowForked();
     // The block raised already: that exception goes on, saying that nothing
     // of the block was committed.
@@ -578,6 +617,7 @@ bool PyWriter::Exit(nb::handle exc_type, nb::handle exc, nb::handle) {
   }
   if (!drained.ok()) s = drained;
   closed_.store(true, std::memory_order_relaxed);
+  LeaveSignals();  // after the commit: a SIGTERM during it is raised now
   if (exc_type.is_none()) {
     Check(s);
   } else if (!s.ok() && !exc.is_none()) {
@@ -751,10 +791,12 @@ void BindWriter(nb::module_& m) {
           .def(
               "__enter__",
               [](nb::handle self) {
-                nb::inst_ptr<PyWriter>(self)->CheckProcess();
+                nb::inst_ptr<PyWriter>(self)->Enter();
                 return self;
               },
-              "Returns the writer itself.")
+              "Returns the writer itself. In the main thread, until the block is left, SIGTERM "
+              "raises SystemExit(143) there (where the program has no SIGTERM handler of its "
+              "own), so that leaving the block commits, as Ctrl-C's KeyboardInterrupt does.")
           .def("__exit__", &PyWriter::Exit, "exc_type"_a.none(), "exc"_a.none(), "tb"_a.none(),
                nb::sig("def __exit__(self, exc_type: type[BaseException] | None, "
                        "exc: BaseException | None, tb: types.TracebackType | None) -> bool"),
@@ -767,6 +809,9 @@ void BindWriter(nb::module_& m) {
           });
   // log as FastLog, with the method above (its signature and doc) for every
   // other call.
+  m.def("_set_signal_hooks", &SetSignalHooks, "enter"_a, "leave"_a,
+        "Sets the functions a writer's with-block calls on entry (no argument; true if it took "
+        "SIGTERM) and exit (True): runstore._signals.enter and leave.");
   g_log_fallback = nb::getattr(cls, "log").release().ptr();
   static const std::string doc = nb::cast<std::string>(nb::getattr(g_log_fallback, "__doc__"));
   static PyMethodDef def = {"log",
