@@ -14,6 +14,12 @@
 // Thread safety: a Store may be used from many threads; Refresh() and
 // GetSnapshot() are serialised internally.
 //
+// fork(): a Store opened before a fork may be read in the child (it holds no
+// thread between calls, and reads through mappings and pread), unless
+// another thread of the parent was inside one of its calls at the fork: its
+// locks may then be held by a thread the child does not have, and the child
+// must open the store again (docs/design.md#fork).
+//
 // The headers cite the documents of runstore's repository (docs/design.md,
 // docs/format.md, docs/reliability.md), which `cmake --install` puts beside
 // them, in share/doc/runstore/.

@@ -17,6 +17,13 @@
 // durable at the next Commit().
 //
 // Thread safety: every method may be called from several threads at once.
+//
+// fork(): a writer belongs to the process that opened it. In a child of
+// fork() every method that returns a Status returns FailedPrecondition
+// saying to open a writer in the child (the tickets are 0 there, the stats
+// empty), and destroying the writer there only frees memory: nothing of the
+// parent's is written, synced, closed or removed, and the parent's writer
+// goes on unharmed (docs/design.md#fork).
 #ifndef RUNSTORE_WRITER_H_
 #define RUNSTORE_WRITER_H_
 

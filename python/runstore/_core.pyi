@@ -36,7 +36,12 @@ class ArrayOwner:
     def dtype(self) -> str: ...
 
 class Writer:
-    """Appends records to a store; made by Store.writer()."""
+    """Appends records to a store; made by Store.writer().
+
+    A writer belongs to the process that made it: in a child of fork() every method raises
+    RuntimeError (docs/design.md#fork). In the main thread, a with-block makes SIGTERM raise
+    SystemExit(143) until it is left (docs/experiments.md, "Signals").
+    """
 
     def log(self, run: _RunId, step: int = 0, **values: _Value) -> None:
         """Appends one record per keyword: (run, name, step) -> value.
@@ -228,6 +233,9 @@ def csv_rows(
     """CSV lines of equal-length columns (private; used by Store.export_tar). ``text_cells``
     (for every column, or one bool per column): str and bytes cells that a spreadsheet would
     take for a formula get a leading single quote (present/runstore/csv.h)."""
+
+def _set_signal_hooks(enter: Callable[[], bool], leave: Callable[[bool], None]) -> None:
+    """The functions a writer's with-block calls on entry and exit (runstore._signals)."""
 
 def sync(
     staging_dir: str,
