@@ -232,7 +232,11 @@ class Store:
         """Creates a writer that appends to this store.
 
         Use it as a context manager: leaving the ``with`` block commits and closes it, also when
-        the block raised (then the exception propagates after the commit).
+        the block raised (then the exception propagates after the commit). In the main thread,
+        SIGTERM (a batch system's preemption) raises ``SystemExit(143)`` in the block, as Ctrl-C
+        raises KeyboardInterrupt, so that leaving it commits (docs/experiments.md, "Signals").
+        A writer belongs to the process that made it: in a child of fork() its methods raise
+        RuntimeError; open a writer there instead.
 
         Args:
             buffer_bytes: upper bound on memory held for records not yet written (default 64 MiB);
