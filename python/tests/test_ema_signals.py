@@ -20,6 +20,7 @@ import pytest
 
 pytest.importorskip("ema_workbench")
 
+from conftest import SEED
 from ema_workbench import perform_experiments
 from test_ema import make_model, scenarios_of, toy
 
@@ -31,6 +32,7 @@ EMA_SCRIPT = """
 import os, sys, time
 sys.path.insert(0, {testdir!r})
 import runstore.ema
+from conftest import SEED
 from ema_workbench import perform_experiments
 from test_ema import make_model, scenarios_of, toy
 
@@ -71,7 +73,7 @@ def test_sigterm_to_an_ema_sweep_commits_every_experiment_the_callback_got(tmp_p
     scen = scenarios_of(model, n)
     left = runstore.ema.remaining(path, scen)
     kept = n - len(left)
-    print(f"SIGTERM to an EMA sweep after {called} model calls (target {target}): {kept} kept")
+    print(f"SIGTERM to an EMA sweep after {called} model calls (seed {SEED}): {kept} kept")
     # Nothing was written before the signal (no flush, no commit): every experiment the callback
     # got is committed by the exit the signal raised; the model's last call may not have
     # reached the callback.

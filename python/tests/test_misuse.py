@@ -19,6 +19,7 @@ import threading
 from pathlib import Path
 
 import numpy as np
+from conftest import SEED
 
 import runstore
 
@@ -77,7 +78,8 @@ def test_threads_log_commit_and_flush_while_another_closes_the_writer(store, rng
     want = {s for r in returned for s in r}
     n_errors = sum(len(e) for e in errors)
     print(
-        f"{threads} threads, {threads * per_thread} log calls, close after {close_after}: "
+        f"{threads} threads, {threads * per_thread} log calls, close after {close_after} "
+        f"(seed {SEED}): "
         f"{len(want)} returned, {n_errors} raised, {len(got)} in the store"
     )
     assert want - got == set(), f"{len(want - got)} calls returned but were not committed"

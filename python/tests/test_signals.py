@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import SEED
 
 import runstore
 
@@ -90,7 +91,7 @@ def test_a_signal_in_a_writers_with_block_commits_what_was_logged(tmp_path, rng)
         steps = np.sort(runstore.open(path, mode="r").scan("x")["step"])
         assert len(steps) > 100 and (steps == np.arange(len(steps))).all(), steps[:5]
         tried.append(f"{signal.Signals(sig).name}: {len(steps)} steps committed")
-    print(f"{ROUNDS} rounds of a signal in a with-block:", "; ".join(tried))
+    print(f"{ROUNDS} rounds of a signal in a with-block (seed {SEED}):", "; ".join(tried))
 
 
 MANY_BLOCKS = """
@@ -135,7 +136,7 @@ def test_signals_at_random_moments_between_and_inside_with_blocks(tmp_path, rng)
             steps = np.sort(d["step"][d["run"] == b])
             want = 20 if b < blocks - 1 else len(steps)
             assert (steps == np.arange(want)).all(), (b, blocks, steps)
-    print(f"{ROUNDS} rounds of signals around with-blocks; exit statuses {statuses}")
+    print(f"{ROUNDS} rounds of signals around with-blocks (seed {SEED}); exit statuses {statuses}")
 
 
 OWN_HANDLER = """
@@ -248,7 +249,7 @@ def test_a_sweep_signalled_at_random_moments_then_rerun_does_each_experiment_onc
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
     tried.append(out.strip())
-    print(f"workers={workers}, {ROUNDS} rounds:", "; ".join(tried))
+    print(f"workers={workers}, {ROUNDS} rounds (seed {SEED}):", "; ".join(tried))
     experiments, outcomes = runstore.load_results(store)
     assert len(experiments) == n and (experiments["state"] == "done").all()
     np.testing.assert_array_equal(outcomes["y"], experiments["x"] * 1000 + experiments["seed"])
