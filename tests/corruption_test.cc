@@ -48,10 +48,35 @@ using Clock = std::chrono::steady_clock;
 constexpr char kStorePath[] = "/store";
 constexpr char kSealedFile[] = "segments/s-00000001.rss";
 constexpr char kUnsealedFile[] = "segments/u-00000001.rss";
-// A case that takes longer than this is a failure (a near-hang); one that
-// takes longer than the watchdog's limit aborts the test with its name.
-constexpr double kCaseBudgetSeconds = 5.0;
+// A case that takes longer than the watchdog's limit aborts the test with its
+// name: a hang, never a speed (the slowest case is printed, not judged).
 constexpr int kWatchdogSeconds = 120;
+
+// Every byte by default. $RUNSTORE_SWEEP_STRIDE=k damages and cuts every k-th
+// byte only, from an offset the seed picks, so that a sanitizer build (ten
+// times slower) replays a different eighth, say, of the sweep each run while
+// the release build sweeps every byte.
+struct Stride {
+  uint64_t every = 1, offset = 0;
+  static const Stride& Get() {
+    static const Stride s = [] {
+      Stride r;
+      if (const char* e = std::getenv("RUNSTORE_SWEEP_STRIDE")) r.every = std::max(1, std::atoi(e));
+      if (r.every > 1) {
+        const uint64_t seed = testing::TestSeed();
+        r.offset = seed % r.every;
+        std::printf("[ stride   ] every %llu-th byte from offset %llu (RUNSTORE_SEED=%llu)\n",
+                    static_cast<unsigned long long>(r.every),
+                    static_cast<unsigned long long>(r.offset),
+                    static_cast<unsigned long long>(seed));
+      }
+      return r;
+    }();
+    return s;
+  }
+  // The first position >= `from` on the stride.
+  uint64_t First(uint64_t from) const { return from + (offset + every - from % every) % every; }
+};
 
 using ::runstore::testing::Contents;
 using ::runstore::testing::KeyString;
@@ -443,7 +468,6 @@ class CorruptionTest : public ::testing::Test {
       tally->slowest = secs;
       tally->slowest_case = name;
     }
-    p.Check(secs < kCaseBudgetSeconds, "took " + std::to_string(secs) + " s");
     for (const std::string& a : o.anomalies) p.Check(false, a);
     const Contents full = With(f, f.commit_end.size());
     // Whatever was read must be right, whatever else happened.
@@ -503,7 +527,8 @@ class CorruptionTest : public ::testing::Test {
     Tally flips, bits, cuts;
     FailureSummary failures(5);
     const auto start = Clock::now();
-    for (uint64_t at = first; at < size; ++at) {
+    const Stride& stride = Stride::Get();
+    for (uint64_t at = stride.First(first); at < size; at += stride.every) {
       std::vector<std::pair<Outcome, size_t>> allowed{{Outcome::kIdentical, n}};
       if (!f.sealed && CommitOf(f, at) == n - 1)
         allowed.push_back({Outcome::kLastCommitDropped, n - 1});
@@ -519,7 +544,7 @@ class CorruptionTest : public ::testing::Test {
       }
       if (HasFatalFailure()) return;
     }
-    for (uint64_t len = first; len <= size; ++len) {
+    for (uint64_t len = stride.First(first); len <= size; len += stride.every) {
       const size_t inside = len == size ? n : CommitsInside(f, len);
       const Outcome o = inside == n       ? Outcome::kIdentical
                         : inside == n - 1 ? Outcome::kLastCommitDropped
@@ -570,7 +595,8 @@ class CorruptionTest : public ::testing::Test {
     FailureSummary failures(3);
     std::string base = f.original;
     base[first_at] = static_cast<char>(base[first_at] ^ 0xFF);
-    for (uint64_t at = from; at < base.size(); ++at) {
+    const Stride& stride = Stride::Get();
+    for (uint64_t at = stride.First(from); at < base.size(); at += stride.every) {
       if (at == first_at) continue;
       std::string bytes = base;
       bytes[at] = static_cast<char>(bytes[at] ^ 0xFF);

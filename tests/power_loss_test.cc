@@ -22,9 +22,11 @@
 //  - a failed operation surfaces as IOError carrying the injected errno, and
 //    the writer then refuses all further work without touching the disk;
 //  - the recovered store accepts a new writer life with the same id.
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -612,8 +614,13 @@ void PrintFigures(const char* title, uint64_t operations, const Figures& f) {
 
 // ---------------------------------------------------------------------------
 
-// Outcomes of a random power loss tried at each crash point.
-constexpr int kRandomTriesPerPoint = 16;
+// Outcomes of a random power loss tried at each crash point: 16, or
+// $RUNSTORE_POWER_LOSS_TRIES (a sanitizer build, ten times slower, tries fewer
+// per run; the seed differs every run, so the outcomes tried do too).
+int RandomTriesPerPoint() {
+  const char* e = std::getenv("RUNSTORE_POWER_LOSS_TRIES");
+  return e ? std::max(1, std::atoi(e)) : 16;
+}
 
 class PowerLossTest : public ::testing::TestWithParam<DropMode> {};
 
@@ -624,7 +631,7 @@ TEST_P(PowerLossTest, EveryAcknowledgedCommitSurvivesACrashAtEveryOperation) {
   ASSERT_FALSE(HasFailure());
   ASSERT_GT(ref.operations, 40u);
   // The random modes try several outcomes of the power loss at every point.
-  const int tries = mode == DropMode::kDropUnsynced ? 1 : kRandomTriesPerPoint;
+  const int tries = mode == DropMode::kDropUnsynced ? 1 : RandomTriesPerPoint();
   Figures fig, killed;
   FailureSummary failures(3);
   for (uint64_t k = 1; k <= ref.operations; ++k) {
