@@ -312,22 +312,34 @@ def test_a_member_left_out_is_refused(archive, tmp_path):
     refused(write_archive(tmp_path / "m.tar.gz", items), tmp_path, "lacks 1 member.*cube.npy")
 
 
-def test_flipped_bytes_are_refused(archive, tmp_path, capsys):
+def test_flipped_bytes_are_refused(source, archive, tmp_path, capsys):
     """A byte flipped anywhere in the compressed stream: gzip's CRC (or the deflate stream,
-    or a tar header's checksum) catches it."""
+    or a tar header's checksum) catches it, or the flip changed nothing the stream holds (a
+    deflate stream has bits no decoder reads: the padding of its empty stored blocks) and the
+    import is exact. Never a wrong value."""
     data = bytearray(archive.read_bytes())
     rng = random.Random(1234)
     places = sorted(rng.sample(range(10, len(data) - 8), 40))
+    refused = 0
     for at in places:
         bad = bytearray(data)
         bad[at] ^= 0x55
         p = tmp_path / "flipped.tar.gz"
         p.write_bytes(bytes(bad))
-        with pytest.raises(ValueError):
+        try:
             runstore.import_tar(p, tmp_path / "new")
-        assert not (tmp_path / "new").exists()
+        except ValueError:
+            refused += 1
+            assert not (tmp_path / "new").exists()
+            continue
+        assert_same_results(source, runstore.open(tmp_path / "new", mode="r"))
+        shutil.rmtree(tmp_path / "new")
+    assert refused >= len(places) - 4, f"only {refused} of {len(places)} flips were refused"
     with capsys.disabled():
-        print(f"\nflipped bytes: {len(places)} places (seed 1234), each refused")
+        print(
+            f"\nflipped bytes: {len(places)} places (seed 1234), {refused} refused, the others "
+            "changed no byte of the archive's contents"
+        )
 
 
 @pytest.mark.parametrize(
