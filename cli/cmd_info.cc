@@ -97,7 +97,7 @@ int RunInfo(const InfoOptions& o) {
   auto runs = snap->ListRuns();
   if (!runs.ok()) return ReportError(kCmd, runs.status());
   const uint64_t disk = DiskBytes(store->path());
-  const uint32_t version = ReadMarkerFormatVersion(store->path());
+  const uint32_t version = store->format_version();  // as Open read the marker
   const std::vector<DamagedSegment>& damaged = snap->DamagedSegments();
 
   if (o.json) {

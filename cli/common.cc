@@ -9,7 +9,6 @@
 #include <charconv>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <sstream>
 
@@ -30,6 +29,8 @@ int ExitCodeFor(const Status& status) {
     case StatusCode::kAlreadyExists:
     case StatusCode::kFailedPrecondition:
       return kExitOther;
+    case StatusCode::kResourceExhausted:
+      return kExitResource;
   }
   return kExitOther;
 }
@@ -43,7 +44,9 @@ std::string ExitCodeHelp() {
          "  3  not found: no store at the path, or no such series, run or step\n"
          "  4  I/O error reading the store or writing the output (standard output too)\n"
          "  5  other errors: invalid argument (e.g. an output inside the store), an output\n"
-         "     that exists (without --force), unsupported (newer) format version, ...\n";
+         "     that exists (without --force), unsupported (newer) format version, ...\n"
+         "  6  out of a resource: file descriptors (ulimit -n) or memory; nothing is wrong\n"
+         "     with the store, and the command may succeed with more of it\n";
 }
 
 int ReportError(std::string_view command, const Status& status) {
@@ -91,6 +94,20 @@ bool IsDamagedSegmentError(const Status& s) {
   const std::string& m = s.message();
   const size_t at = m.find("segments/");
   return at != std::string::npos && m.find(".rss", at) != std::string::npos;
+}
+
+std::string ResourceText(const Status& s) {
+  if (s.code() != StatusCode::kResourceExhausted) return {};
+  switch (s.sys_errno()) {
+    case EMFILE:
+      return "out of file descriptors (the process's limit, ulimit -n)";
+    case ENFILE:
+      return "out of file descriptors (the system's table of open files is full)";
+    case ENOMEM:
+      return "out of memory or of memory mappings";
+    default:
+      return "out of a resource";
+  }
 }
 
 std::string DamageText(const DamagedSegment& d) {
@@ -234,21 +251,6 @@ std::string HumanBytes(uint64_t bytes) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%.1f %s", v, kUnits[u]);
   return buf;
-}
-
-uint32_t ReadMarkerFormatVersion(const std::string& store_path) {
-  std::ifstream in(store_path + "/RUNSTORE");
-  std::string line;
-  while (std::getline(in, line)) {
-    constexpr std::string_view kKey = "format_version ";
-    if (line.rfind(kKey, 0) == 0) {
-      uint32_t v = 0;
-      const char* b = line.data() + kKey.size();
-      std::from_chars(b, line.data() + line.size(), v);
-      return v;
-    }
-  }
-  return 0;
 }
 
 Output::Output() : Output(stdout, "standard output", false) {}

@@ -42,6 +42,7 @@ enum ExitCode : int {
   kExitNotFound = 3,    // StatusCode::kNotFound: store, series, run or key
   kExitIOError = 4,     // StatusCode::kIOError, also failures writing output
   kExitOther = 5,       // InvalidArgument, NotSupported, FailedPrecondition, ...
+  kExitResource = 6,    // StatusCode::kResourceExhausted: out of descriptors or memory
 };
 
 // The only place where library status codes become exit codes.
@@ -100,6 +101,10 @@ int ReportOpenError(std::string_view command, const Status& status);
 // what OnDamaged::kSkip leaves out instead.
 bool IsDamagedSegmentError(const Status& s);
 
+// What ran out, for a ResourceExhausted status: "out of file descriptors"
+// (EMFILE, ENFILE), "out of memory" (ENOMEM), ...; empty for another status.
+std::string ResourceText(const Status& s);
+
 // "Corruption: offset 0: segment header is damaged": the segment's error
 // without the file name that DamagedSegment::file already gives.
 std::string DamageText(const DamagedSegment& d);
@@ -140,9 +145,6 @@ Status CheckMayCreate(const std::string& path, bool force);
 
 // 1536 -> "1.5 KiB"; exact below 1 KiB.
 std::string HumanBytes(uint64_t bytes);
-
-// Reads the format version from the store's RUNSTORE marker; 0 if unreadable.
-uint32_t ReadMarkerFormatVersion(const std::string& store_path);
 
 // Buffered output to stdout or a file that reports write errors as IOError
 // (with errno) instead of losing them.

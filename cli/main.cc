@@ -5,6 +5,7 @@
 // chosen. Every command opens the store read-only. Exit codes: common.h (and
 // every --help).
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <filesystem>
 #include <iostream>
 #include <new>
@@ -128,8 +129,8 @@ int main(int argc, char** argv) {
   } catch (const std::filesystem::filesystem_error& e) {
     rc = runstore::cli::ReportError("error", runstore::Status::IOError(e.what(), e.code().value()));
   } catch (const std::bad_alloc&) {
-    std::cerr << "runstore: error: out of memory\n";
-    rc = kExitOther;
+    rc = runstore::cli::ReportError(command,
+                                    runstore::Status::ResourceExhausted("out of memory", ENOMEM));
   } catch (const std::exception& e) {
     std::cerr << "runstore: error: " << runstore::text::Printable(e.what()) << "\n";
     rc = kExitOther;

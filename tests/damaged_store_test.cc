@@ -270,7 +270,7 @@ TEST_F(DamagedStoreTest, UnreadableSegmentFileIsReportedAndSkippable) {
   WriteRun("b", 2, 300);
   // A FIFO where a segment should be: opening it must neither hang nor read.
   ASSERT_EQ(mkfifo(SegmentPath("c", 1).c_str(), 0644), 0);
-  EXPECT_THAT(OpenStatus(), StatusIsWith(StatusCode::kIOError, "not a regular file (a FIFO)"));
+  EXPECT_THAT(OpenStatus(), StatusIsWith(StatusCode::kIOError, "is a FIFO, not a regular file"));
   auto store = OpenStore(OnDamaged::kSkip);
   ASSERT_NE(store, nullptr);
   auto snap = store->GetSnapshot();

@@ -359,11 +359,11 @@ F=$T/fifo_segment
 cp -a "$S" "$F"
 mkfifo "$F/segments/z-00000001.rss"
 run timeout 20 "$RS" info "$F"; expect_rc 4
-expect_err_has "runstore: info: IOError: $F/segments/z-00000001.rss: not a regular file (a FIFO)"
+expect_err_has "runstore: info: IOError: $F/segments/z-00000001.rss: is a FIFO, not a regular file"
 expect_err_has "runstore: info: $hint"
 # With it (before or after the command) the rest is read, and each segment left out is named.
 left_beta="runstore: left out damaged segment segments/beta-00000001.rss: Corruption: offset 0: "
-left_fifo="runstore: left out damaged segment segments/z-00000001.rss: IOError: not a regular file (a FIFO)"
+left_fifo="runstore: left out damaged segment segments/z-00000001.rss: IOError: is a FIFO, not a regular file"
 run timeout 20 "$RS" info "$D" --skip-damaged; expect_rc 0
 expect_err_has "$left_beta"; expect_err_has "$left_fifo"
 [[ $(grep -c . <<<"$err") == 2 ]] || fail "info --skip-damaged: stderr has more than the two segments: $err"
@@ -371,7 +371,7 @@ expect_out_has "^writers: +2$"
 expect_out_has "^segments: +2 \(1 sealed, 1 open\)$"
 expect_out_has "^damaged segments: +2 \(left out\)$"
 expect_out_has "^ +segments/beta-00000001.rss: Corruption: offset 0: "
-expect_out_has "^ +segments/z-00000001.rss: IOError: not a regular file \(a FIFO\)$"
+expect_out_has "^ +segments/z-00000001.rss: IOError: is a FIFO, not a regular file$"
 run timeout 20 "$RS" --skip-damaged info "$D" --json; expect_rc 0
 expect_out_has '^  "damaged_segments": \[$'
 expect_out_has '^      "file": "segments/beta-00000001.rss",$'
@@ -404,7 +404,7 @@ for flag in "" --skip-damaged; do
   run timeout 20 "$RS" verify "$D" $flag; expect_rc 2
   expect_out_has "^CORRUPT: 2 segments \(and 2 damaged, left out\), [0-9]+ of [0-9]+ blocks checked, 2 problem\(s\):$"
   expect_out_has "^  segments/beta-00000001.rss: offset 0: "
-  expect_out_has "^  IOError: $D/segments/z-00000001.rss: not a regular file \(a FIFO\)$"
+  expect_out_has "^  IOError: $D/segments/z-00000001.rss: is a FIFO, not a regular file$"
   expect_err_has "runstore: verify: Corruption: segments/beta-00000001.rss: offset 0"
 done
 run timeout 20 "$RS" verify "$D" --json; expect_rc 2

@@ -73,6 +73,15 @@ class MappedRegion {
   size_t size_ = 0;
 };
 
+// What stat(2) says of a file, for telling whether it changed: a file
+// replaced or rewritten has a different size, modification time or inode.
+struct FileInfo {
+  uint64_t size = 0;
+  int64_t mtime_ns = 0;  // 0 where the Env keeps no times
+  uint64_t inode = 0;    // 0 where the Env has no inodes
+  friend bool operator==(const FileInfo&, const FileInfo&) = default;
+};
+
 class RandomAccessFile {
  public:
   virtual ~RandomAccessFile() = default;
@@ -82,21 +91,23 @@ class RandomAccessFile {
   virtual Status Read(uint64_t offset, size_t n, char* scratch, std::string_view* result) const = 0;
   // The file's current length (it may still grow if a writer is appending).
   virtual Result<uint64_t> Size() const = 0;
+  // The open file's size, modification time and inode (fstat); by default
+  // the size alone.
+  virtual Result<FileInfo> Info() const {
+    auto size = Size();
+    if (!size.ok()) return size.status();
+    return FileInfo{*size, 0, 0};
+  }
   // Maps the first `length` bytes read-only. `length` must not exceed Size().
   virtual Result<std::shared_ptr<const MappedRegion>> Map(uint64_t length) const = 0;
+  // The offset of the first byte at or after `offset` that the file system
+  // holds data for, UINT64_MAX if none: a scan may skip the holes of a
+  // sparse file (they read as zeros). By default `offset` (no holes known).
+  virtual uint64_t NextData(uint64_t offset) const { return offset; }
   // A hint that [offset, offset + n) is about to be read whole: the file
   // system may start reading it now, in large requests, and exactly it
   // (posix_fadvise WILLNEED). Never changes what is read.
   virtual void WillNeed(uint64_t /*offset*/, uint64_t /*n*/) const {}
-};
-
-// What stat(2) says of a file, for telling whether it changed: a file
-// replaced or rewritten has a different size, modification time or inode.
-struct FileInfo {
-  uint64_t size = 0;
-  int64_t mtime_ns = 0;  // 0 where the Env keeps no times
-  uint64_t inode = 0;    // 0 where the Env has no inodes
-  friend bool operator==(const FileInfo&, const FileInfo&) = default;
 };
 
 // Which file a path names: two paths name one file (or directory) exactly
@@ -173,7 +184,16 @@ class Env {
 std::unique_ptr<Env> NewMemEnv();
 
 // Helpers built on any Env.
-Result<std::string> ReadFileToString(Env* env, const std::string& path);
+
+// The largest file ReadFileToString reads unless told otherwise: the files
+// it is used for (leases, claims) hold a few dozen bytes.
+inline constexpr uint64_t kMaxReadFileBytes = uint64_t{64} << 20;
+// The whole of the regular file at `path`. A file larger than `max_bytes`
+// is refused (Corruption naming the file and both sizes) before anything is
+// allocated for it: a huge or sparse file in place of a small one cannot
+// make the caller allocate its size.
+Result<std::string> ReadFileToString(Env* env, const std::string& path,
+                                     uint64_t max_bytes = kMaxReadFileBytes);
 // Publishes `contents` at `path`: writes `path.tmp`, syncs it, renames it into
 // place and syncs the directory (docs/design.md#invariant-5).
 Status WriteFileAtomically(Env* env, const std::string& path, std::string_view contents);

@@ -28,6 +28,10 @@ enum class StatusCode : int {
   kNotSupported = 5,
   kAlreadyExists = 6,
   kFailedPrecondition = 7,  // e.g. appending to a closed writer
+  // The process ran out of a resource (file descriptors, memory or memory
+  // mappings): nothing is wrong with the store, and the same call may succeed
+  // with more of it. Never damage, never skipped as damage.
+  kResourceExhausted = 8,
 };
 
 // Human-readable name of a code ("Corruption").
@@ -55,6 +59,9 @@ class [[nodiscard]] Status {
   }
   static Status FailedPrecondition(std::string msg) {
     return {StatusCode::kFailedPrecondition, std::move(msg)};
+  }
+  static Status ResourceExhausted(std::string msg, int sys_errno = 0) {
+    return {StatusCode::kResourceExhausted, std::move(msg), sys_errno};
   }
 
   bool ok() const { return state_ == nullptr; }

@@ -30,7 +30,9 @@ Errors: ``ValueError`` (bad input, e.g. a dtype that conflicts with an existing 
 ``CorruptionError`` (a checksum failed; the message names the file and offset),
 ``UnsupportedFormatError`` (a subclass of NotImplementedError: a store written by a newer
 runstore), ``FileExistsError`` (an export onto an existing file with overwrite=False),
-``RuntimeError`` (writing to a read-only store or a closed writer).
+``RuntimeError`` (writing to a read-only store or a closed writer), ``ResourceExhaustedError``
+(a subclass of OSError, errno set: the process ran out of file descriptors or memory; nothing is
+wrong with the store).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from ._core import (
     FORMAT_VERSION,
     ArrayOwner,
     CorruptionError,
+    ResourceExhaustedError,
     UnsupportedFormatError,
     Writer,
 )
@@ -79,6 +82,7 @@ __all__ = [
     "DamagedSegment",
     "ArrayOwner",
     "CorruptionError",
+    "ResourceExhaustedError",
     "UnsupportedFormatError",
     "FORMAT_VERSION",
     "DTYPES",

@@ -10,7 +10,8 @@
 Like the rest of the tool (and zstd or gzip), the exports refuse to replace an existing OUT
 unless --force is given, where the Python API (Store.export_tar) replaces it as pandas and
 numpy do. Exit codes are the tool's: 0 ok, 1 bad command line, 2 corruption, 3 not found, 4 I/O
-error (also writing standard output), 5 anything else (OUT exists, OUT inside STORE, ...). With
+error (also writing standard output), 5 anything else (OUT exists, OUT inside STORE, ...), 6 out
+of a resource (file descriptors, memory). With
 --skip-damaged, the store is opened with on_damaged="skip" and each segment left out is named on
 stderr, as the tool does. The exports draw a progress line on stderr when it is a terminal
 (--no-progress: never), as the tool's commands do. Names, ids and messages from a store are
@@ -29,6 +30,7 @@ import runstore
 from runstore._printable import printable
 
 EXIT_OK, EXIT_USAGE, EXIT_CORRUPTION, EXIT_NOT_FOUND, EXIT_IO, EXIT_OTHER = 0, 1, 2, 3, 4, 5
+EXIT_RESOURCE = 6
 #: The end of the message of an error opening a store meets in one segment file
 #: (python/src/py_store.cc), which the command says in its own terms.
 _PYTHON_HINT = ' (open with on_damaged="skip" to read the other segments)'
@@ -283,6 +285,7 @@ def _print_report(what: str, report: str) -> int:
 COMMAND_ERRORS = (
     runstore.CorruptionError,
     OSError,
+    MemoryError,
     KeyError,
     ImportError,
     ValueError,
@@ -318,6 +321,10 @@ def fail_for(what: str, e: BaseException, install: str) -> int:
             f"{e.filename} exists; use --force (-f) to replace it",
             EXIT_OTHER,
         )
+    if isinstance(e, runstore.ResourceExhaustedError):
+        return _fail(what, "ResourceExhausted", e, EXIT_RESOURCE)
+    if isinstance(e, MemoryError):
+        return _fail(what, "ResourceExhausted", "out of memory", EXIT_RESOURCE)
     if isinstance(e, (FileNotFoundError, KeyError)):
         return _fail(what, "NotFound", e, EXIT_NOT_FOUND)
     if isinstance(e, OSError):

@@ -23,6 +23,9 @@ class CorruptionError(Exception):
 class UnsupportedFormatError(NotImplementedError):
     """A store or segment of a format version this build cannot read."""
 
+class ResourceExhaustedError(OSError):
+    """The process ran out of file descriptors, memory or memory mappings (errno set)."""
+
 class ArrayOwner:
     """The base of every array returned by Store.get / Store.scan; keeps its bytes alive."""
 

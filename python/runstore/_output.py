@@ -242,7 +242,8 @@ def _fsync_path(path: str) -> None:
     """fsync of a file or a directory; nothing where the file system does not sync
     directories."""
     try:
-        fd = os.open(path, os.O_RDONLY)
+        # O_NONBLOCK: whatever is there, opening it never waits (a FIFO would, for a writer).
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError:
         return
     try:
@@ -539,7 +540,7 @@ class ExportDirectory(_Target):
     def _sync_tree(self) -> None:
         for root, _, files in os.walk(self.tmp, topdown=False):
             for name in files:
-                fd = os.open(os.path.join(root, name), os.O_RDONLY)
+                fd = os.open(os.path.join(root, name), os.O_RDONLY | os.O_NONBLOCK)
                 try:
                     os.fsync(fd)
                 finally:

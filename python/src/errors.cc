@@ -5,6 +5,7 @@ namespace {
 
 PyObject* corruption_error = nullptr;
 PyObject* unsupported_format_error = nullptr;
+PyObject* resource_exhausted_error = nullptr;
 
 PyObject* NewException(nb::module_& m, const char* name, PyObject* base, const char* doc) {
   const std::string qualified = std::string("runstore.") + name;
@@ -25,6 +26,11 @@ void InitErrors(nb::module_& m) {
       m, "UnsupportedFormatError", PyExc_NotImplementedError,
       "The store or segment uses a format version or feature this build of runstore cannot "
       "read (e.g. a store written by a newer runstore). A subclass of NotImplementedError.");
+  resource_exhausted_error = NewException(
+      m, "ResourceExhaustedError", PyExc_OSError,
+      "The process ran out of a resource: file descriptors (EMFILE, ENFILE: raise ulimit -n), "
+      "memory or memory mappings (ENOMEM). Nothing is wrong with the store; the same call "
+      "may succeed with more of it. A subclass of OSError, with errno set.");
 }
 
 nb::object MessageText(std::string_view message) {
@@ -39,6 +45,16 @@ void Throw(PyObject* type, const std::string& message) {
   throw nb::python_error();
 }
 
+// Raises `type(errno, message)` (so that OSError and its subclasses get
+// errno and strerror), or `type(message)` without an errno.
+[[noreturn]] void ThrowOSError(PyObject* type, int err, const std::string& msg) {
+  if (err == 0) Throw(type, msg);
+  nb::object args = nb::steal(Py_BuildValue("(iN)", err, MessageText(msg).release().ptr()));
+  if (!args.is_valid()) throw nb::python_error();
+  PyErr_SetObject(type, args.ptr());
+  throw nb::python_error();
+}
+
 void ThrowStatus(const Status& s) {
   const std::string& msg = s.message();
   switch (s.code()) {
@@ -49,15 +65,8 @@ void ThrowStatus(const Status& s) {
     case StatusCode::kCorruption:
       Throw(corruption_error, msg);
     case StatusCode::kIOError:
-      if (s.sys_errno() != 0) {
-        // OSError(errno, message) picks the subclass (PermissionError, ...).
-        nb::object args =
-            nb::steal(Py_BuildValue("(iN)", s.sys_errno(), MessageText(msg).release().ptr()));
-        if (!args.is_valid()) throw nb::python_error();
-        PyErr_SetObject(PyExc_OSError, args.ptr());
-        throw nb::python_error();
-      }
-      Throw(PyExc_OSError, msg);
+      // OSError(errno, message) picks the subclass (PermissionError, ...).
+      ThrowOSError(PyExc_OSError, s.sys_errno(), msg);
     case StatusCode::kInvalidArgument:
       Throw(PyExc_ValueError, msg);
     case StatusCode::kNotSupported:
@@ -66,6 +75,8 @@ void ThrowStatus(const Status& s) {
       Throw(PyExc_FileExistsError, msg);
     case StatusCode::kFailedPrecondition:
       Throw(PyExc_RuntimeError, msg);
+    case StatusCode::kResourceExhausted:
+      ThrowOSError(resource_exhausted_error, s.sys_errno(), msg);
   }
   Throw(PyExc_RuntimeError, s.ToString());
 }

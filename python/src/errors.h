@@ -7,6 +7,7 @@
 //   NotSupported       -> runstore.UnsupportedFormatError (a NotImplementedError)
 //   AlreadyExists      -> FileExistsError
 //   FailedPrecondition -> RuntimeError
+//   ResourceExhausted  -> runstore.ResourceExhaustedError (an OSError, errno set)
 //
 // Every function here needs the GIL.
 #ifndef RUNSTORE_PYTHON_ERRORS_H_
@@ -25,7 +26,8 @@ namespace runstore::python {
 
 namespace nb = nanobind;
 
-// Creates CorruptionError and UnsupportedFormatError and adds them to `m`.
+// Creates CorruptionError, UnsupportedFormatError and ResourceExhaustedError
+// and adds them to `m`.
 void InitErrors(nb::module_& m);
 
 // A Python callable (or None) called from C++ work that runs without the

@@ -225,8 +225,9 @@ std::shared_ptr<char> AlignedAlloc(uint64_t n) {
 }
 
 Status NoMemory(uint64_t n) {
-  return Status::IOError("cannot allocate " + std::to_string(n) + " bytes to decompress a block",
-                         ENOMEM);
+  return Status::ResourceExhausted(
+      "cannot allocate " + std::to_string(n) + " bytes to decompress a block (out of memory)",
+      ENOMEM);
 }
 
 // Anonymous memory (page-aligned, so 64-byte aligned) that can grow without

@@ -53,7 +53,7 @@ Status CheckDeclaredRawSize(Codec codec, std::string_view input, uint64_t raw_si
 // arrives, so that a frame which claims more than it holds fails before
 // the memory it claims is taken: what is allocated for a payload that does
 // not decode is at most that bound. Corruption if it does not decode to
-// exactly raw_size bytes; IOError (ENOMEM) if the memory cannot be had.
+// exactly raw_size bytes; ResourceExhausted (ENOMEM) if the memory cannot be had.
 Result<std::shared_ptr<char>> DecompressAligned(Codec codec, std::string_view input,
                                                 uint64_t raw_size);
 

@@ -48,10 +48,15 @@ std::vector<Result<FileInfo>> Env::GetChildrenInfo(const std::string& dir,
   return out;
 }
 
-Result<std::string> ReadFileToString(Env* env, const std::string& path) {
+Result<std::string> ReadFileToString(Env* env, const std::string& path, uint64_t max_bytes) {
   RUNSTORE_ASSIGN_OR_RETURN(const std::unique_ptr<RandomAccessFile> file,
                             env->NewRandomAccessFile(path));
   RUNSTORE_ASSIGN_OR_RETURN(const uint64_t size, file->Size());
+  if (size > max_bytes) {
+    return Status::Corruption(path + ": " + std::to_string(size) +
+                              " bytes, more than such a file can hold (" +
+                              std::to_string(max_bytes) + ")");
+  }
   std::string contents;
   contents.resize(size);
   std::string_view got;

@@ -1,5 +1,7 @@
 #include "env/path.h"
 
+#include <sys/resource.h>
+
 #include <cerrno>
 #include <cstring>
 
@@ -24,6 +26,27 @@ std::string ParentDir(std::string_view p) {
   return std::string(p.substr(0, slash));
 }
 
+std::string ResourceText(int err) {
+  switch (err) {
+    case EMFILE: {
+      struct rlimit rl;
+      std::string limit;
+      if (::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+        limit = ", " + std::to_string(rl.rlim_cur) + " (ulimit -n)";
+      }
+      return "out of file descriptors: the process has as many open as its limit allows" + limit;
+    }
+    case ENFILE:
+      return "out of file descriptors: the system's table of open files is full";
+    case ENOMEM:
+      return "out of memory, or of memory mappings (vm.max_map_count)";
+    case EAGAIN:
+      return "a resource is temporarily exhausted (locked memory, processes)";
+    default:
+      return {};
+  }
+}
+
 Status ErrnoStatus(const std::string& context, int err) {
   std::string msg = context + ": " + std::strerror(err);
   switch (err) {
@@ -31,6 +54,12 @@ Status ErrnoStatus(const std::string& context, int err) {
       return Status(StatusCode::kNotFound, std::move(msg), err);
     case EEXIST:
       return Status(StatusCode::kAlreadyExists, std::move(msg), err);
+    case EMFILE:
+    case ENFILE:
+    case ENOMEM:
+    case EAGAIN:
+      // The process ran out of something; the file is not at fault.
+      return Status(StatusCode::kResourceExhausted, msg + " (" + ResourceText(err) + ")", err);
     default:
       return Status(StatusCode::kIOError, std::move(msg), err);
   }

@@ -18,9 +18,15 @@ std::string NormalizePath(std::string_view path);
 // trailing '/' are ignored.
 std::string ParentDir(std::string_view path);
 
-// "context: strerror(err)" as NotFound (ENOENT), AlreadyExists (EEXIST) or
-// IOError, with err as the status's sys_errno.
+// "context: strerror(err)" as NotFound (ENOENT), AlreadyExists (EEXIST),
+// ResourceExhausted (EMFILE, ENFILE, ENOMEM, EAGAIN: with what ran out, and
+// for EMFILE the process's limit) or IOError, with err as the status's
+// sys_errno.
 Status ErrnoStatus(const std::string& context, int err);
+
+// What ran out, for a ResourceExhausted of errno `err` ("out of file
+// descriptors: ..."); empty for an errno that is no resource.
+std::string ResourceText(int err);
 
 // Env::NewCopyOf's IOError for a source of `size` bytes, fewer than `length`.
 Status ShorterThanCopy(const std::string& from, uint64_t size, uint64_t length);

@@ -39,7 +39,66 @@ std::string FileKindName(mode_t mode) {
   if (S_ISBLK(mode)) return "a block device";
   if (S_ISSOCK(mode)) return "a socket";
   if (S_ISDIR(mode)) return "a directory";
+  if (S_ISLNK(mode)) return "a symbolic link";
   return "not a regular file";
+}
+
+// The error for a file of the store that is not a regular file: IOError
+// "<path>: is a FIFO, not a regular file" (errno EISDIR for a directory,
+// ELOOP for a symbolic link, 0 otherwise). A store's files are all regular
+// files that runstore made; opening anything else could block for ever (a
+// FIFO), read without end (a device) or read a file outside the store (a
+// link).
+Status NotRegularFile(const std::string& path, mode_t mode) {
+  const int err = S_ISDIR(mode) ? EISDIR : S_ISLNK(mode) ? ELOOP : 0;
+  std::string msg = path + ": is " + FileKindName(mode) + ", not a regular file";
+  if (S_ISLNK(mode)) msg += " (runstore never follows a link in place of a store's file)";
+  return Status::IOError(std::move(msg), err);
+}
+
+// The error of an open(2) of `path` that failed with `err`: for the errors
+// a special file gives (ELOOP: a symbolic link under O_NOFOLLOW; ENXIO: a
+// socket, or a FIFO without a reader; EISDIR; ETXTBSY...), what the path is
+// instead, so that the message says "is a socket", not "No such device".
+Status OpenError(const std::string& path, const char* op, int err) {
+  struct stat st;
+  if (err != ENOENT && err != EACCES && err != EMFILE && err != ENFILE && err != ENOMEM &&
+      ::lstat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    return NotRegularFile(path, st.st_mode);
+  }
+  return ErrnoStatus(path + ": " + op, err);
+}
+
+// Opens `path` with `flags` (to which O_CLOEXEC, O_NOFOLLOW and O_NONBLOCK
+// are added, so that neither a link nor a FIFO is ever followed or waited
+// on) and checks with fstat that it is a regular file; O_NONBLOCK is then
+// cleared (it means nothing for a regular file, but is not left behind).
+// Every file the POSIX Env opens goes through here.
+Result<int> OpenRegular(const std::string& path, int flags, const char* op) {
+  int fd;
+  do {
+    fd = ::open(path.c_str(), flags | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) return OpenError(path, op, errno);
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return ErrnoStatus(path + ": " + op, err);
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return NotRegularFile(path, st.st_mode);
+  }
+  const int fl = ::fcntl(fd, F_GETFL);
+  if (fl >= 0) (void)::fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+  return fd;
+}
+
+FileInfo InfoOfStat(const struct stat& st) {
+  return FileInfo{static_cast<uint64_t>(st.st_size),
+                  int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec,
+                  static_cast<uint64_t>(st.st_ino)};
 }
 
 // `context` names the path and the operation, e.g. "/d/x.rss: open for writing".
@@ -323,6 +382,12 @@ class PosixRandomAccessFile final : public RandomAccessFile {
     return static_cast<uint64_t>(st.st_size);
   }
 
+  Result<FileInfo> Info() const override {
+    struct stat st;
+    if (::fstat(fd_, &st) != 0) return ErrnoStatus(path_ + ": fstat", errno);
+    return InfoOfStat(st);
+  }
+
   Result<std::shared_ptr<const MappedRegion>> Map(uint64_t length) const override {
     if (length == 0) return std::shared_ptr<const MappedRegion>(new PosixMappedRegion(nullptr, 0));
     RUNSTORE_ASSIGN_OR_RETURN(const uint64_t size, Size());
@@ -342,6 +407,15 @@ class PosixRandomAccessFile final : public RandomAccessFile {
     // another process would make reads of the region fault.
     return std::shared_ptr<const MappedRegion>(
         new PosixMappedRegion(base, static_cast<size_t>(length)));
+  }
+
+  uint64_t NextData(uint64_t offset) const override {
+    if (offset > static_cast<uint64_t>(std::numeric_limits<off_t>::max())) return UINT64_MAX;
+    const off_t at = ::lseek(fd_, static_cast<off_t>(offset), SEEK_DATA);
+    if (at >= 0) return static_cast<uint64_t>(at);
+    // ENXIO: no data at or past offset; anything else (a file system
+    // without SEEK_DATA): read on from offset.
+    return errno == ENXIO ? UINT64_MAX : offset;
   }
 
   void WillNeed(uint64_t offset, uint64_t n) const override {
@@ -372,30 +446,26 @@ class PosixEnv final : public Env {
  public:
   Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path,
                                                         bool exclusive) override {
-    const int flags = O_WRONLY | O_CREAT | O_CLOEXEC | (exclusive ? O_EXCL : O_TRUNC);
-    int fd;
-    do {
-      fd = ::open(path.c_str(), flags, 0644);
-    } while (fd < 0 && errno == EINTR);
-    if (fd < 0) {
-      return ErrnoStatus(path + (exclusive ? ": create exclusively" : ": open for writing"), errno);
+    // O_TRUNC only once the file is known to be a regular one: a FIFO or a
+    // device in its place is refused untouched.
+    RUNSTORE_ASSIGN_OR_RETURN(const int fd,
+                              OpenRegular(path, O_WRONLY | O_CREAT | (exclusive ? O_EXCL : 0),
+                                          exclusive ? "create exclusively" : "open for writing"));
+    if (!exclusive && ::ftruncate(fd, 0) != 0) {
+      const int err = errno;
+      ::close(fd);
+      return ErrnoStatus(path + ": truncate", err);
     }
     return std::unique_ptr<WritableFile>(new PosixWritableFile(path, fd));
   }
 
   Result<std::unique_ptr<WritableFile>> NewCopyOf(const std::string& from, uint64_t length,
                                                   const std::string& to) override {
-    int in;
-    do {
-      in = ::open(from.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    } while (in < 0 && errno == EINTR);
-    if (in < 0) return ErrnoStatus(from + ": open for reading", errno);
+    RUNSTORE_ASSIGN_OR_RETURN(const int in, OpenRegular(from, O_RDONLY, "open for reading"));
     struct stat st;
     Status s;
     if (::fstat(in, &st) != 0) {
       s = ErrnoStatus(from + ": stat", errno);
-    } else if (!S_ISREG(st.st_mode)) {
-      s = Status::IOError(from + ": not a regular file");
     } else if (static_cast<uint64_t>(st.st_size) < length) {
       s = ShorterThanCopy(from, static_cast<uint64_t>(st.st_size), length);
     }
@@ -419,31 +489,15 @@ class PosixEnv final : public Env {
   }
 
   Result<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(const std::string& path) override {
-    int fd;
-    do {
-      // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a
-      // writer, for ever. It changes nothing for a regular file.
-      fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    } while (fd < 0 && errno == EINTR);
-    if (fd < 0) return ErrnoStatus(path + ": open for reading", errno);
-    // open(2) accepts a directory, a FIFO or a device here; their reads would
-    // fail later and less clearly, or never end.
-    struct stat st;
-    if (::fstat(fd, &st) != 0) {
-      const int err = errno;
-      ::close(fd);
-      return ErrnoStatus(path + ": open for reading", err);
-    }
-    if (!S_ISREG(st.st_mode)) {
-      ::close(fd);
-      if (S_ISDIR(st.st_mode)) return ErrnoStatus(path + ": open for reading", EISDIR);
-      return Status::IOError(path + ": not a regular file (" + FileKindName(st.st_mode) + ")");
-    }
+    RUNSTORE_ASSIGN_OR_RETURN(const int fd, OpenRegular(path, O_RDONLY, "open for reading"));
     return std::unique_ptr<RandomAccessFile>(new PosixRandomAccessFile(path, fd));
   }
 
   Status FileExists(const std::string& path) override {
-    if (::access(path.c_str(), F_OK) != 0) return ErrnoStatus(path + ": access", errno);
+    // The name itself: a link in place of a store's file exists (and is
+    // refused when opened, naming what it is), even when it dangles.
+    struct stat st;
+    if (::lstat(path.c_str(), &st) != 0) return ErrnoStatus(path + ": stat", errno);
     return Status::OK();
   }
 
@@ -489,11 +543,7 @@ class PosixEnv final : public Env {
     return InfoOf(st);
   }
 
-  static FileInfo InfoOf(const struct stat& st) {
-    return FileInfo{static_cast<uint64_t>(st.st_size),
-                    int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec,
-                    static_cast<uint64_t>(st.st_ino)};
-  }
+  static FileInfo InfoOf(const struct stat& st) { return InfoOfStat(st); }
 
   std::vector<Result<FileInfo>> GetChildrenInfo(const std::string& dir,
                                                 std::span<const std::string> names) override {

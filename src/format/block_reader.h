@@ -63,7 +63,7 @@ struct DecodedBlock {
 // keep them alive); a compressed one is decompressed into memory of its own,
 // once its codec's frame agrees with the raw size of the header. Corruption
 // naming `name` and the payload's offset when the bytes do not decode or
-// parse; IOError (ENOMEM) when memory for a valid payload cannot be had.
+// parse; ResourceExhausted (ENOMEM) when memory for a valid payload cannot be had.
 Status DecodeBlock(std::string_view stored, std::shared_ptr<const void> owner,
                    std::shared_ptr<const MappedRegion> mapping, const BlockInfo& block,
                    const std::string& name, DecodedBlock* out);

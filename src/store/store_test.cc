@@ -1671,7 +1671,7 @@ void WriteLargeArray(Store* store, const LargeArray& a, int runs) {
 void FindInSegment(Store* store, const std::string& path, std::string_view bytes, std::string* file,
                    size_t* at) {
   *file = path + "/" + (*store->Refresh())->ListSegments().at(0).file;
-  ASSERT_OK_AND_ASSIGN(std::string contents, ReadFileToString(Env::Default(), *file));
+  ASSERT_OK_AND_ASSIGN(std::string contents, ReadFileToString(Env::Default(), *file, UINT64_MAX));
   *at = contents.find(bytes);
   ASSERT_NE(*at, std::string::npos);
 }

@@ -320,7 +320,7 @@ std::optional<FaultInjectionEnv::SavedFile> FaultInjectionEnv::SaveFileLocked(
   if (!is_dir.ok() || *is_dir) return std::nullopt;
   const Result<uint64_t> size = base_->GetFileSize(path);
   if (!size.ok() || *size > kMaxSavedBytes - saved_bytes_) return std::nullopt;
-  Result<std::string> contents = ReadFileToString(base_, path);
+  Result<std::string> contents = ReadFileToString(base_, path, UINT64_MAX);
   if (!contents.ok()) return std::nullopt;
   saved_bytes_ += contents->size();
   SavedFile saved{std::move(contents).value(), nullptr};
@@ -428,7 +428,7 @@ Status FaultInjectionEnv::WriteBaseFileLocked(const std::string& path,
 Status FaultInjectionEnv::DropUnsyncedLocked(const std::string& path, const FileInfo& info,
                                              DropMode mode, uint64_t* rng_state) {
   if (info.synced >= info.size) return Status::OK();
-  Result<std::string> read = ReadFileToString(base_, path);
+  Result<std::string> read = ReadFileToString(base_, path, UINT64_MAX);
   if (!read.ok()) {
     return read.status().code() == StatusCode::kNotFound ? Status::OK() : read.status();
   }
