@@ -62,11 +62,22 @@ int RunVerify(const VerifyOptions& o) {
   }
   const uint64_t checked = report.blocks_checked;
   const Status status = report.problems.empty() ? Status::OK() : report.problems.front();
+  // Segments left unchecked for want of a resource: no damage, but no
+  // verdict on them either.
+  std::string unchecked_line;
+  if (!report.unchecked.empty()) {
+    const Status& first = report.unchecked.front();
+    const std::string what = ResourceText(first);
+    unchecked_line = "could not check " + std::to_string(report.unchecked.size()) + " segment" +
+                     (report.unchecked.size() == 1 ? "" : "s") + ": " +
+                     (what.empty() ? first.message() : what);
+  }
 
   if (o.json) {
-    ordered_json j = {{"store", (*store)->path()},   {"ok", status.ok()},
-                      {"segments", segments.size()}, {"blocks", blocks},
-                      {"blocks_checked", checked},   {"bytes_checked", report.bytes_checked}};
+    ordered_json j = {
+        {"store", (*store)->path()},   {"ok", status.ok() && report.unchecked.empty()},
+        {"segments", segments.size()}, {"blocks", blocks},
+        {"blocks_checked", checked},   {"bytes_checked", report.bytes_checked}};
     ordered_json left_out = ordered_json::array();
     for (const DamagedSegment& d : damaged) {
       ordered_json e = ErrorJson(d.status);
@@ -74,17 +85,26 @@ int RunVerify(const VerifyOptions& o) {
       left_out.push_back(e);
     }
     j["damaged_segments"] = left_out;
+    ordered_json unchecked = ordered_json::array();
+    for (const Status& u : report.unchecked) unchecked.push_back(ErrorJson(u));
+    j["unchecked"] = unchecked;
     if (!status.ok()) {
       j["error"] = ErrorJson(status);
       ordered_json all = ordered_json::array();
       for (const Status& p : report.problems) all.push_back(ErrorJson(p));
       j["problems"] = all;
+    } else if (!report.unchecked.empty()) {
+      j["error"] = ErrorJson(Status(report.unchecked.front().code(), unchecked_line));
     }
     std::cout << JsonPrintable(j.dump(2, ' ', false, ordered_json::error_handler_t::replace))
               << "\n";
-  } else if (status.ok()) {
+  } else if (status.ok() && report.unchecked.empty()) {
     std::cout << "ok: " << segments.size() << " segments, " << checked
               << " blocks checked, no corruption\n";
+  } else if (status.ok()) {
+    std::cout << "INCOMPLETE: " << segments.size() << " segments, " << checked << " of " << blocks
+              << " blocks checked, no corruption found; " << Printable(unchecked_line) << "\n";
+    for (const Status& u : report.unchecked) std::cout << "  " << Printable(u.ToString()) << "\n";
   } else {
     std::cout << "CORRUPT: " << segments.size() << " segments";
     if (!damaged.empty()) std::cout << " (and " << damaged.size() << " damaged, left out)";
@@ -96,11 +116,19 @@ int RunVerify(const VerifyOptions& o) {
                 << Printable(p.code() == StatusCode::kCorruption ? p.message() : p.ToString())
                 << "\n";
     }
+    if (!unchecked_line.empty()) std::cout << "and " << Printable(unchecked_line) << "\n";
   }
-  // Any problem is corruption of the store, a segment that cannot be read too.
+  // Any problem is corruption of the store, a segment that cannot be read
+  // too; segments left unchecked for want of a resource are not, and have
+  // their own exit code.
   if (!status.ok()) {
     ReportError(kCmd, status);
     return kExitCorruption;
+  }
+  if (!report.unchecked.empty()) {
+    return ReportError(kCmd,
+                       Status(StatusCode::kResourceExhausted,
+                              unchecked_line + " (" + report.unchecked.front().message() + ")"));
   }
   return kExitOk;
 }
@@ -112,14 +140,18 @@ void RegisterVerify(CLI::App& app, ChosenCommand* chosen) {
   cmd->add_option("STORE", o->store, "Store directory")->required();
   cmd->add_flag("--json", o->json,
                 "Print one JSON object {store, ok, segments, blocks, blocks_checked, "
-                "bytes_checked, damaged_segments: [{code, message, file}], and when not "
-                "ok error: {code, message} (the first problem) and problems: [...]}");
+                "bytes_checked, damaged_segments: [{code, message, file}], unchecked: "
+                "[{code, message}], and when not ok error: {code, message} (the first problem) "
+                "and problems: [...]}");
   cmd->footer(Footer(
       "Reads every block of every segment and checks every checksum, then prints the number\n"
       "of segments and blocks checked. It goes on past problems and prints every one, each\n"
       "naming the segment file and the offset, then exits with 2. A segment file that cannot\n"
       "be read at all (a damaged header or index, a file that cannot be opened) is one of\n"
-      "the problems: verify always reads around it, as --skip-damaged does.",
+      "the problems: verify always reads around it, as --skip-damaged does. Segments it could\n"
+      "not check because the process ran out of file descriptors or memory are no damage:\n"
+      "it says 'could not check N segments: out of file descriptors ...' and, when it found\n"
+      "no problem, exits with 6.",
       "  runstore verify /scratch/sweep && echo clean\n"
       "  runstore verify /scratch/sweep --json | jq .error.message"));
   ChooseOnParse(cmd, "verify", chosen, [o] { return RunVerify(*o); });

@@ -37,7 +37,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     auto f = env->NewWritableFile("/s/CATALOG", true);
     RUNSTORE_FUZZ_CHECK(f.ok() && (*f)->Append(file).ok() && (*f)->Close().ok(), "write");
   }
-  auto catalog = Catalog::Read(env.get(), "/s");
+  auto catalog = Catalog::Read(env.get(), "/s", UINT64_MAX);
   if (!catalog.ok()) {
     const Status& s = catalog.status();
     RUNSTORE_FUZZ_CHECK(
@@ -67,7 +67,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   // Written again, it reads back the same.
   RUNSTORE_FUZZ_CHECK(Catalog::Write(env.get(), "/s", entries).ok(), "rewrite");
-  auto again = Catalog::Read(env.get(), "/s");
+  auto again = Catalog::Read(env.get(), "/s", UINT64_MAX);
   RUNSTORE_FUZZ_CHECK(again.ok(), again.status().ToString());
   RUNSTORE_FUZZ_CHECK((*again)->size() == entries.size(), "entry count");
   for (const auto& [name, e] : entries) {

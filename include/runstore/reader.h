@@ -145,8 +145,13 @@ struct VerifyReport {
   uint64_t segments = 0;
   uint64_t blocks_checked = 0;
   uint64_t bytes_checked = 0;
-  // Every problem found, each a Corruption naming the file and the offset.
+  // Every problem found, each a Corruption naming the file and the offset
+  // (an IOError for a segment file that cannot be read).
   std::vector<Status> problems;
+  // Segments that could not be checked because the process ran out of a
+  // resource (ResourceExhausted naming the file: out of descriptors or
+  // memory). Not problems of the store: checked again with more of it.
+  std::vector<Status> unchecked;
 };
 
 // What a scan returns besides the values, and which records.
@@ -214,7 +219,11 @@ class Snapshot {
 
   // Reads every block of every segment and checks every checksum, frame
   // header and payload layout, continuing past problems; the segments left
-  // out as damaged are problems too. `progress`, if set,
+  // out as damaged are problems too. A segment loaded from the catalog is
+  // checked by its file's own index, and an entry that differs from the file
+  // is a problem of the catalog, never of the segment. A segment that cannot
+  // be checked for want of a resource is listed in `unchecked`. `progress`,
+  // if set,
   // is called after each block with the payload bytes checked so far and the
   // total. Thread-compatible: call from one thread.
   virtual VerifyReport VerifyAll(
@@ -227,7 +236,8 @@ class Snapshot {
   virtual void ReleasePages() const = 0;
 
   // VerifyAll, returning its first problem (a Corruption naming file and
-  // offset) or OK; *blocks_checked counts the blocks read.
+  // offset), else its first unchecked segment's ResourceExhausted, or OK;
+  // *blocks_checked counts the blocks read.
   Status Verify(uint64_t* blocks_checked = nullptr) const;
 };
 

@@ -90,6 +90,11 @@ struct RefreshStats {
   uint64_t recovered = 0;        // being written (or crashed): read by recovery
   uint64_t unchanged = 0;        // already loaded by an earlier refresh
   bool catalog_written = false;  // the catalog was rewritten
+  // Why the catalog was ignored when the store was opened (damaged, larger
+  // than a catalog of its segments can be, a newer version, no memory for
+  // it): opening then read every segment instead. OK when it was read or
+  // there is none.
+  Status catalog_status;
 };
 
 // Store::Compact: which sealed segments to merge, and how

@@ -273,6 +273,15 @@ nb::dict PyStore::VerifyAll(nb::handle progress) {
     }
   }
   on_progress.Rethrow();
+  if (report.problems.empty() && !report.unchecked.empty()) {
+    // Nothing found wrong, but not everything checked: the process ran out
+    // of descriptors or memory (ResourceExhaustedError), which is no damage.
+    const Status& first = report.unchecked.front();
+    ThrowStatus(Status(first.code(),
+                       "could not check " + std::to_string(report.unchecked.size()) +
+                           " segment(s): " + first.message(),
+                       first.sys_errno()));
+  }
   nb::list problems;
   for (const Status& p : report.problems) {
     problems.append(

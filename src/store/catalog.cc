@@ -1,8 +1,10 @@
 #include "store/catalog.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <list>
+#include <new>
 #include <random>
 
 #include "util/coding.h"
@@ -14,7 +16,7 @@ namespace {
 // docs/format.md "Catalog".
 constexpr char kCatalogMagic[8] = {'R', 'S', 'C', 'A', 'T', 'A', 'L', '\n'};
 constexpr uint32_t kCatalogVersion = 1;
-constexpr size_t kCatalogHeaderSize = 48;
+constexpr uint64_t kCatalogHeaderSize = 48;
 constexpr char kTempPrefix[] = "CATALOG.tmp.";
 // A temporary this much older than a file written now belongs to a writer
 // that crashed: writing a catalog takes seconds.
@@ -101,7 +103,16 @@ const CatalogEntry* Catalog::Find(std::string_view name) const {
   return it == entries_.end() || it->first != name ? nullptr : &it->second;
 }
 
-Result<std::shared_ptr<const Catalog>> Catalog::Read(Env* env, const std::string& store_path) {
+uint64_t Catalog::MaxBytes(std::span<const FileInfo> segments) {
+  uint64_t bound = kCatalogHeaderSize;
+  for (const FileInfo& f : segments) {
+    bound += std::min(f.size, kMaxRecordedBytes) + kMaxEntryOverheadBytes;
+  }
+  return bound;
+}
+
+Result<std::shared_ptr<const Catalog>> Catalog::Read(Env* env, const std::string& store_path,
+                                                     uint64_t max_bytes) {
   const std::string path = store_path + "/" + kCatalogName;
   RUNSTORE_ASSIGN_OR_RETURN(auto file, env->NewRandomAccessFile(path));
   RUNSTORE_ASSIGN_OR_RETURN(uint64_t size, file->Size());
@@ -109,14 +120,14 @@ Result<std::shared_ptr<const Catalog>> Catalog::Read(Env* env, const std::string
     return Status::Corruption(path + ": " + what + "; the catalog is ignored");
   };
   if (size < kCatalogHeaderSize) return bad("shorter than its header");
-  // The whole file at once, into one buffer that the entries point into:
-  // the size bounds every allocation below.
-  std::shared_ptr<char[]> buf(new char[size]);
+  // The header first, and the file's size against what its header says and
+  // against what the segments there are can need, before a byte of the body
+  // is allocated: a huge or sparse file named CATALOG costs a read of 48
+  // bytes (docs/format.md "Catalog").
+  char header[kCatalogHeaderSize];
   std::string_view got;
-  RUNSTORE_RETURN_IF_ERROR(file->Read(0, size, buf.get(), &got));
-  if (got.size() != size) return bad("changed while it was read");
-  if (got.data() != buf.get()) std::memcpy(buf.get(), got.data(), size);
-  got = std::string_view(buf.get(), size);
+  RUNSTORE_RETURN_IF_ERROR(file->Read(0, kCatalogHeaderSize, header, &got));
+  if (got.size() != kCatalogHeaderSize) return bad("changed while it was read");
   const char* p = got.data();
   if (std::memcmp(p, kCatalogMagic, 8) != 0) return bad("not a runstore catalog (bad magic)");
   if (DecodeFixed<uint64_t>(p + 40) != Checksum(p, 40)) return bad("header checksum mismatch");
@@ -127,9 +138,28 @@ Result<std::shared_ptr<const Catalog>> Catalog::Read(Env* env, const std::string
   }
   const uint64_t count = DecodeFixed<uint64_t>(p + 16);
   const uint64_t body_len = DecodeFixed<uint64_t>(p + 24);
+  const uint64_t body_checksum = DecodeFixed<uint64_t>(p + 32);
   if (body_len != size - kCatalogHeaderSize) return bad("its size does not match its header");
-  const std::string_view body = got.substr(kCatalogHeaderSize);
-  if (Checksum(body) != DecodeFixed<uint64_t>(p + 32)) return bad("checksum mismatch");
+  if (size > max_bytes) {
+    return bad(std::to_string(size) + " bytes, more than a catalog of the segments there are " +
+               "can hold (" + std::to_string(max_bytes) + ")");
+  }
+  // The whole body at once, into one buffer that the entries point into.
+  // Within the bound, memory can still run out: that is no damage.
+  std::shared_ptr<char[]> buf;
+  try {
+    buf.reset(new char[body_len]);
+  } catch (const std::bad_alloc&) {
+    return Status::ResourceExhausted(path + ": cannot allocate " + std::to_string(body_len) +
+                                         " bytes to read the catalog (out of memory); the "
+                                         "catalog is ignored",
+                                     ENOMEM);
+  }
+  RUNSTORE_RETURN_IF_ERROR(file->Read(kCatalogHeaderSize, body_len, buf.get(), &got));
+  if (got.size() != body_len) return bad("changed while it was read");
+  if (got.data() != buf.get() && body_len > 0) std::memcpy(buf.get(), got.data(), body_len);
+  const std::string_view body(buf.get(), body_len);
+  if (Checksum(body) != body_checksum) return bad("checksum mismatch");
   auto catalog = std::make_shared<Catalog>();
   catalog->bytes_ = buf;
   constexpr uint64_t kMinEntryBytes = 42;  // an empty name and no ranges

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -54,10 +55,20 @@ struct CatalogEntry {
 
 class Catalog {
  public:
-  // Reads `<store>/CATALOG`. NotFound when there is none; Corruption (naming
-  // the file) when it is damaged, NotSupported for a newer version: the
-  // caller then reads every segment itself.
-  static Result<std::shared_ptr<const Catalog>> Read(Env* env, const std::string& store_path);
+  // The most bytes a catalog of segment files of these sizes can hold: per
+  // segment, what loading its index can read (at most its size, and at most
+  // kMaxRecordedBytes) plus kMaxEntryOverheadBytes, and the header.
+  static constexpr uint64_t kMaxEntryOverheadBytes = 8192;
+  static uint64_t MaxBytes(std::span<const FileInfo> segments);
+
+  // Reads `<store>/CATALOG`, which must be at most `max_bytes` long (from
+  // MaxBytes of the segments listed), checked against its size before
+  // anything is allocated for it. NotFound when there is none; Corruption
+  // (naming the file) when it is damaged or larger than `max_bytes`,
+  // NotSupported for a newer version, ResourceExhausted when memory for it
+  // cannot be had: the caller then reads every segment itself.
+  static Result<std::shared_ptr<const Catalog>> Read(Env* env, const std::string& store_path,
+                                                     uint64_t max_bytes);
 
   // Writes a catalog of `entries` (by segment file name) with the publish
   // protocol: a temporary file of a name of its own, synced, renamed over

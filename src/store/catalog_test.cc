@@ -7,6 +7,9 @@
 
 #include <dirent.h>
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -192,12 +195,134 @@ TEST(CatalogTest, ADamagedCatalogIsIgnored) {
   for (const auto& [what, bytes] : cases) {
     SCOPED_TRACE(what);
     std::ofstream(path + "/CATALOG", std::ios::binary | std::ios::trunc) << bytes;
-    EXPECT_FALSE(Catalog::Read(Env::Default(), path).ok());
+    EXPECT_FALSE(Catalog::Read(Env::Default(), path, UINT64_MAX).ok());
     ASSERT_OK_AND_ASSIGN(auto ro, Store::Open(path, {.read_only = true}));
     EXPECT_EQ(ro->last_refresh().from_catalog, 0u);
     EXPECT_EQ(Read(ro.get()), want);
   }
-  EXPECT_THAT(Catalog::Read(Env::Default(), path), StatusIsWith(StatusCode::kNotSupported, "2"));
+  EXPECT_THAT(Catalog::Read(Env::Default(), path, UINT64_MAX),
+              StatusIsWith(StatusCode::kNotSupported, "2"));
+}
+
+// A sparse CATALOG larger than any catalog of the store's segments (truncate
+// -s 256G) made every reader die of std::bad_alloc on the thread that read
+// it. Its header is read first and its size checked against what a catalog
+// of these segments can hold, before anything is allocated: it is ignored,
+// the store reads from the footers, and why is reported. Read in a child
+// whose address space could not hold the file.
+TEST(CatalogTest, ACatalogLargerThanItCanBeIsIgnoredBeforeAnythingIsAllocated) {
+  TempDir dir;
+  const std::string path = dir.path() + "/store";
+  Contents want;
+  {
+    ASSERT_OK_AND_ASSIGN(auto store, Store::Open(path, {.catalog_rewrite_segments = 0}));
+    WriteSegments(store.get(), "a", 12);
+    ASSERT_OK(store->WriteCatalog().status());
+    want = Read(store.get());
+  }
+  std::string header;
+  {
+    std::ifstream in(path + "/CATALOG", std::ios::binary);
+    header.assign(std::istreambuf_iterator<char>(in), {});
+    header.resize(48);
+  }
+  constexpr uint64_t kHuge = uint64_t{256} << 30;
+  const std::vector<std::pair<std::string, bool>> cases = {
+      {"extended by truncate", false},  // its header no longer matches its size
+      {"a header that claims the whole sparse file", true},
+  };
+  for (const auto& [what, claim] : cases) {
+    SCOPED_TRACE(what);
+    if (claim) {
+      std::string h = header;
+      EncodeFixed<uint64_t>(h.data() + 24, kHuge - 48);
+      EncodeFixed<uint64_t>(h.data() + 40, Checksum(h.data(), 40));
+      std::ofstream(path + "/CATALOG", std::ios::binary | std::ios::trunc) << h;
+    }
+    ASSERT_EQ(::truncate((path + "/CATALOG").c_str(), static_cast<off_t>(kHuge)), 0);
+    std::fflush(stdout);
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+      const rlimit rl{uint64_t{4} << 30, uint64_t{4} << 30};
+      ::setrlimit(RLIMIT_AS, &rl);
+#endif
+      auto ro = Store::Open(path, {.read_only = true});
+      if (!ro.ok()) ::_exit(1);
+      const RefreshStats st = (*ro)->last_refresh();
+      if (st.from_catalog != 0 || st.catalog_status.code() != StatusCode::kCorruption ||
+          st.catalog_status.message().find("CATALOG") == std::string::npos) {
+        std::fprintf(stderr, "%s\n", st.catalog_status.ToString().c_str());
+        ::_exit(2);
+      }
+      auto got = ScanAll(*(*ro)->GetSnapshot());
+      ::_exit(got.ok() && *got == want ? 0 : 3);
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFEXITED(status)) << "the reader died of signal " << WTERMSIG(status);
+    EXPECT_EQ(WEXITSTATUS(status), 0) << "1: open failed, 2: not reported, 3: read differently";
+    EXPECT_THAT(Catalog::Read(Env::Default(), path, Catalog::MaxBytes({})),
+                StatusIs(StatusCode::kCorruption));
+  }
+}
+
+// An entry holding another segment's bytes, with this file's size, time and
+// inode (a hostile or mixed-up catalog), is never replayed for this file:
+// its header names another writer id and number than the file's name. Before,
+// the healthy segment read as the other one's index over its own bytes, and
+// verify reported it damaged (exit code 2, inviting its deletion).
+TEST(CatalogTest, AnEntryOfAnotherSegmentIsNeverReplayedForThisOne) {
+  TempDir dir;
+  const std::string path = dir.path() + "/store";
+  Contents want;
+  {
+    ASSERT_OK_AND_ASSIGN(auto store, Store::Open(path, {.catalog_rewrite_segments = 0}));
+    WriteSegments(store.get(), "a", 3);
+    WriteSegments(store.get(), "b", 3, 3);
+    ASSERT_OK(store->WriteCatalog().status());
+    want = Read(store.get());
+  }
+  ASSERT_OK_AND_ASSIGN(auto real, Catalog::Read(Env::Default(), path, UINT64_MAX));
+  std::map<std::string, CatalogEntry> lying;
+  for (const auto& [name, e] : real->entries()) lying[std::string(name)] = e;
+  // a-00000001's entry: b-00000002's bytes, a-00000001's stat.
+  lying["a-00000001.rss"].reads = lying["b-00000002.rss"].reads;
+  ASSERT_OK(Catalog::Write(Env::Default(), path, lying));
+  ASSERT_OK_AND_ASSIGN(auto ro, Store::Open(path, {.read_only = true}));
+  EXPECT_EQ(ro->last_refresh().from_catalog, 5u);
+  EXPECT_EQ(ro->last_refresh().from_footer, 1u);
+  EXPECT_EQ(Read(ro.get()), want);
+  const VerifyReport r = ro->GetSnapshot()->VerifyAll();
+  for (const Status& p : r.problems) ADD_FAILURE() << p.ToString();
+}
+
+// A catalog whose entry holds bytes that are a valid index of this very
+// writer id and number, but not this file's (the same segment of another
+// store): readers take it as the file's, as a cache is taken, but verify
+// compares every catalog entry with its file, and blames the catalog, never
+// the healthy segment.
+TEST(CatalogTest, VerifyBlamesALyingCatalogNeverTheSegment) {
+  TempDir dir;
+  const std::string path = dir.path() + "/store", other = dir.path() + "/other";
+  for (const std::string& p : {path, other}) {
+    ASSERT_OK_AND_ASSIGN(auto store, Store::Open(p, {.catalog_rewrite_segments = 0}));
+    WriteSegments(store.get(), "a", 2, p == path ? 0 : 7);
+    ASSERT_OK(store->WriteCatalog().status());
+  }
+  ASSERT_OK_AND_ASSIGN(auto mine, Catalog::Read(Env::Default(), path, UINT64_MAX));
+  ASSERT_OK_AND_ASSIGN(auto theirs, Catalog::Read(Env::Default(), other, UINT64_MAX));
+  std::map<std::string, CatalogEntry> lying;
+  for (const auto& [name, e] : mine->entries()) lying[std::string(name)] = e;
+  lying["a-00000001.rss"].reads = theirs->Find("a-00000001.rss")->reads;
+  ASSERT_OK(Catalog::Write(Env::Default(), path, lying));
+  ASSERT_OK_AND_ASSIGN(auto ro, Store::Open(path, {.read_only = true}));
+  const VerifyReport r = ro->GetSnapshot()->VerifyAll();
+  ASSERT_EQ(r.problems.size(), 1u);
+  EXPECT_THAT(r.problems[0], StatusIsWith(StatusCode::kCorruption,
+                                          "CATALOG: its entry for segments/a-00000001.rss"));
+  EXPECT_EQ(r.blocks_checked, 4u) << "the segment is checked by its own index";
 }
 
 // Opening a store of more segments than are loaded on one thread (512)
@@ -241,7 +366,7 @@ TEST(CatalogTest, EntriesOutOfOrderOrTwiceMakeTheCatalogDamaged) {
   ASSERT_OK_AND_ASSIGN(auto store, Store::Open(path, {.catalog_rewrite_segments = 0}));
   WriteSegments(store.get(), "a", 3);
   ASSERT_OK(store->WriteCatalog().status());
-  ASSERT_OK_AND_ASSIGN(auto catalog, Catalog::Read(Env::Default(), path));
+  ASSERT_OK_AND_ASSIGN(auto catalog, Catalog::Read(Env::Default(), path, UINT64_MAX));
   ASSERT_EQ(catalog->size(), 3u);
   std::vector<std::string> names;
   for (const auto& [name, e] : catalog->entries()) names.emplace_back(name);
@@ -274,13 +399,13 @@ TEST(CatalogTest, EntriesOutOfOrderOrTwiceMakeTheCatalogDamaged) {
     std::ofstream(path + "/CATALOG", std::ios::binary | std::ios::trunc) << header + body;
   };
   craft({0, 1, 2});
-  ASSERT_OK_AND_ASSIGN(auto crafted, Catalog::Read(Env::Default(), path));
+  ASSERT_OK_AND_ASSIGN(auto crafted, Catalog::Read(Env::Default(), path, UINT64_MAX));
   EXPECT_EQ(crafted->size(), 3u);
   craft({0, 2, 1});
-  EXPECT_THAT(Catalog::Read(Env::Default(), path),
+  EXPECT_THAT(Catalog::Read(Env::Default(), path, UINT64_MAX),
               StatusIsWith(StatusCode::kCorruption, "entry 2 is out of order"));
   craft({0, 1, 1});
-  EXPECT_THAT(Catalog::Read(Env::Default(), path),
+  EXPECT_THAT(Catalog::Read(Env::Default(), path, UINT64_MAX),
               StatusIsWith(StatusCode::kCorruption, names[1] + " appears twice"));
   // Either way the store opens from the segments themselves.
   ASSERT_OK_AND_ASSIGN(auto ro, Store::Open(path, {.read_only = true}));
@@ -350,7 +475,7 @@ TEST(CatalogTest, ACrashAtEveryFileOperationOfWritingItLosesNothing) {
       ASSERT_OK(f->Sync());
       ASSERT_OK(f->Close());
       ASSERT_OK(env.SyncDir(path));
-      ASSERT_OK_AND_ASSIGN(auto back, Catalog::Read(&env, path));
+      ASSERT_OK_AND_ASSIGN(auto back, Catalog::Read(&env, path, UINT64_MAX));
       ASSERT_EQ(back->size(), 6u);
     }
     {
@@ -361,7 +486,7 @@ TEST(CatalogTest, ACrashAtEveryFileOperationOfWritingItLosesNothing) {
       (void)store->WriteCatalog();
     }
     ASSERT_OK(env.SimulatePowerLoss(DropMode::kDropUnsynced, crash));
-    auto catalog = Catalog::Read(&env, path);
+    auto catalog = Catalog::Read(&env, path, UINT64_MAX);
     ASSERT_TRUE(catalog.ok()) << catalog.status().ToString();  // never half written
     ASSERT_TRUE((*catalog)->size() == 6 || (*catalog)->size() == 12) << (*catalog)->size();
     ((*catalog)->size() == 6 ? old_catalog : new_catalog)++;
@@ -430,7 +555,7 @@ TEST(CatalogTest, ManyProcessesOpenRefreshAndWriteItAtOnce) {
   stop = true;
   for (auto& t : threads) t.join();
   for (const auto& e : errors) ADD_FAILURE() << e;
-  ASSERT_OK(Catalog::Read(Env::Default(), path).status());
+  ASSERT_OK(Catalog::Read(Env::Default(), path, UINT64_MAX).status());
   ASSERT_OK_AND_ASSIGN(auto ro, Store::Open(path, {.read_only = true}));
   EXPECT_EQ(Read(ro.get()).size(), 200u);
   std::printf("[ figures  ] %d opens and %d catalog writes beside a writer of 60 segments\n",

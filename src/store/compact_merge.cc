@@ -209,7 +209,7 @@ class Merger {
     cache_index_.clear();
     for (uint32_t si : touched_list_) {
       const LoadedSegment& seg = *snap_.segments()[si];
-      if (seg.is_open()) seg.map->ReleasePages();
+      seg.ReleasePages();
     }
     touched_list_.clear();
     touched_segments_.clear();

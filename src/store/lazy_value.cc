@@ -18,6 +18,7 @@ class ChunkChecker final : public LazyValue::Checker {
   ChunkChecker(std::shared_ptr<const LoadedSegment> seg, uint32_t block, const Payload& p)
       : seg_(std::move(seg)),
         block_(block),
+        mapping_(p.mapping),
         stored_(p.bytes),
         view_(p.view),
         state_(seg_->LazyBlockOf(block, chunks().count)) {}
@@ -68,12 +69,15 @@ class ChunkChecker final : public LazyValue::Checker {
     auto bytes = [&](const std::pair<uint64_t, uint64_t>& p) {
       return chunks().end(p.second - 1) - chunks().begin(p.first);
     };
+    // The file, for the hints (none if the budget cannot give it now).
+    std::shared_ptr<const RandomAccessFile> file;
+    if (auto bytes = seg_->Open(); bytes.ok()) file = bytes->file;
     size_t asked = 0;
     uint64_t ahead = 0;  // bytes asked for and not yet hashed
     for (size_t k = 0; k < pieces.size(); ++k) {
       while (asked < pieces.size() && (asked <= k || ahead + bytes(pieces[asked]) <= kAhead)) {
-        if (seg_->handle) {
-          seg_->handle->WillNeed(
+        if (file) {
+          file->WillNeed(
               info.payload_offset + chunks().data_offset + chunks().begin(pieces[asked].first),
               bytes(pieces[asked]));
         }
@@ -111,8 +115,9 @@ class ChunkChecker final : public LazyValue::Checker {
     return Status::OK();
   }
 
-  std::shared_ptr<const LoadedSegment> seg_;  // keeps the mapping of stored_ alive
+  std::shared_ptr<const LoadedSegment> seg_;
   uint32_t block_;
+  std::shared_ptr<const MappedRegion> mapping_;  // keeps stored_ alive
   std::string_view stored_;
   format::BlockView view_;
   std::shared_ptr<LoadedSegment::LazyBlock> state_;  // what is checked

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "store/segment_cache.h"
 #include "store/snapshot_helpers.h"
 
 namespace runstore {
@@ -22,7 +23,8 @@ constexpr uint64_t kVerifyByReadingBytes = uint64_t{1} << 20;
 Status Snapshot::Verify(uint64_t* blocks_checked) const {
   VerifyReport r = VerifyAll();
   if (blocks_checked) *blocks_checked = r.blocks_checked;
-  return r.problems.empty() ? Status::OK() : r.problems.front();
+  if (!r.problems.empty()) return r.problems.front();
+  return r.unchecked.empty() ? Status::OK() : r.unchecked.front();
 }
 
 RunId ScanBatch::run(size_t i) const {
@@ -30,41 +32,109 @@ RunId ScanBatch::run(size_t i) const {
   return RunId(int_runs[i]);
 }
 
-void LoadedSegment::SetOpen(std::shared_ptr<RandomAccessFile> h,
-                            std::shared_ptr<const MappedRegion> m) {
-  handle = std::move(h);
-  map = std::move(m);
-  open_.store(true, std::memory_order_release);
+LoadedSegment::LoadedSegment() = default;
+
+LoadedSegment::~LoadedSegment() {
+  if (admitted_.load(std::memory_order_acquire)) SegmentCache::Process().Forget(this);
 }
 
-Status LoadedSegment::EnsureOpen() const {
-  if (open_.load(std::memory_order_acquire)) return Status::OK();
-  std::lock_guard lk(open_mu_);
-  if (open_.load(std::memory_order_relaxed)) return Status::OK();
-  auto h = env->NewRandomAccessFile(path);
-  if (!h.ok()) {
-    if (h.status().code() != StatusCode::kNotFound) return h.status();
-    return Status::NotFound(file +
-                            ": the segment was removed after this snapshot was taken "
-                            "(replaced by a compaction?); refresh and read again");
-  }
-  RUNSTORE_ASSIGN_OR_RETURN(uint64_t size, (*h)->Size());
-  if (size != index.file_size) {
-    return Status::Corruption(file + ": the sealed segment's size changed from " +
-                              std::to_string(index.file_size) + " to " + std::to_string(size) +
-                              " bytes since its index was read");
-  }
-  RUNSTORE_ASSIGN_OR_RETURN(map, (*h)->Map(index.committed_end));
-  // The descriptor is kept only where reads use it (large values are
-  // checked by reading, chunked ones prefetched): a store of many small
-  // segments must not hold a descriptor per segment.
-  const bool keep = std::any_of(index.blocks.begin(), index.blocks.end(), [](const auto& b) {
+bool LoadedSegment::KeepsFile() const {
+  // Large values are checked by reading and chunked ones prefetched: only
+  // those are read through the descriptor.
+  return std::any_of(index.blocks.begin(), index.blocks.end(), [](const auto& b) {
     return b.header.payload_len >= kVerifyByReadingBytes ||
            (b.header.flags & format::kBlockValueChunks);
   });
-  if (keep) handle = std::move(h).value();
-  open_.store(true, std::memory_order_release);
-  return Status::OK();
+}
+
+Result<SegmentBytes> LoadedSegment::Open() const {
+  bool new_map = false, new_file = false;
+  SegmentBytes out;
+  {
+    MutexLock lock(&open_mu_);
+    if (keeps_file_ < 0) keeps_file_ = KeepsFile() ? 1 : 0;
+    const bool keeps_file = keeps_file_ == 1;
+    if (map_ == nullptr || (keeps_file && file_ == nullptr)) {
+      std::shared_ptr<const RandomAccessFile> f = file_;
+      if (f == nullptr) {
+        auto h = env->NewRandomAccessFile(path);
+        if (!h.ok()) {
+          if (h.status().code() != StatusCode::kNotFound) return h.status();
+          return Status::NotFound(file +
+                                  ": the segment was removed after this snapshot was taken "
+                                  "(replaced by a compaction?); refresh and read again");
+        }
+        RUNSTORE_ASSIGN_OR_RETURN(const FileInfo now, (*h)->Info());
+        if (info.inode != 0 && now.inode != 0 && now.inode != info.inode) {
+          return Status::NotFound(file +
+                                  ": the segment was replaced by another file after this "
+                                  "snapshot was taken; refresh and read again");
+        }
+        // Committed bytes never change (invariant 4): a sealed segment keeps
+        // its size, and one being written only grows.
+        if (index.sealed ? now.size != index.file_size : now.size < index.committed_end) {
+          return Status::Corruption(file + ": the " +
+                                    (index.sealed ? std::string("sealed segment's size changed")
+                                                  : std::string("segment shrank")) +
+                                    " from " + std::to_string(index.file_size) + " to " +
+                                    std::to_string(now.size) + " bytes since its index was read");
+        }
+        f = std::move(h).value();
+      }
+      if (map_ == nullptr) {
+        RUNSTORE_ASSIGN_OR_RETURN(map_, f->Map(index.committed_end));
+        mapped_.store(true, std::memory_order_release);
+        new_map = true;
+      }
+      if (keeps_file && file_ == nullptr) {
+        file_ = std::move(f);
+        new_file = true;
+      }
+    }
+    out = SegmentBytes{map_, file_};
+  }
+  // Marks for the budget's second chance (a store only when it changes: no
+  // cache line bounces between readers of one segment).
+  for (const int kind : {SegmentCache::kMapping, SegmentCache::kFile}) {
+    if (!used_[kind].load(std::memory_order_relaxed)) {
+      used_[kind].store(true, std::memory_order_relaxed);
+    }
+  }
+  if (new_map || new_file) {
+    // A segment not owned by a shared_ptr (a test's) is never dropped.
+    if (std::shared_ptr<const LoadedSegment> self = weak_from_this().lock()) {
+      admitted_.store(true, std::memory_order_release);
+      if (new_map) SegmentCache::Process().Admit(SegmentCache::kMapping, self);
+      if (new_file) SegmentCache::Process().Admit(SegmentCache::kFile, self);
+    }
+  }
+  return out;
+}
+
+void LoadedSegment::Drop(int kind) const {
+  std::shared_ptr<const MappedRegion> map;
+  std::shared_ptr<const RandomAccessFile> f;
+  {
+    MutexLock lock(&open_mu_);
+    if (kind == SegmentCache::kMapping) {
+      map = std::move(map_);
+      map_ = nullptr;
+      mapped_.store(false, std::memory_order_release);
+    } else {
+      f = std::move(file_);
+      file_ = nullptr;
+    }
+  }
+  // Unmapped and closed here, outside the lock (unless a reader holds them).
+}
+
+void LoadedSegment::ReleasePages() const {
+  std::shared_ptr<const MappedRegion> map;
+  {
+    MutexLock lock(&open_mu_);
+    map = map_;
+  }
+  if (map) map->ReleasePages();
 }
 
 Result<std::shared_ptr<SnapshotImpl>> SnapshotImpl::Build(
@@ -74,20 +144,27 @@ Result<std::shared_ptr<SnapshotImpl>> SnapshotImpl::Build(
   if (skip_damaged) {
     // A segment whose resume markers cannot be read cannot be resolved: it is
     // left out whole, like one whose index cannot be read.
+    // Running out of a resource is no damage: it fails the snapshot.
+    Status exhausted;
     std::erase_if(segments, [&](const std::shared_ptr<const LoadedSegment>& seg) {
       for (const format::BlockInfo& b : seg->index.blocks) {
-        if (b.header.name != kResumeSeries) continue;
-        if (Status s = seg->EnsureOpen(); !s.ok()) {
-          damaged.push_back(DamagedSegment{seg->file, std::move(s)});
-          return true;
+        if (b.header.name != kResumeSeries || !exhausted.ok()) continue;
+        auto bytes = seg->Open();
+        Status s = bytes.status();
+        std::string_view stored;
+        if (s.ok()) {
+          const MappedRegion& map = *bytes->map;
+          if (RangeWithin(b.payload_offset, b.header.payload_len, map.size())) {
+            stored = std::string_view(map.data() + b.payload_offset, b.header.payload_len);
+          }
+          s = format::CheckPayload(stored, b, seg->file);
         }
-        const std::string_view stored =
-            RangeWithin(b.payload_offset, b.header.payload_len, seg->map->size())
-                ? std::string_view(seg->map->data() + b.payload_offset, b.header.payload_len)
-                : std::string_view();
-        Status s = format::CheckPayload(stored, b, seg->file);
         format::DecodedBlock decoded;
-        if (s.ok()) s = format::DecodeBlock(stored, nullptr, seg->map, b, seg->file, &decoded);
+        if (s.ok()) s = format::DecodeBlock(stored, nullptr, bytes->map, b, seg->file, &decoded);
+        if (s.code() == StatusCode::kResourceExhausted) {
+          exhausted = s;
+          return false;
+        }
         if (!s.ok()) {
           damaged.push_back(DamagedSegment{seg->file, std::move(s)});
           return true;
@@ -95,6 +172,7 @@ Result<std::shared_ptr<SnapshotImpl>> SnapshotImpl::Build(
       }
       return false;
     });
+    RUNSTORE_RETURN_IF_ERROR(exhausted);
   }
   snap->damaged_ = std::move(damaged);
   auto by_writer = [](const auto& a, const auto& b) {
@@ -245,12 +323,12 @@ Result<Payload> SnapshotImpl::ReadPayload(const BlockRef& b, Check check) const 
   const LoadedSegment& seg = *segments_[b.segment];
   const format::BlockInfo& info = seg.index.blocks[b.block];
   const BlockHeader& h = info.header;
-  RUNSTORE_RETURN_IF_ERROR(seg.EnsureOpen());
-  if (!RangeWithin(info.payload_offset, h.payload_len, seg.map->size())) {
+  RUNSTORE_ASSIGN_OR_RETURN(const SegmentBytes bytes, seg.Open());
+  if (!RangeWithin(info.payload_offset, h.payload_len, bytes.map->size())) {
     return Status::Corruption(format::AtOffset(seg.file, info.payload_offset) +
                               "block payload extends past the committed end");
   }
-  std::string_view stored(seg.map->data() + info.payload_offset, h.payload_len);
+  std::string_view stored(bytes.map->data() + info.payload_offset, h.payload_len);
   const bool unverified = !seg.verified[b.block].load(std::memory_order_acquire);
   bool now_verified = false;  // this call checks the whole block
   if (unverified) {
@@ -262,22 +340,22 @@ Result<Payload> SnapshotImpl::ReadPayload(const BlockRef& b, Check check) const 
       // Ask for the pages of the keys and of the chunk table first: touched
       // cold through the mapping, each would make the kernel read around it,
       // megabytes of the value and of its neighbours.
-      if (seg.handle) {
+      if (bytes.file) {
         const uint64_t tail = std::min<uint64_t>(
             h.payload_len, 8 * ((h.payload_len >> h.chunk_shift) + 1) + 2 * format::kFrameAlign);
-        seg.handle->WillNeed(info.payload_offset, std::min<uint64_t>(h.payload_len, 4096));
-        seg.handle->WillNeed(info.payload_offset + h.payload_len - tail, tail);
+        bytes.file->WillNeed(info.payload_offset, std::min<uint64_t>(h.payload_len, 4096));
+        bytes.file->WillNeed(info.payload_offset + h.payload_len - tail, tail);
       }
       format::BlockView view;
       RUNSTORE_RETURN_IF_ERROR(format::CheckPayloadOutsideValue(stored, info, seg.file, &view));
       seg.LazyBlockOf(b.block, view.value_chunks()->count);
-    } else if (h.codec == Codec::kNone && h.payload_len >= kVerifyByReadingBytes && seg.handle) {
+    } else if (h.codec == Codec::kNone && h.payload_len >= kVerifyByReadingBytes && bytes.file) {
       // A large uncompressed block goes to the caller as a view of the
       // mapping, of which it may touch little (a strided sample of an array):
       // verify it by reading, so that the check neither maps all of its pages
       // nor makes the mapping's readahead pull in the blocks after it.
       // Everything else is read whole anyway, and is hashed where it lies.
-      RUNSTORE_RETURN_IF_ERROR(format::CheckPayloadByReading(*seg.handle, stored, info, seg.file));
+      RUNSTORE_RETURN_IF_ERROR(format::CheckPayloadByReading(*bytes.file, stored, info, seg.file));
       now_verified = true;
     } else {
       RUNSTORE_RETURN_IF_ERROR(format::CheckPayload(stored, info, seg.file));
@@ -285,7 +363,7 @@ Result<Payload> SnapshotImpl::ReadPayload(const BlockRef& b, Check check) const 
     }
   }
   Payload p;
-  RUNSTORE_RETURN_IF_ERROR(format::DecodeBlock(stored, nullptr, seg.map, info, seg.file, &p));
+  RUNSTORE_RETURN_IF_ERROR(format::DecodeBlock(stored, nullptr, bytes.map, info, seg.file, &p));
   if (unverified) {
     // Text is checked once per block too, so that no reader (a Python str)
     // meets bytes that are not UTF-8; only then is the block trusted.
@@ -382,7 +460,7 @@ std::vector<SegmentInfo> SnapshotImpl::ListSegments() const {
 
 void SnapshotImpl::ReleasePages() const {
   for (const auto& seg : segments_) {
-    if (seg->is_open()) seg->map->ReleasePages();
+    seg->ReleasePages();
   }
 }
 

@@ -19,32 +19,65 @@
 #include "runstore/reader.h"
 #include "store/catalog.h"
 #include "store/schema.h"
+#include "util/mutex.h"
 
 namespace runstore {
 
-// One segment as loaded: its index and a mapping of its committed bytes.
-// Immutable once built (but for the mapping, made once on first use) and
-// shared by every snapshot that includes this state of the file.
-struct LoadedSegment {
+// A loaded segment's bytes, held for a read: the mapping of [0,
+// index.committed_end), and the file where reads use it (large or chunked
+// values are checked by reading and prefetched through it; null otherwise).
+// Both stay valid while held, whatever the process's budget drops.
+struct SegmentBytes {
+  std::shared_ptr<const MappedRegion> map;
+  std::shared_ptr<const RandomAccessFile> file;
+};
+
+// One segment as loaded: its index, and its bytes when a read wants them.
+// Immutable once built (but for the mapping and the descriptor, made on
+// demand and dropped by the process's budget) and shared by every snapshot
+// that includes this state of the file.
+struct LoadedSegment : std::enable_shared_from_this<LoadedSegment> {
+  LoadedSegment();
+  ~LoadedSegment();
+  LoadedSegment(const LoadedSegment&) = delete;
+  LoadedSegment& operator=(const LoadedSegment&) = delete;
+
   std::string file;  // "segments/<name>", for messages
   Env* env = nullptr;
-  std::string path;  // the file, opened by EnsureOpen
+  std::string path;  // the file, opened by Open
   format::SegmentIndex index;
-  FileInfo info;  // of the file when its index was read (sealed segments)
+  // Of the file when its index was read: a reopen must find the same file
+  // (its inode, where the Env has inodes).
+  FileInfo info;
   // What reading the index of a sealed segment read, for the catalog.
   std::shared_ptr<const SegmentReads> reads;
+  // The index came from the catalog, not the file: verify reads the file's
+  // own and compares (the catalog is never trusted over a segment).
+  bool from_catalog = false;
 
-  // Opens and maps the file, once. A segment that is being written is
-  // opened when loaded; a sealed one (from its footer or the catalog) on its
-  // first read, so that opening a store of many segments maps none of them
-  // and holds no descriptor. Then `map` is valid, and `handle` if the
-  // segment has blocks that are read through it (large or chunked values).
-  Status EnsureOpen() const;
-  // Marks the segment as open with these (a segment loaded by recovery).
-  void SetOpen(std::shared_ptr<RandomAccessFile> h, std::shared_ptr<const MappedRegion> m);
-  bool is_open() const { return open_.load(std::memory_order_acquire); }
-  mutable std::shared_ptr<RandomAccessFile> handle;
-  mutable std::shared_ptr<const MappedRegion> map;  // [0, index.committed_end)
+  // The segment's bytes for a read. Neither a sealed segment nor one being
+  // written holds a descriptor or a mapping between reads that it was not
+  // given by the process's budget (SegmentCache, docs/design.md#catalog):
+  // the first read maps the file (and opens it again, if the budget dropped
+  // it), so that a store of any number of segments needs a bounded number of
+  // descriptors and mappings. NotFound (naming the file, "refresh and read
+  // again") for a file removed or replaced since its index was read;
+  // Corruption for one whose committed bytes are gone; ResourceExhausted
+  // when the process is out of descriptors or mappings.
+  Result<SegmentBytes> Open() const;
+  // Whether the segment is mapped now (a hint: the budget may drop it).
+  bool is_open() const { return mapped_.load(std::memory_order_acquire); }
+  // Drops the resident pages of the mapping, if mapped.
+  void ReleasePages() const;
+  // `map->ReleasePages()`, as callers that free the pages of what they read
+  // say it.
+  struct PagesOf {
+    const LoadedSegment* seg;
+    const PagesOf* operator->() const { return this; }
+    void ReleasePages() const { seg->ReleasePages(); }
+  };
+  const PagesOf map{this};
+
   // Checksums are verified once per block per loaded state, then trusted:
   // committed bytes never change (invariant 4).
   std::unique_ptr<std::atomic<bool>[]> verified;
@@ -65,9 +98,24 @@ struct LoadedSegment {
   mutable std::mutex lazy_mu;
   mutable std::unordered_map<uint32_t, std::shared_ptr<LazyBlock>> lazy_blocks;
 
+  // For the budget (SegmentCache): whether the mapping (0) or the
+  // descriptor (1) was used since the budget last asked, clearing the mark;
+  // and dropping them.
+  bool TakeUse(int kind) const { return used_[kind].exchange(false, std::memory_order_relaxed); }
+  void Drop(int kind) const;
+
  private:
-  mutable std::mutex open_mu_;
-  mutable std::atomic<bool> open_{false};
+  // Whether reads use the descriptor: the segment holds a large value or one
+  // with value chunks.
+  bool KeepsFile() const;
+
+  mutable Mutex open_mu_;
+  mutable std::shared_ptr<const MappedRegion> map_ RUNSTORE_GUARDED_BY(open_mu_);
+  mutable std::shared_ptr<const RandomAccessFile> file_ RUNSTORE_GUARDED_BY(open_mu_);
+  mutable int8_t keeps_file_ RUNSTORE_GUARDED_BY(open_mu_) = -1;  // KeepsFile(), once known
+  mutable std::atomic<bool> mapped_{false};
+  mutable std::atomic<bool> admitted_{false};  // counted by the budget at some time
+  mutable std::atomic<bool> used_[2] = {false, false};
 };
 
 // The order of a commit across all writers: commit time, then the segment's

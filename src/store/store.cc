@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <map>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <random>
 #include <thread>
@@ -123,23 +125,7 @@ class StoreImpl final : public Store, public CompactionHost {
   Status RefreshLocked() {
     const std::string dir = path_ + "/" + kSegmentsDir;
     RefreshStats stats;
-    // The catalog is read once, at Open (later refreshes read only segments
-    // new to them), on a thread of its own while segments/ is listed: both
-    // take tens of milliseconds in a store of 100,000 segments.
-    std::thread catalog_reader;
-    if (!catalog_read_ && options_.use_catalog) {
-      catalog_read_ = true;
-      catalog_reader = std::thread([this] {
-        auto c = Catalog::Read(env_, path_);
-        if (c.ok()) {
-          catalog_ = std::move(c).value();
-          catalog_size_ = catalog_->size();
-        }
-        // A missing or damaged catalog only costs time: every segment is read.
-      });
-    }
     auto children = env_->GetChildren(dir);
-    if (catalog_reader.joinable()) catalog_reader.join();
     if (!children.ok()) return children.status();
     std::sort(children->begin(), children->end());
     std::map<std::string, std::shared_ptr<const LoadedSegment>> next;
@@ -165,7 +151,28 @@ class StoreImpl final : public Store, public CompactionHost {
       if (old != loaded_.end()) t.old = old->second;
       to_load.push_back(std::move(t));
     }
-    auto loaded = LoadSegments(to_load, &stats);
+    const std::vector<Result<FileInfo>> infos = StatSegments(to_load);
+    // The catalog is read once, at Open (later refreshes read only segments
+    // new to them), once the listing and its stats bound how large it can
+    // be: a file larger than a catalog of these segments is ignored before
+    // anything is allocated for it. A missing, damaged or ignored catalog
+    // only costs time: every segment is read.
+    if (!catalog_read_ && options_.use_catalog) {
+      catalog_read_ = true;
+      std::vector<FileInfo> sizes;
+      for (const auto& info : infos) {
+        if (info.ok()) sizes.push_back(*info);
+      }
+      auto c = Catalog::Read(env_, path_, Catalog::MaxBytes(sizes));
+      if (c.ok()) {
+        catalog_ = std::move(c).value();
+        catalog_size_ = catalog_->size();
+      } else if (c.status().code() != StatusCode::kNotFound) {
+        catalog_status_ = c.status();
+      }
+    }
+    stats.catalog_status = catalog_status_;
+    auto loaded = LoadSegments(to_load, infos, &stats);
     for (size_t i = 0; i < to_load.size(); ++i) {
       const std::string& name = to_load[i].name;
       if (!loaded[i]->ok()) {
@@ -260,6 +267,7 @@ class StoreImpl final : public Store, public CompactionHost {
   bool catalog_read_ = false;
   std::shared_ptr<const Catalog> catalog_;
   uint64_t catalog_size_ = 0;
+  Status catalog_status_;  // why the catalog was ignored at Open; OK if read or absent
 
   // Damage a segment can have (its bytes, or the file being unreadable), as
   // opposed to a store-wide problem (a newer format version).
@@ -273,45 +281,67 @@ class StoreImpl final : public Store, public CompactionHost {
     uint64_t seq;
     std::shared_ptr<const LoadedSegment> old;  // its state at the last refresh
   };
-  // LoadSegment of each, in order of `to_load`; on several threads when
-  // there are many (each segment is loaded on its own, so the order of the
-  // loads does not matter), the counts of all added to `stats`.
-  std::vector<std::optional<Result<std::shared_ptr<const LoadedSegment>>>> LoadSegments(
-      const std::vector<ToLoad>& to_load, RefreshStats* stats) {
-    std::vector<std::optional<Result<std::shared_ptr<const LoadedSegment>>>> out(to_load.size());
-    // From kParallelLoadSegments on, at least two threads and one per 256
-    // segments, up to the cores (at least two: a stat on a shared file
-    // system waits on the network, not the CPU) and kMaxLoadThreads.
-    const size_t threads =
-        to_load.size() < kParallelLoadSegments
-            ? 1
-            : std::min({kMaxLoadThreads, to_load.size() / (kParallelLoadSegments / 2),
-                        std::max<size_t>(2, std::thread::hardware_concurrency())});
-    const std::string dir = path_ + "/" + kSegmentsDir;
+  // Runs fn(begin, end, k) over [0, n) in batches of kBatch, on several
+  // threads when there are many (k: the thread's index, below the count
+  // returned by LoadThreads(n)). From kParallelLoadSegments on, at least two
+  // threads and one per 256 segments, up to the cores (at least two: a stat
+  // on a shared file system waits on the network, not the CPU) and
+  // kMaxLoadThreads. Running out of memory in a batch (a hostile file's
+  // claimed size) is that batch's error, never an exception that ends the
+  // process from a thread.
+  static constexpr size_t kBatch = 64;  // segments taken at a time
+  static size_t LoadThreads(size_t n) {
+    return n < kParallelLoadSegments
+               ? 1
+               : std::min({kMaxLoadThreads, n / (kParallelLoadSegments / 2),
+                           std::max<size_t>(2, std::thread::hardware_concurrency())});
+  }
+  template <typename Fn>
+  static void ForBatches(size_t n, const Fn& fn) {
     std::atomic<size_t> next{0};
-    std::vector<RefreshStats> counts(std::max<size_t>(threads, 1));
-    auto work = [&](RefreshStats* st) {
-      constexpr size_t kBatch = 64;  // segments taken at a time
+    auto work = [&](size_t k) {
+      for (size_t b; (b = next.fetch_add(kBatch)) < n;) fn(b, std::min(b + kBatch, n), k);
+    };
+    const size_t threads = LoadThreads(n);
+    std::vector<std::thread> pool;
+    for (size_t k = 1; k < threads; ++k) pool.emplace_back(work, k);
+    work(0);
+    for (std::thread& th : pool) th.join();
+  }
+
+  // The GetFileInfo of each segment of `to_load`, in its order (stats made
+  // relative to the directory, a batch at a time).
+  std::vector<Result<FileInfo>> StatSegments(const std::vector<ToLoad>& to_load) {
+    std::vector<Result<FileInfo>> out(to_load.size(), Status::NotFound("not asked"));
+    const std::string dir = path_ + "/" + kSegmentsDir;
+    ForBatches(to_load.size(), [&](size_t b, size_t e, size_t) {
       std::vector<std::string> names;
-      for (size_t b; (b = next.fetch_add(kBatch)) < to_load.size();) {
-        const size_t e = std::min(b + kBatch, to_load.size());
-        names.clear();
-        for (size_t i = b; i < e; ++i) names.push_back(to_load[i].name);
-        std::vector<Result<FileInfo>> infos = env_->GetChildrenInfo(dir, names);
-        for (size_t i = b; i < e; ++i) {
-          const ToLoad& t = to_load[i];
-          out[i] = LoadSegment(t.name, t.writer_id, t.seq, t.old, st, false, &infos[i - b]);
+      for (size_t i = b; i < e; ++i) names.push_back(to_load[i].name);
+      std::vector<Result<FileInfo>> infos = env_->GetChildrenInfo(dir, names);
+      for (size_t i = b; i < e; ++i) out[i] = std::move(infos[i - b]);
+    });
+    return out;
+  }
+
+  // LoadSegment of each, in order of `to_load` (with `infos`, their stats),
+  // the counts of all added to `stats`.
+  std::vector<std::optional<Result<std::shared_ptr<const LoadedSegment>>>> LoadSegments(
+      const std::vector<ToLoad>& to_load, const std::vector<Result<FileInfo>>& infos,
+      RefreshStats* stats) {
+    std::vector<std::optional<Result<std::shared_ptr<const LoadedSegment>>>> out(to_load.size());
+    std::vector<RefreshStats> counts(LoadThreads(to_load.size()));
+    ForBatches(to_load.size(), [&](size_t b, size_t e, size_t k) {
+      for (size_t i = b; i < e; ++i) {
+        const ToLoad& t = to_load[i];
+        try {
+          out[i] = LoadSegment(t.name, t.writer_id, t.seq, t.old, &counts[k], false, &infos[i]);
+        } catch (const std::bad_alloc&) {
+          out[i] = Status::ResourceExhausted(
+              std::string(kSegmentsDir) + "/" + t.name + ": out of memory reading its index",
+              ENOMEM);
         }
       }
-    };
-    if (threads <= 1) {
-      work(stats);
-      return out;
-    }
-    std::vector<std::thread> pool;
-    for (size_t k = 1; k < threads; ++k) pool.emplace_back(work, &counts[k]);
-    work(&counts[0]);
-    for (std::thread& th : pool) th.join();
+    });
     for (const RefreshStats& c : counts) {
       stats->from_catalog += c.from_catalog;
       stats->from_footer += c.from_footer;
@@ -339,36 +369,56 @@ class StoreImpl final : public Store, public CompactionHost {
       seg->verified = std::make_unique<std::atomic<bool>[]>(seg->index.blocks.size());
       return seg;
     };
-    // A segment read with no commit yet is opened afresh: with staging it is
-    // the placeholder that claims its number, which the publication replaces
-    // by a rename, so the old handle would read the empty file forever
-    // (docs/design.md#staging). Nothing of it is mapped that could go stale.
-    if (old && !old->index.commits.empty()) {
+    Result<FileInfo> info = file_info ? *file_info : env_->GetFileInfo(seg->path);
+    if (!info.ok()) return info.status();
+    seg->info = *info;
+    // A segment being written (or left by a crashed writer) holds no
+    // descriptor between refreshes: it is opened again only when its file
+    // changed, and recovery goes on from the last commit it accepted
+    // (docs/design.md#catalog). A file of another inode under its name is
+    // another file, read afresh.
+    const bool same_file = old && (old->info.inode == 0 || old->info.inode == info->inode);
+    if (same_file && !old->index.commits.empty()) {
+      if (info->size == old->index.file_size) {
+        ++stats->unchanged;
+        return old;
+      }
+      RUNSTORE_ASSIGN_OR_RETURN(std::shared_ptr<RandomAccessFile> handle,
+                                env_->NewRandomAccessFile(seg->path));
       seg->index = old->index;
-      RUNSTORE_RETURN_IF_ERROR(format::RefreshSegmentIndex(*old->handle, rel, &seg->index));
+      RUNSTORE_RETURN_IF_ERROR(format::RefreshSegmentIndex(*handle, rel, &seg->index));
       if (seg->index.committed_end == old->index.committed_end &&
           seg->index.sealed == old->index.sealed) {
         ++stats->unchanged;
         return old;
       }
       ++stats->recovered;
-      RUNSTORE_ASSIGN_OR_RETURN(auto map, old->handle->Map(seg->index.committed_end));
-      seg->SetOpen(old->handle, std::move(map));
-      return finish();
+      return finish();  // mapped by its first read
     }
-    Result<FileInfo> info = file_info ? *file_info : env_->GetFileInfo(seg->path);
-    if (!info.ok()) return info.status();
-    seg->info = *info;
+    // One with no commit yet is read afresh unless nothing about the file
+    // changed: with staging it is the placeholder that claims its number,
+    // which the publication replaces by a rename (docs/design.md#staging).
+    if (same_file && old->info.inode != 0 && old->info == *info) {
+      ++stats->unchanged;
+      return old;
+    }
     if (const CatalogEntry* e = catalog_ && !no_catalog ? catalog_->Find(name) : nullptr;
         e && e->info == *info) {
+      // The entry's bytes get every check a file's get, and must be this
+      // file's: its header names the writer id and number of the file's
+      // name (an entry of another segment replayed for this one would make
+      // a healthy file read, or verify, as another).
       format::SegmentIndex index;
-      if (format::LoadSegmentIndex(*NewReplayFile(e->reads), rel, &index).ok() && index.sealed) {
+      if (format::LoadSegmentIndex(*NewReplayFile(e->reads), rel, &index).ok() && index.sealed &&
+          index.header.writer_id == writer_id && index.header.sequence == seq) {
         seg->index = std::move(index);
         seg->reads = e->reads;
+        seg->from_catalog = true;
         ++stats->from_catalog;
         return finish();
       }
-      // An entry that does not give a sealed index is no use: read the file.
+      // An entry that does not give this file's sealed index is no use: read
+      // the file.
     }
     std::shared_ptr<RandomAccessFile> handle;
     RUNSTORE_ASSIGN_OR_RETURN(handle, env_->NewRandomAccessFile(seg->path));
@@ -400,9 +450,7 @@ class StoreImpl final : public Store, public CompactionHost {
       seg->index.header.sequence = seq;
     }
     ++stats->recovered;
-    RUNSTORE_ASSIGN_OR_RETURN(auto map, handle->Map(seg->index.committed_end));
-    seg->SetOpen(std::move(handle), std::move(map));
-    return finish();
+    return finish();  // the handle is closed here; mapped by the first read
   }
 };
 

@@ -1,5 +1,5 @@
 // Verification (Snapshot::VerifyAll): every block of every segment checked
-// again, past every problem.
+// again, past every problem, by the segment file's own index.
 #include <algorithm>
 #include <iterator>
 #include <vector>
@@ -13,6 +13,41 @@ namespace runstore {
 using format::BlockHeader;
 using format::Key;
 
+namespace {
+
+// Whether the bytes the catalog holds for `seg` are the file's: each range
+// read again from the file. The catalog is never trusted over a segment, and
+// verify is what would otherwise blame a healthy file for a lying entry.
+Result<bool> CatalogEntryMatchesFile(const LoadedSegment& seg) {
+  RUNSTORE_ASSIGN_OR_RETURN(auto file, seg.env->NewRandomAccessFile(seg.path));
+  RUNSTORE_ASSIGN_OR_RETURN(uint64_t size, file->Size());
+  if (size != seg.reads->size) return false;
+  std::string buf;
+  for (const auto& [offset, bytes] : seg.reads->ranges) {
+    buf.resize(bytes.size());
+    std::string_view got;
+    RUNSTORE_RETURN_IF_ERROR(file->Read(offset, bytes.size(), buf.data(), &got));
+    if (got != bytes) return false;
+  }
+  return true;
+}
+
+// The segment as its file alone says, for checking instead of a catalog
+// entry that differs from it.
+Result<std::shared_ptr<const LoadedSegment>> LoadFromFile(const LoadedSegment& seg) {
+  auto own = std::make_shared<LoadedSegment>();
+  own->file = seg.file;
+  own->env = seg.env;
+  own->path = seg.path;
+  RUNSTORE_ASSIGN_OR_RETURN(auto file, seg.env->NewRandomAccessFile(seg.path));
+  RUNSTORE_ASSIGN_OR_RETURN(own->info, file->Info());
+  RUNSTORE_RETURN_IF_ERROR(format::LoadSegmentIndex(*file, seg.file, &own->index));
+  own->verified = std::make_unique<std::atomic<bool>[]>(own->index.blocks.size());
+  return std::shared_ptr<const LoadedSegment>(std::move(own));
+}
+
+}  // namespace
+
 VerifyReport SnapshotImpl::VerifyAll(
     const std::function<void(uint64_t, uint64_t)>& progress) const {
   VerifyReport report;
@@ -21,10 +56,36 @@ VerifyReport SnapshotImpl::VerifyAll(
   for (const auto& seg : segments_) {
     for (const auto& info : seg->index.blocks) total += info.header.payload_len;
   }
+  // A segment that cannot be checked for want of a resource is no problem
+  // of the store; anything else that fails is one.
+  auto problem = [&](Status s) {
+    (s.code() == StatusCode::kResourceExhausted ? report.unchecked : report.problems)
+        .push_back(std::move(s));
+  };
   std::vector<uint64_t> hashes;
-  for (uint32_t si = 0; si < segments_.size(); ++si) {
-    const LoadedSegment& seg = *segments_[si];
+  for (const auto& loaded : segments_) {
     ++report.segments;
+    std::shared_ptr<const LoadedSegment> checked = loaded;
+    if (loaded->from_catalog && loaded->reads) {
+      auto same = CatalogEntryMatchesFile(*loaded);
+      if (!same.ok()) {
+        problem(same.status());
+        continue;
+      }
+      if (!*same) {
+        problem(Status::Corruption(
+            std::string("CATALOG: its entry for ") + loaded->file +
+            " does not hold that file's bytes (a stale or damaged catalog); readers that use "
+            "it read the segment as the entry says: rebuild it with 'runstore catalog STORE'"));
+        auto own = LoadFromFile(*loaded);
+        if (!own.ok()) {
+          problem(own.status());
+          continue;
+        }
+        checked = std::move(own).value();
+      }
+    }
+    const LoadedSegment& seg = *checked;
     // Readers never use the replaced-earlier section (only sync and new
     // writers' numbering do, which skip one they cannot decode, and
     // compaction, which refuses it as an input): only verify reports it.
@@ -35,58 +96,62 @@ VerifyReport SnapshotImpl::VerifyAll(
         report.problems.push_back(s);
       }
     }
-    if (Status s = seg.EnsureOpen(); !s.ok()) {
-      report.problems.push_back(s);
+    auto bytes = seg.Open();
+    if (!bytes.ok()) {
+      problem(bytes.status());
       continue;
     }
+    const std::shared_ptr<const MappedRegion>& mapping = bytes->map;
+    const MappedRegion& map = *mapping;
     for (uint32_t bi = 0; bi < seg.index.blocks.size(); ++bi) {
       const format::BlockInfo& info = seg.index.blocks[bi];
       const std::string at = seg.file + ": offset " + std::to_string(info.frame_offset) + ": ";
       // The frame header in the file: a sealed segment is read through the
       // footer's copy, so only Verify looks at this one.
       format::FramePrefix prefix;
-      if (!RangeWithin(info.frame_offset, info.header_len, seg.map->size()) ||
+      if (!RangeWithin(info.frame_offset, info.header_len, map.size()) ||
           !format::CheckFrameHeader(
-               std::string_view(seg.map->data() + info.frame_offset, info.header_len), &prefix)
+               std::string_view(map.data() + info.frame_offset, info.header_len), &prefix)
                .ok() ||
           prefix.payload_checksum != info.header.payload_checksum) {
         report.problems.push_back(Status::Corruption(at + "block frame header is damaged"));
       }
       Status s;
-      if (!RangeWithin(info.payload_offset, info.header.payload_len, seg.map->size())) {
+      if (!RangeWithin(info.payload_offset, info.header.payload_len, map.size())) {
         s = Status::Corruption(at + "block payload extends past the committed end");
       } else {
         // Checked again even if a read already verified it.
-        s = format::CheckPayload(
-            std::string_view(seg.map->data() + info.payload_offset, info.header.payload_len), info,
-            seg.file);
+        const std::string_view stored(map.data() + info.payload_offset, info.header.payload_len);
+        s = format::CheckPayload(stored, info, seg.file);
+        Payload p;
+        if (s.ok()) s = format::DecodeBlock(stored, nullptr, mapping, info, seg.file, &p);
         if (s.ok()) {
-          auto p = ReadPayload(BlockRef{si, bi, {}, info.frame_offset, &info.header});
-          s = p.status();
-          // The footer's run index must name exactly the block's runs: a
-          // lookup trusts it to leave the others out.
-          if (s.ok() && seg.index.run_index) {
-            format::RunHashesOf(p->view, &hashes);
-            const auto listed = seg.index.run_index->Of(bi);
-            if (!listed.empty() &&
-                !std::equal(hashes.begin(), hashes.end(), listed.begin(), listed.end())) {
-              // Both ascending: say which way they differ.
-              std::vector<uint64_t> missing, extra;
-              std::set_difference(hashes.begin(), hashes.end(), listed.begin(), listed.end(),
-                                  std::back_inserter(missing));
-              std::set_difference(listed.begin(), listed.end(), hashes.begin(), hashes.end(),
-                                  std::back_inserter(extra));
-              s = Status::Corruption(
-                  at + "the footer's run index does not list the block's runs (" +
-                  std::to_string(listed.size()) + " listed, the block holds " +
-                  std::to_string(hashes.size()) + "; " + std::to_string(missing.size()) +
-                  " of its runs unlisted, which lookups by run miss, and " +
-                  std::to_string(extra.size()) + " listed that it does not hold)");
-            }
+          s = p.view.CheckRecords(info.header);
+          if (!s.ok()) s = s.WithContext(format::AtOffset(seg.file, info.payload_offset));
+        }
+        // The footer's run index must name exactly the block's runs: a
+        // lookup trusts it to leave the others out.
+        if (s.ok() && seg.index.run_index) {
+          format::RunHashesOf(p.view, &hashes);
+          const auto listed = seg.index.run_index->Of(bi);
+          if (!listed.empty() &&
+              !std::equal(hashes.begin(), hashes.end(), listed.begin(), listed.end())) {
+            // Both ascending: say which way they differ.
+            std::vector<uint64_t> missing, extra;
+            std::set_difference(hashes.begin(), hashes.end(), listed.begin(), listed.end(),
+                                std::back_inserter(missing));
+            std::set_difference(listed.begin(), listed.end(), hashes.begin(), hashes.end(),
+                                std::back_inserter(extra));
+            s = Status::Corruption(at + "the footer's run index does not list the block's runs (" +
+                                   std::to_string(listed.size()) + " listed, the block holds " +
+                                   std::to_string(hashes.size()) + "; " +
+                                   std::to_string(missing.size()) +
+                                   " of its runs unlisted, which lookups by run miss, and " +
+                                   std::to_string(extra.size()) + " listed that it does not hold)");
           }
         }
       }
-      if (!s.ok()) report.problems.push_back(s);
+      if (!s.ok()) problem(s);
       ++report.blocks_checked;
       report.bytes_checked += info.header.payload_len;
       if (progress) progress(report.bytes_checked, total);
