@@ -18,6 +18,7 @@ using nlohmann::ordered_json;
 struct CompactCliOptions {
   std::string store;
   bool dry_run = false;
+  bool adopt_unsealed = false;
   double older_than_s = 0;
   double retain_s = CompactOptions().retain_inputs_s;
   std::string smaller_than;  // bytes, with an optional K/M/G suffix
@@ -78,6 +79,7 @@ int RunCompact(const CompactCliOptions& o) {
   constexpr std::string_view kCmd = "compact";
   CompactOptions options;
   options.dry_run = o.dry_run;
+  options.adopt_unsealed = o.adopt_unsealed;
   options.older_than_s = o.older_than_s;
   options.retain_inputs_s = o.retain_s;
   if (!o.smaller_than.empty() && !ParseBytes(o.smaller_than, &options.smaller_than_bytes)) {
@@ -120,6 +122,7 @@ int RunCompact(const CompactCliOptions& o) {
                       {"output_records", r.output_records},
                       {"removed_leftovers", r.removed_leftovers},
                       {"retained", r.retained},
+                      {"adopted", r.adopted},
                       {"seconds", r.seconds}};
     std::cout << JsonPrintable(j.dump(2, ' ', false, ordered_json::error_handler_t::replace))
               << "\n";
@@ -152,6 +155,10 @@ int RunCompact(const CompactCliOptions& o) {
     std::cout << buf << "\n";
     for (const std::string& f : r.outputs) std::cout << "  " << Printable(f) << "\n";
   }
+  for (const std::string& f : r.adopted) {
+    std::cout << (r.dry_run ? "would adopt " : "adopted ") << Printable(f)
+              << " (unsealed: a crashed writer's, as --adopt-unsealed asserts)\n";
+  }
   for (const std::string& f : r.excluded) {
     std::cout << "left out " << Printable(f)
               << " (shares runs with a segment that stays, across the merged commit's place)\n";
@@ -169,6 +176,9 @@ void RegisterCompact(CLI::App& app, ChosenCommand* chosen) {
       "compact", "Merge small sealed segments into few large ones, sorted by series and run");
   cmd->add_option("STORE", o->store, "Store directory")->required();
   cmd->add_flag("--dry-run", o->dry_run, "Say what would be merged; write nothing");
+  cmd->add_flag("--adopt-unsealed", o->adopt_unsealed,
+                "Also merge the unsealed segments crashed writers left (you assert that no "
+                "writer writes into the store directly while this runs: a job's epilogue)");
   cmd->add_option("--older-than", o->older_than_s,
                   "Only segments created at least this many seconds ago (by their header's "
                   "creation time, from the clock of the node that wrote them)");
@@ -182,7 +192,7 @@ void RegisterCompact(CLI::App& app, ChosenCommand* chosen) {
       "--json", o->json,
       "Print one JSON object {store, dry_run, inputs, input_bytes, input_records, "
       "excluded, staged, held_back, outputs, output_bytes, output_records, removed_leftovers, "
-      "retained, seconds}");
+      "retained, adopted, seconds}");
   cmd->footer(Footer(
       "Merges the store's sealed segments (never one a writer still has open) into segments\n"
       "of up to 1 GiB whose records are ordered by series, run and step, while writers go on\n"
@@ -192,10 +202,13 @@ void RegisterCompact(CLI::App& app, ChosenCommand* chosen) {
       "store as it was or compacted, and the next compact removes what was left behind.\n"
       "The segments merged stay --retain seconds (readers of newer snapshots leave them out),\n"
       "so that a reader holding an older snapshot can still read them; a compact run after\n"
-      "that removes them.",
+      "that removes them. With --adopt-unsealed it also merges what crashed writers left\n"
+      "unsealed (you assert that no writer runs; should one commit after all, the compaction\n"
+      "stops counting and its inputs are read as before).",
       "  runstore compact /scratch/sweep --dry-run\n"
       "  runstore compact /scratch/sweep --older-than 3600 --smaller-than 64M --memory 1G\n"
-      "  runstore compact /scratch/sweep --retain 0     # free the space at once"));
+      "  runstore compact /scratch/sweep --retain 0     # free the space at once\n"
+      "  runstore compact /scratch/sweep --adopt-unsealed   # after the job: crashed writers'"));
   ChooseOnParse(cmd, "compact", chosen, [o] { return RunCompact(*o); });
 }
 

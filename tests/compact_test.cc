@@ -6,6 +6,8 @@
 // series (reserved ones included) through Scan, each key read again through
 // Get (and GetLazy), the series with their counts, the runs -- taken before
 // and after. A dump fails on a key a scan returns twice.
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -866,6 +868,163 @@ TEST(CompactTest, WritersNumberPastSegmentsCompactionRemoved) {
             std::string(reinterpret_cast<const char*>(&two), 8));
 }
 
+// ---------------------------------------------------------------------------
+// Adoption (docs/design.md#adoption): crashed writers' unsealed segments
+// merged on request, and a live writer taken for crashed losing nothing it
+// was told was committed.
+
+// Starts a writer process of id `id` that commits records of the workload's
+// series over keys the workload also wrote (and a resume marker), then dies
+// of SIGKILL, its segment never sealed.
+void CrashedWriter(const std::string& path, const std::string& id, int seed) {
+  std::fflush(stdout);
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    auto store = Store::Open(path, {});
+    if (!store.ok()) ::_exit(1);
+    WriterOptions o;
+    o.writer_id = id;
+    auto w = (*store)->NewWriter(o);
+    if (!w.ok()) ::_exit(2);
+    for (int i = 0; i < 20; ++i) {
+      const std::string run = HashedRun((seed + i) % 12);
+      if (!(*w)->Append(RunRef(run), "loss", i % 10, 1000.0 * seed + i).ok()) ::_exit(3);
+    }
+    if (!(*w)->Commit().ok()) ::_exit(4);
+    if (!(*w)->Resume(RunRef(HashedRun(seed % 12)), 5).ok()) ::_exit(5);
+    ::kill(::getpid(), SIGKILL);
+    ::_exit(6);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << "status " << status;
+}
+
+TEST(CompactTest, AdoptingCrashedWritersSegmentsLeavesEveryRecordAsItWas) {
+  TempDir dir;
+  ASSERT_OK_AND_ASSIGN(auto store, OpenStore(dir.path()));
+  ASSERT_OK(WriteWorkload(store.get(), WorkloadOptions{}));
+  for (int k = 0; k < 3; ++k) {
+    ASSERT_NO_FATAL_FAILURE(CrashedWriter(dir.path(), "k" + std::to_string(k), k + 1));
+  }
+  const Dump before = DumpStore(dir.path());
+  CompactOptions o = TestOptions();
+  o.retain_inputs_s = 0;
+  CompactReport plain;
+  ASSERT_OK(store->Compact(o, &plain));
+  EXPECT_TRUE(plain.adopted.empty());
+  ASSERT_OK_AND_ASSIGN(auto snap, store->Refresh());
+  int unsealed = 0;
+  for (const SegmentInfo& seg : snap->ListSegments()) unsealed += seg.sealed ? 0 : 1;
+  EXPECT_EQ(unsealed, 3) << "crashed writers' segments are merged only on request";
+  EXPECT_SAME_DUMP(before, DumpSnapshot(*snap));
+
+  o.adopt_unsealed = true;
+  CompactReport adopted;
+  ASSERT_OK(store->Compact(o, &adopted));
+  EXPECT_EQ(adopted.adopted.size(), 3u);
+  ASSERT_OK_AND_ASSIGN(snap, store->Refresh());
+  EXPECT_EQ(snap->ListSegments().size(), 1u);
+  EXPECT_TRUE(snap->ListSegments()[0].sealed);
+  EXPECT_SAME_DUMP(before, DumpSnapshot(*snap));
+  EXPECT_SAME_DUMP(before, DumpStore(dir.path()));
+  // A writer of a crashed id numbers past the segment compaction removed.
+  WriterOptions wo;
+  wo.writer_id = "k0";
+  ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter(wo));
+  ASSERT_OK(w->Append(RunRef(int64_t{5}), "loss", 0, 2.0));
+  ASSERT_OK(w->Close());
+  EXPECT_TRUE(std::filesystem::exists(dir.path() + "/segments/k0-00000002.rss"));
+}
+
+// The caller asserted that no writer runs, and one did: the compaction read
+// its segment, then it committed again. With the inputs retained, the group
+// stops standing and readers read every input, the new commit included.
+TEST(CompactTest, ALiveWriterTakenForCrashedKeepsEveryCommitWhileTheInputsAreRetained) {
+  TempDir dir;
+  ASSERT_OK_AND_ASSIGN(auto store, OpenStore(dir.path()));
+  WorkloadOptions wl;
+  wl.writers = 2;
+  ASSERT_OK(WriteWorkload(store.get(), wl));
+  WriterOptions wo;
+  wo.writer_id = "live";
+  ASSERT_OK_AND_ASSIGN(auto live, store->NewWriter(wo));
+  ASSERT_OK(live->Append(RunRef(HashedRun(1)), "loss", 0, 1.0));
+  ASSERT_OK(live->Commit());
+  CompactOptions o = TestOptions();
+  o.adopt_unsealed = true;
+  CompactReport report;
+  ASSERT_OK(store->Compact(o, &report));
+  ASSERT_EQ(report.adopted, std::vector<std::string>{"segments/live-00000001.rss"});
+  // The same key again, and a new one, after the compaction read it.
+  ASSERT_OK(live->Append(RunRef(HashedRun(1)), "loss", 0, 2.0));
+  ASSERT_OK(live->Append(RunRef(HashedRun(2)), "loss", 7, 3.0));
+  ASSERT_OK(live->Commit());
+  const Dump d = DumpStore(dir.path());
+  const double two = 2.0, three = 3.0;
+  EXPECT_EQ(d.records.at(RecordKey{"loss", RunId(HashedRun(1)), 0}).bytes,
+            std::string(reinterpret_cast<const char*>(&two), 8));
+  EXPECT_EQ(d.records.at(RecordKey{"loss", RunId(HashedRun(2)), 7}).bytes,
+            std::string(reinterpret_cast<const char*>(&three), 8));
+  // A later compaction removes nothing the voided group needs; the writer
+  // goes on, and closes.
+  CompactOptions later = TestOptions();
+  later.retain_inputs_s = 0;
+  ASSERT_OK(store->Compact(later, nullptr));
+  EXPECT_TRUE(std::filesystem::exists(dir.path() + "/segments/live-00000001.rss"));
+  ASSERT_OK(live->Close());
+  EXPECT_SAME_DUMP(d, DumpStore(dir.path()));
+}
+
+// The same with the inputs removed at once: the writer's next commit fails
+// (its file has no name any more) instead of being acknowledged into a file
+// no one can read, and what it had committed is in the compacted segment.
+TEST(CompactTest, ALiveWriterTakenForCrashedFailsInsteadOfLosingACommit) {
+  TempDir dir;
+  ASSERT_OK_AND_ASSIGN(auto store, OpenStore(dir.path()));
+  WorkloadOptions wl;
+  wl.writers = 2;
+  ASSERT_OK(WriteWorkload(store.get(), wl));
+  WriterOptions wo;
+  wo.writer_id = "live";
+  ASSERT_OK_AND_ASSIGN(auto live, store->NewWriter(wo));
+  ASSERT_OK(live->Append(RunRef(HashedRun(1)), "loss", 0, 1.0));
+  ASSERT_OK(live->Commit());
+  const Dump before = DumpStore(dir.path());
+  CompactOptions o = TestOptions();
+  o.adopt_unsealed = true;
+  o.retain_inputs_s = 0;
+  ASSERT_OK(store->Compact(o, nullptr));
+  EXPECT_FALSE(std::filesystem::exists(dir.path() + "/segments/live-00000001.rss"));
+  ASSERT_OK(live->Append(RunRef(HashedRun(1)), "loss", 0, 2.0));
+  EXPECT_THAT(live->Commit(),
+              StatusIsWith(StatusCode::kIOError, "removed while it was being written"));
+  (void)live->Close();
+  EXPECT_SAME_DUMP(before, DumpStore(dir.path()));
+}
+
+TEST(ReplacesSectionTest, TheAdoptedSectionRoundTripsAndRefusesEveryCut) {
+  const std::vector<format::AdoptedSegment> adopted = {{{"a", 1, 5}, 4096},
+                                                       {{"bb.c-d_e", 9, -1}, 128}};
+  const std::string bytes = format::EncodeAdopted(adopted);
+  std::vector<format::AdoptedSegment> got;
+  ASSERT_OK(format::DecodeAdopted(bytes, "segments/x-00000001.rss", &got));
+  EXPECT_EQ(got, adopted);
+  for (size_t n = 0; n < bytes.size(); ++n) {
+    EXPECT_THAT(format::DecodeAdopted(bytes.substr(0, n), "segments/x-00000001.rss", &got),
+                StatusIsWith(StatusCode::kCorruption, "adopted"))
+        << "cut at " << n;
+  }
+  std::string huge = bytes;
+  huge[15] = '\x7f';  // 2^63-ish entries in a few bytes
+  EXPECT_THAT(format::DecodeAdopted(huge, "f", &got), StatusIs(StatusCode::kCorruption));
+  std::vector<format::AdoptedSegment> unsorted = adopted;
+  std::swap(unsorted[0], unsorted[1]);
+  EXPECT_THAT(format::DecodeAdopted(format::EncodeAdopted(unsorted), "f", &got),
+              StatusIs(StatusCode::kCorruption));
+}
+
 // A part whose footer is damaged while the inputs it replaces are still there
 // (a crash between publishing and removing them). Read as a crashed writer's
 // segment it would lose its replaces section and serve its records beside the
@@ -1068,6 +1227,30 @@ void BuildCrashStore(Env* env) {
   ASSERT_OK(WriteWorkload(store.get(), w));
 }
 
+// Two writers that commit over the workload's keys and then crash (every
+// operation after their commits refused, power lost): their segments stay
+// unsealed, their commits durable.
+void AddCrashedWriters(FaultInjectionEnv* env) {
+  {
+    ASSERT_OK_AND_ASSIGN(auto store, OpenStore(kMemStore, env));
+    std::vector<std::unique_ptr<Writer>> writers;
+    for (int k = 0; k < 2; ++k) {
+      WriterOptions o;
+      o.writer_id = "crashed" + std::to_string(k);
+      ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter(o));
+      for (int i = 0; i < 12; ++i) {
+        ASSERT_OK(w->Append(RunRef(HashedRun((k + i) % 12)), "loss", i % 10, 100.0 * k + i));
+      }
+      ASSERT_OK(w->Commit());
+      ASSERT_OK(w->Resume(RunRef(HashedRun(k)), 4));
+      writers.push_back(std::move(w));
+    }
+    env->CrashAfter(0);
+    for (auto& w : writers) (void)w->Close();
+  }
+  ASSERT_OK(env->SimulatePowerLoss(DropMode::kDropUnsynced, 0));
+}
+
 // What the crashed compaction does: `first`, run to completion before the
 // counted one (none when its retention is negative), and `counted`, crashed
 // after each of its file operations.
@@ -1076,6 +1259,7 @@ struct CrashCase {
   const char* name;
   double first_retain_s;  // < 0: no first compaction
   double counted_retain_s;
+  bool adopt = false;  // crashed writers' segments too (adopt_unsealed)
 };
 
 class CompactCrashTest : public ::testing::TestWithParam<CrashCase> {};
@@ -1085,11 +1269,13 @@ TEST_P(CompactCrashTest, CrashAfterEveryOperationLosesAndDuplicatesNothing) {
   CompactOptions o = TestOptions();
   o.lease_refresh_s = 0;  // no thread: the same operations every run
   o.lease_expiry_s = 0;
+  o.adopt_unsealed = c.adopt;
   CompactOptions first = o;
   first.retain_inputs_s = c.first_retain_s;
   o.retain_inputs_s = c.counted_retain_s;
-  auto build = [&](Env* env) {
+  auto build = [&](FaultInjectionEnv* env) {
     BuildCrashStore(env);
+    if (c.adopt) AddCrashedWriters(env);
     if (c.first_retain_s >= 0) {
       auto store = OpenStore(kMemStore, env);
       ASSERT_TRUE(store.ok());
@@ -1113,6 +1299,7 @@ TEST_P(CompactCrashTest, CrashAfterEveryOperationLosesAndDuplicatesNothing) {
     operations = env.operation_count();
     if (c.first_retain_s < 0) {
       ASSERT_GE(report.inputs.size(), 4u);
+      EXPECT_EQ(report.adopted.size(), c.adopt ? 2u : 0u);
     } else {
       ASSERT_GE(report.removed_leftovers.size(), 4u) << "the counted compaction removes";
     }
@@ -1166,10 +1353,14 @@ std::string CrashCaseName(const ::testing::TestParamInfo<CrashCase>& info) {
 
 INSTANTIATE_TEST_SUITE_P(
     Retention, CompactCrashTest,
-    ::testing::Values(CrashCase{"RemovedAtOnce", "inputs removed at once", -1, 0},
-                      CrashCase{"Retained", "inputs retained (the default)", -1, 300},
-                      CrashCase{"RemovedLater", "retained inputs removed by a later compaction",
-                                300, 0}),
+    ::testing::Values(
+        CrashCase{"RemovedAtOnce", "inputs removed at once", -1, 0},
+        CrashCase{"Retained", "inputs retained (the default)", -1, 300},
+        CrashCase{"RemovedLater", "retained inputs removed by a later compaction", 300, 0},
+        CrashCase{"AdoptedRemovedAtOnce",
+                  "crashed writers' segments adopted, inputs removed at once", -1, 0, true},
+        CrashCase{"AdoptedRemovedLater", "adopted inputs removed by a later compaction", 300, 0,
+                  true}),
     CrashCaseName);
 
 }  // namespace

@@ -51,6 +51,10 @@ class WritableFile {
   virtual Status Close() = 0;
   // Bytes appended so far, including any that failed part way.
   virtual uint64_t Size() const = 0;
+  // Whether the file has lost its last name (removed while open): what is
+  // written to it can then never be read by anyone. False where the Env
+  // cannot tell.
+  virtual bool Removed() const { return false; }
 };
 
 // A read-only mapping of a file prefix. The bytes stay valid and unchanged for

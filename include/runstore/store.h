@@ -134,6 +134,13 @@ struct CompactOptions {
   // compaction removes its inputs at once, and a reader of an older snapshot
   // that had not opened one of them gets NotFound ("refresh and read again").
   double retain_inputs_s = 300;
+  // Also merge the unsealed segments that crashed writers left (adopt
+  // them, docs/design.md#adoption): the caller asserts that no writer writes
+  // into the store directly while it runs (a job's epilogue, as `runstore
+  // sync --force` asserts it of staging). Each one's committed length is
+  // recorded; should a writer of one go on committing after all, the
+  // compaction stops standing and readers read its inputs as before.
+  bool adopt_unsealed = false;
   // Called from the compacting thread as the merge goes through the inputs'
   // stored records: (records done, records in all), at least once at the
   // end of the merge and otherwise every 64Ki records; not on a dry run.
@@ -169,6 +176,8 @@ struct CompactReport {
   // inputs, or an earlier one's not yet retain_inputs_s old); a later
   // compaction removes them.
   std::vector<std::string> retained;
+  // Of the inputs, the unsealed segments adopted (adopt_unsealed).
+  std::vector<std::string> adopted;
   double seconds = 0;
 };
 

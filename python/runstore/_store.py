@@ -438,6 +438,7 @@ class Store:
         smaller_than: int = 0,
         memory_bytes: int = 256 << 20,
         retain: float = 300.0,
+        adopt_unsealed: bool = False,
         progress: bool = True,
     ) -> dict[str, Any]:
         """Merges many small sealed segments into few large ones, ordered by series and run.
@@ -456,7 +457,11 @@ class Store:
         committed after their claims, left for a compaction once they are published),
         ``outputs``,
         ``input_bytes``, ``output_bytes``, ``input_records``, ``output_records``,
-        ``removed_leftovers``, ``retained`` (replaced segments kept), ``seconds``.
+        ``removed_leftovers``, ``retained`` (replaced segments kept), ``adopted``, ``seconds``.
+        With ``adopt_unsealed`` it also merges the unsealed segments crashed writers left: the
+        caller asserts that no writer writes into the store directly meanwhile (should one
+        commit after all, the compaction stops counting and readers read its inputs as before;
+        docs/design.md#adoption).
         The store's snapshot is refreshed. Raises RuntimeError for a read-only store (unless
         ``dry_run``) or one with damaged segments, OSError naming the file. ``progress``: a
         progress line on stderr (the records merged) while it runs, when stderr is a terminal.
@@ -469,6 +474,7 @@ class Store:
                 int(memory_bytes),
                 float(retain),
                 progress=(lambda d, t: line.bar(d, t, "records")) if line.enabled else None,
+                adopt_unsealed=bool(adopt_unsealed),
             )
         self._core.refresh()
         return report

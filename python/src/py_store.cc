@@ -924,7 +924,7 @@ void BindStore(nb::module_& m) {
       .def(
           "compact",
           [](PyStore& self, bool dry_run, double older_than, uint64_t smaller_than,
-             uint64_t memory_bytes, double retain, nb::handle progress) {
+             uint64_t memory_bytes, double retain, nb::handle progress, bool adopt_unsealed) {
             const StoreUse use = self.Use();
             CompactOptions o;
             PyProgress on_progress(progress);
@@ -932,6 +932,7 @@ void BindStore(nb::module_& m) {
               o.progress = [&](uint64_t done, uint64_t total) { on_progress(done, total); };
             }
             o.dry_run = dry_run;
+            o.adopt_unsealed = adopt_unsealed;
             o.older_than_s = older_than;
             o.retain_inputs_s = retain;
             o.smaller_than_bytes = smaller_than;
@@ -957,12 +958,13 @@ void BindStore(nb::module_& m) {
             d["output_records"] = r.output_records;
             d["removed_leftovers"] = r.removed_leftovers;
             d["retained"] = r.retained;
+            d["adopted"] = r.adopted;
             d["seconds"] = r.seconds;
             return d;
           },
           "dry_run"_a = false, "older_than"_a = 0.0, "smaller_than"_a = 0,
           "memory_bytes"_a = uint64_t{256} << 20, "retain"_a = CompactOptions().retain_inputs_s,
-          "progress"_a = nb::none(),
+          "progress"_a = nb::none(), "adopt_unsealed"_a = false,
           "Store::Compact: merges small sealed segments into few sorted ones; returns the "
           "report as a dict (see runstore.Store.compact).")
       .def("verify_all", &PyStore::VerifyAll, "progress"_a = nb::none(),

@@ -211,6 +211,11 @@ class PosixWritableFile final : public WritableFile {
 
   uint64_t Size() const override { return size_; }
 
+  bool Removed() const override {
+    struct stat st;
+    return fd_ >= 0 && ::fstat(fd_, &st) == 0 && st.st_nlink == 0;
+  }
+
   // Appends the first `length` bytes of the file open as `in` (EOF before
   // them is an IOError naming `from`): in the kernel where the file systems
   // allow it (copy_file_range), else through a buffer.

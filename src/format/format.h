@@ -168,6 +168,10 @@ inline constexpr uint32_t kFooterSectionReplaces = 2;  // segments a compacted o
 // Segments its compacted inputs replaced that were gone when it ran (optional:
 // readers resolve without it; sync and new writers read it).
 inline constexpr uint32_t kFooterSectionReplacedEarlier = 3;
+// Unsealed segments a compaction adopted, with the committed length it merged
+// of each (optional: readers of an earlier version take the adoption as
+// whole, which the caller of the compaction asserted).
+inline constexpr uint32_t kFooterSectionAdopted = 4;
 // Flag bit 0: a reader that does not know the tag may ignore the section
 // (it only adds information); without it an unknown tag is refused.
 inline constexpr uint32_t kFooterSectionOptional = 1;

@@ -35,6 +35,14 @@ struct Replaces {
 // Upper bound on part_count a reader accepts.
 inline constexpr uint32_t kMaxCompactionParts = 1u << 20;
 
+// An unsealed segment a compaction adopted (docs/design.md#adoption): its
+// commits up to `committed_end` are in the compacted segment.
+struct AdoptedSegment {
+  SegmentId id;
+  uint64_t committed_end = 0;
+  friend auto operator<=>(const AdoptedSegment&, const AdoptedSegment&) = default;
+};
+
 std::string EncodeReplaces(const Replaces& r);
 // Corruption naming `file` (the segment whose footer holds the bytes) for
 // anything that is not a well-formed section: lengths past the end, a bad
@@ -43,6 +51,13 @@ std::string EncodeReplaces(const Replaces& r);
 // section has the same encoding), for the message.
 Status DecodeReplaces(std::string_view bytes, std::string_view file, Replaces* r,
                       uint32_t tag = kFooterSectionReplaces);
+
+// The adopted section (tag kFooterSectionAdopted, docs/format.md "Adopted
+// section"): entries sorted by id, no two of one id. Decoding refuses what
+// DecodeReplaces refuses, with the same bound on allocation.
+std::string EncodeAdopted(const std::vector<AdoptedSegment>& adopted);
+Status DecodeAdopted(std::string_view bytes, std::string_view file,
+                     std::vector<AdoptedSegment>* adopted);
 
 }  // namespace runstore::format
 

@@ -328,7 +328,8 @@ bool DecodeFooterSections(Decoder* d, uint64_t blocks, SegmentIndex* index, std:
       auto ri = std::make_shared<RunIndex>();
       if (!DecodeRunIndex(bytes, blocks, ri.get(), error)) return false;
       index->run_index = std::move(ri);
-    } else if (tag == kFooterSectionReplaces || tag == kFooterSectionReplacedEarlier) {
+    } else if (tag == kFooterSectionReplaces || tag == kFooterSectionReplacedEarlier ||
+               tag == kFooterSectionAdopted) {
       if (!index->footer_sections.emplace(tag, std::string(bytes)).second) {
         *error = "section " + std::to_string(tag) + " appears twice";
         return false;

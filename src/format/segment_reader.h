@@ -58,7 +58,8 @@ struct SegmentIndex {
   // unsealed segment (readers rebuild it from the blocks) or an older one.
   std::shared_ptr<const RunIndex> run_index;
   // The footer's other known sections, by tag, as stored (their layers
-  // decode them): kFooterSectionReplaces, kFooterSectionReplacedEarlier.
+  // decode them): kFooterSectionReplaces, kFooterSectionReplacedEarlier,
+  // kFooterSectionAdopted.
   std::map<uint32_t, std::string> footer_sections;
 };
 

@@ -182,17 +182,31 @@ Status SegmentWriter::Commit(int64_t time_ns, bool sync) {
   return Status::OK();
 }
 
+// A segment synced into a file that no name reaches any more is durable
+// nowhere: someone removed it while it was written (a compaction or a sync
+// told that its writer had crashed, docs/design.md#adoption), and what the
+// caller would report durable no reader could ever read. The writer stops.
+Status SegmentWriter::CheckNotRemoved(const std::string& what) const {
+  if (!file_->Removed()) return Status::OK();
+  return Status::IOError(path_ + ": " + what +
+                         ": the segment file was removed while it was being written (by a "
+                         "compaction or sync told that its writer had crashed); what was written "
+                         "since is in no file, and this writer stops");
+}
+
 Status SegmentWriter::SyncFile(const std::string& what) {
   Status s = file_->Sync();
   if (!s.ok()) return About(s, path_, what);
+  RUNSTORE_RETURN_IF_ERROR(CheckNotRemoved(what));
   synced_end_.store(offset_);
   return Status::OK();
 }
 
 Status SegmentWriter::SyncPrefix(uint64_t length) {
+  const std::string what = "fdatasync of the first " + std::to_string(length) + " bytes";
   Status s = file_->SyncPrefix(length);
-  if (!s.ok())
-    return About(s, path_, "fdatasync of the first " + std::to_string(length) + " bytes");
+  if (!s.ok()) return About(s, path_, what);
+  RUNSTORE_RETURN_IF_ERROR(CheckNotRemoved(what));
   RaiseSynced(&synced_end_, length);
   return Status::OK();
 }

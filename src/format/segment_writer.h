@@ -85,6 +85,8 @@ class SegmentWriter {
   // Syncs the file and moves synced_end_ to its end; `what` names the sync in
   // an error.
   Status SyncFile(const std::string& what);
+  // IOError if the file lost its last name since it was created.
+  Status CheckNotRemoved(const std::string& what) const;
 
   std::unique_ptr<WritableFile> file_;
   std::string path_;

@@ -14,6 +14,7 @@
 
 #include "format/claim.h"
 #include "format/format.h"
+#include "format/segment_reader.h"
 #include "store/compact_internal.h"
 
 namespace runstore {
@@ -106,7 +107,15 @@ class Compaction {
     return seg.file.substr(std::string(kSegmentsDir).size() + 1);
   }
 
-  // Sealed segments that pass the filters, without series whose blocks
+  // An unsealed segment that adopt_unsealed lets this compaction merge: a
+  // writer's (a compaction's parts are published sealed) with a commit.
+  bool Adoptable(const LoadedSegment& seg) const {
+    return options_.adopt_unsealed && !seg.index.sealed && !seg.index.commits.empty() &&
+           !seg.index.header.writer_id.starts_with(kCompactWriterPrefix);
+  }
+
+  // Sealed segments (and, with adopt_unsealed, crashed writers' unsealed
+  // ones) that pass the filters, without series whose blocks
   // disagree on their type (which of them defines the series depends on
   // commit order, so none of them is moved).
   std::vector<uint32_t> Candidates(const CompactionView& view) const {
@@ -129,7 +138,7 @@ class Compaction {
     const std::set<std::string> held = PartsWithRetainedInputs(view);
     for (uint32_t i = 0; i < snap.segments().size(); ++i) {
       const LoadedSegment& seg = *snap.segments()[i];
-      if (!seg.index.sealed || held.contains(FileOf(seg))) continue;
+      if (!(seg.index.sealed || Adoptable(seg)) || held.contains(FileOf(seg))) continue;
       if (options_.older_than_s > 0 &&
           static_cast<double>(now - seg.index.header.created_ns) < options_.older_than_s * 1e9) {
         continue;
@@ -243,7 +252,13 @@ class Compaction {
       segs.push_back(seg);
       replaces.segments.push_back(IdOf(*seg));
       report_->input_bytes += seg->index.file_size;
+      // An unsealed input: what is merged of it is its commits up to here.
+      if (!seg->index.sealed) {
+        adopted_.push_back(format::AdoptedSegment{IdOf(*seg), seg->index.committed_end});
+        report_->adopted.push_back(seg->file);
+      }
     }
+    std::sort(adopted_.begin(), adopted_.end());
     // An input that is itself compacted passes on what it replaces and is
     // still there (a crash before its inputs were removed): those stay
     // replaced once the input is gone. What it replaced that is gone, and
@@ -288,7 +303,7 @@ class Compaction {
     replaced_ = replaces.segments;
     MergeResult result;
     Status s = MergeSegments(env_, dir_, segs, writer_id_, time_ns_, std::move(replaces),
-                             std::move(earlier), options_, &result);
+                             std::move(earlier), adopted_, options_, &result);
     temps_ = result.temp_names;
     RUNSTORE_RETURN_IF_ERROR(s);
     report_->input_records = result.input_records;
@@ -321,23 +336,99 @@ class Compaction {
       for (const std::string& name : published)
         RUNSTORE_RETURN_IF_ERROR(RemoveIfThere(env_, dir_ + "/" + name));
       RUNSTORE_RETURN_IF_ERROR(env_->SyncDir(dir_));
+      if (mine && mine->voided) {
+        return Status::FailedPrecondition(
+            dir_ + ": the compacted segments " + writer_id_ +
+            " were withdrawn: the writer of a segment it adopted committed after the "
+            "compaction read it, so it was no crashed writer's (adopt_unsealed asserts that no "
+            "writer runs); nothing was changed");
+      }
       return Status::FailedPrecondition(
           dir_ + ": the compacted segments " + writer_id_ +
           " were withdrawn: another compaction published over the same inputs first");
     }
     for (const std::string& name : published)
       report_->outputs.push_back(std::string(kSegmentsDir) + "/" + name);
-    for (const format::SegmentId& id : replaced_) {
-      const std::string name = format::SegmentFileName(id.writer_id, id.sequence);
-      auto it = view.all.find(name);
-      if (it == view.all.end() || !(IdOf(*it->second) == id)) continue;
-      if (options_.retain_inputs_s > 0) {
+    if (options_.retain_inputs_s > 0) {
+      for (const std::string& name : PresentInputs(view, *mine)) {
         report_->retained.push_back(std::string(kSegmentsDir) + "/" + name);
-      } else {
-        RUNSTORE_RETURN_IF_ERROR(RemoveIfThere(env_, dir_ + "/" + name));
       }
+      return Status::OK();
+    }
+    return RemoveInputs(view, *mine, /*report=*/false);
+  }
+
+  // Removes the present inputs of accepted group `g`: first the segments it
+  // adopted, each only while it holds no commit past what was merged of it
+  // (RemoveAdopted), and the others only if every adopted one went, so that
+  // a group that stops standing (an adopted segment's writer was alive)
+  // still has every input for its readers (docs/design.md#adoption).
+  Status RemoveInputs(const CompactionView& view, const CompactionGroup& g, bool report) {
+    std::vector<std::string> inputs = PresentInputs(view, g);
+    for (const format::AdoptedSegment& a : g.adopted) {
+      const std::string name = format::SegmentFileName(a.id.writer_id, a.id.sequence);
+      auto it = std::find(inputs.begin(), inputs.end(), name);
+      if (it == inputs.end()) continue;
+      RUNSTORE_ASSIGN_OR_RETURN(const bool removed, RemoveAdopted(name, a));
+      if (!removed) return env_->SyncDir(dir_);
+      inputs.erase(it);
+      if (report) report_->removed_leftovers.push_back(std::string(kSegmentsDir) + "/" + name);
+    }
+    for (const std::string& name : inputs) {
+      RUNSTORE_RETURN_IF_ERROR(RemoveIfThere(env_, dir_ + "/" + name));
+      if (report) report_->removed_leftovers.push_back(std::string(kSegmentsDir) + "/" + name);
     }
     return env_->SyncDir(dir_);
+  }
+
+  // Removes adopted segment `name` if it still holds only what was merged of
+  // it (true), or leaves it (false). No pid, lock or clock can prove its
+  // writer dead, so the file is read through a handle opened before the
+  // removal, and read again after it: a commit that landed between the two
+  // (a writer alive after all, which the caller asserted none was) is put
+  // back under its name with the publish protocol, and the group stops
+  // standing. A writer whose file was removed fails its next sync (the POSIX
+  // Env's, docs/design.md#adoption) instead of committing into a file no one
+  // can read.
+  Result<bool> RemoveAdopted(const std::string& name, const format::AdoptedSegment& a) {
+    const std::string path = dir_ + "/" + name;
+    auto file = env_->NewRandomAccessFile(path);
+    if (!file.ok()) {
+      return file.status().code() == StatusCode::kNotFound ? Result<bool>(true) : file.status();
+    }
+    format::SegmentIndex index;
+    RUNSTORE_RETURN_IF_ERROR(format::LoadSegmentIndex(**file, path, &index));
+    if (!(IdOfIndex(index) == a.id)) return true;  // another file took the name: not ours
+    if (index.committed_end > a.committed_end) return false;
+    RUNSTORE_RETURN_IF_ERROR(RemoveIfThere(env_, path));
+    RUNSTORE_RETURN_IF_ERROR(format::LoadSegmentIndex(**file, path, &index));
+    if (index.committed_end <= a.committed_end) return true;
+    // Committed to meanwhile: back under its name, whole.
+    RUNSTORE_ASSIGN_OR_RETURN(const uint64_t size, (*file)->Size());
+    // A name of this compaction's token: a crash leaves it to the next one.
+    const std::string tmp = dir_ + "/" + writer_id_ + ".restore." + name + std::string(kTempSuffix);
+    {
+      RUNSTORE_ASSIGN_OR_RETURN(auto out, env_->NewWritableFile(tmp, /*exclusive=*/true));
+      std::string buf(std::min<uint64_t>(size, uint64_t{4} << 20), '\0');
+      for (uint64_t at = 0; at < size;) {
+        std::string_view got;
+        RUNSTORE_RETURN_IF_ERROR(
+            (*file)->Read(at, std::min<uint64_t>(buf.size(), size - at), buf.data(), &got));
+        if (got.empty()) break;
+        RUNSTORE_RETURN_IF_ERROR(out->Append(got));
+        at += got.size();
+      }
+      RUNSTORE_RETURN_IF_ERROR(out->Sync());
+      RUNSTORE_RETURN_IF_ERROR(out->Close());
+    }
+    RUNSTORE_RETURN_IF_ERROR(env_->RenameFile(tmp, path));
+    RUNSTORE_RETURN_IF_ERROR(env_->SyncDir(dir_));
+    return false;
+  }
+
+  static format::SegmentId IdOfIndex(const format::SegmentIndex& index) {
+    return format::SegmentId{index.header.writer_id, index.header.sequence,
+                             index.header.created_ns};
   }
 
   // The present segments that accepted group `g` replaces, by file name.
@@ -382,13 +473,13 @@ class Compaction {
     for (const CompactionGroup& g : view.resolution.groups) {
       if (!g.accepted) continue;
       const std::vector<std::string> inputs = PresentInputs(view, g);
-      const bool past = PastRetention(view, g);
+      if (inputs.empty()) continue;
+      if (PastRetention(view, g)) {
+        RUNSTORE_RETURN_IF_ERROR(RemoveInputs(view, g, /*report=*/true));
+        continue;
+      }
       for (const std::string& name : inputs) {
-        if (past) {
-          remove.push_back(name);
-        } else {
-          report_->retained.push_back(std::string(kSegmentsDir) + "/" + name);
-        }
+        report_->retained.push_back(std::string(kSegmentsDir) + "/" + name);
       }
     }
     RUNSTORE_ASSIGN_OR_RETURN(auto children, env_->GetChildren(dir_));
@@ -465,7 +556,8 @@ class Compaction {
   std::vector<std::string> claims_;  // paths
   std::set<std::string> claimed_names_;
   std::vector<format::SegmentId> replaced_;
-  std::vector<std::string> temps_;  // names of parts not yet published
+  std::vector<format::AdoptedSegment> adopted_;  // unsealed inputs, sorted
+  std::vector<std::string> temps_;               // names of parts not yet published
 };
 
 }  // namespace

@@ -59,7 +59,8 @@ Result<Plan> PlanCompaction(const SnapshotImpl& snap, const std::vector<uint32_t
 
 // Writes the resolved records of `inputs` into temporary parts named
 // `<writer_id>-<seq>.rss.tmp` in `segments_dir`, each sealed with one commit
-// at `time_ns` and `replaces` (whose part_count it sets) in its footer.
+// at `time_ns` and `replaces` (whose part_count it sets) in its footer, and
+// the adopted section when `adopted` (its unsealed inputs) is not empty.
 struct MergeResult {
   std::vector<std::string> temp_names;  // in segments_dir, part 1 first
   std::vector<uint64_t> part_bytes;
@@ -69,8 +70,9 @@ struct MergeResult {
 Status MergeSegments(Env* env, const std::string& segments_dir,
                      const std::vector<std::shared_ptr<const LoadedSegment>>& inputs,
                      const std::string& writer_id, int64_t time_ns, format::Replaces replaces,
-                     std::vector<format::SegmentId> replaced_earlier, const CompactOptions& options,
-                     MergeResult* result);
+                     std::vector<format::SegmentId> replaced_earlier,
+                     const std::vector<format::AdoptedSegment>& adopted,
+                     const CompactOptions& options, MergeResult* result);
 
 // The running compaction's lease: the file `compact.<token>.lease`, whose
 // contents a thread rewrites every refresh_s, so that another compaction can

@@ -48,9 +48,10 @@ class Output {
   }
 
   // Commits every part at `time_ns`, adds the replaces section (and the
-  // replaced-earlier one, if it names any), seals.
+  // replaced-earlier and adopted ones, if they name any), seals.
   Status Finish(int64_t time_ns, format::Replaces replaces,
-                std::vector<format::SegmentId> replaced_earlier, MergeResult* result) {
+                std::vector<format::SegmentId> replaced_earlier,
+                const std::vector<format::AdoptedSegment>& adopted, MergeResult* result) {
     if (parts_.empty()) RUNSTORE_RETURN_IF_ERROR(NewPart());  // nothing visible: one empty part
     replaces.part_count = static_cast<uint32_t>(parts_.size());
     const std::string section = format::EncodeReplaces(replaces);
@@ -66,6 +67,12 @@ class Output {
       if (!earlier.empty()) {
         p->AddFooterSection(format::kFooterSectionReplacedEarlier, format::kFooterSectionOptional,
                             earlier);
+      }
+      // Optional: a reader that does not know it takes the adoption as the
+      // caller asserted it, whole (docs/design.md#adoption).
+      if (!adopted.empty()) {
+        p->AddFooterSection(format::kFooterSectionAdopted, format::kFooterSectionOptional,
+                            format::EncodeAdopted(adopted));
       }
       RUNSTORE_RETURN_IF_ERROR(p->Seal());
       result->part_bytes.push_back(p->size());
@@ -409,15 +416,16 @@ class Merger {
 Status MergeSegments(Env* env, const std::string& segments_dir,
                      const std::vector<std::shared_ptr<const LoadedSegment>>& inputs,
                      const std::string& writer_id, int64_t time_ns, format::Replaces replaces,
-                     std::vector<format::SegmentId> replaced_earlier, const CompactOptions& options,
-                     MergeResult* result) {
+                     std::vector<format::SegmentId> replaced_earlier,
+                     const std::vector<format::AdoptedSegment>& adopted,
+                     const CompactOptions& options, MergeResult* result) {
   // A snapshot of the inputs alone: its ranks order them as the store does
   // (by writer id and sequence), and it checks every block once as it reads.
   RUNSTORE_ASSIGN_OR_RETURN(auto snap, SnapshotImpl::Build(inputs));
   Output out(env, segments_dir, writer_id, options);
   Merger merger(*snap, &out, options);
   RUNSTORE_RETURN_IF_ERROR(merger.Run(result));
-  return out.Finish(time_ns, std::move(replaces), std::move(replaced_earlier), result);
+  return out.Finish(time_ns, std::move(replaces), std::move(replaced_earlier), adopted, result);
 }
 
 }  // namespace runstore::compact

@@ -40,13 +40,29 @@ Status ResolveCompacted(const std::map<std::string, std::shared_ptr<const Loaded
     std::string bytes;
   };
   std::map<std::string, std::vector<Part>> parts;
-  std::map<std::string, format::Replaces> decoded;
+  std::map<std::string, std::pair<format::Replaces, std::vector<format::AdoptedSegment>>> decoded;
   for (const auto& [name, seg] : segs) {
     if (!seg || !seg->index.sealed) continue;
     auto it = seg->index.footer_sections.find(format::kFooterSectionReplaces);
     if (it == seg->index.footer_sections.end()) continue;
     format::Replaces r;
+    std::vector<format::AdoptedSegment> adopted;
     Status s = format::DecodeReplaces(it->second, seg->file, &r);
+    std::string bytes = it->second;
+    if (auto a = seg->index.footer_sections.find(format::kFooterSectionAdopted);
+        s.ok() && a != seg->index.footer_sections.end()) {
+      s = format::DecodeAdopted(a->second, seg->file, &adopted);
+      // Every adopted segment is one the compaction replaces.
+      for (size_t i = 0; s.ok() && i < adopted.size(); ++i) {
+        if (!std::binary_search(r.segments.begin(), r.segments.end(), adopted[i].id)) {
+          s = Status::Corruption(
+              seg->file + ": footer section 'adopted' names " +
+              format::SegmentFileName(adopted[i].id.writer_id, adopted[i].id.sequence) +
+              ", which its replaces section does not");
+        }
+      }
+      bytes += a->second;  // parts must carry the same adoptions too
+    }
     if (!s.ok()) {
       RUNSTORE_RETURN_IF_ERROR(damage(name, std::move(s)));
       out->damaged.insert(name);
@@ -54,13 +70,25 @@ Status ResolveCompacted(const std::map<std::string, std::shared_ptr<const Loaded
       continue;
     }
     const std::string& id = seg->index.header.writer_id;
-    parts[id].push_back(Part{name, seg->index.header.sequence, it->second});
-    decoded.emplace(id, std::move(r));  // the first part's; the others are compared by bytes
+    parts[id].push_back(Part{name, seg->index.header.sequence, std::move(bytes)});
+    // The first part's; the others are compared by bytes.
+    decoded.emplace(id, std::make_pair(std::move(r), std::move(adopted)));
   }
   for (auto& [id, list] : parts) {
     CompactionGroup g;
     g.writer_id = id;
-    g.replaces = decoded[id];
+    g.replaces = decoded[id].first;
+    g.adopted = decoded[id].second;
+    // An adopted segment that holds commits past the length merged belongs
+    // to a writer that was alive after all: readers read the inputs as if
+    // the compaction had not run (docs/design.md#adoption).
+    for (const format::AdoptedSegment& a : g.adopted) {
+      auto present = segs.find(format::SegmentFileName(a.id.writer_id, a.id.sequence));
+      if (present != segs.end() && present->second && IdOf(*present->second) == a.id &&
+          present->second->index.committed_end > a.committed_end) {
+        g.voided = true;
+      }
+    }
     std::sort(list.begin(), list.end(), [](const Part& a, const Part& b) { return a.seq < b.seq; });
     bool complete = list.size() == g.replaces.part_count;
     for (size_t i = 0; i < list.size(); ++i) {
@@ -75,7 +103,7 @@ Status ResolveCompacted(const std::map<std::string, std::shared_ptr<const Loaded
   // are left out whole.
   std::vector<const CompactionGroup*> accepted;
   for (CompactionGroup& g : out->groups) {
-    if (g.complete) {
+    if (g.complete && !g.voided) {
       g.accepted = std::none_of(accepted.begin(), accepted.end(), [&](const CompactionGroup* a) {
         return Intersect(a->replaces.segments, g.replaces.segments);
       });

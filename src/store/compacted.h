@@ -27,10 +27,16 @@ inline constexpr std::string_view kCompactWriterPrefix = "compact.";
 // replaces section.
 struct CompactionGroup {
   std::string writer_id;
-  format::Replaces replaces;       // as the first part found says
+  format::Replaces replaces;  // as the first part found says
+  // The unsealed segments it adopted, with the committed length merged of
+  // each (docs/design.md#adoption); also named in `replaces`.
+  std::vector<format::AdoptedSegment> adopted;
   std::vector<std::string> parts;  // file names present
   bool complete = false;           // parts 1..part_count, all alike
-  bool accepted = false;           // complete and not a loser
+  // An adopted segment now holds commits past what the compaction merged
+  // (its writer was alive): the group does not stand.
+  bool voided = false;
+  bool accepted = false;  // complete, not voided and not a loser
 };
 
 struct CompactedResolution {
