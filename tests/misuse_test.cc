@@ -38,6 +38,7 @@
 #include <string>
 #include <vector>
 
+#include "env/path.h"
 #include "format/format.h"
 #include "runstore/store.h"
 #include "store/segment_cache.h"
@@ -340,7 +341,7 @@ bool Apply(Misuse m, const std::string& store, const std::string& rel, const std
 // the left-out segments named, and every error is clear. Returns the exit
 // code for RunChild (0: all as it must be), having written what went wrong.
 int CheckEverything(FILE* out, const std::string& store, const Target& target,
-                    const Contents& expected, bool writes_fail) {
+                    const Contents& expected, bool writes_fail, bool link = false) {
   const std::string name = fs::path(target.rel).filename().string();
   int bad = 0;
   auto fail = [&](const std::string& what) {
@@ -363,6 +364,12 @@ int CheckEverything(FILE* out, const std::string& store, const Target& target,
       }
     } else {
       check_error("strict open", s.status());
+    }
+    // A link in place of a file that opening reads is never followed.
+    const bool read_at_open = target.segment || std::string(target.rel) == "RUNSTORE";
+    if (link && read_at_open &&
+        (s.ok() || s.status().message().find("is a symbolic link") == std::string::npos)) {
+      fail("a link in place of " + name + " was followed: " + s.status().ToString());
     }
   }
   // Around damage: a subset, exact unless a segment was left out, and every
@@ -477,7 +484,8 @@ TEST(MisuseTest, SpecialFilesInPlaceOfEveryFileOfAStore) {
         ::chmod(base.c_str(), 0755);
       }
       const ChildResult r = RunChild({.address_space = true, .as_nobody = nobody}, [&](FILE* out) {
-        return CheckEverything(out, store, target, expected, /*writes_fail=*/nobody);
+        return CheckEverything(out, store, target, expected, /*writes_fail=*/nobody,
+                               m == Misuse::kLinkOut || m == Misuse::kLinkDevice);
       });
       EXPECT_TRUE(r.ok()) << name << ": " << r.Describe();
       fs::remove_all(base);
@@ -709,7 +717,7 @@ class NoDescriptorsForSegments final : public Env {
   }
   Result<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(const std::string& p) override {
     if (p.find("/segments/") != std::string::npos && p.ends_with(".rss")) {
-      return Status::ResourceExhausted(p + ": open for reading: Too many open files", EMFILE);
+      return ErrnoStatus(p + ": open for reading", EMFILE);  // as the POSIX Env says it
     }
     return base_->NewRandomAccessFile(p);
   }
