@@ -116,6 +116,10 @@ int RunInfo(const InfoOptions& o) {
     j["bytes_on_disk"] = disk;
     j["segment_bytes"] = segment_bytes;
     j["committed_bytes"] = committed;
+    // Why opening read no catalog it found (damaged, larger than it can be);
+    // null when it read one or there is none.
+    const Status& catalog = store->last_refresh().catalog_status;
+    j["catalog_ignored"] = catalog.ok() ? ordered_json(nullptr) : ordered_json(catalog.ToString());
     // The segments left out (--skip-damaged); always empty otherwise.
     ordered_json left_out = ordered_json::array();
     for (const DamagedSegment& d : damaged) {
@@ -145,6 +149,9 @@ int RunInfo(const InfoOptions& o) {
       {"segment bytes:", bytes(segment_bytes)},
       {"committed bytes:", bytes(committed)},
   };
+  if (const Status& c = store->last_refresh().catalog_status; !c.ok()) {
+    rows.push_back({"catalog:", "ignored, every segment read instead: " + c.ToString()});
+  }
   if (!damaged.empty()) {
     rows.push_back({"damaged segments:", std::to_string(damaged.size()) + " (left out)"});
     for (const DamagedSegment& d : damaged) {

@@ -1,5 +1,6 @@
 #include "store/segment_cache.h"
 
+#include <pthread.h>
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -8,10 +9,22 @@
 
 namespace runstore {
 
+namespace {
+SegmentCache* the_cache = nullptr;
+}  // namespace
+
+// A fork while another thread holds the budget's lock would leave it held
+// for ever in the child (a Python multiprocessing worker forked from a
+// process that reads a store): the lock is taken around fork(2).
+void SegmentCache::BeforeFork() { the_cache->mu_.Lock(); }
+void SegmentCache::AfterFork() { the_cache->mu_.Unlock(); }
+
 SegmentCache& SegmentCache::Process() {
   // Never deleted: segments may be destroyed by threads still running at exit.
   static SegmentCache* const cache = [] {
     auto* c = new SegmentCache;
+    the_cache = c;
+    ::pthread_atfork(&BeforeFork, &AfterFork, &AfterFork);
     // A process started with few descriptors (ulimit -n 64) keeps most of
     // them for itself: an eighth at most, and at least 4.
     struct rlimit rl;

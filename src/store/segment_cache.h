@@ -63,6 +63,9 @@ class SegmentCache {
     size_t hand = 0;
   };
   void RemoveAt(Ring* ring, size_t i) RUNSTORE_REQUIRES(mu_);
+  // Around fork(2): the lock held across it, so that the child's is free.
+  static void BeforeFork() RUNSTORE_NO_THREAD_SAFETY_ANALYSIS;
+  static void AfterFork() RUNSTORE_NO_THREAD_SAFETY_ANALYSIS;
 
   Mutex mu_;
   Ring rings_[2] RUNSTORE_GUARDED_BY(mu_);
