@@ -385,6 +385,12 @@ class StoreImpl final : public Store, public CompactionHost {
       }
       RUNSTORE_ASSIGN_OR_RETURN(std::shared_ptr<RandomAccessFile> handle,
                                 env_->NewRandomAccessFile(seg->path));
+      // The identity of the file whose bytes are read, which a later open
+      // must find again (the stat above may be of one renamed over since).
+      RUNSTORE_ASSIGN_OR_RETURN(seg->info, handle->Info());
+      if (old->info.inode != 0 && seg->info.inode != old->info.inode) {
+        return LoadSegment(name, writer_id, seq, nullptr, stats, no_catalog, nullptr);
+      }
       seg->index = old->index;
       RUNSTORE_RETURN_IF_ERROR(format::RefreshSegmentIndex(*handle, rel, &seg->index));
       if (seg->index.committed_end == old->index.committed_end &&
@@ -422,6 +428,10 @@ class StoreImpl final : public Store, public CompactionHost {
     }
     std::shared_ptr<RandomAccessFile> handle;
     RUNSTORE_ASSIGN_OR_RETURN(handle, env_->NewRandomAccessFile(seg->path));
+    // The identity of the file whose bytes are read, which a later open must
+    // find again: with staging, a segment's published copy is renamed over
+    // its placeholder, maybe between the stat and this open.
+    RUNSTORE_ASSIGN_OR_RETURN(seg->info, handle->Info());
     if (format::HasValidTrailer(*handle)) {
       // Sealed, probably: what loading reads is kept for the catalog.
       auto reads = std::make_shared<SegmentReads>();
