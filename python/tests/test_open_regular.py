@@ -218,3 +218,12 @@ def test_running_out_of_descriptors_is_resource_exhausted(tmp_path):
         [sys.executable, "-c", code, os.fspath(path)], capture_output=True, text=True, timeout=120
     )
     assert r.stdout.strip() == "ok", r.stderr
+
+
+def test_the_python_commands_exit_with_the_resource_code(capsys):
+    from runstore import _commands
+
+    e = runstore.ResourceExhaustedError(24, "segments/w-00000001.rss: Too many open files")
+    assert isinstance(e, OSError) and e.errno == 24
+    assert _commands.fail_for("export tar", e, "") == _commands.EXIT_RESOURCE == 6
+    assert "ResourceExhausted" in capsys.readouterr().err
