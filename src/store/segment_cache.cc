@@ -4,6 +4,7 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <cstdio>
 
 #include "store/snapshot.h"
 
@@ -25,14 +26,23 @@ SegmentCache& SegmentCache::Process() {
     auto* c = new SegmentCache;
     the_cache = c;
     ::pthread_atfork(&BeforeFork, &AfterFork, &AfterFork);
+    Limits l;
     // A process started with few descriptors (ulimit -n 64) keeps most of
     // them for itself: an eighth at most, and at least 4.
     struct rlimit rl;
     if (::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
-      Limits l;
       l.files = std::clamp<size_t>(static_cast<size_t>(rl.rlim_cur) / 8, 4, l.files);
-      c->SetLimits(l);
     }
+    // Half of the system's limit on a process's mappings (vm.max_map_count,
+    // 65,530 by default): the rest is the process's own (its heap, its
+    // libraries, Python's arenas). Remapping a segment costs a few
+    // microseconds, so the more a store's readers may keep, the better.
+    if (FILE* f = std::fopen("/proc/sys/vm/max_map_count", "r")) {
+      unsigned long long n = 0;
+      if (std::fscanf(f, "%llu", &n) == 1 && n >= 2048) l.mappings = static_cast<size_t>(n / 2);
+      std::fclose(f);
+    }
+    c->SetLimits(l);
     return c;
   }();
   return *cache;

@@ -9,9 +9,9 @@
 //
 // So a process that opens stores of any number of segments, and reads all
 // of them, holds at most `Limits::files` descriptors and `Limits::mappings`
-// mappings of segments (plus those its readers hold at the moment), far
-// below the defaults of RLIMIT_NOFILE (1,024 soft on Linux) and of
-// vm.max_map_count (65,530).
+// mappings of segments (plus those its readers hold at the moment), below
+// the system's limits (RLIMIT_NOFILE, 1,024 soft on Linux, and
+// vm.max_map_count, 65,530).
 //
 // Thread safety: every method may be called from any thread.
 #ifndef RUNSTORE_STORE_SEGMENT_CACHE_H_
@@ -31,8 +31,11 @@ struct LoadedSegment;
 class SegmentCache {
  public:
   enum Kind { kMapping = 0, kFile = 1 };
+  // The process's defaults: half of vm.max_map_count (32,765 of Linux's
+  // 65,530) mappings, where /proc says it, else 16,384; 32 descriptors, or
+  // an eighth of RLIMIT_NOFILE's soft limit where that is lower (at least 4).
   struct Limits {
-    size_t mappings = 4096;
+    size_t mappings = 16384;
     size_t files = 32;
   };
 
