@@ -164,7 +164,9 @@ TEST(TextTest, RandomStringsNeverReachTheOutputRaw) {
     }
     const std::string shown = Printable(s);
     ASSERT_TRUE(SafeForTerminal(shown)) << "seed " << seed << " case " << cases;
-    if (SafeForTerminal(s)) ASSERT_EQ(shown, s) << "seed " << seed;
+    if (SafeForTerminal(s)) {
+      ASSERT_EQ(shown, s) << "seed " << seed;
+    }
     std::string json;
     AppendJsonString(&json, s);
     ASSERT_TRUE(SafeForTerminal(json)) << "seed " << seed << " case " << cases;

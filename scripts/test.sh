@@ -29,8 +29,12 @@ step() { printf '\n==== %s (at %ds) ====\n' "$*" "$SECONDS"; }
 
 step "Python package: its wheel (with the command-line tool), installed into .venv"
 # What `pip install .` builds; built once, installed here and into a new environment below.
-rm -rf "$root/build/wheel"
-"$root/.venv/bin/python" -m pip wheel -q --no-build-isolation --no-deps -w "$root/build/wheel" "$root"
+# Each Python's wheel builds in a fresh directory of its own at one depth under build/, so that
+# ccache finds the library's objects of one wheel for the other (the same compile, the same
+# relative paths) and of a previous run or clone.
+rm -rf "$root/build/wheel" "$root/build/py311"
+"$root/.venv/bin/python" -m pip wheel -q --no-build-isolation --no-deps -C build-dir=build/py311 \
+  -w "$root/build/wheel" "$root"
 wheel=$(ls "$root"/build/wheel/runstore-*.whl)
 "$root/.venv/bin/python" -m pip install -q --force-reinstall --no-deps "$wheel"
 # The Python the CLI test runs the package's `runstore export tar|parquet` with.
@@ -94,9 +98,9 @@ cd "$root"
 step "Python 3.12: the package's core tests and the EMA workbench integration (ema-workbench 3.x)"
 # ema-workbench 3.x needs Python 3.12; .venv312 (scripts/install-deps.sh) has it and the build
 # tools. The same sources built for 3.12, then the tests that need nothing but numpy and pandas.
-rm -rf "$root/build/wheel312"
-"$root/.venv312/bin/python" -m pip wheel -q --no-build-isolation --no-deps -w "$root/build/wheel312" \
-  "$root"
+rm -rf "$root/build/wheel312" "$root/build/py312"
+"$root/.venv312/bin/python" -m pip wheel -q --no-build-isolation --no-deps -C build-dir=build/py312 \
+  -w "$root/build/wheel312" "$root"
 "$root/.venv312/bin/python" -m pip install -q --force-reinstall --no-deps "$root"/build/wheel312/runstore-*.whl
 cd "$root/python/tests"
 "$root/.venv312/bin/python" -m pytest -q -p no:cacheprovider \

@@ -170,11 +170,6 @@ void WriteFile(const std::string& path, const std::string& bytes) {
   f << bytes;
 }
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
-
 // Whether `s` is an error a user can act on: a code other than running out
 // of a resource, a message that names `name`.
 bool ClearError(const Status& s, const std::string& name) {

@@ -1,9 +1,10 @@
 """The hostile strings every surface that shows or writes a user string is tested with.
 
-One list, in ``tests/data/hostile_strings.json``, shared by the C++, shell and Python tests:
+One list, in ``tests/data/hostile_strings.json``, read here for the package's tests and for the
+command-line tool's, which drive ``runstore`` from Python:
 HTML and script breakers, prototype names, terminal escapes, NUL, lone surrogates, bidi marks,
 path separators and reserved names of every export format, and 64 KiB names
-(docs/reliability.md, "Hostile strings").
+(docs/reliability.md, "Surfaces a user touches").
 """
 
 from __future__ import annotations
