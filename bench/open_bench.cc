@@ -49,36 +49,16 @@ class NoSyncFile final : public WritableFile {
   std::unique_ptr<WritableFile> f_;
 };
 
-class NoSyncEnv final : public Env {
+class NoSyncEnv final : public EnvWrapper {
  public:
-  explicit NoSyncEnv(Env* base) : base_(base) {}
+  explicit NoSyncEnv(Env* base) : EnvWrapper(base) {}
   Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path,
                                                         bool exclusive) override {
-    auto f = base_->NewWritableFile(path, exclusive);
+    auto f = target()->NewWritableFile(path, exclusive);
     if (!f.ok()) return f.status();
     return std::unique_ptr<WritableFile>(new NoSyncFile(std::move(f).value()));
   }
-  Result<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(const std::string& p) override {
-    return base_->NewRandomAccessFile(p);
-  }
-  Status FileExists(const std::string& p) override { return base_->FileExists(p); }
-  Result<bool> IsDirectory(const std::string& p) override { return base_->IsDirectory(p); }
-  Result<std::vector<std::string>> GetChildren(const std::string& d) override {
-    return base_->GetChildren(d);
-  }
-  Result<uint64_t> GetFileSize(const std::string& p) override { return base_->GetFileSize(p); }
-  Result<FileInfo> GetFileInfo(const std::string& p) override { return base_->GetFileInfo(p); }
-  Status CreateDir(const std::string& p) override { return base_->CreateDir(p); }
-  Status RemoveFile(const std::string& p) override { return base_->RemoveFile(p); }
-  Status RenameFile(const std::string& f, const std::string& t) override {
-    return base_->RenameFile(f, t);
-  }
   Status SyncDir(const std::string&) override { return Status::OK(); }
-  Status CheckWritableDir(const std::string& d) override { return base_->CheckWritableDir(d); }
-  int64_t NowNanos() override { return base_->NowNanos(); }
-
- private:
-  Env* base_;
 };
 
 std::string HashedId(uint64_t i) {

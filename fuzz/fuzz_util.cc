@@ -165,35 +165,20 @@ class ExactFile final : public RandomAccessFile {
   std::unique_ptr<RandomAccessFile> base_;
 };
 
-class ExactEnv final : public Env {
+// The memory Env an ExactEnv owns, as a base class: made before the
+// EnvWrapper that hands calls to it.
+struct OwnsMemEnv {
+  std::unique_ptr<Env> mem = NewMemEnv();
+};
+
+class ExactEnv final : private OwnsMemEnv, public EnvWrapper {
  public:
-  Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path,
-                                                        bool exclusive) override {
-    return base_->NewWritableFile(path, exclusive);
-  }
+  ExactEnv() : EnvWrapper(mem.get()) {}
   Result<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(const std::string& path) override {
-    RUNSTORE_ASSIGN_OR_RETURN(auto f, base_->NewRandomAccessFile(path));
+    RUNSTORE_ASSIGN_OR_RETURN(auto f, target()->NewRandomAccessFile(path));
     return std::unique_ptr<RandomAccessFile>(new ExactFile(std::move(f)));
   }
-  Status FileExists(const std::string& path) override { return base_->FileExists(path); }
-  Result<bool> IsDirectory(const std::string& path) override { return base_->IsDirectory(path); }
-  Result<std::vector<std::string>> GetChildren(const std::string& dir) override {
-    return base_->GetChildren(dir);
-  }
-  Result<uint64_t> GetFileSize(const std::string& path) override {
-    return base_->GetFileSize(path);
-  }
-  Status CreateDir(const std::string& path) override { return base_->CreateDir(path); }
-  Status RemoveFile(const std::string& path) override { return base_->RemoveFile(path); }
-  Status RenameFile(const std::string& from, const std::string& to) override {
-    return base_->RenameFile(from, to);
-  }
-  Status SyncDir(const std::string& dir) override { return base_->SyncDir(dir); }
-  Status CheckWritableDir(const std::string& dir) override { return base_->CheckWritableDir(dir); }
   int64_t NowNanos() override { return 1; }
-
- private:
-  std::unique_ptr<Env> base_ = NewMemEnv();
 };
 
 }  // namespace

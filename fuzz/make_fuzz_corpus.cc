@@ -42,37 +42,15 @@ T Check(Result<T> r, const char* what) {
   return std::move(r).value();
 }
 
-// NewMemEnv with a clock that ticks once per call from a fixed start, so
-// that creation and commit times are the same on every run.
-class ClockEnv final : public Env {
+// An Env with a clock that ticks once per call from a fixed start, so that
+// creation and commit times are the same on every run.
+class ClockEnv final : public EnvWrapper {
  public:
-  Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path,
-                                                        bool exclusive) override {
-    return base_->NewWritableFile(path, exclusive);
-  }
-  Result<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(const std::string& path) override {
-    return base_->NewRandomAccessFile(path);
-  }
-  Status FileExists(const std::string& path) override { return base_->FileExists(path); }
-  Result<bool> IsDirectory(const std::string& path) override { return base_->IsDirectory(path); }
-  Result<std::vector<std::string>> GetChildren(const std::string& dir) override {
-    return base_->GetChildren(dir);
-  }
-  Result<uint64_t> GetFileSize(const std::string& path) override {
-    return base_->GetFileSize(path);
-  }
-  Status CreateDir(const std::string& path) override { return base_->CreateDir(path); }
-  Status RemoveFile(const std::string& path) override { return base_->RemoveFile(path); }
-  Status RenameFile(const std::string& from, const std::string& to) override {
-    return base_->RenameFile(from, to);
-  }
-  Status SyncDir(const std::string& dir) override { return base_->SyncDir(dir); }
-  Status CheckWritableDir(const std::string& dir) override { return base_->CheckWritableDir(dir); }
+  explicit ClockEnv(Env* target) : EnvWrapper(target) {}
   int64_t NowNanos() override { return kStart + 1000 * ticks_.fetch_add(1); }
 
  private:
   static constexpr int64_t kStart = 1'700'000'000'000'000'000;
-  std::unique_ptr<Env> base_ = NewMemEnv();
   std::atomic<int64_t> ticks_{1};
 };
 
@@ -135,7 +113,8 @@ class Scenario {
  private:
   using Trailer = format::Trailer;
   std::string label_;
-  ClockEnv env_;
+  std::unique_ptr<Env> mem_ = NewMemEnv();
+  ClockEnv env_{mem_.get()};
   std::unique_ptr<Store> store_;
 };
 

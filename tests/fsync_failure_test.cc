@@ -68,7 +68,7 @@ constexpr auto kPatience = std::chrono::seconds(120);  // a hang, not a speed
 // the very next operation, armed under this env's lock, which every mutating
 // call takes), so the file's data is treated as a failed sync's: never
 // durable.
-class WatchEnv final : public Env {
+class WatchEnv final : public EnvWrapper {
  public:
   enum class Kind { kAppend, kWriteAt, kSync, kSyncPrefix, kClose, kOther };
   struct Call {
@@ -80,7 +80,7 @@ class WatchEnv final : public Env {
     std::thread::id thread;
   };
 
-  explicit WatchEnv(FaultInjectionEnv* base) : base_(base) {}
+  explicit WatchEnv(FaultInjectionEnv* base) : EnvWrapper(base), base_(base) {}
 
   // The next Sync or SyncPrefix of a segment file fails with `err`; with
   // `hold`, it first waits until Release().
@@ -134,17 +134,6 @@ class WatchEnv final : public Env {
 
   Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path,
                                                         bool exclusive) override;
-  Result<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(const std::string& path) override {
-    return base_->NewRandomAccessFile(path);
-  }
-  Status FileExists(const std::string& path) override { return base_->FileExists(path); }
-  Result<bool> IsDirectory(const std::string& path) override { return base_->IsDirectory(path); }
-  Result<std::vector<std::string>> GetChildren(const std::string& dir) override {
-    return base_->GetChildren(dir);
-  }
-  Result<uint64_t> GetFileSize(const std::string& path) override {
-    return base_->GetFileSize(path);
-  }
   Status CreateDir(const std::string& path) override {
     return Run(path, Kind::kOther, [&] { return base_->CreateDir(path); });
   }
@@ -157,8 +146,6 @@ class WatchEnv final : public Env {
   Status SyncDir(const std::string& dir) override {
     return Run(dir, Kind::kOther, [&] { return base_->SyncDir(dir); });
   }
-  Status CheckWritableDir(const std::string& dir) override { return base_->CheckWritableDir(dir); }
-  int64_t NowNanos() override { return base_->NowNanos(); }
 
  private:
   friend class WatchFile;

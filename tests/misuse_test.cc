@@ -705,35 +705,15 @@ TEST(OpenFilesTest, ThousandsOfCrashedWritersSegmentsNeedABoundedNumberOfDescrip
 
 // An Env whose opens of segment files fail as a process out of descriptors
 // fails them (EMFILE), after listing and stat succeeded.
-class NoDescriptorsForSegments final : public Env {
+class NoDescriptorsForSegments final : public EnvWrapper {
  public:
-  Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& p, bool e) override {
-    return base_->NewWritableFile(p, e);
-  }
+  NoDescriptorsForSegments() : EnvWrapper(Env::Default()) {}
   Result<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(const std::string& p) override {
     if (p.find("/segments/") != std::string::npos && p.ends_with(".rss")) {
       return ErrnoStatus(p + ": open for reading", EMFILE);  // as the POSIX Env says it
     }
-    return base_->NewRandomAccessFile(p);
+    return target()->NewRandomAccessFile(p);
   }
-  Status FileExists(const std::string& p) override { return base_->FileExists(p); }
-  Result<bool> IsDirectory(const std::string& p) override { return base_->IsDirectory(p); }
-  Result<std::vector<std::string>> GetChildren(const std::string& d) override {
-    return base_->GetChildren(d);
-  }
-  Result<uint64_t> GetFileSize(const std::string& p) override { return base_->GetFileSize(p); }
-  Result<FileInfo> GetFileInfo(const std::string& p) override { return base_->GetFileInfo(p); }
-  Status CreateDir(const std::string& p) override { return base_->CreateDir(p); }
-  Status RemoveFile(const std::string& p) override { return base_->RemoveFile(p); }
-  Status RenameFile(const std::string& f, const std::string& t) override {
-    return base_->RenameFile(f, t);
-  }
-  Status SyncDir(const std::string& d) override { return base_->SyncDir(d); }
-  Status CheckWritableDir(const std::string& d) override { return base_->CheckWritableDir(d); }
-  int64_t NowNanos() override { return base_->NowNanos(); }
-
- private:
-  Env* const base_ = Env::Default();
 };
 
 // A segment that cannot be opened for want of descriptors is not damage:

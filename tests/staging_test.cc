@@ -253,43 +253,23 @@ TEST(StagingWriterTest, ShipEverySecondsShipsCommittedDataWithoutBeingAsked) {
 // An Env that refuses to rename anything into the store's segments/ while
 // told to: the shared file system is gone for publications (claims, which
 // create files, still work).
-class NoPublishEnv final : public Env {
+class NoPublishEnv final : public EnvWrapper {
  public:
-  explicit NoPublishEnv(Env* base) : base_(base) {}
+  explicit NoPublishEnv(Env* base) : EnvWrapper(base) {}
   std::atomic<bool> refuse{false};
   // The next this many lease beats find their temporary removed before
   // their rename, as by a forced sync running beside them.
   std::atomic<int> lease_temps_to_steal{0};
 
-  Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& p, bool x) override {
-    return base_->NewWritableFile(p, x);
-  }
-  Result<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(const std::string& p) override {
-    return base_->NewRandomAccessFile(p);
-  }
-  Status FileExists(const std::string& p) override { return base_->FileExists(p); }
-  Result<bool> IsDirectory(const std::string& p) override { return base_->IsDirectory(p); }
-  Result<std::vector<std::string>> GetChildren(const std::string& d) override {
-    return base_->GetChildren(d);
-  }
-  Result<uint64_t> GetFileSize(const std::string& p) override { return base_->GetFileSize(p); }
-  Status CreateDir(const std::string& p) override { return base_->CreateDir(p); }
-  Status RemoveFile(const std::string& p) override { return base_->RemoveFile(p); }
   Status RenameFile(const std::string& from, const std::string& to) override {
     if (from.ends_with(".lease.tmp") && lease_temps_to_steal.fetch_sub(1) > 0) {
-      RUNSTORE_RETURN_IF_ERROR(base_->RemoveFile(from));
+      RUNSTORE_RETURN_IF_ERROR(target()->RemoveFile(from));
     }
     if (refuse && to.starts_with("/store/segments/")) {
       return Status::IOError(to + ": rename refused (the test's shared file system is down)", EIO);
     }
-    return base_->RenameFile(from, to);
+    return target()->RenameFile(from, to);
   }
-  Status SyncDir(const std::string& d) override { return base_->SyncDir(d); }
-  Status CheckWritableDir(const std::string& d) override { return base_->CheckWritableDir(d); }
-  int64_t NowNanos() override { return base_->NowNanos(); }
-
- private:
-  Env* const base_;
 };
 
 // A staging writer over `env` that commits kCommits commits (flushing every

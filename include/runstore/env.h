@@ -182,6 +182,50 @@ class Env {
   virtual int64_t NowNanos() = 0;
 };
 
+// An Env that hands every call to another, `target` (not owned), for an Env
+// that changes a few of them: a test's fault, a benchmark's clock. Override
+// what changes. NewCopyOf and GetChildrenInfo keep Env's defaults, which are
+// made of the calls below, so that an Env that changes how files are opened
+// or looked at changes those too.
+class EnvWrapper : public Env {
+ public:
+  explicit EnvWrapper(Env* target) : target_(target) {}
+  Env* target() const { return target_; }
+
+  Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path,
+                                                        bool exclusive) override {
+    return target_->NewWritableFile(path, exclusive);
+  }
+  Result<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(const std::string& path) override {
+    return target_->NewRandomAccessFile(path);
+  }
+  Status FileExists(const std::string& path) override { return target_->FileExists(path); }
+  Result<bool> IsDirectory(const std::string& path) override { return target_->IsDirectory(path); }
+  Result<std::vector<std::string>> GetChildren(const std::string& dir) override {
+    return target_->GetChildren(dir);
+  }
+  Result<uint64_t> GetFileSize(const std::string& path) override {
+    return target_->GetFileSize(path);
+  }
+  Result<FileInfo> GetFileInfo(const std::string& path) override {
+    return target_->GetFileInfo(path);
+  }
+  Result<FileId> GetFileId(const std::string& path) override { return target_->GetFileId(path); }
+  Status CreateDir(const std::string& path) override { return target_->CreateDir(path); }
+  Status RemoveFile(const std::string& path) override { return target_->RemoveFile(path); }
+  Status RenameFile(const std::string& from, const std::string& to) override {
+    return target_->RenameFile(from, to);
+  }
+  Status SyncDir(const std::string& dir) override { return target_->SyncDir(dir); }
+  Status CheckWritableDir(const std::string& dir) override {
+    return target_->CheckWritableDir(dir);
+  }
+  int64_t NowNanos() override { return target_->NowNanos(); }
+
+ private:
+  Env* const target_;
+};
+
 // An Env that keeps every file in memory. Sync is a no-op (all data is
 // durable); combine with FaultInjectionEnv to model power loss. The caller
 // owns the returned Env.

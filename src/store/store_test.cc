@@ -495,10 +495,10 @@ TEST(WriterCommitAsyncTest, WaitedCommitsSurviveAPowerCutAndLaterRecordsAreNotPa
 // An Env whose files' Syncs (and, with `gate_appends`, Appends) wait for a
 // permit while the gate is shut, so that a test can hold the writer's sync or
 // background thread inside one and queue work behind it.
-class GateEnv final : public Env {
+class GateEnv final : public EnvWrapper {
  public:
   explicit GateEnv(Env* base, bool gate_appends = false)
-      : base_(base), gate_appends_(gate_appends) {}
+      : EnvWrapper(base), gate_appends_(gate_appends) {}
   void Shut() {
     std::lock_guard lk(mu_);
     permits_ = 0;
@@ -521,26 +521,9 @@ class GateEnv final : public Env {
 
   Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path,
                                                         bool exclusive) override {
-    RUNSTORE_ASSIGN_OR_RETURN(auto f, base_->NewWritableFile(path, exclusive));
+    RUNSTORE_ASSIGN_OR_RETURN(auto f, target()->NewWritableFile(path, exclusive));
     return std::unique_ptr<WritableFile>(new File(this, std::move(f)));
   }
-  Result<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(const std::string& p) override {
-    return base_->NewRandomAccessFile(p);
-  }
-  Status FileExists(const std::string& p) override { return base_->FileExists(p); }
-  Result<bool> IsDirectory(const std::string& p) override { return base_->IsDirectory(p); }
-  Result<std::vector<std::string>> GetChildren(const std::string& d) override {
-    return base_->GetChildren(d);
-  }
-  Result<uint64_t> GetFileSize(const std::string& p) override { return base_->GetFileSize(p); }
-  Status CreateDir(const std::string& p) override { return base_->CreateDir(p); }
-  Status RemoveFile(const std::string& p) override { return base_->RemoveFile(p); }
-  Status RenameFile(const std::string& f, const std::string& t) override {
-    return base_->RenameFile(f, t);
-  }
-  Status SyncDir(const std::string& d) override { return base_->SyncDir(d); }
-  Status CheckWritableDir(const std::string& d) override { return base_->CheckWritableDir(d); }
-  int64_t NowNanos() override { return base_->NowNanos(); }
 
  private:
   class File final : public WritableFile {
@@ -576,7 +559,6 @@ class GateEnv final : public Env {
     if (permits_ != std::numeric_limits<int>::max()) --permits_;
   }
 
-  Env* const base_;
   const bool gate_appends_;
   std::mutex mu_;
   std::condition_variable cv_;

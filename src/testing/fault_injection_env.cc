@@ -141,7 +141,7 @@ class FaultInjectionEnv::FaultWritableFile final : public WritableFile {
   const uint64_t epoch_;  // env_->epoch_ when opened
 };
 
-FaultInjectionEnv::FaultInjectionEnv(Env* base) : base_(base) {}
+FaultInjectionEnv::FaultInjectionEnv(Env* base) : EnvWrapper(base), base_(base) {}
 FaultInjectionEnv::~FaultInjectionEnv() = default;
 
 uint64_t FaultInjectionEnv::operation_count() const {
@@ -291,28 +291,6 @@ Status FaultInjectionEnv::SyncDir(const std::string& raw_dir) {
   });
   return Status::OK();
 }
-
-Result<std::unique_ptr<RandomAccessFile>> FaultInjectionEnv::NewRandomAccessFile(
-    const std::string& path) {
-  return base_->NewRandomAccessFile(path);
-}
-Status FaultInjectionEnv::FileExists(const std::string& path) { return base_->FileExists(path); }
-Result<bool> FaultInjectionEnv::IsDirectory(const std::string& path) {
-  return base_->IsDirectory(path);
-}
-Result<std::vector<std::string>> FaultInjectionEnv::GetChildren(const std::string& dir) {
-  return base_->GetChildren(dir);
-}
-Result<uint64_t> FaultInjectionEnv::GetFileSize(const std::string& path) {
-  return base_->GetFileSize(path);
-}
-Result<::runstore::FileInfo> FaultInjectionEnv::GetFileInfo(const std::string& path) {
-  return base_->GetFileInfo(path);
-}
-Status FaultInjectionEnv::CheckWritableDir(const std::string& dir) {
-  return base_->CheckWritableDir(dir);
-}
-int64_t FaultInjectionEnv::NowNanos() { return base_->NowNanos(); }
 
 std::optional<FaultInjectionEnv::SavedFile> FaultInjectionEnv::SaveFileLocked(
     const std::string& path) {

@@ -115,7 +115,7 @@ enum class DropMode {
   kTornGarbage,
 };
 
-class FaultInjectionEnv final : public Env {
+class FaultInjectionEnv final : public EnvWrapper {
  public:
   // `base` is not owned and must outlive this env.
   explicit FaultInjectionEnv(Env* base);
@@ -161,16 +161,8 @@ class FaultInjectionEnv final : public Env {
   Status RenameFile(const std::string& from, const std::string& to) override;
   Status SyncDir(const std::string& dir) override;
 
-  // Env: reads, passed through to the base.
-  Result<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(const std::string& path) override;
-  Status FileExists(const std::string& path) override;
-  Result<bool> IsDirectory(const std::string& path) override;
-  Result<std::vector<std::string>> GetChildren(const std::string& dir) override;
-  Result<uint64_t> GetFileSize(const std::string& path) override;
-  Result<::runstore::FileInfo> GetFileInfo(const std::string& path) override;
-  Result<FileId> GetFileId(const std::string& path) override { return base_->GetFileId(path); }
-  Status CheckWritableDir(const std::string& dir) override;
-  int64_t NowNanos() override;
+  // Env: reads (opens for reading, listings, sizes, identities) and the
+  // clock pass through to the base, uncounted: EnvWrapper's.
 
  private:
   class FaultWritableFile;
