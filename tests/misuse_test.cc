@@ -703,6 +703,160 @@ TEST(OpenFilesTest, ThousandsOfCrashedWritersSegmentsNeedABoundedNumberOfDescrip
               kCrashedSegments + 4, static_cast<int>(kLimit));
 }
 
+// A store of thousands of segments of every kind (sealed, unsealed ones of
+// crashed writers, compacted) under a budget of 64 mappings and 8 open
+// segment files, in a process limited to 64 descriptors: read, verified,
+// compacted (adopting the crashed writers' segments) and exported, every
+// record right, the budget never exceeded.
+TEST(OpenFilesTest, AStoreOfThousandsOfSegmentsOfEveryKindWorksUnderABudgetOfSixtyFour) {
+  TempDir dir;
+  const std::string path = dir.path() + "/store";
+  Contents expected;
+  ASSERT_NO_FATAL_FAILURE(BuildCrashedStore(path, &expected));
+  constexpr int kSealed = 1000;
+  {
+    // kSealed sealed segments: a writer opened, given one record and closed
+    // for each; the first half compacted before the second is written.
+    ASSERT_OK_AND_ASSIGN(auto store, Store::Open(path, {}));
+    for (int half = 0; half < 2; ++half) {
+      for (int i = half * kSealed / 2; i < (half + 1) * kSealed / 2; ++i) {
+        WriterOptions wo;
+        wo.writer_id = "sealed";
+        ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter(wo));
+        ASSERT_OK(w->Append(RunRef(int64_t{100000 + i}), "v", 0, i * 3.0));
+        ASSERT_OK(w->Close());
+        expected[RecordKey{"v", RunId(int64_t{100000 + i}), 0}] = DoubleValue(i * 3.0);
+      }
+      if (half == 0) {
+        CompactOptions co;
+        co.retain_inputs_s = 0;
+        CompactReport report;
+        ASSERT_OK(store->Compact(co, &report));
+        ASSERT_GE(report.inputs.size(), static_cast<size_t>(kSealed / 2));
+      }
+    }
+  }
+  constexpr rlim_t kLimit = 64;
+  const SegmentBudget budget{64, 8};
+  size_t segments = 0;
+  const ChildResult r = RunChild({.open_files = kLimit}, [&](FILE* out) {
+    int bad = 0;
+    auto fail = [&](const std::string& what) {
+      std::fprintf(out, "%s\n", what.c_str());
+      ++bad;
+    };
+    if (Status s = SetSegmentBudget(budget); !s.ok()) fail("budget: " + s.ToString());
+    auto within_budget = [&](const char* when) {
+      const size_t maps = SegmentCache::Process().held(SegmentCache::kMapping);
+      const size_t files = SegmentCache::Process().held(SegmentCache::kFile);
+      if (maps > budget.mappings || files > budget.files) {
+        fail(std::string(when) + ": the budget holds " + std::to_string(maps) + " mappings and " +
+             std::to_string(files) + " descriptors");
+      }
+    };
+    auto check = [&](Store* store, const char* when) {
+      auto snap = store->GetSnapshot();
+      auto got = ScanAll(*snap);
+      if (!got.ok() || *got != expected) {
+        fail(std::string(when) + " scan: " +
+             (got.ok() ? testing::DiffContents(expected, *got) : got.status().ToString()));
+      }
+      within_budget(when);
+      for (const auto& [k, v] : expected) {
+        auto g = snap->Get(k.run, k.series, k.step);
+        if (!g.ok() || std::string(g->data(), g->nbytes()) != v.bytes) {
+          fail(std::string(when) + " get " + testing::KeyString(k) + ": " +
+               (g.ok() ? "wrong value" : g.status().ToString()));
+          break;
+        }
+      }
+      within_budget(when);
+      const VerifyReport report = snap->VerifyAll();
+      if (!report.problems.empty() || !report.unchecked.empty()) {
+        fail(std::string(when) + " verify: " + std::to_string(report.problems.size()) +
+             " problems, " + std::to_string(report.unchecked.size()) + " unchecked" +
+             (report.problems.empty() ? "" : ": " + report.problems.front().ToString()));
+      }
+      within_budget(when);
+      return report.segments;
+    };
+    auto store = Store::Open(path, {});
+    if (!store.ok()) {
+      fail("open: " + store.status().ToString());
+      return 1;
+    }
+    std::fprintf(out, "segments=%zu\n", check(store->get(), "before compaction"));
+    CompactOptions co;
+    co.retain_inputs_s = 0;
+    co.adopt_unsealed = true;
+    CompactReport report;
+    if (Status s = (*store)->Compact(co, &report); !s.ok()) fail("compact: " + s.ToString());
+    if (report.adopted.size() != static_cast<size_t>(kCrashedSegments + 4)) {
+      fail("compaction adopted " + std::to_string(report.adopted.size()) + " segments");
+    }
+    within_budget("compaction");
+    auto after = Store::Open(path, {});
+    if (!after.ok()) {
+      fail("open after compaction: " + after.status().ToString());
+      return 1;
+    }
+    check(after->get(), "after compaction");
+    return bad == 0 ? 0 : 1;
+  });
+  ASSERT_TRUE(r.ok()) << r.Describe();
+  std::sscanf(r.output.c_str(), "segments=%zu", &segments);
+  EXPECT_GE(segments, static_cast<size_t>(kCrashedSegments + 4 + kSealed / 2));
+#ifdef RUNSTORE_CLI_PATH
+  // The command line under the same limits, its budget set by the environment.
+  const std::string csv = dir.path() + "/csv";
+  const ChildResult c = RunChild({.open_files = kLimit}, [&](FILE* out) {
+    ::dup2(::fileno(out), 1);
+    ::dup2(::fileno(out), 2);
+    ::setenv("RUNSTORE_SEGMENT_MAPPINGS", "64", 1);
+    ::setenv("RUNSTORE_SEGMENT_FILES", "8", 1);
+    const char* argv[] = {RUNSTORE_CLI_PATH, "--no-progress", "export", "csv",
+                          path.c_str(),      csv.c_str(),     nullptr};
+    ::execv(argv[0], const_cast<char**>(argv));
+    return 127;
+  });
+  ASSERT_TRUE(c.ok()) << c.Describe().substr(0, 2000);
+  std::ifstream f(csv + "/v.csv");
+  const std::string text((std::istreambuf_iterator<char>(f)), {});
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), static_cast<long>(expected.size()) + 1);
+  // A budget that is not a number is named, not taken for damage or ignored.
+  const ChildResult wrong = RunChild({}, [&](FILE* out) {
+    ::dup2(::fileno(out), 1);
+    ::dup2(::fileno(out), 2);
+    ::setenv("RUNSTORE_SEGMENT_MAPPINGS", "64k", 1);
+    const char* argv[] = {RUNSTORE_CLI_PATH, "--no-progress", "info", path.c_str(), nullptr};
+    ::execv(argv[0], const_cast<char**>(argv));
+    return 127;
+  });
+  EXPECT_FALSE(wrong.ok());
+  EXPECT_NE(wrong.output.find("RUNSTORE_SEGMENT_MAPPINGS='64k' is not a whole number"),
+            std::string::npos)
+      << wrong.output;
+#endif
+  std::printf(
+      "[ open files ] %zu segments (%d of crashed writers, sealed, compacted) read, verified, "
+      "compacted and exported under 64 mappings, 8 segment files and %d descriptors\n",
+      segments, kCrashedSegments + 4, static_cast<int>(kLimit));
+}
+
+// A budget of nothing is refused, naming it, and the budget stays.
+TEST(OpenFilesTest, ABudgetOfNoMappingsOrFilesIsRefused) {
+  const SegmentBudget before = GetSegmentBudget();
+  ASSERT_GE(before.mappings, 1u);
+  ASSERT_GE(before.files, 1u);
+  for (const SegmentBudget& b : {SegmentBudget{0, 8}, SegmentBudget{64, 0}}) {
+    const Status s = SetSegmentBudget(b);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+    EXPECT_NE(s.message().find("each must be at least 1"), std::string::npos) << s.ToString();
+    EXPECT_EQ(GetSegmentBudget().mappings, before.mappings);
+    EXPECT_EQ(GetSegmentBudget().files, before.files);
+  }
+}
+
 // An Env whose opens of segment files fail as a process out of descriptors
 // fails them (EMFILE), after listing and stat succeeded.
 class NoDescriptorsForSegments final : public EnvWrapper {

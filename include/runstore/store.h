@@ -26,6 +26,7 @@
 #ifndef RUNSTORE_STORE_H_
 #define RUNSTORE_STORE_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -180,6 +181,27 @@ struct CompactReport {
   std::vector<std::string> adopted;
   double seconds = 0;
 };
+
+// The process's budget of segment mappings and open segment files
+// (docs/design.md#catalog, "Opening many segments"): every store a process
+// opens shares it. A segment is mapped and opened on its first read and
+// keeps both while it is among those read most recently; beyond the budget
+// the least recently read give theirs up (a value or a block a reader holds
+// keeps its own). The defaults: half of vm.max_map_count (32,765 of Linux's
+// 65,530) mappings and 32 descriptors, an eighth of RLIMIT_NOFILE's soft
+// limit where that is lower (at least 4). The environment variables
+// RUNSTORE_SEGMENT_MAPPINGS and RUNSTORE_SEGMENT_FILES, read once when the
+// process first opens a store, set them for any front end (the command
+// line, Python).
+struct SegmentBudget {
+  size_t mappings = 0;
+  size_t files = 0;
+};
+// The budget now.
+SegmentBudget GetSegmentBudget();
+// Sets the budget from the next segment read on. InvalidArgument, and no
+// change, if either is 0.
+Status SetSegmentBudget(const SegmentBudget& budget);
 
 class Store {
  public:

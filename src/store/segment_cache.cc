@@ -4,8 +4,14 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <utility>
 
+#include "runstore/store.h"
 #include "store/snapshot.h"
 
 namespace runstore {
@@ -41,6 +47,23 @@ SegmentCache& SegmentCache::Process() {
       unsigned long long n = 0;
       if (std::fscanf(f, "%llu", &n) == 1 && n >= 2048) l.mappings = static_cast<size_t>(n / 2);
       std::fclose(f);
+    }
+    // Set by the environment, for any front end.
+    for (auto [name, limit] : {std::pair{"RUNSTORE_SEGMENT_MAPPINGS", &l.mappings},
+                               std::pair{"RUNSTORE_SEGMENT_FILES", &l.files}}) {
+      const char* text = std::getenv(name);
+      if (text == nullptr) continue;
+      uint64_t n = 0;
+      const char* end = text + std::strlen(text);
+      const auto [ptr, ec] = std::from_chars(text, end, n);
+      if (ec != std::errc() || ptr != end || n < 1 || n > (uint64_t{1} << 32)) {
+        c->environment_status_ = Status::InvalidArgument(
+            std::string(name) + "='" + text +
+            "' is not a whole number from 1 to 4294967296 (the segment budget's " +
+            (limit == &l.mappings ? "mappings" : "open files") + ")");
+        continue;
+      }
+      *limit = static_cast<size_t>(n);
     }
     c->SetLimits(l);
     return c;
@@ -118,6 +141,21 @@ void SegmentCache::SetLimits(Limits limits) {
   MutexLock lock(&mu_);
   limits_.mappings = std::max<size_t>(limits.mappings, 1);
   limits_.files = std::max<size_t>(limits.files, 1);
+}
+
+SegmentBudget GetSegmentBudget() {
+  const SegmentCache::Limits l = SegmentCache::Process().limits();
+  return SegmentBudget{l.mappings, l.files};
+}
+
+Status SetSegmentBudget(const SegmentBudget& budget) {
+  if (budget.mappings == 0 || budget.files == 0) {
+    return Status::InvalidArgument("a segment budget of " + std::to_string(budget.mappings) +
+                                   " mappings and " + std::to_string(budget.files) +
+                                   " open files: each must be at least 1");
+  }
+  SegmentCache::Process().SetLimits({budget.mappings, budget.files});
+  return Status::OK();
 }
 
 }  // namespace runstore

@@ -22,6 +22,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "runstore/status.h"
 #include "util/mutex.h"
 
 namespace runstore {
@@ -54,6 +55,10 @@ class SegmentCache {
   Limits limits();
   // Each limit at least 1; takes effect at the next Admit.
   void SetLimits(Limits limits);
+  // OK, or InvalidArgument naming a RUNSTORE_SEGMENT_MAPPINGS or
+  // RUNSTORE_SEGMENT_FILES that is not a whole number from 1 to 2^32 (the
+  // default stays): what opening a store reports.
+  const Status& environment_status() const { return environment_status_; }
 
  private:
   struct Entry {
@@ -70,6 +75,7 @@ class SegmentCache {
   static void BeforeFork() RUNSTORE_NO_THREAD_SAFETY_ANALYSIS;
   static void AfterFork() RUNSTORE_NO_THREAD_SAFETY_ANALYSIS;
 
+  Status environment_status_;  // set once, before the cache is shared
   Mutex mu_;
   Ring rings_[2] RUNSTORE_GUARDED_BY(mu_);
   Limits limits_ RUNSTORE_GUARDED_BY(mu_);

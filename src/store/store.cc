@@ -16,6 +16,7 @@
 #include "store/catalog.h"
 #include "store/compact.h"
 #include "store/compacted.h"
+#include "store/segment_cache.h"
 #include "store/snapshot.h"
 #include "store/writer_impl.h"
 
@@ -507,6 +508,7 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& path_in,
                                            const StoreOptions& options) {
   Env* env = options.env ? options.env : Env::Default();
   if (path_in.empty()) return Status::InvalidArgument("store path is empty");
+  RUNSTORE_RETURN_IF_ERROR(SegmentCache::Process().environment_status());
   if (const size_t nul = path_in.find('\0'); nul != std::string::npos) {
     // The system would read the path only up to the NUL, and create or open
     // a different directory than the one asked for.
