@@ -58,6 +58,7 @@ from ._store import (
     load_results,
     open,  # noqa: A004 - runstore.open, as io.open and gzip.open
     run_experiments,
+    segment_budget,
     sync,
 )
 from ._version import __version__
@@ -72,6 +73,7 @@ __all__ = [
     "load_results",
     "import_tar",
     "sync",
+    "segment_budget",
     "experiment_id",
     "RunSummary",
     "Store",

@@ -241,6 +241,7 @@ def csv_rows(
 def _set_signal_hooks(enter: Callable[[], bool], leave: Callable[[bool], None]) -> None:
     """The functions a writer's with-block calls on entry and exit (runstore._signals)."""
 
+def segment_budget(mappings: int | None = None, files: int | None = None) -> tuple[int, int]: ...
 def sync(
     staging_dir: str,
     store: str,

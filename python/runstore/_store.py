@@ -824,6 +824,21 @@ def sync(
         )
 
 
+def segment_budget(mappings: int | None = None, files: int | None = None) -> tuple[int, int]:
+    """The process's budget of segment mappings and open segment files, as ``(mappings,
+    files)``; given either, sets it first (from the next segment read on).
+
+    Every store the process opens reads through it: a segment is mapped and opened on its first
+    read and keeps both while it is among those read most recently; beyond the budget the least
+    recently read give theirs up (an array a reader holds keeps its own mapping). The defaults:
+    half of ``vm.max_map_count`` (32,765 on Linux) mappings and 32 descriptors, or an eighth of
+    ``ulimit -n`` where that is lower (docs/design.md#catalog). The environment variables
+    ``RUNSTORE_SEGMENT_MAPPINGS`` and ``RUNSTORE_SEGMENT_FILES``, read when the process first
+    opens a store, set it too. Raises ValueError for 0 and OverflowError for a negative number.
+    """
+    return _core.segment_budget(mappings, files)
+
+
 @_doc(experiments.load_results)
 def load_results(
     store: Store | str | os.PathLike[str], names: Iterable[str] | str | None = None

@@ -839,6 +839,21 @@ nb::dict Sync(nb::handle staging_dir, nb::handle store, double wait_s, bool forc
 }  // namespace
 
 void BindStore(nb::module_& m) {
+  m.def(
+      "segment_budget",
+      [](std::optional<size_t> mappings, std::optional<size_t> files) {
+        SegmentBudget b = GetSegmentBudget();
+        if (mappings || files) {
+          b.mappings = mappings.value_or(b.mappings);
+          b.files = files.value_or(b.files);
+          Check(SetSegmentBudget(b));
+        }
+        return nb::make_tuple(b.mappings, b.files);
+      },
+      "mappings"_a = nb::none(), "files"_a = nb::none(),
+      nb::sig("def segment_budget(mappings: int | None = None, files: int | None = None) -> "
+              "tuple[int, int]"),
+      "GetSegmentBudget / SetSegmentBudget (runstore/store.h): see runstore.segment_budget.");
   m.def("sync", &Sync, "staging_dir"_a, "store"_a, nb::kw_only(), "wait_s"_a = 5.0,
         "force"_a = false, "progress"_a = nb::none(),
         nb::sig("def sync(staging_dir: str, store: str, *, wait_s: float = 5.0, "

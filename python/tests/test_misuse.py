@@ -11,6 +11,7 @@ Writers and stores across fork() are in test_fork.py. Each test prints what it t
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -148,3 +149,43 @@ def test_two_processes_with_one_writer_id_both_commit_and_share_no_file(store, t
         f"{len(runs)} records, none lost, no file shared"
     )
     assert len(segments) > 2 and store.verify() > 0
+
+
+def test_arrays_held_past_a_budget_of_four_mappings_stay_right(tmp_path):
+    """A process's segment budget, lowered to 4 mappings and 2 open files, over 60 segments: every
+    array read stays right while later reads make its segment give its mapping up (an array keeps
+    its own). A budget of 0 is refused, naming it, and one in the environment that is not a
+    number is named when a store is opened."""
+    before = runstore.segment_budget()
+    assert before[0] >= 1 and before[1] >= 1
+    path = tmp_path / "s"
+    st = runstore.open(path)
+    n = 60
+    for i in range(n):
+        with st.writer(writer_id="one") as w:  # a segment each: opened, logged, closed
+            w.put(i, "a", np.full(1000, i, dtype=np.float64))
+    try:
+        assert runstore.segment_budget(4, 2) == (4, 2)
+        st = runstore.open(path)
+        assert len(st.segments()) == n
+        held = [st.get(i, "a") for i in range(n)]
+        for i, a in enumerate(held):
+            assert a.shape == (1000,) and (a == i).all(), i
+        assert sorted(int(r) for r in st.runs()) == list(range(n))
+    finally:
+        runstore.segment_budget(*before)
+    assert runstore.segment_budget() == before
+    for bad in ((0, None), (None, 0)):
+        try:
+            runstore.segment_budget(*bad)
+        except ValueError as e:
+            assert "each must be at least 1" in str(e)
+        else:
+            raise AssertionError(f"segment_budget{bad} was accepted")
+    assert runstore.segment_budget() == before
+    code = f"import runstore; runstore.open({str(path)!r})"
+    env = {**os.environ, "RUNSTORE_SEGMENT_MAPPINGS": "many"}
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert r.returncode != 0
+    assert "RUNSTORE_SEGMENT_MAPPINGS='many' is not a whole number" in r.stderr, r.stderr
+    print(f"segment budget: {n} segments read under 4 mappings and 2 files, {n} arrays held")
