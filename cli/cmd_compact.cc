@@ -24,6 +24,7 @@ struct CompactCliOptions {
   std::string smaller_than;  // bytes, with an optional K/M/G suffix
   std::string memory = "256M";
   bool json = false;
+  bool verbose = false;  // every removed file on a line of its own
 };
 
 // "123", "64K", "256M", "1G" (binary units): bytes; false for anything else.
@@ -129,8 +130,16 @@ int RunCompact(const CompactCliOptions& o) {
     return FinishStdout(kCmd, kExitOk);
   }
   char buf[256];
-  for (const std::string& f : r.removed_leftovers) {
-    std::cout << "removed leftover " << Printable(f) << "\n";
+  // One line for what was removed (a compaction with --retain 0 after one of
+  // 100,000 segments removes 100,000 files); each of them with --verbose.
+  if (!r.removed_leftovers.empty()) {
+    std::cout << "removed " << r.removed_leftovers.size()
+              << " leftover files (replaced segments past their --retain, files of interrupted "
+                 "compactions)"
+              << (o.verbose ? ":" : "; --verbose lists them") << "\n";
+    if (o.verbose) {
+      for (const std::string& f : r.removed_leftovers) std::cout << "  " << Printable(f) << "\n";
+    }
   }
   if (r.inputs.empty()) {
     std::cout << "nothing to compact";
@@ -176,6 +185,7 @@ void RegisterCompact(CLI::App& app, ChosenCommand* chosen) {
       "compact", "Merge small sealed segments into few large ones, sorted by series and run");
   cmd->add_option("STORE", o->store, "Store directory")->required();
   cmd->add_flag("--dry-run", o->dry_run, "Say what would be merged; write nothing");
+  cmd->add_flag("--verbose", o->verbose, "List every leftover file removed, one a line");
   cmd->add_flag("--adopt-unsealed", o->adopt_unsealed,
                 "Also merge the unsealed segments crashed writers left (you assert that no "
                 "writer writes into the store directly while this runs: a job's epilogue)");

@@ -66,6 +66,20 @@ checks=$((checks + 1))
 after=$(dump "$T/good")
 checks=$((checks + 1))
 [[ $before == "$after" ]] || fail "records differ after the replaced segments went"
+# In text, what a compaction removes is one line (100,000 removed files would
+# be 100,000 lines); --verbose lists them.
+"$MK" good "$T/quiet" >/dev/null
+cp -r "$T/quiet" "$T/loud"
+for d in quiet loud; do "$RS" compact "$T/$d" > /dev/null; done
+run "$RS" compact "$T/quiet" --retain 0
+expect_rc 0
+expect_out_has "^removed [0-9]+ leftover files \(replaced segments past their --retain, files of interrupted compactions\); --verbose lists them$"
+checks=$((checks + 1))
+[[ $(grep -c "\.rss" <<< "$out") == 0 ]] || fail "a removed file listed without --verbose: $out"
+run "$RS" compact "$T/loud" --retain 0 --verbose
+expect_rc 0
+expect_out_has "^removed [0-9]+ leftover files .*:$"
+expect_out_has "^  segments/.*\.rss$"
 run "$RS" compact "$T/good" --retain -1
 expect_rc 1
 expect_err_has "--retain must not be negative"
