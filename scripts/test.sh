@@ -46,6 +46,9 @@ cmake --preset release -DRUNSTORE_BUILD_BENCHMARKS=ON > build-release-configure.
 rm -f build-release-configure.log
 cmake --build build/release -j "$jobs"
 ctest --test-dir build/release --output-on-failure -j "$jobs" --timeout 900
+# What the crash, kill, misuse and damage suites tried, with their seeds (each prints its figures).
+grep -ah '^\[ \(figures\|misuse\|open files\|staging\|seed\|stride\) *\]' \
+  build/release/Testing/Temporary/LastTest.log || true
 
 step "Layers: includes point down, the library holds no test code, Clang's thread-safety analysis"
 python3 scripts/check_layers.py --self-test

@@ -382,7 +382,8 @@ TEST(CompactionBesideStagingTest, PowerLossAtEveryOperationOfAResumingStagerThen
     EXPECT_TRUE(finished);
   }
   std::printf(
-      "compaction beside staging: %d power losses of a resuming staging writer, each followed "
+      "[ figures  ] compaction beside staging: %d power losses of a resuming staging writer, each "
+      "followed "
       "by a compaction, a sync and a compaction (%d with the resume marker in, %d compactions "
       "held back by claims), %d problems\n",
       points, with_marker, held_back, problems);
@@ -440,7 +441,9 @@ TEST(StagingApartTest, SyncOfAStoresOwnSegmentsIsRefusedAndRemovesNothing) {
   EXPECT_EQ(Files(path + "/segments"), before);
   ASSERT_OK_AND_ASSIGN(auto snap, store->Refresh());
   EXPECT_EQ(snap->ListSegments().size(), 3u);
-  std::printf("staging apart: %d spellings of a staging directory inside a store refused\n", cases);
+  std::printf(
+      "[ figures  ] staging apart: %d spellings of a staging directory inside a store refused\n",
+      cases);
 }
 
 TEST(StagingApartTest, AWriterWithAStagingDirectoryInTheStoreIsRefusedAndClaimsNothing) {
