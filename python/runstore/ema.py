@@ -498,7 +498,10 @@ def save_results(
     """Writes the store's EMA experiments as ``ema_workbench.save_results`` would (a .tar.gz
     of ``experiments.csv``, one file per outcome and ``metadata.json``) that
     ``ema_workbench.load_results`` reads, streamed: one outcome at a time, ``chunk_rows`` rows
-    at a time. Replaces ``path`` if it exists."""
+    at a time. Replaces ``path`` if it exists. Cells are written as EMA writes them, a text that
+    begins with ``=`` included: EMA's reader would keep a quote put before it as part of the
+    value. runstore's own exports (``export_tar``) write no cell a spreadsheet evaluates
+    (docs/experiments.md, "No cell is a formula")."""
     st = _store(store)
     meta = _meta(st)
     table, _ = ex.load_results(st, [])
