@@ -1914,6 +1914,85 @@ TEST_F(StoreTest, ReadOnlyDirectoryGivesIOError) {
 // creation, each taking the next free one: neither fails, neither touches
 // the other's files, and every record of both is kept. The writer that
 // arrives second used to kill the first at its next segment roll.
+// An Env that counts the listings of `segments/` and the opens of segment
+// files for reading.
+class CountingEnv final : public EnvWrapper {
+ public:
+  using EnvWrapper::EnvWrapper;
+  Result<std::vector<std::string>> GetChildren(const std::string& d) override {
+    if (d.ends_with("/segments")) listings.fetch_add(1);
+    return EnvWrapper::GetChildren(d);
+  }
+  Result<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(const std::string& p) override {
+    if (p.find("/segments/") != std::string::npos) segment_opens.fetch_add(1);
+    return EnvWrapper::NewRandomAccessFile(p);
+  }
+  std::atomic<int> listings{0};
+  std::atomic<int> segment_opens{0};
+};
+
+// Opening a writer of a default id lists `segments/` once, for the store's
+// refresh, and reads no segment: a new id has nothing to number past, not
+// even the compacted segments' lists of what they replaced. A writer that
+// reuses an id lists again and reads them, to number past its id's
+// segments; both commit. Counted, not timed (docs/design.md#writer-ids).
+TEST_F(StoreTest, AWriterOfADefaultIdOpensWithoutListingOrReadingSegments) {
+  CountingEnv env(Env::Default());
+  StoreOptions o;
+  o.env = &env;
+  auto store = Open(o);
+  for (int i = 0; i < 20; ++i) {
+    WriterOptions wo;
+    wo.writer_id = "task" + std::to_string(i % 4);
+    ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter(wo));
+    ASSERT_OK(w->Append(i, "x", 0, i * 1.0));
+    ASSERT_OK(w->Close());
+  }
+  CompactOptions co;
+  co.retain_inputs_s = 0;
+  CompactReport report;
+  ASSERT_OK(store->Compact(co, &report));
+  ASSERT_EQ(report.inputs.size(), 20u);
+  ASSERT_OK(store->Refresh().status());
+  for (int i = 20; i < 30; ++i) {
+    // The previous writer's segment is loaded by this refresh (a refresh
+    // reads what changed); opening the writer then reads nothing.
+    ASSERT_OK(store->Refresh().status());
+    env.listings = 0;
+    env.segment_opens = 0;
+    ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter({}));
+    EXPECT_EQ(env.listings.load(), 1) << "the store's refresh only";
+    EXPECT_EQ(env.segment_opens.load(), 0);
+    ASSERT_OK(w->Append(i, "x", 0, i * 1.0));
+    ASSERT_OK(w->Close());
+  }
+  // An id used before: numbered past its compacted segments.
+  ASSERT_OK(store->Refresh().status());
+  env.listings = 0;
+  env.segment_opens = 0;
+  WriterOptions wo;
+  wo.writer_id = "task0";
+  ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter(wo));
+  EXPECT_EQ(env.listings.load(), 2);
+  EXPECT_GE(env.segment_opens.load(), 1) << "the compacted segment's list of what it replaced";
+  ASSERT_OK(w->Append(30, "x", 0, 30.0));
+  ASSERT_OK(w->Close());
+  ASSERT_OK_AND_ASSIGN(auto snap, store->Refresh());
+  for (int i = 0; i <= 30; ++i) {
+    ASSERT_OK_AND_ASSIGN(Value v, snap->Get(i, "x", 0));
+    EXPECT_EQ(v.scalar<double>(), i * 1.0);
+  }
+  // Its first new segment is numbered past the 5 its id had before.
+  for (const SegmentInfo& seg : snap->ListSegments()) {
+    if (seg.writer_id == "task0") {
+      EXPECT_EQ(seg.sequence, 6u) << seg.file;
+    }
+  }
+  std::printf(
+      "[ figures  ] 10 writers of default ids opened with 1 listing each and 0 segment "
+      "reads; one of a reused id with 2 listings\n");
+}
+
 TEST_F(StoreTest, TwoLiveWritersWithOneIdNeverCollide) {
   auto store = Open();
   WriterOptions wo;

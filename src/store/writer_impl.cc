@@ -143,11 +143,57 @@ Status CheckValueAgainst(std::string_view name, const SeriesSchema& schema, cons
   return Status::OK();
 }
 
+namespace {
+
+// The number a writer of `writer_id` takes first: past every segment of the
+// id in `segments_dir`, and past every number a compacted segment names for
+// it. *sealed_predecessor: the previous life's last segment, when it was
+// sealed, else 0.
+Result<uint64_t> NextSequenceOf(Env* env, const std::string& segments_dir,
+                                const std::string& writer_id, uint64_t* sealed_predecessor) {
+  RUNSTORE_ASSIGN_OR_RETURN(auto children, env->GetChildren(segments_dir));
+  uint64_t next_seq = 1;
+  for (const auto& c : children) {
+    std::string id;
+    uint64_t seq;
+    if (format::ParseSegmentFileName(c, &id, &seq) && id == writer_id) {
+      next_seq = std::max(next_seq, seq + 1);
+    }
+  }
+  // ... and after every number a compacted segment names for the id: the
+  // segment compaction removed must not come back under a new file of the
+  // same name (docs/design.md#compaction). Readers tell the two apart by
+  // created_ns anyway; this keeps names unique as well.
+  RUNSTORE_ASSIGN_OR_RETURN(const uint64_t past_replaced,
+                            NextSequencePastReplaced(env, segments_dir, children, writer_id));
+  const uint64_t next_present = next_seq;
+  next_seq = std::max(next_seq, past_replaced);
+  // The previous life's last segment, when it was sealed, is this writer's
+  // sealed predecessor: a reader that later finds it without its seal knows
+  // it was damaged. One left open by a crash is not named.
+  // A seal torn by a power cut (trailer on disk, footer not) reads as a
+  // crashed tail, so it is judged by the readers' rule, not the trailer alone.
+  if (next_present > 1 && next_present == next_seq) {
+    const std::string last_name = format::SegmentFileName(writer_id, next_seq - 1);
+    auto last = env->NewRandomAccessFile(segments_dir + "/" + last_name);
+    if (last.ok() && format::ReadsAsSealed(**last, last_name)) *sealed_predecessor = next_seq - 1;
+  }
+  return next_seq;
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Writer>> WriterImpl::Open(Env* env, std::string segments_dir,
                                                  const WriterOptions& options_in,
                                                  StoreSchema existing) {
   WriterOptions options = options_in;
-  if (options.writer_id.empty()) options.writer_id = DefaultWriterId(env);
+  // A default id (host, pid, 64 bits of randomness and clock) names no
+  // segment yet: there is nothing to number past, so opening its writer
+  // lists nothing and reads no other segment (docs/design.md#writer-ids).
+  // Were a file of its name there all the same, the exclusive create of the
+  // first segment would take the next free number.
+  const bool new_id = options.writer_id.empty();
+  if (new_id) options.writer_id = DefaultWriterId(env);
   RUNSTORE_RETURN_IF_ERROR(ValidateWriterId(options.writer_id));
   if (options.buffer_bytes < (1u << 16)) {
     return Status::InvalidArgument("buffer_bytes must be at least 64 KiB, got " +
@@ -164,34 +210,11 @@ Result<std::unique_ptr<Writer>> WriterImpl::Open(Env* env, std::string segments_
   if (!w.ok()) return w.WithContext("store is not writable");
   // Continue this writer id's numbering, so a restarted writer that reuses its
   // id never touches the segments of its previous life (invariant 4).
-  RUNSTORE_ASSIGN_OR_RETURN(auto children, env->GetChildren(segments_dir));
   uint64_t next_seq = 1;
-  for (const auto& c : children) {
-    std::string id;
-    uint64_t seq;
-    if (format::ParseSegmentFileName(c, &id, &seq) && id == options.writer_id) {
-      next_seq = std::max(next_seq, seq + 1);
-    }
-  }
-  // ... and after every number a compacted segment names for the id: the
-  // segment compaction removed must not come back under a new file of the
-  // same name (docs/design.md#compaction). Readers tell the two apart by
-  // created_ns anyway; this keeps names unique as well.
-  RUNSTORE_ASSIGN_OR_RETURN(
-      const uint64_t past_replaced,
-      NextSequencePastReplaced(env, segments_dir, children, options.writer_id));
-  const uint64_t next_present = next_seq;
-  next_seq = std::max(next_seq, past_replaced);
-  // The previous life's last segment, when it was sealed, is this writer's
-  // sealed predecessor: a reader that later finds it without its seal knows
-  // it was damaged. One left open by a crash is not named.
-  // A seal torn by a power cut (trailer on disk, footer not) reads as a
-  // crashed tail, so it is judged by the readers' rule, not the trailer alone.
   uint64_t sealed_predecessor = 0;
-  if (next_present > 1 && next_present == next_seq) {
-    const std::string last_name = format::SegmentFileName(options.writer_id, next_seq - 1);
-    auto last = env->NewRandomAccessFile(segments_dir + "/" + last_name);
-    if (last.ok() && format::ReadsAsSealed(**last, last_name)) sealed_predecessor = next_seq - 1;
+  if (!new_id) {
+    RUNSTORE_ASSIGN_OR_RETURN(
+        next_seq, NextSequenceOf(env, segments_dir, options.writer_id, &sealed_predecessor));
   }
   // Node-local staging (docs/design.md#staging): the lease exists before
   // the first segment does, so that a sync never takes that segment for a
