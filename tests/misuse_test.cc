@@ -151,9 +151,12 @@ ChildResult RunChild(const ChildLimits& limits, const std::function<int(FILE* ou
 }
 
 // Runs `argv` (the CLI) in a child under `limits`, its stdout and stderr
-// in the result's output.
-ChildResult RunProgram(const ChildLimits& limits, const std::vector<std::string>& argv) {
+// in the result's output; `setup`, if given, runs in the child first (an
+// environment variable, a limit of its own).
+ChildResult RunProgram(const ChildLimits& limits, const std::vector<std::string>& argv,
+                       const std::function<void()>& setup = {}) {
   return RunChild(limits, [&](FILE* out) {
+    if (setup) setup();
     ::dup2(::fileno(out), 1);
     ::dup2(::fileno(out), 2);
     std::vector<char*> args;
@@ -809,29 +812,18 @@ TEST(OpenFilesTest, AStoreOfThousandsOfSegmentsOfEveryKindWorksUnderABudgetOfSix
 #ifdef RUNSTORE_CLI_PATH
   // The command line under the same limits, its budget set by the environment.
   const std::string csv = dir.path() + "/csv";
-  const ChildResult c = RunChild({.open_files = kLimit}, [&](FILE* out) {
-    ::dup2(::fileno(out), 1);
-    ::dup2(::fileno(out), 2);
-    ::setenv("RUNSTORE_SEGMENT_MAPPINGS", "64", 1);
-    ::setenv("RUNSTORE_SEGMENT_FILES", "8", 1);
-    const char* argv[] = {RUNSTORE_CLI_PATH, "--no-progress", "export", "csv",
-                          path.c_str(),      csv.c_str(),     nullptr};
-    ::execv(argv[0], const_cast<char**>(argv));
-    return 127;
-  });
+  const ChildResult c = RunProgram(
+      {.open_files = kLimit}, {RUNSTORE_CLI_PATH, "--no-progress", "export", "csv", path, csv}, [] {
+        ::setenv("RUNSTORE_SEGMENT_MAPPINGS", "64", 1);
+        ::setenv("RUNSTORE_SEGMENT_FILES", "8", 1);
+      });
   ASSERT_TRUE(c.ok()) << c.Describe().substr(0, 2000);
   std::ifstream f(csv + "/v.csv");
   const std::string text((std::istreambuf_iterator<char>(f)), {});
   EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), static_cast<long>(expected.size()) + 1);
   // A budget that is not a number is named, not taken for damage or ignored.
-  const ChildResult wrong = RunChild({}, [&](FILE* out) {
-    ::dup2(::fileno(out), 1);
-    ::dup2(::fileno(out), 2);
-    ::setenv("RUNSTORE_SEGMENT_MAPPINGS", "64k", 1);
-    const char* argv[] = {RUNSTORE_CLI_PATH, "--no-progress", "info", path.c_str(), nullptr};
-    ::execv(argv[0], const_cast<char**>(argv));
-    return 127;
-  });
+  const ChildResult wrong = RunProgram({}, {RUNSTORE_CLI_PATH, "--no-progress", "info", path},
+                                       [] { ::setenv("RUNSTORE_SEGMENT_MAPPINGS", "64k", 1); });
   EXPECT_FALSE(wrong.ok());
   EXPECT_NE(wrong.output.find("RUNSTORE_SEGMENT_MAPPINGS='64k' is not a whole number"),
             std::string::npos)
@@ -930,16 +922,9 @@ TEST(OpenFilesTest, TheCliReportsRunningOutOfMemoryWithItsOwnExitCode) {
        {std::vector<std::string>{"--skip-damaged", "cat", path, "big"}, {"verify", path}}) {
     std::vector<std::string> argv{RUNSTORE_CLI_PATH, "--no-progress"};
     argv.insert(argv.end(), args.begin(), args.end());
-    const ChildResult c = RunChild({}, [&](FILE* out) {
+    const ChildResult c = RunProgram({}, argv, [] {
       const rlimit rl{uint64_t{40} << 20, uint64_t{40} << 20};
       ::setrlimit(RLIMIT_AS, &rl);
-      ::dup2(::fileno(out), 1);
-      ::dup2(::fileno(out), 2);
-      std::vector<char*> a;
-      for (const std::string& s : argv) a.push_back(const_cast<char*>(s.c_str()));
-      a.push_back(nullptr);
-      ::execv(a[0], a.data());
-      return 127;
     });
     EXPECT_TRUE(c.exited && c.code == 6) << args[1] << ": " << c.Describe();
     EXPECT_NE(c.output.find("ResourceExhausted"), std::string::npos) << c.output;
