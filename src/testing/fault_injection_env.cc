@@ -141,7 +141,7 @@ class FaultInjectionEnv::FaultWritableFile final : public WritableFile {
   const uint64_t epoch_;  // env_->epoch_ when opened
 };
 
-FaultInjectionEnv::FaultInjectionEnv(Env* base) : EnvWrapper(base), base_(base) {}
+FaultInjectionEnv::FaultInjectionEnv(Env* base) : EnvWrapper(base) {}
 FaultInjectionEnv::~FaultInjectionEnv() = default;
 
 uint64_t FaultInjectionEnv::operation_count() const {
@@ -216,9 +216,9 @@ Result<std::unique_ptr<WritableFile>> FaultInjectionEnv::NewWritableFile(
   std::lock_guard<std::mutex> lock(mu_);
   const Fate fate = CountOperationLocked("open for writing", path);
   if (fate != Fate::kRun) return FateError(fate, path, "open for writing");
-  const bool existed = base_->FileExists(path).ok();
+  const bool existed = target()->FileExists(path).ok();
   RUNSTORE_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> base_file,
-                            base_->NewWritableFile(path, exclusive));
+                            target()->NewWritableFile(path, exclusive));
   std::shared_ptr<FileInfo>& info = files_[path];
   if (info == nullptr) {
     info = std::make_shared<FileInfo>();
@@ -237,7 +237,7 @@ Status FaultInjectionEnv::CreateDir(const std::string& raw_path) {
   std::lock_guard<std::mutex> lock(mu_);
   const Fate fate = CountOperationLocked("mkdir", path);
   if (fate != Fate::kRun) return FateError(fate, path, "mkdir");
-  RUNSTORE_RETURN_IF_ERROR(base_->CreateDir(path));
+  RUNSTORE_RETURN_IF_ERROR(target()->CreateDir(path));
   pending_.push_back({PendingChange::Kind::kCreateDir, ParentDir(path), path, {}, std::nullopt});
   return Status::OK();
 }
@@ -248,7 +248,7 @@ Status FaultInjectionEnv::RemoveFile(const std::string& raw_path) {
   const Fate fate = CountOperationLocked("unlink", path);
   if (fate != Fate::kRun) return FateError(fate, path, "unlink");
   std::optional<SavedFile> saved = SaveFileLocked(path);
-  const Status s = base_->RemoveFile(path);
+  const Status s = target()->RemoveFile(path);
   if (!s.ok()) {
     if (saved) saved_bytes_ -= saved->contents.size();
     return s;
@@ -267,7 +267,7 @@ Status FaultInjectionEnv::RenameFile(const std::string& raw_from, const std::str
   if (fate != Fate::kRun) return FateError(fate, from, ("rename to " + to).c_str());
   std::optional<SavedFile> saved;
   if (from != to) saved = SaveFileLocked(to);
-  const Status s = base_->RenameFile(from, to);
+  const Status s = target()->RenameFile(from, to);
   if (!s.ok() || from == to) {
     if (saved) saved_bytes_ -= saved->contents.size();
     return s;
@@ -283,7 +283,7 @@ Status FaultInjectionEnv::SyncDir(const std::string& raw_dir) {
   std::lock_guard<std::mutex> lock(mu_);
   const Fate fate = CountOperationLocked("fsync directory", dir);
   if (fate != Fate::kRun) return FateError(fate, dir, "fsync directory");
-  RUNSTORE_RETURN_IF_ERROR(base_->SyncDir(dir));
+  RUNSTORE_RETURN_IF_ERROR(target()->SyncDir(dir));
   std::erase_if(pending_, [&](const PendingChange& change) {
     if (change.dir != dir) return false;
     ForgetPendingLocked(change);
@@ -294,11 +294,11 @@ Status FaultInjectionEnv::SyncDir(const std::string& raw_dir) {
 
 std::optional<FaultInjectionEnv::SavedFile> FaultInjectionEnv::SaveFileLocked(
     const std::string& path) {
-  const Result<bool> is_dir = base_->IsDirectory(path);
+  const Result<bool> is_dir = target()->IsDirectory(path);
   if (!is_dir.ok() || *is_dir) return std::nullopt;
-  const Result<uint64_t> size = base_->GetFileSize(path);
+  const Result<uint64_t> size = target()->GetFileSize(path);
   if (!size.ok() || *size > kMaxSavedBytes - saved_bytes_) return std::nullopt;
-  Result<std::string> contents = ReadFileToString(base_, path, UINT64_MAX);
+  Result<std::string> contents = ReadFileToString(target(), path, UINT64_MAX);
   if (!contents.ok()) return std::nullopt;
   saved_bytes_ += contents->size();
   SavedFile saved{std::move(contents).value(), nullptr};
@@ -352,7 +352,7 @@ Status FaultInjectionEnv::UndoLocked(PendingChange& change) {
   switch (change.kind) {
     case PendingChange::Kind::kCreateFile: {
       files_.erase(change.path);
-      const Status s = base_->RemoveFile(change.path);
+      const Status s = target()->RemoveFile(change.path);
       return s.code() == StatusCode::kNotFound ? Status::OK() : s;
     }
     case PendingChange::Kind::kCreateDir:
@@ -363,8 +363,8 @@ Status FaultInjectionEnv::UndoLocked(PendingChange& change) {
       if (change.saved->info) files_[change.path] = change.saved->info;
       return Status::OK();
     case PendingChange::Kind::kRename:
-      if (base_->FileExists(change.path).ok()) {
-        RUNSTORE_RETURN_IF_ERROR(base_->RenameFile(change.path, change.from));
+      if (target()->FileExists(change.path).ok()) {
+        RUNSTORE_RETURN_IF_ERROR(target()->RenameFile(change.path, change.from));
         files_.erase(change.from);
         MoveTrackedLocked(change.path, change.from);
       }
@@ -377,17 +377,17 @@ Status FaultInjectionEnv::UndoLocked(PendingChange& change) {
 }
 
 Status FaultInjectionEnv::EmptyDirLocked(const std::string& dir) {
-  Result<std::vector<std::string>> children = base_->GetChildren(dir);
+  Result<std::vector<std::string>> children = target()->GetChildren(dir);
   if (!children.ok()) {
     return children.status().code() == StatusCode::kNotFound ? Status::OK() : children.status();
   }
   for (const std::string& name : *children) {
     const std::string path = dir == "/" ? "/" + name : dir + "/" + name;
-    RUNSTORE_ASSIGN_OR_RETURN(const bool is_dir, base_->IsDirectory(path));
+    RUNSTORE_ASSIGN_OR_RETURN(const bool is_dir, target()->IsDirectory(path));
     if (is_dir) {
       RUNSTORE_RETURN_IF_ERROR(EmptyDirLocked(path));
     } else {
-      RUNSTORE_RETURN_IF_ERROR(base_->RemoveFile(path));
+      RUNSTORE_RETURN_IF_ERROR(target()->RemoveFile(path));
     }
   }
   std::erase_if(files_, [&](const auto& entry) { return IsAtOrUnder(entry.first, dir); });
@@ -398,7 +398,7 @@ Status FaultInjectionEnv::WriteBaseFileLocked(const std::string& path,
                                               const std::string& contents) {
   // No Sync: after the simulated reboot the base env itself never loses data.
   RUNSTORE_ASSIGN_OR_RETURN(const std::unique_ptr<WritableFile> file,
-                            base_->NewWritableFile(path, /*exclusive=*/false));
+                            target()->NewWritableFile(path, /*exclusive=*/false));
   RUNSTORE_RETURN_IF_ERROR(file->Append(contents));
   return file->Close();
 }
@@ -406,7 +406,7 @@ Status FaultInjectionEnv::WriteBaseFileLocked(const std::string& path,
 Status FaultInjectionEnv::DropUnsyncedLocked(const std::string& path, const FileInfo& info,
                                              DropMode mode, uint64_t* rng_state) {
   if (info.synced >= info.size) return Status::OK();
-  Result<std::string> read = ReadFileToString(base_, path, UINT64_MAX);
+  Result<std::string> read = ReadFileToString(target(), path, UINT64_MAX);
   if (!read.ok()) {
     return read.status().code() == StatusCode::kNotFound ? Status::OK() : read.status();
   }

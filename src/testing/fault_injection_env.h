@@ -209,7 +209,6 @@ class FaultInjectionEnv final : public EnvWrapper {
   Status DropUnsyncedLocked(const std::string& path, const FileInfo& info, DropMode mode,
                             uint64_t* rng_state);
 
-  Env* const base_;
   mutable std::mutex mu_;
   uint64_t operations_ = 0;   // guarded by mu_
   uint64_t fail_at_ = 0;      // guarded by mu_; 0: none
