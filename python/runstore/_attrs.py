@@ -36,6 +36,8 @@ import time
 from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from typing import Any, NamedTuple
 
+from ._checks import file_kind
+
 FILE = "ATTRS"
 DIR = "ATTRS.d"
 LAYOUT = 2
@@ -101,7 +103,7 @@ def _read_regular(path: str) -> bytes | None:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise AttrsError(
-                f"{path}: not a regular file ({_kind(st.st_mode)}); not runstore attributes"
+                f"{path}: not a regular file ({file_kind(st.st_mode)}); not runstore attributes"
             )
         chunks, left = [], MAX_BYTES + 1
         while left > 0:
@@ -113,19 +115,6 @@ def _read_regular(path: str) -> bytes | None:
         return b"".join(chunks)
     finally:
         os.close(fd)
-
-
-def _kind(mode: int) -> str:
-    for test, name in (
-        (stat.S_ISDIR, "a directory"),
-        (stat.S_ISFIFO, "a FIFO"),
-        (stat.S_ISSOCK, "a socket"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-    ):
-        if test(mode):
-            return name
-    return "not a regular file"
 
 
 def _write_new(path: str, data: bytes) -> None:

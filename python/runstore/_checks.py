@@ -57,7 +57,7 @@ def step_range(steps: StepWindow | None) -> tuple[int, int] | None:
     return (max(start, _INT64_MIN), min(stop - 1, _INT64_MAX))
 
 
-def _kind(mode: int) -> str:
+def file_kind(mode: int) -> str:
     """ "a FIFO", "a socket", ...: what a path is, for the error that refuses it."""
     for test, name in (
         (stat.S_ISFIFO, "a FIFO"),
@@ -74,7 +74,7 @@ def _kind(mode: int) -> str:
 
 def _not_regular(path: str, mode: int) -> OSError:
     code = errno.EISDIR if stat.S_ISDIR(mode) else errno.ELOOP if stat.S_ISLNK(mode) else 0
-    text = f"is {_kind(mode)}, not a regular file"
+    text = f"is {file_kind(mode)}, not a regular file"
     if stat.S_ISLNK(mode):
         text += " (runstore never follows a link in place of a store's file)"
     return OSError(code, text, path) if code else OSError(f"{path}: {text}")
