@@ -6,6 +6,7 @@ functions that also take a path and open it (load_results, run_experiments, impo
 
 from __future__ import annotations
 
+import operator
 import os
 import threading
 import weakref
@@ -834,9 +835,19 @@ def segment_budget(mappings: int | None = None, files: int | None = None) -> tup
     half of ``vm.max_map_count`` (32,765 on Linux) mappings and 32 descriptors, or an eighth of
     ``ulimit -n`` where that is lower (docs/design.md#catalog). The environment variables
     ``RUNSTORE_SEGMENT_MAPPINGS`` and ``RUNSTORE_SEGMENT_FILES``, read when the process first
-    opens a store, set it too. Raises ValueError for 0 and OverflowError for a negative number.
+    opens a store, set it too. Raises TypeError for anything but an int (a bool too), and
+    ValueError for a number below 1 or above 2**32, naming it; the budget then stays.
     """
-    return _core.segment_budget(mappings, files)
+    given = {}
+    for name, n in (("mappings", mappings), ("files", files)):
+        if n is None:
+            continue
+        if isinstance(n, (bool, np.bool_)) or not hasattr(type(n), "__index__"):
+            raise TypeError(f"segment_budget: {name} must be an int, got {type(n).__name__}")
+        if not 1 <= operator.index(n) <= 2**32:
+            raise ValueError(f"segment_budget: {name}={n} must be from 1 to 2**32")
+        given[name] = operator.index(n)
+    return _core.segment_budget(given.get("mappings"), given.get("files"))
 
 
 @_doc(experiments.load_results)

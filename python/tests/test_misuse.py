@@ -175,14 +175,24 @@ def test_arrays_held_past_a_budget_of_four_mappings_stay_right(tmp_path):
     finally:
         runstore.segment_budget(*before)
     assert runstore.segment_budget() == before
-    for bad in ((0, None), (None, 0)):
+    for bad, error, text in (
+        ((0, None), ValueError, "mappings=0 must be from 1 to 2**32"),
+        ((None, 0), ValueError, "files=0 must be from 1 to 2**32"),
+        ((-1, None), ValueError, "mappings=-1 must be from 1 to 2**32"),
+        ((2**70, None), ValueError, f"mappings={2**70} must be from 1 to 2**32"),
+        ((True, None), TypeError, "mappings must be an int, got bool"),
+        ((None, 1.5), TypeError, "files must be an int, got float"),
+        (("8", None), TypeError, "mappings must be an int, got str"),
+    ):
         try:
             runstore.segment_budget(*bad)
-        except ValueError as e:
-            assert "each must be at least 1" in str(e)
+        except error as e:
+            assert text in str(e), (bad, str(e))
         else:
             raise AssertionError(f"segment_budget{bad} was accepted")
-    assert runstore.segment_budget() == before
+        assert runstore.segment_budget() == before
+    assert runstore.segment_budget(np.int64(7), None) == (7, before[1])
+    runstore.segment_budget(*before)
     code = f"import runstore; runstore.open({str(path)!r})"
     env = {**os.environ, "RUNSTORE_SEGMENT_MAPPINGS": "many"}
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
