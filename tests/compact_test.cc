@@ -286,7 +286,7 @@ TEST_P(CompactContentTest, RandomizedWorkloadReadsTheSameAfterCompaction) {
     ASSERT_OK(WriteWorkload(store.get(), w));
     const Dump before = DumpStore(dir.path());
     ASSERT_GT(before.records.size(), 100u);
-    const size_t segments_before = store->GetSnapshot()->ListSegments().size();
+    const size_t segments_before = store->Refresh().value()->ListSegments().size();
 
     CompactReport report;
     ASSERT_OK(store->Compact(TestOptions(), &report));
@@ -445,7 +445,7 @@ TEST(CompactTest, FiltersAndDryRun) {
   TempDir dir;
   ASSERT_OK_AND_ASSIGN(auto store, OpenStore(dir.path()));
   ASSERT_OK(WriteWorkload(store.get(), WorkloadOptions{}));
-  const auto segs = store->GetSnapshot()->ListSegments();
+  const auto segs = store->Refresh().value()->ListSegments();
   CompactOptions o = TestOptions();
   o.dry_run = true;
   CompactReport report;

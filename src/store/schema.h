@@ -5,11 +5,14 @@
 #define RUNSTORE_STORE_SCHEMA_H_
 
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
 
+#include "runstore/status.h"
 #include "runstore/types.h"
 
 namespace runstore {
@@ -22,6 +25,12 @@ struct SeriesSchema {
   std::vector<int64_t> shape;
 };
 using StoreSchema = std::unordered_map<std::string, SeriesSchema>;
+
+// The store's schema as of a refresh made now, asked for by a writer the
+// first time it defines a series its store's snapshot did not know
+// (docs/design.md#writer-ids); nullopt once the store that opened the writer
+// is closed.
+using SchemaRefresher = std::function<Result<std::optional<StoreSchema>>()>;
 
 // Reserved series holding resume markers (docs/format.md "Resolving keys").
 inline constexpr std::string_view kResumeSeries = "~resume";

@@ -62,10 +62,24 @@ class StoreImpl final : public Store, public CompactionHost {
     if (options_.read_only) {
       return Status::FailedPrecondition(path_ + ": store was opened read-only");
     }
-    // The latest schema, so that a conflicting dtype is refused at Append.
-    RUNSTORE_ASSIGN_OR_RETURN(auto snap, Refresh());
+    // The schema of the current snapshot, without a refresh, so that opening
+    // a writer lists nothing; the writer asks for the latest the first time
+    // it defines a series not in it, so that a conflicting dtype committed
+    // since is still refused at Append (docs/design.md#writer-ids).
+    std::shared_ptr<const Snapshot> snap = GetSnapshot();
+    SchemaRefresher refresh = [host = schema_host_]() -> Result<std::optional<StoreSchema>> {
+      std::lock_guard lk(host->mu);
+      if (host->store == nullptr) return std::optional<StoreSchema>();
+      RUNSTORE_ASSIGN_OR_RETURN(auto now, host->store->Refresh());
+      return std::optional<StoreSchema>(static_cast<const SnapshotImpl&>(*now).Schema());
+    };
     return WriterImpl::Open(env_, path_ + "/" + kSegmentsDir, options,
-                            static_cast<const SnapshotImpl&>(*snap).Schema());
+                            static_cast<const SnapshotImpl&>(*snap).Schema(), std::move(refresh));
+  }
+
+  ~StoreImpl() override {
+    std::lock_guard lk(schema_host_->mu);
+    schema_host_->store = nullptr;
   }
 
   std::shared_ptr<const Snapshot> GetSnapshot() override {
@@ -151,6 +165,14 @@ class StoreImpl final : public Store, public CompactionHost {
       }
       if (old != loaded_.end()) t.old = old->second;
       to_load.push_back(std::move(t));
+    }
+    if (to_load.empty() && next.size() == loaded_.size() && current_ != nullptr) {
+      // Every segment sealed and read before, none removed: nothing changed,
+      // and the snapshot stands (a refresh costs the listing, not a rebuild).
+      stats.segments = loaded_.size();
+      stats.catalog_status = catalog_status_;
+      stats_ = stats;
+      return Status::OK();
     }
     const std::vector<Result<FileInfo>> infos = StatSegments(to_load);
     // The catalog is read once, at Open (later refreshes read only segments
@@ -260,6 +282,17 @@ class StoreImpl final : public Store, public CompactionHost {
   const std::string path_;
   const StoreOptions options_;
   const uint32_t version_;
+  // The store as the writers it opened see it: they may outlive it, and
+  // find it gone.
+  struct SchemaHost {
+    std::mutex mu;
+    StoreImpl* store = nullptr;
+  };
+  const std::shared_ptr<SchemaHost> schema_host_ = [this] {
+    auto host = std::make_shared<SchemaHost>();
+    host->store = this;
+    return host;
+  }();
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<const LoadedSegment>> loaded_;
   CompactedResolution resolution_;  // of loaded_, by the last Refresh

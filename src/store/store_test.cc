@@ -1281,6 +1281,37 @@ TEST_F(StoreTest, ConflictingDTypeOrShapeIsRefusedAndCommittedDataSurvives) {
   EXPECT_EQ(snap->GetSeriesInfo("loss")->count, 2u);
 }
 
+// A writer checks its series against its store's snapshot, which it does
+// not refresh when it opens (docs/design.md#writer-ids): a series another
+// process defined since is found by the one refresh the writer makes at its
+// first series the snapshot did not know.
+TEST_F(StoreTest, ASeriesDefinedSinceTheStoresSnapshotIsStillCheckedAndAWriterMayOutliveItsStore) {
+  auto store = Open();
+  auto other = Open();
+  {
+    ASSERT_OK_AND_ASSIGN(auto w, other->NewWriter({}));
+    ASSERT_OK(w->Append(1, "loss", 0, 1.5));
+    ASSERT_OK(w->Close());
+  }
+  ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter({}));
+  EXPECT_THAT(w->Append(2, "loss", 0, int32_t{3}),
+              StatusIsWith(StatusCode::kInvalidArgument, "exists in the store as float64"));
+  ASSERT_OK(w->Append(2, "loss", 0, 2.5));
+  ASSERT_OK(w->Close());
+  // A writer whose store is closed keeps what it has: it neither refreshes
+  // nor fails for want of a store.
+  ASSERT_OK_AND_ASSIGN(auto orphan, store->NewWriter({}));
+  store.reset();
+  EXPECT_THAT(orphan->Append(3, "loss", 0, int64_t{3}),
+              StatusIsWith(StatusCode::kInvalidArgument, "float64"));
+  ASSERT_OK(orphan->Append(3, "fresh", 0, 1.0));
+  ASSERT_OK(orphan->Close());
+  ASSERT_OK_AND_ASSIGN(auto snap, other->Refresh());
+  EXPECT_EQ(snap->Get(2, "loss", 0)->scalar<double>(), 2.5);
+  EXPECT_EQ(snap->Get(3, "fresh", 0)->scalar<double>(), 1.0);
+  EXPECT_EQ(snap->GetSeriesInfo("loss")->count, 2u);
+}
+
 TEST_F(StoreTest, BadNamesAndRunIdsAreRefused) {
   auto store = Open();
   ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter({}));
@@ -1931,11 +1962,12 @@ class CountingEnv final : public EnvWrapper {
   std::atomic<int> segment_opens{0};
 };
 
-// Opening a writer of a default id lists `segments/` once, for the store's
-// refresh, and reads no segment: a new id has nothing to number past, not
-// even the compacted segments' lists of what they replaced. A writer that
-// reuses an id lists again and reads them, to number past its id's
-// segments; both commit. Counted, not timed (docs/design.md#writer-ids).
+// Opening a writer of a default id lists nothing and reads no segment: a new
+// id has nothing to number past, not even the compacted segments' lists of
+// what they replaced, and the writer checks its series against the store's
+// snapshot (refreshed once, at the first series it does not know). A writer
+// that reuses an id lists and reads them, to number past its id's segments;
+// both commit. Counted, not timed (docs/design.md#writer-ids).
 TEST_F(StoreTest, AWriterOfADefaultIdOpensWithoutListingOrReadingSegments) {
   CountingEnv env(Env::Default());
   StoreOptions o;
@@ -1961,9 +1993,16 @@ TEST_F(StoreTest, AWriterOfADefaultIdOpensWithoutListingOrReadingSegments) {
     env.listings = 0;
     env.segment_opens = 0;
     ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter({}));
-    EXPECT_EQ(env.listings.load(), 1) << "the store's refresh only";
+    EXPECT_EQ(env.listings.load(), 0);
     EXPECT_EQ(env.segment_opens.load(), 0);
+    // A series the store's snapshot knows is checked against it.
     ASSERT_OK(w->Append(i, "x", 0, i * 1.0));
+    EXPECT_EQ(env.listings.load(), 0);
+    // One it does not know brings the schema up to date, once per writer.
+    ASSERT_OK(w->Append(i, "new" + std::to_string(i), 0, 1.0));
+    EXPECT_EQ(env.listings.load(), 1);
+    ASSERT_OK(w->Append(i, "other" + std::to_string(i), 0, 1.0));
+    EXPECT_EQ(env.listings.load(), 1);
     ASSERT_OK(w->Close());
   }
   // An id used before: numbered past its compacted segments.
@@ -1973,7 +2012,7 @@ TEST_F(StoreTest, AWriterOfADefaultIdOpensWithoutListingOrReadingSegments) {
   WriterOptions wo;
   wo.writer_id = "task0";
   ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter(wo));
-  EXPECT_EQ(env.listings.load(), 2);
+  EXPECT_EQ(env.listings.load(), 1) << "to number past the id's segments";
   EXPECT_GE(env.segment_opens.load(), 1) << "the compacted segment's list of what it replaced";
   ASSERT_OK(w->Append(30, "x", 0, 30.0));
   ASSERT_OK(w->Close());
@@ -1989,8 +2028,66 @@ TEST_F(StoreTest, AWriterOfADefaultIdOpensWithoutListingOrReadingSegments) {
     }
   }
   std::printf(
-      "[ figures  ] 10 writers of default ids opened with 1 listing each and 0 segment "
-      "reads; one of a reused id with 2 listings\n");
+      "[ figures  ] 10 writers of default ids opened with 0 listings and 0 segment reads "
+      "(1 listing at the first series the store did not know); one of a reused id with 1\n");
+}
+
+// A refresh costs what changed: with nothing new it lists `segments/`, reads
+// no segment and keeps the snapshot it had; with one new segment it reads
+// that one only. Counted, not timed.
+TEST_F(StoreTest, ARefreshReadsOnlyWhatChangedAndKeepsTheSnapshotWhenNothingDid) {
+  CountingEnv env(Env::Default());
+  StoreOptions o;
+  o.env = &env;
+  auto store = Open(o);
+  for (int i = 0; i < 50; ++i) {
+    ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter({}));
+    ASSERT_OK(w->Append(i, "x", 0, i * 1.0));
+    ASSERT_OK(w->Close());
+  }
+  ASSERT_OK_AND_ASSIGN(auto before, store->Refresh());
+  EXPECT_EQ(before->ListSegments().size(), 50u);
+  env.listings = 0;
+  env.segment_opens = 0;
+  ASSERT_OK_AND_ASSIGN(auto same, store->Refresh());
+  EXPECT_EQ(env.listings.load(), 1);
+  EXPECT_EQ(env.segment_opens.load(), 0);
+  EXPECT_EQ(same.get(), before.get()) << "nothing changed: the snapshot stands";
+  EXPECT_EQ(store->last_refresh().segments, 50u);
+  EXPECT_EQ(store->last_refresh().unchanged, 50u);
+  {
+    ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter({}));
+    ASSERT_OK(w->Append(50, "x", 0, 50.0));
+    ASSERT_OK(w->Close());
+  }
+  env.segment_opens = 0;
+  ASSERT_OK_AND_ASSIGN(auto after, store->Refresh());
+  EXPECT_EQ(env.segment_opens.load(), 1) << "the new segment only";
+  EXPECT_NE(after.get(), before.get());
+  EXPECT_EQ(after->Get(50, "x", 0)->scalar<double>(), 50.0);
+  EXPECT_EQ(before->ListSegments().size(), 50u) << "a snapshot held keeps what it had";
+  // A live writer's open segment is read again at each refresh, from where
+  // the last one stopped, and what it committed since is seen.
+  ASSERT_OK_AND_ASSIGN(auto live, store->NewWriter({}));
+  ASSERT_OK(live->Append(51, "x", 0, 51.0));
+  ASSERT_OK(live->Commit());
+  ASSERT_OK_AND_ASSIGN(auto seen, store->Refresh());
+  EXPECT_EQ(seen->Get(51, "x", 0)->scalar<double>(), 51.0);
+  ASSERT_OK(live->Append(52, "x", 0, 52.0));
+  ASSERT_OK(live->Commit());
+  ASSERT_OK_AND_ASSIGN(auto seen2, store->Refresh());
+  EXPECT_EQ(seen2->Get(52, "x", 0)->scalar<double>(), 52.0);
+  ASSERT_OK(live->Close());
+  // A segment removed (compaction's retained inputs going) is a change too.
+  CompactOptions co;
+  co.retain_inputs_s = 0;
+  ASSERT_OK(store->Compact(co, nullptr));
+  ASSERT_OK_AND_ASSIGN(auto compacted, store->Refresh());
+  EXPECT_LT(compacted->ListSegments().size(), 10u);
+  for (int i = 0; i <= 52; ++i) {
+    ASSERT_OK_AND_ASSIGN(Value v, compacted->Get(i, "x", 0));
+    EXPECT_EQ(v.scalar<double>(), i * 1.0);
+  }
 }
 
 TEST_F(StoreTest, TwoLiveWritersWithOneIdNeverCollide) {

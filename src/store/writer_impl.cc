@@ -185,7 +185,7 @@ Result<uint64_t> NextSequenceOf(Env* env, const std::string& segments_dir,
 
 Result<std::unique_ptr<Writer>> WriterImpl::Open(Env* env, std::string segments_dir,
                                                  const WriterOptions& options_in,
-                                                 StoreSchema existing) {
+                                                 StoreSchema existing, SchemaRefresher refresh) {
   WriterOptions options = options_in;
   // A default id (host, pid, 64 bits of randomness and clock) names no
   // segment yet: there is nothing to number past, so opening its writer
@@ -245,18 +245,19 @@ Result<std::unique_ptr<Writer>> WriterImpl::Open(Env* env, std::string segments_
                                                  options.writer_id, next_seq);
   }
   std::unique_ptr<WriterImpl> impl(new WriterImpl(env, std::move(segments_dir), options,
-                                                  std::move(existing), next_seq, sealed_predecessor,
-                                                  std::move(shipper)));
+                                                  std::move(existing), std::move(refresh), next_seq,
+                                                  sealed_predecessor, std::move(shipper)));
   return std::unique_ptr<Writer>(std::move(impl));
 }
 
 WriterImpl::WriterImpl(Env* env, std::string segments_dir, const WriterOptions& options,
-                       StoreSchema existing, uint64_t next_seq, uint64_t sealed_predecessor,
-                       std::unique_ptr<staging::Shipper> shipper)
+                       StoreSchema existing, SchemaRefresher refresh, uint64_t next_seq,
+                       uint64_t sealed_predecessor, std::unique_ptr<staging::Shipper> shipper)
     : env_(env),
       options_(options),
-      existing_(std::move(existing)),
+      refresh_schema_(std::move(refresh)),
       shipper_(std::move(shipper)),
+      existing_(std::move(existing)),
       queue_(options.buffer_bytes, options.block_bytes),
       open_(env, shipper_ ? *options.staging_dir : segments_dir, options.writer_id,
             options.zstd_level, next_seq, sealed_predecessor, shipper_.get()) {
@@ -340,10 +341,24 @@ Status WriterImpl::CheckUsableLocked() const {
   return bg_error_;
 }
 
+Result<const SeriesSchema*> WriterImpl::ExistingSchemaLocked(std::string_view name) {
+  auto it = existing_.find(std::string(name));
+  if (it == existing_.end() && !schema_refreshed_ && refresh_schema_) {
+    // A series the store's snapshot did not know: it may have been defined
+    // since, so the schema is brought up to date, once per writer.
+    schema_refreshed_ = true;
+    RUNSTORE_ASSIGN_OR_RETURN(std::optional<StoreSchema> now, refresh_schema_());
+    if (now) existing_ = std::move(*now);
+    it = existing_.find(std::string(name));
+  }
+  return it == existing_.end() ? nullptr : &it->second;
+}
+
 Status WriterImpl::DefineSeriesLocked(std::string_view name, const SeriesSchema& schema,
                                       Codec codec) {
-  if (auto it = existing_.find(std::string(name)); it != existing_.end()) {
-    const SeriesSchema& e = it->second;
+  RUNSTORE_ASSIGN_OR_RETURN(const SeriesSchema* existing, ExistingSchemaLocked(name));
+  if (existing != nullptr) {
+    const SeriesSchema& e = *existing;
     if (e.dtype != schema.dtype || e.variable_shape != schema.variable_shape ||
         (!e.variable_shape && e.shape != schema.shape)) {
       return Status::InvalidArgument(
@@ -422,8 +437,8 @@ Result<WriterImpl::Series*> WriterImpl::GetSeriesLocked(std::string_view name,
     RUNSTORE_RETURN_IF_ERROR(CheckValue(name, *first_value));
     SeriesSchema schema{first_value->dtype, false,
                         std::vector<int64_t>(first_value->shape.begin(), first_value->shape.end())};
-    if (auto e = existing_.find(std::string(name));
-        e != existing_.end() && e->second.variable_shape) {
+    RUNSTORE_ASSIGN_OR_RETURN(const SeriesSchema* existing, ExistingSchemaLocked(name));
+    if (existing != nullptr && existing->variable_shape) {
       schema.variable_shape = true;  // adopt the store's variable-shape series
       schema.shape.clear();
     }

@@ -49,9 +49,11 @@ Status CheckValue(std::string_view name, const ValueRef& value);
 class WriterImpl final : public Writer {
  public:
   // `segments_dir` is the store's segments/ directory; `existing` the schema
-  // of the series already in the store.
+  // of the series in the store's snapshot, and `refresh` what brings it up
+  // to date once, when a series not in it is defined (null: never).
   static Result<std::unique_ptr<Writer>> Open(Env* env, std::string segments_dir,
-                                              const WriterOptions& options, StoreSchema existing);
+                                              const WriterOptions& options, StoreSchema existing,
+                                              SchemaRefresher refresh = nullptr);
   ~WriterImpl() override;
 
   Status DefineSeries(std::string_view name, const SeriesOptions& options) override;
@@ -95,7 +97,7 @@ class WriterImpl final : public Writer {
   // With a `shipper` (staging), `segments_dir` is the store's segments/ and
   // segments are written in options.staging_dir.
   WriterImpl(Env* env, std::string segments_dir, const WriterOptions& options, StoreSchema existing,
-             uint64_t next_seq, uint64_t sealed_predecessor,
+             SchemaRefresher refresh, uint64_t next_seq, uint64_t sealed_predecessor,
              std::unique_ptr<staging::Shipper> shipper);
 
   // ---- The writer the callers see (mu_ held).
@@ -109,6 +111,9 @@ class WriterImpl final : public Writer {
   // one before it, as a column of one state holds) is checked once.
   static Status CheckValuesAgainst(const Series& s, std::string_view name,
                                    std::span<const ValueRef> values);
+  // The store's schema of `name` (null: none), refreshed the first time a
+  // series is not in it.
+  Result<const SeriesSchema*> ExistingSchemaLocked(std::string_view name) RUNSTORE_REQUIRES(mu_);
   Status DefineSeriesLocked(std::string_view name, const SeriesSchema& schema, Codec codec)
       RUNSTORE_REQUIRES(mu_);
   Status AppendLocked(Series* s, const RunRef& run, int64_t step, const ValueRef& value)
@@ -213,7 +218,9 @@ class WriterImpl final : public Writer {
   // ---- Constant after construction.
   Env* const env_;
   const WriterOptions options_;
-  const StoreSchema existing_;
+  // The store's schema, brought up to date by refresh_schema_ the first
+  // time a series not in it is defined.
+  const SchemaRefresher refresh_schema_;
   const ForkGuard fork_guard_;  // the process the writer belongs to
   // Staging only (null otherwise); thread-safe, with a thread of its own.
   // Released without being destroyed in a child of fork() (its destructor
@@ -236,6 +243,8 @@ class WriterImpl final : public Writer {
   // series_ in the order they were created: a commit's blocks are queued in
   // it, so that readers see series in the order they were first logged.
   std::vector<Series*> series_order_ RUNSTORE_GUARDED_BY(mu_);
+  StoreSchema existing_ RUNSTORE_GUARDED_BY(mu_);
+  bool schema_refreshed_ RUNSTORE_GUARDED_BY(mu_) = false;
   Series* last_series_ RUNSTORE_GUARDED_BY(mu_) = nullptr;
   // The series of the last AppendRecord, in its order: a loop that logs the
   // same metrics every step finds them by comparing names, not by hashing.
