@@ -32,35 +32,6 @@
 namespace runstore::bench {
 namespace {
 
-// Env that forwards everything but makes syncs free: the store is scratch.
-class NoSyncFile final : public WritableFile {
- public:
-  explicit NoSyncFile(std::unique_ptr<WritableFile> f) : f_(std::move(f)) {}
-  Status Append(std::span<const std::string_view> pieces) override { return f_->Append(pieces); }
-  Status WriteAt(uint64_t offset, std::string_view data) override {
-    return f_->WriteAt(offset, data);
-  }
-  Status Sync() override { return Status::OK(); }
-  Status SyncPrefix(uint64_t) override { return Status::OK(); }
-  Status Close() override { return f_->Close(); }
-  uint64_t Size() const override { return f_->Size(); }
-
- private:
-  std::unique_ptr<WritableFile> f_;
-};
-
-class NoSyncEnv final : public EnvWrapper {
- public:
-  explicit NoSyncEnv(Env* base) : EnvWrapper(base) {}
-  Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path,
-                                                        bool exclusive) override {
-    auto f = target()->NewWritableFile(path, exclusive);
-    if (!f.ok()) return f.status();
-    return std::unique_ptr<WritableFile>(new NoSyncFile(std::move(f).value()));
-  }
-  Status SyncDir(const std::string&) override { return Status::OK(); }
-};
-
 std::string HashedId(uint64_t i) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "e%016llx",
