@@ -828,6 +828,13 @@ TEST(OpenFilesTest, AStoreOfThousandsOfSegmentsOfEveryKindWorksUnderABudgetOfSix
   EXPECT_NE(wrong.output.find("RUNSTORE_SEGMENT_MAPPINGS='64k' is not a whole number"),
             std::string::npos)
       << wrong.output;
+  // Nor is the page cache's budget for large values.
+  const ChildResult cache = RunProgram({}, {RUNSTORE_CLI_PATH, "--no-progress", "info", path},
+                                       [] { ::setenv("RUNSTORE_CACHED_LARGE_VALUES", "1G", 1); });
+  EXPECT_FALSE(cache.ok());
+  EXPECT_NE(cache.output.find("RUNSTORE_CACHED_LARGE_VALUES='1G' is not a whole number from 0"),
+            std::string::npos)
+      << cache.output;
 #endif
   std::printf(
       "[ open files ] %zu segments (%d of crashed writers, sealed, compacted) read, verified, "

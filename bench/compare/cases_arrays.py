@@ -22,6 +22,12 @@ META = {
         "commit: fdatasync, durable; the caller does not wait for it (the sync "
         "runs beside the next array's write)",
     ),
+    "runstore_uncached": (
+        "runstore, Writer.put + commit per array, every large value leaving the page cache "
+        "once durable (RUNSTORE_CACHED_LARGE_VALUES=0; reference)",
+        "-",
+        "commit: fdatasync, durable",
+    ),
     "runstore_endcommit": (
         "runstore, Writer.put per array, one commit at the end (reference)",
         "-",
@@ -51,6 +57,9 @@ LAZY_META = {
         "runstore: Store.array, a[::stride] (reads and checks the 4 KiB chunks the "
         "rows reach; a zero-copy view of the mapped segment)"
     ),
+    "runstore_uncached": (
+        "runstore as above, written with every large value leaving the page cache once durable"
+    ),
     "npy": ("np.load(mmap_mode='r'), a[::stride]"),
     "h5py": ("h5py: dataset[::stride] (hyperslab read)"),
     "zarr": ("zarr: array[::stride] (reads and decodes whole chunks)"),
@@ -65,10 +74,13 @@ def _name(i: int) -> str:
 # -- writers -----------------------------------------------------------------------------------
 
 
-def runstore_w(path, p, progress, end="commit"):
+def runstore_w(path, p, progress, end="commit", cached=None):
     """end: "commit" (waited), "async" (commit(wait=False); progress counts the arrays whose
     commits durable_ticket says are durable; the last is waited for) or None (one commit when
-    the with-block closes the writer)."""
+    the with-block closes the writer). cached: the bytes of durable large values this process
+    keeps in the page cache (RUNSTORE_CACHED_LARGE_VALUES; None: runstore's default)."""
+    if cached is not None:
+        os.environ["RUNSTORE_CACHED_LARGE_VALUES"] = str(cached)
     import runstore
 
     pool = array_pool(p["seed"], p["mib"])
@@ -167,6 +179,7 @@ def zarr_w(path, p, progress):
 WRITERS = {
     "runstore": runstore_w,
     "runstore_async": lambda path, p, progress: runstore_w(path, p, progress, end="async"),
+    "runstore_uncached": lambda path, p, progress: runstore_w(path, p, progress, cached=0),
     "runstore_endcommit": lambda path, p, progress: runstore_w(path, p, progress, end=None),
     "pickle_bz2": pickle_bz2_w,
     "npy": npy_w,

@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
@@ -20,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "env/page_cache.h"
 #include "testing/test_util.h"
 
 namespace runstore {
@@ -495,9 +497,25 @@ size_t ResidentPages(const std::string& path, uint64_t begin, uint64_t end) {
   return n;
 }
 
+// The process's budget of cached large values, set for one test.
+class KeptLargeBytes {
+ public:
+  explicit KeptLargeBytes(uint64_t bytes) : before_(page_cache::KeptBytes()) {
+    page_cache::SetKeptBytes(0);  // drops what earlier tests left in it
+    page_cache::Keep(nullptr, -1, {});
+    page_cache::SetKeptBytes(bytes);
+  }
+  ~KeptLargeBytes() { page_cache::SetKeptBytes(before_); }
+
+ private:
+  const uint64_t before_;
+};
+
 // A large piece (a large value) leaves the page cache once a sync has made it
-// durable, and not before; small pieces stay. Every byte still reads back.
+// durable, and not before, under a budget of nothing; small pieces stay.
+// Every byte still reads back.
 TEST(PosixEnvTest, LargePiecesLeaveThePageCacheOnceSynced) {
+  KeptLargeBytes none(0);
   testing::TempDir dir;
   struct statfs fs;
   ASSERT_EQ(::statfs(dir.path().c_str(), &fs), 0);
@@ -535,6 +553,63 @@ TEST(PosixEnvTest, LargePiecesLeaveThePageCacheOnceSynced) {
   expected.append(large).append(small2);
   ASSERT_OK_AND_ASSIGN(std::string got, ReadFileToString(env, path));
   EXPECT_TRUE(got == expected) << "seed " << seed;
+}
+
+// Under a budget, the large pieces a process made durable last stay cached
+// and older ones leave, across files and after a file is closed; a file
+// removed since is skipped. The default budget is a sixteenth of the memory,
+// at most 1 GiB.
+TEST(PosixEnvTest, TheLastLargePiecesStayCachedUpToABudget) {
+  testing::TempDir dir;
+  struct statfs fs;
+  ASSERT_EQ(::statfs(dir.path().c_str(), &fs), 0);
+  if (fs.f_type == TMPFS_MAGIC) GTEST_SKIP() << "tmpfs pages are the file: nothing to drop";
+  EXPECT_GT(page_cache::DefaultKeptBytes(), 0u);
+  EXPECT_LE(page_cache::DefaultKeptBytes(), uint64_t{1} << 30);
+  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  constexpr size_t kPiece = size_t{2} << 20;  // page-aligned: every page is the piece's
+  KeptLargeBytes budget(3 * kPiece);
+  const std::string piece(kPiece, 'v');
+  Env* env = Env::Default();
+  // Five pieces in three files: a, a, b (closed, then removed), c, c.
+  const std::vector<std::string> files = {"a", "a", "b", "c", "c"};
+  std::map<std::string, std::unique_ptr<WritableFile>> open;
+  const uint64_t dropped_before = page_cache::DroppedBytes();
+  for (size_t i = 0; i < files.size(); ++i) {
+    const std::string path = dir.path() + "/" + files[i];
+    if (!open.count(files[i])) {
+      ASSERT_OK_AND_ASSIGN(open[files[i]], env->NewWritableFile(path, true));
+    }
+    ASSERT_OK(open[files[i]]->Append(piece));
+    ASSERT_OK(open[files[i]]->Sync());
+    if (files[i] == "b") ASSERT_OK(open["b"]->Close());
+    if (i == 2) {
+      // Three pieces: all within the budget, all cached.
+      EXPECT_EQ(ResidentPages(dir.path() + "/a", 0, 2 * kPiece), 2 * kPiece / page);
+      EXPECT_EQ(ResidentPages(dir.path() + "/b", 0, kPiece), kPiece / page);
+      EXPECT_EQ(page_cache::DroppedBytes(), dropped_before);
+      std::filesystem::remove(dir.path() + "/b");
+    }
+  }
+  // Five pieces: the two oldest (a's) left the cache, the last three are
+  // kept (b's was removed: nothing to drop, and no error).
+  const size_t a = ResidentPages(dir.path() + "/a", 0, 2 * kPiece);
+  const size_t c = ResidentPages(dir.path() + "/c", 0, 2 * kPiece);
+  std::printf(
+      "[ figures  ] budget of 3 pieces of 2 MiB: a %zu of %zu pages resident, c %zu of %zu\n", a,
+      2 * kPiece / page, c, 2 * kPiece / page);
+  EXPECT_EQ(a, 0u);
+  EXPECT_EQ(c, 2 * kPiece / page);
+  EXPECT_EQ(page_cache::DroppedBytes() - dropped_before, 2 * kPiece);
+  EXPECT_EQ(page_cache::KeptNowBytes(), 3 * kPiece);
+  // A file closed before its pieces leave is dropped through its path.
+  ASSERT_OK(open["c"]->Close());
+  page_cache::SetKeptBytes(0);
+  page_cache::Keep(nullptr, -1, {});
+  EXPECT_EQ(ResidentPages(dir.path() + "/c", 0, 2 * kPiece), 0u);
+  EXPECT_EQ(page_cache::KeptNowBytes(), 0u);
+  ASSERT_OK_AND_ASSIGN(std::string got, ReadFileToString(env, dir.path() + "/c"));
+  EXPECT_TRUE(got == piece + piece);
 }
 
 TEST(PosixEnvTest, DefaultIsOneObject) { EXPECT_EQ(Env::Default(), Env::Default()); }

@@ -25,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "env/page_cache.h"
 #include "env/path.h"
 #include "runstore/env.h"
 #include "util/mutex.h"
@@ -195,7 +196,7 @@ class PosixWritableFile final : public WritableFile {
     // owns: written_back_ stays its own, and synced_ only grows.
     if (::fdatasync(fd_) != 0) return ErrnoStatus(path_ + ": fdatasync", errno);
     RaiseSynced(&synced_, length);
-    DropSyncedLarge(length);
+    KeepSyncedLarge(length);
     return Status::OK();
   }
 
@@ -259,12 +260,9 @@ class PosixWritableFile final : public WritableFile {
 
  private:
   // A large piece (a large value, written from the caller's memory: see
-  // docs/format.md) is written once and seldom read soon, so its whole pages
-  // leave the page cache once a sync has made them durable
-  // (POSIX_FADV_DONTNEED; clean, unmapped pages only, so nothing is lost and
-  // a reader's mapping keeps its pages). A page cache that grows with every
-  // GiB written costs the kernel far more per byte than one that reuses its
-  // pages: docs/design.md#large-values-leave-the-page-cache-once-durable.
+  // docs/format.md) is handed to the process's page-cache budget once a sync
+  // has made it durable, and leaves the cache when newer ones exceed it
+  // (env/page_cache.h): docs/design.md#large-values-leave-the-page-cache-once-durable.
   static constexpr uint64_t kLargePieceBytes = uint64_t{1} << 20;
 
   void NoteLarge(uint64_t begin, uint64_t end) {
@@ -276,26 +274,26 @@ class PosixWritableFile final : public WritableFile {
     }
   }
 
-  // Drops the whole pages of the large ranges below `synced`; a range that
-  // reaches past it waits for the sync that covers it.
-  void DropSyncedLarge(uint64_t synced) {
-#ifdef POSIX_FADV_DONTNEED
+  // Hands the whole pages of the large ranges below `synced` to the budget; a
+  // range that reaches past it waits for the sync that covers it.
+  void KeepSyncedLarge(uint64_t synced) {
     static const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
-    MutexLock lock(&large_mu_);
-    size_t done = 0;
-    for (; done < large_.size() && large_[done].second <= synced; ++done) {
-      const uint64_t first = (large_[done].first + page - 1) / page * page;
-      const uint64_t end = large_[done].second / page * page;
-      // Only a hint: a failure loses nothing.
-      if (end > first) {
-        (void)::posix_fadvise(fd_, static_cast<off_t>(first), static_cast<off_t>(end - first),
-                              POSIX_FADV_DONTNEED);
+    std::vector<std::pair<uint64_t, uint64_t>> durable;
+    std::shared_ptr<const std::string> path;
+    {
+      MutexLock lock(&large_mu_);
+      size_t done = 0;
+      for (; done < large_.size() && large_[done].second <= synced; ++done) {
+        const uint64_t first = (large_[done].first + page - 1) / page * page;
+        const uint64_t end = large_[done].second / page * page;
+        if (end > first) durable.emplace_back(first, end);
       }
+      large_.erase(large_.begin(), large_.begin() + static_cast<ptrdiff_t>(done));
+      if (durable.empty()) return;
+      if (shared_path_ == nullptr) shared_path_ = std::make_shared<const std::string>(path_);
+      path = shared_path_;
     }
-    large_.erase(large_.begin(), large_.begin() + static_cast<ptrdiff_t>(done));
-#else
-    (void)synced;
-#endif
+    page_cache::Keep(path, fd_, durable);
   }
 
   // Appended bytes are handed to the disk a window at a time
@@ -326,6 +324,8 @@ class PosixWritableFile final : public WritableFile {
   // Appended by Append, dropped by SyncPrefix, which may run on another thread.
   Mutex large_mu_;
   std::vector<std::pair<uint64_t, uint64_t>> large_ RUNSTORE_GUARDED_BY(large_mu_);
+  // path_, shared with the page-cache budget, made at the first large piece.
+  std::shared_ptr<const std::string> shared_path_ RUNSTORE_GUARDED_BY(large_mu_);
 };
 
 class PosixMappedRegion final : public MappedRegion {

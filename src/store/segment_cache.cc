@@ -4,15 +4,13 @@
 #include <sys/resource.h>
 
 #include <algorithm>
-#include <charconv>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <string>
 #include <utility>
 
 #include "runstore/store.h"
 #include "store/snapshot.h"
+#include "util/environment.h"
 
 namespace runstore {
 
@@ -51,19 +49,14 @@ SegmentCache& SegmentCache::Process() {
     // Set by the environment, for any front end.
     for (auto [name, limit] : {std::pair{"RUNSTORE_SEGMENT_MAPPINGS", &l.mappings},
                                std::pair{"RUNSTORE_SEGMENT_FILES", &l.files}}) {
-      const char* text = std::getenv(name);
-      if (text == nullptr) continue;
-      uint64_t n = 0;
-      const char* end = text + std::strlen(text);
-      const auto [ptr, ec] = std::from_chars(text, end, n);
-      if (ec != std::errc() || ptr != end || n < 1 || n > (uint64_t{1} << 32)) {
-        c->environment_status_ = Status::InvalidArgument(
-            std::string(name) + "='" + text +
-            "' is not a whole number from 1 to 4294967296 (the segment budget's " +
-            (limit == &l.mappings ? "mappings" : "open files") + ")");
-        continue;
+      auto n = WholeNumberFromEnvironment(name, 1, uint64_t{1} << 32,
+                                          limit == &l.mappings ? "the segment budget's mappings"
+                                                               : "the segment budget's open files");
+      if (!n.ok()) {
+        c->environment_status_ = n.status();
+      } else if (*n) {
+        *limit = static_cast<size_t>(**n);
       }
-      *limit = static_cast<size_t>(n);
     }
     c->SetLimits(l);
     return c;

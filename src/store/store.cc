@@ -10,6 +10,7 @@
 #include <random>
 #include <thread>
 
+#include "env/page_cache.h"
 #include "env/path.h"
 #include "format/format.h"
 #include "format/segment_reader.h"
@@ -542,6 +543,7 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& path_in,
   Env* env = options.env ? options.env : Env::Default();
   if (path_in.empty()) return Status::InvalidArgument("store path is empty");
   RUNSTORE_RETURN_IF_ERROR(SegmentCache::Process().environment_status());
+  RUNSTORE_RETURN_IF_ERROR(page_cache::EnvironmentStatus());
   if (const size_t nul = path_in.find('\0'); nul != std::string::npos) {
     // The system would read the path only up to the NUL, and create or open
     // a different directory than the one asked for.
