@@ -39,6 +39,7 @@ namespace {
 
 using ::runstore::testing::Contents;
 using ::runstore::testing::KeyString;
+using ::runstore::testing::MappedSegmentKib;
 using ::runstore::testing::RecordKey;
 using ::runstore::testing::RecordValue;
 using ::runstore::testing::RecordValueAt;
@@ -386,24 +387,6 @@ TEST(CompactTest, ManyRecordsAreSortedInSeveralPassesWithinTheMemoryBound) {
   EXPECT_EQ(report.output_records, before.records.size());
   EXPECT_LT(report.output_records, 300000u) << "the parts overwrite each other's keys";
   EXPECT_SAME_DUMP(before, DumpStore(dir.path()));
-}
-
-// Resident pages of the mappings of `dir`'s segment files, in KiB
-// (/proc/self/smaps: the pages this process has mapped, not the page cache).
-long MappedSegmentKib(const std::string& dir) {
-  std::ifstream smaps("/proc/self/smaps");
-  const std::string prefix = std::filesystem::canonical(dir).string() + "/segments/";
-  bool ours = false;
-  long kib = 0;
-  for (std::string line; std::getline(smaps, line);) {
-    const size_t dash = line.find('-');
-    if (dash != std::string::npos && dash < line.find(' ') && std::isxdigit(line[0])) {
-      ours = line.find(prefix) != std::string::npos;  // a mapping's first line
-    } else if (ours && line.rfind("Rss:", 0) == 0) {
-      kib += std::strtol(line.c_str() + 4, nullptr, 10);
-    }
-  }
-  return kib;
 }
 
 TEST(CompactTest, TheMergeKeepsTheInputsMappedPagesWithinAQuarterOfItsMemory) {

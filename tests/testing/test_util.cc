@@ -2,10 +2,12 @@
 
 #include <unistd.h>
 
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 
 #include "util/hash.h"
 
@@ -36,6 +38,22 @@ uint64_t TestSeed() {
   std::printf("[ seed     ] RUNSTORE_SEED=%llu\n", static_cast<unsigned long long>(seed));
   std::fflush(stdout);
   return seed;
+}
+
+long MappedSegmentKib(const std::string& dir) {
+  std::ifstream smaps("/proc/self/smaps");
+  const std::string prefix = std::filesystem::canonical(dir).string() + "/segments/";
+  bool ours = false;
+  long kib = 0;
+  for (std::string line; std::getline(smaps, line);) {
+    const size_t dash = line.find('-');
+    if (dash != std::string::npos && dash < line.find(' ') && std::isxdigit(line[0])) {
+      ours = line.find(prefix) != std::string::npos;  // a mapping's first line
+    } else if (ours && line.rfind("Rss:", 0) == 0) {
+      kib += std::strtol(line.c_str() + 4, nullptr, 10);
+    }
+  }
+  return kib;
 }
 
 std::string HashedId(uint64_t i) {

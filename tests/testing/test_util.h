@@ -166,6 +166,11 @@ class TempDir {
 // Printed so that a failure can be replayed.
 uint64_t TestSeed();
 
+// Resident pages of this process's mappings of `dir`'s segment files, in
+// KiB (/proc/self/smaps: the pages this process has mapped, not the page
+// cache).
+long MappedSegmentKib(const std::string& dir);
+
 // An experiment id as runstore's experiments layer makes them by default:
 // 'e' and 16 hex digits of a hash (of i).
 std::string HashedId(uint64_t i);
