@@ -193,9 +193,22 @@ class Snapshot {
   // are listed only with include_reserved.
   virtual Result<std::vector<SeriesInfo>> ListSeries(bool include_reserved = false) const = 0;
   virtual Result<SeriesInfo> GetSeriesInfo(std::string_view name) const = 0;
+  // Every series that has a block, sorted by name, with everything but its
+  // count, which is left 0: what the snapshot's index says, without the key
+  // resolution that counting takes (which reads the blocks of series whose
+  // keys may repeat). A series whose every record is hidden or overwritten
+  // is listed here and not by ListSeries. For callers that need the types.
+  virtual std::vector<SeriesInfo> ListSeriesTypes(bool include_reserved = false) const = 0;
   // Every run id with at least one visible record in a non-reserved series,
   // sorted (integers first).
   virtual Result<std::vector<RunId>> ListRuns() const = 0;
+  // How many runs ListRuns would list, without listing them: the runs of a
+  // block its sealed segment's run index lists (docs/format.md "Run index")
+  // are counted by their 64-bit hashes, without reading the block, so a
+  // store of hashed experiment ids is counted from its footers. Two runs
+  // whose hashes collide count once (for a million runs, a chance of about
+  // 3 in 10^8).
+  virtual Result<uint64_t> CountRuns() const = 0;
   virtual std::vector<SegmentInfo> ListSegments() const = 0;
   // The segments left out because they could not be read (empty unless the
   // store was opened with OnDamaged::kSkip): their records are not in this

@@ -137,6 +137,7 @@ class ExperimentIndex:
         self._order: np.ndarray | None = None
         self._sorted: np.ndarray | None = None
         self._dict: dict[Any, int] | None = None
+        self._last: np.ndarray | None = None  # the positions last asked, when all were found
         if ids.dtype != object:
             self._order = np.argsort(ids, kind="stable")
             self._sorted = ids[self._order]
@@ -152,8 +153,18 @@ class ExperimentIndex:
         if len(self.ids) == 0 or len(runs) == 0:
             return np.full(len(runs), -1, dtype=np.intp)
         if self._dict is not None:
+            # The series of one log_many (an experiment's status fields, its outcomes) hold
+            # their runs in the same order: the last positions are checked against the ids
+            # they name (one comparison per run) instead of a lookup per run.
+            last = self._last
+            if last is not None and len(last) == len(runs) and np.array_equal(self.ids[last], runs):
+                return last
             d = self._dict
-            return np.fromiter((d.get(r, -1) for r in runs.tolist()), np.intp, len(runs))
+            pos = np.fromiter((d.get(r, -1) for r in runs.tolist()), np.intp, len(runs))
+            pos.setflags(write=False)  # shared by the calls that reuse it
+            # Kept when every run is an experiment: a run that is not (-1) has no id to check.
+            self._last = pos if len(pos) and pos.min() >= 0 else None
+            return pos
         assert self._sorted is not None and self._order is not None
         if runs.dtype == object:  # some str runs: only the int ones can match
             is_int = np.fromiter((isinstance(r, int) for r in runs.tolist()), bool, len(runs))
@@ -167,14 +178,17 @@ class ExperimentIndex:
         return np.where(found, self._order[k], -1).astype(np.intp, copy=False)
 
 
-def reserved_series(store: Store) -> dict[str, dict[str, Any]]:
-    """Every series including reserved ones, by name (the _core series() dicts)."""
-    return {d["name"]: d for d in store._core.series(include_reserved=True)}
+def reserved_series(store: Store, counts: bool = True) -> dict[str, dict[str, Any]]:
+    """Every series including reserved ones, by name (the _core series() dicts). With
+    ``counts=False`` without their counts, and so without resolving any series' keys (which
+    reads the blocks of every series whose keys may repeat): their types, for readers of some
+    of them."""
+    return {d["name"]: d for d in store._core.series(include_reserved=True, counts=counts)}
 
 
 def load_index(store: Store, infos: dict[str, dict[str, Any]] | None = None) -> ExperimentIndex:
     """The experiment ids in definition order (~design/~row; ties in storage order)."""
-    infos = reserved_series(store) if infos is None else infos
+    infos = reserved_series(store, counts=False) if infos is None else infos
     if ROW not in infos:
         return ExperimentIndex(np.empty(0, dtype=np.int64))
     d = store._core.scan(ROW)
@@ -233,7 +247,7 @@ def design_columns(store: Store, infos: dict[str, dict[str, Any]]) -> list[str]:
 
 def load_design(store: Store) -> tuple[ExperimentIndex, dict[str, Column]]:
     """The experiment index and one Column per parameter."""
-    infos = reserved_series(store)
+    infos = reserved_series(store, counts=False)
     index = load_index(store, infos)
     cols = {
         p: read_column(store, DESIGN + p, index, infos[DESIGN + p])
@@ -250,7 +264,7 @@ def load_status(
 ) -> dict[str, Column]:
     """One Column per status field (state, error, host, started, finished, seconds, attempt).
     ``after_each`` is called after each series is read."""
-    infos = reserved_series(store) if infos is None else infos
+    infos = reserved_series(store, counts=False) if infos is None else infos
     n = len(index)
     out: dict[str, Column] = {}
     for col, series in STATUS_COLUMNS.items():
@@ -332,7 +346,7 @@ def apply_categories(store: Store, data: dict[str, Any]) -> None:
 def status_frame(store: Store) -> pandas.DataFrame:
     import pandas as pd
 
-    infos = reserved_series(store)
+    infos = reserved_series(store, counts=False)
     index = load_index(store, infos)
     data: dict[str, Any] = {ID_COLUMN: index.ids}
     data.update(status_frame_columns(load_status(store, index, infos)))
@@ -340,7 +354,7 @@ def status_frame(store: Store) -> pandas.DataFrame:
 
 
 def pending_ids(store: Store, retry_failed: bool) -> list[RunId]:
-    infos = reserved_series(store)
+    infos = reserved_series(store, counts=False)
     index = load_index(store, infos)
     state = status_frame_columns(load_status(store, index, infos))["state"]
     todo = state != "done"
@@ -362,7 +376,7 @@ def load_results(
     import pandas as pd
 
     store.refresh()
-    infos = reserved_series(store)
+    infos = reserved_series(store, counts=False)
     if ROW not in infos:
         raise ValueError(
             f"store {store.path} has no experiment design (no {ROW!r} records): load_results "
@@ -709,7 +723,7 @@ def define_columns(
         check_param_name(p.name)
 
     store.refresh()
-    infos = reserved_series(store)
+    infos = reserved_series(store, counts=False)
     for p in params:
         info = infos.get(DESIGN + p.name)
         if info is not None:
@@ -859,7 +873,7 @@ class ExperimentWriter:
 
     def __init__(self, store: Store, **writer_options: Any) -> None:
         store.refresh()
-        infos = reserved_series(store)
+        infos = reserved_series(store, counts=False)
         self._params = design_columns(store, infos)
         self._next_row = 0
         if ROW in infos:

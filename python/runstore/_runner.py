@@ -328,7 +328,7 @@ def _plan(
     store: Store, retry_failed: bool
 ) -> tuple[ex.ExperimentIndex, dict[str, ex.Column], np.ndarray, np.ndarray, int]:
     """(index, params, rows to run, attempts so far, skipped)."""
-    infos = ex.reserved_series(store)
+    infos = ex.reserved_series(store, counts=False)
     index = ex.load_index(store, infos)
     params = {
         p: ex.read_column(store, ex.DESIGN + p, index, infos[ex.DESIGN + p])
@@ -705,7 +705,7 @@ class _Pool:
         str_ids = any(isinstance(i, str) for i in ids)
         index = ex.ExperimentIndex(np.array(ids, dtype=object if str_ids else np.int64))
         state = None
-        if ex.STATE in ex.reserved_series(self.store):
+        if ex.STATE in ex.reserved_series(self.store, counts=False):
             state = ex.read_column(self.store, ex.STATE, index)
         if exitcode is not None and exitcode < 0:
             how = f"was killed by signal {signal.Signals(-exitcode).name}"

@@ -184,7 +184,7 @@ class PyStore {
   void Refresh();
   nb::list Names(bool include_reserved);
   nb::list Runs();
-  nb::list Series(bool include_reserved);
+  nb::list Series(bool include_reserved, bool counts);
   nb::dict SeriesInfoOf(const std::string& name);
   nb::list Segments();
   // Snapshot::DamagedSegments(): one dict {file, kind, message} each.

@@ -193,9 +193,18 @@ nb::list PyStore::Names(bool include_reserved) {
   return out;
 }
 
-nb::list PyStore::Series(bool include_reserved) {
+nb::list PyStore::Series(bool include_reserved, bool counts) {
   const StoreUse use = Use();
   nb::list out;
+  if (!counts) {
+    // The types only: no key resolution, no block read (Snapshot::ListSeriesTypes).
+    for (const SeriesInfo& s : store_->GetSnapshot()->ListSeriesTypes(include_reserved)) {
+      nb::dict d = SeriesDict(s);
+      nb::del(d["count"]);
+      out.append(d);
+    }
+    return out;
+  }
   for (const SeriesInfo& s : ListSeriesNoGil(*store_, include_reserved)) {
     out.append(SeriesDict(s));
   }
@@ -927,9 +936,10 @@ void BindStore(nb::module_& m) {
            "Names of the series with visible records, sorted.")
       .def("runs", &PyStore::Runs,
            "Every run id with a visible record, sorted (ints first, then strs).")
-      .def("series", &PyStore::Series, "include_reserved"_a = false,
+      .def("series", &PyStore::Series, "include_reserved"_a = false, "counts"_a = true,
            "One dict per series: name, dtype, shape (None if variable), variable_shape, count, "
-           "stored_bytes.")
+           "stored_bytes, first_logged. counts=False leaves count out and reads no block: "
+           "every series with a block, also one whose records are all hidden.")
       .def("series_info", &PyStore::SeriesInfoOf, "name"_a,
            "The series() dict of one series; KeyError if absent.")
       .def("segments", &PyStore::Segments, "One dict per segment file of the snapshot.")

@@ -129,3 +129,45 @@ def test_the_command(timed, tmp_path):
     assert r.returncode == 3 and "NotFound" in r.stderr, r.stderr
     r = run_cli("status")
     assert r.returncode == 1 and "usage" in r.stderr
+
+
+def test_status_reads_only_the_series_it_shows(store):
+    """Listing the series for their types resolves no keys: a design written twice (every key
+    overwritten, whose resolution reads its blocks) and an outcome are listed with their types
+    and without counts, and the status is right."""
+    store.define_experiments([{"x": float(i)} for i in range(50)])
+    ids = runstore.experiments.design(store)["experiment"].tolist()
+    with store.writer(_allow_reserved=True) as w:
+        # The design again, as a writer that records whole experiments does (keys repeat).
+        w.log_many(ids, **{ex.DESIGN + "x": [float(i) for i in range(50)]})
+        w.log_many(ids, **{ex.STATE: ["done"] * 50, ex.ATTEMPT: [1] * 50}, y=list(range(50)))
+    store.refresh()
+    typed = {d["name"]: d for d in store._core.series(include_reserved=True, counts=False)}
+    counted = {d["name"]: d for d in store._core.series(include_reserved=True)}
+    assert set(typed) == set(counted)
+    for name, d in typed.items():
+        assert "count" not in d
+        assert {k: v for k, v in counted[name].items() if k != "count"} == d
+    assert counted[ex.DESIGN + "x"]["count"] == 50  # the overwritten keys, resolved
+    assert ex.reserved_series(store, counts=False).keys() == typed.keys()
+    st = store.status()
+    assert st["state"].tolist() == ["done"] * 50
+
+
+def test_positions_of_runs_in_the_same_order_are_computed_once_and_stay_right():
+    """The columns of one log_many hold their runs in the same order: the positions of the last
+    runs asked are reused, read-only, and other runs get theirs."""
+    import numpy as np
+
+    index = ex.ExperimentIndex(np.array(["a", "b", "c", "d"], dtype=object))
+    first = index.positions(np.array(["c", "a", "d"], dtype=object))
+    assert first.tolist() == [2, 0, 3]
+    again = index.positions(np.array(["c", "a", "d"], dtype=object))
+    assert again is first and not again.flags.writeable
+    assert index.positions(np.array(["c", "b", "d"], dtype=object)).tolist() == [2, 1, 3]
+    assert index.positions(np.array(["c", "a", "zz"], dtype=object)).tolist() == [2, 0, -1]
+    # A run that is not an experiment: nothing to check the positions by, so not reused.
+    assert index.positions(np.array(["c", "a", "zz"], dtype=object)).tolist() == [2, 0, -1]
+    assert index.positions(np.array(["c", "a", "b"], dtype=object)).tolist() == [2, 0, 1]
+    assert index.positions(np.array(["d"], dtype=object)).tolist() == [3]
+    assert index.positions(np.array([1, "b"], dtype=object)).tolist() == [-1, 1]

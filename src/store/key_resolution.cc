@@ -149,7 +149,7 @@ Status SnapshotImpl::EnsurePlan(const SeriesEntry& e) const {
 // AscendingBlocksShareNoKey and StepMajorBlocksShareNoKey recognise). The
 // others are resolved record by record.
 bool SnapshotImpl::GroupSharesNoRun(const SeriesEntry& e, size_t i, size_t j, bool reserved) const {
-  std::vector<uint64_t> hashes;
+  std::vector<std::span<const uint64_t>> lists;
   for (size_t k = i; k < j; ++k) {
     const BlockRef& b = e.blocks[e.by_min_key[k]];
     const auto& ri = segments_[b.segment]->index.run_index;
@@ -161,11 +161,11 @@ bool SnapshotImpl::GroupSharesNoRun(const SeriesEntry& e, size_t i, size_t j, bo
     if (!(b.header->flags & format::kBlockKeysAscending) && listed.size() != b.header->count) {
       return false;
     }
-    hashes.insert(hashes.end(), listed.begin(), listed.end());
+    lists.push_back(listed);
   }
   // A hash that two runs share only makes this answer no: the blocks are then
-  // read and their keys compared.
-  std::sort(hashes.begin(), hashes.end());
+  // read and their keys compared. Each list ascends: merged, not sorted.
+  const std::vector<uint64_t> hashes = MergeAscending(lists);
   return std::adjacent_find(hashes.begin(), hashes.end()) == hashes.end();
 }
 

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <queue>
 
 #include "store/segment_cache.h"
 #include "store/snapshot_helpers.h"
@@ -320,6 +321,7 @@ std::shared_ptr<LoadedSegment::LazyBlock> LoadedSegment::LazyBlockOf(uint32_t bl
 }
 
 Result<Payload> SnapshotImpl::ReadPayload(const BlockRef& b, Check check) const {
+  payload_reads_.fetch_add(1, std::memory_order_relaxed);
   const LoadedSegment& seg = *segments_[b.segment];
   const format::BlockInfo& info = seg.index.blocks[b.block];
   const BlockHeader& h = info.header;
@@ -385,6 +387,24 @@ Result<std::vector<SeriesInfo>> SnapshotImpl::ListSeries(bool include_reserved) 
   return out;
 }
 
+std::vector<SeriesInfo> SnapshotImpl::ListSeriesTypes(bool include_reserved) const {
+  std::vector<SeriesInfo> out;
+  for (const auto& [name, e] : series_) {
+    if (!include_reserved && !name.empty() && name[0] == '~') continue;
+    // Field by field: count is written by the series' key resolution, which
+    // another thread may be making.
+    SeriesInfo i;
+    i.name = e->info.name;
+    i.dtype = e->info.dtype;
+    i.variable_shape = e->info.variable_shape;
+    i.shape = e->info.shape;
+    i.stored_bytes = e->info.stored_bytes;
+    i.first_logged = e->info.first_logged;
+    out.push_back(std::move(i));
+  }
+  return out;
+}
+
 Result<SeriesInfo> SnapshotImpl::GetSeriesInfo(std::string_view name) const {
   auto it = series_.find(name);
   if (it == series_.end()) return Status::NotFound("series '" + std::string(name) + "' not found");
@@ -392,52 +412,94 @@ Result<SeriesInfo> SnapshotImpl::GetSeriesInfo(std::string_view name) const {
   return it->second->info;
 }
 
-Result<std::vector<RunId>> SnapshotImpl::ListRuns() const {
-  std::call_once(runs_once_, [&] {
-    // Deduplicated as it goes, so memory follows distinct runs, not records.
-    std::vector<RunId> runs;
-    size_t unique = 0;
-    auto add = [&](RunId r) {
-      runs.push_back(std::move(r));
-      if (runs.size() >= std::max<size_t>(1 << 16, 2 * unique)) {
-        std::sort(runs.begin(), runs.end());
-        runs.erase(std::unique(runs.begin(), runs.end()), runs.end());
-        unique = runs.size();
+Status SnapshotImpl::ForEachRun(const std::function<void(std::span<const uint64_t>)>& hashes,
+                                const std::function<void(const RunRef&)>& run) const {
+  for (const auto& [name, e] : series_) {
+    if (name[0] == '~') continue;
+    RUNSTORE_RETURN_IF_ERROR(EnsurePlan(*e));
+    for (const PlanItem& item : e->plan) {
+      const BlockRef& b = e->blocks[item.block];
+      // A block of one run (the common case of long runs) needs no payload.
+      if (item.all_rows && b.header->min_key.run == b.header->max_key.run) {
+        run(b.header->min_key.run);
+        continue;
       }
-    };
-    for (const auto& [name, e] : series_) {
-      if (name[0] == '~') continue;
-      runs_status_ = EnsurePlan(*e);
-      if (!runs_status_.ok()) return;
-      for (const PlanItem& item : e->plan) {
-        const BlockRef& b = e->blocks[item.block];
-        // A block of one run (the common case of long runs) needs no payload.
-        if (item.all_rows && b.header->min_key.run == b.header->max_key.run) {
-          add(b.header->min_key.run);
-          continue;
-        }
-        auto p = ReadPayload(b);
-        if (!p.ok()) {
-          runs_status_ = p.status();
-          return;
-        }
-        const size_t n = item.all_rows ? p->view.count() : item.rows.size();
-        for (size_t i = 0; i < n; ++i) {
-          const uint32_t r = item.all_rows ? static_cast<uint32_t>(i) : item.rows[i];
-          if (i > 0 && item.all_rows && (b.header->flags & format::kBlockKeysAscending) &&
-              CompareRunRefs(p->view.run(r), p->view.run(r - 1)) == 0) {
-            continue;  // ascending keys: runs come in groups
+      // Nor does one its segment's footer lists the runs of, by their hashes.
+      if (hashes && item.all_rows) {
+        if (const auto& ri = segments_[b.segment]->index.run_index; ri) {
+          if (const auto listed = ri->Of(b.block); !listed.empty()) {
+            hashes(listed);
+            continue;
           }
-          add(p->view.run(r).ToRunId());
         }
+      }
+      RUNSTORE_ASSIGN_OR_RETURN(Payload p, ReadPayload(b));
+      const size_t n = item.all_rows ? p.view.count() : item.rows.size();
+      for (size_t i = 0; i < n; ++i) {
+        const uint32_t r = item.all_rows ? static_cast<uint32_t>(i) : item.rows[i];
+        if (i > 0 && item.all_rows && (b.header->flags & format::kBlockKeysAscending) &&
+            CompareRunRefs(p.view.run(r), p.view.run(r - 1)) == 0) {
+          continue;  // ascending keys: runs come in groups
+        }
+        run(p.view.run(r));
       }
     }
-    std::sort(runs.begin(), runs.end());
-    runs.erase(std::unique(runs.begin(), runs.end()), runs.end());
-    runs_ = std::move(runs);
+  }
+  return Status::OK();
+}
+
+namespace {
+
+// Values deduplicated as they come, so that memory follows the distinct
+// values, not the records.
+template <typename T>
+class Distinct {
+ public:
+  void Add(T v) {
+    values_.push_back(std::move(v));
+    if (values_.size() >= std::max<size_t>(1 << 16, 2 * unique_)) Compact();
+  }
+  std::vector<T> Take() {
+    Compact();
+    return std::move(values_);
+  }
+
+ private:
+  void Compact() {
+    std::sort(values_.begin(), values_.end());
+    values_.erase(std::unique(values_.begin(), values_.end()), values_.end());
+    unique_ = values_.size();
+  }
+  std::vector<T> values_;
+  size_t unique_ = 0;
+};
+
+}  // namespace
+
+Result<std::vector<RunId>> SnapshotImpl::ListRuns() const {
+  std::call_once(runs_once_, [&] {
+    Distinct<RunId> runs;
+    runs_status_ = ForEachRun(nullptr, [&](const RunRef& r) { runs.Add(r.ToRunId()); });
+    if (runs_status_.ok()) runs_ = runs.Take();
   });
   if (!runs_status_.ok()) return runs_status_;
   return runs_;
+}
+
+Result<uint64_t> SnapshotImpl::CountRuns() const {
+  // The footers' lists, each ascending, are merged rather than sorted; the
+  // runs of blocks read are deduplicated as they come, then join them.
+  std::vector<std::span<const uint64_t>> lists;
+  Distinct<uint64_t> read;
+  RUNSTORE_RETURN_IF_ERROR(
+      ForEachRun([&](std::span<const uint64_t> listed) { lists.push_back(listed); },
+                 [&](const RunRef& r) { read.Add(format::RunHash(r)); }));
+  const std::vector<uint64_t> from_blocks = read.Take();
+  lists.push_back(from_blocks);
+  const std::vector<uint64_t> all = MergeAscending(lists);
+  uint64_t distinct = 0;
+  for (size_t i = 0; i < all.size(); ++i) distinct += i == 0 || all[i] != all[i - 1];
+  return distinct;
 }
 
 std::vector<SegmentInfo> SnapshotImpl::ListSegments() const {

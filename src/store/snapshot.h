@@ -4,6 +4,7 @@
 #define RUNSTORE_STORE_SNAPSHOT_H_
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -141,7 +142,9 @@ class SnapshotImpl final : public Snapshot {
 
   Result<std::vector<SeriesInfo>> ListSeries(bool include_reserved) const override;
   Result<SeriesInfo> GetSeriesInfo(std::string_view name) const override;
+  std::vector<SeriesInfo> ListSeriesTypes(bool include_reserved) const override;
   Result<std::vector<RunId>> ListRuns() const override;
+  Result<uint64_t> CountRuns() const override;
   std::vector<SegmentInfo> ListSegments() const override;
   const std::vector<DamagedSegment>& DamagedSegments() const override { return damaged_; }
   Result<Value> Get(RunRef run, std::string_view name, int64_t step) const override;
@@ -160,6 +163,8 @@ class SnapshotImpl final : public Snapshot {
   // search (docs/design.md#invariant-6). For tests that count, rather than
   // time, that resolution is not quadratic in the number of markers.
   uint64_t marker_searches() const { return marker_searches_.load(std::memory_order_relaxed); }
+  // Blocks read (ReadPayload calls) through this snapshot (tests).
+  uint64_t payload_reads() const { return payload_reads_.load(std::memory_order_relaxed); }
   const std::vector<std::shared_ptr<const LoadedSegment>>& segments() const { return segments_; }
 
   struct BlockRef {
@@ -240,6 +245,11 @@ class SnapshotImpl final : public Snapshot {
   // (open, or of an older version). Get and a scan filtered to runs both ask
   // it, so they leave out the same blocks.
   bool MayHoldRuns(const BlockRef& b, std::span<const uint64_t> run_hashes) const;
+  // Every visible run of the non-reserved series, block by block (a run may
+  // come more than once): to `hashes` the run-index lists of whole blocks
+  // that have one, when `hashes` is set; each other run to `run`.
+  Status ForEachRun(const std::function<void(std::span<const uint64_t>)>& hashes,
+                    const std::function<void(const RunRef&)>& run) const;
   Status EnsurePlan(const SeriesEntry& e) const;
   // True when no key appears twice among the blocks of these payloads, for
   // the layouts they recognise (false otherwise, which proves nothing):
@@ -292,6 +302,7 @@ class SnapshotImpl final : public Snapshot {
   };
   std::map<RunId, RunMarkers, RunLess> resume_;
   mutable std::atomic<uint64_t> marker_searches_{0};
+  mutable std::atomic<uint64_t> payload_reads_{0};
   std::vector<std::string> conflicts_;
   mutable std::once_flag runs_once_;
   mutable Status runs_status_;

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <memory>
 #include <new>
+#include <span>
 #include <vector>
 
 #include "format/format.h"
@@ -32,6 +33,30 @@ inline int CompareRunRefs(const RunRef& a, const RunRef& b) {
 inline int CompareKey(const RunRef& run, int64_t step, const format::Key& k) {
   if (int c = CompareRunRef(run, k.run); c != 0) return c;
   return step < k.step ? -1 : (step > k.step ? 1 : 0);
+}
+
+// Ascending lists (the run-hash lists of blocks) as one ascending vector,
+// repeats kept: merged pairwise, in O(n log k) for n values in k lists
+// rather than a sort's O(n log n).
+inline std::vector<uint64_t> MergeAscending(const std::vector<std::span<const uint64_t>>& lists) {
+  std::vector<uint64_t> out;
+  std::vector<size_t> bounds = {0};
+  for (const auto& l : lists) {
+    out.insert(out.end(), l.begin(), l.end());
+    bounds.push_back(out.size());
+  }
+  while (bounds.size() > 2) {
+    std::vector<size_t> next = {0};
+    for (size_t i = 0; i + 2 < bounds.size(); i += 2) {
+      std::inplace_merge(out.begin() + static_cast<ptrdiff_t>(bounds[i]),
+                         out.begin() + static_cast<ptrdiff_t>(bounds[i + 1]),
+                         out.begin() + static_cast<ptrdiff_t>(bounds[i + 2]));
+      next.push_back(bounds[i + 2]);
+    }
+    if (bounds.size() % 2 == 0) next.push_back(bounds.back());  // an odd list out: as it is
+    bounds = std::move(next);
+  }
+  return out;
 }
 
 // Memory aligned for any dtype and for SIMD, shared by whoever needs it.

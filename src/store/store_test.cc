@@ -19,6 +19,7 @@
 #include "format/block.h"
 #include "format/format.h"
 #include "store/snapshot.h"
+#include "store/snapshot_helpers.h"
 #include "testing/crafted_segment.h"
 #include "testing/fault_injection_env.h"
 #include "testing/test_util.h"
@@ -2088,6 +2089,123 @@ TEST_F(StoreTest, ARefreshReadsOnlyWhatChangedAndKeepsTheSnapshotWhenNothingDid)
     ASSERT_OK_AND_ASSIGN(Value v, compacted->Get(i, "x", 0));
     EXPECT_EQ(v.scalar<double>(), i * 1.0);
   }
+}
+
+// CountRuns is ListRuns().size() without listing: hashed ids in sealed
+// segments are counted from the footers' run indexes, reading no block;
+// integer runs, a live writer's open segment, overwritten keys and runs that
+// resume markers hide are counted as ListRuns lists them.
+TEST_F(StoreTest, CountRunsIsTheNumberOfListedRunsAndReadsNoBlockForHashedIds) {
+  auto store = Open();
+  const uint64_t seed = testing::TestSeed();
+  std::mt19937_64 rng(seed);
+  auto hashed = [](uint64_t i) { return testing::HashedId(i); };
+  // Three writers, 3,000 hashed ids, each in two series (one of them only
+  // for some ids).
+  auto write = [&](uint64_t first, uint64_t n) {
+    ASSERT_OK_AND_ASSIGN(auto wr, store->NewWriter({}));
+    for (uint64_t id = first; id < first + n; ++id) {
+      ASSERT_OK(wr->Append(RunRef(hashed(id)), "y", 0, double(id)));
+      if (rng() % 2) ASSERT_OK(wr->Append(RunRef(hashed(id)), "trace", 0, double(rng() % 7)));
+    }
+    ASSERT_OK(wr->Close());
+  };
+  for (int w = 0; w < 3; ++w) write(w * 1000, 1000);
+  ASSERT_OK_AND_ASSIGN(auto snap, store->Refresh());
+  const auto* impl = &static_cast<const SnapshotImpl&>(*snap);
+  ASSERT_OK(snap->ListSeries().status());  // key resolution: from the run indexes too
+  uint64_t before = impl->payload_reads();
+  ASSERT_OK_AND_ASSIGN(uint64_t counted, snap->CountRuns());
+  EXPECT_EQ(impl->payload_reads(), before) << "counted from the footers";
+  ASSERT_OK_AND_ASSIGN(auto listed, snap->ListRuns());
+  EXPECT_GT(impl->payload_reads(), before) << "listed from the blocks";
+  EXPECT_EQ(counted, listed.size());
+  EXPECT_EQ(counted, 3000u);
+  // 200 of them written again (keys overwritten: the blocks that lost
+  // records to later ones are read for the rows that stand).
+  write(900, 200);
+  ASSERT_OK_AND_ASSIGN(snap, store->Refresh());
+  ASSERT_OK_AND_ASSIGN(counted, snap->CountRuns());
+  ASSERT_OK_AND_ASSIGN(listed, snap->ListRuns());
+  EXPECT_EQ(counted, listed.size());
+  EXPECT_EQ(counted, 3000u);
+  // Integer runs (not in the run index), a live writer's open segment, and
+  // a run whose only records a resume marker hides.
+  ASSERT_OK_AND_ASSIGN(auto ints, store->NewWriter({}));
+  for (int64_t r = 0; r < 500; ++r) ASSERT_OK(ints->Append(r, "y", r % 3, 1.0));
+  ASSERT_OK(ints->Close());
+  ASSERT_OK_AND_ASSIGN(auto live, store->NewWriter({}));
+  ASSERT_OK(live->Append(RunRef(hashed(5000)), "y", 0, 1.0));
+  ASSERT_OK(live->Append(RunRef("hidden"), "y", 3, 1.0));
+  ASSERT_OK(live->Commit());
+  ASSERT_OK(live->Resume(RunRef("hidden"), 0));
+  ASSERT_OK_AND_ASSIGN(snap, store->Refresh());
+  ASSERT_OK_AND_ASSIGN(counted, snap->CountRuns());
+  ASSERT_OK_AND_ASSIGN(listed, snap->ListRuns());
+  EXPECT_EQ(counted, listed.size());
+  EXPECT_EQ(counted, 3000u + 500u + 1u) << "'hidden' has no visible record";
+  ASSERT_OK(live->Close());
+  std::printf("[ figures  ] %llu runs counted, as listed (seed %llu)\n",
+              static_cast<unsigned long long>(counted), static_cast<unsigned long long>(seed));
+}
+
+// MergeAscending is a sort of ascending lists, for any number of them (an
+// odd one out at every level), empty ones and repeats included.
+TEST(MergeAscendingTest, IsTheSortOfTheListsForAnyNumberOfThem) {
+  const uint64_t seed = testing::TestSeed();
+  std::mt19937_64 rng(seed);
+  for (int lists = 0; lists <= 9; ++lists) {
+    std::vector<std::vector<uint64_t>> values(lists);
+    std::vector<uint64_t> expected;
+    for (auto& l : values) {
+      l.resize(rng() % 20);
+      for (auto& v : l) v = rng() % 50;
+      std::sort(l.begin(), l.end());
+      expected.insert(expected.end(), l.begin(), l.end());
+    }
+    std::sort(expected.begin(), expected.end());
+    std::vector<std::span<const uint64_t>> spans(values.begin(), values.end());
+    EXPECT_EQ(MergeAscending(spans), expected) << lists << " lists, seed " << seed;
+  }
+}
+
+// ListSeriesTypes names every series with its type without resolving keys:
+// no block is read, even of a series whose keys repeat; a series whose only
+// records a resume marker hides is listed (ListSeries leaves it out).
+TEST_F(StoreTest, ListSeriesTypesReadsNoBlock) {
+  auto store = Open();
+  for (int w = 0; w < 2; ++w) {
+    ASSERT_OK_AND_ASSIGN(auto wr, store->NewWriter({}));
+    for (int r = 0; r < 100; ++r)
+      ASSERT_OK(wr->Append(RunRef("r" + std::to_string(r)), "y", 0, 1.0));
+    std::vector<float> v(4);
+    ASSERT_OK(wr->Append(RunRef("a"), "arr", 0,
+                         ValueRef::Array<float>(v.data(), std::vector<int64_t>{2, 2})));
+    ASSERT_OK(wr->Close());
+  }
+  ASSERT_OK_AND_ASSIGN(auto hider, store->NewWriter({}));
+  ASSERT_OK(hider->Append(RunRef("gone"), "hidden", 5, 1.0));
+  ASSERT_OK(hider->Commit());
+  ASSERT_OK(hider->Resume(RunRef("gone"), 0));
+  ASSERT_OK(hider->Close());
+  ASSERT_OK_AND_ASSIGN(auto snap, store->Refresh());
+  const auto& impl = static_cast<const SnapshotImpl&>(*snap);
+  const uint64_t before = impl.payload_reads();  // the markers, read by the refresh
+  const std::vector<SeriesInfo> types = snap->ListSeriesTypes();
+  EXPECT_EQ(impl.payload_reads(), before);
+  ASSERT_EQ(types.size(), 3u);
+  EXPECT_EQ(types[0].name, "arr");
+  EXPECT_EQ(types[0].dtype, DType::kFloat32);
+  EXPECT_EQ(types[0].shape, (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ(types[1].name, "hidden");
+  EXPECT_EQ(types[2].name, "y");
+  for (const SeriesInfo& t : types) {
+    EXPECT_EQ(t.count, 0u) << "left 0: counting resolves keys";
+    EXPECT_GT(t.stored_bytes, 0u);
+  }
+  EXPECT_EQ(snap->ListSeriesTypes(/*include_reserved=*/true).size(), 4u) << "~resume";
+  ASSERT_OK_AND_ASSIGN(auto listed, snap->ListSeries());
+  EXPECT_EQ(listed.size(), 2u) << "ListSeries counts, and 'hidden' has no visible record";
 }
 
 // Verify releases the pages it checked from its mapping as it goes: a

@@ -1,0 +1,161 @@
+"""The tools on a sweep of N experiments, each in a process of its own: wall time and peak RSS.
+
+The sweep is what users run: default (hashed) experiment ids, 5 float parameters defined with
+``define_experiments``, then what ``run_experiments``' workers write for each experiment (its
+status, and when done 3 scalar outcomes and a 100-point float64 series), 10,000 experiments a
+commit; 97% done, 2% failed with an error, 1% left pending. Then each tool runs on it
+in a fresh process (the command line as a user types it, the Python calls through
+``python -c``), and its wall time and peak RSS (``ru_maxrss`` of the process, from ``wait4``)
+are printed as one table, with the store's size.
+
+    .venv/bin/python bench/python/tools_bench.py --n 10000 100000 1000000
+    .venv/bin/python bench/python/tools_bench.py --n 100000 --keep   # keeps the store
+
+The stores go under $RUNSTORE_BENCH_DIR, else /var/tmp (a disk, not tmpfs). The figures, before
+and after each change to a tool, are in docs/performance.md ("The tools at 1,000,000
+experiments").
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+BUILD = r"""
+import sys, time
+import numpy as np
+import pandas as pd
+import runstore
+import runstore._experiments as ex
+import runstore.experiments
+
+path, n = sys.argv[1], int(sys.argv[2])
+rng = np.random.default_rng(7)
+design = pd.DataFrame({f"p{i}": rng.random(n) for i in range(5)})
+store = runstore.open(path)
+t = time.perf_counter()
+store.define_experiments(design)
+print(f"define {time.perf_counter() - t:.3f}", file=sys.stderr)
+ids = runstore.experiments.design(store)["experiment"].tolist()
+# What run_experiments' workers write: status and outcomes, 10,000 experiments a commit.
+n_done, n_failed = int(n * 0.97), int(n * 0.02)
+now = time.time()
+with store.writer(_allow_reserved=True) as w:
+    for b in range(0, n_done + n_failed, 10_000):
+        e = min(b + 10_000, n_done + n_failed)
+        k = e - b
+        finished = now - (n - np.arange(b, e)) * 0.001
+        seconds = rng.random(k)
+        done = np.arange(b, e) < n_done
+        status = {
+            ex.STATE: np.where(done, "done", "failed").tolist(),
+            ex.ERROR: np.where(done, "", "ValueError: diverged\nTraceback ...").tolist(),
+            ex.HOST: ["node01"] * k,
+            ex.STARTED: finished - seconds,
+            ex.FINISHED: finished,
+            ex.SECONDS: seconds,
+            ex.ATTEMPT: np.ones(k, dtype=np.int64),
+        }
+        w.log_many(ids[b:e], **status)
+        d = np.flatnonzero(done)
+        if len(d):
+            w.log_many(
+                [ids[b + i] for i in d],
+                y0=rng.random(len(d)), y1=rng.random(len(d)), y2=rng.random(len(d)),
+                trace=rng.random((len(d), 100)),
+            )
+        w.commit()
+"""
+
+TOOLS = {
+    "info": ["{cli}", "info", "{store}"],
+    "status": ["{cli}", "status", "{store}"],
+    "status --json": ["{cli}", "status", "--json", "{store}"],
+    "ls --runs": ["{cli}", "ls", "--runs", "{store}"],
+    "verify": ["{cli}", "verify", "{store}"],
+    "export tar": ["{cli}", "--no-progress", "export", "tar", "{store}", "{out}/r.tar.gz"],
+    "export parquet": ["{cli}", "--no-progress", "export", "parquet", "{store}", "{out}/p"],
+    "report": ["{cli}", "report", "{store}", "-o", "{out}/r.html"],
+    "design()": [
+        "{py}",
+        "-c",
+        "import runstore, runstore.experiments as ex; ex.design(runstore.open('{store}', 'r'))",
+    ],
+    "status()": [
+        "{py}",
+        "-c",
+        "import runstore, runstore.experiments as ex; ex.status(runstore.open('{store}', 'r'))",
+    ],
+    "load_results()": ["{py}", "-c", "import runstore; runstore.load_results('{store}')"],
+}
+
+
+def run(argv: list[str]) -> tuple[float, float, int, str]:
+    """Wall seconds, peak RSS MiB, exit status and the tail of stderr of one process."""
+    t = time.perf_counter()
+    with tempfile.TemporaryFile() as err:
+        p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err)
+        _, status, usage = os.wait4(p.pid, 0)
+        seconds = time.perf_counter() - t
+        err.seek(0)
+        tail = err.read().decode(errors="replace").strip().splitlines()[-1:]
+    return seconds, usage.ru_maxrss / 1024, os.waitstatus_to_exitcode(status), " ".join(tail)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--n", type=int, nargs="+", default=[10_000, 100_000])
+    ap.add_argument("--tools", help="comma-separated subset of: " + ", ".join(TOOLS))
+    ap.add_argument("--keep", action="store_true")
+    args = ap.parse_args()
+    tools = args.tools.split(",") if args.tools else list(TOOLS)
+    base = os.environ.get("RUNSTORE_BENCH_DIR") or "/var/tmp"
+    cli = shutil.which("runstore", path=os.path.dirname(sys.executable)) or "runstore"
+    print(f"tools_bench: {sys.executable}, {cli}, under {base}, load {os.getloadavg()[0]:.2f}")
+    results: dict[str, dict[int, str]] = {}
+    for n in args.n:
+        d = tempfile.mkdtemp(prefix=f"runstore-tools-{n}-", dir=base)
+        store = os.path.join(d, "store")
+        out = os.path.join(d, "out")
+        os.mkdir(out)
+        t = time.perf_counter()
+        p = subprocess.run(
+            [sys.executable, "-c", BUILD, store, str(n)], capture_output=True, text=True
+        )
+        if p.returncode != 0:
+            print(p.stderr, file=sys.stderr)
+            return 1
+        size = sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(store) for f in fs)
+        define = p.stderr.strip().split()[-1]
+        print(
+            f"n={n:,}: built in {time.perf_counter() - t:.1f} s, {size / 2**20:.0f} MiB; "
+            f"define_experiments {float(define):.2f} s"
+        )
+        results.setdefault("define_experiments", {})[n] = f"{float(define):.2f} s"
+        for tool in tools:
+            argv = [a.format(cli=cli, py=sys.executable, store=store, out=out) for a in TOOLS[tool]]
+            seconds, rss, rc, tail = run(argv)
+            cell = f"{seconds:.2f} s, {rss:.0f} MiB" + ("" if rc == 0 else f" (exit {rc})")
+            results.setdefault(tool, {})[n] = cell
+            print(f"  {tool:16s} {cell}" + (f"  {tail}" if rc != 0 else ""), flush=True)
+            for f in os.listdir(out):
+                path = os.path.join(out, f)
+                shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+        if args.keep:
+            print(f"  kept: {store}")
+        else:
+            shutil.rmtree(d)
+    print("\n| tool | " + " | ".join(f"{n:,} experiments" for n in args.n) + " |")
+    print("|---|" + "---|" * len(args.n))
+    for tool, cells in results.items():
+        print(f"| {tool} | " + " | ".join(cells.get(n, "-") for n in args.n) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
