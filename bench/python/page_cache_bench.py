@@ -39,28 +39,29 @@ system = os.times().system
 
 
 def resident(f):
-    # Pages of f in the page cache: mincore through ctypes of a mapping that faults nothing in.
+    # Pages of f in the page cache: mincore of a mapping that faults nothing in (libc's mmap
+    # through ctypes: Python's mmap of a read-only file gives no address to pass).
     import ctypes
 
     size = os.path.getsize(f)
     if size == 0:
         return 0
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                          ctypes.c_int, ctypes.c_long]
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
     fd = os.open(f, os.O_RDONLY)
     try:
-        m = mmap.mmap(fd, size, prot=mmap.PROT_READ)
+        base = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
     finally:
         os.close(fd)
-    page = mmap.PAGESIZE
-    pages = (size + page - 1) // page
+    pages = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE
     vec = (ctypes.c_ubyte * pages)()
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
-    base = ctypes.addressof(ctypes.c_char.from_buffer(m))
-    libc.mincore(ctypes.c_void_p(base), ctypes.c_size_t(size), vec)
-    n = sum(v & 1 for v in vec)
-    del base
-    m.close()
-    return n * page
+    libc.mincore(base, size, vec)
+    libc.munmap(base, size)
+    return sum(v & 1 for v in vec) * mmap.PAGESIZE
 
 
 seg = os.path.join(path, "segments")
