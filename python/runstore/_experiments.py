@@ -192,6 +192,7 @@ def load_index(store: Store, infos: dict[str, dict[str, Any]] | None = None) -> 
     if ROW not in infos:
         return ExperimentIndex(np.empty(0, dtype=np.int64))
     d = store._core.scan(ROW)
+    store._core.release_pages()  # as read_column does
     keep = d["step"] == 0
     runs, rows = d["run"][keep], d["value"][keep]
     order = np.argsort(rows, kind="stable")
@@ -213,6 +214,10 @@ def read_column(
     # Scanned before the column is made: a store whose headers claim more than its blocks hold
     # is Corruption here, before anything is allocated by what they claim.
     d = store._core.scan(name)
+    # The segment pages the scan mapped leave this process's resident set before the column
+    # is allocated (they come back from the page cache if touched): a column as large as the
+    # scan would otherwise be held beside both.
+    store._core.release_pages()
     col = empty_column(len(index), info["dtype"], shape)
     steps = d["step"]
     pos = index.positions(d["run"])
