@@ -157,7 +157,7 @@ PyWriter* PyStore::NewWriter(nb::handle writer_id, nb::handle buffer_bytes, nb::
     nb::gil_scoped_release nogil;
     r = store_->NewWriter(o);
   }
-  CheckOpen(r.status());  // it refreshes the store first
+  CheckOpen(r.status());
   return new PyWriter(std::move(r).value(), o.commit_every_s == 0, o.record_time);
 }
 

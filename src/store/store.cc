@@ -1,5 +1,7 @@
 #include "runstore/store.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
@@ -8,6 +10,7 @@
 #include <new>
 #include <optional>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "env/page_cache.h"
@@ -51,10 +54,63 @@ Result<std::string> ReadMarker(Env* env, const std::string& path) {
   return std::string(got);
 }
 
+// Every open store's locks are held across fork(2) (docs/design.md#fork). A
+// writer refreshes its store from the thread that appends (at the first
+// series the store's snapshot did not know), which may not be a thread the
+// program knows to be inside the store; a fork meanwhile would leave the
+// store's lock (and the one its writers reach it through) held in the child
+// by a thread that does not exist there. So a fork waits for the refreshes
+// under way, and the child finds every store whole. The writers' lock is
+// taken first, as a writer's refresh takes it before the store's; both
+// before the segment budget's lock, which a refresh may take under them
+// (prepare handlers run in reverse order of registration, and the budget
+// registers first: Store::Open asks it first).
+class StoreLocks {
+ public:
+  static StoreLocks& Process() {
+    // Never deleted: stores may be destroyed by threads still running at exit.
+    static StoreLocks* const locks = [] {
+      auto* l = new StoreLocks;
+      the_locks_ = l;
+      ::pthread_atfork(&BeforeFork, &AfterFork, &AfterFork);
+      return l;
+    }();
+    return *locks;
+  }
+  // `writers`: the lock a store's writers reach it through; `store`: its own.
+  void Add(std::mutex* writers, std::mutex* store) {
+    std::lock_guard lk(mu_);
+    locks_.emplace(writers, store);
+  }
+  void Remove(std::mutex* writers, std::mutex* store) {
+    std::lock_guard lk(mu_);
+    locks_.erase({writers, store});
+  }
+
+ private:
+  static void BeforeFork() {
+    the_locks_->mu_.lock();
+    for (const auto& [writers, store] : the_locks_->locks_) writers->lock();
+    for (const auto& [writers, store] : the_locks_->locks_) store->lock();
+  }
+  static void AfterFork() {
+    for (const auto& [writers, store] : the_locks_->locks_) {
+      store->unlock();
+      writers->unlock();
+    }
+    the_locks_->mu_.unlock();
+  }
+  static inline StoreLocks* the_locks_ = nullptr;
+  std::mutex mu_;
+  std::set<std::pair<std::mutex*, std::mutex*>> locks_;
+};
+
 class StoreImpl final : public Store, public CompactionHost {
  public:
   StoreImpl(Env* env, std::string path, StoreOptions options, uint32_t version)
-      : env_(env), path_(std::move(path)), options_(options), version_(version) {}
+      : env_(env), path_(std::move(path)), options_(options), version_(version) {
+    StoreLocks::Process().Add(&schema_host_->mu, &mu_);
+  }
 
   const std::string& path() const override { return path_; }
   uint32_t format_version() const override { return version_; }
@@ -79,8 +135,12 @@ class StoreImpl final : public Store, public CompactionHost {
   }
 
   ~StoreImpl() override {
-    std::lock_guard lk(schema_host_->mu);
-    schema_host_->store = nullptr;
+    {
+      std::lock_guard lk(schema_host_->mu);
+      schema_host_->store = nullptr;
+    }
+    // Not under the writers' lock: a fork takes the two in the other order.
+    StoreLocks::Process().Remove(&schema_host_->mu, &mu_);
   }
 
   std::shared_ptr<const Snapshot> GetSnapshot() override {

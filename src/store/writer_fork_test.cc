@@ -333,5 +333,54 @@ TEST_F(WriterForkTest, ForksWhileAnotherThreadWritesLeaveTheParentWhole) {
   ExpectRuns(store.get(), expected);
 }
 
+// A writer refreshes its store from the thread that appends, at its first
+// series the store's snapshot did not know; forks taken meanwhile, from
+// another thread, find the store whole in the child: its lock was held
+// across the fork, so the child refreshes, reads and closes it rather than
+// waiting for ever on a lock of a thread it does not have. (The child has a
+// watchdog: a hang fails the test instead of hanging it.)
+TEST_F(WriterForkTest, ForksWhileWritersRefreshTheirStoreLeaveItWholeInTheChild) {
+  ASSERT_OK_AND_ASSIGN(auto store, Store::Open(StorePath(), {}));
+  for (int i = 0; i < 200; ++i) {  // segments, so that each refresh takes a while
+    ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter({}));
+    ASSERT_OK(w->Append(i, "x", 0, double(i)));
+    ASSERT_OK(w->Close());
+  }
+  ASSERT_OK(store->Refresh().status());
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> refreshed{0};
+  std::thread refresher([&] {
+    for (int64_t i = 0; !stop.load(); ++i) {
+      auto w = store->NewWriter({});
+      ASSERT_OK(w.status());
+      // A series no snapshot knows: the writer refreshes the store.
+      ASSERT_OK((*w)->Append(1000 + i, "new" + std::to_string(i), 0, 1.0));
+      ASSERT_OK((*w)->Close());
+      refreshed.store(i + 1);
+    }
+  });
+  constexpr int kForks = 30;
+  for (int i = 0; i < kForks; ++i) {
+    while (refreshed.load() < i + 1) std::this_thread::yield();
+    const std::string failures = InChild([&](Checks& c) {
+      alarm(60);  // a hang ends the child with SIGALRM, which the parent reports
+      auto snap = store->Refresh();
+      c.Expect(snap.ok(), "Refresh in the child: " + snap.status().ToString());
+      if (snap.ok()) {
+        auto v = (*snap)->Get(7, "x", 0);
+        c.Expect(v.ok() && v->scalar<double>() == 7.0, "Get in the child");
+      }
+      Store* copy = store.get();
+      delete copy;  // its destruction takes the writers' lock too
+    });
+    EXPECT_EQ(failures, "") << "fork " << i;
+  }
+  std::printf("%d forks taken while writers refreshed their store\n", kForks);
+  stop.store(true);
+  refresher.join();
+  ASSERT_OK_AND_ASSIGN(auto snap, store->Refresh());
+  EXPECT_EQ(snap->Get(7, "x", 0)->scalar<double>(), 7.0);
+}
+
 }  // namespace
 }  // namespace runstore
