@@ -1313,6 +1313,42 @@ TEST_F(StoreTest, ASeriesDefinedSinceTheStoresSnapshotIsStillCheckedAndAWriterMa
   EXPECT_EQ(snap->GetSeriesInfo("loss")->count, 2u);
 }
 
+// The refresh a writer asks for at its first unknown series may fail (the
+// listing of segments/ here): that Append fails with the refresh's error and
+// appends nothing, and the next series not known tries the refresh again.
+TEST_F(StoreTest, AWritersFailedSchemaRefreshFailsTheAppendAndIsTriedAgain) {
+  class FailingListing final : public EnvWrapper {
+   public:
+    using EnvWrapper::EnvWrapper;
+    Result<std::vector<std::string>> GetChildren(const std::string& d) override {
+      if (fail && d.ends_with("/segments")) return Status::IOError(d + ": listing failed");
+      return EnvWrapper::GetChildren(d);
+    }
+    std::atomic<bool> fail{false};
+  };
+  FailingListing env(Env::Default());
+  StoreOptions o;
+  o.env = &env;
+  auto store = Open(o);
+  auto other = Open();
+  {
+    ASSERT_OK_AND_ASSIGN(auto w, other->NewWriter({}));
+    ASSERT_OK(w->Append(1, "loss", 0, 1.5));
+    ASSERT_OK(w->Close());
+  }
+  ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter({}));
+  env.fail = true;
+  EXPECT_THAT(w->Append(2, "loss", 0, int32_t{3}),
+              StatusIsWith(StatusCode::kIOError, "listing failed"));
+  env.fail = false;
+  EXPECT_THAT(w->Append(2, "loss", 0, int32_t{3}),
+              StatusIsWith(StatusCode::kInvalidArgument, "exists in the store as float64"));
+  ASSERT_OK(w->Append(2, "loss", 0, 2.5));
+  ASSERT_OK(w->Close());
+  ASSERT_OK_AND_ASSIGN(auto snap, store->Refresh());
+  EXPECT_EQ(snap->GetSeriesInfo("loss")->count, 2u);
+}
+
 TEST_F(StoreTest, BadNamesAndRunIdsAreRefused) {
   auto store = Open();
   ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter({}));

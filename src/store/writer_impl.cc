@@ -345,9 +345,10 @@ Result<const SeriesSchema*> WriterImpl::ExistingSchemaLocked(std::string_view na
   auto it = existing_.find(std::string(name));
   if (it == existing_.end() && !schema_refreshed_ && refresh_schema_) {
     // A series the store's snapshot did not know: it may have been defined
-    // since, so the schema is brought up to date, once per writer.
-    schema_refreshed_ = true;
+    // since, so the schema is brought up to date, once per writer (a refresh
+    // that fails fails this call, and the next series not known tries again).
     RUNSTORE_ASSIGN_OR_RETURN(std::optional<StoreSchema> now, refresh_schema_());
+    schema_refreshed_ = true;
     if (now) existing_ = std::move(*now);
     it = existing_.find(std::string(name));
   }
