@@ -502,7 +502,6 @@ class KeptLargeBytes {
  public:
   explicit KeptLargeBytes(uint64_t bytes) : before_(page_cache::KeptBytes()) {
     page_cache::SetKeptBytes(0);  // drops what earlier tests left in it
-    page_cache::Keep(nullptr, -1, {});
     page_cache::SetKeptBytes(bytes);
   }
   ~KeptLargeBytes() { page_cache::SetKeptBytes(before_); }
@@ -605,7 +604,6 @@ TEST(PosixEnvTest, TheLastLargePiecesStayCachedUpToABudget) {
   // A file closed before its pieces leave is dropped through its path.
   ASSERT_OK(open["c"]->Close());
   page_cache::SetKeptBytes(0);
-  page_cache::Keep(nullptr, -1, {});
   EXPECT_EQ(ResidentPages(dir.path() + "/c", 0, 2 * kPiece), 0u);
   EXPECT_EQ(page_cache::KeptNowBytes(), 0u);
   ASSERT_OK_AND_ASSIGN(std::string got, ReadFileToString(env, dir.path() + "/c"));

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <deque>
+#include <optional>
 
 #include "util/environment.h"
 #include "util/mutex.h"
@@ -95,18 +96,19 @@ uint64_t KeptBytes() {
 
 const Status& EnvironmentStatus() { return Process().environment_status; }
 
-void SetKeptBytes(uint64_t bytes) {
-  Window& w = Process();
-  MutexLock lock(&w.mu);
-  w.budget = bytes;
-}
+namespace {
 
-void Keep(const std::shared_ptr<const std::string>& path, int fd,
-          const std::vector<std::pair<uint64_t, uint64_t>>& ranges) {
+// Adds `ranges` of `path` (none: only a new budget to meet), takes the oldest
+// ranges beyond the budget out, and drops them outside the lock; `fd`, open
+// on `path`, drops that file's own.
+void AddAndTrim(const std::shared_ptr<const std::string>& path, int fd,
+                const std::vector<std::pair<uint64_t, uint64_t>>& ranges,
+                std::optional<uint64_t> budget) {
   Window& w = Process();
   std::vector<Range> victims;
   {
     MutexLock lock(&w.mu);
+    if (budget) w.budget = *budget;
     for (const auto& [first, end] : ranges) {
       w.ranges.push_back(Range{path, first, end});
       w.kept += end - first;
@@ -121,6 +123,15 @@ void Keep(const std::shared_ptr<const std::string>& path, int fd,
     Drop(r, path, fd);
     w.dropped.fetch_add(r.end - r.first, std::memory_order_relaxed);
   }
+}
+
+}  // namespace
+
+void SetKeptBytes(uint64_t bytes) { AddAndTrim(nullptr, -1, {}, bytes); }
+
+void Keep(const std::shared_ptr<const std::string>& path, int fd,
+          const std::vector<std::pair<uint64_t, uint64_t>>& ranges) {
+  AddAndTrim(path, fd, ranges, std::nullopt);
 }
 
 uint64_t DroppedBytes() { return Process().dropped.load(std::memory_order_relaxed); }

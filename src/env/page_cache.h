@@ -28,7 +28,7 @@ uint64_t DefaultKeptBytes();
 // EnvironmentStatus and the default used.
 uint64_t KeptBytes();
 const Status& EnvironmentStatus();
-// Sets the budget (tests); dropping what exceeds it at the next Keep.
+// Sets the budget (tests), dropping at once the oldest ranges beyond it.
 void SetKeptBytes(uint64_t bytes);
 
 // Hands the whole-page ranges [first, end) of the file at `path`, durable

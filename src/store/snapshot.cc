@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <queue>
 
 #include "store/segment_cache.h"
 #include "store/snapshot_helpers.h"
