@@ -615,6 +615,39 @@ int CountOpenDescriptors() {
   return n;
 }
 
+// Reads `snap` whole against `expected`: a scan, a Get of every record and a
+// verify, each thing wrong named through `fail` (after `when`), `between`
+// called after each of the three. Returns the verify report.
+VerifyReport CheckReadsBack(
+    const Snapshot& snap, const Contents& expected, const std::string& when,
+    const std::function<void(const std::string&)>& fail,
+    const std::function<void()>& between = [] {}) {
+  const std::string at = when.empty() ? "" : when + " ";
+  auto got = ScanAll(snap);
+  if (!got.ok() || *got != expected) {
+    fail(at +
+         "scan: " + (got.ok() ? testing::DiffContents(expected, *got) : got.status().ToString()));
+  }
+  between();
+  for (const auto& [k, v] : expected) {
+    auto g = snap.Get(k.run, k.series, k.step);
+    if (!g.ok() || std::string(g->data(), g->nbytes()) != v.bytes) {
+      fail(at + "get " + testing::KeyString(k) + ": " +
+           (g.ok() ? "wrong value" : g.status().ToString()));
+      break;
+    }
+  }
+  between();
+  VerifyReport report = snap.VerifyAll();
+  if (!report.problems.empty() || !report.unchecked.empty()) {
+    fail(at + "verify: " + std::to_string(report.problems.size()) + " problems, " +
+         std::to_string(report.unchecked.size()) + " unchecked" +
+         (report.problems.empty() ? "" : ": " + report.problems.front().ToString()));
+  }
+  between();
+  return report;
+}
+
 // docs/design.md#catalog: a segment being written, or left by a crashed
 // writer, holds no descriptor between refreshes, and the process's budget
 // bounds the mappings and descriptors of every segment read.
@@ -639,24 +672,9 @@ TEST(OpenFilesTest, ThousandsOfCrashedWritersSegmentsNeedABoundedNumberOfDescrip
     if (st.recovered != kCrashedSegments + 4) {
       fail("recovered " + std::to_string(st.recovered) + " segments");
     }
-    auto snap = (*store)->GetSnapshot();
-    auto got = ScanAll(*snap);
-    if (!got.ok() || *got != expected) {
-      fail("scan: " + (got.ok() ? testing::DiffContents(expected, *got) : got.status().ToString()));
-    }
-    for (const auto& [k, v] : expected) {
-      auto g = snap->Get(k.run, k.series, k.step);
-      if (!g.ok() || std::string(g->data(), g->nbytes()) != v.bytes) {
-        fail("get " + testing::KeyString(k) + ": " +
-             (g.ok() ? "wrong value" : g.status().ToString()));
-        break;
-      }
-    }
-    const VerifyReport report = snap->VerifyAll();
-    if (!report.problems.empty() || !report.unchecked.empty() ||
-        report.segments != kCrashedSegments + 4) {
-      fail("verify: " + std::to_string(report.problems.size()) + " problems, " +
-           std::to_string(report.unchecked.size()) + " unchecked");
+    const VerifyReport report = CheckReadsBack(*(*store)->GetSnapshot(), expected, "", fail);
+    if (report.segments != kCrashedSegments + 4) {
+      fail("verify: " + std::to_string(report.segments) + " segments");
     }
     // A live writer commits beside them; refreshing readers see it.
     WriterOptions wo;
@@ -758,30 +776,9 @@ TEST(OpenFilesTest, AStoreOfThousandsOfSegmentsOfEveryKindWorksUnderABudgetOfSix
       }
     };
     auto check = [&](Store* store, const char* when) {
-      auto snap = store->GetSnapshot();
-      auto got = ScanAll(*snap);
-      if (!got.ok() || *got != expected) {
-        fail(std::string(when) + " scan: " +
-             (got.ok() ? testing::DiffContents(expected, *got) : got.status().ToString()));
-      }
-      within_budget(when);
-      for (const auto& [k, v] : expected) {
-        auto g = snap->Get(k.run, k.series, k.step);
-        if (!g.ok() || std::string(g->data(), g->nbytes()) != v.bytes) {
-          fail(std::string(when) + " get " + testing::KeyString(k) + ": " +
-               (g.ok() ? "wrong value" : g.status().ToString()));
-          break;
-        }
-      }
-      within_budget(when);
-      const VerifyReport report = snap->VerifyAll();
-      if (!report.problems.empty() || !report.unchecked.empty()) {
-        fail(std::string(when) + " verify: " + std::to_string(report.problems.size()) +
-             " problems, " + std::to_string(report.unchecked.size()) + " unchecked" +
-             (report.problems.empty() ? "" : ": " + report.problems.front().ToString()));
-      }
-      within_budget(when);
-      return report.segments;
+      return CheckReadsBack(*store->GetSnapshot(), expected, when, fail,
+                            [&] { within_budget(when); })
+          .segments;
     };
     auto store = Store::Open(path, {});
     if (!store.ok()) {
