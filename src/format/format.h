@@ -172,6 +172,10 @@ inline constexpr uint32_t kFooterSectionReplacedEarlier = 3;
 // of each (optional: readers of an earlier version take the adoption as
 // whole, which the caller of the compaction asserted).
 inline constexpr uint32_t kFooterSectionAdopted = 4;
+// The run index with blocks of the same runs sharing one list (optional:
+// readers of an earlier version rebuild the lists from the blocks, as for a
+// footer without a run index); what writers write in place of tag 1.
+inline constexpr uint32_t kFooterSectionSharedRunIndex = 5;
 // Flag bit 0: a reader that does not know the tag may ignore the section
 // (it only adds information); without it an unknown tag is refused.
 inline constexpr uint32_t kFooterSectionOptional = 1;

@@ -311,10 +311,12 @@ TEST(FormatTest, WorkedExampleOfTheSpec) {
   EXPECT_EQ(static_cast<uint8_t>(f[448 + 4]), 2);               // commit record
   EXPECT_EQ(DecodeFixed<uint64_t>(f.data() + 448 + 40), 128u);  // first_frame_offset
   EXPECT_EQ(static_cast<uint8_t>(f[576 + 4]), 3);               // footer
-  EXPECT_EQ(DecodeFixed<uint64_t>(f.data() + 576 + 8), 184u);   // footer payload_len
-  EXPECT_EQ(DecodeFixed<uint32_t>(f.data() + 640 + 152), 1u);   // run index section
+  EXPECT_EQ(DecodeFixed<uint64_t>(f.data() + 576 + 8), 192u);   // footer payload_len
+  EXPECT_EQ(DecodeFixed<uint32_t>(f.data() + 640 + 152), 5u);   // shared run index section
+  EXPECT_EQ(DecodeFixed<uint32_t>(f.data() + 640 + 156), 1u);   // optional
   EXPECT_EQ(DecodeFixed<uint64_t>(f.data() + 640 + 168), 1u);   // of one block
-  EXPECT_EQ(DecodeFixed<uint64_t>(f.data() + 640 + 176), 0u);   // unlisted: integer runs
+  EXPECT_EQ(DecodeFixed<uint64_t>(f.data() + 640 + 176), 0u);   // no lists
+  EXPECT_EQ(DecodeFixed<uint64_t>(f.data() + 640 + 184), 0u);   // unlisted: integer runs
   EXPECT_EQ(f.substr(832 + 16, 8), "RSSEALED");
   EXPECT_EQ(DecodeFixed<uint64_t>(f.data() + 832), 576u);
 }
@@ -546,9 +548,11 @@ TEST(FormatTest, RecordsAreCheckedAgainstTheHeader) {
   }
 }
 
-// The footer's run index (version 4): what the writer writes, and every way
-// its section can be malformed, each a Corruption that names the file, with
-// nothing allocated for a length the bytes cannot hold.
+// The footer's run index (version 4): what the writer writes (blocks of the
+// same runs sharing one list), what earlier writers wrote (a list per
+// block), and every way either section can be malformed, each a Corruption
+// that names the file, with nothing allocated for a length the bytes cannot
+// hold.
 TEST(FormatTest, RunIndexSectionIsWrittenAndCheckedStrictly) {
   TestSegment t;
   ASSERT_NE(t.sw, nullptr);
@@ -579,6 +583,9 @@ TEST(FormatTest, RunIndexSectionIsWrittenAndCheckedStrictly) {
     const auto got = idx.run_index->Of(b);
     EXPECT_EQ(std::vector<uint64_t>(got.begin(), got.end()), want) << b;
   }
+  // The two blocks hold the same runs: one list, held once.
+  EXPECT_EQ(idx.run_index->list_count(), 1u);
+  EXPECT_EQ(idx.run_index->Of(0).data(), idx.run_index->Of(1).data());
   // The hash of an integer run is of its little-endian bytes with seed 0.
   const int64_t seven = 7;
   EXPECT_EQ(RunHash(RunRef(seven)), XXH3_64bits_withSeed(&seven, 8, 0));
@@ -600,6 +607,34 @@ TEST(FormatTest, RunIndexSectionIsWrittenAndCheckedStrictly) {
   // A block may be left unlisted (an empty list): readers read it.
   ASSERT_OK(load(testing::WithFooterSections(clean, run_index(2, {0, 4}, two)), &idx));
   EXPECT_EQ(idx.run_index->Of(0).size(), 0u);
+  // A list per block, as earlier writers wrote it, is read into shared lists.
+  ASSERT_OK(load(
+      testing::WithFooterSections(clean, run_index(2, {2, 4}, {two[0], two[1], two[0], two[1]})),
+      &idx));
+  EXPECT_EQ(idx.run_index->list_count(), 1u);
+  EXPECT_EQ(idx.run_index->Of(1).size(), 2u);
+  EXPECT_EQ(idx.run_index->Of(0).data(), idx.run_index->Of(1).data());
+  // The shared section: block_count, list_count, list_of, ends, hashes.
+  auto shared = [](uint64_t blocks, const std::vector<uint64_t>& list_of,
+                   const std::vector<uint64_t>& ends, const std::vector<uint64_t>& hashes,
+                   uint32_t flags = kFooterSectionOptional) {
+    std::string b;
+    PutFixed<uint64_t>(&b, blocks);
+    PutFixed<uint64_t>(&b, ends.size());
+    for (uint64_t k : list_of) PutFixed<uint64_t>(&b, k);
+    for (uint64_t e : ends) PutFixed<uint64_t>(&b, e);
+    for (uint64_t h : hashes) PutFixed<uint64_t>(&b, h);
+    return EncodeFooterSection(kFooterSectionSharedRunIndex, flags, b);
+  };
+  ASSERT_OK(load(testing::WithFooterSections(clean, shared(2, {1, 2}, {2, 4}, two)), &idx));
+  EXPECT_EQ(idx.run_index->Of(1)[1], two[3]);
+  ASSERT_OK(load(testing::WithFooterSections(clean, shared(2, {0, 1}, {1}, {two[2]}, 0)), &idx));
+  EXPECT_TRUE(idx.run_index->Of(0).empty());
+  EXPECT_EQ(idx.run_index->Of(1)[0], two[2]);
+  // Each list ascends; the lists one after the other need not.
+  ASSERT_OK(load(testing::WithFooterSections(
+                     clean, shared(2, {1, 2}, {2, 4}, {two[2], two[3], two[0], two[1]})),
+                 &idx));
   ASSERT_OK(
       load(testing::WithFooterSections(clean, ""), &idx));  // no run index: readers rebuild it
   EXPECT_EQ(idx.run_index, nullptr);
@@ -615,6 +650,13 @@ TEST(FormatTest, RunIndexSectionIsWrittenAndCheckedStrictly) {
   PutFixed<uint32_t>(&huge, kFooterSectionRunIndex);
   PutFixed<uint32_t>(&huge, 0);
   PutFixed<uint64_t>(&huge, uint64_t{1} << 63);
+  std::string huge_lists;  // two blocks and 2^40 lists claimed
+  PutFixed<uint64_t>(&huge_lists, 2);
+  PutFixed<uint64_t>(&huge_lists, uint64_t{1} << 40);
+  PutFixed<uint64_t>(&huge_lists, 1);
+  PutFixed<uint64_t>(&huge_lists, 1);
+  huge_lists =
+      EncodeFooterSection(kFooterSectionSharedRunIndex, kFooterSectionOptional, huge_lists);
   std::string bad_pad = good;
   bad_pad += EncodeFooterSection(99, kFooterSectionOptional, "abc");
   bad_pad[bad_pad.size() - 1] = 'x';
@@ -627,6 +669,17 @@ TEST(FormatTest, RunIndexSectionIsWrittenAndCheckedStrictly) {
       {run_index(2, {2, 4}, {two[1], two[0], two[2], two[3]}), "of block 0 are not ascending"},
       {run_index(2, {2, 4}, {two[0], two[1], two[2], two[2]}), "of block 1 are not ascending"},
       {good + good, "two run indexes"},
+      {good + shared(2, {1, 1}, {2}, {two[0], two[1]}), "two run indexes"},
+      {shared(3, {1, 1}, {2}, {two[0], two[1]}), "different number of blocks"},
+      {shared(2, {1}, {}, {}), "shorter than its block and list tables"},
+      {huge_lists, "shorter than its block and list tables"},
+      {shared(2, {1, 3}, {2, 4}, two), "names list 3 for block 1 where at most list 2"},
+      {shared(2, {2, 1}, {2, 4}, two), "names list 2 for block 0 where at most list 1"},
+      {shared(2, {1, 1}, {2, 4}, two), "holds 2 lists and its blocks name 1"},
+      {shared(2, {1, 2}, {2, 2}, two), "list 2 is empty"},
+      {shared(2, {0, 1}, {0}, {}), "list 1 is empty"},
+      {shared(2, {1, 2}, {2, 5}, two), "bytes of hashes for 5 entries"},
+      {shared(2, {1, 2}, {2, 4}, {two[0], two[1], two[3], two[2]}), "of list 2 are not ascending"},
       {good + EncodeFooterSection(99, 0, "x"), "unknown section tag 99"},
       {good + EncodeFooterSection(99, 6, "x"), "unknown flags 6"},
       {good + EncodeFooterSection(kFooterSectionReplaces, 0, "") +

@@ -257,52 +257,6 @@ Status Recover(const RandomAccessFile& file, const std::string& name, uint64_t f
   return Status::OK();
 }
 
-// Decodes the run index from the bytes of its footer section (docs/format.md
-// "Run index"); false with *error for bytes that are not one of `blocks`
-// blocks.
-bool DecodeRunIndex(std::string_view bytes, uint64_t blocks, RunIndex* ri, std::string* error) {
-  Decoder d(bytes);
-  uint64_t n;
-  if (!d.Get(&n) || n != blocks) {
-    *error = "run index is for a different number of blocks than the footer's";
-    return false;
-  }
-  // Every count is bounded by the section's size before anything is
-  // allocated for it.
-  if (d.remaining() / 8 < n) {
-    *error = "run index is shorter than its block table";
-    return false;
-  }
-  ri->ends.resize(n);
-  uint64_t prev = 0;
-  for (uint64_t i = 0; i < n; ++i) {
-    d.Get(&ri->ends[i]);
-    if (ri->ends[i] < prev) {
-      *error = "run index block table is not ascending at block " + std::to_string(i);
-      return false;
-    }
-    prev = ri->ends[i];
-  }
-  if (d.remaining() % 8 != 0 || d.remaining() / 8 != prev) {
-    *error = "run index holds " + std::to_string(d.remaining()) + " bytes of hashes for " +
-             std::to_string(prev) + " entries";
-    return false;
-  }
-  ri->hashes.resize(prev);
-  std::string_view hashes;
-  d.GetBytes(d.remaining(), &hashes);  // exactly 8 * prev bytes, checked above
-  if (prev > 0) std::memcpy(ri->hashes.data(), hashes.data(), hashes.size());
-  for (uint64_t b = 0, lo = 0; b < n; lo = ri->ends[b++]) {
-    for (uint64_t i = lo + 1; i < ri->ends[b]; ++i) {
-      if (ri->hashes[i] <= ri->hashes[i - 1]) {
-        *error = "run index hashes of block " + std::to_string(b) + " are not ascending";
-        return false;
-      }
-    }
-  }
-  return true;
-}
-
 // The sections after a version 4 footer's block entries (docs/format.md
 // "Footer sections"), into *index; false with *error for bytes that are not
 // sections of known tags.
@@ -320,13 +274,16 @@ bool DecodeFooterSections(Decoder* d, uint64_t blocks, SegmentIndex* index, std:
       *error = "section " + std::to_string(tag) + " has unknown flags " + std::to_string(flags);
       return false;
     }
-    if (tag == kFooterSectionRunIndex) {
+    if (tag == kFooterSectionRunIndex || tag == kFooterSectionSharedRunIndex) {
       if (index->run_index) {
         *error = "two run indexes";
         return false;
       }
       auto ri = std::make_shared<RunIndex>();
-      if (!DecodeRunIndex(bytes, blocks, ri.get(), error)) return false;
+      if (!(tag == kFooterSectionRunIndex ? DecodeRunIndex(bytes, blocks, ri.get(), error)
+                                          : DecodeSharedRunIndex(bytes, blocks, ri.get(), error))) {
+        return false;
+      }
       index->run_index = std::move(ri);
     } else if (tag == kFooterSectionReplaces || tag == kFooterSectionReplacedEarlier ||
                tag == kFooterSectionAdopted) {

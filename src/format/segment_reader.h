@@ -14,6 +14,7 @@
 
 #include "format/block.h"
 #include "format/format.h"
+#include "format/run_index.h"
 #include "runstore/env.h"
 #include "runstore/status.h"
 
@@ -32,19 +33,6 @@ struct BlockInfo {
   uint32_t commit_index = 0;  // into SegmentIndex::commits
   uint16_t header_len = 0;
   BlockHeader header;
-};
-
-// The footer's run index (docs/format.md "Run index"): for block i, the
-// distinct RunHash values of its records are hashes[ends[i-1] .. ends[i]),
-// ascending (ends[-1] = 0). An empty list means the block is not listed:
-// readers take it for a candidate of every run (its key range decides).
-struct RunIndex {
-  std::vector<uint64_t> ends;  // one per block
-  std::vector<uint64_t> hashes;
-  std::span<const uint64_t> Of(uint32_t block) const {
-    const uint64_t lo = block == 0 ? 0 : ends[block - 1];
-    return {hashes.data() + lo, ends[block] - lo};
-  }
 };
 
 struct SegmentIndex {

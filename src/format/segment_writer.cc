@@ -171,9 +171,9 @@ Status SegmentWriter::Commit(int64_t time_ns, bool sync) {
   }
   pending_entries_.clear();
   pending_digests_.clear();
-  const uint64_t base = run_hashes_.size();
-  for (uint64_t end : pending_hash_ends_) run_hash_ends_.push_back(base + end);
-  run_hashes_.insert(run_hashes_.end(), pending_hashes_.begin(), pending_hashes_.end());
+  for (size_t i = 0, lo = 0; i < pending_hash_ends_.size(); lo = pending_hash_ends_[i++]) {
+    run_index_.Add(std::span(pending_hashes_).subspan(lo, pending_hash_ends_[i] - lo));
+  }
   pending_hash_ends_.clear();
   pending_hashes_.clear();
   PutFixed<uint64_t>(&commits_, c.sequence);
@@ -229,19 +229,21 @@ Status SegmentWriter::Seal() {
   f.commit_count = commit_seq_;
   f.block_count = block_count_;
   f.committed_end = offset_;
-  // Version 4: the run index, then the sections added (docs/format.md
-  // "Footer sections"). Built in one buffer, copied once: at 100,000 hashed
-  // run ids and a dozen series the run index alone is about 10 MiB.
-  const uint64_t run_index_len = 8 * (1 + run_hash_ends_.size() + run_hashes_.size());
+  // Version 4: the run index, its blocks of the same runs sharing a list,
+  // then the sections added (docs/format.md "Footer sections"). Built in one
+  // buffer, copied once: at 100,000 hashed run ids the run index is about a
+  // MiB per distinct list of them (one per log_many, not one per series).
+  const RunIndex& run_index = run_index_.index();
+  assert(run_index.block_count() == block_count_);
+  const uint64_t run_index_len = SharedRunIndexSize(run_index);
   std::string payload;
   payload.reserve(commits_.size() + index_.size() + kFooterSectionHeaderSize + run_index_len +
                   sections_.size());
   payload += commits_;
   payload += index_;
-  AppendFooterSectionHeader(&payload, kFooterSectionRunIndex, 0, run_index_len);
-  PutFixed<uint64_t>(&payload, block_count_);
-  PutFixedArray(&payload, std::span<const uint64_t>(run_hash_ends_));
-  PutFixedArray(&payload, std::span<const uint64_t>(run_hashes_));
+  AppendFooterSectionHeader(&payload, kFooterSectionSharedRunIndex, kFooterSectionOptional,
+                            run_index_len);
+  AppendSharedRunIndex(run_index, &payload);
   payload += sections_;  // the run index is a multiple of 8 bytes: no padding
   f.payload_len = payload.size();
   f.payload_checksum = Checksum(payload);

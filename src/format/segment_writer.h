@@ -14,6 +14,7 @@
 
 #include "codec/codec.h"
 #include "format/format.h"
+#include "format/run_index.h"
 #include "runstore/env.h"
 #include "runstore/status.h"
 
@@ -98,11 +99,10 @@ class SegmentWriter {
   uint64_t commit_seq_ = 0;
   std::vector<uint64_t> pending_hash_ends_;  // run index of those frames
   std::vector<uint64_t> pending_hashes_;
-  std::string index_;                    // footer payload: block entries so far
-  std::vector<uint64_t> run_hash_ends_;  // footer run index so far
-  std::vector<uint64_t> run_hashes_;
-  std::string sections_;  // footer sections added
-  std::string commits_;   // footer payload: commit entries so far
+  std::string index_;          // footer payload: block entries so far
+  RunIndexBuilder run_index_;  // footer run index so far
+  std::string sections_;       // footer sections added
+  std::string commits_;        // footer payload: commit entries so far
   uint64_t block_count_ = 0;
   std::string scratch_;
   std::string chunk_table_;

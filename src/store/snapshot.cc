@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <unordered_set>
 
 #include "store/segment_cache.h"
 #include "store/snapshot_helpers.h"
@@ -486,13 +487,17 @@ Result<std::vector<RunId>> SnapshotImpl::ListRuns() const {
 }
 
 Result<uint64_t> SnapshotImpl::CountRuns() const {
-  // The footers' lists, each ascending, are merged rather than sorted; the
-  // runs of blocks read are deduplicated as they come, then join them.
+  // The footers' lists, each ascending, are merged rather than sorted (a list
+  // that blocks of several series share, once); the runs of blocks read are
+  // deduplicated as they come, then join them.
   std::vector<std::span<const uint64_t>> lists;
+  std::unordered_set<const uint64_t*> seen;
   Distinct<uint64_t> read;
-  RUNSTORE_RETURN_IF_ERROR(
-      ForEachRun([&](std::span<const uint64_t> listed) { lists.push_back(listed); },
-                 [&](const RunRef& r) { read.Add(format::RunHash(r)); }));
+  RUNSTORE_RETURN_IF_ERROR(ForEachRun(
+      [&](std::span<const uint64_t> listed) {
+        if (seen.insert(listed.data()).second) lists.push_back(listed);
+      },
+      [&](const RunRef& r) { read.Add(format::RunHash(r)); }));
   const std::vector<uint64_t> from_blocks = read.Take();
   lists.push_back(from_blocks);
   const std::vector<uint64_t> all = MergeAscending(lists);

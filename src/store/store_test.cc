@@ -11,6 +11,7 @@
 #include <fstream>
 #include <future>
 #include <limits>
+#include <map>
 #include <numeric>
 #include <random>
 #include <set>
@@ -18,6 +19,7 @@
 
 #include "format/block.h"
 #include "format/format.h"
+#include "format/segment_reader.h"
 #include "store/snapshot.h"
 #include "store/snapshot_helpers.h"
 #include "testing/crafted_segment.h"
@@ -2131,6 +2133,53 @@ TEST_F(StoreTest, ARefreshReadsOnlyWhatChangedAndKeepsTheSnapshotWhenNothingDid)
 // segments are counted from the footers' run indexes, reading no block;
 // integer runs, a live writer's open segment, overwritten keys and runs that
 // resume markers hide are counted as ListRuns lists them.
+// The series of one log_many hold the same runs: their blocks share one list
+// in the footer's run index (docs/format.md "Shared run index"), so the
+// footer and every reader's memory hold each run list once, not once per
+// series; lookups, counts and verify read them as before.
+TEST_F(StoreTest, BlocksOfTheSameRunsShareOneRunListInTheFooter) {
+  auto store = Open();
+  ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter({}));
+  // 4 commits of 500 hashed ids, each in "a", "b" and "c", the even ones in
+  // "d" too: 2 distinct lists a commit.
+  for (uint64_t c = 0; c < 4; ++c) {
+    for (uint64_t i = c * 500; i < (c + 1) * 500; ++i) {
+      for (const char* series : {"a", "b", "c"}) {
+        ASSERT_OK(w->Append(RunRef(HashedId(i)), series, 0, double(i)));
+      }
+      if (i % 2 == 0) ASSERT_OK(w->Append(RunRef(HashedId(i)), "d", 0, double(i)));
+    }
+    ASSERT_OK(w->Commit());
+  }
+  ASSERT_OK(w->Close());
+  ASSERT_OK_AND_ASSIGN(auto snap, store->Refresh());
+  const auto segments = snap->ListSegments();
+  ASSERT_EQ(segments.size(), 1u);
+  ASSERT_OK_AND_ASSIGN(auto file,
+                       Env::Default()->NewRandomAccessFile(StorePath() + "/" + segments[0].file));
+  format::SegmentIndex index;
+  ASSERT_OK(format::LoadSegmentIndex(*file, segments[0].file, &index));
+  ASSERT_NE(index.run_index, nullptr);
+  const format::RunIndex& ri = *index.run_index;
+  EXPECT_EQ(ri.block_count(), 16u);
+  EXPECT_EQ(ri.list_count(), 8u);
+  EXPECT_EQ(ri.hashes.size(), 3000u) << "a list per block would hold 7000";
+  // Each commit's "a", "b" and "c" blocks name one list, held once.
+  std::map<const uint64_t*, int> blocks_of;
+  for (uint32_t b = 0; b < ri.block_count(); ++b) ++blocks_of[ri.Of(b).data()];
+  std::multiset<int> sharing;
+  for (const auto& [list, blocks] : blocks_of) sharing.insert(blocks);
+  EXPECT_EQ(sharing, (std::multiset<int>{1, 1, 1, 1, 3, 3, 3, 3}));
+  ASSERT_OK_AND_ASSIGN(uint64_t counted, snap->CountRuns());
+  EXPECT_EQ(counted, 2000u);
+  for (uint64_t i : {0u, 777u, 1998u}) {
+    ASSERT_OK_AND_ASSIGN(Value v, snap->Get(RunRef(HashedId(i)), "c", 0));
+    EXPECT_EQ(v.scalar<double>(), double(i));
+    EXPECT_EQ(snap->Get(RunRef(HashedId(i)), "d", 0).ok(), i % 2 == 0) << i;
+  }
+  EXPECT_OK(snap->Verify());
+}
+
 TEST_F(StoreTest, CountRunsIsTheNumberOfListedRunsAndReadsNoBlockForHashedIds) {
   auto store = Open();
   const uint64_t seed = testing::TestSeed();
