@@ -22,6 +22,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "runstore/status.h"
@@ -56,7 +57,8 @@ struct SegmentInfo {
 };
 
 // One batch of a columnar scan: `count` records with their runs, steps and
-// values, all valid while `owner` (or any copy of this batch) lives.
+// values, all valid while `owner` (or any copy of this batch) lives; string
+// runs are views of the block they were read from, held by `owner` too.
 //
 // Runs: when run_is_string is empty every run is the integer int_runs[i];
 // otherwise run_is_string[i] says whether it is int_runs[i] or
@@ -69,7 +71,7 @@ struct ScanBatch {
   size_t count = 0;
   std::span<const int64_t> int_runs;
   std::vector<uint8_t> run_is_string;
-  std::vector<std::string> string_runs;
+  std::vector<std::string_view> string_runs;
   std::span<const int64_t> steps;
   // int_runs and steps are views of the mapped segment (an uncompressed block
   // whose key columns are stored plainly), not gathered into owned memory.

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 import runstore
+from runstore import _experiments as ex
 from runstore._commands import (
     EXIT_CORRUPTION,
     EXIT_NOT_FOUND,
@@ -33,6 +34,113 @@ from runstore._printable import printable
 STATES = ("done", "running", "pending", "failed")
 
 
+class StatusArrays:
+    """Every experiment's status, in definition order, as arrays: where the summary reads it.
+
+    Made from the store by :meth:`read` (one aligned scan of the status series, no Python object
+    per experiment: ids, hosts and errors become objects only for the rows shown) or from a
+    ``Store.status()`` frame by :meth:`of_frame`."""
+
+    def __init__(
+        self,
+        n: int,
+        state: np.ndarray,
+        names: list[str],
+        started: np.ndarray,
+        finished: np.ndarray,
+        seconds: np.ndarray,
+        attempt: np.ndarray,
+        id_at: Any,
+        host_at: Any,
+        error_at: Any,
+    ) -> None:
+        self.n = n
+        #: State codes into ``names`` (-1: no state recorded, which reads as pending).
+        self.state, self.names = state, names
+        self.started, self.finished, self.seconds = started, finished, seconds
+        self.attempt = attempt
+        self.id_at, self.host_at, self.error_at = id_at, host_at, error_at
+
+    def is_state(self, state: str) -> np.ndarray:
+        hit = np.isin(self.state, [i for i, s in enumerate(self.names) if s == state])
+        return hit | (self.state < 0) if state == "pending" else hit
+
+    @classmethod
+    def read(cls, store: Any) -> StatusArrays:
+        infos = ex.reserved_series(store, counts=False)
+        if ex.ROW not in infos:
+            return cls.of_frame(store.status())
+        names = [s for s in ex.STATUS_COLUMNS.values() if s in infos]
+        r = store._core.scan_aligned(ex.ROW, names)
+        cols = r["columns"]
+        order = np.argsort(cols[ex.ROW]["value"], kind="stable")  # definition order
+
+        def numbers(series: str, dtype: Any, missing: Any) -> np.ndarray:
+            if series not in cols:
+                return np.full(len(order), missing, dtype=dtype)
+            c = cols[series]
+            return np.where(c["present"], c["value"].astype(dtype), missing)[order]
+
+        def strings(series: str) -> tuple[np.ndarray, list[str]]:
+            if series not in cols:
+                return np.full(len(order), -1, dtype=np.int32), []
+            return cols[series]["value"][order], cols[series]["categories"]
+
+        state, state_names = strings(ex.STATE)
+        hosts, host_names = strings(ex.HOST)
+        errors, error_names = strings(ex.ERROR)
+        ends, data, ints, is_str = r["run_ends"], r["run_bytes"], r["run"], r["run_is_str"]
+
+        def id_at(i: int) -> Any:
+            k = int(order[i])
+            if not is_str[k]:
+                return int(ints[k])
+            lo = int(ends[k - 1]) if k else 0
+            return bytes(data[lo : int(ends[k])]).decode("utf-8", "surrogateescape")
+
+        def name_at(codes: np.ndarray, names: list[str]) -> Any:
+            return lambda i: names[codes[i]] if codes[i] >= 0 else None
+
+        return cls(
+            len(order), state, state_names,
+            numbers(ex.STARTED, np.float64, np.nan),
+            numbers(ex.FINISHED, np.float64, np.nan),
+            numbers(ex.SECONDS, np.float64, np.nan),
+            numbers(ex.ATTEMPT, np.int64, 0),
+            id_at, name_at(hosts, host_names), name_at(errors, error_names),
+        )  # fmt: skip
+
+    @classmethod
+    def of_frame(cls, st: Any) -> StatusArrays:
+        names = list(STATES)
+        state = st["state"].to_numpy()
+        codes = np.full(len(st), len(names), dtype=np.int32)  # another state: counted nowhere
+        for i, s in enumerate(names):
+            codes[state == s] = i
+        ids, hosts, errors = (st[c].to_numpy() for c in ("experiment", "host", "error"))
+        return cls(
+            len(st), codes, names + ["other"],
+            st["started"].to_numpy(dtype=np.float64),
+            st["finished"].to_numpy(dtype=np.float64),
+            st["seconds"].to_numpy(dtype=np.float64),
+            st["attempt"].to_numpy(),
+            lambda i: ids[i], lambda i: hosts[i], lambda i: errors[i],
+        )  # fmt: skip
+
+
+def _first(candidates: np.ndarray, key: np.ndarray, top: int) -> np.ndarray:
+    """The ``top`` positions of ``candidates`` of smallest ``key``, ties in position order,
+    without sorting them all: only those within the top-th smallest key are sorted."""
+    if top <= 0 or len(candidates) == 0:
+        return candidates[:0]
+    k = key[candidates]
+    if len(k) > top:
+        bound = np.partition(k, top - 1)[top - 1]
+        keep = k <= bound
+        candidates, k = candidates[keep], k[keep]
+    return candidates[np.argsort(k, kind="stable")][:top]
+
+
 def summary(
     store: Any,
     now: float | None = None,
@@ -45,23 +153,23 @@ def summary(
     ``rate`` is experiments finished (done or failed) per second over the last ``window_s``
     seconds before ``now`` (or since the first experiment started, if that is later);
     ``eta_s`` is the pending and running experiments at that rate (None when nothing finished
-    in the window). ``frame``: ``store.status()``, if already read. ValueError for a store
+    in the window). ``frame``: ``store.status()``, if already read (otherwise the status series
+    are read into arrays, with no Python object per experiment). ValueError for a store
     without experiments.
     """
     if window_s <= 0:
         raise ValueError(f"window_s must be positive, got {window_s}")
-    st = store.status() if frame is None else frame
-    if len(st) == 0:
+    st = StatusArrays.read(store) if frame is None else StatusArrays.of_frame(frame)
+    if st.n == 0:
         raise ValueError(
             f"{store.path}: the store has no experiments (no design: "
             "define_experiments or run_experiments writes one)"
         )
     now = time.time() if now is None else float(now)
-    state = st["state"].to_numpy()
-    counts = {s: int(np.count_nonzero(state == s)) for s in STATES}
-    started = st["started"].to_numpy(dtype=np.float64)
-    finished = st["finished"].to_numpy(dtype=np.float64)
-    ended = (state == "done") | (state == "failed")
+    is_state = {s: st.is_state(s) for s in STATES}
+    counts = {s: int(np.count_nonzero(is_state[s])) for s in STATES}
+    started, finished, seconds = st.started, st.finished, st.seconds
+    ended = is_state["done"] | is_state["failed"]
     first_start = float(np.nanmin(started)) if np.isfinite(started).any() else math.nan
     span = window_s
     if math.isfinite(first_start):
@@ -72,38 +180,32 @@ def summary(
     remaining = counts["pending"] + counts["running"]
     eta_s = remaining / rate if rate > 0 else (0.0 if remaining == 0 else None)
 
-    ids = st["experiment"].to_numpy()
-    seconds = st["seconds"].to_numpy(dtype=np.float64)
-    hosts = st["host"].to_numpy()
-
     def host(i: int) -> str | None:
-        h = hosts[i]
+        h = st.host_at(i)
         return None if h is None or (isinstance(h, float) and math.isnan(h)) else str(h)
 
-    done_idx = np.flatnonzero((state == "done") & np.isfinite(seconds))
+    done_idx = np.flatnonzero(is_state["done"] & np.isfinite(seconds))
     slowest = [
-        {"experiment": _plain(ids[i]), "seconds": float(seconds[i]), "host": host(i)}
-        for i in done_idx[np.argsort(-seconds[done_idx], kind="stable")][:top]
+        {"experiment": _plain(st.id_at(i)), "seconds": float(seconds[i]), "host": host(i)}
+        for i in _first(done_idx, -seconds, top)
     ]
-    run_idx = np.flatnonzero((state == "running") & np.isfinite(started))
+    run_idx = np.flatnonzero(is_state["running"] & np.isfinite(started))
     running = [
-        {"experiment": _plain(ids[i]), "running_s": float(now - started[i]), "host": host(i)}
-        for i in run_idx[np.argsort(started[run_idx], kind="stable")][:top]
+        {"experiment": _plain(st.id_at(i)), "running_s": float(now - started[i]), "host": host(i)}
+        for i in _first(run_idx, started, top)
     ]
-    errors = st["error"].to_numpy()
-    attempts = st["attempt"].to_numpy()
     failed = [
         {
-            "experiment": _plain(ids[i]),
-            "attempt": int(attempts[i]),
+            "experiment": _plain(st.id_at(i)),
+            "attempt": int(st.attempt[i]),
             "host": host(i),
-            "error": _first_line(errors[i]),
+            "error": _first_line(st.error_at(i)),
         }
-        for i in np.flatnonzero(state == "failed")[:top]
+        for i in np.flatnonzero(is_state["failed"])[: max(0, top)]
     ]
     return {
         "store": str(store.path),
-        "experiments": len(st),
+        "experiments": st.n,
         "counts": counts,
         "complete": remaining == 0,
         "window_s": float(window_s),

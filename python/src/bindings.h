@@ -198,6 +198,10 @@ class PyStore {
   nb::object GetLazy(nb::handle run, const std::string& name, nb::handle step);
   nb::dict Scan(const std::string& name, bool keys, nb::handle runs,
                 std::optional<std::pair<int64_t, int64_t>> step_range);
+  // Scalar series `names` at `step`, placed on the runs of series `base`
+  // (python/src/aligned_scan.cc).
+  nb::dict ScanAligned(const std::string& base, const std::vector<std::string>& names,
+                       int64_t step);
 
  private:
   // Check() for what opening or refreshing the store returned.

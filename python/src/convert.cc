@@ -915,4 +915,19 @@ void BindConvert(nb::module_& m) {
       });
 }
 
+nb::object NewArray(int type_num, const std::vector<int64_t>& dims) {
+  PyObject* a = PyArray_SimpleNew(static_cast<int>(dims.size()), const_cast<npy_intp*>(dims.data()),
+                                  type_num);
+  if (a == nullptr) throw nb::python_error();
+  return nb::steal(a);
+}
+
+char* ArrayData(const nb::object& a) {
+  return static_cast<char*>(PyArray_DATA(reinterpret_cast<PyArrayObject*>(a.ptr())));
+}
+
+void MakeReadOnly(const nb::object& a) {
+  PyArray_CLEARFLAGS(reinterpret_cast<PyArrayObject*>(a.ptr()), NPY_ARRAY_WRITEABLE);
+}
+
 }  // namespace runstore::python

@@ -120,6 +120,10 @@ class ValueSlot {
 // A read-only numpy array viewing `v`'s bytes (no copy); its base is an
 // ArrayOwner holding a copy of `v`, which keeps the mapping or buffer alive.
 nb::object MakeArrayView(const Value& v);
+// A new, uninitialised C-contiguous array; its data; making it read-only.
+nb::object NewArray(int type_num, const std::vector<int64_t>& dims);
+char* ArrayData(const nb::object& a);
+void MakeReadOnly(const nb::object& a);
 // `v` as Python: str for strings (undecodable bytes become surrogate
 // escapes), bytes for bytes, otherwise MakeArrayView.
 nb::object ValueToPython(const Value& v);

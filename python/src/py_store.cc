@@ -47,22 +47,6 @@ T OptionalCast(nb::handle h, T fallback) {
   return h.is_none() ? fallback : nb::cast<T>(h);
 }
 
-// A new, uninitialised C-contiguous array.
-nb::object NewArray(int type_num, const std::vector<npy_intp>& dims) {
-  PyObject* a = PyArray_SimpleNew(static_cast<int>(dims.size()), const_cast<npy_intp*>(dims.data()),
-                                  type_num);
-  if (a == nullptr) throw nb::python_error();
-  return nb::steal(a);
-}
-
-char* ArrayData(const nb::object& a) {
-  return static_cast<char*>(PyArray_DATA(reinterpret_cast<PyArrayObject*>(a.ptr())));
-}
-
-void MakeReadOnly(const nb::object& a) {
-  PyArray_CLEARFLAGS(reinterpret_cast<PyArrayObject*>(a.ptr()), NPY_ARRAY_WRITEABLE);
-}
-
 // Whether `s`, returned by opening or refreshing a store, is the error of one
 // segment file that could not be read (Corruption or IOError naming the
 // file): what OnDamaged::kSkip would leave out and list instead.
@@ -720,8 +704,7 @@ nb::dict PyStore::Scan(const std::string& name, bool keys, nb::handle runs_obj,
     }
     if (fixed) values.Put(pos, batch.values.data(), batch.count);
     for (size_t i = 0; i < batch.run_is_string.size(); ++i) {
-      if (batch.run_is_string[i])
-        string_runs.emplace_back(pos + i, std::move(batch.string_runs[i]));
+      if (batch.run_is_string[i]) string_runs.emplace_back(pos + i, batch.string_runs[i]);
     }
     return Status::OK();
   };
@@ -1010,7 +993,16 @@ void BindStore(nb::module_& m) {
            "Every visible record of a series (of the runs in ``runs``, with a step in the "
            "inclusive (first, last) ``steps``, when given) as a dict of read-only numpy arrays "
            "'run', 'step', 'value', in storage order ('value' alone with keys=False). KeyError "
-           "for an unknown series.");
+           "for an unknown series.")
+      .def("scan_aligned", &PyStore::ScanAligned, "base"_a, "names"_a, "step"_a = 0,
+           "Scalar series ``names`` at ``step`` placed on the runs of series ``base`` (its "
+           "records at ``step``, in storage order), with no Python object per record: a dict "
+           "of 'run' (int64, 0 for a str run), 'run_is_str', 'run_ends' and 'run_bytes' (the "
+           "UTF-8 of str run i is run_bytes[run_ends[i-1]:run_ends[i]]) and 'columns', one "
+           "dict per series, base included: 'value' (str series: int32 codes into "
+           "'categories', -1 where absent) and 'present'. Records of runs the base lacks are "
+           "left out. KeyError for an unknown series, ValueError for one that is not of "
+           "scalar numbers or strings.");
 }
 
 }  // namespace runstore::python

@@ -171,3 +171,87 @@ def test_positions_of_runs_in_the_same_order_are_computed_once_and_stay_right():
     assert index.positions(np.array(["c", "a", "b"], dtype=object)).tolist() == [2, 0, 1]
     assert index.positions(np.array(["d"], dtype=object)).tolist() == [3]
     assert index.positions(np.array([1, "b"], dtype=object)).tolist() == [-1, 1]
+
+
+@pytest.mark.parametrize("ids", ["hashed", "int"])
+def test_the_summary_read_as_arrays_is_the_summary_of_the_status_frame(store, ids):
+    """``summary`` reads the status series into arrays aligned on the design (no Python object
+    per experiment); it says exactly what the summary of ``Store.status()`` says: states
+    logged again (the later wins), explicit and implicit pending, an unknown state, ties in
+    run time and start time (broken in definition order), status records of runs that are not
+    experiments (left out), fields missing from some records, at every ``top``."""
+    import random
+
+    seed = random.randrange(2**32)
+    print(f"seed {seed}")
+    rng = random.Random(seed)
+    n = 400
+    if ids == "int":
+        design = store.define_experiments(
+            [{"experiment": 1000 - 2 * i, "x": float(i)} for i in range(n)]
+        )
+    else:
+        design = store.define_experiments([{"x": float(i)} for i in range(n)])
+    eids = design["experiment"].tolist()
+    rows = []
+    for i, e in enumerate(eids):
+        kind = rng.choice(["none", "pending", "running", "done", "failed", "cancelled"])
+        started = float(rng.choice([100, 200, 300, rng.uniform(0, 1000)]))
+        if kind == "none":
+            continue
+        if kind in ("pending", "cancelled"):
+            rows.append((e, kind, None, None, None, None))
+        elif kind == "running":
+            rows.append((e, "running", started, None, f"n{i % 3}", None))
+        else:
+            rows.append((e, "running", started, None, f"n{i % 3}", None))
+            seconds = float(rng.choice([5, 10, rng.uniform(0, 50)]))
+            error = "" if kind == "done" else f"Traceback ...\nValueError: {i % 7}\n"
+            rows.append((e, kind, started, started + seconds, f"n{i % 3}", error))
+    rng.shuffle(rows)
+    # The later of two records of one experiment wins: written in order of the list above,
+    # with "running" always before its end.
+    ends = [r for r in rows if r[1] in ("done", "failed")]
+    write_status(store, [r for r in rows if r[1] not in ("done", "failed")])
+    write_status(store, ends)
+    strangers = ["not-an-experiment", 7] if ids == "hashed" else ["stranger", 1001]
+    write_status(store, [(s, "failed", 1.0, 2.0, "x", "boom") for s in strangers])
+    store.refresh()
+    frame = store.status()
+    for top in (0, 1, 5, 1000):
+        for now in (400.0, 1100.0):
+            fast = _status.summary(store, now=now, window_s=500.0, top=top)
+            assert fast == _status.summary(store, now=now, window_s=500.0, top=top, frame=frame)
+    assert fast["experiments"] == n
+    assert sum(fast["counts"].values()) <= n
+
+
+def test_scan_aligned_places_every_series_on_the_runs_of_the_base(store):
+    """The core of the summary: series placed on a base's runs by exact run, strings as codes,
+    runs handed back as bytes; what it cannot read is refused by name."""
+    import numpy as np
+
+    with store.writer() as w:
+        w.log_many(["b", 3, "é"], base=[10, 11, 12])
+        w.log_many([3, "b", "zz"], f=[1.5, 2.5, 9.0], s=["x", "y", "x"])
+        w.log("é", s="", step=1)  # another step: not read
+        w.log("é", arr=np.zeros(3))
+    store.refresh()
+    r = store._core.scan_aligned("base", ["f", "s"])
+    runs = [
+        int(r["run"][i])
+        if not r["run_is_str"][i]
+        else bytes(r["run_bytes"][(r["run_ends"][i - 1] if i else 0) : r["run_ends"][i]]).decode()
+        for i in range(3)
+    ]
+    order = [runs.index(k) for k in ("b", 3, "é")]
+    cols = r["columns"]
+    assert cols["base"]["value"][order].tolist() == [10, 11, 12]
+    assert cols["f"]["value"][order].tolist() == [2.5, 1.5, 0.0]
+    assert cols["f"]["present"][order].tolist() == [True, True, False]
+    s = cols["s"]
+    assert [s["categories"][c] if c >= 0 else None for c in s["value"][order]] == ["y", "x", None]
+    with pytest.raises(ValueError, match="'arr' is not a series of scalar"):
+        store._core.scan_aligned("base", ["arr"])
+    with pytest.raises(KeyError, match="nope"):
+        store._core.scan_aligned("base", ["nope"])

@@ -123,7 +123,7 @@ class ScannerImpl final : public SeriesScanner {
           if (strings && v.run_is_string(r)) {
             ir[i] = 0;
             batch->run_is_string[i] = 1;
-            batch->string_runs[i] = std::string(v.run_string(r));
+            batch->string_runs[i] = v.run_string(r);
           } else {
             ir[i] = v.run_int(r);
           }

@@ -29,7 +29,7 @@ Status Snapshot::Verify(uint64_t* blocks_checked) const {
 }
 
 RunId ScanBatch::run(size_t i) const {
-  if (!run_is_string.empty() && run_is_string[i]) return RunId(string_runs[i]);
+  if (!run_is_string.empty() && run_is_string[i]) return RunId(std::string(string_runs[i]));
   return RunId(int_runs[i]);
 }
 

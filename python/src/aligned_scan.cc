@@ -1,0 +1,273 @@
+// runstore._core.Store.scan_aligned: several scalar series read into columns
+// aligned on the runs of one of them, without a Python object per record.
+//
+// The experiments layer reads an experiment's fields (its status, its
+// parameters) from one series each and places them by run. Through scan()
+// every record's run comes back as a Python object (a str per record for
+// hashed ids) and is looked up in a dict: at 1,000,000 experiments that is
+// most of the time and memory of `runstore status`. Here the runs of the base
+// series are held once, as bytes, every other series' records are placed
+// by an exact comparison of their runs (a hash finds the candidates), string
+// values come back dictionary-encoded, and only the runs a caller asks for
+// become Python objects.
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "bindings.h"
+#include "convert.h"
+#include "errors.h"
+#include "numpy_api.h"
+
+namespace runstore::python {
+namespace {
+
+// The runs of the base series, in its scan order, found by exact value.
+class RunTable {
+ public:
+  static constexpr uint32_t kAbsent = UINT32_MAX;
+
+  // Room for `n` runs (a hint: bounded by the caller by what the store holds).
+  void Reserve(size_t n) {
+    is_str_.reserve(n);
+    ints_.reserve(n);
+    ends_.reserve(n);
+  }
+  void Add(const RunRef& r) {
+    is_str_.push_back(r.is_string ? 1 : 0);
+    ints_.push_back(r.is_string ? 0 : r.i);
+    if (r.is_string) bytes_.append(r.s);
+    ends_.push_back(bytes_.size());
+  }
+  size_t size() const { return ints_.size(); }
+  // After the last Add: an open-addressing table of at least twice as many
+  // slots as runs, each the position + 1 of a run whose hash starts there.
+  void Index() {
+    size_t slots = 16;
+    while (slots < 2 * size()) slots *= 2;
+    slots_.assign(slots, 0);
+    for (uint32_t i = 0; i < size(); ++i) {
+      size_t at = Hash(At(i)) & (slots - 1);
+      while (slots_[at] != 0) at = (at + 1) & (slots - 1);
+      slots_[at] = i + 1;
+    }
+  }
+  RunRef At(uint32_t i) const {
+    if (!is_str_[i]) return RunRef(ints_[i]);
+    const uint64_t lo = i == 0 ? 0 : ends_[i - 1];
+    return RunRef(std::string_view(bytes_).substr(lo, ends_[i] - lo));
+  }
+  // The position of run `r`, trying `guess` first (series written by one
+  // log_many come in the same order); kAbsent if the base lacks it.
+  uint32_t Find(const RunRef& r, uint32_t guess) const {
+    if (guess < size() && Same(At(guess), r)) return guess;
+    const size_t mask = slots_.size() - 1;
+    for (size_t at = Hash(r) & mask; slots_[at] != 0; at = (at + 1) & mask) {
+      if (Same(At(slots_[at] - 1), r)) return slots_[at] - 1;
+    }
+    return kAbsent;
+  }
+
+ private:
+  static bool Same(const RunRef& a, const RunRef& b) {
+    return a.is_string == b.is_string && (a.is_string ? a.s == b.s : a.i == b.i);
+  }
+  static uint64_t Hash(const RunRef& r) {
+    return r.is_string ? std::hash<std::string_view>()(r.s)
+                       : std::hash<int64_t>()(r.i) * 0x9E3779B97F4A7C15ull;
+  }
+
+  std::vector<uint8_t> is_str_;
+  std::vector<int64_t> ints_;
+  std::vector<uint64_t> ends_;  // of each run's bytes in bytes_
+  std::string bytes_;
+  std::vector<uint32_t> slots_;
+};
+
+// One series placed on the base's runs: numeric values, or string values as
+// codes into `categories` (-1 where absent).
+struct AlignedColumn {
+  std::string name;
+  SeriesInfo info;
+  bool strings = false;
+  size_t elem = 0;
+  nb::object values;   // numpy array of the base's length
+  nb::object present;  // numpy bool array
+  char* values_at = nullptr;
+  bool* present_at = nullptr;
+  std::deque<std::string> categories;  // stable: `codes` holds views of them
+};
+
+RunRef RunOf(const ScanBatch& b, size_t i) {
+  if (!b.run_is_string.empty() && b.run_is_string[i]) return RunRef(b.string_runs[i]);
+  return RunRef(b.int_runs[i]);
+}
+
+// Reads every record of `name` at `step`, calling place(batch, i) for each.
+Status ForEachRecord(const Snapshot& snap, const std::string& name, int64_t step,
+                     const std::function<Status(const ScanBatch&, size_t)>& place) {
+  RUNSTORE_ASSIGN_OR_RETURN(auto scanner, snap.Scan(name, ScanOptions()));
+  ScanBatch batch;
+  while (true) {
+    RUNSTORE_ASSIGN_OR_RETURN(bool have, scanner->Next(&batch));
+    if (!have) break;
+    for (size_t i = 0; i < batch.count; ++i) {
+      if (batch.steps[i] != step) continue;
+      RUNSTORE_RETURN_IF_ERROR(place(batch, i));
+    }
+  }
+  // The pages the scan mapped leave the resident set before the next series.
+  snap.ReleasePages();
+  return Status::OK();
+}
+
+Status CheckScalar(const std::string& name, const SeriesInfo& info) {
+  if (info.variable_shape || !info.shape.empty() || info.dtype == DType::kBytes) {
+    return Status::InvalidArgument("series '" + name +
+                                   "' is not a series of scalar numbers or strings: "
+                                   "scan_aligned reads those only");
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+nb::dict PyStore::ScanAligned(const std::string& base, const std::vector<std::string>& names,
+                              int64_t step) {
+  const StoreUse use = Use();
+  auto snap = store_->GetSnapshot();
+  std::vector<AlignedColumn> columns(names.size() + 1);
+  for (size_t c = 0; c < columns.size(); ++c) {
+    AlignedColumn& col = columns[c];
+    col.name = c == 0 ? base : names[c - 1];
+    Result<SeriesInfo> info = Status::NotFound("");
+    {
+      nb::gil_scoped_release nogil;
+      info = snap->GetSeriesInfo(col.name);
+    }
+    col.info = Unwrap(std::move(info));
+    Check(CheckScalar(col.name, col.info));
+    col.strings = col.info.dtype == DType::kString;
+    col.elem = col.strings ? sizeof(int32_t) : DTypeSize(col.info.dtype);
+  }
+  // The base's runs, and its values kept aside until the columns exist.
+  RunTable runs;
+  std::string base_values;
+  std::unordered_map<std::string_view, int32_t> codes;  // of the column being read
+  auto put_value = [&](AlignedColumn& col, const ScanBatch& b, size_t i, char* at) {
+    if (!col.strings) {
+      std::memcpy(at, b.values.data() + i * col.elem, col.elem);
+      return;
+    }
+    const Value& v = b.records[i];
+    auto it = codes.find(std::string_view(v.data(), v.nbytes()));
+    if (it == codes.end()) {
+      col.categories.emplace_back(v.data(), v.nbytes());
+      it = codes.emplace(col.categories.back(), static_cast<int32_t>(col.categories.size() - 1))
+               .first;
+    }
+    std::memcpy(at, &it->second, sizeof(int32_t));
+  };
+  Status s;
+  {
+    nb::gil_scoped_release nogil;
+    AlignedColumn& col = columns[0];
+    // Each record takes at least a byte of the store: a header's count never
+    // reserves more than the series' stored bytes.
+    runs.Reserve(static_cast<size_t>(std::min(col.info.count, col.info.stored_bytes)));
+    base_values.reserve(static_cast<size_t>(std::min(col.info.count, col.info.stored_bytes)) *
+                        col.elem);
+    s = ForEachRecord(*snap, base, step, [&](const ScanBatch& b, size_t i) {
+      runs.Add(RunOf(b, i));
+      base_values.resize(base_values.size() + col.elem);
+      put_value(col, b, i, base_values.data() + base_values.size() - col.elem);
+      return Status::OK();
+    });
+    if (s.ok()) runs.Index();
+  }
+  Check(s);
+  const auto n = static_cast<npy_intp>(runs.size());
+  for (AlignedColumn& col : columns) {
+    col.values = NewArray(col.strings ? NPY_INT32 : NumpyTypeNum(col.info.dtype), {n});
+    col.present = NewArray(NPY_BOOL, {n});
+    col.values_at = ArrayData(col.values);
+    col.present_at = reinterpret_cast<bool*>(ArrayData(col.present));
+    std::memset(col.present_at, 0, static_cast<size_t>(n));
+    if (col.strings) {
+      std::fill_n(reinterpret_cast<int32_t*>(col.values_at), n, -1);
+    } else {
+      std::memset(col.values_at, 0, static_cast<size_t>(n) * col.elem);
+    }
+  }
+  if (n > 0) std::memcpy(columns[0].values_at, base_values.data(), base_values.size());
+  std::memset(columns[0].present_at, 1, static_cast<size_t>(n));
+  std::string().swap(base_values);
+  {
+    nb::gil_scoped_release nogil;
+    for (size_t c = 1; c < columns.size() && s.ok(); ++c) {
+      AlignedColumn& col = columns[c];
+      codes.clear();
+      uint32_t next = 0;
+      s = ForEachRecord(*snap, col.name, step, [&](const ScanBatch& b, size_t i) {
+        const uint32_t at = runs.Find(RunOf(b, i), next);
+        if (at == RunTable::kAbsent) return Status::OK();  // not a run of the base
+        put_value(col, b, i, col.values_at + at * col.elem);
+        col.present_at[at] = true;
+        next = at + 1;
+        return Status::OK();
+      });
+    }
+  }
+  Check(s);
+  // The base's runs, as arrays: `run` the integer runs (0 for a string run),
+  // `run_is_str`, and the UTF-8 bytes of string run i at
+  // run_bytes[run_ends[i-1]:run_ends[i]].
+  nb::object ints = NewArray(NPY_INT64, {n});
+  nb::object is_str = NewArray(NPY_BOOL, {n});
+  nb::object ends = NewArray(NPY_UINT64, {n});
+  uint64_t total = 0;
+  for (npy_intp i = 0; i < n; ++i) {
+    const RunRef r = runs.At(static_cast<uint32_t>(i));
+    reinterpret_cast<int64_t*>(ArrayData(ints))[i] = r.is_string ? 0 : r.i;
+    reinterpret_cast<bool*>(ArrayData(is_str))[i] = r.is_string;
+    total += r.is_string ? r.s.size() : 0;
+    reinterpret_cast<uint64_t*>(ArrayData(ends))[i] = total;
+  }
+  nb::object bytes = NewArray(NPY_UINT8, {static_cast<npy_intp>(total)});
+  char* out = ArrayData(bytes);
+  for (npy_intp i = 0; i < n; ++i) {
+    const RunRef r = runs.At(static_cast<uint32_t>(i));
+    if (r.is_string) out = std::copy(r.s.begin(), r.s.end(), out);
+  }
+  nb::dict result;
+  result["run"] = ints;
+  result["run_is_str"] = is_str;
+  result["run_ends"] = ends;
+  result["run_bytes"] = bytes;
+  nb::dict cols;
+  for (AlignedColumn& col : columns) {
+    nb::dict d;
+    d["value"] = col.values;
+    d["present"] = col.present;
+    if (col.strings) {
+      nb::list cats;
+      for (const std::string& c : col.categories) {
+        cats.append(nb::steal(
+            PyUnicode_DecodeUTF8(c.data(), static_cast<Py_ssize_t>(c.size()), "surrogateescape")));
+      }
+      d["categories"] = cats;
+    }
+    cols[col.name.c_str()] = d;
+  }
+  result["columns"] = cols;
+  return result;
+}
+
+}  // namespace runstore::python
