@@ -84,7 +84,10 @@ class StatusArrays:
         def strings(series: str) -> tuple[np.ndarray, list[str]]:
             if series not in cols:
                 return np.full(len(order), -1, dtype=np.int32), []
-            return cols[series]["value"][order], cols[series]["categories"]
+            c = cols[series]
+            if "categories" not in c:  # not a str series: no state, host or error in it
+                return np.where(c["present"], 0, -1)[order].astype(np.int32), [None]
+            return c["value"][order], c["categories"]
 
         state, state_names = strings(ex.STATE)
         hosts, host_names = strings(ex.HOST)
@@ -98,7 +101,7 @@ class StatusArrays:
             lo = int(ends[k - 1]) if k else 0
             return bytes(data[lo : int(ends[k])]).decode("utf-8", "surrogateescape")
 
-        def name_at(codes: np.ndarray, names: list[str]) -> Any:
+        def name_at(codes: np.ndarray, names: list[Any]) -> Any:
             return lambda i: names[codes[i]] if codes[i] >= 0 else None
 
         return cls(

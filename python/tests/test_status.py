@@ -255,3 +255,16 @@ def test_scan_aligned_places_every_series_on_the_runs_of_the_base(store):
         store._core.scan_aligned("base", ["arr"])
     with pytest.raises(KeyError, match="nope"):
         store._core.scan_aligned("base", ["nope"])
+
+
+def test_status_fields_of_another_type_are_no_state_host_or_error(store, capsys):
+    """A store whose status series hold numbers where strings belong (written by hand): the
+    experiments with such a state count in no state, and the command still answers."""
+    design = store.define_experiments([{"x": float(i)} for i in range(4)])
+    ids = design["experiment"].tolist()
+    with store.writer(_allow_reserved=True) as w:
+        w.log_many(ids[:2], **{ex.STATE: [1.0, 2.0], ex.HOST: [3, 4], ex.ERROR: [5.0, 6.0]})
+    store.refresh()
+    s = _status.summary(store, now=10.0)
+    assert s["counts"] == {"done": 0, "running": 0, "pending": 2, "failed": 0}
+    assert s["experiments"] == 4
