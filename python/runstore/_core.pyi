@@ -176,7 +176,9 @@ class Store:
         runs: Sequence[_RunId] | None = None,
         steps: tuple[int, int] | None = None,
     ) -> dict[str, npt.NDArray[Any]]: ...
-    def scan_aligned(self, base: str, names: Sequence[str], step: int = 0) -> dict[str, Any]: ...
+    def scan_aligned(
+        self, base: str, names: Sequence[str], step: int = 0, ids: bool = False
+    ) -> dict[str, Any]: ...
 
 class EmaBatch:
     """EMA workbench experiments kept until their batch is written (runstore.ema's callback;

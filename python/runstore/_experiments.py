@@ -141,8 +141,13 @@ class ExperimentIndex:
         if ids.dtype != object:
             self._order = np.argsort(ids, kind="stable")
             self._sorted = ids[self._order]
-        else:
-            self._dict = {e: i for i, e in enumerate(ids.tolist())}
+
+    def _lookup(self) -> dict[Any, int]:
+        """Id -> row, built at the first lookup of str or mixed ids (not for a table that only
+        lists them)."""
+        if self._dict is None:
+            self._dict = {e: i for i, e in enumerate(self.ids.tolist())}
+        return self._dict
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -152,14 +157,14 @@ class ExperimentIndex:
         runs = runs if isinstance(runs, np.ndarray) else np.array(runs, dtype=object)
         if len(self.ids) == 0 or len(runs) == 0:
             return np.full(len(runs), -1, dtype=np.intp)
-        if self._dict is not None:
+        if self.ids.dtype == object:
             # The series of one log_many (an experiment's status fields, its outcomes) hold
             # their runs in the same order: the last positions are checked against the ids
             # they name (one comparison per run) instead of a lookup per run.
             last = self._last
             if last is not None and len(last) == len(runs) and np.array_equal(self.ids[last], runs):
                 return last
-            d = self._dict
+            d = self._lookup()
             pos = np.fromiter((d.get(r, -1) for r in runs.tolist()), np.intp, len(runs))
             pos.setflags(write=False)  # shared by the calls that reuse it
             # Kept when every run is an experiment: a run that is not (-1) has no id to check.
@@ -236,6 +241,73 @@ def read_column(
     return col
 
 
+def alignable(info: dict[str, Any]) -> bool:
+    """Whether a series is read by :func:`load_aligned` (scalars of numbers or strings)."""
+    return not info["variable_shape"] and not info["shape"] and info["dtype"] != "bytes"
+
+
+def load_aligned(
+    store: Store, names: Iterable[str], infos: dict[str, dict[str, Any]]
+) -> tuple[ExperimentIndex, dict[str, Column]]:
+    """The experiment index and series ``names`` as Columns in experiment order, the scalar
+    ones from one scan of each placed on the design's runs by the core (``scan_aligned``): no
+    Python object per record, but for the ids and one per distinct string. Other series go
+    through :func:`read_column`. The same columns as :func:`load_index` and
+    :func:`read_column` give."""
+    names = list(dict.fromkeys(names))
+    if ROW not in infos:
+        index = ExperimentIndex(np.empty(0, dtype=np.int64))
+        return index, {n: read_column(store, n, index, infos[n]) for n in names}
+    aligned = [n for n in names if alignable(infos[n])]
+    r = store._core.scan_aligned(ROW, aligned, ids=True)
+    cols = r.pop("columns")
+    order = np.argsort(cols.pop(ROW)["value"], kind="stable")
+    index = ExperimentIndex(r.pop("ids")[order])
+    del r
+    out: dict[str, Column] = {}
+    for n in names:
+        if n in cols:
+            out[n] = aligned_column(cols.pop(n), order, infos[n]["dtype"])
+        else:
+            out[n] = read_column(store, n, index, infos[n])
+    return index, out
+
+
+def aligned_column(c: dict[str, Any], order: np.ndarray, dtype: str) -> Column:
+    """A column of ``scan_aligned`` in experiment order (``order``): NaN where floats are
+    absent, None where strings are."""
+    present = c["present"][order]
+    if "categories" in c:
+        table = np.empty(len(c["categories"]) + 1, dtype=object)  # code -1: the None at the end
+        table[:-1] = c["categories"]
+        values = table[c["value"][order]]
+    else:
+        values = c["value"][order]
+        if values.dtype.kind == "f" and not present.all():
+            values[~present] = np.nan
+    return Column(values, present, dtype)
+
+
+def status_of(columns: dict[str, Column], n: int) -> dict[str, Column]:
+    """The status Columns by field (state, error, ...) from Columns by series; empty ones for
+    the fields no series holds."""
+    out: dict[str, Column] = {}
+    for col, series in STATUS_COLUMNS.items():
+        if series in columns:
+            out[col] = columns[series]
+        elif col == "attempt":
+            out[col] = empty_column(n, "int64", ())
+        elif col in ("started", "finished", "seconds"):
+            out[col] = empty_column(n, "float64", ())
+        else:
+            out[col] = empty_column(n, "string", ())
+    return out
+
+
+def status_series(infos: dict[str, dict[str, Any]]) -> list[str]:
+    return [s for s in STATUS_COLUMNS.values() if s in infos]
+
+
 def design_columns(store: Store, infos: dict[str, dict[str, Any]]) -> list[str]:
     """Parameter names in the order they were first defined."""
     names = [n[len(DESIGN) :] for n in infos if n.startswith(DESIGN) and n not in (ROW, PARAMS)]
@@ -253,12 +325,9 @@ def design_columns(store: Store, infos: dict[str, dict[str, Any]]) -> list[str]:
 def load_design(store: Store) -> tuple[ExperimentIndex, dict[str, Column]]:
     """The experiment index and one Column per parameter."""
     infos = reserved_series(store, counts=False)
-    index = load_index(store, infos)
-    cols = {
-        p: read_column(store, DESIGN + p, index, infos[DESIGN + p])
-        for p in design_columns(store, infos)
-    }
-    return index, cols
+    params = design_columns(store, infos)
+    index, cols = load_aligned(store, [DESIGN + p for p in params], infos)
+    return index, {p: cols[DESIGN + p] for p in params}
 
 
 def load_status(
@@ -270,20 +339,12 @@ def load_status(
     """One Column per status field (state, error, host, started, finished, seconds, attempt).
     ``after_each`` is called after each series is read."""
     infos = reserved_series(store, counts=False) if infos is None else infos
-    n = len(index)
-    out: dict[str, Column] = {}
-    for col, series in STATUS_COLUMNS.items():
-        if series in infos:
-            out[col] = read_column(store, series, index, infos[series])
-            if after_each is not None:
-                after_each()
-        elif col == "attempt":
-            out[col] = empty_column(n, "int64", ())
-        elif col in ("started", "finished", "seconds"):
-            out[col] = empty_column(n, "float64", ())
-        else:
-            out[col] = empty_column(n, "string", ())
-    return out
+    columns: dict[str, Column] = {}
+    for series in status_series(infos):
+        columns[series] = read_column(store, series, index, infos[series])
+        if after_each is not None:
+            after_each()
+    return status_of(columns, len(index))
 
 
 def status_frame_columns(status: dict[str, Column]) -> dict[str, Any]:
@@ -352,16 +413,16 @@ def status_frame(store: Store) -> pandas.DataFrame:
     import pandas as pd
 
     infos = reserved_series(store, counts=False)
-    index = load_index(store, infos)
+    index, cols = load_aligned(store, status_series(infos), infos)
     data: dict[str, Any] = {ID_COLUMN: index.ids}
-    data.update(status_frame_columns(load_status(store, index, infos)))
+    data.update(status_frame_columns(status_of(cols, len(index))))
     return pd.DataFrame(data)
 
 
 def pending_ids(store: Store, retry_failed: bool) -> list[RunId]:
     infos = reserved_series(store, counts=False)
-    index = load_index(store, infos)
-    state = status_frame_columns(load_status(store, index, infos))["state"]
+    index, cols = load_aligned(store, [STATE] if STATE in infos else [], infos)
+    state = status_frame_columns(status_of(cols, len(index)))["state"]
     todo = state != "done"
     if not retry_failed:
         todo &= state != "failed"
@@ -388,17 +449,7 @@ def load_results(
             "reads stores written by define_experiments and run_experiments; read other "
             "stores with Store.scan or Store.to_pandas"
         )
-    index = load_index(store, infos)
     params = design_columns(store, infos)
-    data: dict[str, Any] = {ID_COLUMN: index.ids}
-    for p in params:
-        data[p] = read_column(store, DESIGN + p, index, infos[DESIGN + p]).to_pandas()
-    apply_categories(store, data)
-    snames = status_names(params)
-    for c, v in status_frame_columns(load_status(store, index, infos)).items():
-        data[snames[c]] = v
-    experiments = pd.DataFrame(data)
-
     if names is None:
         selected = outcome_names(store)
     else:
@@ -406,7 +457,24 @@ def load_results(
         for n in selected:
             if n not in infos:
                 raise KeyError(f"series {n!r} not found")
-    outcomes = {n: read_column(store, n, index, infos[n]).masked() for n in selected}
+    # Parameters, status and scalar outcomes in one aligned read; array outcomes after, one
+    # at a time.
+    scalars = [n for n in selected if alignable(infos[n])]
+    index, cols = load_aligned(
+        store, [DESIGN + p for p in params] + status_series(infos) + scalars, infos
+    )
+    data: dict[str, Any] = {ID_COLUMN: index.ids}
+    for p in params:
+        data[p] = cols.pop(DESIGN + p).to_pandas()
+    apply_categories(store, data)
+    snames = status_names(params)
+    for c, v in status_frame_columns(status_of(cols, len(index))).items():
+        data[snames[c]] = v
+    experiments = pd.DataFrame(data)
+    outcomes = {
+        n: (cols[n] if n in cols else read_column(store, n, index, infos[n])).masked()
+        for n in selected
+    }
     return experiments, outcomes
 
 

@@ -108,37 +108,43 @@ class ExperimentTable:
         #: Every series of the snapshot read, reserved ones included (the _core series dicts).
         self.infos = infos = ex.reserved_series(store)
         self.has_design = ex.ROW in infos
+        names = ex.outcome_names(store) if names is None else list(names)
+        for n in names:
+            if n not in infos:
+                raise KeyError(f"series {n!r} not found")
+        params = ex.design_columns(store, infos)
+        # Parameters, status and scalar outcomes in one aligned read (the core releases the
+        # pages of each series' scan before the next).
+        scalars = [n for n in names if Outcome(n, infos[n]).scalar]
+        wanted = [ex.DESIGN + p for p in params] + ex.status_series(infos) + scalars
         if self.has_design:
-            self.index = ex.load_index(store, infos)
+            self.index, cols = ex.load_aligned(store, wanted, infos)
         else:
             runs = store._core.runs()
             int_runs = all(isinstance(r, int) for r in runs)
             ids = np.array(runs, dtype=np.int64 if int_runs else object)
             self.index = ex.ExperimentIndex(ids)
+            cols = {n: ex.read_column(store, n, self.index, infos[n]) for n in wanted}
+        release_mapped_pages(store)
         self.n = len(self.index)
-        # The pages each scan touched are released before the next one, so that the resident
-        # set never holds more than one series' worth of the mapped files.
-        release = lambda: release_mapped_pages(store)  # noqa: E731
-        release()
-        self.params = {}
-        for p in ex.design_columns(store, infos):
-            self.params[p] = ex.read_column(store, ex.DESIGN + p, self.index, infos[ex.DESIGN + p])
-            release()
-        self.status = ex.load_status(store, self.index, infos, after_each=release)
+        self.params = {p: cols[ex.DESIGN + p] for p in params}
+        self.status = ex.status_of(cols, self.n)
         self.status_names = ex.status_names(self.params)
         self.outcomes: list[Outcome] = []
         #: Counts the rows of every chunk handed out (an export's progress bar).
         self.progress = _progress.quiet()
-        self.add_outcomes(ex.outcome_names(store) if names is None else list(names))
+        self.add_outcomes(names, {n: cols[n] for n in scalars})
 
-    def add_outcomes(self, names: Iterable[str]) -> None:
+    def add_outcomes(self, names: Iterable[str], read: dict[str, ex.Column] | None = None) -> None:
         """Adds the outcomes ``names`` (KeyError for one the snapshot lacks); the scalar ones
-        (and those of no elements) are read whole, as Columns."""
+        (and those of no elements) are read whole, as Columns (or taken from ``read``)."""
         for n in names:
             if n not in self.infos:
                 raise KeyError(f"series {n!r} not found")
             o = Outcome(n, self.infos[n])
-            if o.scalar or o.empty:
+            if read is not None and n in read:
+                o.column = read[n]
+            elif o.scalar or o.empty:
                 o.column = ex.read_column(self.store, n, self.index, self.infos[n])
                 release_mapped_pages(self.store)
             self.outcomes.append(o)

@@ -140,7 +140,7 @@ Status CheckScalar(const std::string& name, const SeriesInfo& info) {
 }  // namespace
 
 nb::dict PyStore::ScanAligned(const std::string& base, const std::vector<std::string>& names,
-                              int64_t step) {
+                              int64_t step, bool with_ids) {
   const StoreUse use = Use();
   auto snap = store_->GetSnapshot();
   std::vector<AlignedColumn> columns(names.size() + 1);
@@ -247,6 +247,29 @@ nb::dict PyStore::ScanAligned(const std::string& base, const std::vector<std::st
     if (r.is_string) out = std::copy(r.s.begin(), r.s.end(), out);
   }
   nb::dict result;
+  if (with_ids) {
+    // The runs as Python objects, in the base's order: int64 when every run
+    // is an integer, else an object array of int and str.
+    bool any_str = false;
+    for (npy_intp i = 0; i < n && !any_str; ++i)
+      any_str = runs.At(static_cast<uint32_t>(i)).is_string;
+    if (!any_str) {
+      result["ids"] = ints;
+    } else {
+      nb::object objs = NewArray(NPY_OBJECT, {n});
+      auto** slots = reinterpret_cast<PyObject**>(ArrayData(objs));
+      for (npy_intp i = 0; i < n; ++i) {
+        const RunRef r = runs.At(static_cast<uint32_t>(i));
+        PyObject* o = r.is_string
+                          ? PyUnicode_DecodeUTF8(r.s.data(), static_cast<Py_ssize_t>(r.s.size()),
+                                                 "surrogateescape")
+                          : PyLong_FromLongLong(r.i);
+        if (o == nullptr) throw nb::python_error();
+        Py_XSETREF(slots[i], o);
+      }
+      result["ids"] = objs;
+    }
+  }
   result["run"] = ints;
   result["run_is_str"] = is_str;
   result["run_ends"] = ends;

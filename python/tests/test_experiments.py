@@ -208,6 +208,53 @@ def test_two_rows_with_one_hash_prefix_are_refused(store, monkeypatch):
     assert store.design().empty
 
 
+@pytest.mark.parametrize("ids", ["hashed", "int", "mixed"])
+def test_aligned_columns_are_the_columns_read_one_by_one(store, ids):
+    """load_aligned (the design's runs and every scalar series in one aligned read) gives the
+    index and Columns that load_index and read_column give, for every dtype, with gaps, with
+    records of runs that are not experiments, records at other steps, a design row written
+    again, and series it does not align (bytes, arrays) read the other way."""
+    rng = np.random.default_rng(11)
+    n = 300
+    if ids == "hashed":
+        rows = [{"x": float(i), "k": f"v{i % 4}"} for i in range(n)]
+    else:
+        made = [1000 - 3 * i if ids == "int" or i % 2 else f"e{i}" for i in range(n)]
+        rows = [{"experiment": e, "x": float(i), "k": f"v{i % 4}"} for i, e in enumerate(made)]
+    design = store.define_experiments(rows)
+    eids = design["experiment"].tolist()
+    some = [e for e in eids if rng.random() < 0.7]
+    strangers = ["not-one", 99999]
+    with store.writer(_allow_reserved=True) as w:
+        w.log_many(
+            some + strangers,
+            f=rng.random(len(some) + 2),
+            i=rng.integers(-5, 5, len(some) + 2),
+            b=rng.random(len(some) + 2) < 0.5,
+            s=[f"s{j % 3}" for j in range(len(some) + 2)],
+            by=[b"\x00" * (j % 3) for j in range(len(some) + 2)],
+            arr=rng.random((len(some) + 2, 3)),
+        )
+        w.log_many(some[:10], steps=1, f=np.full(10, -1.0))  # another step: not step 0's
+        w.log(eids[5], **{ex.DESIGN + "x": 5.0})  # a design record written again
+    store.refresh()
+    infos = ex.reserved_series(store, counts=False)
+    names = ["f", "i", "b", "s", "by", "arr", ex.DESIGN + "x", ex.DESIGN + "k", "f"]
+    index, cols = ex.load_aligned(store, names, infos)
+    want_index = ex.load_index(store, infos)
+    assert index.ids.tolist() == want_index.ids.tolist() == eids
+    assert index.ids.dtype == want_index.ids.dtype
+    for name in names:
+        want = ex.read_column(store, name, want_index, infos[name])
+        got = cols[name]
+        assert got.dtype == want.dtype, name
+        assert got.present.tolist() == want.present.tolist(), name
+        assert got.values.dtype == want.values.dtype, name
+        np.testing.assert_array_equal(got.values, want.values, err_msg=name)
+    assert ex.alignable(infos["s"]) and not ex.alignable(infos["by"])
+    assert not ex.alignable(infos["arr"])
+
+
 def test_design_keeps_dtypes_and_absent_parameters(store):
     df = pd.DataFrame(
         {
