@@ -177,7 +177,12 @@ class Store:
         steps: tuple[int, int] | None = None,
     ) -> dict[str, npt.NDArray[Any]]: ...
     def scan_aligned(
-        self, base: str, names: Sequence[str], step: int = 0, ids: bool = False
+        self,
+        base: str,
+        names: Sequence[str],
+        step: int = 0,
+        ids: bool = False,
+        ordered: bool = False,
     ) -> dict[str, Any]: ...
 
 class EmaBatch:

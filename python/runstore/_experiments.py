@@ -242,47 +242,55 @@ def read_column(
 
 
 def alignable(info: dict[str, Any]) -> bool:
-    """Whether a series is read by :func:`load_aligned` (scalars of numbers or strings)."""
-    return not info["variable_shape"] and not info["shape"] and info["dtype"] != "bytes"
+    """Whether a series is read by :func:`load_aligned`: numbers of one shape, scalar strings."""
+    if info["variable_shape"] or info["dtype"] == "bytes":
+        return False
+    return info["dtype"] != "string" or not info["shape"]
+
+
+def aligned_design(infos: dict[str, dict[str, Any]]) -> bool:
+    """Whether the design's rows order the experiments for :func:`load_aligned` (integers)."""
+    row = infos.get(ROW)
+    return row is not None and row["dtype"].startswith(("int", "uint")) and not row["shape"]
 
 
 def load_aligned(
     store: Store, names: Iterable[str], infos: dict[str, dict[str, Any]]
 ) -> tuple[ExperimentIndex, dict[str, Column]]:
-    """The experiment index and series ``names`` as Columns in experiment order, the scalar
-    ones from one scan of each placed on the design's runs by the core (``scan_aligned``): no
-    Python object per record, but for the ids and one per distinct string. Other series go
-    through :func:`read_column`. The same columns as :func:`load_index` and
-    :func:`read_column` give."""
+    """The experiment index and series ``names`` as Columns in experiment order, those of
+    numbers and scalar strings from one scan of each placed on the design's runs, in definition
+    order, by the core (``scan_aligned``): no Python object per record, but for the ids and one
+    per distinct string, and each record copied once, into its column. Other series go through
+    :func:`read_column`. The same columns as :func:`load_index` and :func:`read_column`
+    give."""
     names = list(dict.fromkeys(names))
-    if ROW not in infos:
-        index = ExperimentIndex(np.empty(0, dtype=np.int64))
+    if not aligned_design(infos):  # none, or rows that are not integers (written by hand)
+        index = load_index(store, infos)
         return index, {n: read_column(store, n, index, infos[n]) for n in names}
     aligned = [n for n in names if alignable(infos[n])]
-    r = store._core.scan_aligned(ROW, aligned, ids=True)
+    r = store._core.scan_aligned(ROW, aligned, ids=True, ordered=True)
     cols = r.pop("columns")
-    order = np.argsort(cols.pop(ROW)["value"], kind="stable")
-    index = ExperimentIndex(r.pop("ids")[order])
+    cols.pop(ROW)
+    index = ExperimentIndex(r.pop("ids"))
     del r
     out: dict[str, Column] = {}
     for n in names:
         if n in cols:
-            out[n] = aligned_column(cols.pop(n), order, infos[n]["dtype"])
+            out[n] = aligned_column(cols.pop(n), infos[n]["dtype"])
         else:
             out[n] = read_column(store, n, index, infos[n])
     return index, out
 
 
-def aligned_column(c: dict[str, Any], order: np.ndarray, dtype: str) -> Column:
-    """A column of ``scan_aligned`` in experiment order (``order``): NaN where floats are
-    absent, None where strings are."""
-    present = c["present"][order]
+def aligned_column(c: dict[str, Any], dtype: str) -> Column:
+    """A column of ``scan_aligned``: NaN where floats are absent, None where strings are."""
+    present = c["present"]
     if "categories" in c:
         table = np.empty(len(c["categories"]) + 1, dtype=object)  # code -1: the None at the end
         table[:-1] = c["categories"]
-        values = table[c["value"][order]]
+        values = table[c["value"]]
     else:
-        values = c["value"][order]
+        values = c["value"]
         if values.dtype.kind == "f" and not present.all():
             values[~present] = np.nan
     return Column(values, present, dtype)

@@ -68,26 +68,26 @@ class StatusArrays:
     @classmethod
     def read(cls, store: Any) -> StatusArrays:
         infos = ex.reserved_series(store, counts=False)
-        if ex.ROW not in infos:
+        if not ex.aligned_design(infos):
             return cls.of_frame(store.status())
         names = [s for s in ex.STATUS_COLUMNS.values() if s in infos]
-        r = store._core.scan_aligned(ex.ROW, names)
+        r = store._core.scan_aligned(ex.ROW, names, ordered=True)  # in definition order
         cols = r["columns"]
-        order = np.argsort(cols[ex.ROW]["value"], kind="stable")  # definition order
+        n = len(cols[ex.ROW]["value"])
 
         def numbers(series: str, dtype: Any, missing: Any) -> np.ndarray:
             if series not in cols:
-                return np.full(len(order), missing, dtype=dtype)
+                return np.full(n, missing, dtype=dtype)
             c = cols[series]
-            return np.where(c["present"], c["value"].astype(dtype), missing)[order]
+            return np.where(c["present"], c["value"].astype(dtype, copy=False), missing)
 
         def strings(series: str) -> tuple[np.ndarray, list[str]]:
             if series not in cols:
-                return np.full(len(order), -1, dtype=np.int32), []
+                return np.full(n, -1, dtype=np.int32), []
             c = cols[series]
             if "categories" not in c:  # not a str series: no state, host or error in it
-                return np.where(c["present"], 0, -1)[order].astype(np.int32), [None]
-            return c["value"][order], c["categories"]
+                return np.where(c["present"], 0, -1).astype(np.int32), [None]
+            return c["value"], c["categories"]
 
         state, state_names = strings(ex.STATE)
         hosts, host_names = strings(ex.HOST)
@@ -95,7 +95,7 @@ class StatusArrays:
         ends, data, ints, is_str = r["run_ends"], r["run_bytes"], r["run"], r["run_is_str"]
 
         def id_at(i: int) -> Any:
-            k = int(order[i])
+            k = int(i)
             if not is_str[k]:
                 return int(ints[k])
             lo = int(ends[k - 1]) if k else 0
@@ -105,7 +105,7 @@ class StatusArrays:
             return lambda i: names[codes[i]] if codes[i] >= 0 else None
 
         return cls(
-            len(order), state, state_names,
+            n, state, state_names,
             numbers(ex.STARTED, np.float64, np.nan),
             numbers(ex.FINISHED, np.float64, np.nan),
             numbers(ex.SECONDS, np.float64, np.nan),

@@ -47,6 +47,14 @@ class RunTable {
     ends_.push_back(bytes_.size());
   }
   size_t size() const { return ints_.size(); }
+  // Puts run perm[i] at position i (before Index).
+  void Permute(const std::vector<uint32_t>& perm) {
+    RunTable t;
+    t.Reserve(perm.size());
+    t.bytes_.reserve(bytes_.size());
+    for (uint32_t i : perm) t.Add(At(i));
+    *this = std::move(t);
+  }
   // After the last Add: an open-addressing table of at least twice as many
   // slots as runs, each the position + 1 of a run whose hash starts there.
   void Index() {
@@ -97,9 +105,10 @@ struct AlignedColumn {
   std::string name;
   SeriesInfo info;
   bool strings = false;
-  size_t elem = 0;
-  nb::object values;   // numpy array of the base's length
-  nb::object present;  // numpy bool array
+  size_t elem = 0;            // bytes of one record (of its code, for strings)
+  std::vector<int64_t> dims;  // of the values array: {n, *record shape}
+  nb::object values;          // numpy array of the base's length
+  nb::object present;         // numpy bool array
   char* values_at = nullptr;
   bool* present_at = nullptr;
   std::deque<std::string> categories;  // stable: `codes` holds views of them
@@ -115,6 +124,10 @@ Status ForEachRecord(const Snapshot& snap, const std::string& name, int64_t step
                      const std::function<Status(const ScanBatch&, size_t)>& place) {
   RUNSTORE_ASSIGN_OR_RETURN(auto scanner, snap.Scan(name, ScanOptions()));
   ScanBatch batch;
+  // The pages the scan mapped leave the resident set every 64 MiB of values
+  // and at the end: the columns, not the store's pages, are what stays.
+  constexpr size_t kReleaseEvery = size_t{64} << 20;
+  size_t since_release = 0;
   while (true) {
     RUNSTORE_ASSIGN_OR_RETURN(bool have, scanner->Next(&batch));
     if (!have) break;
@@ -122,25 +135,68 @@ Status ForEachRecord(const Snapshot& snap, const std::string& name, int64_t step
       if (batch.steps[i] != step) continue;
       RUNSTORE_RETURN_IF_ERROR(place(batch, i));
     }
+    since_release += batch.values.nbytes();
+    if (since_release >= kReleaseEvery) {
+      batch = ScanBatch();
+      snap.ReleasePages();
+      since_release = 0;
+    }
   }
-  // The pages the scan mapped leave the resident set before the next series.
   snap.ReleasePages();
   return Status::OK();
 }
 
-Status CheckScalar(const std::string& name, const SeriesInfo& info) {
-  if (info.variable_shape || !info.shape.empty() || info.dtype == DType::kBytes) {
+// Numbers of a fixed shape, and scalar strings.
+Status CheckAlignable(const std::string& name, const SeriesInfo& info) {
+  if (info.variable_shape || info.dtype == DType::kBytes ||
+      (info.dtype == DType::kString && !info.shape.empty())) {
     return Status::InvalidArgument("series '" + name +
-                                   "' is not a series of scalar numbers or strings: "
-                                   "scan_aligned reads those only");
+                                   "' is not a series of numbers of one shape or of scalar "
+                                   "strings: scan_aligned reads those only");
   }
   return Status::OK();
+}
+
+// A stable order of the records by the base's values (numbers): where record
+// perm[i] goes.
+template <typename T>
+std::vector<uint32_t> OrderBy(const std::string& values) {
+  const size_t n = values.size() / sizeof(T);
+  std::vector<T> v(n);
+  if (n > 0) std::memcpy(v.data(), values.data(), values.size());
+  std::vector<uint32_t> perm(n);
+  for (uint32_t i = 0; i < n; ++i) perm[i] = i;
+  std::stable_sort(perm.begin(), perm.end(), [&](uint32_t a, uint32_t b) { return v[a] < v[b]; });
+  return perm;
+}
+
+Result<std::vector<uint32_t>> OrderOf(DType dtype, const std::string& values) {
+  switch (dtype) {
+    case DType::kInt8:
+      return OrderBy<int8_t>(values);
+    case DType::kInt16:
+      return OrderBy<int16_t>(values);
+    case DType::kInt32:
+      return OrderBy<int32_t>(values);
+    case DType::kInt64:
+      return OrderBy<int64_t>(values);
+    case DType::kUInt8:
+      return OrderBy<uint8_t>(values);
+    case DType::kUInt16:
+      return OrderBy<uint16_t>(values);
+    case DType::kUInt32:
+      return OrderBy<uint32_t>(values);
+    case DType::kUInt64:
+      return OrderBy<uint64_t>(values);
+    default:
+      return Status::InvalidArgument("scan_aligned orders by a base series of integers only");
+  }
 }
 
 }  // namespace
 
 nb::dict PyStore::ScanAligned(const std::string& base, const std::vector<std::string>& names,
-                              int64_t step, bool with_ids) {
+                              int64_t step, bool with_ids, bool ordered) {
   const StoreUse use = Use();
   auto snap = store_->GetSnapshot();
   std::vector<AlignedColumn> columns(names.size() + 1);
@@ -153,9 +209,20 @@ nb::dict PyStore::ScanAligned(const std::string& base, const std::vector<std::st
       info = snap->GetSeriesInfo(col.name);
     }
     col.info = Unwrap(std::move(info));
-    Check(CheckScalar(col.name, col.info));
+    Check(CheckAlignable(col.name, col.info));
+    if (c == 0 && !col.info.shape.empty()) {
+      Check(Status::InvalidArgument("base series '" + base + "' is not of scalars"));
+    }
     col.strings = col.info.dtype == DType::kString;
     col.elem = col.strings ? sizeof(int32_t) : DTypeSize(col.info.dtype);
+    col.dims = {0};
+    for (int64_t d : col.info.shape) {
+      if (d < 0 || (d > 0 && col.elem > SIZE_MAX / 2 / static_cast<size_t>(d))) {
+        Check(Status::Corruption("series '" + col.name + "': its record shape is too large"));
+      }
+      col.elem *= static_cast<size_t>(d);
+      col.dims.push_back(d);
+    }
   }
   // The base's runs, and its values kept aside until the columns exist.
   RunTable runs;
@@ -190,21 +257,36 @@ nb::dict PyStore::ScanAligned(const std::string& base, const std::vector<std::st
       put_value(col, b, i, base_values.data() + base_values.size() - col.elem);
       return Status::OK();
     });
+    if (s.ok() && ordered) {
+      Result<std::vector<uint32_t>> perm = OrderOf(col.info.dtype, base_values);
+      s = perm.status();
+      if (s.ok()) {
+        runs.Permute(*perm);
+        std::string sorted(base_values.size(), '\0');
+        for (size_t i = 0; i < perm->size(); ++i) {
+          std::memcpy(sorted.data() + i * col.elem, base_values.data() + (*perm)[i] * col.elem,
+                      col.elem);
+        }
+        base_values.swap(sorted);
+      }
+    }
     if (s.ok()) runs.Index();
   }
   Check(s);
   const auto n = static_cast<npy_intp>(runs.size());
   for (AlignedColumn& col : columns) {
-    col.values = NewArray(col.strings ? NPY_INT32 : NumpyTypeNum(col.info.dtype), {n});
+    // Zeroed by the allocator (calloc): the pages of rows no record reaches
+    // are not touched, so a column costs the records placed in it.
+    col.dims[0] = n;
+    const int type = col.strings ? NPY_INT32 : NumpyTypeNum(col.info.dtype);
+    PyObject* a = PyArray_ZEROS(static_cast<int>(col.dims.size()), col.dims.data(), type, 0);
+    if (a == nullptr) throw nb::python_error();
+    col.values = nb::steal(a);
     col.present = NewArray(NPY_BOOL, {n});
     col.values_at = ArrayData(col.values);
     col.present_at = reinterpret_cast<bool*>(ArrayData(col.present));
     std::memset(col.present_at, 0, static_cast<size_t>(n));
-    if (col.strings) {
-      std::fill_n(reinterpret_cast<int32_t*>(col.values_at), n, -1);
-    } else {
-      std::memset(col.values_at, 0, static_cast<size_t>(n) * col.elem);
-    }
+    if (col.strings) std::fill_n(reinterpret_cast<int32_t*>(col.values_at), n, -1);
   }
   if (n > 0) std::memcpy(columns[0].values_at, base_values.data(), base_values.size());
   std::memset(columns[0].present_at, 1, static_cast<size_t>(n));

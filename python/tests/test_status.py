@@ -251,8 +251,22 @@ def test_scan_aligned_places_every_series_on_the_runs_of_the_base(store):
     assert cols["f"]["present"][order].tolist() == [True, True, False]
     s = cols["s"]
     assert [s["categories"][c] if c >= 0 else None for c in s["value"][order]] == ["y", "x", None]
-    with pytest.raises(ValueError, match="'arr' is not a series of scalar"):
-        store._core.scan_aligned("base", ["arr"])
+    # Arrays of one shape are placed whole; ordered=True puts the runs in the order of the
+    # base's values (ties in storage order).
+    r = store._core.scan_aligned("base", ["arr"], ordered=True, ids=True)
+    assert r["ids"].tolist() == ["b", 3, "é"]
+    assert r["columns"]["arr"]["value"].shape == (3, 3)
+    assert r["columns"]["arr"]["present"].tolist() == [False, False, True]
+    with store.writer() as w:
+        w.log("é", by=b"x")
+        w.log(1, base=11)
+    store.refresh()
+    r = store._core.scan_aligned("base", [], ordered=True, ids=True)
+    assert r["ids"].tolist() == ["b", 3, 1, "é"] or r["ids"].tolist() == ["b", 1, 3, "é"]
+    with pytest.raises(ValueError, match="'by' is not a series of numbers of one shape"):
+        store._core.scan_aligned("base", ["by"])
+    with pytest.raises(ValueError, match="orders by a base series of integers only"):
+        store._core.scan_aligned("f", [], ordered=True)
     with pytest.raises(KeyError, match="nope"):
         store._core.scan_aligned("base", ["nope"])
 
