@@ -39,31 +39,64 @@ class StatusArrays:
 
     Made from the store by :meth:`read` (one aligned scan of the status series, no Python object
     per experiment: ids, hosts and errors become objects only for the rows shown) or from a
-    ``Store.status()`` frame by :meth:`of_frame`."""
+    ``Store.status()`` frame by :meth:`of_frame`. State, host and error are codes into their
+    lists of names (-1: none recorded; no state reads as pending)."""
 
     def __init__(
         self,
-        n: int,
-        state: np.ndarray,
-        names: list[str],
+        state: tuple[np.ndarray, list[Any]],
+        host: tuple[np.ndarray, list[Any]],
+        error: tuple[np.ndarray, list[Any]],
         started: np.ndarray,
         finished: np.ndarray,
         seconds: np.ndarray,
         attempt: np.ndarray,
-        id_at: Any,
-        host_at: Any,
-        error_at: Any,
+        runs: Any,
     ) -> None:
-        self.n = n
-        #: State codes into ``names`` (-1: no state recorded, which reads as pending).
-        self.state, self.names = state, names
+        self.n = len(started)
+        self.state, self.names = state
+        self.hosts, self.host_names = host
+        self.errors, self.error_names = error
         self.started, self.finished, self.seconds = started, finished, seconds
         self.attempt = attempt
-        self.id_at, self.host_at, self.error_at = id_at, host_at, error_at
+        #: The experiments' runs: (int, is_str, ends, bytes) arrays of scan_aligned, or a list
+        #: of ids.
+        self.runs = runs
 
     def is_state(self, state: str) -> np.ndarray:
         hit = np.isin(self.state, [i for i, s in enumerate(self.names) if s == state])
         return hit | (self.state < 0) if state == "pending" else hit
+
+    def host_at(self, i: int) -> Any:
+        return self.host_names[self.hosts[i]] if self.hosts[i] >= 0 else None
+
+    def error_at(self, i: int) -> Any:
+        return self.error_names[self.errors[i]] if self.errors[i] >= 0 else None
+
+    def id_at(self, i: int) -> Any:
+        if isinstance(self.runs, list):
+            return self.runs[i]
+        ints, is_str, ends, data = self.runs
+        if not is_str[i]:
+            return int(ints[i])
+        lo = int(ends[i - 1]) if i else 0
+        return bytes(data[lo : int(ends[i])]).decode("utf-8", "surrogateescape")
+
+    def ids(self) -> list[Any]:
+        """Every experiment id (a Python object each)."""
+        return (
+            list(self.runs)
+            if isinstance(self.runs, list)
+            else [self.id_at(i) for i in range(self.n)]
+        )
+
+    def same_experiments(self, other: StatusArrays | None) -> bool:
+        """Whether ``other`` holds the same experiments in the same order."""
+        if other is None or other.n != self.n or type(other.runs) is not type(self.runs):
+            return False
+        if isinstance(self.runs, list):
+            return self.runs == other.runs
+        return all(np.array_equal(a, b) for a, b in zip(self.runs, other.runs))
 
     @classmethod
     def read(cls, store: Any) -> StatusArrays:
@@ -81,7 +114,7 @@ class StatusArrays:
             c = cols[series]
             return np.where(c["present"], c["value"].astype(dtype, copy=False), missing)
 
-        def strings(series: str) -> tuple[np.ndarray, list[str]]:
+        def strings(series: str) -> tuple[np.ndarray, list[Any]]:
             if series not in cols:
                 return np.full(n, -1, dtype=np.int32), []
             c = cols[series]
@@ -89,45 +122,38 @@ class StatusArrays:
                 return np.where(c["present"], 0, -1).astype(np.int32), [None]
             return c["value"], c["categories"]
 
-        state, state_names = strings(ex.STATE)
-        hosts, host_names = strings(ex.HOST)
-        errors, error_names = strings(ex.ERROR)
-        ends, data, ints, is_str = r["run_ends"], r["run_bytes"], r["run"], r["run_is_str"]
-
-        def id_at(i: int) -> Any:
-            k = int(i)
-            if not is_str[k]:
-                return int(ints[k])
-            lo = int(ends[k - 1]) if k else 0
-            return bytes(data[lo : int(ends[k])]).decode("utf-8", "surrogateescape")
-
-        def name_at(codes: np.ndarray, names: list[Any]) -> Any:
-            return lambda i: names[codes[i]] if codes[i] >= 0 else None
-
         return cls(
-            n, state, state_names,
+            strings(ex.STATE), strings(ex.HOST), strings(ex.ERROR),
             numbers(ex.STARTED, np.float64, np.nan),
             numbers(ex.FINISHED, np.float64, np.nan),
             numbers(ex.SECONDS, np.float64, np.nan),
             numbers(ex.ATTEMPT, np.int64, 0),
-            id_at, name_at(hosts, host_names), name_at(errors, error_names),
+            (r["run"], r["run_is_str"], r["run_ends"], r["run_bytes"]),
         )  # fmt: skip
 
     @classmethod
     def of_frame(cls, st: Any) -> StatusArrays:
-        names = list(STATES)
-        state = st["state"].to_numpy()
-        codes = np.full(len(st), len(names), dtype=np.int32)  # another state: counted nowhere
-        for i, s in enumerate(names):
-            codes[state == s] = i
-        ids, hosts, errors = (st[c].to_numpy() for c in ("experiment", "host", "error"))
+        def codes(values: Any) -> tuple[np.ndarray, list[Any]]:
+            names: dict[Any, int] = {}
+            out = np.fromiter(
+                (
+                    -1 if v is None or (isinstance(v, float) and math.isnan(v))
+                    else names.setdefault(v, len(names))
+                    for v in values.tolist()
+                ),
+                np.int32,
+                len(values),
+            )  # fmt: skip
+            return out, list(names)
+
         return cls(
-            len(st), codes, names + ["other"],
+            codes(st["state"].to_numpy()), codes(st["host"].to_numpy()),
+            codes(st["error"].to_numpy()),
             st["started"].to_numpy(dtype=np.float64),
             st["finished"].to_numpy(dtype=np.float64),
             st["seconds"].to_numpy(dtype=np.float64),
             st["attempt"].to_numpy(),
-            lambda i: ids[i], lambda i: hosts[i], lambda i: errors[i],
+            st["experiment"].tolist(),
         )  # fmt: skip
 
 
@@ -150,19 +176,23 @@ def summary(
     window_s: float = 300.0,
     top: int = 5,
     frame: Any = None,
+    arrays: StatusArrays | None = None,
 ) -> dict:
     """Where the sweep of ``store`` stands, as a dict (what ``runstore status --json`` prints).
 
     ``rate`` is experiments finished (done or failed) per second over the last ``window_s``
     seconds before ``now`` (or since the first experiment started, if that is later);
     ``eta_s`` is the pending and running experiments at that rate (None when nothing finished
-    in the window). ``frame``: ``store.status()``, if already read (otherwise the status series
-    are read into arrays, with no Python object per experiment). ValueError for a store
-    without experiments.
+    in the window). ``frame``: ``store.status()``, or ``arrays``: its StatusArrays, if already
+    read (otherwise the status series are read into arrays, with no Python object per
+    experiment). ValueError for a store without experiments.
     """
     if window_s <= 0:
         raise ValueError(f"window_s must be positive, got {window_s}")
-    st = StatusArrays.read(store) if frame is None else StatusArrays.of_frame(frame)
+    if arrays is not None:
+        st = arrays
+    else:
+        st = StatusArrays.read(store) if frame is None else StatusArrays.of_frame(frame)
     if st.n == 0:
         raise ValueError(
             f"{store.path}: the store has no experiments (no design: "

@@ -44,43 +44,52 @@ class Groups:
 
     def __init__(self, shards: int | None) -> None:
         self.shards = shards
-        self._ids: list[Any] = []
+        self._of: _status.StatusArrays | None = None  # the experiments _shard is for
         self._shard = np.zeros(0, dtype=np.int64)
 
-    def rows(self, frame: Any) -> list[tuple[str, int, int, int, int]]:
-        """(label, done, failed, running, total) per group: per shard when shards were given
-        (each experiment's shard from its id, as the runner computes it), else per host of the
-        experiments that ran (total: those that ran there)."""
-        state = frame["state"].to_numpy()
+    def rows(self, status: Any) -> list[tuple[str, int, int, int, int]]:
+        """(label, done, failed, running, total) per group of ``status`` (StatusArrays, or a
+        ``Store.status()`` frame): per shard when shards were given (each experiment's shard
+        from its id, as the runner computes it, once for as long as the experiments stay the
+        same), else per host of the experiments that ran (total: those that ran there)."""
+        st = (
+            status
+            if isinstance(status, _status.StatusArrays)
+            else _status.StatusArrays.of_frame(status)
+        )
         if self.shards:
-            ids = frame["experiment"].tolist()
-            if ids[: len(self._ids)] != self._ids or len(ids) != len(self._ids):
-                self._shard = np.fromiter((shard_of(e, self.shards) for e in ids), np.int64)
-                self._ids = ids
+            if not st.same_experiments(self._of):
+                self._shard = np.fromiter((shard_of(e, self.shards) for e in st.ids()), np.int64)
+                self._of = st
             keys = self._shard
-            labels = [f"shard {i}" for i in range(self.shards)]
-            groups = range(self.shards)
-            shown = labels
+            shown = [f"shard {i}" for i in range(self.shards)]
+            n_groups = self.shards
         else:
-            host = frame["host"].to_numpy(dtype=object)
-            ran = np.array([h is not None and h == h for h in host], dtype=bool)  # h == h: not NaN
-            keys = np.where(ran, host, "")
-            labels = sorted({str(h) for h in keys[ran]})
-            shown = [printable(h) for h in labels]
-            groups = labels
-        out = []
-        for label, g in zip(shown, groups):
-            mine = keys == g
-            out.append(
-                (
-                    label,
-                    int(np.count_nonzero(mine & (state == "done"))),
-                    int(np.count_nonzero(mine & (state == "failed"))),
-                    int(np.count_nonzero(mine & (state == "running"))),
-                    int(np.count_nonzero(mine)),
-                )
+            # Hosts by name (codes of one read), of the experiments that ran on one.
+            order = sorted(range(len(st.host_names)), key=lambda k: str(st.host_names[k]))
+            rank = np.full(len(st.host_names) + 1, -1, dtype=np.int64)
+            for r, k in enumerate(order):
+                rank[k] = r
+            keys = rank[st.hosts]  # code -1 -> the last entry, -1: no host
+            shown = [printable(str(st.host_names[k])) for k in order]
+            n_groups = len(order)
+        ran = keys >= 0
+        k = keys[ran]
+        total = np.bincount(k, minlength=n_groups)
+        per = {
+            s: np.bincount(k, weights=st.is_state(s)[ran], minlength=n_groups)
+            for s in ("done", "failed", "running")
+        }
+        return [
+            (
+                label,
+                int(per["done"][g]),
+                int(per["failed"][g]),
+                int(per["running"][g]),
+                int(total[g]),
             )
-        return out
+            for g, label in enumerate(shown)
+        ]
 
 
 def _cut(text: str, width: int) -> str:
@@ -147,8 +156,8 @@ def watch(
     groups = Groups(shards)
     while True:
         store.refresh()
-        frame = store.status()
-        if len(frame) == 0:
+        st = _status.StatusArrays.read(store)
+        if st.n == 0:
             # Started before the sweep defined its experiments: wait for them.
             out.write(
                 (_CLEAR if tty else "")
@@ -158,10 +167,10 @@ def watch(
             out.flush()
             time.sleep(interval_s)
             continue
-        s = _status.summary(store, window_s=window_s, top=5, frame=frame)
+        s = _status.summary(store, window_s=window_s, top=5, arrays=st)
         if tty:
             size = shutil.get_terminal_size((100, 30))
-            screen = render(s, groups.rows(frame), size.columns, size.lines - 1)
+            screen = render(s, groups.rows(st), size.columns, size.lines - 1)
             out.write(_CLEAR + screen + "\n")
         else:
             c = s["counts"]

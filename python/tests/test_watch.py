@@ -130,3 +130,50 @@ def test_watch_in_a_terminal_beside_a_running_sweep(tmp_path):
         f"[ figures  ] {len(screens)} screens read, {len(during)} part way; last:\n{final}",
         file=sys.stderr,
     )
+
+
+def test_groups_from_the_aligned_read_count_what_the_status_frame_says(store):
+    """watch reads the status as arrays (no Python object per experiment); its groups per host
+    and per shard are what a count over ``Store.status()`` gives, and the shards of the
+    experiments are computed again only when the experiments change."""
+    import numpy as np
+
+    from runstore import _experiments as ex
+    from runstore._printable import printable
+    from runstore._runner import shard_of
+
+    rng = np.random.default_rng(5)
+    ids = store.define_experiments(runstore.grid(x=range(200)))["experiment"].tolist()
+    with store.writer(_allow_reserved=True) as w:
+        for e in ids:
+            kind = rng.choice(["none", "running", "done", "failed"])
+            if kind != "none":
+                host = str(rng.choice(["b-host", "a-host", "\x1b[31mred"]))
+                w.log(e, **{ex.STATE: str(kind), ex.HOST: host, ex.STARTED: 1.0})
+    store.refresh()
+    frame = store.status()
+    arrays = _status.StatusArrays.read(store)
+    by_host = _watch.Groups(None).rows(arrays)
+    assert by_host == _watch.Groups(None).rows(frame)
+    want = []
+    for host in sorted(h for h in set(frame["host"]) if isinstance(h, str)):
+        mine = frame[frame["host"] == host]
+        counts = [int((mine["state"] == s).sum()) for s in ("done", "failed", "running")]
+        want.append((printable(host), *counts, len(mine)))
+    assert by_host == want
+    groups = _watch.Groups(4)
+    by_shard = groups.rows(arrays)
+    shard = np.array([shard_of(e, 4) for e in ids])
+    state = frame["state"].to_numpy()
+    assert by_shard == [
+        (
+            f"shard {g}",
+            int(((shard == g) & (state == "done")).sum()),
+            int(((shard == g) & (state == "failed")).sum()),
+            int(((shard == g) & (state == "running")).sum()),
+            int((shard == g).sum()),
+        )
+        for g in range(4)
+    ]
+    kept = groups._shard
+    assert groups.rows(_status.StatusArrays.read(store)) == by_shard and groups._shard is kept
