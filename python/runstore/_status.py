@@ -59,8 +59,8 @@ class StatusArrays:
         self.errors, self.error_names = error
         self.started, self.finished, self.seconds = started, finished, seconds
         self.attempt = attempt
-        #: The experiments' runs: (int, is_str, ends, bytes) arrays of scan_aligned, or a list
-        #: of ids.
+        #: The experiments' runs: (int, is_str, ends, bytes, order) arrays of scan_aligned, or a
+        #: list of ids.
         self.runs = runs
 
     def is_state(self, state: str) -> np.ndarray:
@@ -76,11 +76,12 @@ class StatusArrays:
     def id_at(self, i: int) -> Any:
         if isinstance(self.runs, list):
             return self.runs[i]
-        ints, is_str, ends, data = self.runs
-        if not is_str[i]:
-            return int(ints[i])
-        lo = int(ends[i - 1]) if i else 0
-        return bytes(data[lo : int(ends[i])]).decode("utf-8", "surrogateescape")
+        ints, is_str, ends, data, order = self.runs
+        k = int(order[i])  # where the scan stored the run of row i
+        if not is_str[k]:
+            return int(ints[k])
+        lo = int(ends[k - 1]) if k else 0
+        return bytes(data[lo : int(ends[k])]).decode("utf-8", "surrogateescape")
 
     def ids(self) -> list[Any]:
         """Every experiment id (a Python object each)."""
@@ -112,7 +113,10 @@ class StatusArrays:
             if series not in cols:
                 return np.full(n, missing, dtype=dtype)
             c = cols[series]
-            return np.where(c["present"], c["value"].astype(dtype, copy=False), missing)
+            values = c["value"].astype(dtype, copy=False)  # scan_aligned's own: changed in place
+            if missing != 0:  # where absent, scan_aligned left zero
+                values[~c["present"]] = missing
+            return values
 
         def strings(series: str) -> tuple[np.ndarray, list[Any]]:
             if series not in cols:
@@ -128,7 +132,7 @@ class StatusArrays:
             numbers(ex.FINISHED, np.float64, np.nan),
             numbers(ex.SECONDS, np.float64, np.nan),
             numbers(ex.ATTEMPT, np.int64, 0),
-            (r["run"], r["run_is_str"], r["run_ends"], r["run_bytes"]),
+            (r["run"], r["run_is_str"], r["run_ends"], r["run_bytes"], r["order"]),
         )  # fmt: skip
 
     @classmethod

@@ -11,6 +11,9 @@
 // values come back dictionary-encoded, and only the runs a caller asks for
 // become Python objects.
 #include <algorithm>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <cstdint>
 #include <cstring>
 #include <deque>
@@ -29,13 +32,30 @@
 namespace runstore::python {
 namespace {
 
+// A 1-d numpy array that takes over the memory of `v` (no copy).
+template <typename T>
+nb::object VectorArray(std::vector<T>&& v, int type) {
+  auto* held = new std::vector<T>(std::move(v));
+  nb::capsule owner(held, [](void* p) noexcept { delete static_cast<std::vector<T>*>(p); });
+  npy_intp dims[1] = {static_cast<npy_intp>(held->size())};
+  PyObject* a = PyArray_SimpleNewFromData(1, dims, type, held->data());
+  if (a == nullptr) throw nb::python_error();
+  nb::object array = nb::steal(a);
+  if (PyArray_SetBaseObject(reinterpret_cast<PyArrayObject*>(a), owner.release().ptr()) != 0) {
+    throw nb::python_error();
+  }
+  return array;
+}
+
 // The runs of the base series, in its scan order, found by exact value.
 class RunTable {
  public:
   static constexpr uint32_t kAbsent = UINT32_MAX;
 
-  // Room for `n` runs (a hint: bounded by the caller by what the store holds).
-  void Reserve(size_t n) {
+  // Room for `n` runs of `bytes` in all (hints, bounded by the caller by
+  // what the store holds).
+  void Reserve(size_t n, size_t bytes) {
+    bytes_.reserve(bytes);
     is_str_.reserve(n);
     ints_.reserve(n);
     ends_.reserve(n);
@@ -43,17 +63,19 @@ class RunTable {
   void Add(const RunRef& r) {
     is_str_.push_back(r.is_string ? 1 : 0);
     ints_.push_back(r.is_string ? 0 : r.i);
-    if (r.is_string) bytes_.append(r.s);
+    if (r.is_string) bytes_.insert(bytes_.end(), r.s.begin(), r.s.end());
     ends_.push_back(bytes_.size());
   }
   size_t size() const { return ints_.size(); }
-  // Puts run perm[i] at position i (before Index).
-  void Permute(const std::vector<uint32_t>& perm) {
-    RunTable t;
-    t.Reserve(perm.size());
-    t.bytes_.reserve(bytes_.size());
-    for (uint32_t i : perm) t.Add(At(i));
-    *this = std::move(t);
+  // Into `out` as arrays, in the order added: "run" (0 for a string run),
+  // "run_is_str", and the UTF-8 of string run i at
+  // run_bytes[run_ends[i-1]:run_ends[i]]. The table is empty afterwards.
+  void MoveInto(nb::dict* out) {
+    (*out)["run"] = VectorArray(std::move(ints_), NPY_INT64);
+    (*out)["run_is_str"] = VectorArray(std::move(is_str_), NPY_BOOL);
+    (*out)["run_ends"] = VectorArray(std::move(ends_), NPY_UINT64);
+    (*out)["run_bytes"] = VectorArray(std::move(bytes_), NPY_UINT8);
+    *this = RunTable();
   }
   // After the last Add: an open-addressing table of at least twice as many
   // slots as runs, each the position + 1 of a run whose hash starts there.
@@ -70,7 +92,8 @@ class RunTable {
   RunRef At(uint32_t i) const {
     if (!is_str_[i]) return RunRef(ints_[i]);
     const uint64_t lo = i == 0 ? 0 : ends_[i - 1];
-    return RunRef(std::string_view(bytes_).substr(lo, ends_[i] - lo));
+    return RunRef(
+        std::string_view(reinterpret_cast<const char*>(bytes_.data()) + lo, ends_[i] - lo));
   }
   // The position of run `r`, trying `guess` first (series written by one
   // log_many come in the same order); kAbsent if the base lacks it.
@@ -95,7 +118,7 @@ class RunTable {
   std::vector<uint8_t> is_str_;
   std::vector<int64_t> ints_;
   std::vector<uint64_t> ends_;  // of each run's bytes in bytes_
-  std::string bytes_;
+  std::vector<uint8_t> bytes_;
   std::vector<uint32_t> slots_;
 };
 
@@ -124,9 +147,10 @@ Status ForEachRecord(const Snapshot& snap, const std::string& name, int64_t step
                      const std::function<Status(const ScanBatch&, size_t)>& place) {
   RUNSTORE_ASSIGN_OR_RETURN(auto scanner, snap.Scan(name, ScanOptions()));
   ScanBatch batch;
-  // The pages the scan mapped leave the resident set every 64 MiB of values
-  // and at the end: the columns, not the store's pages, are what stays.
-  constexpr size_t kReleaseEvery = size_t{64} << 20;
+  // The pages the scan mapped leave the resident set every 4 MiB of records
+  // read (keys and values) and at the end: the columns, not the store's
+  // pages, are what stays.
+  constexpr size_t kReleaseEvery = size_t{4} << 20;
   size_t since_release = 0;
   while (true) {
     RUNSTORE_ASSIGN_OR_RETURN(bool have, scanner->Next(&batch));
@@ -135,7 +159,8 @@ Status ForEachRecord(const Snapshot& snap, const std::string& name, int64_t step
       if (batch.steps[i] != step) continue;
       RUNSTORE_RETURN_IF_ERROR(place(batch, i));
     }
-    since_release += batch.values.nbytes();
+    since_release += batch.values.nbytes() + 16 * batch.count;
+    for (const Value& v : batch.records) since_release += v.nbytes();
     if (since_release >= kReleaseEvery) {
       batch = ScanBatch();
       snap.ReleasePages();
@@ -162,11 +187,14 @@ Status CheckAlignable(const std::string& name, const SeriesInfo& info) {
 template <typename T>
 std::vector<uint32_t> OrderBy(const std::string& values) {
   const size_t n = values.size() / sizeof(T);
-  std::vector<T> v(n);
-  if (n > 0) std::memcpy(v.data(), values.data(), values.size());
+  auto at = [&](uint32_t i) {
+    T v;
+    std::memcpy(&v, values.data() + i * sizeof(T), sizeof(T));
+    return v;
+  };
   std::vector<uint32_t> perm(n);
   for (uint32_t i = 0; i < n; ++i) perm[i] = i;
-  std::stable_sort(perm.begin(), perm.end(), [&](uint32_t a, uint32_t b) { return v[a] < v[b]; });
+  std::stable_sort(perm.begin(), perm.end(), [&](uint32_t a, uint32_t b) { return at(a) < at(b); });
   return perm;
 }
 
@@ -224,8 +252,15 @@ nb::dict PyStore::ScanAligned(const std::string& base, const std::vector<std::st
       col.dims.push_back(d);
     }
   }
-  // The base's runs, and its values kept aside until the columns exist.
+  // The base's runs in the order the scan read them, and its values kept
+  // aside until the columns exist. With `ordered`, the run stored at p goes
+  // to row rank[p], and row i holds the run stored at perm[i].
   RunTable runs;
+  std::vector<uint32_t> perm, rank;
+  auto row_of = [&](uint32_t p) { return rank.empty() ? p : rank[p]; };
+  auto stored_at = [&](npy_intp i) {
+    return perm.empty() ? static_cast<uint32_t>(i) : perm[static_cast<size_t>(i)];
+  };
   std::string base_values;
   std::unordered_map<std::string_view, int32_t> codes;  // of the column being read
   auto put_value = [&](AlignedColumn& col, const ScanBatch& b, size_t i, char* at) {
@@ -248,7 +283,11 @@ nb::dict PyStore::ScanAligned(const std::string& base, const std::vector<std::st
     AlignedColumn& col = columns[0];
     // Each record takes at least a byte of the store: a header's count never
     // reserves more than the series' stored bytes.
-    runs.Reserve(static_cast<size_t>(std::min(col.info.count, col.info.stored_bytes)));
+    // Reserved, not touched: a reservation beyond what the runs take costs no
+    // memory, and the run bytes never reallocate (doubling) for a store of
+    // uncompressed keys.
+    runs.Reserve(static_cast<size_t>(std::min(col.info.count, col.info.stored_bytes)),
+                 static_cast<size_t>(col.info.stored_bytes));
     base_values.reserve(static_cast<size_t>(std::min(col.info.count, col.info.stored_bytes)) *
                         col.elem);
     s = ForEachRecord(*snap, base, step, [&](const ScanBatch& b, size_t i) {
@@ -258,16 +297,14 @@ nb::dict PyStore::ScanAligned(const std::string& base, const std::vector<std::st
       return Status::OK();
     });
     if (s.ok() && ordered) {
-      Result<std::vector<uint32_t>> perm = OrderOf(col.info.dtype, base_values);
-      s = perm.status();
+      // The runs stay where the scan put them; `perm` and `rank` map between
+      // that and the order of the base's values.
+      Result<std::vector<uint32_t>> ordered_perm = OrderOf(col.info.dtype, base_values);
+      s = ordered_perm.status();
       if (s.ok()) {
-        runs.Permute(*perm);
-        std::string sorted(base_values.size(), '\0');
-        for (size_t i = 0; i < perm->size(); ++i) {
-          std::memcpy(sorted.data() + i * col.elem, base_values.data() + (*perm)[i] * col.elem,
-                      col.elem);
-        }
-        base_values.swap(sorted);
+        perm = std::move(*ordered_perm);
+        rank.resize(perm.size());
+        for (uint32_t i = 0; i < perm.size(); ++i) rank[perm[i]] = i;
       }
     }
     if (s.ok()) runs.Index();
@@ -288,7 +325,10 @@ nb::dict PyStore::ScanAligned(const std::string& base, const std::vector<std::st
     std::memset(col.present_at, 0, static_cast<size_t>(n));
     if (col.strings) std::fill_n(reinterpret_cast<int32_t*>(col.values_at), n, -1);
   }
-  if (n > 0) std::memcpy(columns[0].values_at, base_values.data(), base_values.size());
+  for (npy_intp i = 0; i < n; ++i) {
+    std::memcpy(columns[0].values_at + i * columns[0].elem,
+                base_values.data() + stored_at(i) * columns[0].elem, columns[0].elem);
+  }
   std::memset(columns[0].present_at, 1, static_cast<size_t>(n));
   std::string().swap(base_values);
   {
@@ -298,64 +338,43 @@ nb::dict PyStore::ScanAligned(const std::string& base, const std::vector<std::st
       codes.clear();
       uint32_t next = 0;
       s = ForEachRecord(*snap, col.name, step, [&](const ScanBatch& b, size_t i) {
-        const uint32_t at = runs.Find(RunOf(b, i), next);
-        if (at == RunTable::kAbsent) return Status::OK();  // not a run of the base
+        const uint32_t p = runs.Find(RunOf(b, i), next);
+        if (p == RunTable::kAbsent) return Status::OK();  // not a run of the base
+        const uint32_t at = row_of(p);
         put_value(col, b, i, col.values_at + at * col.elem);
         col.present_at[at] = true;
-        next = at + 1;
+        next = p + 1;
         return Status::OK();
       });
     }
   }
   Check(s);
-  // The base's runs, as arrays: `run` the integer runs (0 for a string run),
-  // `run_is_str`, and the UTF-8 bytes of string run i at
-  // run_bytes[run_ends[i-1]:run_ends[i]].
-  nb::object ints = NewArray(NPY_INT64, {n});
-  nb::object is_str = NewArray(NPY_BOOL, {n});
-  nb::object ends = NewArray(NPY_UINT64, {n});
-  uint64_t total = 0;
-  for (npy_intp i = 0; i < n; ++i) {
-    const RunRef r = runs.At(static_cast<uint32_t>(i));
-    reinterpret_cast<int64_t*>(ArrayData(ints))[i] = r.is_string ? 0 : r.i;
-    reinterpret_cast<bool*>(ArrayData(is_str))[i] = r.is_string;
-    total += r.is_string ? r.s.size() : 0;
-    reinterpret_cast<uint64_t*>(ArrayData(ends))[i] = total;
-  }
-  nb::object bytes = NewArray(NPY_UINT8, {static_cast<npy_intp>(total)});
-  char* out = ArrayData(bytes);
-  for (npy_intp i = 0; i < n; ++i) {
-    const RunRef r = runs.At(static_cast<uint32_t>(i));
-    if (r.is_string) out = std::copy(r.s.begin(), r.s.end(), out);
-  }
   nb::dict result;
   if (with_ids) {
-    // The runs as Python objects, in the base's order: int64 when every run
+    // The runs as Python objects, in the rows' order: int64 when every run
     // is an integer, else an object array of int and str.
     bool any_str = false;
-    for (npy_intp i = 0; i < n && !any_str; ++i)
-      any_str = runs.At(static_cast<uint32_t>(i)).is_string;
-    if (!any_str) {
-      result["ids"] = ints;
-    } else {
-      nb::object objs = NewArray(NPY_OBJECT, {n});
-      auto** slots = reinterpret_cast<PyObject**>(ArrayData(objs));
-      for (npy_intp i = 0; i < n; ++i) {
-        const RunRef r = runs.At(static_cast<uint32_t>(i));
-        PyObject* o = r.is_string
-                          ? PyUnicode_DecodeUTF8(r.s.data(), static_cast<Py_ssize_t>(r.s.size()),
-                                                 "surrogateescape")
-                          : PyLong_FromLongLong(r.i);
-        if (o == nullptr) throw nb::python_error();
-        Py_XSETREF(slots[i], o);
+    for (npy_intp i = 0; i < n && !any_str; ++i) any_str = runs.At(stored_at(i)).is_string;
+    nb::object ids = NewArray(any_str ? NPY_OBJECT : NPY_INT64, {n});
+    for (npy_intp i = 0; i < n; ++i) {
+      const RunRef r = runs.At(stored_at(i));
+      if (!any_str) {
+        reinterpret_cast<int64_t*>(ArrayData(ids))[i] = r.i;
+        continue;
       }
-      result["ids"] = objs;
+      PyObject* o = r.is_string
+                        ? PyUnicode_DecodeUTF8(r.s.data(), static_cast<Py_ssize_t>(r.s.size()),
+                                               "surrogateescape")
+                        : PyLong_FromLongLong(r.i);
+      if (o == nullptr) throw nb::python_error();
+      Py_XSETREF(reinterpret_cast<PyObject**>(ArrayData(ids))[i], o);
     }
+    result["ids"] = ids;
   }
-  result["run"] = ints;
-  result["run_is_str"] = is_str;
-  result["run_ends"] = ends;
-  result["run_bytes"] = bytes;
+  // The runs as the scan stored them, handed over without a copy, and with
+  // `ordered` where each row's run is among them.
+  runs.MoveInto(&result);
+  if (!perm.empty()) result["order"] = VectorArray(std::move(perm), NPY_UINT32);
   nb::dict cols;
   for (AlignedColumn& col : columns) {
     nb::dict d;
@@ -372,6 +391,14 @@ nb::dict PyStore::ScanAligned(const std::string& base, const std::vector<std::st
     cols[col.name.c_str()] = d;
   }
   result["columns"] = cols;
+  // What the read allocated on the C heap goes back to the system now: glibc
+  // keeps freed memory of this size for later allocations, and a process that
+  // reads once (runstore status) would hold it to the end.
+  runs = RunTable();
+  std::vector<uint32_t>().swap(rank);
+#ifdef __GLIBC__
+  malloc_trim(0);
+#endif
   return result;
 }
 

@@ -997,15 +997,16 @@ void BindStore(nb::module_& m) {
       .def("scan_aligned", &PyStore::ScanAligned, "base"_a, "names"_a, "step"_a = 0,
            "ids"_a = false, "ordered"_a = false,
            "Series ``names`` at ``step`` (numbers of one shape, or scalar strings) placed on "
-           "the runs of series ``base`` (its records at ``step``: in storage order, or with "
-           "ordered=True in the order of its integer values, ties in storage order), with no "
-           "Python object per record: a dict "
-           "of 'run' (int64, 0 for a str run), 'run_is_str', 'run_ends' and 'run_bytes' (the "
-           "UTF-8 of str run i is run_bytes[run_ends[i-1]:run_ends[i]]) and 'columns', one "
-           "dict per series, base included: 'value' (str series: int32 codes into "
-           "'categories', -1 where absent) and 'present'; with ids=True also 'ids', the runs "
-           "as int64 (all int) or objects. Records of runs the base lacks are "
-           "left out. KeyError for an unknown series, ValueError for one it does not read.");
+           "the runs of series ``base`` (its records at ``step``, one row each: in storage "
+           "order, or with ordered=True in the order of its integer values, ties in storage "
+           "order), with no Python object per record. A dict of 'columns', one dict per "
+           "series, base included, in the rows' order: 'value' (str series: int32 codes into "
+           "'categories', -1 where absent) and 'present'; the runs as stored, 'run' (int64, 0 "
+           "for a str run), 'run_is_str', 'run_ends' and 'run_bytes' (the UTF-8 of str run k "
+           "is run_bytes[run_ends[k-1]:run_ends[k]]), and with ordered=True 'order' (row i's "
+           "run is the one stored at order[i]); with ids=True also 'ids', the rows' runs as "
+           "int64 (all int) or objects. Records of runs the base lacks are left out. KeyError "
+           "for an unknown series, ValueError for one it does not read.");
 }
 
 }  // namespace runstore::python
