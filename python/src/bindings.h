@@ -200,8 +200,8 @@ class PyStore {
                 std::optional<std::pair<int64_t, int64_t>> step_range);
   // Scalar series `names` at `step`, placed on the runs of series `base`
   // (python/src/aligned_scan.cc).
-  nb::dict ScanAligned(const std::string& base, const std::vector<std::string>& names,
-                       int64_t step, bool with_ids, bool ordered);
+  nb::dict ScanAligned(const std::string& base, const std::vector<std::string>& names, int64_t step,
+                       bool with_ids, bool ordered);
 
  private:
   // Check() for what opening or refreshing the store returned.
