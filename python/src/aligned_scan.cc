@@ -18,6 +18,7 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -143,7 +144,11 @@ RunRef RunOf(const ScanBatch& b, size_t i) {
 }
 
 // Reads every record of `name` at `step`, calling place(batch, i) for each.
+// A batch of a series of numbers must hold `record_bytes` per record, one of
+// strings (no record_bytes) a record each: anything else (a store whose headers disagree) is
+// Corruption, never a read past the batch.
 Status ForEachRecord(const Snapshot& snap, const std::string& name, int64_t step,
+                     std::optional<size_t> record_bytes,
                      const std::function<Status(const ScanBatch&, size_t)>& place) {
   RUNSTORE_ASSIGN_OR_RETURN(auto scanner, snap.Scan(name, ScanOptions()));
   ScanBatch batch;
@@ -155,6 +160,12 @@ Status ForEachRecord(const Snapshot& snap, const std::string& name, int64_t step
   while (true) {
     RUNSTORE_ASSIGN_OR_RETURN(bool have, scanner->Next(&batch));
     if (!have) break;
+    const bool fits = record_bytes ? batch.values.nbytes() == batch.count * *record_bytes
+                                   : batch.records.size() == batch.count;
+    if (!fits) {
+      return Status::Corruption("series '" + name + "': a batch of " + std::to_string(batch.count) +
+                                " records does not hold one value of its type each");
+    }
     for (size_t i = 0; i < batch.count; ++i) {
       if (batch.steps[i] != step) continue;
       RUNSTORE_RETURN_IF_ERROR(place(batch, i));
@@ -290,12 +301,14 @@ nb::dict PyStore::ScanAligned(const std::string& base, const std::vector<std::st
                  static_cast<size_t>(col.info.stored_bytes));
     base_values.reserve(static_cast<size_t>(std::min(col.info.count, col.info.stored_bytes)) *
                         col.elem);
-    s = ForEachRecord(*snap, base, step, [&](const ScanBatch& b, size_t i) {
-      runs.Add(RunOf(b, i));
-      base_values.resize(base_values.size() + col.elem);
-      put_value(col, b, i, base_values.data() + base_values.size() - col.elem);
-      return Status::OK();
-    });
+    s = ForEachRecord(*snap, base, step,
+                      col.strings ? std::nullopt : std::optional<size_t>(col.elem),
+                      [&](const ScanBatch& b, size_t i) {
+                        runs.Add(RunOf(b, i));
+                        base_values.resize(base_values.size() + col.elem);
+                        put_value(col, b, i, base_values.data() + base_values.size() - col.elem);
+                        return Status::OK();
+                      });
     if (s.ok() && ordered) {
       // The runs stay where the scan put them; `perm` and `rank` map between
       // that and the order of the base's values.
@@ -337,15 +350,17 @@ nb::dict PyStore::ScanAligned(const std::string& base, const std::vector<std::st
       AlignedColumn& col = columns[c];
       codes.clear();
       uint32_t next = 0;
-      s = ForEachRecord(*snap, col.name, step, [&](const ScanBatch& b, size_t i) {
-        const uint32_t p = runs.Find(RunOf(b, i), next);
-        if (p == RunTable::kAbsent) return Status::OK();  // not a run of the base
-        const uint32_t at = row_of(p);
-        put_value(col, b, i, col.values_at + at * col.elem);
-        col.present_at[at] = true;
-        next = p + 1;
-        return Status::OK();
-      });
+      s = ForEachRecord(*snap, col.name, step,
+                        col.strings ? std::nullopt : std::optional<size_t>(col.elem),
+                        [&](const ScanBatch& b, size_t i) {
+                          const uint32_t p = runs.Find(RunOf(b, i), next);
+                          if (p == RunTable::kAbsent) return Status::OK();  // not a run of the base
+                          const uint32_t at = row_of(p);
+                          put_value(col, b, i, col.values_at + at * col.elem);
+                          col.present_at[at] = true;
+                          next = p + 1;
+                          return Status::OK();
+                        });
     }
   }
   Check(s);
