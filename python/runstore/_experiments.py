@@ -710,7 +710,54 @@ def experiment_id_of_plain(params: Mapping[str, Any]) -> str:
     return eid
 
 
-def _row_dicts(params: list[_Param], n: int) -> list[dict[str, Any]]:
+def derived_ids(params: list[_Param], n: int) -> np.ndarray:
+    """The default ids of the design's rows (an object array), computed on the columns in one
+    C++ call where every value is plain, else row by row; ValueError for two rows with one
+    id."""
+    got = _core.plain_experiment_ids(
+        [p.name for p in params],
+        [np.ascontiguousarray(p.values) for p in params],
+        [np.ascontiguousarray(p.present, dtype=bool) for p in params],
+        n,
+    )
+    if got is not None:
+        ids, dup = got
+        if dup is not None:
+            j, i = dup
+            _refuse_duplicate(_row_dicts(params, n, [j, i]), j, i)
+        return ids
+    rows = _row_dicts(params, n)
+    id_list = [experiment_id_of_plain(r) for r in rows]
+    first: dict[str, int] = {}
+    for i, e in enumerate(id_list):
+        j = first.setdefault(e, i)
+        if j != i:
+            _refuse_duplicate([rows[j], rows[i]], j, i)
+    ids = np.empty(n, dtype=object)
+    ids[:] = id_list
+    return ids
+
+
+def _refuse_duplicate(pair: list[dict[str, Any]], j: int, i: int) -> None:
+    """The error for rows j and i (their dicts ``pair``) of one id."""
+    if canonical_params(pair[0]) == canonical_params(pair[1]):
+        raise ValueError(
+            f"design: rows {j} and {i} have the same parameters {pair[1]}, so they would "
+            "get the same experiment id; add a parameter that tells them apart (a seed or "
+            "a replicate number) or give an 'experiment' column"
+        )
+    # Two different rows with one 64-bit hash prefix.
+    raise ValueError("design: two different parameter rows hash to the same experiment id")
+
+
+def _row_dicts(params: list[_Param], n: int, only: list[int] | None = None) -> list[dict[str, Any]]:
+    """The rows as dicts of their present values (rows ``only``, when given)."""
+    if only is not None:
+        return [
+            {p.name: p.values[k].item() if isinstance(p.values[k], np.generic) else p.values[k]
+             for p in params if p.present[k]}
+            for k in only
+        ]  # fmt: skip
     cols = [(p.name, p.values.tolist(), p.present) for p in params]
     rows: list[dict[str, Any]] = [{} for _ in range(n)]
     for name, vals, present in cols:
@@ -819,23 +866,7 @@ def define_columns(
                     raise ValueError(f"design: experiment id {e!r} is in rows {seen[e]} and {i}")
                 seen[e] = i
     else:
-        rows = _row_dicts(params, n)
-        id_list = [experiment_id_of_plain(r) for r in rows]
-        first: dict[str, int] = {}
-        for i, e in enumerate(id_list):
-            j = first.setdefault(e, i)
-            if j == i:
-                continue
-            if canonical_params(rows[i]) == canonical_params(rows[j]):
-                raise ValueError(
-                    f"design: rows {j} and {i} have the same parameters {rows[i]}, so they would "
-                    "get the same experiment id; add a parameter that tells them apart (a seed or "
-                    "a replicate number) or give an 'experiment' column"
-                )
-            # Two different rows with one 64-bit hash prefix.
-            raise ValueError("design: two different parameter rows hash to the same experiment id")
-        ids = np.empty(n, dtype=object)
-        ids[:] = id_list
+        ids = derived_ids(params, n)
 
     # Compare with what the store holds for ids it already has.
     index = load_index(store, infos)
@@ -886,18 +917,23 @@ def define_columns(
             first_row = int(r.max()) + 1 if len(r) else 0
         order = stored_params + [p.name for p in params if p.name not in stored_params]
 
+        def values(p: _Param, keep: Any) -> Any:
+            vals = p.values[new] if keep is None else p.values[new][keep]
+            return vals.tolist() if vals.dtype == object else vals
+
         def write(w: Any) -> None:
+            # The parameters every new row has go with the rows' numbers in one log_many (the
+            # runs converted once); the others each with the runs that have them.
+            whole = {ROW: np.arange(first_row, first_row + int(new.sum()), dtype=np.int64)}
             for p in params:
                 keep = p.present[new]
-                if not keep.any():
-                    continue
-                vals = p.values[new][keep]
-                rr = new_ids[keep]
-                rr = rr if rr.dtype != object else rr.tolist()
-                w.log_many(rr, **{DESIGN + p.name: vals.tolist() if vals.dtype == object else vals})
-            w.log_many(
-                runs, **{ROW: np.arange(first_row, first_row + int(new.sum()), dtype=np.int64)}
-            )
+                if keep.all():
+                    whole[DESIGN + p.name] = values(p, None)
+                elif keep.any():
+                    rr = new_ids[keep]
+                    rr = rr if rr.dtype != object else rr.tolist()
+                    w.log_many(rr, **{DESIGN + p.name: values(p, keep)})
+            w.log_many(runs, **whole)
             if order != stored_params:
                 w.put(0, PARAMS, json.dumps(order, ensure_ascii=False))
 

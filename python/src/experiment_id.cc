@@ -17,16 +17,21 @@
 #include <openssl/evp.h>
 
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <thread>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "bindings.h"
+#include "numpy_api.h"
 
 namespace runstore::python {
 
@@ -255,9 +260,175 @@ bool CanonicalText(PyObject* params, std::string* text) {
   return true;
 }
 
+// One parameter column of a design, read by PlainIds: a C-contiguous numpy
+// array of numbers or bools, or of objects (each a plain value).
+struct PlainColumn {
+  std::string key;  // "name": as the encoder writes it
+  PyArrayObject* values = nullptr;
+  const npy_bool* present = nullptr;
+};
+
+// The value at row i of a numeric column as the encoder writes what tolist()
+// gives for it; false for an object that is not a plain value.
+bool AppendCell(std::string* out, PyArrayObject* a, npy_intp i, bool gil) {
+  // Without the GIL a float is written by AppendRepr alone (false where it
+  // would need float.__repr__ itself, which it never has for a finite one).
+  auto append_float = [&](double d) {
+    if (gil || !std::isfinite(d)) return AppendJsonFloat(out, d);
+    return AppendRepr(out, d);
+  };
+  const char* at = PyArray_BYTES(a) + i * PyArray_ITEMSIZE(a);
+  auto get = [&]<typename T>(T* v) { std::memcpy(v, at, sizeof(T)); };
+  switch (PyArray_TYPE(a)) {
+    case NPY_BOOL: {
+      npy_bool b;
+      get(&b);
+      out->append(b ? "true" : "false");
+      return true;
+    }
+#define RUNSTORE_INT_CELL(NPY, T) \
+  case NPY: {                     \
+    T v;                          \
+    get(&v);                      \
+    AppendJsonInt(out, v);        \
+    return true;                  \
+  }
+      RUNSTORE_INT_CELL(NPY_INT8, int8_t)
+      RUNSTORE_INT_CELL(NPY_INT16, int16_t)
+      RUNSTORE_INT_CELL(NPY_INT32, int32_t)
+      RUNSTORE_INT_CELL(NPY_INT64, int64_t)
+      RUNSTORE_INT_CELL(NPY_UINT8, uint8_t)
+      RUNSTORE_INT_CELL(NPY_UINT16, uint16_t)
+      RUNSTORE_INT_CELL(NPY_UINT32, uint32_t)
+#undef RUNSTORE_INT_CELL
+    case NPY_UINT64: {
+      uint64_t v;
+      get(&v);
+      char buf[24];
+      auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), v);
+      out->append(buf, end);
+      return true;
+    }
+    case NPY_FLOAT32: {
+      float v;
+      get(&v);
+      return append_float(static_cast<double>(v));
+    }
+    case NPY_FLOAT64: {
+      double v;
+      get(&v);
+      return append_float(v);
+    }
+    case NPY_OBJECT: {
+      PyObject* v;
+      get(&v);
+      return gil && v != nullptr && AppendValue(out, v);
+    }
+    default:
+      return false;
+  }
+}
+
+// The default ids of the rows of a design given as columns (names, values,
+// present), and the first two rows with one id: what plain_experiment_id
+// gives for each row's dict of present values, without making the dicts.
+// None for a column it does not write exactly (the dicts then take the rows).
+nb::object PlainIds(nb::list names, nb::list values, nb::list present, Py_ssize_t n) {
+  std::vector<PlainColumn> cols;
+  for (size_t c = 0; c < nb::len(names); ++c) {
+    std::string_view name;
+    PyObject* a = values[c].ptr();
+    PyObject* p = present[c].ptr();
+    if (!PyUnicode_CheckExact(names[c].ptr()) || !Utf8Bytes(names[c].ptr(), &name) ||
+        !PyArray_Check(a) || !PyArray_Check(p) ||
+        PyArray_NDIM(reinterpret_cast<PyArrayObject*>(a)) != 1 ||
+        !PyArray_IS_C_CONTIGUOUS(reinterpret_cast<PyArrayObject*>(a)) ||
+        PyArray_DIM(reinterpret_cast<PyArrayObject*>(a), 0) != n ||
+        PyArray_TYPE(reinterpret_cast<PyArrayObject*>(p)) != NPY_BOOL ||
+        !PyArray_IS_C_CONTIGUOUS(reinterpret_cast<PyArrayObject*>(p)) ||
+        PyArray_DIM(reinterpret_cast<PyArrayObject*>(p), 0) != n) {
+      return nb::none();
+    }
+    PlainColumn col;
+    AppendJsonString(&col.key, name);
+    col.key.push_back(':');
+    col.values = reinterpret_cast<PyArrayObject*>(a);
+    col.present = static_cast<const npy_bool*>(PyArray_DATA(reinterpret_cast<PyArrayObject*>(p)));
+    cols.push_back(std::move(col));
+  }
+  // Keys in the order of sort_keys=True (UTF-8 bytes sort as code points).
+  std::sort(cols.begin(), cols.end(),
+            [](const PlainColumn& a, const PlainColumn& b) { return a.key < b.key; });
+  // The ids of rows [lo, hi): false for a value it does not write.
+  std::vector<std::array<char, 17>> hex(static_cast<size_t>(n));
+  auto derive = [&](Py_ssize_t lo, Py_ssize_t hi, bool gil) {
+    std::string text;
+    for (Py_ssize_t i = lo; i < hi; ++i) {
+      text.assign("{");
+      bool any = false;
+      for (const PlainColumn& col : cols) {
+        if (!col.present[i]) continue;
+        if (any) text.push_back(',');
+        any = true;
+        text.append(col.key);
+        if (!AppendCell(&text, col.values, i, gil)) return false;
+      }
+      text.push_back('}');
+      if (!HexId(text, hex[static_cast<size_t>(i)].data())) return false;
+    }
+    return true;
+  };
+  // Columns of numbers are read without the GIL, by one thread per core on
+  // large designs (the text and SHA-256 of a row take about a microsecond);
+  // a column of objects needs the GIL throughout.
+  const bool objects = std::any_of(cols.begin(), cols.end(), [](const PlainColumn& c) {
+    return PyArray_TYPE(c.values) == NPY_OBJECT;
+  });
+  bool ok = true;
+  if (objects || n < 100000) {
+    ok = derive(0, n, true);
+  } else {
+    nb::gil_scoped_release nogil;
+    const auto threads =
+        static_cast<Py_ssize_t>(std::clamp<unsigned>(std::thread::hardware_concurrency(), 1, 8));
+    std::vector<std::thread> pool;
+    std::vector<char> done(static_cast<size_t>(threads), 0);
+    for (Py_ssize_t t = 0; t < threads; ++t) {
+      pool.emplace_back([&, t] {
+        done[static_cast<size_t>(t)] = derive(n * t / threads, n * (t + 1) / threads, false);
+      });
+    }
+    for (auto& th : pool) th.join();
+    ok = std::all_of(done.begin(), done.end(), [](char d) { return d != 0; });
+  }
+  if (!ok) return nb::none();
+  nb::object ids = nb::steal(PyArray_SimpleNew(1, &n, NPY_OBJECT));
+  if (!ids.is_valid()) throw nb::python_error();
+  auto** slots = static_cast<PyObject**>(PyArray_DATA(reinterpret_cast<PyArrayObject*>(ids.ptr())));
+  std::unordered_map<std::string_view, Py_ssize_t> first;
+  first.reserve(static_cast<size_t>(n));
+  nb::object dup = nb::none();
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    const char* id = hex[static_cast<size_t>(i)].data();
+    PyObject* s = PyUnicode_FromStringAndSize(id, 17);
+    if (s == nullptr) throw nb::python_error();
+    Py_XSETREF(slots[i], s);
+    auto [it, added] = first.try_emplace(std::string_view(id, 17), i);
+    if (!added && dup.is_none()) dup = nb::make_tuple(it->second, i);
+  }
+  return nb::make_tuple(ids, dup);
+}
+
 }  // namespace
 
 void BindExperimentId(nb::module_& m) {
+  m.def("plain_experiment_ids", &PlainIds, nb::arg("names"), nb::arg("values"), nb::arg("present"),
+        nb::arg("n"),
+        "(ids, first) for a design of columns: ids, an object array of what "
+        "plain_experiment_id gives for each row's dict of its present values (names[c] -> "
+        "values[c][i] where present[c][i]), and the first two rows (j, i) with one id, or None. "
+        "values: 1-d C-contiguous arrays of n numbers, bools or plain objects; None for any "
+        "other column (the rows' dicts then take the design).");
   m.def(
       "plain_experiment_id",
       [](nb::handle params) -> nb::object {

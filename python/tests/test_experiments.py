@@ -202,10 +202,62 @@ def test_rows_the_compiled_id_does_not_take_get_the_encoders_id():
 
 
 def test_two_rows_with_one_hash_prefix_are_refused(store, monkeypatch):
+    """A collision of two different rows, found by the columnar ids and by the rows' dicts."""
+    fixed = np.array(["e0000000000000000"] * 2, dtype=object)
+    monkeypatch.setattr(ex._core, "plain_experiment_ids", lambda *a: (fixed, (0, 1)))
+    with pytest.raises(ValueError, match="two different parameter rows hash to the same"):
+        store.define_experiments([{"a": 1}, {"a": 2}])
+    monkeypatch.setattr(ex._core, "plain_experiment_ids", lambda *a: None)
     monkeypatch.setattr(ex, "experiment_id_of_plain", lambda params: "e0000000000000000")
     with pytest.raises(ValueError, match="two different parameter rows hash to the same"):
         store.define_experiments([{"a": 1}, {"a": 2}])
     assert store.design().empty
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.one_of(st.floats(), st.integers(-(2**63), 2**63 - 1), st.booleans(), st.none()),
+            st.one_of(st.text(st.characters(blacklist_categories=("Cs",)), max_size=6), st.none()),
+            st.one_of(st.floats(width=32), st.none()),
+            st.one_of(st.integers(0, 2**64 - 1), st.none()),
+        ),
+        min_size=1,
+        max_size=20,
+    )
+)
+def test_the_ids_of_a_design_of_columns_are_the_ids_of_its_rows(rows):
+    """plain_experiment_ids on columns (float, int, bool, str with gaps; float32; uint64) gives
+    for every row what experiment_id gives for the dict of its present values."""
+    cols = {
+        "f": [r[0] for r in rows],
+        "s": [r[1] for r in rows],
+        "g": [r[2] for r in rows],
+        "u": [r[3] for r in rows],
+    }
+    names, values, present = [], [], []
+    for name, vs in cols.items():
+        here = np.array([v is not None for v in vs])
+        kinds = {type(v) for v in vs if v is not None}
+        if name == "g":
+            arr = np.array([v if v is not None else 0.0 for v in vs], dtype=np.float32)
+        elif name == "u":
+            arr = np.array([v if v is not None else 0 for v in vs], dtype=np.uint64)
+        elif kinds <= {float}:
+            arr = np.array([v if v is not None else 0.0 for v in vs], dtype=np.float64)
+        else:
+            arr = np.array([v if v is not None else 0 for v in vs], dtype=object)
+        names.append(name)
+        values.append(arr)
+        present.append(here)
+    got = _core.plain_experiment_ids(names, values, present, len(rows))
+    want = [
+        runstore.experiment_id({n: values[c][i] for c, n in enumerate(names) if present[c][i]})
+        for i in range(len(rows))
+    ]
+    assert got is not None
+    assert got[0].tolist() == want
 
 
 @pytest.mark.parametrize("ids", ["hashed", "int", "mixed"])
