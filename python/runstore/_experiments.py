@@ -152,6 +152,13 @@ class ExperimentIndex:
     def __len__(self) -> int:
         return len(self.ids)
 
+    def take(self, rows: np.ndarray) -> list[Any]:
+        """The ids of rows ``rows``, as Python objects."""
+        return self.ids[rows].tolist()
+
+    def all(self) -> list[Any]:
+        return self.ids.tolist()
+
     def positions(self, runs: np.ndarray | list[Any]) -> np.ndarray:
         """Row of each run id; -1 for runs that are not experiments."""
         runs = runs if isinstance(runs, np.ndarray) else np.array(runs, dtype=object)
@@ -181,6 +188,46 @@ class ExperimentIndex:
         k[k == len(self._sorted)] = 0
         found = self._sorted[k] == runs
         return np.where(found, self._order[k], -1).astype(np.intp, copy=False)
+
+
+class RunList:
+    """The experiment ids in definition order as ``scan_aligned`` hands them over (the runs as
+    stored, and where each row's run is among them): no Python object per id until ids are
+    asked for (:meth:`take`, :meth:`all`), as :class:`ExperimentIndex` gives them."""
+
+    def __init__(self, r: dict[str, Any]) -> None:
+        self.ints, self.is_str = r["run"], r["run_is_str"]
+        self.ends, self.data, self.order = r["run_ends"], r["run_bytes"], r["order"]
+        self._bytes: bytes | None = None
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    def take(self, rows: np.ndarray | list[int]) -> list[Any]:
+        """The ids of rows ``rows``, as Python objects."""
+        if self._bytes is None:
+            self._bytes = self.data.tobytes()
+        b = self._bytes
+        k = self.order[np.asarray(rows, dtype=np.intp)].astype(np.int64)
+        hi = self.ends[k]
+        lo = np.where(k > 0, self.ends[np.maximum(k - 1, 0)], 0)
+        out: list[Any] = []
+        for s, a, z, i in zip(self.is_str[k].tolist(), lo.tolist(), hi.tolist(), k.tolist()):
+            out.append(b[a:z].decode("utf-8", "surrogateescape") if s else int(self.ints[i]))
+        return out
+
+    def all(self) -> list[Any]:
+        return self.take(np.arange(len(self)))
+
+    def same(self, other: Any) -> bool:
+        """Whether ``other`` is a RunList of the same runs in the same order."""
+        return isinstance(other, RunList) and all(
+            np.array_equal(a, b)
+            for a, b in zip(
+                (self.ints, self.is_str, self.ends, self.data, self.order),
+                (other.ints, other.is_str, other.ends, other.data, other.order),
+            )
+        )
 
 
 def reserved_series(store: Store, counts: bool = True) -> dict[str, dict[str, Any]]:
@@ -255,29 +302,32 @@ def aligned_design(infos: dict[str, dict[str, Any]]) -> bool:
 
 
 def load_aligned(
-    store: Store, names: Iterable[str], infos: dict[str, dict[str, Any]]
-) -> tuple[ExperimentIndex, dict[str, Column]]:
+    store: Store, names: Iterable[str], infos: dict[str, dict[str, Any]], ids: bool = True
+) -> tuple[ExperimentIndex | RunList, dict[str, Column]]:
     """The experiment index and series ``names`` as Columns in experiment order, those of
     numbers and scalar strings from one scan of each placed on the design's runs, in definition
     order, by the core (``scan_aligned``): no Python object per record, but for the ids and one
     per distinct string, and each record copied once, into its column. Other series go through
     :func:`read_column`. The same columns as :func:`load_index` and :func:`read_column`
-    give."""
+    give. With ``ids=False`` the experiments may come as a :class:`RunList` (no Python object
+    per id), where every series is read this way."""
     names = list(dict.fromkeys(names))
     if not aligned_design(infos):  # none, or rows that are not integers (written by hand)
         index = load_index(store, infos)
         return index, {n: read_column(store, n, index, infos[n]) for n in names}
     aligned = [n for n in names if alignable(infos[n])]
-    r = store._core.scan_aligned(ROW, aligned, ids=True, ordered=True)
+    ids = ids or len(aligned) < len(names)  # read_column places by ids
+    r = store._core.scan_aligned(ROW, aligned, ids=ids, ordered=True)
     cols = r.pop("columns")
     cols.pop(ROW)
-    index = ExperimentIndex(r.pop("ids"))
+    index: ExperimentIndex | RunList = ExperimentIndex(r.pop("ids")) if ids else RunList(r)
     del r
     out: dict[str, Column] = {}
     for n in names:
         if n in cols:
             out[n] = aligned_column(cols.pop(n), infos[n]["dtype"])
         else:
+            assert isinstance(index, ExperimentIndex)
             out[n] = read_column(store, n, index, infos[n])
     return index, out
 

@@ -326,21 +326,28 @@ def _default_workers() -> int:
 
 def _plan(
     store: Store, retry_failed: bool
-) -> tuple[ex.ExperimentIndex, dict[str, ex.Column], np.ndarray, np.ndarray, int]:
-    """(index, params, rows to run, attempts so far, skipped)."""
+) -> tuple[ex.ExperimentIndex | ex.RunList, dict[str, ex.Column], np.ndarray, np.ndarray, int]:
+    """(experiments, params, rows to run, attempts so far, skipped). The parent holds the
+    parameters and the state and attempt of every experiment as arrays, and its ids as the runs
+    of one aligned read: ids become Python objects a chunk at a time (make_chunks)."""
     infos = ex.reserved_series(store, counts=False)
-    index = ex.load_index(store, infos)
-    params = {
-        p: ex.read_column(store, ex.DESIGN + p, index, infos[ex.DESIGN + p])
-        for p in ex.design_columns(store, infos)
-    }
-    status = ex.status_frame_columns(ex.load_status(store, index, infos))
-    state = status["state"]
-    todo = state != "done"
-    if not retry_failed:
-        todo &= state != "failed"
+    names = ex.design_columns(store, infos)
+    status = [s for s in (ex.STATE, ex.ATTEMPT) if s in infos]
+    index, cols = ex.load_aligned(store, [ex.DESIGN + p for p in names] + status, infos, ids=False)
+    params = {p: cols[ex.DESIGN + p] for p in names}
+    n = len(index)
+    todo = np.ones(n, dtype=bool)
+    if ex.STATE in cols:
+        st = cols[ex.STATE]
+        todo &= ~(st.present & (st.values == "done"))
+        if not retry_failed:
+            todo &= ~(st.present & (st.values == "failed"))
+    attempts = np.zeros(n, dtype=np.int64)
+    if ex.ATTEMPT in cols:
+        a = cols[ex.ATTEMPT]
+        attempts[a.present] = a.values[a.present].astype(np.int64)
     rows = np.flatnonzero(todo)
-    return index, params, rows, status["attempt"], len(index) - len(rows)
+    return index, params, rows, attempts, n - len(rows)
 
 
 def shard_of(eid: Any, n: int) -> int:
@@ -415,14 +422,14 @@ def plan(
     index, params, rows, attempts, skipped = _plan(store, retry_failed)
     if shard is not None and shard[1] > 1:
         i, n = shard
-        mine = np.fromiter((shard_of(e, n) == i for e in index.ids.tolist()), bool, len(index))
+        mine = np.fromiter((shard_of(e, n) == i for e in index.all()), bool, len(index))
         skipped = int(mine.sum()) - int(mine[rows].sum())
         rows = rows[mine[rows]]
     return index, params, rows, attempts, skipped
 
 
 def make_chunks(
-    index: ex.ExperimentIndex,
+    index: ex.ExperimentIndex | ex.RunList,
     params: dict[str, ex.Column],
     rows: np.ndarray,
     attempts: np.ndarray,
@@ -431,7 +438,7 @@ def make_chunks(
     """Yields lists of (id, params, attempt), built lazily."""
     for start in range(0, len(rows), size):
         r = rows[start : start + size]
-        ids = index.ids[r].tolist()
+        ids = index.take(r)
         cols = [(name, c.values[r].tolist(), c.present[r].tolist()) for name, c in params.items()]
         att = (attempts[r] + 1).tolist()
         chunk = []

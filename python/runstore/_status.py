@@ -59,8 +59,7 @@ class StatusArrays:
         self.errors, self.error_names = error
         self.started, self.finished, self.seconds = started, finished, seconds
         self.attempt = attempt
-        #: The experiments' runs: (int, is_str, ends, bytes, order) arrays of scan_aligned, or a
-        #: list of ids.
+        #: The experiments' ids: a RunList (of scan_aligned), or a list.
         self.runs = runs
 
     def is_state(self, state: str) -> np.ndarray:
@@ -74,30 +73,19 @@ class StatusArrays:
         return self.error_names[self.errors[i]] if self.errors[i] >= 0 else None
 
     def id_at(self, i: int) -> Any:
-        if isinstance(self.runs, list):
-            return self.runs[i]
-        ints, is_str, ends, data, order = self.runs
-        k = int(order[i])  # where the scan stored the run of row i
-        if not is_str[k]:
-            return int(ints[k])
-        lo = int(ends[k - 1]) if k else 0
-        return bytes(data[lo : int(ends[k])]).decode("utf-8", "surrogateescape")
+        return self.runs[i] if isinstance(self.runs, list) else self.runs.take([i])[0]
 
     def ids(self) -> list[Any]:
         """Every experiment id (a Python object each)."""
-        return (
-            list(self.runs)
-            if isinstance(self.runs, list)
-            else [self.id_at(i) for i in range(self.n)]
-        )
+        return list(self.runs) if isinstance(self.runs, list) else self.runs.all()
 
     def same_experiments(self, other: StatusArrays | None) -> bool:
         """Whether ``other`` holds the same experiments in the same order."""
-        if other is None or other.n != self.n or type(other.runs) is not type(self.runs):
+        if other is None or other.n != self.n:
             return False
         if isinstance(self.runs, list):
             return self.runs == other.runs
-        return all(np.array_equal(a, b) for a, b in zip(self.runs, other.runs))
+        return self.runs.same(other.runs)
 
     @classmethod
     def read(cls, store: Any) -> StatusArrays:
@@ -132,7 +120,7 @@ class StatusArrays:
             numbers(ex.FINISHED, np.float64, np.nan),
             numbers(ex.SECONDS, np.float64, np.nan),
             numbers(ex.ATTEMPT, np.int64, 0),
-            (r["run"], r["run_is_str"], r["run_ends"], r["run_bytes"], r["order"]),
+            ex.RunList(r),
         )  # fmt: skip
 
     @classmethod

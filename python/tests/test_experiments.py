@@ -311,6 +311,13 @@ def test_aligned_columns_are_the_columns_read_one_by_one(store, ids):
             assert plain(got.values) == plain(want.values), name
         else:
             np.testing.assert_array_equal(got.values, want.values, err_msg=name)
+    # Without ids: the experiments as the runs of the read, ids made for the rows asked; a
+    # series read the other way needs the ids.
+    runs, _ = ex.load_aligned(store, ["f", "s"], infos, ids=False)
+    assert isinstance(runs, ex.RunList) and len(runs) == n
+    assert runs.all() == eids and runs.take([5, 0, n - 1]) == [eids[5], eids[0], eids[-1]]
+    assert runs.same(ex.load_aligned(store, ["i"], infos, ids=False)[0])
+    assert isinstance(ex.load_aligned(store, ["var"], infos, ids=False)[0], ex.ExperimentIndex)
     assert ex.alignable(infos["s"]) and ex.alignable(infos["arr"])
     assert not ex.alignable(infos["by"]) and not ex.alignable(infos["var"])
 
