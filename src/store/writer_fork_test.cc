@@ -340,6 +340,16 @@ TEST_F(WriterForkTest, ForksWhileAnotherThreadWritesLeaveTheParentWhole) {
 // waiting for ever on a lock of a thread it does not have. (The child has a
 // watchdog: a hang fails the test instead of hanging it.)
 TEST_F(WriterForkTest, ForksWhileWritersRefreshTheirStoreLeaveItWholeInTheChild) {
+#if defined(__SANITIZE_ADDRESS__)
+  // The sanitizer's own allocator (GCC 12's libasan) is not locked around
+  // fork(): a child forked while the refreshing thread allocates may wait for
+  // ever on one of its size-class locks (a child seen so with its stack in
+  // __sanitizer::SizeClassAllocator64::GetFromAllocator, called from a
+  // std::string of the child's own refresh), which no lock of runstore's can
+  // prevent. glibc's malloc takes its locks around fork(), so the release
+  // build runs this test.
+  GTEST_SKIP() << "AddressSanitizer's allocator is not fork-safe with other threads allocating";
+#endif
   ASSERT_OK_AND_ASSIGN(auto store, Store::Open(StorePath(), {}));
   for (int i = 0; i < 200; ++i) {  // segments, so that each refresh takes a while
     ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter({}));
