@@ -92,19 +92,33 @@ TOOLS = {
         "import runstore, runstore.experiments as ex; ex.status(runstore.open('{store}', 'r'))",
     ],
     "load_results()": ["{py}", "-c", "import runstore; runstore.load_results('{store}')"],
+    # The parent of a sweep over the pending 1% (and the failed 2%, retried): it plans over every
+    # experiment. Its own peak (its workers are other processes), printed by itself.
+    "run_experiments() parent": [
+        "{py}",
+        "-c",
+        "import resource, runstore; "
+        "runstore.run_experiments('{store}', dict, workers=2, progress=False); "
+        "print('own_peak_mib', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)",
+    ],
 }
 
 
 def run(argv: list[str]) -> tuple[float, float, int, str]:
-    """Wall seconds, peak RSS MiB, exit status and the tail of stderr of one process."""
+    """Wall seconds, peak RSS MiB, exit status and the tail of stderr of one process. The peak
+    is wait4's (the process and the children it waited for), or the process's own where it
+    prints it as "own_peak_mib X"."""
     t = time.perf_counter()
-    with tempfile.TemporaryFile() as err:
-        p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err)
+    with tempfile.TemporaryFile() as err, tempfile.TemporaryFile() as out:
+        p = subprocess.Popen(argv, stdout=out, stderr=err)
         _, status, usage = os.wait4(p.pid, 0)
         seconds = time.perf_counter() - t
         err.seek(0)
         tail = err.read().decode(errors="replace").strip().splitlines()[-1:]
-    return seconds, usage.ru_maxrss / 1024, os.waitstatus_to_exitcode(status), " ".join(tail)
+        out.seek(0)
+        own = [ln.split()[1] for ln in out.read().decode().splitlines() if ln.startswith("own_")]
+    peak = float(own[-1]) if own else usage.ru_maxrss / 1024
+    return seconds, peak, os.waitstatus_to_exitcode(status), " ".join(tail)
 
 
 def main() -> int:
