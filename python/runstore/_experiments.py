@@ -319,7 +319,6 @@ def load_aligned(
     ids = ids or len(aligned) < len(names)  # read_column places by ids
     r = store._core.scan_aligned(ROW, aligned, ids=ids, ordered=True)
     cols = r.pop("columns")
-    cols.pop(ROW)
     index: ExperimentIndex | RunList = ExperimentIndex(r.pop("ids")) if ids else RunList(r)
     del r
     out: dict[str, Column] = {}

@@ -95,7 +95,7 @@ class StatusArrays:
         names = [s for s in ex.STATUS_COLUMNS.values() if s in infos]
         r = store._core.scan_aligned(ex.ROW, names, ordered=True)  # in definition order
         cols = r["columns"]
-        n = len(cols[ex.ROW]["value"])
+        n = len(r["order"])
 
         def numbers(series: str, dtype: Any, missing: Any) -> np.ndarray:
             if series not in cols:

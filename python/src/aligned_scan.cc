@@ -58,21 +58,35 @@ class RunTable {
   void Reserve(size_t n, size_t bytes) {
     bytes_.reserve(bytes);
     is_str_.reserve(n);
-    ints_.reserve(n);
     ends_.reserve(n);
+    hint_ = n;
   }
   void Add(const RunRef& r) {
+    // The integers are kept from the first integer run on: a table of
+    // string runs (hashed ids) has none.
+    if (!r.is_string && !have_ints_) {
+      have_ints_ = true;
+      ints_.reserve(std::max(hint_, is_str_.size() + 1));
+      ints_.resize(is_str_.size(), 0);
+    }
+    if (have_ints_) ints_.push_back(r.is_string ? 0 : r.i);
     is_str_.push_back(r.is_string ? 1 : 0);
-    ints_.push_back(r.is_string ? 0 : r.i);
     if (r.is_string) bytes_.insert(bytes_.end(), r.s.begin(), r.s.end());
     ends_.push_back(bytes_.size());
   }
-  size_t size() const { return ints_.size(); }
+  size_t size() const { return is_str_.size(); }
   // Into `out` as arrays, in the order added: "run" (0 for a string run),
   // "run_is_str", and the UTF-8 of string run i at
   // run_bytes[run_ends[i-1]:run_ends[i]]. The table is empty afterwards.
   void MoveInto(nb::dict* out) {
-    (*out)["run"] = VectorArray(std::move(ints_), NPY_INT64);
+    if (!have_ints_) {  // zeros, in pages never touched
+      npy_intp dims[1] = {static_cast<npy_intp>(size())};
+      PyObject* a = PyArray_ZEROS(1, dims, NPY_INT64, 0);
+      if (a == nullptr) throw nb::python_error();
+      (*out)["run"] = nb::steal(a);
+    } else {
+      (*out)["run"] = VectorArray(std::move(ints_), NPY_INT64);
+    }
     (*out)["run_is_str"] = VectorArray(std::move(is_str_), NPY_BOOL);
     (*out)["run_ends"] = VectorArray(std::move(ends_), NPY_UINT64);
     (*out)["run_bytes"] = VectorArray(std::move(bytes_), NPY_UINT8);
@@ -121,6 +135,8 @@ class RunTable {
   std::vector<uint64_t> ends_;  // of each run's bytes in bytes_
   std::vector<uint8_t> bytes_;
   std::vector<uint32_t> slots_;
+  size_t hint_ = 0;
+  bool have_ints_ = false;
 };
 
 // One series placed on the base's runs: numeric values, or string values as
@@ -323,8 +339,10 @@ nb::dict PyStore::ScanAligned(const std::string& base, const std::vector<std::st
     if (s.ok()) runs.Index();
   }
   Check(s);
+  std::string().swap(base_values);  // the base orders the rows; it is no column
   const auto n = static_cast<npy_intp>(runs.size());
-  for (AlignedColumn& col : columns) {
+  for (size_t c = 1; c < columns.size(); ++c) {
+    AlignedColumn& col = columns[c];
     // Zeroed by the allocator (calloc): the pages of rows no record reaches
     // are not touched, so a column costs the records placed in it.
     col.dims[0] = n;
@@ -338,12 +356,6 @@ nb::dict PyStore::ScanAligned(const std::string& base, const std::vector<std::st
     std::memset(col.present_at, 0, static_cast<size_t>(n));
     if (col.strings) std::fill_n(reinterpret_cast<int32_t*>(col.values_at), n, -1);
   }
-  for (npy_intp i = 0; i < n; ++i) {
-    std::memcpy(columns[0].values_at + i * columns[0].elem,
-                base_values.data() + stored_at(i) * columns[0].elem, columns[0].elem);
-  }
-  std::memset(columns[0].present_at, 1, static_cast<size_t>(n));
-  std::string().swap(base_values);
   {
     nb::gil_scoped_release nogil;
     for (size_t c = 1; c < columns.size() && s.ok(); ++c) {
@@ -391,7 +403,8 @@ nb::dict PyStore::ScanAligned(const std::string& base, const std::vector<std::st
   runs.MoveInto(&result);
   if (!perm.empty()) result["order"] = VectorArray(std::move(perm), NPY_UINT32);
   nb::dict cols;
-  for (AlignedColumn& col : columns) {
+  for (size_t c = 1; c < columns.size(); ++c) {
+    AlignedColumn& col = columns[c];
     nb::dict d;
     d["value"] = col.values;
     d["present"] = col.present;

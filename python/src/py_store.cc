@@ -1000,7 +1000,7 @@ void BindStore(nb::module_& m) {
            "the runs of series ``base`` (its records at ``step``, one row each: in storage "
            "order, or with ordered=True in the order of its integer values, ties in storage "
            "order), with no Python object per record. A dict of 'columns', one dict per "
-           "series, base included, in the rows' order: 'value' (str series: int32 codes into "
+           "series of ``names``, in the rows' order: 'value' (str series: int32 codes into "
            "'categories', -1 where absent) and 'present'; the runs as stored, 'run' (int64, 0 "
            "for a str run), 'run_is_str', 'run_ends' and 'run_bytes' (the UTF-8 of str run k "
            "is run_bytes[run_ends[k-1]:run_ends[k]]), and with ordered=True 'order' (row i's "
