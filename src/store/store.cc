@@ -527,8 +527,10 @@ class StoreImpl final : public Store, public CompactionHost {
     // find again: with staging, a segment's published copy is renamed over
     // its placeholder, maybe between the stat and this open.
     RUNSTORE_ASSIGN_OR_RETURN(seg->info, handle->Info());
-    if (format::HasValidTrailer(*handle)) {
-      // Sealed, probably: what loading reads is kept for the catalog.
+    if (!options_.read_only && format::HasValidTrailer(*handle)) {
+      // Sealed, probably: what loading reads is kept for the catalog, which
+      // only a store that may write one needs (a read-only reader would hold
+      // every footer twice: about a fifth of what opening costs it).
       auto reads = std::make_shared<SegmentReads>();
       RUNSTORE_RETURN_IF_ERROR(
           format::LoadSegmentIndex(*NewRecordingFile(*handle, reads.get()), rel, &seg->index));

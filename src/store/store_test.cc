@@ -2180,6 +2180,37 @@ TEST_F(StoreTest, BlocksOfTheSameRunsShareOneRunListInTheFooter) {
   EXPECT_OK(snap->Verify());
 }
 
+// What loading a sealed segment read is kept for the catalog by a store that
+// may write one; a read-only store keeps none (the footers would be held twice
+// in every reader), and reads from a catalog keep what verify compares.
+TEST_F(StoreTest, OnlyAStoreThatMayWriteACatalogKeepsTheFootersItRead) {
+  {
+    auto store = Open();
+    for (int w = 0; w < 3; ++w) {
+      ASSERT_OK_AND_ASSIGN(auto wr, store->NewWriter({}));
+      ASSERT_OK(wr->Append(RunRef(HashedId(w)), "y", 0, 1.0));
+      ASSERT_OK(wr->Close());
+    }
+  }
+  auto kept = [](Store& s) {
+    size_t n = 0;
+    for (const auto& seg : static_cast<const SnapshotImpl&>(*s.GetSnapshot()).segments()) {
+      n += seg->reads != nullptr;
+    }
+    return n;
+  };
+  auto writable = Open();
+  EXPECT_EQ(kept(*writable), 3u);
+  auto reader = Open({.read_only = true});
+  EXPECT_EQ(kept(*reader), 0u);
+  EXPECT_OK(reader->GetSnapshot()->Verify());
+  ASSERT_OK_AND_ASSIGN(uint64_t entries, writable->WriteCatalog());
+  EXPECT_EQ(entries, 3u);
+  auto from_catalog = Open({.read_only = true});
+  EXPECT_EQ(kept(*from_catalog), 3u) << "verify compares a catalog's entries with the files";
+  EXPECT_OK(from_catalog->GetSnapshot()->Verify());
+}
+
 TEST_F(StoreTest, CountRunsIsTheNumberOfListedRunsAndReadsNoBlockForHashedIds) {
   auto store = Open();
   const uint64_t seed = testing::TestSeed();
