@@ -223,11 +223,16 @@ def read_rows(
         d = store._core.scan(o.name, runs=ids.tolist(), steps=window)
     col = ex.empty_column(len(ids) * width, o.dtype, o.shape)
     if d is not None and len(d["run"]):
-        at = index.positions(d["run"]) - rows.start
-        values = d["value"]
+        # Placed by the chunk's own ids: an index of every experiment's id (a dict of a
+        # million strs) is never built for it.
+        at = ex.ExperimentIndex(ids).positions(d["run"])
+        values, record_steps = d["value"], d["step"]
+        if (at < 0).any():  # a run the filter let through that is not the chunk's
+            keep = at >= 0
+            at, values, record_steps = at[keep], values[keep], record_steps[keep]
         if steps is not None:
-            j = np.minimum(np.searchsorted(steps, d["step"]), width - 1)
-            keep = steps[j] == d["step"]
+            j = np.minimum(np.searchsorted(steps, record_steps), width - 1)
+            keep = steps[j] == record_steps
             at = at * width + j
             if not keep.all():
                 at, values = at[keep], values[keep]
