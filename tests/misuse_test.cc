@@ -818,20 +818,19 @@ TEST(OpenFilesTest, AStoreOfThousandsOfSegmentsOfEveryKindWorksUnderABudgetOfSix
   std::ifstream f(csv + "/v.csv");
   const std::string text((std::istreambuf_iterator<char>(f)), {});
   EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), static_cast<long>(expected.size()) + 1);
-  // A budget that is not a number is named, not taken for damage or ignored.
-  const ChildResult wrong = RunProgram({}, {RUNSTORE_CLI_PATH, "--no-progress", "info", path},
-                                       [] { ::setenv("RUNSTORE_SEGMENT_MAPPINGS", "64k", 1); });
-  EXPECT_FALSE(wrong.ok());
-  EXPECT_NE(wrong.output.find("RUNSTORE_SEGMENT_MAPPINGS='64k' is not a whole number"),
-            std::string::npos)
-      << wrong.output;
-  // Nor is the page cache's budget for large values.
-  const ChildResult cache = RunProgram({}, {RUNSTORE_CLI_PATH, "--no-progress", "info", path},
-                                       [] { ::setenv("RUNSTORE_CACHED_LARGE_VALUES", "1G", 1); });
-  EXPECT_FALSE(cache.ok());
-  EXPECT_NE(cache.output.find("RUNSTORE_CACHED_LARGE_VALUES='1G' is not a whole number from 0"),
-            std::string::npos)
-      << cache.output;
+  // A budget that is not a number is named, not taken for damage or ignored: the segment
+  // budget's, and the page cache's for large values.
+  const std::tuple<const char*, const char*, const char*> budgets[] = {
+      {"RUNSTORE_SEGMENT_MAPPINGS", "64k", "RUNSTORE_SEGMENT_MAPPINGS='64k' is not a whole number"},
+      {"RUNSTORE_CACHED_LARGE_VALUES", "1G",
+       "RUNSTORE_CACHED_LARGE_VALUES='1G' is not a whole number from 0"},
+  };
+  for (const auto& [name, value, says] : budgets) {
+    const ChildResult wrong = RunProgram({}, {RUNSTORE_CLI_PATH, "--no-progress", "info", path},
+                                         [&] { ::setenv(name, value, 1); });
+    EXPECT_FALSE(wrong.ok()) << name;
+    EXPECT_NE(wrong.output.find(says), std::string::npos) << wrong.output;
+  }
 #endif
   std::printf(
       "[ open files ] %zu segments (%d of crashed writers, sealed, compacted) read, verified, "

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -365,6 +365,18 @@ def status_series(infos: dict[str, dict[str, Any]]) -> list[str]:
     return [s for s in STATUS_COLUMNS.values() if s in infos]
 
 
+def to_run(columns: dict[str, Column], n: int, retry_failed: bool) -> np.ndarray:
+    """The rows a sweep runs, from Columns by series (the state's, if any): every experiment
+    not done, and not failed unless ``retry_failed``. No state recorded reads as pending."""
+    todo = np.ones(n, dtype=bool)
+    st = columns.get(STATE)
+    if st is not None:
+        todo &= ~(st.present & (st.values == "done"))
+        if not retry_failed:
+            todo &= ~(st.present & (st.values == "failed"))
+    return np.flatnonzero(todo)
+
+
 def design_columns(store: Store, infos: dict[str, dict[str, Any]]) -> list[str]:
     """Parameter names in the order they were first defined."""
     names = [n[len(DESIGN) :] for n in infos if n.startswith(DESIGN) and n not in (ROW, PARAMS)]
@@ -385,23 +397,6 @@ def load_design(store: Store) -> tuple[ExperimentIndex, dict[str, Column]]:
     params = design_columns(store, infos)
     index, cols = load_aligned(store, [DESIGN + p for p in params], infos)
     return index, {p: cols[DESIGN + p] for p in params}
-
-
-def load_status(
-    store: Store,
-    index: ExperimentIndex,
-    infos: dict[str, dict[str, Any]] | None = None,
-    after_each: Callable[[], Any] | None = None,
-) -> dict[str, Column]:
-    """One Column per status field (state, error, host, started, finished, seconds, attempt).
-    ``after_each`` is called after each series is read."""
-    infos = reserved_series(store, counts=False) if infos is None else infos
-    columns: dict[str, Column] = {}
-    for series in status_series(infos):
-        columns[series] = read_column(store, series, index, infos[series])
-        if after_each is not None:
-            after_each()
-    return status_of(columns, len(index))
 
 
 def status_frame_columns(status: dict[str, Column]) -> dict[str, Any]:
@@ -479,11 +474,7 @@ def status_frame(store: Store) -> pandas.DataFrame:
 def pending_ids(store: Store, retry_failed: bool) -> list[RunId]:
     infos = reserved_series(store, counts=False)
     index, cols = load_aligned(store, [STATE] if STATE in infos else [], infos)
-    state = status_frame_columns(status_of(cols, len(index)))["state"]
-    todo = state != "done"
-    if not retry_failed:
-        todo &= state != "failed"
-    return index.ids[todo].tolist()
+    return index.take(to_run(cols, len(index), retry_failed))
 
 
 # -- outcomes ------------------------------------------------------------------------------------

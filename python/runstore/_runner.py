@@ -336,17 +336,11 @@ def _plan(
     index, cols = ex.load_aligned(store, [ex.DESIGN + p for p in names] + status, infos, ids=False)
     params = {p: cols[ex.DESIGN + p] for p in names}
     n = len(index)
-    todo = np.ones(n, dtype=bool)
-    if ex.STATE in cols:
-        st = cols[ex.STATE]
-        todo &= ~(st.present & (st.values == "done"))
-        if not retry_failed:
-            todo &= ~(st.present & (st.values == "failed"))
     attempts = np.zeros(n, dtype=np.int64)
     if ex.ATTEMPT in cols:
         a = cols[ex.ATTEMPT]
         attempts[a.present] = a.values[a.present].astype(np.int64)
-    rows = np.flatnonzero(todo)
+    rows = ex.to_run(cols, n, retry_failed)
     return index, params, rows, attempts, n - len(rows)
 
 

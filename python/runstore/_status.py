@@ -92,8 +92,7 @@ class StatusArrays:
         infos = ex.reserved_series(store, counts=False)
         if not ex.aligned_design(infos):
             return cls.of_frame(store.status())
-        names = [s for s in ex.STATUS_COLUMNS.values() if s in infos]
-        r = store._core.scan_aligned(ex.ROW, names, ordered=True)  # in definition order
+        r = store._core.scan_aligned(ex.ROW, ex.status_series(infos), ordered=True)
         cols = r["columns"]
         n = len(r["order"])
 
@@ -206,8 +205,8 @@ def summary(
     eta_s = remaining / rate if rate > 0 else (0.0 if remaining == 0 else None)
 
     def host(i: int) -> str | None:
-        h = st.host_at(i)
-        return None if h is None or (isinstance(h, float) and math.isnan(h)) else str(h)
+        h = st.host_at(i)  # None where none was recorded (NaN in a frame is none too)
+        return None if h is None else str(h)
 
     done_idx = np.flatnonzero(is_state["done"] & np.isfinite(seconds))
     slowest = [

@@ -509,7 +509,7 @@ def save_results(
     experiments = _ema_table(table, state == "done", meta)
     done = np.flatnonzero(state == "done")
     index = ex.load_index(st)
-    infos = ex.reserved_series(st)
+    infos = ex.reserved_series(st, counts=False)
     out = _tar._TarOut(_output.ExportFile(path, store_path=st.path), compresslevel)
     try:
         f = out.spool()
