@@ -279,9 +279,9 @@ nb::dict PyStore::ScanAligned(const std::string& base, const std::vector<std::st
       col.dims.push_back(d);
     }
   }
-  // The base's runs in the order the scan read them, and its values kept
-  // aside until the columns exist. With `ordered`, the run stored at p goes
-  // to row rank[p], and row i holds the run stored at perm[i].
+  // The base's runs in the order the scan read them, and (with `ordered`)
+  // its values, which order the rows: the run stored at p goes to row
+  // rank[p], and row i holds the run stored at perm[i].
   RunTable runs;
   std::vector<uint32_t> perm, rank;
   auto row_of = [&](uint32_t p) { return rank.empty() ? p : rank[p]; };
@@ -308,21 +308,21 @@ nb::dict PyStore::ScanAligned(const std::string& base, const std::vector<std::st
   {
     nb::gil_scoped_release nogil;
     AlignedColumn& col = columns[0];
-    // Each record takes at least a byte of the store: a header's count never
-    // reserves more than the series' stored bytes.
-    // Reserved, not touched: a reservation beyond what the runs take costs no
-    // memory, and the run bytes never reallocate (doubling) for a store of
-    // uncompressed keys.
-    runs.Reserve(static_cast<size_t>(std::min(col.info.count, col.info.stored_bytes)),
-                 static_cast<size_t>(col.info.stored_bytes));
-    base_values.reserve(static_cast<size_t>(std::min(col.info.count, col.info.stored_bytes)) *
-                        col.elem);
+    // Each record takes at least a byte of the store, so a header's count
+    // never reserves more than the series' stored bytes; and a reservation is
+    // not touched: one beyond what the runs take costs no memory, and the run
+    // bytes never reallocate (doubling) for a store of uncompressed keys.
+    const auto records = static_cast<size_t>(std::min(col.info.count, col.info.stored_bytes));
+    runs.Reserve(records, static_cast<size_t>(col.info.stored_bytes));
+    if (ordered) base_values.reserve(records * col.elem);
     s = ForEachRecord(*snap, base, step,
                       col.strings ? std::nullopt : std::optional<size_t>(col.elem),
                       [&](const ScanBatch& b, size_t i) {
                         runs.Add(RunOf(b, i));
-                        base_values.resize(base_values.size() + col.elem);
-                        put_value(col, b, i, base_values.data() + base_values.size() - col.elem);
+                        if (ordered) {
+                          base_values.resize(base_values.size() + col.elem);
+                          put_value(col, b, i, base_values.data() + base_values.size() - col.elem);
+                        }
                         return Status::OK();
                       });
     if (s.ok() && ordered) {
