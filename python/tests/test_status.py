@@ -282,3 +282,49 @@ def test_status_fields_of_another_type_are_no_state_host_or_error(store, capsys)
     s = _status.summary(store, now=10.0)
     assert s["counts"] == {"done": 0, "running": 0, "pending": 2, "failed": 0}
     assert s["experiments"] == 4
+
+
+def test_status_memory_grows_by_a_few_hundred_bytes_per_experiment(tmp_path):
+    """What ``runstore status`` holds per experiment, from its peak memory on sweeps of 5,000
+    and 50,000 experiments (default ids, the seven status fields each): the aligned read holds
+    arrays, about 210 bytes an experiment here, where the status frame's Python objects took
+    about 420. A bound on the growth, not a clock."""
+    import numpy as np
+
+    peaks = {}
+    for n in (5_000, 50_000):
+        path = str(tmp_path / f"s{n}")
+        store = runstore.open(path)
+        ids = store.define_experiments(runstore.grid(x=range(n)))["experiment"].tolist()
+        with store.writer(_allow_reserved=True) as w:
+            w.log_many(
+                ids,
+                **{
+                    ex.STATE: ["done"] * n,
+                    ex.ERROR: [""] * n,
+                    ex.HOST: ["node01"] * n,
+                    ex.STARTED: np.arange(n, dtype=float),
+                    ex.FINISHED: np.arange(n, dtype=float) + 1,
+                    ex.SECONDS: np.ones(n),
+                    ex.ATTEMPT: np.ones(n, dtype=np.int64),
+                },
+            )
+        # VmHWM: the peak of this program's own memory (ru_maxrss would keep the peak of the
+        # process that forked it, carried across exec).
+        code = (
+            "import sys, runstore\n"
+            "from runstore import _status\n"
+            "_status.summary(runstore.open(sys.argv[1], 'r'))\n"
+            "hwm = [l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM')]\n"
+            "print(hwm[0])\n"
+        )
+        out = subprocess.run(
+            [sys.executable, "-c", code, path], capture_output=True, text=True, check=True
+        )
+        peaks[n] = int(out.stdout.split()[-1]) * 1024
+    per_experiment = (peaks[50_000] - peaks[5_000]) / 45_000
+    print(
+        f"status: peak {peaks[5_000] >> 20} MiB at 5,000, {peaks[50_000] >> 20} MiB at "
+        f"50,000: {per_experiment:.0f} bytes an experiment"
+    )
+    assert per_experiment < 300
