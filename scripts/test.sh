@@ -148,7 +148,7 @@ for b in "sweep_bench.py --n 2000 --batch 200" "export_bench.py --n 2000" \
          "commit_floor.py --mb 4 --commits 20 --experiments 2000 --reps 1" \
          "lookup_bench.py --n 2000 --lookups 200" "dask_bench.py --outputs 10 20" \
          "steplog_bench.py --steps 20000 --repeat 1" "rl_log_bench.py --procs 2 --steps 2000" \
-         "report_bench.py --n 2000" \
+         "report_bench.py --n 2000" "runner_bench.py --n 2000 --commit-every None 1" \
          "xarray_bench.py --n 2000" "frame_bench.py --series 50 --repeat 1"; do
   rc=0
   # shellcheck disable=SC2086  # the benchmark's name and arguments

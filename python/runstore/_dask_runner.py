@@ -93,7 +93,7 @@ def run(
     client: Any,
     retry_failed: bool,
     progress: bool,
-    commit_every: int,
+    commit_every: int | None,
     shard: tuple[int, int] | None,
 ) -> _runner.RunSummary:
     """runstore.experiments.run with client=."""
@@ -101,14 +101,15 @@ def run(
 
     if store.read_only:
         raise RuntimeError(f"run_experiments: the store {store.path} is open read-only")
-    if commit_every < 1:
-        raise ValueError("commit_every must be at least 1")
+    _runner.check_commit_every(commit_every)
     t0 = time.perf_counter()
     index, params, rows, attempts, skipped = _runner.plan(store, retry_failed, shard)
     workers = max(1, n_workers(client))
     if len(rows) == 0:
         return _runner.RunSummary(0, 0, skipped, time.perf_counter() - t0, 0, 0)
-    size = max(1, min(commit_every, math.ceil(len(rows) / (4 * workers))))
+    # Every chunk is submitted at once, before any has run: no rate to size them by, so one
+    # experiment a task unless commit_every says otherwise.
+    size = _runner.ChunkSize(commit_every or 1, math.ceil(len(rows) / (4 * workers)))
     bar = _runner._Progress(len(rows), progress)
     done = failed = 0
     failed_ids: list[Any] = []

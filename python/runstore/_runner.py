@@ -2,14 +2,16 @@
 
 Each worker process opens its own writer. For each experiment it appends the status "running"
 (made visible by a time-based auto-commit if the experiment runs long), calls fn(**params), then
-appends the outcomes and the status "done" (or "failed" with the traceback) in one call and
-commits: so an experiment is done exactly when its outcomes are committed. The parent only hands
-out experiment ids and parameters through a queue and counts small receipts; it never sees
-outcomes.
+appends the outcomes and the status "done" (or "failed" with the traceback) in one call, and
+commits at the end of its chunk (and a second after its last commit at the latest): so an
+experiment is done exactly when its outcomes are committed. The parent only hands out chunks of
+experiment ids and parameters through a queue, sized by the rate the workers finish them
+(ChunkSize), and counts small receipts; it never sees outcomes.
 """
 
 from __future__ import annotations
 
+import collections
 import functools
 import hashlib
 import math
@@ -42,6 +44,11 @@ RUNNING_VISIBLE_S = 10.0
 MAX_ERROR_CHARS = 64 * 1024
 #: Seconds the workers get to stop after Ctrl-C before they are killed.
 STOP_GRACE_S = 10.0
+#: Seconds of finished work a worker commits at once at most (besides its chunk's end): a
+#: crash redoes at most this much, and the experiments of a commit share blocks.
+COMMIT_AFTER_S = 1.0
+#: The most experiments of one chunk when commit_every is None (chunks sized by rate).
+MAX_CHUNK = 1000
 
 
 @dataclass(frozen=True)
@@ -122,6 +129,7 @@ class _Runner:
         self.current: Any = None
         #: (done ids, failed ids) of the chunk run last, or being run.
         self.finished: tuple[list[Any], list[Any]] = ([], [])
+        self.last_commit = time.monotonic()
 
     def run_one(self, eid: Any, params: dict[str, Any], attempt: int) -> bool:
         """Runs one experiment and appends its records (not committed). True if done."""
@@ -195,8 +203,14 @@ class _Runner:
                 self.writer.commit()
                 raise
             (done if ok else failed).append(eid)
-        self.writer.commit()
+            if time.monotonic() - self.last_commit >= COMMIT_AFTER_S:
+                self.commit()
+        self.commit()
         return done, failed
+
+    def commit(self) -> None:
+        self.writer.commit()
+        self.last_commit = time.monotonic()
 
     def interrupt(self) -> None:
         """Sets the experiment under way back to pending and commits what is complete: what a
@@ -422,16 +436,44 @@ def plan(
     return index, params, rows, attempts, skipped
 
 
+class ChunkSize:
+    """How many experiments the next chunk holds: ``commit_every`` when given, else as many as
+    a worker finishes in about COMMIT_AFTER_S (at most MAX_CHUNK), learned from the chunks that
+    ended; never more than ``cap``, so that every worker gets several chunks.
+
+    Each chunk is one commit (and the experiments of a commit share one block per series): a
+    sweep of quick experiments committed one by one would leave a dozen blocks per experiment,
+    which every reader of the store indexes until it is compacted. Sizes start at 1 and grow at
+    most 8-fold per chunk that ended; they shrink as soon as experiments get slower."""
+
+    def __init__(self, commit_every: int | None, cap: int) -> None:
+        self.fixed = commit_every
+        self.cap = max(1, cap)
+        self.size = max(1, min(commit_every or 1, self.cap))
+
+    def __call__(self) -> int:
+        return self.size
+
+    def observe(self, n: int, seconds: float) -> None:
+        """A chunk of ``n`` experiments ended after ``seconds``."""
+        if self.fixed is not None or n <= 0:
+            return
+        fits = int(n * COMMIT_AFTER_S / max(seconds, 1e-6))
+        self.size = max(1, min(fits, 8 * self.size, MAX_CHUNK, self.cap))
+
+
 def make_chunks(
     index: ex.ExperimentIndex | ex.RunList,
     params: dict[str, ex.Column],
     rows: np.ndarray,
     attempts: np.ndarray,
-    size: int,
+    size: Callable[[], int],
 ):
-    """Yields lists of (id, params, attempt), built lazily."""
-    for start in range(0, len(rows), size):
-        r = rows[start : start + size]
+    """Yields lists of (id, params, attempt), built lazily, of ``size()`` experiments each."""
+    start = 0
+    while start < len(rows):
+        r = rows[start : start + size()]
+        start += len(r)
         ids = index.take(r)
         cols = [(name, c.values[r].tolist(), c.present[r].tolist()) for name, c in params.items()]
         att = (attempts[r] + 1).tolist()
@@ -448,15 +490,14 @@ def run(
     workers: int | None,
     retry_failed: bool,
     progress: bool,
-    commit_every: int,
+    commit_every: int | None,
     start_method: str,
     shard: tuple[int, int] | None = None,
 ) -> RunSummary:
     """runstore.experiments.run."""
     if store.read_only:
         raise RuntimeError(f"run_experiments: the store {store.path} is open read-only")
-    if commit_every < 1:
-        raise ValueError("commit_every must be at least 1")
+    check_commit_every(commit_every)
     t0 = time.perf_counter()
     index, params, rows, attempts, skipped = plan(store, retry_failed, shard)
     n_workers = _default_workers() if workers is None else int(workers)
@@ -465,14 +506,13 @@ def run(
     n_workers = min(n_workers, len(rows))
     if len(rows) == 0:
         return RunSummary(0, 0, skipped, time.perf_counter() - t0, 0, 0)
-    # Chunks of at most commit_every experiments (a worker commits after each chunk), small
-    # enough that every worker gets several: workers pull them from a queue, so slow and
-    # failing experiments balance out.
-    size = max(1, min(commit_every, math.ceil(len(rows) / max(1, 4 * n_workers))))
+    # A worker commits after each chunk. Chunks are small enough that every worker gets
+    # several: workers pull them from a queue, so slow and failing experiments balance out.
+    size = ChunkSize(commit_every, math.ceil(len(rows) / max(1, 4 * n_workers)))
     chunks = make_chunks(index, params, rows, attempts, size)
     bar = _Progress(len(rows), progress)
     if n_workers == 0:
-        return _run_here(store, fn, chunks, len(rows), skipped, t0, bar)
+        return _run_here(store, fn, chunks, size, len(rows), skipped, t0, bar)
     try:
         fn_bytes = pickle.dumps(fn)
     except Exception as e:
@@ -481,14 +521,20 @@ def run(
             f"defined at the top level of a module, not a lambda or a nested function): {e}"
         ) from e
     return _Pool(
-        store, fn_bytes, n_workers, start_method, chunks, len(rows), skipped, t0, bar
+        store, fn_bytes, n_workers, start_method, chunks, size, len(rows), skipped, t0, bar
     ).run()
+
+
+def check_commit_every(commit_every: int | None) -> None:
+    if commit_every is not None and commit_every < 1:
+        raise ValueError("commit_every must be at least 1 (or None: chunks sized by rate)")
 
 
 def _run_here(
     store: Store,
     fn: Callable[..., Any],
     chunks: Any,
+    size: ChunkSize,
     total: int,
     skipped: int,
     t0: float,
@@ -503,7 +549,9 @@ def _run_here(
         runner = _Runner(store, fn)
         try:
             for chunk in chunks:
+                began = time.monotonic()
                 d, f = runner.run_chunk(chunk)
+                size.observe(len(chunk), time.monotonic() - began)
                 done += len(d)
                 failed += len(f)
                 failed_ids += f
@@ -545,6 +593,7 @@ class _Pool:
         n: int,
         start_method: str,
         chunks: Any,
+        size: ChunkSize,
         total: int,
         skipped: int,
         t0: float,
@@ -558,6 +607,8 @@ class _Pool:
         self.n = n
         self.ctx = mp.get_context(start_method)
         self.chunks = chunks
+        self.size = size
+        self.began: dict[int, float] = {}  # worker -> when it began its chunk
         self.total = total
         self.skipped = skipped
         self.t0 = t0
@@ -567,7 +618,11 @@ class _Pool:
         self.procs: dict[int, Any] = {}
         self.exited: set[int] = set()
         self.current: dict[int, int] = {}  # worker -> chunk seq it runs
-        self.outstanding: dict[int, list[Any]] = {}  # seq -> ids, handed out, not finished
+        #: seq -> chunk (a list of (id, params, attempt)), handed out, not finished.
+        self.outstanding: dict[int, list[Any]] = {}
+        #: Chunks of one experiment each, of a chunk whose worker died: run again one by one,
+        #: before any new chunk, so that only the experiment that crashed its worker fails.
+        self.retry: collections.deque[list[Any]] = collections.deque()
         self.next_seq = 0
         self.pending_item: Any = None
         self.chunks_done = False
@@ -600,7 +655,10 @@ class _Pool:
     def _feed(self) -> None:
         while True:
             if self.pending_item is None:
-                if self.chunks_done:
+                if self.retry:
+                    self.pending_item = (self.next_seq, self.retry.popleft())
+                    self.next_seq += 1
+                elif self.chunks_done:
                     if self.sentinels < self.started:
                         self.pending_item = ("sentinel",)
                     else:
@@ -620,18 +678,22 @@ class _Pool:
             if item is None:
                 self.sentinels += 1
             else:
-                self.outstanding[item[0]] = [e for e, _, _ in item[1]]
+                self.outstanding[item[0]] = item[1]
             self.pending_item = None
 
     def _handle(self, msg: tuple[Any, ...]) -> None:
         kind, widx = msg[0], msg[1]
         if kind == "begin":
             self.current[widx] = msg[2]
+            self.began[widx] = time.monotonic()
             self.began_any.add(widx)
         elif kind == "end":
             _, _, seq, d, f = msg
             self.current.pop(widx, None)
             self.outstanding.pop(seq, None)
+            began = self.began.pop(widx, None)
+            if began is not None:
+                self.size.observe(len(d) + len(f), time.monotonic() - began)
             self.done += len(d)
             self.failed += len(f)
             self.failed_ids += f
@@ -668,8 +730,10 @@ class _Pool:
 
     def _work_left(self) -> bool:
         """True while some chunk has not been taken by a worker that started it."""
-        if not self.chunks_done or (
-            self.pending_item is not None and self.pending_item[0] != "sentinel"
+        if (
+            self.retry
+            or not self.chunks_done
+            or (self.pending_item is not None and self.pending_item[0] != "sentinel")
         ):
             return True
         return bool(set(self.outstanding) - set(self.current.values()))
@@ -683,6 +747,10 @@ class _Pool:
             if widx in self.conns:  # receipts it sent before exiting are still in the pipe
                 self._read(widx, self.conns[widx])
             if widx in self.exited and p.exitcode == 0:
+                # It took a sentinel meant for a worker that died before taking it, while the
+                # chunks of that worker's crash wait behind it: another worker runs them.
+                if self.fatal is None and self._work_left():
+                    self._start()
                 continue
             # It died (killed, out of memory, a segfault or os._exit in fn). One that a stop
             # signal killed before it could handle it (while it started) is replaced: the signal
@@ -696,18 +764,45 @@ class _Pool:
                 )
             seq = self.current.pop(widx, None)
             if seq is not None and seq in self.outstanding:
-                self._mark_crashed(self.outstanding.pop(seq), p.exitcode)
+                self._crashed(self.outstanding.pop(seq), p.exitcode)
             if self.fatal is None and self._work_left():
                 self._start()  # _feed gives it a sentinel of its own
 
-    def _mark_crashed(self, ids: list[Any], exitcode: int | None) -> None:
-        """Marks the experiments a dead worker was running (and not committed) as failed."""
+    def _crashed(self, chunk: list[Any], exitcode: int | None) -> None:
+        """Settles the chunk a dead worker was running. What it committed counts as it ended.
+        Of the rest, a lone experiment is marked failed (it crashed its worker, or was killed
+        with it); several are run again one by one (self.retry), so that only the experiment
+        that crashed a worker is marked failed, when it crashes the next one."""
         self.store.refresh()
+        ids = [eid for eid, _, _ in chunk]
         str_ids = any(isinstance(i, str) for i in ids)
         index = ex.ExperimentIndex(np.array(ids, dtype=object if str_ids else np.int64))
-        state = None
-        if ex.STATE in ex.reserved_series(self.store, counts=False):
-            state = ex.read_column(self.store, ex.STATE, index)
+        reserved = ex.reserved_series(self.store, counts=False)
+        state = ex.read_column(self.store, ex.STATE, index) if ex.STATE in reserved else None
+        attempt = ex.read_column(self.store, ex.ATTEMPT, index) if ex.ATTEMPT in reserved else None
+        rest = []
+        for k, item in enumerate(chunk):
+            # Ended in this call: "done" or "failed" committed by the attempt the chunk made.
+            if (
+                state is not None
+                and attempt is not None
+                and state.present[k]
+                and attempt.present[k]
+                and state.values[k] in ("done", "failed")
+                and int(attempt.values[k]) == item[2]
+            ):
+                if state.values[k] == "done":
+                    self.done += 1
+                else:
+                    self.failed += 1
+                    self.failed_ids.append(item[0])
+                continue
+            rest.append(item)
+        if len(rest) > 1 and self.fatal is None:
+            self.retry.extend([item] for item in rest)
+            return
+        if not rest:
+            return
         if exitcode is not None and exitcode < 0:
             how = f"was killed by signal {signal.Signals(-exitcode).name}"
         else:
@@ -715,16 +810,13 @@ class _Pool:
         if self._failure_writer is None:
             self._failure_writer = self.store.writer(_allow_reserved=True)
         w = self._failure_writer
-        for k, eid in enumerate(ids):
-            if state is not None and state.present[k] and state.values[k] == "done":
-                self.done += 1  # committed before the worker died
-                continue
+        for eid, _, _ in rest:
             w.log(
                 eid,
                 **{
                     ex.STATE: "failed",
                     ex.ERROR: f"the worker process running this experiment {how} (the "
-                    f"experiment may have crashed it, or it ran in the same batch of {len(ids)} "
+                    f"experiment may have crashed it, or it ran in the same batch of {len(rest)} "
                     "as one that did)\n",
                     ex.FINISHED: time.time(),
                 },

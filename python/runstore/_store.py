@@ -867,7 +867,7 @@ def run_experiments(
     retry_failed: bool = True,
     progress: bool = True,
     *,
-    commit_every: int = 1,
+    commit_every: int | None = None,
     start_method: str = "spawn",
     shard: tuple[int, int] | None = None,
     client: Any = None,

@@ -104,7 +104,7 @@ def run(
     retry_failed: bool = True,
     progress: bool = True,
     *,
-    commit_every: int = 1,
+    commit_every: int | None = None,
     start_method: str = "spawn",
     shard: tuple[int, int] | None = None,
     client: Any = None,
@@ -118,12 +118,18 @@ def run(
     ``store`` is a writable Store (:func:`runstore.run_experiments` also takes a path).
 
     Each worker process opens its own writer; an experiment's outcomes and its status "done"
-    are committed together when it finishes (every ``commit_every`` experiments: 1 by default,
-    one fsync each; a larger value batches tiny experiments, and a crash then redoes up to
-    ``commit_every - 1`` finished ones, never twice in the results because the later commit
-    wins). An exception in fn marks that experiment "failed", with its message and traceback
-    in ``store.status()``, and the others go on; a worker process that dies (a segfault, the
-    OOM killer) is replaced and its experiment marked failed.
+    are committed together, at the end of the chunk of experiments the worker runs, or earlier
+    if it ends a second or more after the worker's previous commit. By default
+    (``commit_every=None``) a chunk holds as many experiments as a worker finishes in about a
+    second (1 at first, at most 1,000): experiments of a second or more are committed one by
+    one, quick ones share a commit (one fsync) and their blocks, where a commit each would
+    leave a dozen small blocks per experiment for every reader to index. ``commit_every=k``
+    makes every chunk k experiments (1: a commit per experiment). A crash redoes at most the
+    finished experiments of one uncommitted chunk, never twice in the results because the
+    later commit wins. An exception in fn marks that experiment "failed", with its message and
+    traceback in ``store.status()``, and the others go on; a worker process that dies (a
+    segfault, the OOM killer) is replaced, the unfinished experiments of its chunk run again
+    one by one, and the one that kills a worker again is marked failed.
 
     Ctrl-C (or SIGTERM) stops the workers cleanly: what finished is committed, the interrupted
     experiments are set back to pending, and KeyboardInterrupt (SystemExit(143) for SIGTERM)

@@ -64,6 +64,18 @@ def slow(x):
     return {"y": x}
 
 
+def crashes_on_seven(x, calls):
+    with open(os.path.join(calls, str(x)), "a") as f:  # one line per call
+        f.write("call\n")
+    if x == 7:
+        os._exit(3)
+    return {"y": x}
+
+
+def quick(x):
+    return {"y": x, "z": -x}
+
+
 # -- the design ----------------------------------------------------------------------------------
 
 
@@ -484,6 +496,68 @@ def test_a_worker_process_that_dies_is_replaced_and_its_experiment_failed(store)
     assert st.loc[2, "state"] == "failed" and "exited with code 3" in st.loc[2, "error"]
 
 
+def test_a_crash_fails_only_the_experiment_that_crashed_not_its_chunk(tmp_path, store):
+    calls = tmp_path / "calls"
+    calls.mkdir()
+    store.define_experiments(runstore.grid(x=range(30), calls=[str(calls)]))
+    # Chunks of 4 (a quarter of each worker's share): 7 dies with 4, 5 and 6 finished and not
+    # committed. They are run again one by one; 7 then kills a worker of its own.
+    s = runstore.run_experiments(
+        store, crashes_on_seven, workers=2, commit_every=10, progress=False
+    )
+    assert (s.done, s.failed, s.not_run, s.failed_ids) == (29, 1, 0, [store.pending()[0]])
+    st = store.status().set_index(store.design()["x"])
+    assert (st["state"] == "done").sum() == 29 and st.loc[7, "state"] == "failed"
+    assert "exited with code 3" in st.loc[7, "error"] and "batch of 1 " in st.loc[7, "error"]
+    ran = {int(p.name): len(p.read_text().splitlines()) for p in calls.iterdir()}
+    assert ran[7] == 2 and sorted(ran) == list(range(30))
+    assert sum(ran.values()) - 30 <= 4, ran  # 7 and what its chunk had finished, once more
+    _, outcomes = runstore.load_results(store)
+    assert np.ma.count_masked(outcomes["y"]) == 1 and outcomes["y"].mask[7]
+
+
+def test_chunk_size_follows_the_rate_of_the_workers_within_its_bounds(store):
+    from runstore._runner import MAX_CHUNK, ChunkSize
+
+    c = ChunkSize(None, cap=10_000)
+    assert c() == 1
+    for size in (8, 64, 512):  # 1,000 experiments a second: at most 8-fold per chunk
+        c.observe(c(), c() / 1000)
+        assert c() == size
+    c.observe(c(), c() / 1000)
+    assert c() == MAX_CHUNK
+    c.observe(c(), 10.0)  # slower: 100 a second
+    assert c() == 100
+    c.observe(c(), 200.0)  # 2 s an experiment: one a chunk, a commit each
+    assert c() == 1
+    c.observe(0, 0.0)  # a chunk that ran nothing tells nothing
+    assert c() == 1
+    small = ChunkSize(None, cap=3)
+    small.observe(1, 1e-6)
+    assert small() == 3  # never more than a quarter of a worker's share
+    fixed = ChunkSize(10, cap=4)
+    fixed.observe(4, 1e-6)
+    assert fixed() == 4
+    store.define_experiments(runstore.grid(x=range(2)))
+    with pytest.raises(ValueError, match="commit_every"):
+        runstore.run_experiments(store, quick, commit_every=0)
+
+
+def test_quick_experiments_share_commits_and_blocks(store):
+    n = 2000
+    store.define_experiments(runstore.grid(x=range(n)))
+    before = sum(seg.blocks for seg in store.segments())
+    s = runstore.run_experiments(store, quick, workers=2, progress=False)
+    assert s.done == n
+    blocks = sum(seg.blocks for seg in store.segments()) - before
+    # With a commit each: about 9 blocks an experiment (one per status field and outcome,
+    # the "running" fields in the same blocks). Chunks sized by rate share them.
+    print(f"{blocks} blocks for {n} quick experiments on 2 workers ({blocks / n:.3f} each)")
+    assert blocks < n
+    experiments, outcomes = runstore.load_results(store)
+    np.testing.assert_array_equal(outcomes["z"], -experiments["x"])
+
+
 def test_commit_every_batches_experiments(store):
     store.define_experiments(runstore.grid(x=range(30)))
     s = runstore.run_experiments(store, square, workers=0, commit_every=10, progress=False)
@@ -529,20 +603,25 @@ SWEEP_SCRIPT = textwrap.dedent(
         return {"y": x * 1000 + seed, "v": np.full(3, x, dtype=np.int32)}
 
     if __name__ == "__main__":
-        s = runstore.run_experiments(runstore.open(sys.argv[1]), work, workers=2, progress=False)
+        every = None if sys.argv[3] == "None" else int(sys.argv[3])
+        s = runstore.run_experiments(
+            runstore.open(sys.argv[1]), work, workers=2, progress=False, commit_every=every
+        )
         print("summary", s.done, s.failed, s.skipped, flush=True)
     """
 )
 
 
-def _start_sweep(tmp_path: Path, store_path: Path) -> subprocess.Popen:
+def _start_sweep(
+    tmp_path: Path, store_path: Path, commit_every: int | None = 1
+) -> subprocess.Popen:
     script = tmp_path / "sweep.py"
     script.write_text(SWEEP_SCRIPT)
     calls = tmp_path / "calls"
     calls.mkdir(exist_ok=True)
     # Its own session and process group: the parent and its workers, as a terminal job.
     return subprocess.Popen(
-        [sys.executable, str(script), str(store_path), str(calls)],
+        [sys.executable, str(script), str(store_path), str(calls), str(commit_every)],
         start_new_session=True,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -576,10 +655,13 @@ def _check_exactly_once(store: runstore.Store, n: int) -> pd.DataFrame:
     return experiments
 
 
-def test_sigkill_of_the_whole_sweep_then_rerun_runs_each_experiment_once(tmp_path, store):
+@pytest.mark.parametrize("commit_every", [1, None])
+def test_sigkill_of_the_whole_sweep_then_rerun_runs_each_experiment_once(
+    tmp_path, store, commit_every
+):
     n = 200
     store.define_experiments(runstore.grid(x=range(20), seed=range(10)))
-    proc = _start_sweep(tmp_path, Path(store.path))
+    proc = _start_sweep(tmp_path, Path(store.path), commit_every)
     _wait_until_done(store, 40, proc)
     os.killpg(proc.pid, signal.SIGKILL)  # the parent and both workers, at once
     proc.wait()
@@ -589,7 +671,7 @@ def test_sigkill_of_the_whole_sweep_then_rerun_runs_each_experiment_once(tmp_pat
     done_before = before[before["state"] == "done"].set_index("experiment")
     assert 40 <= len(done_before) < n, len(done_before)
 
-    proc = _start_sweep(tmp_path, Path(store.path))
+    proc = _start_sweep(tmp_path, Path(store.path), commit_every)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
     assert f"summary {n - len(done_before)} 0 {len(done_before)}" in out
@@ -605,8 +687,12 @@ def test_sigkill_of_the_whole_sweep_then_rerun_runs_each_experiment_once(tmp_pat
     names = experiments["x"].astype(str) + "-" + experiments["seed"].astype(str)
     key = dict(zip(experiments["experiment"], names))
     assert all(calls[key[e]] == 1 for e in done_before.index)
-    # Only what was running when killed ran twice: at most one experiment per worker.
-    assert sum(c - 1 for c in calls.values()) <= 2 and len(calls) == n
+    # Only what was not committed when killed ran twice: one experiment per worker with a
+    # commit each, at most one chunk per worker with chunks sized by rate (25 experiments at
+    # most here: a quarter of each worker's share).
+    redone = sum(c - 1 for c in calls.values())
+    print(f"commit_every={commit_every}: {redone} experiments ran twice")
+    assert redone <= (2 if commit_every == 1 else 2 * 25) and len(calls) == n
 
 
 def test_ctrl_c_stops_the_sweep_cleanly_and_the_rerun_finishes_it(tmp_path, store):
