@@ -15,7 +15,7 @@ namespace {
 
 Status PayloadMismatch(const BlockInfo& block, const std::string& name) {
   return Status::Corruption(AtOffset(name, block.payload_offset) +
-                            "block payload checksum mismatch (series '" + block.header.name +
+                            "block payload checksum mismatch (series '" + block.header.name.str() +
                             "', " + std::to_string(block.header.count) + " records)");
 }
 
@@ -27,7 +27,7 @@ Status ChunkMismatch(const BlockInfo& block, const ValueChunks& c, uint64_t i,
                      const std::string& name) {
   return Status::Corruption(AtOffset(name, block.payload_offset + c.data_offset + c.begin(i)) +
                             "value chunk " + std::to_string(i) + " of " + std::to_string(c.count) +
-                            " checksum mismatch (series '" + block.header.name + "')");
+                            " checksum mismatch (series '" + block.header.name.str() + "')");
 }
 
 }  // namespace
@@ -144,7 +144,7 @@ Status DecodeBlock(std::string_view stored, std::shared_ptr<const void> owner,
     if (!decoded.ok()) {
       return decoded.status().WithContext(AtOffset(name, block.payload_offset) + "the " +
                                           std::string(CodecName(h.codec)) + " block of series '" +
-                                          h.name + "'");
+                                          h.name.str() + "'");
     }
     std::shared_ptr<char> buf = std::move(decoded).value();
     out->bytes = std::string_view(buf.get(), h.raw_len);

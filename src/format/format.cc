@@ -50,11 +50,11 @@ bool GetKey(Decoder* d, Key* k) {
   if (kind == 0) {
     int64_t i;
     if (!d->Get(&i)) return false;
-    k->run = RunId(i);
+    k->run = StoredRun(i);
   } else if (kind == 1) {
     std::string_view s;
     if (!d->GetString16(&s) || s.size() > kMaxRunIdLength || !IsValidUtf8(s)) return false;
-    k->run = RunId(std::string(s));
+    k->run = StoredRun(s);
   } else {
     return false;
   }
@@ -212,7 +212,7 @@ std::string EncodeBlockHeader(const BlockHeader& h) {
   return s;
 }
 
-Status DecodeBlockHeader(std::string_view header, BlockHeader* h) {
+Status DecodeBlockHeader(std::string_view header, BlockHeader* h, NameTable* names) {
   Decoder d(header.substr(0, header.size() - 8));
   d.Skip(8);
   uint8_t dtype, codec, shape_kind, run_enc, rank;
@@ -255,7 +255,7 @@ Status DecodeBlockHeader(std::string_view header, BlockHeader* h) {
   if (!ValidateSeriesName(name, /*allow_reserved=*/true).ok()) {
     return Status::Corruption("block header: series name is not valid UTF-8 or holds a NUL");
   }
-  h->name.assign(name);
+  h->name = names != nullptr ? names->Intern(name) : SeriesName(std::string(name));
   if (!GetKey(&d, &h->min_key) || !GetKey(&d, &h->max_key)) {
     return Status::Corruption("block header: bad key range");
   }

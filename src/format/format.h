@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "format/key.h"
 #include "runstore/status.h"
 #include "runstore/types.h"
 
@@ -99,17 +100,6 @@ std::string EncodeSegmentHeader(const SegmentHeader& h);
 // `file` names the segment in error messages.
 Status DecodeSegmentHeader(std::string_view bytes, std::string_view file, SegmentHeader* h);
 
-// A (run, step) key. Ordering: run first (ints before strings), then step.
-struct Key {
-  RunId run;
-  int64_t step = 0;
-  friend bool operator==(const Key&, const Key&) = default;
-  friend std::strong_ordering operator<=>(const Key& a, const Key& b) {
-    if (auto c = a.run <=> b.run; c != 0) return c;
-    return a.step <=> b.step;
-  }
-};
-
 // The decoded header of a block frame (docs/format.md "Block frame").
 struct BlockHeader {
   uint64_t payload_len = 0;       // stored bytes
@@ -123,7 +113,7 @@ struct BlockHeader {
   uint8_t flags = 0;
   uint8_t chunk_shift = 0;    // with kBlockValueChunks; 0 otherwise
   std::vector<int64_t> dims;  // per-record shape of a fixed-shape block
-  std::string name;
+  SeriesName name;
   int64_t min_step = 0;
   int64_t max_step = 0;
   Key min_key;
@@ -134,7 +124,9 @@ struct BlockHeader {
 // multiple of 8 and at most kMaxFrameHeaderSize.
 std::string EncodeBlockHeader(const BlockHeader& h);
 // Decodes a block frame header whose prefix and checksum were already checked.
-Status DecodeBlockHeader(std::string_view header, BlockHeader* h);
+// With `names`, the header's name is that table's string for it, shared with
+// the other headers decoded through the table.
+Status DecodeBlockHeader(std::string_view header, BlockHeader* h, NameTable* names = nullptr);
 
 struct CommitRecord {
   uint64_t sequence = 0;            // 1, 2, ... within the segment

@@ -367,6 +367,83 @@ TEST(FormatTest, CommitRecordIsOnlyAcceptedWithItsOwnFrames) {
   EXPECT_EQ(idx.blocks[1].commit_index, 1u);
 }
 
+// Every reader holds the key range of every block of the store: a run id of
+// up to 22 bytes (a hashed experiment id is 17) is held inline, longer ones on
+// the heap, and the order and equality are RunId's whatever the mix.
+TEST(FormatTest, StoredRunsOrderAsRunIdsAndHoldShortIdsInline) {
+  std::mt19937_64 rng(20261206);
+  std::vector<RunId> ids = {int64_t{0}, std::numeric_limits<int64_t>::min(),
+                            std::numeric_limits<int64_t>::max(), std::string(),
+                            "e11ff614af94fe743"};
+  for (int i = 0; i < 300; ++i) {
+    if (rng() % 3 == 0) {
+      ids.emplace_back(static_cast<int64_t>(rng() % 7) - 3);
+      continue;
+    }
+    std::string s(rng() % 40, '\0');
+    for (char& c : s) c = static_cast<char>("ab\x7f\xc3\xa9z"[rng() % 6]);
+    ids.emplace_back(std::move(s));
+  }
+  std::vector<StoredRun> stored(ids.begin(), ids.end());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    ASSERT_EQ(stored[i].ToRunId(), ids[i]);
+    EXPECT_EQ(stored[i].is_inline(), ids[i].is_int() || ids[i].string_value().size() <= 22) << i;
+    for (size_t j = 0; j < ids.size(); ++j) {
+      ASSERT_EQ(stored[i] <=> stored[j], ids[i] <=> ids[j]) << i << " " << j;
+      ASSERT_EQ(stored[i] == stored[j], ids[i] == ids[j]) << i << " " << j;
+    }
+  }
+  // Copies, moves and self-assignment, of heap strings too.
+  const std::string long_id(200, 'q');
+  StoredRun a(long_id), b(int64_t{5});
+  b = a;
+  EXPECT_EQ(b.string_value(), long_id);
+  StoredRun& alias = b;
+  b = alias;
+  EXPECT_EQ(b.string_value(), long_id);
+  b = RunRef(b);  // from a view of its own bytes
+  EXPECT_EQ(b.string_value(), long_id);
+  StoredRun c(std::move(a));
+  EXPECT_EQ(c.string_value(), long_id);
+  EXPECT_TRUE(a.is_int());  // NOLINT(bugprone-use-after-move): a moved-from run is 0
+  c = StoredRun("short");
+  EXPECT_TRUE(c.is_inline());
+  EXPECT_EQ(RunRef(c).s, "short");
+  EXPECT_EQ(sizeof(Key), 32u);
+}
+
+// The blocks of one segment share one string per series name, read from the
+// footer or recovered, and a refresh's new blocks share the earlier ones'.
+TEST(FormatTest, BlocksOfASegmentShareTheirSeriesName) {
+  TestSegment t;
+  ASSERT_NE(t.sw, nullptr);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_OK(t.AddBlock());
+    ASSERT_OK(t.sw->Commit(100 + i));
+  }
+  ASSERT_OK_AND_ASSIGN(auto file, t.env->NewRandomAccessFile("/seg.rss"));
+  SegmentIndex idx;
+  ASSERT_OK(LoadSegmentIndex(*file, "seg.rss", &idx));
+  ASSERT_EQ(idx.blocks.size(), 3u);
+  for (const BlockInfo& b : idx.blocks) {
+    EXPECT_EQ(&b.header.name.str(), &idx.blocks[0].header.name.str());
+    EXPECT_EQ(b.header.name, "x");
+  }
+  ASSERT_OK(t.AddBlock());
+  ASSERT_OK(t.sw->Commit(200));
+  ASSERT_OK(RefreshSegmentIndex(*file, "seg.rss", &idx));
+  ASSERT_EQ(idx.blocks.size(), 4u);
+  EXPECT_EQ(&idx.blocks[3].header.name.str(), &idx.blocks[0].header.name.str());
+  ASSERT_OK(t.sw->Seal());
+  SegmentIndex sealed;
+  ASSERT_OK(LoadSegmentIndex(*file, "seg.rss", &sealed));
+  ASSERT_TRUE(sealed.sealed);
+  ASSERT_EQ(sealed.blocks.size(), 4u);
+  for (const BlockInfo& b : sealed.blocks) {
+    EXPECT_EQ(&b.header.name.str(), &sealed.blocks[0].header.name.str());
+  }
+}
+
 // A large value's data checksummed in chunks of several sizes a reader may
 // meet, with a last chunk that is shorter: checked whole (from memory, and by
 // reading the file in pieces, which chunks of more than a piece span) and

@@ -122,6 +122,13 @@ Status WalkFrames(const RandomAccessFile& file, const std::string& name, uint64_
   uint64_t pos = index->committed_end;
   std::vector<BlockInfo> pending;
   std::vector<uint64_t> digests;
+  // New blocks share the names of the last commit's (a writer logs the same
+  // series commit after commit), and one another's.
+  NameTable names;
+  for (auto it = index->blocks.rbegin();
+       it != index->blocks.rend() && it->commit_index + 1 == index->commits.size(); ++it) {
+    names.Share(it->header.name);
+  }
   while (true) {
     FrameAt frame;
     RUNSTORE_RETURN_IF_ERROR(ReadFrame(file, pos, file_size, &frame));
@@ -141,7 +148,7 @@ Status WalkFrames(const RandomAccessFile& file, const std::string& name, uint64_
       b.header_len = frame.prefix.header_len;
       // A header whose checksum holds but whose fields do not is no torn
       // write (that would fail the checksum): a writer wrote it so.
-      if (Status d = DecodeBlockHeader(frame.header, &b.header); !d.ok()) {
+      if (Status d = DecodeBlockHeader(frame.header, &b.header, &names); !d.ok()) {
         return d.WithContext(AtOffset(name, pos));
       }
       pending.push_back(std::move(b));
@@ -344,6 +351,7 @@ Status LoadFooter(const RandomAccessFile& file, const std::string& name, uint64_
     return bad(payload_off, "footer commit count too large");
   index->commits.clear();
   index->blocks.clear();
+  index->commits.reserve(f.commit_count);
   // Commits follow one another, each ending with its record; every block
   // lies inside the extent of its commit, after the blocks before it. So no
   // entry can name bytes outside the committed part of the file, or bytes of
@@ -368,6 +376,7 @@ Status LoadFooter(const RandomAccessFile& file, const std::string& name, uint64_
   }
   if (f.block_count > payload.size() / 16) return bad(payload_off, "footer block count too large");
   index->blocks.reserve(f.block_count);
+  NameTable names;
   uint64_t prev_frame_end = kSegmentHeaderSize;
   for (uint64_t i = 0; i < f.block_count; ++i) {
     BlockInfo b;
@@ -376,7 +385,7 @@ Status LoadFooter(const RandomAccessFile& file, const std::string& name, uint64_
     FramePrefix prefix;
     if (!d.Get(&b.frame_offset) || !d.Get(&header_len) || !d.Get(&b.commit_index) ||
         !d.GetBytes(header_len, &header) || !CheckFrameHeader(header, &prefix).ok() ||
-        prefix.kind != FrameKind::kBlock || !DecodeBlockHeader(header, &b.header).ok()) {
+        prefix.kind != FrameKind::kBlock || !DecodeBlockHeader(header, &b.header, &names).ok()) {
       return bad(payload_off, "footer block entry " + std::to_string(i) + " is damaged");
     }
     b.header_len = prefix.header_len;

@@ -124,7 +124,7 @@ class Compaction {
     std::set<std::string> conflicted;
     for (const auto& seg : snap.segments()) {
       for (const auto& b : seg->index.blocks) {
-        auto it = schema.find(b.header.name);
+        auto it = schema.find(b.header.name.str());
         if (it == schema.end()) continue;
         const SeriesSchema& s = it->second;
         if (b.header.dtype != s.dtype || b.header.variable_shape != s.variable_shape ||

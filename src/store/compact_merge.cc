@@ -293,7 +293,7 @@ class Merger {
   }
 
   static bool Below(const RunRef& run, int64_t step, const format::Key& k) {
-    const int c = CompareRunRef(run, k.run);
+    const int c = CompareRunRefs(run, k.run);
     return c != 0 ? c < 0 : step < k.step;
   }
 

@@ -21,9 +21,11 @@ class RunFilter {
     std::sort(runs_.begin(), runs_.end());
   }
   // Whether a wanted run lies in [lo, hi].
-  bool Overlaps(const RunId& lo, const RunId& hi) const {
-    auto it = std::lower_bound(runs_.begin(), runs_.end(), lo);
-    return it != runs_.end() && *it <= hi;
+  bool Overlaps(const RunRef& lo, const RunRef& hi) const {
+    auto it = std::lower_bound(runs_.begin(), runs_.end(), lo, [](const RunId& a, const RunRef& b) {
+      return CompareRunRef(b, a) > 0;
+    });
+    return it != runs_.end() && CompareRunRef(hi, *it) >= 0;
   }
   bool Holds(const RunRef& run) const {
     auto it =

@@ -31,7 +31,7 @@ inline int CompareRunRefs(const RunRef& a, const RunRef& b) {
 }
 // Compares (run, step) with a stored key.
 inline int CompareKey(const RunRef& run, int64_t step, const format::Key& k) {
-  if (int c = CompareRunRef(run, k.run); c != 0) return c;
+  if (int c = CompareRunRefs(run, k.run); c != 0) return c;
   return step < k.step ? -1 : (step > k.step ? 1 : 0);
 }
 
