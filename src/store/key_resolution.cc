@@ -148,25 +148,205 @@ Status SnapshotImpl::EnsurePlan(const SeriesEntry& e) const {
 // blocks whose keys are read and proved to share none (layouts that
 // AscendingBlocksShareNoKey and StepMajorBlocksShareNoKey recognise). The
 // others are resolved record by record.
-bool SnapshotImpl::GroupSharesNoRun(const SeriesEntry& e, size_t i, size_t j, bool reserved) const {
-  std::vector<std::span<const uint64_t>> lists;
+namespace {
+
+// No key twice inside the block: its keys ascend, or each record has a run
+// of its own (one record per experiment, in any order).
+bool KeysDistinctIn(const BlockHeader& h, std::span<const uint64_t> listed) {
+  return (h.flags & format::kBlockKeysAscending) || listed.size() == h.count;
+}
+
+// Whether two ascending lists share a value.
+bool Intersect(std::span<const uint64_t> a, std::span<const uint64_t> b) {
+  size_t x = 0, y = 0;
+  while (x < a.size() && y < b.size()) {
+    if (a[x] == b[y]) return true;
+    a[x] < b[y] ? ++x : ++y;
+  }
+  return false;
+}
+
+}  // namespace
+
+bool SnapshotImpl::GroupRunLists(const SeriesEntry& e, size_t i, size_t j,
+                                 std::vector<std::span<const uint64_t>>* lists) const {
+  lists->clear();
   for (size_t k = i; k < j; ++k) {
     const BlockRef& b = e.blocks[e.by_min_key[k]];
     const auto& ri = segments_[b.segment]->index.run_index;
-    if (!ri || (!reserved && BlockMayBeHidden(b))) return false;
+    if (!ri) return false;
     const auto listed = ri->Of(b.block);
     if (listed.empty()) return false;  // not listed
-    // No key twice inside the block: its keys ascend, or each record has a
-    // run of its own (one record per experiment, in any order).
-    if (!(b.header->flags & format::kBlockKeysAscending) && listed.size() != b.header->count) {
+    lists->push_back(listed);
+  }
+  return true;
+}
+
+bool SnapshotImpl::GroupSharesNoRun(const SeriesEntry& e, size_t i, size_t j, bool reserved,
+                                    const std::vector<std::span<const uint64_t>>& lists,
+                                    const std::vector<uint64_t>& shared) const {
+  // A hash that two runs share only makes this answer no: the blocks are then
+  // read and their keys compared.
+  if (!shared.empty()) return false;
+  for (size_t k = i; k < j; ++k) {
+    const BlockRef& b = e.blocks[e.by_min_key[k]];
+    if ((!reserved && BlockMayBeHidden(b)) || !KeysDistinctIn(*b.header, lists[k - i])) {
       return false;
     }
-    lists.push_back(listed);
   }
-  // A hash that two runs share only makes this answer no: the blocks are then
-  // read and their keys compared. Each list ascends: merged, not sorted.
+  return true;
+}
+
+std::shared_ptr<const SnapshotImpl::ListsTogether> SnapshotImpl::Together(
+    const std::vector<std::span<const uint64_t>>& lists) const {
+  std::vector<std::pair<const uint64_t*, size_t>> key;
+  key.reserve(lists.size());
+  for (const auto& l : lists) key.emplace_back(l.data(), l.size());
+  {
+    MutexLock lock(&together_mu_);
+    if (auto it = together_.find(key); it != together_.end()) return it->second;
+  }
+  // Each list ascends: merged, not sorted.
   const std::vector<uint64_t> hashes = MergeAscending(lists);
-  return std::adjacent_find(hashes.begin(), hashes.end()) == hashes.end();
+  auto t = std::make_shared<ListsTogether>();
+  for (size_t k = 0; k < hashes.size(); ++k) {
+    if (k == 0 || hashes[k] != hashes[k - 1]) {
+      ++t->distinct;
+    } else if (t->shared.empty() || t->shared.back() != hashes[k]) {
+      t->shared.push_back(hashes[k]);
+    }
+  }
+  MutexLock lock(&together_mu_);
+  return together_.emplace(std::move(key), std::move(t)).first->second;
+}
+
+Status SnapshotImpl::ResolveListedGroup(const SeriesEntry& e, size_t i, size_t j, bool reserved,
+                                        const std::vector<std::span<const uint64_t>>& lists,
+                                        const std::vector<uint64_t>& shared,
+                                        std::vector<PlanItem>* plan, uint64_t* count) const {
+  auto is_shared = [&](uint64_t h) { return std::binary_search(shared.begin(), shared.end(), h); };
+  // The records of runs that several blocks hold, with their own copy of the
+  // run (the payloads are not kept).
+  struct Across {
+    format::StoredRun run;
+    int64_t step;
+    uint32_t block;
+    uint32_t row;
+  };
+  std::vector<Across> across;
+  std::map<uint32_t, std::vector<uint32_t>> merged_rows;  // blocks with records in `across`
+  auto add = [&](uint32_t block, std::vector<uint32_t> rows) {
+    if (rows.empty()) return;
+    *count += rows.size();
+    const bool all = rows.size() == e.blocks[block].header->count;
+    plan->push_back(PlanItem{block, all, all ? std::vector<uint32_t>{} : std::move(rows)});
+  };
+  // The blocks read here are small and far apart (a series of the many that
+  // one commit holds); each fault maps the pages around its block too. The
+  // pages are dropped every so many blocks, so that resolving a series costs
+  // no more memory than its records' order, whatever the segments hold.
+  constexpr size_t kReadsBetweenReleases = 64;
+  std::vector<uint32_t> touched;
+  auto release = [&] {
+    std::sort(touched.begin(), touched.end());
+    touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
+    for (uint32_t seg : touched) segments_[seg]->ReleasePages();
+    touched.clear();
+  };
+  for (size_t k = i; k < j; ++k) {
+    const uint32_t bi = e.by_min_key[k];
+    const BlockRef& b = e.blocks[bi];
+    const bool hidden = !reserved && BlockMayBeHidden(b);
+    const bool distinct = KeysDistinctIn(*b.header, lists[k - i]);
+    const bool any_shared = Intersect(lists[k - i], shared);
+    if (distinct && !hidden && !any_shared) {
+      plan->push_back(PlanItem{bi, true, {}});
+      *count += b.header->count;
+      continue;
+    }
+    if (touched.size() == kReadsBetweenReleases) release();
+    touched.push_back(b.segment);
+    RUNSTORE_ASSIGN_OR_RETURN(Payload p, ReadPayload(b));
+    const KeyCursor c(p.view);
+    const uint32_t n = p.view.count();
+    std::vector<uint32_t> own;
+    own.reserve(n);
+    for (uint32_t r = 0; r < n; ++r) {
+      if (any_shared && is_shared(format::RunHash(c.run(r)))) {
+        across.push_back(Across{format::StoredRun(c.run(r)), c.step(r), bi, r});
+      } else {
+        own.push_back(r);
+      }
+    }
+    if (!distinct) {
+      // The later row of a key wins within a block. Where each run's rows
+      // are one piece (a run's records logged together: "running", then
+      // "done"), pieces are resolved alone, by step; else the block's rows
+      // are sorted by key.
+      auto same_run = [&](uint32_t a, uint32_t z) {
+        return CompareRunRefs(c.run(a), c.run(z)) == 0;
+      };
+      size_t pieces = 0;
+      for (size_t x = 0; x < own.size(); ++x) pieces += x == 0 || !same_run(own[x - 1], own[x]);
+      size_t own_runs = lists[k - i].size();
+      for (uint64_t h : lists[k - i]) own_runs -= is_shared(h);
+      auto by_key = [&](uint32_t a, uint32_t z) {
+        if (int cmp = CompareRunRefs(c.run(a), c.run(z)); cmp != 0) return cmp < 0;
+        return c.step(a) < c.step(z);
+      };
+      if (pieces == own_runs) {
+        // Runs are pieces: within each, by step (stable: later rows last).
+        for (size_t x = 0; x < own.size();) {
+          size_t end = x + 1;
+          while (end < own.size() && same_run(own[x], own[end])) ++end;
+          std::stable_sort(own.begin() + static_cast<ptrdiff_t>(x),
+                           own.begin() + static_cast<ptrdiff_t>(end),
+                           [&](uint32_t a, uint32_t z) { return c.step(a) < c.step(z); });
+          x = end;
+        }
+      } else {
+        std::stable_sort(own.begin(), own.end(), by_key);
+      }
+      size_t out = 0;
+      for (size_t x = 0; x < own.size(); ++x) {
+        const bool last = x + 1 == own.size() || !same_run(own[x], own[x + 1]) ||
+                          c.step(own[x]) != c.step(own[x + 1]);
+        if (last) own[out++] = own[x];
+      }
+      own.resize(out);
+    }
+    if (hidden) {
+      std::erase_if(own, [&](uint32_t r) { return HiddenByResume(c.run(r), c.step(r), b.commit); });
+    }
+    std::sort(own.begin(), own.end());
+    if (any_shared) {
+      merged_rows[bi] = std::move(own);
+    } else {
+      add(bi, std::move(own));
+    }
+  }
+  release();
+  records_sorted_across_blocks_.fetch_add(across.size(), std::memory_order_relaxed);
+  std::sort(across.begin(), across.end(), [&](const Across& a, const Across& z) {
+    if (auto cmp = a.run <=> z.run; cmp != 0) return cmp < 0;
+    if (a.step != z.step) return a.step < z.step;
+    const BlockRef& x = e.blocks[a.block];
+    const BlockRef& y = e.blocks[z.block];
+    return std::tie(x.commit, x.offset, a.row) < std::tie(y.commit, y.offset, z.row);
+  });
+  for (size_t k = 0; k < across.size(); ++k) {
+    const Across& w = across[k];
+    if (k + 1 < across.size() && across[k + 1].run == w.run && across[k + 1].step == w.step) {
+      continue;  // a later record of the key wins
+    }
+    if (!reserved && HiddenByResume(w.run, w.step, e.blocks[w.block].commit)) continue;
+    merged_rows[w.block].push_back(w.row);
+  }
+  for (auto& [bi, rows] : merged_rows) {
+    std::sort(rows.begin(), rows.end());
+    add(bi, std::move(rows));
+  }
+  return Status::OK();
 }
 
 Status SnapshotImpl::ComputePlan(const SeriesEntry& e) const {
@@ -198,13 +378,32 @@ Status SnapshotImpl::ComputePlan(const SeriesEntry& e) const {
     // The footers' run indexes may prove without reading a block that no
     // key repeats: blocks that share no run share no key (hashed ids, whose
     // blocks' ranges all overlap, are the case).
-    if (GroupSharesNoRun(e, i, j, reserved)) {
+    std::vector<std::span<const uint64_t>> lists;
+    const bool listed = GroupRunLists(e, i, j, &lists);
+    const std::shared_ptr<const ListsTogether> together = listed ? Together(lists) : nullptr;
+    if (listed && GroupSharesNoRun(e, i, j, reserved, lists, together->shared)) {
       for (size_t k = i; k < j; ++k) {
         plan.push_back(PlanItem{e.by_min_key[k], true, {}});
         count += e.blocks[e.by_min_key[k]].header->count;
       }
       i = j;
       continue;
+    }
+    // Where most runs are in one block of the group each (a sweep's status,
+    // "running" then "done" in one commit, some experiments run again
+    // later), the blocks are resolved one at a time and only the records of
+    // the runs that several blocks hold are sorted together. Where most runs
+    // are in several (a run logged step by step over many commits), the
+    // proofs below compare pieces of runs rather than records.
+    if (listed) {
+      const std::vector<uint64_t>& shared = together->shared;
+      const size_t distinct_runs = together->distinct;
+      if (shared.size() * 4 <= distinct_runs) {
+        RUNSTORE_RETURN_IF_ERROR(
+            ResolveListedGroup(e, i, j, reserved, lists, shared, &plan, &count));
+        i = j;
+        continue;
+      }
     }
     // The group's keys are needed: each payload is read once, for the proof
     // that no key repeats and, failing it, for the slow path.
@@ -240,6 +439,7 @@ Status SnapshotImpl::ComputePlan(const SeriesEntry& e) const {
         entries.push_back(Entry{v.run(r), v.step(r), e.by_min_key[k], r});
       }
     }
+    records_sorted_across_blocks_.fetch_add(entries.size(), std::memory_order_relaxed);
     auto order_less = [&](const Entry& a, const Entry& b) {
       const BlockRef& x = e.blocks[a.block];
       const BlockRef& y = e.blocks[b.block];

@@ -165,6 +165,12 @@ class SnapshotImpl final : public Snapshot {
   uint64_t marker_searches() const { return marker_searches_.load(std::memory_order_relaxed); }
   // Blocks read (ReadPayload calls) through this snapshot (tests).
   uint64_t payload_reads() const { return payload_reads_.load(std::memory_order_relaxed); }
+  // Records that key resolution sorted among the records of other blocks
+  // (tests: a group of listed blocks sorts only the records of runs that
+  // more than one of its blocks holds).
+  uint64_t records_sorted_across_blocks() const {
+    return records_sorted_across_blocks_.load(std::memory_order_relaxed);
+  }
   const std::vector<std::shared_ptr<const LoadedSegment>>& segments() const { return segments_; }
 
   struct BlockRef {
@@ -264,11 +270,38 @@ class SnapshotImpl final : public Snapshot {
   bool HiddenByResume(const RunRef& run, int64_t step, const CommitOrder& order) const;
   bool BlockMayBeHidden(const BlockRef& b) const;
   Status ComputePlan(const SeriesEntry& e) const;
-  // Whether the blocks by_min_key[i..j) of `e` provably share no key by the
-  // footers' run indexes alone: none repeats a key (its keys ascend, or it
-  // has a run per record), none may be hidden by a resume marker (unless
-  // `reserved`), and no run hash is in two of them.
-  bool GroupSharesNoRun(const SeriesEntry& e, size_t i, size_t j, bool reserved) const;
+  // Whether the blocks by_min_key[i..j) of `e`, whose run lists are
+  // `lists`, provably share no key by the footers' run indexes alone: none
+  // repeats a key (its keys ascend, or it has a run per record), none may be
+  // hidden by a resume marker (unless `reserved`), and no run hash is in two
+  // of them.
+  bool GroupSharesNoRun(const SeriesEntry& e, size_t i, size_t j, bool reserved,
+                        const std::vector<std::span<const uint64_t>>& lists,
+                        const std::vector<uint64_t>& shared) const;
+  // What the run lists of a group hold together: the hashes that more than
+  // one of them lists (ascending) and how many distinct hashes they list.
+  struct ListsTogether {
+    std::vector<uint64_t> shared;
+    size_t distinct = 0;
+  };
+  // Merged once per distinct sequence of lists and kept: the series of one
+  // log_many (a sweep's status fields) have the same lists, one per commit.
+  std::shared_ptr<const ListsTogether> Together(
+      const std::vector<std::span<const uint64_t>>& lists) const;
+  // The run lists of the blocks by_min_key[i..j) of `e`, or false if one
+  // has none (a segment still being written, an older format).
+  bool GroupRunLists(const SeriesEntry& e, size_t i, size_t j,
+                     std::vector<std::span<const uint64_t>>* lists) const;
+  // Resolves a group of blocks that all have run lists, one block at a
+  // time: a record whose run no other block of the group holds competes only
+  // with its own block's records (the later row wins), and only the records
+  // of runs that several blocks hold are sorted together. Appends the plan
+  // items of the group to `plan`.
+  // `shared`: the hashes that several of the blocks list, ascending.
+  Status ResolveListedGroup(const SeriesEntry& e, size_t i, size_t j, bool reserved,
+                            const std::vector<std::span<const uint64_t>>& lists,
+                            const std::vector<uint64_t>& shared, std::vector<PlanItem>* plan,
+                            uint64_t* count) const;
   // The block and row of the visible record under (run, name, step), its
   // payload read with `check`.
   struct Found {
@@ -303,6 +336,13 @@ class SnapshotImpl final : public Snapshot {
   std::map<RunId, RunMarkers, RunLess> resume_;
   mutable std::atomic<uint64_t> marker_searches_{0};
   mutable std::atomic<uint64_t> payload_reads_{0};
+  mutable std::atomic<uint64_t> records_sorted_across_blocks_{0};
+  mutable Mutex together_mu_;
+  // Keyed by the lists' data pointers and sizes (the footers' lists, alive
+  // with the snapshot's segments).
+  mutable std::map<std::vector<std::pair<const uint64_t*, size_t>>,
+                   std::shared_ptr<const ListsTogether>>
+      together_ RUNSTORE_GUARDED_BY(together_mu_);
   std::vector<std::string> conflicts_;
   mutable std::once_flag runs_once_;
   mutable Status runs_status_;

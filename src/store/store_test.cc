@@ -2699,6 +2699,76 @@ TEST_F(StoreTest, RunsSplitAmongWritersResolveLikeAnyOtherLayout) {
   }
 }
 
+// A sweep's status as run_experiments writes it: each commit holds a chunk
+// of hashed experiment ids, each logged "running" then "done" (a key twice in
+// one block); later commits run some experiments again (their runs in two
+// blocks), and a resume marker hides some records. The blocks are resolved
+// one at a time: only the records of the runs that several blocks hold are
+// sorted together, and every record resolves as the model says.
+TEST_F(StoreTest, ASweepsStatusResolvesBlockByBlock) {
+  std::mt19937_64 rng(testing::TestSeed());  // TestSeed prints it
+  // 1: a resume marker; 2: two experiments at a time, their records
+  // interleaved (a run's rows are no longer one piece of its block).
+  for (int variant = 0; variant < 3; ++variant) {
+    SCOPED_TRACE("variant " + std::to_string(variant));
+    fs::remove_all(StorePath());
+    auto store = Open();
+    std::map<std::pair<std::string, int64_t>, double> model;
+    const int n = 3000;
+    size_t retried = 0;
+    {
+      std::vector<std::unique_ptr<Writer>> writers;
+      for (int k = 0; k < 2; ++k) {
+        ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter({.writer_id = "worker" + std::to_string(k)}));
+        writers.push_back(std::move(w));
+      }
+      double value = 0;
+      auto log = [&](Writer& w, const std::string& run, int64_t step) {
+        ASSERT_OK(w.Append(run, "state", step, ++value));
+        model[{run, step}] = value;
+      };
+      for (int i = 0; i < n; i += 2) {
+        Writer& w = *writers[static_cast<size_t>(i / 2 % 2)];
+        // "running", "done" (the same key, a later row), then step 1: an
+        // experiment at a time, or (variant 2) two at once, interleaved.
+        const int64_t steps[] = {0, 0, 1};
+        if (variant == 2) {
+          for (int64_t step : steps) {
+            log(w, HashedId(i), step);
+            log(w, HashedId(i + 1), step);
+          }
+        } else {
+          for (int r : {i, i + 1}) {
+            for (int64_t step : steps) log(w, HashedId(r), step);
+          }
+        }
+        if (rng() % 20 == 0) ASSERT_OK(w.Commit());
+      }
+      for (auto& w : writers) ASSERT_OK(w->Commit());
+      for (int i = 0; i < n; i += 97, ++retried) {  // run again, by the other worker
+        log(*writers[static_cast<size_t>((i / 2 + 1) % 2)], HashedId(i), 0);
+      }
+      for (auto& w : writers) ASSERT_OK(w->Close());
+    }
+    if (variant == 1) {
+      ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter({.writer_id = "resumed"}));
+      ASSERT_OK(w->Resume(HashedId(5), 1));
+      ASSERT_OK(w->Close());
+      model.erase({HashedId(5), 1});
+    }
+    ASSERT_OK_AND_ASSIGN(auto snap, store->Refresh());
+    ExpectScanMatches(*snap, "state", model, /*whole=*/false);
+    const auto& impl = static_cast<const SnapshotImpl&>(*snap);
+    // The retried runs' records only: three in the first block, one in the
+    // second.
+    EXPECT_EQ(impl.records_sorted_across_blocks(), 4 * retried);
+    for (int i = 0; i < n; i += 211) {
+      ASSERT_OK_AND_ASSIGN(Value v, snap->Get(HashedId(i), "state", 0));
+      EXPECT_EQ(v.scalar<double>(), (model[{HashedId(i), 0}]));
+    }
+  }
+}
+
 TEST_F(StoreTest, AppendBatchMatchesSingleAppends) {
   auto store = Open();
   ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter({}));
