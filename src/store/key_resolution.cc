@@ -156,14 +156,29 @@ bool KeysDistinctIn(const BlockHeader& h, std::span<const uint64_t> listed) {
   return (h.flags & format::kBlockKeysAscending) || listed.size() == h.count;
 }
 
-// Whether two ascending lists share a value.
-bool Intersect(std::span<const uint64_t> a, std::span<const uint64_t> b) {
-  size_t x = 0, y = 0;
-  while (x < a.size() && y < b.size()) {
-    if (a[x] == b[y]) return true;
-    a[x] < b[y] ? ++x : ++y;
+// The values of `list` that are in `shared` (both ascending, and so the
+// result). A block's list is far shorter than a group's shared runs: each
+// value is searched from where the last one was found, in steps that double
+// (O(|list| log(|shared| / |list|)) in all).
+std::vector<uint64_t> SharedOf(std::span<const uint64_t> list,
+                               const std::vector<uint64_t>& shared) {
+  std::vector<uint64_t> out;
+  size_t from = 0;
+  for (uint64_t h : list) {
+    size_t step = 1, hi = from;
+    while (hi < shared.size() && shared[hi] < h) {
+      from = hi + 1;
+      hi += step;
+      step *= 2;
+    }
+    hi = std::min(hi + 1, shared.size());
+    from = static_cast<size_t>(std::lower_bound(shared.begin() + static_cast<ptrdiff_t>(from),
+                                                shared.begin() + static_cast<ptrdiff_t>(hi), h) -
+                               shared.begin());
+    if (from == shared.size()) break;
+    if (shared[from] == h) out.push_back(h);
   }
-  return false;
+  return out;
 }
 
 }  // namespace
@@ -216,15 +231,18 @@ std::shared_ptr<const SnapshotImpl::ListsTogether> SnapshotImpl::Together(
       t->shared.push_back(hashes[k]);
     }
   }
+  if (!t->shared.empty() && t->shared.size() * 4 <= t->distinct) {
+    t->shared_of.reserve(lists.size());
+    for (const auto& l : lists) t->shared_of.push_back(SharedOf(l, t->shared));
+  }
   MutexLock lock(&together_mu_);
   return together_.emplace(std::move(key), std::move(t)).first->second;
 }
 
 Status SnapshotImpl::ResolveListedGroup(const SeriesEntry& e, size_t i, size_t j, bool reserved,
                                         const std::vector<std::span<const uint64_t>>& lists,
-                                        const std::vector<uint64_t>& shared,
-                                        std::vector<PlanItem>* plan, uint64_t* count) const {
-  auto is_shared = [&](uint64_t h) { return std::binary_search(shared.begin(), shared.end(), h); };
+                                        const ListsTogether& together, std::vector<PlanItem>* plan,
+                                        uint64_t* count) const {
   // The records of runs that several blocks hold, with their own copy of the
   // run (the payloads are not kept).
   struct Across {
@@ -242,37 +260,34 @@ Status SnapshotImpl::ResolveListedGroup(const SeriesEntry& e, size_t i, size_t j
     plan->push_back(PlanItem{block, all, all ? std::vector<uint32_t>{} : std::move(rows)});
   };
   // The blocks read here are small and far apart (a series of the many that
-  // one commit holds); each fault maps the pages around its block too. The
-  // pages are dropped every so many blocks, so that resolving a series costs
-  // no more memory than its records' order, whatever the segments hold.
-  constexpr size_t kReadsBetweenReleases = 64;
-  std::vector<uint32_t> touched;
-  auto release = [&] {
-    std::sort(touched.begin(), touched.end());
-    touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
-    for (uint32_t seg : touched) segments_[seg]->ReleasePages();
-    touched.clear();
-  };
+  // one commit holds): their pages are dropped as it goes, so that resolving
+  // a series costs no more memory than its records' order.
+  PageReleaser pages(segments_);
   for (size_t k = i; k < j; ++k) {
     const uint32_t bi = e.by_min_key[k];
     const BlockRef& b = e.blocks[bi];
     const bool hidden = !reserved && BlockMayBeHidden(b);
     const bool distinct = KeysDistinctIn(*b.header, lists[k - i]);
-    const bool any_shared = Intersect(lists[k - i], shared);
+    // The block's runs that other blocks hold too (by hash): few, looked up
+    // row by row.
+    static const std::vector<uint64_t> kNone;
+    const std::vector<uint64_t>& shared_here =
+        together.shared_of.empty() ? kNone : together.shared_of[k - i];
+    const bool any_shared = !shared_here.empty();
     if (distinct && !hidden && !any_shared) {
       plan->push_back(PlanItem{bi, true, {}});
       *count += b.header->count;
       continue;
     }
-    if (touched.size() == kReadsBetweenReleases) release();
-    touched.push_back(b.segment);
+    pages.WillRead(b.segment);
     RUNSTORE_ASSIGN_OR_RETURN(Payload p, ReadPayload(b));
     const KeyCursor c(p.view);
     const uint32_t n = p.view.count();
     std::vector<uint32_t> own;
     own.reserve(n);
     for (uint32_t r = 0; r < n; ++r) {
-      if (any_shared && is_shared(format::RunHash(c.run(r)))) {
+      if (any_shared &&
+          std::binary_search(shared_here.begin(), shared_here.end(), format::RunHash(c.run(r)))) {
         across.push_back(Across{format::StoredRun(c.run(r)), c.step(r), bi, r});
       } else {
         own.push_back(r);
@@ -288,8 +303,7 @@ Status SnapshotImpl::ResolveListedGroup(const SeriesEntry& e, size_t i, size_t j
       };
       size_t pieces = 0;
       for (size_t x = 0; x < own.size(); ++x) pieces += x == 0 || !same_run(own[x - 1], own[x]);
-      size_t own_runs = lists[k - i].size();
-      for (uint64_t h : lists[k - i]) own_runs -= is_shared(h);
+      const size_t own_runs = lists[k - i].size() - shared_here.size();
       auto by_key = [&](uint32_t a, uint32_t z) {
         if (int cmp = CompareRunRefs(c.run(a), c.run(z)); cmp != 0) return cmp < 0;
         return c.step(a) < c.step(z);
@@ -325,7 +339,7 @@ Status SnapshotImpl::ResolveListedGroup(const SeriesEntry& e, size_t i, size_t j
       add(bi, std::move(own));
     }
   }
-  release();
+  pages.Release();
   records_sorted_across_blocks_.fetch_add(across.size(), std::memory_order_relaxed);
   std::sort(across.begin(), across.end(), [&](const Across& a, const Across& z) {
     if (auto cmp = a.run <=> z.run; cmp != 0) return cmp < 0;
@@ -400,7 +414,7 @@ Status SnapshotImpl::ComputePlan(const SeriesEntry& e) const {
       const size_t distinct_runs = together->distinct;
       if (shared.size() * 4 <= distinct_runs) {
         RUNSTORE_RETURN_IF_ERROR(
-            ResolveListedGroup(e, i, j, reserved, lists, shared, &plan, &count));
+            ResolveListedGroup(e, i, j, reserved, lists, *together, &plan, &count));
         i = j;
         continue;
       }

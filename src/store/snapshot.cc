@@ -418,6 +418,7 @@ Result<SeriesInfo> SnapshotImpl::GetSeriesInfo(std::string_view name) const {
 
 Status SnapshotImpl::ForEachRun(const std::function<void(std::span<const uint64_t>)>& hashes,
                                 const std::function<void(const RunRef&)>& run) const {
+  PageReleaser pages(segments_);
   for (const auto& [name, e] : series_) {
     if (name[0] == '~') continue;
     RUNSTORE_RETURN_IF_ERROR(EnsurePlan(*e));
@@ -437,6 +438,7 @@ Status SnapshotImpl::ForEachRun(const std::function<void(std::span<const uint64_
           }
         }
       }
+      pages.WillRead(b.segment);
       RUNSTORE_ASSIGN_OR_RETURN(Payload p, ReadPayload(b));
       const size_t n = item.all_rows ? p.view.count() : item.rows.size();
       for (size_t i = 0; i < n; ++i) {

@@ -283,6 +283,9 @@ class SnapshotImpl final : public Snapshot {
   struct ListsTogether {
     std::vector<uint64_t> shared;
     size_t distinct = 0;
+    // Of each list, in order, its hashes that are in `shared` (none when
+    // most runs are shared: those groups are not resolved by lists).
+    std::vector<std::vector<uint64_t>> shared_of;
   };
   // Merged once per distinct sequence of lists and kept: the series of one
   // log_many (a sweep's status fields) have the same lists, one per commit.
@@ -297,10 +300,10 @@ class SnapshotImpl final : public Snapshot {
   // with its own block's records (the later row wins), and only the records
   // of runs that several blocks hold are sorted together. Appends the plan
   // items of the group to `plan`.
-  // `shared`: the hashes that several of the blocks list, ascending.
+  // `together`: what the blocks' lists hold together (Together(lists)).
   Status ResolveListedGroup(const SeriesEntry& e, size_t i, size_t j, bool reserved,
                             const std::vector<std::span<const uint64_t>>& lists,
-                            const std::vector<uint64_t>& shared, std::vector<PlanItem>* plan,
+                            const ListsTogether& together, std::vector<PlanItem>* plan,
                             uint64_t* count) const;
   // The block and row of the visible record under (run, name, step), its
   // payload read with `check`.

@@ -59,6 +59,36 @@ inline std::vector<uint64_t> MergeAscending(const std::vector<std::span<const ui
   return out;
 }
 
+// Drops the pages of the segments a pass over many blocks read, every so
+// many blocks: a block read faults in the pages around it too, and a pass
+// over a store's small blocks (key resolution, listing runs) would otherwise
+// keep most of its segments resident. The views it handed out stay valid
+// (their pages fault in again).
+class PageReleaser {
+ public:
+  static constexpr size_t kBlocksBetweenReleases = 64;
+  explicit PageReleaser(const std::vector<std::shared_ptr<const LoadedSegment>>& segments)
+      : segments_(segments) {}
+  PageReleaser(const PageReleaser&) = delete;
+  PageReleaser& operator=(const PageReleaser&) = delete;
+  ~PageReleaser() { Release(); }
+  // Before a block of segment `seg` is read.
+  void WillRead(uint32_t seg) {
+    if (touched_.size() == kBlocksBetweenReleases) Release();
+    touched_.push_back(seg);
+  }
+  void Release() {
+    std::sort(touched_.begin(), touched_.end());
+    touched_.erase(std::unique(touched_.begin(), touched_.end()), touched_.end());
+    for (uint32_t seg : touched_) segments_[seg]->ReleasePages();
+    touched_.clear();
+  }
+
+ private:
+  const std::vector<std::shared_ptr<const LoadedSegment>>& segments_;
+  std::vector<uint32_t> touched_;
+};
+
 // Memory aligned for any dtype and for SIMD, shared by whoever needs it.
 inline std::shared_ptr<char> AlignedBuffer(size_t n) {
   void* p = std::aligned_alloc(64, std::max<size_t>(64, AlignUp(n, 64)));
