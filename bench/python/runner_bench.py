@@ -80,6 +80,7 @@ def main() -> int:
     ap.add_argument("--n", type=int, nargs="+", default=[20_000])
     ap.add_argument("--commit-every", nargs="+", default=["None"])
     ap.add_argument("--dir", help="where the stores go (default $RUNSTORE_BENCH_DIR, /var/tmp)")
+    ap.add_argument("--keep", action="store_true", help="keep the stores (their paths printed)")
     args = ap.parse_args()
     base = args.dir or os.environ.get("RUNSTORE_BENCH_DIR") or "/var/tmp"
     os.makedirs(base, exist_ok=True)
@@ -104,7 +105,10 @@ def main() -> int:
                 ).stdout.split()
                 cost, blocks = float(opened[0]), int(opened[1])
             finally:
-                shutil.rmtree(d)
+                if args.keep:
+                    print(f"kept: {store}")
+                else:
+                    shutil.rmtree(d)
             row = (
                 f"| {n:,} | {every} | {seconds:.1f} s | {parent:.0f} MiB | {worker:.0f} MiB | "
                 f"{blocks:,} | {cost:.0f} MiB |"

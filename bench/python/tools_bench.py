@@ -1,12 +1,12 @@
 """The tools on a sweep of N experiments, each in a process of its own: wall time and peak RSS.
 
 The sweep is what users run: default (hashed) experiment ids, 5 float parameters defined with
-``define_experiments``, then what ``run_experiments``' workers write for each experiment (its
-status, and when done 3 scalar outcomes and a 100-point float64 series), 10,000 experiments a
-commit; 97% done, 2% failed with an error, 1% left pending. Then each tool runs on it
-in a fresh process (the command line as a user types it, the Python calls through
-``python -c``), and its wall time and peak RSS (``ru_maxrss`` of the process, from ``wait4``)
-are printed as one table, with the store's size.
+``define_experiments``, then ``run_experiments`` on 2 workers (each experiment's status,
+"running" then "done" or "failed", and when done 3 scalar outcomes and a 100-point float64
+series); 2% fail with an error, and 1% are set back to pending as an interrupted run leaves
+them. Then each tool runs on it in a fresh process (the command line as a user types it, the
+Python calls through ``python -c``), and its wall time and peak RSS (``ru_maxrss`` of the
+process, from ``wait4``) are printed as one table, with the store's size.
 
     .venv/bin/python bench/python/tools_bench.py --n 10000 100000 1000000
     .venv/bin/python bench/python/tools_bench.py --n 100000 --keep   # keeps the store
@@ -32,7 +32,9 @@ import numpy as np
 import pandas as pd
 import runstore
 import runstore._experiments as ex
-import runstore.experiments
+
+sys.path.insert(0, sys.argv[3])
+import tools_bench
 
 path, n = sys.argv[1], int(sys.argv[2])
 rng = np.random.default_rng(7)
@@ -41,36 +43,23 @@ store = runstore.open(path)
 t = time.perf_counter()
 store.define_experiments(design)
 print(f"define {time.perf_counter() - t:.3f}", file=sys.stderr)
+# The sweep as run_experiments runs it (its chunks, "running" then "done" or "failed" per
+# experiment); then 1% set back to pending, as an interrupted run leaves them.
+s = runstore.run_experiments(store, tools_bench.outcomes, workers=2, progress=False)
 ids = runstore.experiments.design(store)["experiment"].tolist()
-# What run_experiments' workers write: status and outcomes, 10,000 experiments a commit.
-n_done, n_failed = int(n * 0.97), int(n * 0.02)
-now = time.time()
 with store.writer(_allow_reserved=True) as w:
-    for b in range(0, n_done + n_failed, 10_000):
-        e = min(b + 10_000, n_done + n_failed)
-        k = e - b
-        finished = now - (n - np.arange(b, e)) * 0.001
-        seconds = rng.random(k)
-        done = np.arange(b, e) < n_done
-        status = {
-            ex.STATE: np.where(done, "done", "failed").tolist(),
-            ex.ERROR: np.where(done, "", "ValueError: diverged\nTraceback ...").tolist(),
-            ex.HOST: ["node01"] * k,
-            ex.STARTED: finished - seconds,
-            ex.FINISHED: finished,
-            ex.SECONDS: seconds,
-            ex.ATTEMPT: np.ones(k, dtype=np.int64),
-        }
-        w.log_many(ids[b:e], **status)
-        d = np.flatnonzero(done)
-        if len(d):
-            w.log_many(
-                [ids[b + i] for i in d],
-                y0=rng.random(len(d)), y1=rng.random(len(d)), y2=rng.random(len(d)),
-                trace=rng.random((len(d), 100)),
-            )
-        w.commit()
+    w.log_many(ids[: n // 100], **{ex.STATE: ["pending"] * (n // 100)})
 """
+
+
+def outcomes(p0: float, p1: float, p2: float, p3: float, p4: float) -> dict:
+    """What each experiment of the sweep returns: 3 scalars and a 100-point series; 2% fail."""
+    import numpy as np
+
+    if p0 < 0.02:
+        raise ValueError("diverged")
+    return {"y0": p0 + p1, "y1": p2 * p3, "y2": p4, "trace": np.full(100, p0)}
+
 
 TOOLS = {
     "info": ["{cli}", "info", "{store}"],
@@ -126,10 +115,12 @@ def main() -> int:
     ap.add_argument("--n", type=int, nargs="+", default=[10_000, 100_000])
     ap.add_argument("--tools", help="comma-separated subset of: " + ", ".join(TOOLS))
     ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--plot", help="draw each tool's time and peak RSS against N to this PNG")
     args = ap.parse_args()
     tools = args.tools.split(",") if args.tools else list(TOOLS)
     base = os.environ.get("RUNSTORE_BENCH_DIR") or "/var/tmp"
     cli = shutil.which("runstore", path=os.path.dirname(sys.executable)) or "runstore"
+    here = os.path.dirname(os.path.abspath(__file__))
     print(f"tools_bench: {sys.executable}, {cli}, under {base}, load {os.getloadavg()[0]:.2f}")
     results: dict[str, dict[int, str]] = {}
     for n in args.n:
@@ -139,7 +130,9 @@ def main() -> int:
         os.mkdir(out)
         t = time.perf_counter()
         p = subprocess.run(
-            [sys.executable, "-c", BUILD, store, str(n)], capture_output=True, text=True
+            [sys.executable, "-c", BUILD, store, str(n), here],
+            capture_output=True,
+            text=True,
         )
         if p.returncode != 0:
             print(p.stderr, file=sys.stderr)
@@ -168,7 +161,43 @@ def main() -> int:
     print("|---|" + "---|" * len(args.n))
     for tool, cells in results.items():
         print(f"| {tool} | " + " | ".join(cells.get(n, "-") for n in args.n) + " |")
+    if args.plot:
+        plot(results, args.plot)
     return 0
+
+
+def plot(results: dict[str, dict[int, str]], path: str) -> None:
+    """Each tool's wall time and peak RSS against the number of experiments, log-log: a cost
+    that grows in proportion to N is a line of slope 1, a flat one a horizontal line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(13, 5.5))
+    colors = plt.get_cmap("tab20").colors
+    for k, (tool, cells) in enumerate(results.items()):
+        style = {"color": colors[k % len(colors)], "marker": "osD^v<>"[k % 7], "label": tool}
+        ns, secs, mibs = [], [], []
+        for n, cell in sorted(cells.items()):
+            parts = cell.split()
+            ns.append(n)
+            secs.append(float(parts[0]))
+            mibs.append(float(parts[2]) if len(parts) > 2 else float("nan"))
+        ax_t.plot(ns, secs, **style)
+        if any(m == m for m in mibs):
+            ax_m.plot(ns, mibs, **style)
+    for ax, what in ((ax_t, "wall time (s)"), (ax_m, "peak RSS (MiB)")):
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("experiments")
+        ax.set_ylabel(what)
+        ax.grid(True, which="both", alpha=0.3)
+    handles, labels = ax_t.get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=8, loc="center right")
+    fig.suptitle("runstore tools on a sweep that run_experiments wrote (tools_bench.py)")
+    fig.tight_layout(rect=(0, 0, 0.83, 1))
+    fig.savefig(path, dpi=90)
 
 
 if __name__ == "__main__":
