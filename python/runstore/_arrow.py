@@ -195,7 +195,7 @@ def _experiment_batch(
 ) -> Any:
     import pyarrow as pa
 
-    ids = table.index.ids[rows]
+    ids = table.index.take_array(rows)
     arrays = [_run_array(ids) if ids.dtype == object else pa.array(ids, type=pa.int64())]
     for c in table.params.values():
         cc = c.take(rows)
@@ -233,7 +233,7 @@ def export_parquet(
             pq.write_table(t, sink, row_group_size=row_group_rows, compression=compression)
             rows = t.num_rows
         else:
-            table = ExperimentTable(store)
+            table = ExperimentTable(store, ids=False)  # ids made a row group at a time
             table.progress = _progress.Work(line, table.n, "rows")
             status = table.status_columns()
             names = [ex.ID_COLUMN, *table.params, *(table.status_names[f] for f in status)]

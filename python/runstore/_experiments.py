@@ -156,6 +156,16 @@ class ExperimentIndex:
         """The ids of rows ``rows``, as Python objects."""
         return self.ids[rows].tolist()
 
+    def take_array(self, rows: np.ndarray | slice) -> np.ndarray:
+        """The ids of rows ``rows`` as an array: int64 where every id is an int, else object."""
+        return self.ids[rows]
+
+    def string_rows(self) -> np.ndarray:
+        """The rows whose id is a str."""
+        if self.ids.dtype != object:
+            return np.zeros(0, dtype=np.intp)
+        return np.flatnonzero([isinstance(e, str) for e in self.ids.tolist()])
+
     def all(self) -> list[Any]:
         return self.ids.tolist()
 
@@ -203,8 +213,10 @@ class RunList:
     def __len__(self) -> int:
         return len(self.order)
 
-    def take(self, rows: np.ndarray | list[int]) -> list[Any]:
+    def take(self, rows: np.ndarray | list[int] | slice) -> list[Any]:
         """The ids of rows ``rows``, as Python objects."""
+        if isinstance(rows, slice):
+            rows = np.arange(*rows.indices(len(self)))
         if self._bytes is None:
             self._bytes = self.data.tobytes()
         b = self._bytes
@@ -218,6 +230,23 @@ class RunList:
 
     def all(self) -> list[Any]:
         return self.take(np.arange(len(self)))
+
+    def take_array(self, rows: np.ndarray | slice) -> np.ndarray:
+        """The ids of rows ``rows`` as an array, as :meth:`ExperimentIndex.take_array`."""
+        ids = self.take(rows)
+        if not self.is_str.any():
+            return np.array(ids, dtype=np.int64)
+        out = np.empty(len(ids), dtype=object)
+        out[:] = ids
+        return out
+
+    def string_rows(self) -> np.ndarray:
+        """The rows whose id is a str."""
+        return np.flatnonzero(self.is_str[self.order])
+
+    def index(self) -> ExperimentIndex:
+        """The same ids as an :class:`ExperimentIndex` (a Python object per id)."""
+        return ExperimentIndex(self.take_array(slice(None)))
 
     def same(self, other: Any) -> bool:
         """Whether ``other`` is a RunList of the same runs in the same order."""

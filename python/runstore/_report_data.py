@@ -206,11 +206,10 @@ class _RunOrder:
 def _status_part(store: Store, table: ExperimentTable) -> dict[str, Any]:
     """The summary of ``runstore status`` (and its text), the experiments finished over time,
     the run times of the done ones, and the failures."""
-    import pandas as pd
-
     cols = ex.status_frame_columns(table.status)
-    frame = pd.DataFrame({ex.ID_COLUMN: table.index.ids, **cols})
-    summary = _status.summary(store, frame=frame, top=5)
+    # From the status series as arrays (runstore status's own read), not from a frame of a
+    # Python object per experiment and field.
+    summary = _status.summary(store, top=5)
     state = cols["state"]
     finished = cols["finished"]
     started = cols["started"]

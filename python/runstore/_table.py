@@ -102,7 +102,10 @@ class ExperimentTable:
     A store without a design (no define_experiments) is read as if every run id with a
     visible record were an experiment without parameters."""
 
-    def __init__(self, store: Store, names: Iterable[str] | None = None) -> None:
+    def __init__(self, store: Store, names: Iterable[str] | None = None, ids: bool = True) -> None:
+        """``ids=False``: the ids may be kept as the runs of the aligned read (an
+        :class:`ex.RunList`, no Python object per experiment), for readers that take them a chunk
+        at a time (``index.take_array``), as the exports do."""
         store.refresh()
         self.store = store
         #: Every series of the snapshot read, reserved ones included (the _core series dicts).
@@ -118,7 +121,8 @@ class ExperimentTable:
         scalars = [n for n in names if Outcome(n, infos[n]).scalar]
         wanted = [ex.DESIGN + p for p in params] + ex.status_series(infos) + scalars
         if self.has_design:
-            self.index, cols = ex.load_aligned(store, wanted, infos)
+            self.index: ex.ExperimentIndex | ex.RunList
+            self.index, cols = ex.load_aligned(store, wanted, infos, ids=ids)
         else:
             runs = store._core.runs()
             int_runs = all(isinstance(r, int) for r in runs)
@@ -145,16 +149,22 @@ class ExperimentTable:
             if read is not None and n in read:
                 o.column = read[n]
             elif o.scalar or o.empty:
-                o.column = ex.read_column(self.store, n, self.index, self.infos[n])
+                o.column = ex.read_column(self.store, n, self.experiment_index(), self.infos[n])
                 release_mapped_pages(self.store)
             self.outcomes.append(o)
 
+    def experiment_index(self) -> ex.ExperimentIndex:
+        """The index with a Python object per id, made from the runs once if asked for."""
+        if isinstance(self.index, ex.RunList):
+            self.index = self.index.index()
+        return self.index
+
     @property
     def id_dtype(self) -> str:
-        ids = self.index.ids
-        if ids.dtype != object:
+        strings = len(self.index.string_rows())
+        if strings == 0:
             return "int64"
-        return "string" if all(isinstance(i, str) for i in ids.tolist()) else "mixed"
+        return "string" if strings == self.n else "mixed"
 
     def status_columns(self) -> dict[str, ex.Column]:
         """Status as exported: "pending" where never started, attempt 0 where never started;
@@ -199,7 +209,7 @@ def rows_per_chunk(chunk_rows: int, row_bytes: int, budget: int = CHUNK_BYTES) -
 
 def read_rows(
     store: Store,
-    index: ex.ExperimentIndex,
+    index: ex.ExperimentIndex | ex.RunList,
     o: Outcome,
     rows: slice,
     steps: np.ndarray | None = None,
@@ -213,7 +223,7 @@ def read_rows(
     at those steps: values of shape (rows, len(steps), *shape) and ``present`` of shape (rows,
     len(steps)); a record at a step between them that is not one of them (committed after the
     steps were listed) is left out."""
-    ids = index.ids[rows]
+    ids = index.take_array(rows)
     width = 1 if steps is None else len(steps)
     d = None
     if len(ids) and width:

@@ -278,7 +278,8 @@ def export_tar(
         ExportFile(path, store_path=store.path, overwrite=overwrite) as f,
     ):
         line.show("reading the experiments")
-        table = ExperimentTable(store)
+        # The ids stay the runs of the read until a chunk of them is written.
+        table = ExperimentTable(store, ids=False)
         # Every member but metadata.json is one pass over the experiments.
         table.progress = _progress.Work(line, table.n * (1 + len(table.outcomes)), "rows")
         out = _TarOut(f, compresslevel)
@@ -300,8 +301,7 @@ def _write_tar(table: ExperimentTable, out: _TarOut, chunk_rows: int) -> dict[st
     # experiments.csv: id, parameters, status.
     columns: list[dict[str, Any]] = [{"name": ex.ID_COLUMN, "role": "id", "dtype": table.id_dtype}]
     if table.id_dtype == "mixed":
-        ids = table.index.ids.tolist()
-        columns[0]["string_id_rows"] = [i for i, e in enumerate(ids) if isinstance(e, str)]
+        columns[0]["string_id_rows"] = table.index.string_rows().tolist()
     exp_cols: list[ex.Column] = []
     for p, c in table.params.items():
         columns.append(_column_meta(p, c, "parameter"))
@@ -381,9 +381,8 @@ def _write_tar(table: ExperimentTable, out: _TarOut, chunk_rows: int) -> dict[st
 
     f = out.spool()
     f.write(_header([c["name"] for c in columns]))
-    ids = table.index.ids
     for rows in table.chunks(chunk_rows, 8 * (len(exp_cols) + 1)):
-        vals, masks = [ids[rows]], [None]
+        vals, masks = [table.index.take_array(rows)], [None]
         for c in exp_cols:
             v, a = _cells(c.take(rows))
             vals.append(v)
@@ -412,9 +411,9 @@ def _write_outcome_csv(
 ) -> int:
     f = out.spool()
     f.write(_header(m["columns"]))
-    ids = table.index.ids
     exported = 0
     for rows in table.chunks(chunk_rows, o.row_bytes):
+        ids = table.index.take_array(rows)
         col = table.chunk(o, rows)
         exported += int(col.present.sum())
         if o.variable:
@@ -426,14 +425,14 @@ def _write_outcome_csv(
                     texts[k] = json.dumps(_json_values(v), separators=(",", ":"), allow_nan=True)
             # The shape and the values are JSON of numbers, not text: written as they are.
             _core.csv_rows(
-                [ids[rows], shapes, texts],
+                [ids, shapes, texts],
                 [None, None, None],
                 f.write,
                 text_cells=[True, False, False],
             )
         else:
             v, a = _cells(col)
-            _core.csv_rows([ids[rows], v], [None, a], f.write, text_cells=True)
+            _core.csv_rows([ids, v], [None, a], f.write, text_cells=True)
     out.add(m["member"], f)
     return exported
 

@@ -328,6 +328,39 @@ def test_export_parquet_writes_row_groups_that_pandas_reads(awkward_store, tmp_p
     np.testing.assert_array_equal(df["lr, rate"].to_numpy(), experiments["lr, rate"].to_numpy())
 
 
+@pytest.mark.parametrize("ids", [[30, 10, 20], ["b", "a", "é"], [3, "x", 1, "y"]])
+def test_exports_keep_int_str_and_mixed_ids_in_design_order(store, tmp_path, ids):
+    """The exports take the ids a chunk at a time from the runs of the aligned read (no Python
+    object per experiment held): each id comes back as defined, in definition order, with its
+    type (mixed ones: their rows noted in the tarball, text in Parquet)."""
+    pq = pytest.importorskip("pyarrow.parquet")
+    store.define_experiments(pd.DataFrame({"experiment": ids, "x": np.arange(len(ids)) * 1.5}))
+    with store.writer() as w:
+        for k, e in enumerate(ids):
+            w.log(e, y=float(k), v=np.full(2, k))
+    store.refresh()
+    out = tmp_path / "t.tar.gz"
+    store.export_tar(out, chunk_rows=2)  # chunks that split the ids
+    with tarfile.open(out) as tf:
+        meta = json.loads(tf.extractfile("metadata.json").read())
+        rows = list(csv.reader(io.TextIOWrapper(tf.extractfile("experiments.csv"))))
+    kinds = {type(e) for e in ids}
+    want_dtype = "int64" if kinds == {int} else "string" if kinds == {str} else "mixed"
+    assert meta["columns"][0]["dtype"] == want_dtype
+    if want_dtype == "mixed":
+        assert meta["columns"][0]["string_id_rows"] == [
+            k for k, e in enumerate(ids) if isinstance(e, str)
+        ]
+    assert [r[0] for r in rows[1:]] == [str(e) for e in ids]
+    back = runstore.import_tar(out, tmp_path / "back")
+    assert back.design()["experiment"].tolist() == ids
+    _, outcomes = runstore.load_results(back)
+    np.testing.assert_array_equal(outcomes["y"], np.arange(len(ids), dtype=float))
+    store.export_parquet(tmp_path / "t.parquet", row_group_rows=2)
+    got = pq.read_table(tmp_path / "t.parquet").column("experiment").to_pylist()
+    assert got == (ids if want_dtype != "mixed" else [str(e) for e in ids])
+
+
 def test_names_that_collide_get_columns_of_their_own(store, tmp_path):
     """A parameter named status.state beside one named state, and an outcome named like a
     parameter beside one named outcome.<it>: every column is there once, under a name of its
