@@ -47,7 +47,7 @@ bool Inside(std::string_view outer, const char* p, uint64_t n) {
 }
 
 std::string Where(const BlockHeader& h, uint32_t i) {
-  return "(series '" + h.name + "', record " + std::to_string(i) + " of " +
+  return "(series '" + h.name.str() + "', record " + std::to_string(i) + " of " +
          std::to_string(h.count) + ")";
 }
 

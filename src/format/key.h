@@ -158,6 +158,7 @@ class SeriesName {
   const std::string& str() const { return s_ ? *s_ : Empty(); }
   operator const std::string&() const { return str(); }  // NOLINT
   size_t size() const { return str().size(); }
+  bool empty() const { return str().empty(); }
   friend bool operator==(const SeriesName& a, const SeriesName& b) { return a.str() == b.str(); }
   friend bool operator==(const SeriesName& a, std::string_view b) { return a.str() == b; }
   friend bool operator==(const SeriesName& a, const char* b) { return a.str() == b; }
