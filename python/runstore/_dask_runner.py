@@ -22,6 +22,7 @@ from __future__ import annotations
 import atexit
 import math
 import os
+import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -30,6 +31,10 @@ from . import _runner, _signals
 
 if TYPE_CHECKING:
     from ._store import Store
+
+#: Seconds the first task of a worker process waits for its event loop to put the signal
+#: handlers in place (a loop that is busy for longer: the task goes on without waiting).
+INSTALL_WAIT_S = 30.0
 
 # Per worker process: store path -> its runner (the writer this process writes with).
 _runners: dict[str, _runner._Runner] = {}
@@ -59,14 +64,25 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 def _install_stop_handlers() -> None:
     """In a Dask worker process, has its event loop's thread (the main thread) put the signal
     handlers in place: SIGTERM and SIGINT then run _interrupt_all and end the process by the
-    signal (runstore._signals.on_stop). Tasks run on other threads, which cannot install them."""
+    signal (runstore._signals.on_stop). Tasks run on other threads, which cannot install them;
+    the task waits until the loop has (a signal that came before would find the worker's own
+    handlers, which ignore SIGINT and do not commit)."""
     try:
         from distributed import get_worker
 
         loop = get_worker().loop
     except (ImportError, ValueError):  # not in a Dask worker (a local scheduler)
         return
-    loop.add_callback(_signals.on_stop, "runstore-experiments", _interrupt_all)
+    installed = threading.Event()
+
+    def install() -> None:
+        try:
+            _signals.on_stop("runstore-experiments", _interrupt_all)
+        finally:
+            installed.set()
+
+    loop.add_callback(install)
+    installed.wait(INSTALL_WAIT_S)
 
 
 def _run_chunk(
