@@ -382,6 +382,9 @@ def test_a_signal_to_a_dask_worker_commits_its_chunk_so_far_and_marks_the_rest(
     store.define_experiments(runstore.grid(x=range(16), flag_dir=[str(flags)]))
     old = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), old]))
+    # SIGINT as on a terminal: a test run started in the background of a non-interactive shell
+    # (nohup, &) ignores it, and the worker processes would inherit that and never see it.
+    old_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         with (
             distributed.LocalCluster(
@@ -405,6 +408,7 @@ def test_a_signal_to_a_dask_worker_commits_its_chunk_so_far_and_marks_the_rest(
             os.kill(pid, sig)  # experiments 0 and 1 of the chunk are done, not committed
             t.join()
     finally:
+        signal.signal(signal.SIGINT, old_int)
         if old is None:
             del os.environ["PYTHONPATH"]
         else:
