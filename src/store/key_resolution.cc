@@ -224,14 +224,16 @@ std::shared_ptr<const SnapshotImpl::ListsTogether> SnapshotImpl::Together(
   // Each list ascends: merged, not sorted.
   const std::vector<uint64_t> hashes = MergeAscending(lists);
   auto t = std::make_shared<ListsTogether>();
+  size_t distinct = 0;
   for (size_t k = 0; k < hashes.size(); ++k) {
     if (k == 0 || hashes[k] != hashes[k - 1]) {
-      ++t->distinct;
+      ++distinct;
     } else if (t->shared.empty() || t->shared.back() != hashes[k]) {
       t->shared.push_back(hashes[k]);
     }
   }
-  if (!t->shared.empty() && t->shared.size() * 4 <= t->distinct) {
+  t->by_lists = t->shared.size() * 4 <= distinct;
+  if (t->by_lists) {
     t->shared_of.reserve(lists.size());
     for (const auto& l : lists) t->shared_of.push_back(SharedOf(l, t->shared));
   }
@@ -270,9 +272,7 @@ Status SnapshotImpl::ResolveListedGroup(const SeriesEntry& e, size_t i, size_t j
     const bool distinct = KeysDistinctIn(*b.header, lists[k - i]);
     // The block's runs that other blocks hold too (by hash): few, looked up
     // row by row.
-    static const std::vector<uint64_t> kNone;
-    const std::vector<uint64_t>& shared_here =
-        together.shared_of.empty() ? kNone : together.shared_of[k - i];
+    const std::vector<uint64_t>& shared_here = together.shared_of[k - i];
     const bool any_shared = !shared_here.empty();
     if (distinct && !hidden && !any_shared) {
       plan->push_back(PlanItem{bi, true, {}});
@@ -409,15 +409,11 @@ Status SnapshotImpl::ComputePlan(const SeriesEntry& e) const {
     // the runs that several blocks hold are sorted together. Where most runs
     // are in several (a run logged step by step over many commits), the
     // proofs below compare pieces of runs rather than records.
-    if (listed) {
-      const std::vector<uint64_t>& shared = together->shared;
-      const size_t distinct_runs = together->distinct;
-      if (shared.size() * 4 <= distinct_runs) {
-        RUNSTORE_RETURN_IF_ERROR(
-            ResolveListedGroup(e, i, j, reserved, lists, *together, &plan, &count));
-        i = j;
-        continue;
-      }
+    if (listed && together->by_lists) {
+      RUNSTORE_RETURN_IF_ERROR(
+          ResolveListedGroup(e, i, j, reserved, lists, *together, &plan, &count));
+      i = j;
+      continue;
     }
     // The group's keys are needed: each payload is read once, for the proof
     // that no key repeats and, failing it, for the slow path.

@@ -282,9 +282,10 @@ class SnapshotImpl final : public Snapshot {
   // one of them lists (ascending) and how many distinct hashes they list.
   struct ListsTogether {
     std::vector<uint64_t> shared;
-    size_t distinct = 0;
-    // Of each list, in order, its hashes that are in `shared` (none when
-    // most runs are shared: those groups are not resolved by lists).
+    // Whether at most a quarter of the runs are in several lists: the group
+    // is then resolved block by block (ResolveListedGroup).
+    bool by_lists = false;
+    // With by_lists, of each list in order, its hashes that are in `shared`.
     std::vector<std::vector<uint64_t>> shared_of;
   };
   // Merged once per distinct sequence of lists and kept: the series of one
