@@ -156,6 +156,25 @@ struct VerifyReport {
   std::vector<Status> unchecked;
 };
 
+// The runs a scan is restricted to: made once from a list (in any order;
+// repeats count once) and shared by its copies, so that one set prepared for
+// many runs serves the scans of many series.
+class RunSet {
+ public:
+  RunSet(std::vector<RunId> runs);  // NOLINT: ScanOptions{.runs = {...}} reads as a list
+  size_t size() const;
+  bool Holds(const RunRef& run) const;
+  // Whether one of the runs lies in [lo, hi].
+  bool Overlaps(const RunRef& lo, const RunRef& hi) const;
+
+ private:
+  friend class SnapshotImpl;  // reads the runs' hashes, which the footers' run index lists
+  struct Index;
+  // Whether a run of hash `h` is in the set (and is `run`, unless null).
+  bool HoldsHash(uint64_t h, const RunRef* run) const;
+  std::shared_ptr<const Index> index_;
+};
+
 // What a scan returns besides the values, and which records.
 struct ScanOptions {
   // Fill ScanBatch's int_runs, steps, run_is_string and string_runs. Without
@@ -165,7 +184,7 @@ struct ScanOptions {
   // none); every run when unset. A block whose run range holds none of them
   // is not read, and one that holds only wanted runs is returned whole, so
   // reading one run of a store written run by run costs that run's blocks.
-  std::optional<std::vector<RunId>> runs;
+  std::optional<RunSet> runs;
   // Only the records whose step is in [first, last] (both included); every
   // step when unset. A block whose steps all lie outside is not read.
   struct StepRange {

@@ -165,16 +165,7 @@ std::vector<uint64_t> SharedOf(std::span<const uint64_t> list,
   std::vector<uint64_t> out;
   size_t from = 0;
   for (uint64_t h : list) {
-    size_t step = 1, hi = from;
-    while (hi < shared.size() && shared[hi] < h) {
-      from = hi + 1;
-      hi += step;
-      step *= 2;
-    }
-    hi = std::min(hi + 1, shared.size());
-    from = static_cast<size_t>(std::lower_bound(shared.begin() + static_cast<ptrdiff_t>(from),
-                                                shared.begin() + static_cast<ptrdiff_t>(hi), h) -
-                               shared.begin());
+    from = GallopTo(shared, from, h);
     if (from == shared.size()) break;
     if (shared[from] == h) out.push_back(h);
   }

@@ -76,15 +76,16 @@ bool SnapshotImpl::MayHoldRuns(const BlockRef& b, std::span<const uint64_t> run_
   if (!ri) return true;
   const auto listed = ri->Of(b.block);
   if (listed.empty()) return true;
-  // The smaller list searched in the larger.
-  if (listed.size() < run_hashes.size()) {
-    for (uint64_t h : listed) {
-      if (std::binary_search(run_hashes.begin(), run_hashes.end(), h)) return true;
-    }
-    return false;
-  }
-  for (uint64_t h : run_hashes) {
-    if (std::binary_search(listed.begin(), listed.end(), h)) return true;
+  // Both lists are sorted: each element of the smaller is searched in the
+  // larger from where the one before it was found, by doubling steps, so that
+  // a block that holds none costs O(m log(n/m)) for lists of m <= n hashes.
+  std::span<const uint64_t> small = listed, large = run_hashes;
+  if (small.size() > large.size()) std::swap(small, large);
+  size_t at = 0;
+  for (uint64_t h : small) {
+    at = GallopTo(large, at, h);
+    if (at == large.size()) return false;
+    if (large[at] == h) return true;
   }
   return false;
 }

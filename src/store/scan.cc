@@ -1,6 +1,7 @@
 // Scans (Snapshot::Scan): the visible records of a series, batch by batch,
 // filtered by runs and steps.
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <optional>
 
@@ -12,42 +13,104 @@ namespace runstore {
 using format::BlockHeader;
 using format::Key;
 
-namespace {
+// The runs sorted, for the key ranges of blocks, and by hash: an open
+// addressing table, in which a record's run is found with one probe or a few
+// (its run compared only where the hashes agree), and the hashes sorted, as
+// the footers' run index lists them.
+struct RunSet::Index {
+  static constexpr uint32_t kEmpty = UINT32_MAX;
+  std::vector<RunId> sorted;
+  std::vector<std::pair<uint64_t, uint32_t>> table;  // (hash, position in sorted) or kEmpty
+  std::vector<uint64_t> hashes;                      // sorted, each once
 
-// The runs a scan is restricted to, sorted for lookups.
-class RunFilter {
- public:
-  explicit RunFilter(std::vector<RunId> runs) : runs_(std::move(runs)) {
-    std::sort(runs_.begin(), runs_.end());
-  }
-  // Whether a wanted run lies in [lo, hi].
-  bool Overlaps(const RunRef& lo, const RunRef& hi) const {
-    auto it = std::lower_bound(runs_.begin(), runs_.end(), lo, [](const RunId& a, const RunRef& b) {
-      return CompareRunRef(b, a) > 0;
-    });
-    return it != runs_.end() && CompareRunRef(hi, *it) >= 0;
-  }
-  bool Holds(const RunRef& run) const {
-    auto it =
-        std::lower_bound(runs_.begin(), runs_.end(), run,
-                         [](const RunId& a, const RunRef& b) { return CompareRunRef(b, a) > 0; });
-    return it != runs_.end() && CompareRunRef(run, *it) == 0;
-  }
+  // One bit per 16 runs' worth of the hash space, set for each run's hash: a
+  // run not in the set is told apart by one bit in most cases (1 in 16 looks
+  // further), in a table of a few bytes per run that stays in the cache while
+  // a scan looks up every run a block lists.
+  std::vector<uint64_t> bits;
+  int bits_shift = 63;
 
- private:
-  std::vector<RunId> runs_;
+  size_t Slot(uint64_t h) const { return (h * 0x9E3779B97F4A7C15ull) >> shift; }
+  bool MayHold(uint64_t h) const {
+    const uint64_t bit = h >> bits_shift;
+    return (bits[bit >> 6] >> (bit & 63)) & 1;
+  }
+  int shift = 63;
 };
+
+RunSet::RunSet(std::vector<RunId> runs) {
+  auto index = std::make_shared<Index>();
+  std::sort(runs.begin(), runs.end());
+  runs.erase(std::unique(runs.begin(), runs.end()), runs.end());
+  index->sorted = std::move(runs);
+  const size_t n = index->sorted.size();
+  size_t slots = 2;
+  while (slots < 2 * n) slots *= 2;
+  index->shift = 64 - std::countr_zero(slots);
+  index->table.assign(slots, {0, Index::kEmpty});
+  const size_t bits = std::max<size_t>(64, 8 * slots);  // 16 per run, or more
+  index->bits_shift = 64 - std::countr_zero(bits);
+  index->bits.assign(bits / 64, 0);
+  index->hashes.reserve(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    const uint64_t h = format::RunHash(RunRef(index->sorted[i]));
+    size_t at = index->Slot(h);
+    while (index->table[at].second != Index::kEmpty) at = (at + 1) & (slots - 1);
+    index->table[at] = {h, i};
+    const uint64_t bit = h >> index->bits_shift;
+    index->bits[bit >> 6] |= uint64_t{1} << (bit & 63);
+    index->hashes.push_back(h);
+  }
+  std::sort(index->hashes.begin(), index->hashes.end());
+  index->hashes.erase(std::unique(index->hashes.begin(), index->hashes.end()), index->hashes.end());
+  index_ = std::move(index);
+}
+
+size_t RunSet::size() const { return index_->sorted.size(); }
+
+bool RunSet::Holds(const RunRef& run) const { return HoldsHash(format::RunHash(run), &run); }
+
+bool RunSet::HoldsHash(uint64_t h, const RunRef* run) const {
+  const Index& x = *index_;
+  if (!x.MayHold(h)) return false;
+  const size_t mask = x.table.size() - 1;
+  for (size_t at = x.Slot(h); x.table[at].second != Index::kEmpty; at = (at + 1) & mask) {
+    if (x.table[at].first != h) continue;
+    if (run == nullptr || CompareRunRef(*run, x.sorted[x.table[at].second]) == 0) return true;
+  }
+  return false;
+}
+
+bool RunSet::Overlaps(const RunRef& lo, const RunRef& hi) const {
+  const auto& sorted = index_->sorted;
+  auto it = std::lower_bound(sorted.begin(), sorted.end(), lo, [](const RunId& a, const RunRef& b) {
+    return CompareRunRef(b, a) > 0;
+  });
+  return it != sorted.end() && CompareRunRef(hi, *it) >= 0;
+}
+
+bool SnapshotImpl::MayHoldRuns(const BlockRef& b, const RunSet& runs) const {
+  const auto& ri = segments_[b.segment]->index.run_index;
+  if (!ri) return true;
+  const auto listed = ri->Of(b.block);
+  if (listed.empty()) return true;
+  // A block's few runs are looked up in the set's table; a set of fewer runs
+  // than the block lists is searched in the block's sorted list.
+  if (listed.size() <= runs.size()) {
+    return std::any_of(listed.begin(), listed.end(),
+                       [&](uint64_t h) { return runs.HoldsHash(h, nullptr); });
+  }
+  return MayHoldRuns(b, runs.index_->hashes);
+}
+
+namespace {
 
 class ScannerImpl final : public SeriesScanner {
  public:
   ScannerImpl(const SnapshotImpl* snap, const SnapshotImpl::SeriesEntry* e,
               const ScanOptions& options)
       : snap_(snap), e_(e), keys_(options.keys), steps_(options.steps) {
-    if (options.runs) {
-      filter_.emplace(*options.runs);
-      for (const RunId& r : *options.runs) filter_hashes_.push_back(format::RunHash(RunRef(r)));
-      std::sort(filter_hashes_.begin(), filter_hashes_.end());
-    }
+    if (options.runs) filter_.emplace(*options.runs);
   }
 
   Result<bool> Next(ScanBatch* batch) override {
@@ -61,7 +124,7 @@ class ScannerImpl final : public SeriesScanner {
       if (filter_ && !filter_->Overlaps(h.min_key.run, h.max_key.run)) continue;
       // Hashed ids spread every block's key range over the whole key space, so
       // the range alone rules out none: the footer's run index does.
-      if (filter_ && !snap_->MayHoldRuns(e_->blocks[item.block], filter_hashes_)) continue;
+      if (filter_ && !snap_->MayHoldRuns(e_->blocks[item.block], *filter_)) continue;
       if (steps_ && (h.max_step < steps_->first || h.min_step > steps_->last)) continue;
       RUNSTORE_ASSIGN_OR_RETURN(Payload p, snap_->ReadPayload(e_->blocks[item.block]));
       const bool steps_within =
@@ -165,9 +228,8 @@ class ScannerImpl final : public SeriesScanner {
   const SnapshotImpl::SeriesEntry* e_;
   const bool keys_;  // ScanOptions::keys
   const std::optional<ScanOptions::StepRange> steps_;
-  std::optional<RunFilter> filter_;
-  std::vector<uint64_t> filter_hashes_;  // RunHash of the filter's runs, sorted
-  std::vector<uint32_t> selected_;       // the rows of a block that the filter keeps
+  std::optional<RunSet> filter_;
+  std::vector<uint32_t> selected_;  // the rows of a block that the filter keeps
   size_t pos_ = 0;
 };
 

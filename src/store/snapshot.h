@@ -251,6 +251,7 @@ class SnapshotImpl final : public Snapshot {
   // (open, or of an older version). Get and a scan filtered to runs both ask
   // it, so they leave out the same blocks.
   bool MayHoldRuns(const BlockRef& b, std::span<const uint64_t> run_hashes) const;
+  bool MayHoldRuns(const BlockRef& b, const RunSet& runs) const;
   // Every visible run of the non-reserved series, block by block (a run may
   // come more than once): to `hashes` the run-index lists of whole blocks
   // that have one, when `hashes` is set; each other run to `run`.

@@ -17,6 +17,23 @@
 
 namespace runstore {
 
+// The first position at or after `from` of a value >= h in `sorted` (its
+// size if none), searched in steps that double from `from`: a run of
+// ascending values looked up one after another, each from where the one
+// before was found, costs O(m log(n / m)) for m values in n.
+inline size_t GallopTo(std::span<const uint64_t> sorted, size_t from, uint64_t h) {
+  size_t step = 1, hi = from;
+  while (hi < sorted.size() && sorted[hi] < h) {
+    from = hi + 1;
+    hi += step;
+    step *= 2;
+  }
+  hi = std::min(hi + 1, sorted.size());
+  return static_cast<size_t>(std::lower_bound(sorted.begin() + static_cast<ptrdiff_t>(from),
+                                              sorted.begin() + static_cast<ptrdiff_t>(hi), h) -
+                             sorted.begin());
+}
+
 inline int CompareRunRef(const RunRef& a, const RunId& b) {
   if (a.is_string != b.is_string()) return a.is_string ? 1 : -1;
   if (!a.is_string) return a.i < b.int_value() ? -1 : (a.i > b.int_value() ? 1 : 0);
