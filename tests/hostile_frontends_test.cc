@@ -463,10 +463,17 @@ def read_all(path, tag):
             except ValueError as e:  # a series (or base) of a type it does not read
                 if "scan_aligned reads those only" not in str(e) and "not of scalars" not in str(e):
                     raise
+        def aligned_runs(n):
+            try:
+                s._core.read_aligned([0, 1, 2, "a", "zz"], [n])
+            except ValueError as e:  # a series of a type it does not read
+                if "scan_aligned reads those only" not in str(e):
+                    raise
         for n in everything:
             ops.append((f"scan {n!r}", lambda n=n: s.scan(n)))
             ops.append((f"scan {n!r} keys=False", lambda n=n: s.scan(n, keys=False)))
             ops.append((f"scan_aligned {n!r}", lambda n=n: aligned(n)))
+            ops.append((f"read_aligned {n!r}", lambda n=n: aligned_runs(n)))
         ops.append(("to_pandas", s.to_pandas))
         ops.append(("load_results", lambda: runstore.load_results(s)))
         ops.append(("export_tar", lambda: s.export_tar(os.path.join(scratch, f"{tag}.tar.gz"))))

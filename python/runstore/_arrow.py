@@ -190,19 +190,15 @@ def _run_array(run: np.ndarray) -> Any:
     return pa.array([r if isinstance(r, str) else str(r) for r in run.tolist()], type=pa.string())
 
 
-def _experiment_batch(
-    table: ExperimentTable, rows: slice, names: list[str], status: dict[str, ex.Column]
-) -> Any:
+def _experiment_batch(table: ExperimentTable, rows: slice, names: list[str]) -> Any:
     import pyarrow as pa
 
     ids = table.index.take_array(rows)
     arrays = [_run_array(ids) if ids.dtype == object else pa.array(ids, type=pa.int64())]
-    for c in table.params.values():
-        cc = c.take(rows)
-        arrays.append(_arrow_array(cc.values, cc.present, c.dtype, ()))
-    for c in status.values():
-        cc = c.take(rows)
-        arrays.append(_arrow_array(cc.values, cc.present, c.dtype, ()))
+    for c in table.param_columns(rows).values():
+        arrays.append(_arrow_array(c.values, c.present, c.dtype, ()))
+    for c in table.status_columns(rows).values():
+        arrays.append(_arrow_array(c.values, c.present, c.dtype, ()))
     for o in table.outcomes:
         cc = table.chunk(o, rows)
         arrays.append(_arrow_array(cc.values, cc.present, o.dtype, o.shape))
@@ -233,10 +229,11 @@ def export_parquet(
             pq.write_table(t, sink, row_group_size=row_group_rows, compression=compression)
             rows = t.num_rows
         else:
-            table = ExperimentTable(store, ids=False)  # ids made a row group at a time
+            # Ids made and scalar columns read a row group (a window) at a time.
+            table = ExperimentTable(store, ids=False, window=True)
             table.progress = _progress.Work(line, table.n, "rows")
-            status = table.status_columns()
-            names = [ex.ID_COLUMN, *table.params, *(table.status_names[f] for f in status)]
+            status = table.status_columns(slice(0, 0))  # the fields, in their order
+            names = [ex.ID_COLUMN, *table.param_names, *(table.status_names[f] for f in status)]
             fixed = set(names)
             taken = fixed | {o.name for o in table.outcomes}
             outcome_meta = []
@@ -255,7 +252,7 @@ def export_parquet(
                 "format": EXPORT_FORMAT,
                 "version": EXPORT_VERSION,
                 "experiments": table.n,
-                "parameters": list(table.params),
+                "parameters": list(table.param_names),
                 "status": {f: table.status_names[f] for f in status},
                 "outcomes": outcome_meta,
             }
@@ -263,14 +260,14 @@ def export_parquet(
             rows = 0
             row_bytes = sum(o.row_bytes for o in table.outcomes) + 64
             for sl in table.chunks(row_group_rows, row_bytes, PARQUET_ROW_GROUP_BYTES):
-                batch = _for_parquet(_experiment_batch(table, sl, names, status))
+                batch = _for_parquet(_experiment_batch(table, sl, names))
                 if writer is None:
                     schema = batch.schema.with_metadata({"runstore": json.dumps(meta)})
                     writer = pq.ParquetWriter(sink, schema, compression=compression)
                 writer.write_batch(batch, row_group_size=row_group_rows)
                 rows += batch.num_rows
             if writer is None:  # no experiments: an empty table with the columns
-                batch = _for_parquet(_experiment_batch(table, slice(0, 0), names, status))
+                batch = _for_parquet(_experiment_batch(table, slice(0, 0), names))
                 schema = batch.schema.with_metadata({"runstore": json.dumps(meta)})
                 writer = pq.ParquetWriter(sink, schema, compression=compression)
                 writer.write_batch(batch)

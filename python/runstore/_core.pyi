@@ -184,6 +184,9 @@ class Store:
         ids: bool = False,
         ordered: bool = False,
     ) -> dict[str, Any]: ...
+    def read_aligned(
+        self, runs: Sequence[int | str], names: Sequence[str], step: int = 0
+    ) -> dict[str, Any]: ...
 
 class EmaBatch:
     """EMA workbench experiments kept until their batch is written (runstore.ema's callback;

@@ -1,11 +1,14 @@
 """A store's experiments as one table (ids, parameters, status, outcomes in design order), read
 in bounded memory: what export_tar and export_parquet write, row chunk by row chunk.
 
-Memory: the experiment index and the scalar columns (parameters, status, scalar outcomes) are
-held as arrays of one entry per experiment (tens of bytes each); array outcomes are read
-``chunk_rows`` experiments at a time. Pages of the store's mapped segment files are released
-after every chunk (they are page cache, but they would count in the process's resident set), so
-the resident set stays flat however many experiments and outcomes there are.
+Memory: the experiment ids are held as the runs of the design's aligned read (about 24 bytes an
+experiment, no Python object per id). A table made with ``window=True`` (the exports) reads its
+scalar columns (parameters, status, scalar outcomes) a window of at most ``WINDOW_BYTES`` at a
+time, each window one read of the blocks that hold its experiments (``read_aligned``); without
+it they are held whole, as arrays of one entry per experiment, for the readers that need all of
+them at once (the report, xarray). Array outcomes are read ``chunk_rows`` experiments at a time.
+Pages of the store's mapped segment files are released after every chunk (they are page cache,
+but they would count in the process's resident set).
 """
 
 from __future__ import annotations
@@ -29,6 +32,9 @@ EXPORT_FORMAT = "runstore-experiments"
 EXPORT_VERSION = 1
 #: Bytes of outcome values read (and formatted) at a time, whatever chunk_rows says.
 CHUNK_BYTES = 4 << 20
+#: Bytes of scalar columns (parameters, status, scalar outcomes) a windowed table reads at a
+#: time, about (their values, presence and string codes).
+WINDOW_BYTES = 32 << 20
 
 
 # -- releasing mapped pages ----------------------------------------------------------------------
@@ -102,10 +108,19 @@ class ExperimentTable:
     A store without a design (no define_experiments) is read as if every run id with a
     visible record were an experiment without parameters."""
 
-    def __init__(self, store: Store, names: Iterable[str] | None = None, ids: bool = True) -> None:
+    def __init__(
+        self,
+        store: Store,
+        names: Iterable[str] | None = None,
+        ids: bool = True,
+        window: bool = False,
+    ) -> None:
         """``ids=False``: the ids may be kept as the runs of the aligned read (an
         :class:`ex.RunList`, no Python object per experiment), for readers that take them a chunk
-        at a time (``index.take_array``), as the exports do."""
+        at a time (``index.take_array``), as the exports do. ``window=True``: the scalar columns
+        are read a window of rows at a time (:meth:`columns`), where the design allows (its
+        rows are integers and every scalar series is one ``read_aligned`` reads), and
+        :attr:`params` and :attr:`status` are not held."""
         store.refresh()
         self.store = store
         #: Every series of the snapshot read, reserved ones included (the _core series dicts).
@@ -116,39 +131,81 @@ class ExperimentTable:
             if n not in infos:
                 raise KeyError(f"series {n!r} not found")
         params = ex.design_columns(store, infos)
-        # Parameters, status and scalar outcomes in one aligned read (the core releases the
-        # pages of each series' scan before the next).
+        #: The parameters' names, in the order they were first defined.
+        self.param_names = params
         scalars = [n for n in names if Outcome(n, infos[n]).scalar]
-        wanted = [ex.DESIGN + p for p in params] + ex.status_series(infos) + scalars
-        if self.has_design:
+        fields = [ex.DESIGN + p for p in params] + ex.status_series(infos)
+        self.windowed = (
+            window
+            and self.has_design
+            and ex.aligned_design(infos)
+            and all(ex.alignable(infos[n]) for n in fields)
+        )
+        if self.windowed:  # scalars of bytes are read a chunk at a time, as arrays are
+            scalars = [n for n in scalars if ex.alignable(infos[n])]
+        #: The series read as scalar columns: parameters, status, scalar outcomes.
+        self._scalar_series = wanted = fields + scalars
+        self._held: dict[str, ex.Column] | None = None
+        self._window: tuple[slice, dict[str, ex.Column]] | None = None
+        if self.windowed:
             self.index: ex.ExperimentIndex | ex.RunList
-            self.index, cols = ex.load_aligned(store, wanted, infos, ids=ids)
+            self.index, _ = ex.load_aligned(store, [], infos, ids=False)
+        elif self.has_design:
+            # Parameters, status and scalar outcomes in one aligned read (the core releases the
+            # pages of each series' scan before the next).
+            self.index, self._held = ex.load_aligned(store, wanted, infos, ids=ids)
         else:
             runs = store._core.runs()
             int_runs = all(isinstance(r, int) for r in runs)
-            ids = np.array(runs, dtype=np.int64 if int_runs else object)
-            self.index = ex.ExperimentIndex(ids)
-            cols = {n: ex.read_column(store, n, self.index, infos[n]) for n in wanted}
+            run_ids = np.array(runs, dtype=np.int64 if int_runs else object)
+            self.index = ex.ExperimentIndex(run_ids)
+            self._held = {n: ex.read_column(store, n, self.index, infos[n]) for n in wanted}
         release_mapped_pages(store)
         self.n = len(self.index)
-        self.params = {p: cols[ex.DESIGN + p] for p in params}
-        self.status = ex.status_of(cols, self.n)
-        self.status_names = ex.status_names(self.params)
+        self.status_names = ex.status_names(params)
+        #: Rows a window of the scalar columns holds (every row when they are held whole).
+        self.window_rows = max(1, self.n)
+        if self.windowed:
+            # The id as a Python str, and what the read holds for each run while it places
+            # them (its lists of the runs, by hash and sorted), besides the columns.
+            row_bytes = 400
+            for n in wanted:
+                o = Outcome(n, infos[n])
+                row_bytes += (4 if o.dtype == "string" else o.row_bytes) + 1
+            self.window_rows = max(1, WINDOW_BYTES // row_bytes)
         self.outcomes: list[Outcome] = []
         #: Counts the rows of every chunk handed out (an export's progress bar).
         self.progress = _progress.quiet()
-        self.add_outcomes(names, {n: cols[n] for n in scalars})
+        self.add_outcomes(names)
 
-    def add_outcomes(self, names: Iterable[str], read: dict[str, ex.Column] | None = None) -> None:
+    @property
+    def params(self) -> dict[str, ex.Column]:
+        """Every parameter's whole Column (a table not windowed)."""
+        assert self._held is not None, "a windowed table holds no whole columns"
+        return {p: self._held[ex.DESIGN + p] for p in self.param_names}
+
+    @property
+    def status(self) -> dict[str, ex.Column]:
+        """Every status field's whole Column (a table not windowed)."""
+        assert self._held is not None, "a windowed table holds no whole columns"
+        return ex.status_of(self._held, self.n)
+
+    def add_outcomes(self, names: Iterable[str]) -> None:
         """Adds the outcomes ``names`` (KeyError for one the snapshot lacks); the scalar ones
-        (and those of no elements) are read whole, as Columns (or taken from ``read``)."""
+        are read with the table's scalar columns, those of no elements whole (as Columns)."""
         for n in names:
             if n not in self.infos:
                 raise KeyError(f"series {n!r} not found")
             o = Outcome(n, self.infos[n])
-            if read is not None and n in read:
-                o.column = read[n]
-            elif o.scalar or o.empty:
+            if o.scalar and n not in self._scalar_series and self._held is not None:
+                self._scalar_series.append(n)
+                self._held[n] = ex.read_column(
+                    self.store, n, self.experiment_index(), self.infos[n]
+                )
+                release_mapped_pages(self.store)
+            if o.scalar and self._held is not None:
+                o.column = self._held[n]
+            elif o.empty:
                 o.column = ex.read_column(self.store, n, self.experiment_index(), self.infos[n])
                 release_mapped_pages(self.store)
             self.outcomes.append(o)
@@ -166,15 +223,47 @@ class ExperimentTable:
             return "int64"
         return "string" if strings == self.n else "mixed"
 
-    def status_columns(self) -> dict[str, ex.Column]:
-        """Status as exported: "pending" where never started, attempt 0 where never started;
+    def columns(self, rows: slice) -> dict[str, ex.Column]:
+        """The scalar columns (parameters, status, scalar outcomes, by series) of the
+        experiments in ``rows``, a slice within one window (as :meth:`chunks` gives them):
+        taken from the whole columns, or from the window read last, or read now."""
+        if self._held is not None:
+            return {n: c.take(rows) for n, c in self._held.items()}
+        w = self.window_rows
+        start = rows.start // w * w
+        if rows.stop > start + w:
+            raise ValueError(f"rows {rows.start}:{rows.stop} straddle windows of {w} rows")
+        if self._window is None or self._window[0].start != start:
+            self._window = None  # the window before is freed before the next is read
+            window = slice(start, min(self.n, start + w))
+            ids = self.index.take_array(window)
+            read = self.store._core.read_aligned(ids.tolist(), self._scalar_series)["columns"]
+            del ids
+            cols = {n: ex.aligned_column(c, self.infos[n]["dtype"]) for n, c in read.items()}
+            release_mapped_pages(self.store)
+            self._window = (window, cols)
+        window, cols = self._window
+        at = slice(rows.start - window.start, rows.stop - window.start)
+        return {n: c.take(at) for n, c in cols.items()}
+
+    def param_columns(self, rows: slice) -> dict[str, ex.Column]:
+        """Every parameter's Column for ``rows`` (see :meth:`columns`)."""
+        cols = self.columns(rows)
+        return {p: cols[ex.DESIGN + p] for p in self.param_names}
+
+    def status_columns(self, rows: slice | None = None) -> dict[str, ex.Column]:
+        """Status as exported (of ``rows``, see :meth:`columns`, or of every experiment of a
+        table not windowed): "pending" where never started, attempt 0 where never started;
         other fields absent (empty cells) where there is no record, and no error for done."""
-        st = self.status
-        cols = ex.status_frame_columns(st)
+        if rows is None:
+            assert self._held is not None, "a windowed table gives its status a window at a time"
+            rows = slice(0, self.n)
+        cols = self.columns(rows)
+        st = ex.status_of(cols, rows.stop - rows.start)
         out = {}
-        for c, v in cols.items():
+        for c, v in ex.status_frame_columns(st).items():
             if c in ("state", "attempt"):
-                present = np.ones(self.n, dtype=bool)
+                present = np.ones(len(v), dtype=bool)
             elif c == "error":
                 present = np.not_equal(v, None) if len(v) else np.zeros(0, dtype=bool)
             else:
@@ -186,19 +275,25 @@ class ExperimentTable:
         """Outcome ``o`` for the experiments in ``rows`` (see :func:`read_rows`)."""
         if o.column is not None:
             return o.column.take(rows)
+        if o.name in self._scalar_series:
+            return self.columns(rows)[o.name]
         return read_rows(self.store, self.index, o, rows)
 
     def chunks(
         self, chunk_rows: int, row_bytes: int = 0, budget: int = CHUNK_BYTES
     ) -> Iterable[slice]:
-        """Slices of at most chunk_rows experiments and about ``budget`` bytes of values; the
-        store's mapped pages are released after each."""
+        """Slices of at most chunk_rows experiments and about ``budget`` bytes of values, none
+        across two windows of the scalar columns; the store's mapped pages are released after
+        each."""
         rows = rows_per_chunk(chunk_rows, row_bytes, budget)
-        for start in range(0, self.n, rows):
-            stop = min(self.n, start + rows)
-            yield slice(start, stop)
-            release_mapped_pages(self.store)
-            self.progress.add(stop - start)
+        for window in range(0, self.n, self.window_rows):
+            end = min(self.n, window + self.window_rows)
+            for start in range(window, end, rows):
+                stop = min(end, start + rows)
+                yield slice(start, stop)
+                release_mapped_pages(self.store)
+                self.progress.add(stop - start)
+        self._window = None
 
 
 def rows_per_chunk(chunk_rows: int, row_bytes: int, budget: int = CHUNK_BYTES) -> int:

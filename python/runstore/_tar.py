@@ -236,21 +236,43 @@ class _TarOut:
         self.out.abort()
 
 
-def _column_meta(name: str, col: ex.Column, role: str, **extra: Any) -> dict[str, Any]:
-    """metadata.json entry of one scalar column, with the rule that tells an empty string from
-    an absent value (docs/experiments.md)."""
-    m: dict[str, Any] = {"name": name, "role": role, "dtype": col.dtype, **extra}
-    missing = int((~col.present).sum())
-    m["missing"] = missing
-    if col.dtype in ("string", "bytes") and missing:
-        vals = col.values[col.present]
-        empty = any(len(v) == 0 for v in vals.tolist())
-        if empty:
-            m["missing_rows"] = np.flatnonzero(~col.present).tolist()
-    elif missing and col.values.ndim > 1 and 0 in col.values.shape[1:]:
-        # Arrays of no elements have no cells at all: only the list says which are absent.
-        m["missing_rows"] = np.flatnonzero(~col.present).tolist()
-    return m
+class _ColumnStats:
+    """The metadata.json entry of one scalar column, gathered a chunk of rows at a time: its
+    missing cells, and the rule that tells an empty string from an absent value
+    (docs/experiments.md). The absent rows of a column that may need them (strings and bytes;
+    arrays of no elements) are kept in a spool file until the end says whether they are."""
+
+    def __init__(self, out: _TarOut, name: str, dtype: str, role: str, **extra: Any) -> None:
+        self.meta: dict[str, Any] = {"name": name, "role": role, "dtype": dtype, **extra}
+        self.missing = 0
+        self.empty = False  # a string or bytes value of length 0 was seen
+        self.no_elements = False  # arrays of no elements: no cell shows an absent one
+        self._out = out
+        self._rows: IO[bytes] | None = None
+
+    def add(self, col: ex.Column, start: int) -> None:
+        absent = ~col.present
+        missing = int(absent.sum())
+        self.missing += missing
+        strings = col.dtype in ("string", "bytes")
+        if strings and not self.empty:
+            self.empty = any(len(v) == 0 for v in col.values[col.present].tolist())
+        if col.values.ndim > 1 and 0 in col.values.shape[1:]:
+            self.no_elements = True
+        if missing and (strings or self.no_elements):
+            if self._rows is None:
+                self._rows = self._out.spool()
+            self._rows.write((np.flatnonzero(absent) + start).astype("<i8").tobytes())
+
+    def entry(self) -> dict[str, Any]:
+        m = dict(self.meta, missing=self.missing)
+        if self.missing and (self.empty or self.no_elements) and self._rows is not None:
+            self._rows.seek(0)
+            m["missing_rows"] = np.frombuffer(self._rows.read(), dtype="<i8").tolist()
+        if self._rows is not None:
+            self._rows.close()
+            self._rows = None
+        return m
 
 
 def _cells(col: ex.Column) -> tuple[np.ndarray, np.ndarray | None]:
@@ -278,10 +300,12 @@ def export_tar(
         ExportFile(path, store_path=store.path, overwrite=overwrite) as f,
     ):
         line.show("reading the experiments")
-        # The ids stay the runs of the read until a chunk of them is written.
-        table = ExperimentTable(store, ids=False)
-        # Every member but metadata.json is one pass over the experiments.
-        table.progress = _progress.Work(line, table.n * (1 + len(table.outcomes)), "rows")
+        # The ids stay the runs of the read until a chunk of them is written, and the scalar
+        # columns are read a window at a time.
+        table = ExperimentTable(store, ids=False, window=True)
+        # One pass over the experiments for the scalar columns, one for each array outcome.
+        passes = 1 + sum(not (o.scalar or o.column is not None) for o in table.outcomes)
+        table.progress = _progress.Work(line, table.n * passes, "rows")
         out = _TarOut(f, compresslevel)
         try:
             summary = _write_tar(table, out, chunk_rows)
@@ -295,20 +319,22 @@ def export_tar(
 
 
 def _write_tar(table: ExperimentTable, out: _TarOut, chunk_rows: int) -> dict[str, Any]:
-    status = table.status_columns()
+    """Writes the archive: experiments.csv and the scalar outcomes' members in one pass over the
+    experiments (each spooled, so that metadata.json, which comes first and says what they
+    hold, is written once they are), then each array outcome in a pass of its own."""
     snames = table.status_names
+    status_fields = list(table.status_columns(slice(0, 0)))
 
     # experiments.csv: id, parameters, status.
     columns: list[dict[str, Any]] = [{"name": ex.ID_COLUMN, "role": "id", "dtype": table.id_dtype}]
     if table.id_dtype == "mixed":
         columns[0]["string_id_rows"] = table.index.string_rows().tolist()
-    exp_cols: list[ex.Column] = []
-    for p, c in table.params.items():
-        columns.append(_column_meta(p, c, "parameter"))
-        exp_cols.append(c)
-    for field, c in status.items():
-        columns.append(_column_meta(snames[field], c, "status", field=field))
-        exp_cols.append(c)
+    dtypes = {p: table.infos[ex.DESIGN + p]["dtype"] for p in table.param_names}
+    first = {f: c.dtype for f, c in table.status_columns(slice(0, 0)).items()}
+    param_stats = {p: _ColumnStats(out, p, dtypes[p], "parameter") for p in table.param_names}
+    status_stats = {
+        f: _ColumnStats(out, snames[f], first[f], "status", field=f) for f in status_fields
+    }
 
     # Outcomes: one member each (and a mask for .npy files).
     used_lower: set[str] = set()
@@ -333,19 +359,52 @@ def _write_tar(table: ExperimentTable, out: _TarOut, chunk_rows: int) -> dict[st
                 m["columns"] = [ex.ID_COLUMN, o.name + ".shape", o.name]
             else:
                 m["columns"] = [ex.ID_COLUMN] + element_names(o.name, o.shape or ())
-            if o.column is not None:
-                m.update(
-                    {
-                        k: v
-                        for k, v in _column_meta(o.name, o.column, "outcome").items()
-                        if k in ("missing", "missing_rows")
-                    }
-                )
         else:
             m["format"] = "npy"
             m["member"] = base + ".npy"
             m["mask_member"] = base + ".mask.npy"
         outcomes.append(m)
+
+    # The pass over the scalar columns: experiments.csv, and the members of the outcomes read
+    # with them (scalars) or whole (arrays of no elements), with what metadata.json says of each.
+    with_columns = [
+        (o, m) for o, m in zip(table.outcomes, outcomes)
+        if m["format"] == "csv" and (o.scalar or o.column is not None)
+    ]  # fmt: skip
+    outcome_stats = {o.name: _ColumnStats(out, o.name, o.dtype, "outcome") for o, _ in with_columns}
+    spools = {o.name: out.spool() for o, _ in with_columns}
+    exported: dict[str, int] = {o.name: 0 for o, _ in with_columns}
+    f = out.spool()
+    f.write(_header([c["name"] for c in columns]
+                    + [param_stats[p].meta["name"] for p in table.param_names]
+                    + [status_stats[s].meta["name"] for s in status_fields]))  # fmt: skip
+    for o, m in with_columns:
+        spools[o.name].write(_header(m["columns"]))
+    row_bytes = 8 * (len(param_stats) + len(status_stats) + len(with_columns) + 1)
+    for rows in table.chunks(chunk_rows, row_bytes):
+        ids = table.index.take_array(rows)
+        vals, masks = [ids], [None]
+        for cols, stats in (
+            (table.param_columns(rows), param_stats),
+            (table.status_columns(rows), status_stats),
+        ):
+            for k, c in cols.items():
+                stats[k].add(c, rows.start)
+                v, a = _cells(c)
+                vals.append(v)
+                masks.append(a)
+        _core.csv_rows(vals, masks, f.write, text_cells=True)
+        for o, _ in with_columns:
+            col = table.chunk(o, rows)
+            outcome_stats[o.name].add(col, rows.start)
+            exported[o.name] += int(col.present.sum())
+            _write_csv_rows(spools[o.name], ids, o, col)
+
+    columns += [param_stats[p].entry() for p in table.param_names]
+    columns += [status_stats[s].entry() for s in status_fields]
+    for o, m in with_columns:
+        e = outcome_stats[o.name].entry()
+        m.update({k: v for k, v in e.items() if k in ("missing", "missing_rows")})
 
     meta = {
         "format": EXPORT_FORMAT,
@@ -378,26 +437,22 @@ def _write_tar(table: ExperimentTable, out: _TarOut, chunk_rows: int) -> dict[st
         },
     }
     out.add_bytes("metadata.json", json.dumps(meta, indent=1, ensure_ascii=False).encode())
-
-    f = out.spool()
-    f.write(_header([c["name"] for c in columns]))
-    for rows in table.chunks(chunk_rows, 8 * (len(exp_cols) + 1)):
-        vals, masks = [table.index.take_array(rows)], [None]
-        for c in exp_cols:
-            v, a = _cells(c.take(rows))
-            vals.append(v)
-            masks.append(a)
-        _core.csv_rows(vals, masks, f.write, text_cells=True)
     out.add("experiments.csv", f)
 
-    # Records that are not part of the experiment table: at steps other than 0, or of runs
-    # that are not experiments. Counted, so that the caller can say so.
+    # The outcomes' members in their order: those written above from their spools, the others
+    # now, each a pass over the experiments. Records that are not part of the experiment table
+    # (at steps other than 0, or of runs that are not experiments) are counted, so that the
+    # caller can say so.
     left_out: dict[str, int] = {}
     for o, m in zip(table.outcomes, outcomes):
-        write = _write_outcome_csv if m["format"] == "csv" else _write_outcome_npy
-        exported = write(table, o, m, out, chunk_rows)
-        if o.info["count"] > exported:
-            left_out[o.name] = int(o.info["count"] - exported)
+        if o.name in spools:
+            out.add(m["member"], spools.pop(o.name))
+            n_exported = exported[o.name]
+        else:
+            write = _write_outcome_csv if m["format"] == "csv" else _write_outcome_npy
+            n_exported = write(table, o, m, out, chunk_rows)
+        if o.info["count"] > n_exported:
+            left_out[o.name] = int(o.info["count"] - n_exported)
     return {
         "path": out.path,
         "experiments": table.n,
@@ -413,28 +468,32 @@ def _write_outcome_csv(
     f.write(_header(m["columns"]))
     exported = 0
     for rows in table.chunks(chunk_rows, o.row_bytes):
-        ids = table.index.take_array(rows)
         col = table.chunk(o, rows)
         exported += int(col.present.sum())
-        if o.variable:
-            shapes = np.full(len(col.values), None, dtype=object)
-            texts = np.full(len(col.values), None, dtype=object)
-            for k, v in enumerate(col.values.tolist()):
-                if v is not None:
-                    shapes[k] = json.dumps(list(v.shape))
-                    texts[k] = json.dumps(_json_values(v), separators=(",", ":"), allow_nan=True)
-            # The shape and the values are JSON of numbers, not text: written as they are.
-            _core.csv_rows(
-                [ids, shapes, texts],
-                [None, None, None],
-                f.write,
-                text_cells=[True, False, False],
-            )
-        else:
-            v, a = _cells(col)
-            _core.csv_rows([ids, v], [None, a], f.write, text_cells=True)
+        _write_csv_rows(f, table.index.take_array(rows), o, col)
     out.add(m["member"], f)
     return exported
+
+
+def _write_csv_rows(f: IO[bytes], ids: np.ndarray, o: Outcome, col: ex.Column) -> None:
+    """The rows of outcome ``o``'s member for experiments ``ids`` (their values ``col``)."""
+    if o.variable:
+        shapes = np.full(len(col.values), None, dtype=object)
+        texts = np.full(len(col.values), None, dtype=object)
+        for k, v in enumerate(col.values.tolist()):
+            if v is not None:
+                shapes[k] = json.dumps(list(v.shape))
+                texts[k] = json.dumps(_json_values(v), separators=(",", ":"), allow_nan=True)
+        # The shape and the values are JSON of numbers, not text: written as they are.
+        _core.csv_rows(
+            [ids, shapes, texts],
+            [None, None, None],
+            f.write,
+            text_cells=[True, False, False],
+        )
+    else:
+        v, a = _cells(col)
+        _core.csv_rows([ids, v], [None, a], f.write, text_cells=True)
 
 
 def _json_values(v: np.ndarray) -> Any:
@@ -457,16 +516,20 @@ def _write_outcome_npy(
         np.lib.format.write_array_header_2_0(f, header)
     else:
         np.lib.format.write_array_header_1_0(f, header)
-    present = np.zeros(table.n, dtype=bool)
+    # The mask (True where absent) is spooled a chunk at a time too.
+    mask = out.spool()
+    np.lib.format.write_array_header_1_0(
+        mask, {"descr": "|b1", "fortran_order": False, "shape": (table.n,)}
+    )
+    exported = 0
     for rows in table.chunks(chunk_rows, o.row_bytes):
         col = table.chunk(o, rows)
-        present[rows] = col.present
+        exported += int(col.present.sum())
+        mask.write((~col.present).tobytes())
         f.write(np.ascontiguousarray(col.values).tobytes())
-    mask = io.BytesIO()
-    np.save(mask, ~present)
     out.add(m["mask_member"], mask)  # before the data, so that a streaming reader has it first
     out.add(m["member"], f)
-    return int(present.sum())
+    return exported
 
 
 def _needs_v2(header: dict[str, Any]) -> bool:

@@ -164,9 +164,9 @@ RunRef RunOf(const ScanBatch& b, size_t i) {
 // strings (no record_bytes) a record each: anything else (a store whose headers disagree) is
 // Corruption, never a read past the batch.
 Status ForEachRecord(const Snapshot& snap, const std::string& name, int64_t step,
-                     std::optional<size_t> record_bytes,
+                     std::optional<size_t> record_bytes, const ScanOptions& options,
                      const std::function<Status(const ScanBatch&, size_t)>& place) {
-  RUNSTORE_ASSIGN_OR_RETURN(auto scanner, snap.Scan(name, ScanOptions()));
+  RUNSTORE_ASSIGN_OR_RETURN(auto scanner, snap.Scan(name, options));
   ScanBatch batch;
   // The pages the scan mapped leave the resident set every 4 MiB of records
   // read (keys and values) and at the end: the columns, not the store's
@@ -248,37 +248,139 @@ Result<std::vector<uint32_t>> OrderOf(DType dtype, const std::string& values) {
   }
 }
 
+// The column of series `name`, checked to be one scan_aligned reads.
+AlignedColumn ColumnOf(const Snapshot& snap, const std::string& name) {
+  AlignedColumn col;
+  col.name = name;
+  Result<SeriesInfo> info = Status::NotFound("");
+  {
+    nb::gil_scoped_release nogil;
+    info = snap.GetSeriesInfo(name);
+  }
+  col.info = Unwrap(std::move(info));
+  Check(CheckAlignable(name, col.info));
+  col.strings = col.info.dtype == DType::kString;
+  col.elem = col.strings ? sizeof(int32_t) : DTypeSize(col.info.dtype);
+  col.dims = {0};
+  for (int64_t d : col.info.shape) {
+    if (d < 0 || (d > 0 && col.elem > SIZE_MAX / 2 / static_cast<size_t>(d))) {
+      Check(Status::Corruption("series '" + name + "': its record shape is too large"));
+    }
+    col.elem *= static_cast<size_t>(d);
+    col.dims.push_back(d);
+  }
+  return col;
+}
+
+// Where one column's records go: its value (string values as codes into its
+// categories, found by `codes`, which holds views of them).
+class Placer {
+ public:
+  explicit Placer(AlignedColumn* col) : col_(*col) {}
+  void Put(const ScanBatch& b, size_t i, char* at) {
+    if (!col_.strings) {
+      std::memcpy(at, b.values.data() + i * col_.elem, col_.elem);
+      return;
+    }
+    const Value& v = b.records[i];
+    auto it = codes_.find(std::string_view(v.data(), v.nbytes()));
+    if (it == codes_.end()) {
+      col_.categories.emplace_back(v.data(), v.nbytes());
+      it = codes_.emplace(col_.categories.back(), static_cast<int32_t>(col_.categories.size() - 1))
+               .first;
+    }
+    std::memcpy(at, &it->second, sizeof(int32_t));
+  }
+
+ private:
+  AlignedColumn& col_;
+  std::unordered_map<std::string_view, int32_t> codes_;
+};
+
+// Allocates the arrays of `columns` for `n` rows: zeroed by the allocator
+// (calloc), so that the pages of rows no record reaches are not touched and
+// a column costs the records placed in it; string codes -1 (absent).
+void AllocateColumns(std::vector<AlignedColumn>* columns, npy_intp n) {
+  for (AlignedColumn& col : *columns) {
+    col.dims[0] = n;
+    const int type = col.strings ? NPY_INT32 : NumpyTypeNum(col.info.dtype);
+    PyObject* a = PyArray_ZEROS(static_cast<int>(col.dims.size()), col.dims.data(), type, 0);
+    if (a == nullptr) throw nb::python_error();
+    col.values = nb::steal(a);
+    col.present = NewArray(NPY_BOOL, {n});
+    col.values_at = ArrayData(col.values);
+    col.present_at = reinterpret_cast<bool*>(ArrayData(col.present));
+    std::memset(col.present_at, 0, static_cast<size_t>(n));
+    if (col.strings) std::fill_n(reinterpret_cast<int32_t*>(col.values_at), n, -1);
+  }
+}
+
+// Reads every column's series (the records of `options`) at `step` into the
+// row of its run: the run at position p of `runs` is row row_of(p). Without
+// the GIL.
+template <typename RowOf>
+Status PlaceColumns(const Snapshot& snap, std::vector<AlignedColumn>* columns, const RunTable& runs,
+                    const RowOf& row_of, int64_t step, const ScanOptions& options) {
+  for (AlignedColumn& col : *columns) {
+    Placer placer(&col);
+    uint32_t next = 0;
+    RUNSTORE_RETURN_IF_ERROR(ForEachRecord(
+        snap, col.name, step, col.strings ? std::nullopt : std::optional<size_t>(col.elem), options,
+        [&](const ScanBatch& b, size_t i) {
+          const uint32_t p = runs.Find(RunOf(b, i), next);
+          if (p == RunTable::kAbsent) return Status::OK();  // not one of the rows' runs
+          const uint32_t at = row_of(p);
+          placer.Put(b, i, col.values_at + at * col.elem);
+          col.present_at[at] = true;
+          next = p + 1;
+          return Status::OK();
+        }));
+  }
+  return Status::OK();
+}
+
+// The columns as scan_aligned hands them over: by name, 'value' and
+// 'present', and the 'categories' of string columns.
+nb::dict ColumnsDict(std::vector<AlignedColumn>* columns) {
+  nb::dict cols;
+  for (AlignedColumn& col : *columns) {
+    nb::dict d;
+    d["value"] = col.values;
+    d["present"] = col.present;
+    if (col.strings) {
+      nb::list cats;
+      for (const std::string& c : col.categories) {
+        cats.append(nb::steal(
+            PyUnicode_DecodeUTF8(c.data(), static_cast<Py_ssize_t>(c.size()), "surrogateescape")));
+      }
+      d["categories"] = cats;
+    }
+    cols[col.name.c_str()] = d;
+  }
+  return cols;
+}
+
+// Gives what a read allocated on the C heap back to the system: glibc keeps
+// freed memory of this size for later allocations, and a process that reads
+// once (runstore status) would hold it to the end.
+void TrimHeap() {
+#ifdef __GLIBC__
+  malloc_trim(0);
+#endif
+}
+
 }  // namespace
 
 nb::dict PyStore::ScanAligned(const std::string& base, const std::vector<std::string>& names,
                               int64_t step, bool with_ids, bool ordered) {
   const StoreUse use = Use();
   auto snap = store_->GetSnapshot();
-  std::vector<AlignedColumn> columns(names.size() + 1);
-  for (size_t c = 0; c < columns.size(); ++c) {
-    AlignedColumn& col = columns[c];
-    col.name = c == 0 ? base : names[c - 1];
-    Result<SeriesInfo> info = Status::NotFound("");
-    {
-      nb::gil_scoped_release nogil;
-      info = snap->GetSeriesInfo(col.name);
-    }
-    col.info = Unwrap(std::move(info));
-    Check(CheckAlignable(col.name, col.info));
-    if (c == 0 && !col.info.shape.empty()) {
-      Check(Status::InvalidArgument("base series '" + base + "' is not of scalars"));
-    }
-    col.strings = col.info.dtype == DType::kString;
-    col.elem = col.strings ? sizeof(int32_t) : DTypeSize(col.info.dtype);
-    col.dims = {0};
-    for (int64_t d : col.info.shape) {
-      if (d < 0 || (d > 0 && col.elem > SIZE_MAX / 2 / static_cast<size_t>(d))) {
-        Check(Status::Corruption("series '" + col.name + "': its record shape is too large"));
-      }
-      col.elem *= static_cast<size_t>(d);
-      col.dims.push_back(d);
-    }
+  AlignedColumn base_col = ColumnOf(*snap, base);
+  if (!base_col.info.shape.empty()) {
+    Check(Status::InvalidArgument("base series '" + base + "' is not of scalars"));
   }
+  std::vector<AlignedColumn> columns;
+  for (const std::string& name : names) columns.push_back(ColumnOf(*snap, name));
   // The base's runs in the order the scan read them, and (with `ordered`)
   // its values, which order the rows: the run stored at p goes to row
   // rank[p], and row i holds the run stored at perm[i].
@@ -289,25 +391,11 @@ nb::dict PyStore::ScanAligned(const std::string& base, const std::vector<std::st
     return perm.empty() ? static_cast<uint32_t>(i) : perm[static_cast<size_t>(i)];
   };
   std::string base_values;
-  std::unordered_map<std::string_view, int32_t> codes;  // of the column being read
-  auto put_value = [&](AlignedColumn& col, const ScanBatch& b, size_t i, char* at) {
-    if (!col.strings) {
-      std::memcpy(at, b.values.data() + i * col.elem, col.elem);
-      return;
-    }
-    const Value& v = b.records[i];
-    auto it = codes.find(std::string_view(v.data(), v.nbytes()));
-    if (it == codes.end()) {
-      col.categories.emplace_back(v.data(), v.nbytes());
-      it = codes.emplace(col.categories.back(), static_cast<int32_t>(col.categories.size() - 1))
-               .first;
-    }
-    std::memcpy(at, &it->second, sizeof(int32_t));
-  };
   Status s;
   {
     nb::gil_scoped_release nogil;
-    AlignedColumn& col = columns[0];
+    AlignedColumn& col = base_col;
+    Placer placer(&col);
     // Each record takes at least a byte of the store, so a header's count
     // never reserves more than the series' stored bytes; and a reservation is
     // not touched: one beyond what the runs take costs no memory, and the run
@@ -316,12 +404,12 @@ nb::dict PyStore::ScanAligned(const std::string& base, const std::vector<std::st
     runs.Reserve(records, static_cast<size_t>(col.info.stored_bytes));
     if (ordered) base_values.reserve(records * col.elem);
     s = ForEachRecord(*snap, base, step,
-                      col.strings ? std::nullopt : std::optional<size_t>(col.elem),
+                      col.strings ? std::nullopt : std::optional<size_t>(col.elem), ScanOptions(),
                       [&](const ScanBatch& b, size_t i) {
                         runs.Add(RunOf(b, i));
                         if (ordered) {
                           base_values.resize(base_values.size() + col.elem);
-                          put_value(col, b, i, base_values.data() + base_values.size() - col.elem);
+                          placer.Put(b, i, base_values.data() + base_values.size() - col.elem);
                         }
                         return Status::OK();
                       });
@@ -341,39 +429,10 @@ nb::dict PyStore::ScanAligned(const std::string& base, const std::vector<std::st
   Check(s);
   std::string().swap(base_values);  // the base orders the rows; it is no column
   const auto n = static_cast<npy_intp>(runs.size());
-  for (size_t c = 1; c < columns.size(); ++c) {
-    AlignedColumn& col = columns[c];
-    // Zeroed by the allocator (calloc): the pages of rows no record reaches
-    // are not touched, so a column costs the records placed in it.
-    col.dims[0] = n;
-    const int type = col.strings ? NPY_INT32 : NumpyTypeNum(col.info.dtype);
-    PyObject* a = PyArray_ZEROS(static_cast<int>(col.dims.size()), col.dims.data(), type, 0);
-    if (a == nullptr) throw nb::python_error();
-    col.values = nb::steal(a);
-    col.present = NewArray(NPY_BOOL, {n});
-    col.values_at = ArrayData(col.values);
-    col.present_at = reinterpret_cast<bool*>(ArrayData(col.present));
-    std::memset(col.present_at, 0, static_cast<size_t>(n));
-    if (col.strings) std::fill_n(reinterpret_cast<int32_t*>(col.values_at), n, -1);
-  }
+  AllocateColumns(&columns, n);
   {
     nb::gil_scoped_release nogil;
-    for (size_t c = 1; c < columns.size() && s.ok(); ++c) {
-      AlignedColumn& col = columns[c];
-      codes.clear();
-      uint32_t next = 0;
-      s = ForEachRecord(*snap, col.name, step,
-                        col.strings ? std::nullopt : std::optional<size_t>(col.elem),
-                        [&](const ScanBatch& b, size_t i) {
-                          const uint32_t p = runs.Find(RunOf(b, i), next);
-                          if (p == RunTable::kAbsent) return Status::OK();  // not a run of the base
-                          const uint32_t at = row_of(p);
-                          put_value(col, b, i, col.values_at + at * col.elem);
-                          col.present_at[at] = true;
-                          next = p + 1;
-                          return Status::OK();
-                        });
-    }
+    s = PlaceColumns(*snap, &columns, runs, row_of, step, ScanOptions());
   }
   Check(s);
   nb::dict result;
@@ -402,31 +461,53 @@ nb::dict PyStore::ScanAligned(const std::string& base, const std::vector<std::st
   // `ordered` where each row's run is among them.
   runs.MoveInto(&result);
   if (!perm.empty()) result["order"] = VectorArray(std::move(perm), NPY_UINT32);
-  nb::dict cols;
-  for (size_t c = 1; c < columns.size(); ++c) {
-    AlignedColumn& col = columns[c];
-    nb::dict d;
-    d["value"] = col.values;
-    d["present"] = col.present;
-    if (col.strings) {
-      nb::list cats;
-      for (const std::string& c : col.categories) {
-        cats.append(nb::steal(
-            PyUnicode_DecodeUTF8(c.data(), static_cast<Py_ssize_t>(c.size()), "surrogateescape")));
-      }
-      d["categories"] = cats;
-    }
-    cols[col.name.c_str()] = d;
-  }
-  result["columns"] = cols;
-  // What the read allocated on the C heap goes back to the system now: glibc
-  // keeps freed memory of this size for later allocations, and a process that
-  // reads once (runstore status) would hold it to the end.
+  result["columns"] = ColumnsDict(&columns);
   runs = RunTable();
   std::vector<uint32_t>().swap(rank);
-#ifdef __GLIBC__
-  malloc_trim(0);
-#endif
+  TrimHeap();
+  return result;
+}
+
+nb::dict PyStore::ReadAligned(nb::handle runs_obj, const std::vector<std::string>& names,
+                              int64_t step) {
+  const StoreUse use = Use();
+  auto snap = store_->GetSnapshot();
+  std::vector<AlignedColumn> columns;
+  for (const std::string& name : names) columns.push_back(ColumnOf(*snap, name));
+  if (PyUnicode_Check(runs_obj.ptr()) || PyBytes_Check(runs_obj.ptr())) {
+    Throw(PyExc_TypeError,
+          std::string("runs must be a list of run ids (int or str), got a single ") +
+              Py_TYPE(runs_obj.ptr())->tp_name);
+  }
+  const python::Runs parsed =
+      ParseRuns(runs_obj, "read_aligned");  // keeps the strs the refs borrow
+  RunTable runs;
+  std::vector<RunId> ids;
+  ids.reserve(parsed.refs.size());
+  for (const RunRef& r : parsed.refs) {
+    runs.Add(r);
+    ids.push_back(r.ToRunId());
+  }
+  runs.Index();
+  for (uint32_t i = 0; i < runs.size(); ++i) {
+    if (runs.Find(runs.At(i), UINT32_MAX) != i) {  // the first of equal runs
+      Throw(PyExc_ValueError, "read_aligned: runs[" + std::to_string(i) +
+                                  "] is also an earlier run of the list; the runs must differ");
+    }
+  }
+  AllocateColumns(&columns, static_cast<npy_intp>(runs.size()));
+  Status s;
+  {
+    nb::gil_scoped_release nogil;
+    // One set of the runs, prepared once, filters the scan of every series.
+    const ScanOptions options{.runs = RunSet(std::move(ids))};
+    s = PlaceColumns(
+        *snap, &columns, runs, [](uint32_t p) { return p; }, step, options);
+  }
+  Check(s);
+  nb::dict result;
+  result["columns"] = ColumnsDict(&columns);
+  TrimHeap();
   return result;
 }
 

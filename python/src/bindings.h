@@ -202,6 +202,9 @@ class PyStore {
   // (python/src/aligned_scan.cc).
   nb::dict ScanAligned(const std::string& base, const std::vector<std::string>& names, int64_t step,
                        bool with_ids, bool ordered);
+  // Scalar series `names` at `step`, placed on the runs of the list `runs`,
+  // reading only the blocks that may hold them (python/src/aligned_scan.cc).
+  nb::dict ReadAligned(nb::handle runs, const std::vector<std::string>& names, int64_t step);
 
  private:
   // Check() for what opening or refreshing the store returned.

@@ -1006,7 +1006,13 @@ void BindStore(nb::module_& m) {
            "is run_bytes[run_ends[k-1]:run_ends[k]]), and with ordered=True 'order' (row i's "
            "run is the one stored at order[i]); with ids=True also 'ids', the rows' runs as "
            "int64 (all int) or objects. Records of runs the base lacks are left out. KeyError "
-           "for an unknown series, ValueError for one it does not read.");
+           "for an unknown series, ValueError for one it does not read.")
+      .def("read_aligned", &PyStore::ReadAligned, "runs"_a, "names"_a, "step"_a = 0,
+           "Series ``names`` at ``step``, as scan_aligned reads them, placed on the runs of the "
+           "list ``runs`` (int or str, all different; row i is runs[i]): only the blocks whose "
+           "run index may hold one of them are read. {'columns': ...} as scan_aligned gives "
+           "them. KeyError for an unknown series, ValueError for one it does not read or for a "
+           "run given twice.");
 }
 
 }  // namespace runstore::python
