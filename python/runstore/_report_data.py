@@ -101,7 +101,9 @@ def collect(
     progress = progress or _no_progress
     t0 = time.perf_counter()
     progress("reading the design and status", 0, 1)
-    table = ExperimentTable(store, names=[])
+    # The ids as the runs of the design's read (no Python object per experiment), and the
+    # parameters; the status is read once, as codes and numbers (StatusArrays).
+    table = ExperimentTable(store, names=[], ids=False, status=False)
     infos = ex.reserved_series(store)
     # In the order they were first logged, as to_pandas orders its columns.
     names = sorted(ex.outcome_names(store), key=lambda n: infos[n].get("first_logged", 0))
@@ -118,21 +120,28 @@ def collect(
         "has_design": table.has_design,
         "experiments": table.n if table.has_design else 0,
     }
-    state = ex.status_frame_columns(table.status)["state"] if table.has_design else None
-    if table.has_design and table.n:
-        model["status"] = _status_part(store, table)
+    status = _status.StatusArrays.read(store) if table.has_design and table.n else None
+    if status is not None:
+        model["status"] = _status_part(store, table, status)
     # Experiments whose outcomes are drawn: those done, or every one if none is (a store
     # without status records, or runs without a design).
     rows = np.arange(table.n)
-    if state is not None and (state == "done").any():
-        rows = np.flatnonzero(state == "done")
+    if status is not None and status.is_state("done").any():
+        rows = np.flatnonzero(status.is_state("done"))
+    del status
 
     scalars, arrays, skipped = _classify(series)
     run_order = _RunOrder(store, table)
     outcomes: dict[str, np.ndarray] = {}
     curves: list[dict[str, Any]] = []
+    # Placed on the experiments by the core: a series whose every record is there (the step-0
+    # record of an experiment) is an outcome read; the others are scanned for their curves.
+    aligned = _aligned_outcomes(store, table, infos, scalars)
     for k, name in enumerate(scalars):
         progress("reading scalar series", k, len(scalars))
+        if name in aligned:
+            outcomes[name] = aligned.pop(name)
+            continue
         scan = _scan_scalar(store, name, series[name], table, run_order, max_runs, curve_points)
         if scan["curves"] is not None and max_runs:
             curves.append(scan["curves"])
@@ -191,8 +200,9 @@ class _RunOrder:
             if self._table.has_design:
                 runs = self._store._core.runs()
                 release_mapped_pages(self._store)
-                known = set(self._table.index.ids.tolist())
-                runs = self._table.index.ids.tolist() + [r for r in runs if r not in known]
+                ids = self._table.experiment_index().ids.tolist()
+                known = set(ids)
+                runs = ids + [r for r in runs if r not in known]
                 ints = all(isinstance(r, int) for r in runs)
                 self._index = ex.ExperimentIndex(np.array(runs, dtype=np.int64 if ints else object))
             else:
@@ -203,32 +213,27 @@ class _RunOrder:
 # -- the status ----------------------------------------------------------------------------------
 
 
-def _status_part(store: Store, table: ExperimentTable) -> dict[str, Any]:
+def _status_part(store: Store, table: ExperimentTable, st: _status.StatusArrays) -> dict[str, Any]:
     """The summary of ``runstore status`` (and its text), the experiments finished over time,
-    the run times of the done ones, and the failures."""
-    cols = ex.status_frame_columns(table.status)
-    # From the status series as arrays (runstore status's own read), not from a frame of a
-    # Python object per experiment and field.
-    summary = _status.summary(store, top=5)
-    state = cols["state"]
-    finished = cols["finished"]
-    started = cols["started"]
-    seconds = cols["seconds"]
+    the run times of the done ones, and the failures, from the status as arrays (codes and
+    numbers; no Python object per experiment)."""
+    summary = _status.summary(store, top=5, arrays=st)
     out: dict[str, Any] = {"summary": summary, "text": _status.format_summary(summary)}
-
-    ended = ((state == "done") | (state == "failed")) & np.isfinite(finished)
+    done, failed = st.is_state("done"), st.is_state("failed")
+    finished, started, seconds = st.finished, st.started, st.seconds
+    ended = (done | failed) & np.isfinite(finished)
     if ended.any():
         t_first = float(np.nanmin(started)) if np.isfinite(started).any() else math.nan
         t0 = min(float(finished[ended].min()), t_first if math.isfinite(t_first) else math.inf)
         t1 = max(float(finished[ended].max()), t0 + 1e-3)
         edges = np.linspace(t0, t1, TIMELINE_BINS + 1)
-        done = np.searchsorted(np.sort(finished[ended & (state == "done")]), edges, "right")
-        failed = np.searchsorted(np.sort(finished[ended & (state == "failed")]), edges, "right")
-        out["timeline"] = {"t": edges, "done": done, "failed": failed}
-    ran = (state == "done") & np.isfinite(seconds)
+        n_done = np.searchsorted(np.sort(finished[ended & done]), edges, "right")
+        n_failed = np.searchsorted(np.sort(finished[ended & failed]), edges, "right")
+        out["timeline"] = {"t": edges, "done": n_done, "failed": n_failed}
+    ran = done & np.isfinite(seconds)
     if ran.any():
         out["seconds"] = _histogram(seconds[ran])
-    out["failures"] = _failures(table, cols)
+    out["failures"] = _failures(table, st, np.flatnonzero(failed))
     return out
 
 
@@ -237,25 +242,31 @@ def _status_part(store: Store, table: ExperimentTable) -> dict[str, Any]:
 _NUMBER = re.compile(r"(?<![\w.])[-+]?(?:0x[0-9a-fA-F]+|\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)")
 
 
-def _failures(table: ExperimentTable, cols: dict[str, Any]) -> dict[str, Any]:
-    """Failed experiments grouped by the line of their error that names it (its numbers left
-    out), most frequent first, with the tracebacks and parameters of the first few of each."""
-    failed = np.flatnonzero(cols["state"] == "failed")
+def _failures(
+    table: ExperimentTable, st: _status.StatusArrays, failed: np.ndarray
+) -> dict[str, Any]:
+    """Failed experiments (rows ``failed``) grouped by the line of their error that names it
+    (its numbers left out), most frequent first, with the tracebacks and parameters of the
+    first few of each. An error text is grouped once, however many experiments share it."""
+    line_of: dict[int, str] = {}
     groups: dict[str, list[int]] = {}
-    for i in failed.tolist():
-        line = _status._first_line(cols["error"][i]) or "(no error text)"
-        groups.setdefault(_NUMBER.sub("…", line), []).append(i)
+    for i, code in zip(failed.tolist(), st.errors[failed].tolist()):
+        if code not in line_of:
+            error = st.error_names[code] if code >= 0 else None
+            line = _status._first_line(error) or "(no error text)"
+            line_of[code] = _NUMBER.sub("…", line)
+        groups.setdefault(line_of[code], []).append(i)
     ordered = sorted(groups.items(), key=lambda kv: -len(kv[1]))
     out = []
     for line, members in ordered[:FAILURE_GROUPS]:
         examples = []
         for i in members[:FAILURE_EXAMPLES]:
-            text, cut = _cut(cols["error"][i])
-            host = cols["host"][i]
+            text, cut = _cut(st.error_at(i))
+            host = st.host_at(i)
             examples.append(
                 {
-                    "experiment": _plain(table.index.ids[i]),
-                    "attempt": int(cols["attempt"][i]),
+                    "experiment": _plain(table.index.take([i])[0]),
+                    "attempt": int(st.attempt[i]),
                     "host": None if not isinstance(host, str) else host,
                     "params": _params_of(table, i),
                     "traceback": text,
@@ -266,7 +277,7 @@ def _failures(table: ExperimentTable, cols: dict[str, Any]) -> dict[str, Any]:
             {
                 "error": line,
                 "count": len(members),
-                "ids": [_plain(table.index.ids[i]) for i in members[:FAILURE_IDS]],
+                "ids": [_plain(e) for e in table.index.take(members[:FAILURE_IDS])],
                 "examples": examples,
             }
         )
@@ -336,6 +347,27 @@ def _histogram(values: np.ndarray) -> dict[str, Any]:
 # -- scalar series: outcomes and curves ----------------------------------------------------------
 
 
+def _aligned_outcomes(
+    store: Store, table: ExperimentTable, infos: dict[str, dict[str, Any]], names: list[str]
+) -> dict[str, np.ndarray]:
+    """The numeric scalar series of ``names`` whose every record is an experiment's step-0
+    record, as float64 columns in experiment order (NaN where absent), read by the core on the
+    design's runs (``scan_aligned``): no Python object per record."""
+    if not table.has_design or not table.n or not names or not ex.aligned_design(infos):
+        return {}
+    _, cols = ex.load_aligned(store, names, infos, ids=False)
+    release_mapped_pages(store)
+    out = {}
+    for name in names:
+        c = cols.pop(name)
+        if int(c.present.sum()) == int(infos[name]["count"]):
+            values = c.values.astype(np.float64, copy=False)
+            if values is not c.values:  # floats are NaN where absent already
+                values[~c.present] = np.nan
+            out[name] = values
+    return out
+
+
 def _scan_chunks(
     store: Store, name: str, count: int, run_order: _RunOrder
 ) -> Iterator[dict[str, np.ndarray]]:
@@ -373,7 +405,7 @@ def _scan_scalar(
         other = step != 0
         if not is_curve and table.n:
             zero = ~other
-            pos = table.index.positions(d["run"][zero])
+            pos = table.experiment_index().positions(d["run"][zero])
             ok = pos >= 0
             column[pos[ok]] = value[zero][ok]
         if not other.any():
@@ -472,7 +504,7 @@ def _outcomes_part(
             "n": int(len(sample)),
             "of": int(len(rows)),
             "seed": seed,
-            "ids": [str(i) for i in table.index.ids[sample].tolist()],
+            "ids": [str(i) for i in table.index.take(sample)],
         },
         "params": params,
         "outcomes": out,
@@ -583,15 +615,15 @@ def _band(
     got = np.zeros(len(chosen), dtype=bool)
     row_bytes = np.dtype(info["dtype"]).itemsize * m
     batch = max(1, CHUNK_BYTES // row_bytes)
-    ids = table.index.ids
     for start in range(0, len(chosen), batch):
         part = chosen[start : start + batch]
-        d = store._core.scan(name, runs=ids[part].tolist(), steps=(0, 1))
+        ids = table.index.take_array(part)
+        d = store._core.scan(name, runs=ids.tolist(), steps=(0, 1))
         if len(d["run"]):
-            k = table.index.positions(d["run"])
-            at = np.minimum(np.searchsorted(part, k), len(part) - 1)
-            ok = part[at] == k
-            values = np.asarray(d["value"]).reshape(len(k), m)[:, positions]
+            # Placed by the part's own ids: no index of every experiment's id is built.
+            at = ex.ExperimentIndex(ids).positions(d["run"])
+            ok = at >= 0
+            values = np.asarray(d["value"]).reshape(len(at), m)[:, positions]
             buf[start + at[ok]] = values[ok]
             got[start + at[ok]] = True
         del d

@@ -114,13 +114,15 @@ class ExperimentTable:
         names: Iterable[str] | None = None,
         ids: bool = True,
         window: bool = False,
+        status: bool = True,
     ) -> None:
         """``ids=False``: the ids may be kept as the runs of the aligned read (an
         :class:`ex.RunList`, no Python object per experiment), for readers that take them a chunk
         at a time (``index.take_array``), as the exports do. ``window=True``: the scalar columns
         are read a window of rows at a time (:meth:`columns`), where the design allows (its
         rows are integers and every scalar series is one ``read_aligned`` reads), and
-        :attr:`params` and :attr:`status` are not held."""
+        :attr:`params` and :attr:`status` are not held. ``status=False``: the status series are
+        not read (every field absent), for a reader that reads them its own way."""
         store.refresh()
         self.store = store
         #: Every series of the snapshot read, reserved ones included (the _core series dicts).
@@ -134,7 +136,7 @@ class ExperimentTable:
         #: The parameters' names, in the order they were first defined.
         self.param_names = params
         scalars = [n for n in names if Outcome(n, infos[n]).scalar]
-        fields = [ex.DESIGN + p for p in params] + ex.status_series(infos)
+        fields = [ex.DESIGN + p for p in params] + (ex.status_series(infos) if status else [])
         self.windowed = (
             window
             and self.has_design
