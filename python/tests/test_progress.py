@@ -152,17 +152,18 @@ class _Terminal(io.StringIO):
 
 
 def test_the_export_bar_counts_every_pass_over_the_experiments(sweep, tmp_path, monkeypatch):
-    """export_tar writes experiments.csv and one member per outcome, each a pass over the N
-    experiments: the bar reaches 100% at exactly the last row, and progress=False draws
-    nothing."""
+    """export_tar writes experiments.csv and the scalar outcomes' members in one pass over the
+    N experiments and each array outcome's member in a pass of its own (here one scalar and
+    one array: 2 passes): the bar reaches 100% at exactly the last row, and progress=False
+    draws nothing."""
     store = runstore.open(sweep, "r")
     term = _Terminal()
     monkeypatch.setattr(sys, "stderr", term)
     store.export_tar(tmp_path / "a.tar.gz", chunk_rows=500)
     drawn = term.getvalue()
     assert "\rrunstore export tar: reading the experiments" in drawn
-    assert f"100% [{'#' * 30}] {3 * N:,}/{3 * N:,} rows" in drawn, drawn[-400:]
-    assert f"{3 * N + 1:,}/" not in drawn and f"/{3 * N:,} rows" in drawn
+    assert f"100% [{'#' * 30}] {2 * N:,}/{2 * N:,} rows" in drawn, drawn[-400:]
+    assert f"{2 * N + 1:,}/" not in drawn and f"/{2 * N:,} rows" in drawn
     assert drawn.endswith("\r") and drawn.rstrip("\r ").endswith(")")
     term.truncate(0)
     term.seek(0)
