@@ -47,6 +47,8 @@ STOP_GRACE_S = 10.0
 #: Seconds of finished work a worker commits at once at most (besides its chunk's end): a
 #: crash redoes at most this much, and the experiments of a commit share blocks.
 COMMIT_AFTER_S = 1.0
+#: Experiments whose parameters the parent reads at once when it runs a few of a sweep.
+PARAMS_WINDOW = 65_536
 #: The most experiments of one chunk when commit_every is None (chunks sized by rate).
 MAX_CHUNK = 1000
 
@@ -340,22 +342,50 @@ def _default_workers() -> int:
 
 def _plan(
     store: Store, retry_failed: bool
-) -> tuple[ex.ExperimentIndex | ex.RunList, dict[str, ex.Column], np.ndarray, np.ndarray, int]:
-    """(experiments, params, rows to run, attempts so far, skipped). The parent holds the
-    parameters and the state and attempt of every experiment as arrays, and its ids as the runs
-    of one aligned read: ids become Python objects a chunk at a time (make_chunks)."""
+) -> tuple[ex.ExperimentIndex | ex.RunList, np.ndarray, np.ndarray, int]:
+    """(experiments, rows to run, attempts so far, skipped). The parent holds the state and
+    attempt of every experiment as arrays, and its ids as the runs of one aligned read: ids
+    become Python objects a chunk at a time (make_chunks)."""
     infos = ex.reserved_series(store, counts=False)
-    names = ex.design_columns(store, infos)
     status = [s for s in (ex.STATE, ex.ATTEMPT) if s in infos]
-    index, cols = ex.load_aligned(store, [ex.DESIGN + p for p in names] + status, infos, ids=False)
-    params = {p: cols[ex.DESIGN + p] for p in names}
+    index, cols = ex.load_aligned(store, status, infos, ids=False)
     n = len(index)
     attempts = np.zeros(n, dtype=np.int64)
     if ex.ATTEMPT in cols:
         a = cols[ex.ATTEMPT]
         attempts[a.present] = a.values[a.present].astype(np.int64)
     rows = ex.to_run(cols, n, retry_failed)
-    return index, params, rows, attempts, n - len(rows)
+    return index, rows, attempts, n - len(rows)
+
+
+def _params_of(
+    store: Store, index: ex.ExperimentIndex | ex.RunList, rows: np.ndarray
+) -> dict[str, ex.Column]:
+    """The parameters of the experiments ``rows`` (in that order). Where they are few (a rerun
+    of the failed experiments of a large sweep), of those alone, placed on their runs by the
+    core a window at a time (``read_aligned``); else of every experiment, then taken."""
+    infos = ex.reserved_series(store, counts=False)
+    series = [ex.DESIGN + p for p in ex.design_columns(store, infos)]
+    few = len(rows) <= len(index) // 4
+    if few and isinstance(index, ex.RunList) and all(ex.alignable(infos[s]) for s in series):
+        parts: dict[str, list[ex.Column]] = {s: [] for s in series}
+        for start in range(0, len(rows), PARAMS_WINDOW):
+            ids = index.take_array(rows[start : start + PARAMS_WINDOW]).tolist()
+            read = store._core.read_aligned(ids, series)["columns"] if series else {}
+            for s, c in read.items():
+                parts[s].append(ex.aligned_column(c, infos[s]["dtype"]))
+        cols = {
+            s: ex.Column(
+                np.concatenate([c.values for c in p]) if p else np.zeros(0),
+                np.concatenate([c.present for c in p]) if p else np.zeros(0, dtype=bool),
+                infos[s]["dtype"],
+            )
+            for s, p in parts.items()
+        }
+    else:
+        _, whole = ex.load_aligned(store, series, infos, ids=False)
+        cols = {s: c.take(rows) for s, c in whole.items()}
+    return {s[len(ex.DESIGN) :]: cols[s] for s in series}
 
 
 def shard_of(eid: Any, n: int) -> int:
@@ -424,16 +454,17 @@ def plan(
     store: Store, retry_failed: bool, shard: tuple[int, int] | None
 ) -> tuple[ex.ExperimentIndex, dict[str, ex.Column], np.ndarray, np.ndarray, int]:
     """Refreshes the store, then (index, params, rows to run, attempts so far, skipped) of the
-    shard (None: from the environment, see shard_from_env)."""
+    shard (None: from the environment, see shard_from_env); ``params`` are those of ``rows``,
+    in their order."""
     shard = shard_from_env() if shard is None else check_shard(shard)
     store.refresh()
-    index, params, rows, attempts, skipped = _plan(store, retry_failed)
+    index, rows, attempts, skipped = _plan(store, retry_failed)
     if shard is not None and shard[1] > 1:
         i, n = shard
         mine = np.fromiter((shard_of(e, n) == i for e in index.all()), bool, len(index))
         skipped = int(mine.sum()) - int(mine[rows].sum())
         rows = rows[mine[rows]]
-    return index, params, rows, attempts, skipped
+    return index, _params_of(store, index, rows), rows, attempts, skipped
 
 
 class ChunkSize:
@@ -469,13 +500,15 @@ def make_chunks(
     attempts: np.ndarray,
     size: Callable[[], int],
 ):
-    """Yields lists of (id, params, attempt), built lazily, of ``size()`` experiments each."""
+    """Yields lists of (id, params, attempt), built lazily, of ``size()`` experiments each;
+    ``params`` are those of ``rows``, in their order."""
     start = 0
     while start < len(rows):
-        r = rows[start : start + size()]
+        at = slice(start, min(len(rows), start + size()))
+        r = rows[at]
         start += len(r)
         ids = index.take(r)
-        cols = [(name, c.values[r].tolist(), c.present[r].tolist()) for name, c in params.items()]
+        cols = [(name, c.values[at].tolist(), c.present[at].tolist()) for name, c in params.items()]
         att = (attempts[r] + 1).tolist()
         chunk = []
         for k, eid in enumerate(ids):

@@ -790,3 +790,65 @@ def test_per_step_run_killed_after_its_checkpoint_resumes_with_one_record_per_st
             np.testing.assert_array_equal(d["value"][order], np.array(expected))
         else:
             np.testing.assert_array_equal(d["value"][order], (np.arange(10_000) >= 7000) + 1)
+
+
+def _echo_params(**params):
+    """Fails where told to; else returns its parameters as outcomes, as it got them."""
+    if params.get("fail"):
+        raise ValueError("told to")
+    return {f"got_{k}": v for k, v in params.items() if k != "fail"}
+
+
+@pytest.mark.parametrize("ids", ["hashed", "str", "int"])
+def test_a_rerun_of_a_few_experiments_gets_exactly_their_parameters(tmp_path, ids, monkeypatch):
+    """The parent reads the parameters of the experiments it runs alone when they are few (a
+    rerun of failures: read_aligned on their runs, a window at a time, and no read of every
+    experiment's parameters): every dtype, absent parameters left out, the ids of every kind;
+    the same as the first run gave the others."""
+    from runstore import _experiments as ex
+    from runstore import _runner
+
+    store = runstore.open(tmp_path / "s")
+    n = 200
+    rows = []
+    for i in range(n):
+        row = {"lr": i / 7, "name": ["a", "", "é"][i % 3], "k": i, "on": i % 2 == 0}
+        if i % 5 == 0:
+            del row["name"]
+        row["fail"] = i % 17 == 3
+        if ids == "str":
+            row["experiment"] = f"x{i:04d}"
+        elif ids == "int":
+            row["experiment"] = 10 * i
+        rows.append(row)
+    store.define_experiments(rows)
+    first = runstore.run_experiments(store, _echo_params, workers=0, progress=False)
+    assert first.failed == 12
+    # The failures, and two windows of their parameters.
+    for r in rows:
+        r["fail"] = False
+    with store.writer(_allow_reserved=True) as w:  # "told to" no longer
+        w.log_many(store.design()["experiment"].tolist(), **{"~design/fail": [False] * n})
+    store.refresh()
+    monkeypatch.setattr(_runner, "PARAMS_WINDOW", 5)
+    read_whole = []
+    load_aligned = ex.load_aligned
+    monkeypatch.setattr(
+        ex, "load_aligned", lambda st, names, *a, **k: read_whole.append(list(names))
+        or load_aligned(st, names, *a, **k)
+    )  # fmt: skip
+    again = runstore.run_experiments(
+        store, _echo_params, workers=0, progress=False, retry_failed=True
+    )
+    assert read_whole == [["~status/state", "~status/attempt"]]
+    monkeypatch.undo()
+    assert again.done == 12
+    experiments, outcomes = runstore.load_results(store)
+    assert (experiments["state"] == "done").all()
+    for k in ("lr", "k", "on"):
+        np.testing.assert_array_equal(np.asarray(outcomes[f"got_{k}"]), experiments[k].to_numpy())
+    got = outcomes["got_name"]
+    for i, r in enumerate(rows):
+        assert (got[i] is np.ma.masked) == ("name" not in r), i
+        if "name" in r:
+            assert got[i] == r["name"], i
