@@ -323,14 +323,15 @@ def _write_tar(table: ExperimentTable, out: _TarOut, chunk_rows: int) -> dict[st
     experiments (each spooled, so that metadata.json, which comes first and says what they
     hold, is written once they are), then each array outcome in a pass of its own."""
     snames = table.status_names
-    status_fields = list(table.status_columns(slice(0, 0)))
+    # The status fields, in their order, and their types (of a chunk of no rows).
+    first = {f: c.dtype for f, c in table.status_columns(slice(0, 0)).items()}
+    status_fields = list(first)
 
     # experiments.csv: id, parameters, status.
     columns: list[dict[str, Any]] = [{"name": ex.ID_COLUMN, "role": "id", "dtype": table.id_dtype}]
     if table.id_dtype == "mixed":
         columns[0]["string_id_rows"] = table.index.string_rows().tolist()
     dtypes = {p: table.infos[ex.DESIGN + p]["dtype"] for p in table.param_names}
-    first = {f: c.dtype for f, c in table.status_columns(slice(0, 0)).items()}
     param_stats = {p: _ColumnStats(out, p, dtypes[p], "parameter") for p in table.param_names}
     status_stats = {
         f: _ColumnStats(out, snames[f], first[f], "status", field=f) for f in status_fields
