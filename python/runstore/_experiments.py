@@ -208,7 +208,6 @@ class RunList:
     def __init__(self, r: dict[str, Any]) -> None:
         self.ints, self.is_str = r["run"], r["run_is_str"]
         self.ends, self.data, self.order = r["run_ends"], r["run_bytes"], r["order"]
-        self._bytes: bytes | None = None
 
     def __len__(self) -> int:
         return len(self.order)
@@ -217,15 +216,13 @@ class RunList:
         """The ids of rows ``rows``, as Python objects."""
         if isinstance(rows, slice):
             rows = np.arange(*rows.indices(len(self)))
-        if self._bytes is None:
-            self._bytes = self.data.tobytes()
-        b = self._bytes
+        b = memoryview(self.data)  # decoded where it lies: no copy of every id's bytes
         k = self.order[np.asarray(rows, dtype=np.intp)].astype(np.int64)
         hi = self.ends[k]
         lo = np.where(k > 0, self.ends[np.maximum(k - 1, 0)], 0)
         out: list[Any] = []
         for s, a, z, i in zip(self.is_str[k].tolist(), lo.tolist(), hi.tolist(), k.tolist()):
-            out.append(b[a:z].decode("utf-8", "surrogateescape") if s else int(self.ints[i]))
+            out.append(str(b[a:z], "utf-8", "surrogateescape") if s else int(self.ints[i]))
         return out
 
     def all(self) -> list[Any]:
