@@ -157,12 +157,9 @@ class _Runner:
         finally:
             _Flags.in_fn = False
         seconds = time.perf_counter() - t0
-        status = {
-            ex.HOST: self.host,
-            ex.FINISHED: time.time(),
-            ex.SECONDS: seconds,
-            ex.ATTEMPT: attempt,
-        }
+        # The host and the attempt are those the "running" record gave: not written again, so
+        # that only the state is written twice at one key (every reader resolves such keys).
+        status = {ex.FINISHED: time.time(), ex.SECONDS: seconds}
         if error is None:
             try:
                 values = _outcomes(out)
