@@ -221,6 +221,12 @@ std::vector<uint32_t> OrderBy(const std::string& values) {
   };
   std::vector<uint32_t> perm(n);
   for (uint32_t i = 0; i < n; ++i) perm[i] = i;
+  // A design written in one go is stored in the order of its rows: then the
+  // order is the storage order, found in one pass rather than a sort.
+  bool ascending = true;
+  for (size_t i = 1; i < n && ascending; ++i)
+    ascending = !(at(static_cast<uint32_t>(i)) < at(static_cast<uint32_t>(i - 1)));
+  if (ascending) return perm;
   std::stable_sort(perm.begin(), perm.end(), [&](uint32_t a, uint32_t b) { return at(a) < at(b); });
   return perm;
 }

@@ -66,13 +66,26 @@ struct KeyRef {
   std::string_view s;
   int64_t step;
 };
+// Byte strings in the order of memcmp: where both hold 8 bytes, their first
+// 8 as big-endian integers first (run ids mostly differ there: a comparison
+// of each record of a block with its key range costs no call), then memcmp.
+int CompareBytes(std::string_view a, std::string_view b) {
+  if (a.size() >= 8 && b.size() >= 8) {
+    uint64_t x, y;
+    std::memcpy(&x, a.data(), 8);
+    std::memcpy(&y, b.data(), 8);
+    if (x != y) return __builtin_bswap64(x) < __builtin_bswap64(y) ? -1 : 1;
+  }
+  const int c = a.compare(b);
+  return c < 0 ? -1 : (c > 0 ? 1 : 0);
+}
+
 int CompareKeys(const KeyRef& a, const KeyRef& b) {
   if (a.is_string != b.is_string) return a.is_string ? 1 : -1;
   if (!a.is_string) {
     if (a.i != b.i) return a.i < b.i ? -1 : 1;
-  } else {
-    int c = a.s.compare(b.s);
-    if (c != 0) return c < 0 ? -1 : 1;
+  } else if (const int c = CompareBytes(a.s, b.s); c != 0) {
+    return c;
   }
   if (a.step != b.step) return a.step < b.step ? -1 : 1;
   return 0;

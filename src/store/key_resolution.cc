@@ -290,7 +290,8 @@ Status SnapshotImpl::ResolveListedGroup(const SeriesEntry& e, size_t i, size_t j
       // "done"), pieces are resolved alone, by step; else the block's rows
       // are sorted by key.
       auto same_run = [&](uint32_t a, uint32_t z) {
-        return CompareRunRefs(c.run(a), c.run(z)) == 0;
+        const RunRef x = c.run(a), y = c.run(z);
+        return x.is_string == y.is_string && (x.is_string ? x.s == y.s : x.i == y.i);
       };
       size_t pieces = 0;
       for (size_t x = 0; x < own.size(); ++x) pieces += x == 0 || !same_run(own[x - 1], own[x]);
