@@ -4,6 +4,7 @@ the status records a sweep writes; on a real sweep and on records with known tim
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -328,3 +329,17 @@ def test_status_memory_grows_by_a_few_hundred_bytes_per_experiment(tmp_path):
         f"50,000: {per_experiment:.0f} bytes an experiment"
     )
     assert per_experiment < 300
+
+
+def test_the_commands_done_in_python_ask_numpy_for_one_blas_thread(tmp_path, monkeypatch):
+    """status (and the other commands done in Python) set OPENBLAS_NUM_THREADS=1 before numpy
+    is imported, unless the user set it: none multiplies matrices, and OpenBLAS's threads spin
+    after the import (about 0.1 s of `runstore status` on 2 cores). The tool's commands do not."""
+    import _runstore_cli
+
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    assert _runstore_cli.main(["status", str(tmp_path / "none")]) != 0  # no store: an error
+    assert os.environ["OPENBLAS_NUM_THREADS"] == "1"
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "4")
+    _runstore_cli.main(["status", str(tmp_path / "none")])
+    assert os.environ["OPENBLAS_NUM_THREADS"] == "4"
