@@ -423,17 +423,23 @@ nb::dict PyStore::ScanAligned(const std::string& base, const std::vector<std::st
       // The runs stay where the scan put them; `perm` and `rank` map between
       // that and the order of the base's values.
       Result<std::vector<uint32_t>> ordered_perm = OrderOf(col.info.dtype, base_values);
+      std::string().swap(base_values);  // the base orders the rows; it is no column
       s = ordered_perm.status();
+      // Where each stored run goes, and the table that finds a run, only for the
+      // columns placed on them (not for the runs alone: a list of experiments).
       if (s.ok()) {
         perm = std::move(*ordered_perm);
-        rank.resize(perm.size());
-        for (uint32_t i = 0; i < perm.size(); ++i) rank[perm[i]] = i;
+        bool identity = true;  // stored in row order: row_of(p) is p
+        for (uint32_t i = 0; i < perm.size() && identity; ++i) identity = perm[i] == i;
+        if (!columns.empty() && !identity) {
+          rank.resize(perm.size());
+          for (uint32_t i = 0; i < perm.size(); ++i) rank[perm[i]] = i;
+        }
       }
     }
-    if (s.ok()) runs.Index();
+    if (s.ok() && !columns.empty()) runs.Index();
   }
   Check(s);
-  std::string().swap(base_values);  // the base orders the rows; it is no column
   const auto n = static_cast<npy_intp>(runs.size());
   AllocateColumns(&columns, n);
   {
