@@ -34,6 +34,7 @@ import numpy as np
 
 from . import _experiments as ex
 from . import _progress, _signals
+from ._table import release_freed_memory
 
 if TYPE_CHECKING:
     from ._store import Store
@@ -352,6 +353,10 @@ def _plan(
         a = cols[ex.ATTEMPT]
         attempts[a.present] = a.values[a.present].astype(np.int64)
     rows = ex.to_run(cols, n, retry_failed)
+    del cols
+    # What the reads and their temporaries left free on the C heap goes back before the
+    # parameters are read: the parent's peak is what it holds, not the sum of both reads'.
+    release_freed_memory()
     return index, rows, attempts, n - len(rows)
 
 
@@ -380,8 +385,9 @@ def _params_of(
             for s, p in parts.items()
         }
     else:
-        _, whole = ex.load_aligned(store, series, infos, ids=False)
-        cols = {s: c.take(rows) for s, c in whole.items()}
+        _, cols = ex.load_aligned(store, series, infos, ids=False)
+        if len(rows) < len(index):  # rows ascend: all of them are every row, in order
+            cols = {s: c.take(rows) for s, c in cols.items()}
     return {s[len(ex.DESIGN) :]: cols[s] for s in series}
 
 
