@@ -8,7 +8,7 @@
 //   RUNSTORE_ASSIGN_OR_RETURN(auto writer, store->NewWriter({}));
 //   RUNSTORE_RETURN_IF_ERROR(writer->Append(42, "loss", 0, 0.25));
 //   RUNSTORE_RETURN_IF_ERROR(writer->Commit());
-//   RUNSTORE_ASSIGN_OR_RETURN(auto snap, store->GetSnapshot());
+//   RUNSTORE_ASSIGN_OR_RETURN(auto snap, store->Refresh());  // sees the commit
 //   RUNSTORE_ASSIGN_OR_RETURN(runstore::Value v, snap->Get(42, "loss", 0));
 //
 // Thread safety: a Store may be used from many threads; Refresh() and
