@@ -15,8 +15,10 @@ the store in bounded memory; ``_report_page`` draws it.
   the first ``max_runs`` runs that have such records, each thinned to at most ``curve_points``
   evenly spaced records.
 
-Memory: the experiment index, the parameters, the status and the scalar outcomes are arrays of
-one entry per experiment, as the exports hold them (``_table.ExperimentTable``). An array outcome
+Memory: the parameters, the status (codes and numbers, ``_status.StatusArrays``, read once) and
+the scalar outcomes (placed on the experiments by the core) are arrays of one entry per
+experiment, and the ids the runs of the design's read (``_table.ExperimentTable`` with
+``ids=False``): no Python object per experiment. An array outcome
 is read a chunk of the chosen experiments at a time (about ``_table.CHUNK_BYTES`` of values) into
 a buffer of at most BAND_VALUES values. A scalar series is read whole when it has at most
 SCAN_RECORDS records, else a chunk of runs at a time (about SCAN_RECORDS records each). The
