@@ -127,6 +127,9 @@ cd "$root"
 step "A new virtual environment: pip install of the wheel, then the runstore command as typed"
 bash tests/package_install_test.sh "$wheel"
 
+step "A CMake project that embeds runstore (add_subdirectory) with the compiler's default standard"
+bash tests/embed_test.sh "$root/build/embed"
+
 step "Benchmark harnesses at small sizes (that they run and read back right; not their speed)"
 smoke="$root/build/bench-smoke"  # on the repository's disk: the suite refuses tmpfs
 rm -rf "$smoke"
