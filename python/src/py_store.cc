@@ -614,9 +614,21 @@ nb::dict PyStore::Scan(const std::string& name, bool keys, nb::handle runs_obj,
     info_r = snap->GetSeriesInfo(name);
     if (info_r.ok()) scanner_r = snap->Scan(name, options);
     if (scanner_r.ok()) first_r = (*scanner_r)->Next(&first);
+    // The pages a filtered scan maps leave the resident set every few blocks: the runs of a
+    // chunk of experiments may lie in every block of a compacted series, and the pages
+    // faulted in around the rows it copies (the kernel maps their neighbours too) would
+    // otherwise make the whole series resident (800 MiB for one chunk of a sweep's array
+    // outcome). The rows picked out are copies; a block taken whole is read again from the
+    // page cache when it is copied below.
+    constexpr int kReleaseEvery = 16;
+    int since_release = 0;
     while (filtered && first_r.ok() && *first_r) {
       collected_count += first.count;
       collected.push_back(std::move(first));
+      if (++since_release == kReleaseEvery) {
+        snap->ReleasePages();
+        since_release = 0;
+      }
       first_r = (*scanner_r)->Next(&first);
     }
   }
