@@ -329,11 +329,19 @@ def test_export_parquet_writes_row_groups_that_pandas_reads(awkward_store, tmp_p
 
 
 @pytest.mark.parametrize("ids", [[30, 10, 20], ["b", "a", "é"], [3, "x", 1, "y"]])
-def test_exports_keep_int_str_and_mixed_ids_in_design_order(store, tmp_path, ids):
+@pytest.mark.parametrize("window_bytes", [None, 1])
+def test_exports_keep_int_str_and_mixed_ids_in_design_order(
+    store, tmp_path, ids, window_bytes, monkeypatch
+):
     """The exports take the ids a chunk at a time from the runs of the aligned read (no Python
     object per experiment held): each id comes back as defined, in definition order, with its
-    type (mixed ones: their rows noted in the tarball, text in Parquet)."""
+    type (mixed ones: their rows noted in the tarball, text in Parquet); also with windows of
+    one experiment (read_aligned on int, str and mixed runs)."""
     pq = pytest.importorskip("pyarrow.parquet")
+    if window_bytes is not None:
+        from runstore import _table
+
+        monkeypatch.setattr(_table, "WINDOW_BYTES", window_bytes)
     store.define_experiments(pd.DataFrame({"experiment": ids, "x": np.arange(len(ids)) * 1.5}))
     with store.writer() as w:
         for k, e in enumerate(ids):
