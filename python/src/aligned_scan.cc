@@ -486,13 +486,8 @@ nb::dict PyStore::ReadAligned(nb::handle runs_obj, const std::vector<std::string
   auto snap = store_->GetSnapshot();
   std::vector<AlignedColumn> columns;
   for (const std::string& name : names) columns.push_back(ColumnOf(*snap, name));
-  if (PyUnicode_Check(runs_obj.ptr()) || PyBytes_Check(runs_obj.ptr())) {
-    Throw(PyExc_TypeError,
-          std::string("runs must be a list of run ids (int or str), got a single ") +
-              Py_TYPE(runs_obj.ptr())->tp_name);
-  }
   const python::Runs parsed =
-      ParseRuns(runs_obj, "read_aligned");  // keeps the strs the refs borrow
+      ParseRunList(runs_obj, "read_aligned");  // keeps the strs the refs borrow
   RunTable runs;
   std::vector<RunId> ids;
   ids.reserve(parsed.refs.size());

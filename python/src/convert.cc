@@ -302,6 +302,15 @@ Runs RepeatRun(nb::handle run, size_t n, const char* what) {
   return out;
 }
 
+Runs ParseRunList(nb::handle runs, const char* what) {
+  if (PyUnicode_Check(runs.ptr()) || PyBytes_Check(runs.ptr())) {
+    Throw(PyExc_TypeError,
+          std::string("runs must be a list of run ids (int or str), got a single ") +
+              Py_TYPE(runs.ptr())->tp_name + "; use runs=[...]");
+  }
+  return ParseRuns(runs, what);
+}
+
 Runs ParseRuns(nb::handle runs_obj, const char* what) {
   Runs out;
   PyObject* obj = runs_obj.ptr();

@@ -64,6 +64,10 @@ struct Runs {
   nb::object keep;
 };
 Runs ParseRuns(nb::handle runs, const char* what);
+// ParseRuns of a list of runs a read asks for (scan, read_aligned): a single
+// str or bytes is refused (TypeError), as a sequence it would be taken for
+// its characters.
+Runs ParseRunList(nb::handle runs, const char* what);
 // Whether `obj` is one run id (an int, a numpy integer scalar or a str)
 // rather than a sequence of them.
 bool IsOneRunId(PyObject* obj);

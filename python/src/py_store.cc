@@ -574,15 +574,9 @@ class GrowingColumn {
   size_t mapped_bytes_ = 0;  // the length of the mapping data_ starts, or 0 if malloc'd
 };
 
-// The run ids a scan asks for. A str itself is refused: as a sequence it
-// would be taken for its characters.
+// The run ids a scan asks for.
 std::vector<RunId> ToRunIds(nb::handle runs) {
-  if (PyUnicode_Check(runs.ptr()) || PyBytes_Check(runs.ptr())) {
-    Throw(PyExc_TypeError,
-          std::string("runs must be a list of run ids (int or str), got a single ") +
-              Py_TYPE(runs.ptr())->tp_name + "; use runs=[...]");
-  }
-  const Runs parsed = ParseRuns(runs, "scan");  // keeps the strs the refs borrow
+  const Runs parsed = ParseRunList(runs, "scan");  // keeps the strs the refs borrow
   std::vector<RunId> out;
   for (const RunRef& r : parsed.refs) out.push_back(r.ToRunId());
   return out;
