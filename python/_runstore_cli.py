@@ -23,6 +23,8 @@ from pathlib import Path
 _GLOBAL_FLAGS = {"--no-progress", "--skip-damaged"}
 #: The commands done in Python, as (command, subcommand).
 _PYTHON_COMMANDS = {("export", "tar"), ("export", "parquet"), ("export", "zarr"), ("import", "tar")}
+#: The commands done in Python whatever follows their first word.
+_PYTHON_FIRST_WORDS = {"plan", "status", "watch", "report", "import"}
 
 
 def tool_path() -> Path:
@@ -53,9 +55,7 @@ def _one_blas_thread() -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     words = _command_words(argv)
-    if words[:1] in (["plan"], ["status"], ["watch"], ["report"], ["import"]) or (
-        tuple(words[:2]) in _PYTHON_COMMANDS
-    ):
+    if words[:1] and words[0] in _PYTHON_FIRST_WORDS or tuple(words[:2]) in _PYTHON_COMMANDS:
         _one_blas_thread()
     if words[:1] == ["plan"]:
         # The partition planner of runstore.dask (docs/dask.md), without dask.

@@ -357,6 +357,18 @@ def load_aligned(
     return index, out
 
 
+def read_aligned(
+    store: Store, runs: list[Any], names: list[str], infos: dict[str, dict[str, Any]]
+) -> dict[str, Column]:
+    """Series ``names`` (ones :func:`alignable` says) as Columns of the runs ``runs``, row i
+    being runs[i]: read by the core from the blocks that may hold those runs alone
+    (``read_aligned``)."""
+    if not names:
+        return {}
+    read = store._core.read_aligned(runs, names)["columns"]
+    return {n: aligned_column(c, infos[n]["dtype"]) for n, c in read.items()}
+
+
 def aligned_column(c: dict[str, Any], dtype: str) -> Column:
     """A column of ``scan_aligned``: NaN where floats are absent, None where strings are."""
     present = c["present"]

@@ -373,9 +373,8 @@ def _params_of(
         parts: dict[str, list[ex.Column]] = {s: [] for s in series}
         for start in range(0, len(rows), PARAMS_WINDOW):
             ids = index.take_array(rows[start : start + PARAMS_WINDOW]).tolist()
-            read = store._core.read_aligned(ids, series)["columns"] if series else {}
-            for s, c in read.items():
-                parts[s].append(ex.aligned_column(c, infos[s]["dtype"]))
+            for s, c in ex.read_aligned(store, ids, series, infos).items():
+                parts[s].append(c)
         cols = {
             s: ex.Column(
                 np.concatenate([c.values for c in p]) if p else np.zeros(0),

@@ -238,10 +238,9 @@ class ExperimentTable:
         if self._window is None or self._window[0].start != start:
             self._window = None  # the window before is freed before the next is read
             window = slice(start, min(self.n, start + w))
-            ids = self.index.take_array(window)
-            read = self.store._core.read_aligned(ids.tolist(), self._scalar_series)["columns"]
+            ids = self.index.take_array(window).tolist()
+            cols = ex.read_aligned(self.store, ids, self._scalar_series, self.infos)
             del ids
-            cols = {n: ex.aligned_column(c, self.infos[n]["dtype"]) for n, c in read.items()}
             release_mapped_pages(self.store)
             self._window = (window, cols)
         window, cols = self._window

@@ -304,7 +304,7 @@ def export_tar(
         # columns are read a window at a time.
         table = ExperimentTable(store, ids=False, window=True)
         # One pass over the experiments for the scalar columns, one for each array outcome.
-        passes = 1 + sum(not (o.scalar or o.column is not None) for o in table.outcomes)
+        passes = 1 + sum(not _in_first_pass(o) for o in table.outcomes)
         table.progress = _progress.Work(line, table.n * passes, "rows")
         out = _TarOut(f, compresslevel)
         try:
@@ -316,6 +316,23 @@ def export_tar(
     summary["seconds"] = time.perf_counter() - t0
     summary["bytes"] = os.path.getsize(f.path)
     return summary
+
+
+def _as_csv(o: Outcome) -> bool:
+    """Whether outcome ``o``'s member is a CSV file (else .npy): text, varying shapes, and
+    arrays of at most 2 dimensions and MAX_CSV_ELEMENTS elements."""
+    n_elements = int(np.prod(o.shape, dtype=np.int64)) if o.shape is not None else 1
+    return (
+        o.var_len
+        or o.variable
+        or (o.ndim is not None and o.ndim <= 2 and n_elements <= MAX_CSV_ELEMENTS)
+    )
+
+
+def _in_first_pass(o: Outcome) -> bool:
+    """Whether outcome ``o`` is written in the pass that writes experiments.csv: a CSV member
+    of a scalar (read with the scalar columns) or of arrays of no elements (read whole)."""
+    return _as_csv(o) and (o.scalar or o.column is not None)
 
 
 def _write_tar(table: ExperimentTable, out: _TarOut, chunk_rows: int) -> dict[str, Any]:
@@ -348,12 +365,7 @@ def _write_tar(table: ExperimentTable, out: _TarOut, chunk_rows: int) -> dict[st
             "shape": list(o.shape) if o.shape is not None else None,
             "variable_shape": o.variable,
         }
-        n_elements = int(np.prod(o.shape, dtype=np.int64)) if o.shape is not None else 1
-        if (
-            o.var_len
-            or o.variable
-            or (o.ndim is not None and o.ndim <= 2 and n_elements <= MAX_CSV_ELEMENTS)
-        ):
+        if _as_csv(o):
             m["format"] = "csv"
             m["member"] = base + ".csv"
             if o.variable:
@@ -368,10 +380,7 @@ def _write_tar(table: ExperimentTable, out: _TarOut, chunk_rows: int) -> dict[st
 
     # The pass over the scalar columns: experiments.csv, and the members of the outcomes read
     # with them (scalars) or whole (arrays of no elements), with what metadata.json says of each.
-    with_columns = [
-        (o, m) for o, m in zip(table.outcomes, outcomes)
-        if m["format"] == "csv" and (o.scalar or o.column is not None)
-    ]  # fmt: skip
+    with_columns = [(o, m) for o, m in zip(table.outcomes, outcomes) if _in_first_pass(o)]
     outcome_stats = {o.name: _ColumnStats(out, o.name, o.dtype, "outcome") for o, _ in with_columns}
     spools = {o.name: out.spool() for o, _ in with_columns}
     exported: dict[str, int] = {o.name: 0 for o, _ in with_columns}
