@@ -7,6 +7,7 @@
 #include "util/coding.h"
 #include "util/hash.h"
 #include "util/shape.h"
+#include "util/sort.h"
 #include "util/utf8.h"
 
 namespace runstore::format {
@@ -214,14 +215,6 @@ void BlockBuilder::AddValueBytes(const ValueRef& value) {
   }
 }
 
-namespace {
-// Sorts a block's run hashes and drops repeats.
-void SortDistinct(std::vector<uint64_t>* hashes) {
-  std::sort(hashes->begin(), hashes->end());
-  hashes->erase(std::unique(hashes->begin(), hashes->end()), hashes->end());
-}
-}  // namespace
-
 uint64_t RunHash(const RunRef& run) {
   if (run.is_string) return XXH3_64bits_withSeed(run.s.data(), run.s.size(), 1);
   char le[8];
@@ -246,7 +239,7 @@ void BlockBuilder::RunHashes(std::vector<uint64_t>* out) const {
     }
     if (out->empty() || out->back() != h) out->push_back(h);  // runs come in stretches
   }
-  SortDistinct(out);
+  SortDistinctUint64(out);
 }
 
 void RunHashesOf(const BlockView& view, std::vector<uint64_t>* out) {
@@ -255,7 +248,7 @@ void RunHashesOf(const BlockView& view, std::vector<uint64_t>* out) {
     const uint64_t h = RunHash(view.run(r));
     if (out->empty() || out->back() != h) out->push_back(h);
   }
-  SortDistinct(out);
+  SortDistinctUint64(out);
 }
 
 void BlockBuilder::Add(const RunRef& run, int64_t step, const ValueRef& value) {
