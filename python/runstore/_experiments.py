@@ -789,9 +789,10 @@ def experiment_id_of_plain(params: Mapping[str, Any]) -> str:
 
 
 def derived_ids(params: list[_Param], n: int) -> np.ndarray:
-    """The default ids of the design's rows (an object array), computed on the columns in one
-    C++ call where every value is plain, else row by row; ValueError for two rows with one
-    id."""
+    """The default ids of the design's rows, computed on the columns in one C++ call where
+    every value is plain (an array of dtype S17: the ids' bytes, no Python object per id, as
+    writers take runs and :func:`id_column` makes a frame's column), else row by row (an
+    object array); ValueError for two rows with one id."""
     got = _core.plain_experiment_ids(
         [p.name for p in params],
         [np.ascontiguousarray(p.values) for p in params],
@@ -814,6 +815,44 @@ def derived_ids(params: list[_Param], n: int) -> np.ndarray:
     ids = np.empty(n, dtype=object)
     ids[:] = id_list
     return ids
+
+
+def id_objects(ids: np.ndarray) -> np.ndarray:
+    """Ids as an object array of Python ids (those of dtype S decoded as UTF-8)."""
+    if ids.dtype.kind != "S":
+        return ids
+    out = np.empty(len(ids), dtype=object)
+    out[:] = [b.decode() for b in ids.tolist()]
+    return out
+
+
+def id_column(ids: np.ndarray) -> Any:
+    """A frame's column of ``ids``: as given, or for ids of dtype S (UTF-8 bytes of str ids)
+    the str column pandas makes of their strs. Where pandas keeps str columns in Arrow (pandas
+    3 with pyarrow), it is made from the bytes themselves, without a Python object per id."""
+    import pandas as pd
+
+    if ids.dtype.kind != "S":
+        return ids
+    n, width = len(ids), ids.dtype.itemsize
+    dtype = pd.Series(["e"]).dtype  # pandas' own type of a column of str
+    full = n == 0 or bool(ids.view(np.uint8).reshape(n, width)[:, -1].all())
+    if (
+        isinstance(dtype, pd.StringDtype)
+        and dtype.storage == "pyarrow"
+        and full  # every id `width` bytes long (no NUL padding), so offsets are a range
+        and n * width < 2**31
+    ):
+        import pyarrow as pa
+
+        offsets = np.arange(0, width * (n + 1), width, dtype=np.int32)
+        data = np.ascontiguousarray(ids)
+        arr = pa.Array.from_buffers(
+            pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)]
+        )
+        arr.validate(full=True)  # UTF-8, as decoding would check
+        return pd.Series(arr, dtype=dtype)
+    return id_objects(ids)
 
 
 def _refuse_duplicate(pair: list[dict[str, Any]], j: int, i: int) -> None:
@@ -948,7 +987,7 @@ def define_columns(
 
     # Compare with what the store holds for ids it already has.
     index = load_index(store, infos)
-    pos = index.positions(ids)
+    pos = index.positions(id_objects(ids)) if len(index) else np.full(n, -1, dtype=np.intp)
     existing = pos >= 0
     stored_params = design_columns(store, infos)
     if existing.any():
@@ -977,7 +1016,7 @@ def define_columns(
                 gv = g_values[k] if g_present[k] else "(none)"
                 sv = sv.item() if isinstance(sv, np.generic) else sv
                 gv = gv.item() if isinstance(gv, np.generic) else gv
-                eid = ids[e_rows[k]]
+                eid = id_objects(ids[e_rows[k] : e_rows[k] + 1])[0]
                 eid = eid.item() if isinstance(eid, np.generic) else eid
                 raise ValueError(
                     f"experiment {eid!r} is already defined with {name}={sv!r}; the design "
@@ -987,6 +1026,8 @@ def define_columns(
 
     new = ~existing
     if new.any():
+        # Every row new (a first definition): the columns as they are, not copies of them.
+        new = slice(None) if new.all() else new
         new_ids = ids[new]
         runs = new_ids if new_ids.dtype != object else new_ids.tolist()
         first_row = 0
@@ -1002,7 +1043,7 @@ def define_columns(
         def write(w: Any) -> None:
             # The parameters every new row has go with the rows' numbers in one log_many (the
             # runs converted once); the others each with the runs that have them.
-            whole = {ROW: np.arange(first_row, first_row + int(new.sum()), dtype=np.int64)}
+            whole = {ROW: np.arange(first_row, first_row + len(new_ids), dtype=np.int64)}
             for p in params:
                 keep = p.present[new]
                 if keep.all():
@@ -1024,10 +1065,11 @@ def define_columns(
 
     if writer is not None:
         return None
-    data: dict[str, Any] = {ID_COLUMN: ids}
+    data: dict[str, Any] = {ID_COLUMN: id_column(ids)}
     for p in params:
         data[p.name] = Column(p.values, p.present, "").to_pandas()
-    return pd.DataFrame(data)
+    # Not copied into one block: the columns are this call's own copies of the design's.
+    return pd.DataFrame(data, copy=False)
 
 
 # -- a loop of one's own -------------------------------------------------------------------------

@@ -311,6 +311,36 @@ Runs ParseRunList(nb::handle runs, const char* what) {
   return ParseRuns(runs, what);
 }
 
+namespace {
+
+// The str run ids of an array of dtype S: each element the UTF-8 bytes of one
+// (numpy's fixed-width bytes, whose trailing NUL bytes are padding), viewed
+// where they lie.
+Runs StrRunsOfBytesArray(PyArrayObject* arr, const char* what) {
+  Runs out;
+  out.keep = nb::steal(PyArray_FROM_OF(reinterpret_cast<PyObject*>(arr), NPY_ARRAY_C_CONTIGUOUS));
+  if (!out.keep.is_valid()) throw nb::python_error();
+  auto* a = reinterpret_cast<PyArrayObject*>(out.keep.ptr());
+  const auto width = static_cast<size_t>(PyArray_ITEMSIZE(a));
+  const auto n = static_cast<Py_ssize_t>(PyArray_DIM(a, 0));
+  const char* data = static_cast<const char*>(PyArray_DATA(a));
+  out.refs.reserve(static_cast<size_t>(n));
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    const char* p = data + static_cast<size_t>(i) * width;
+    size_t len = width;
+    while (len > 0 && p[len - 1] == '\0') --len;
+    const RunRef id(std::string_view(p, len));
+    if (Status st = ValidateRunId(id); !st.ok()) {
+      Throw(PyExc_ValueError, Where(what, "runs", i) + st.message() +
+                                  " (an array of dtype S holds str ids as their UTF-8 bytes)");
+    }
+    out.refs.push_back(id);
+  }
+  return out;
+}
+
+}  // namespace
+
 Runs ParseRuns(nb::handle runs_obj, const char* what) {
   Runs out;
   PyObject* obj = runs_obj.ptr();
@@ -331,6 +361,7 @@ Runs ParseRuns(nb::handle runs_obj, const char* what) {
       for (size_t i = 0; i < n; ++i) out.refs.emplace_back(data[i]);
       return out;
     }
+    if (kind == 'S') return StrRunsOfBytesArray(arr, what);
     if (kind != 'U' && kind != 'O') {
       Throw(PyExc_TypeError, std::string(what) +
                                  ": run ids must be ints or strs, got an array of " +

@@ -26,7 +26,6 @@
 #include <string>
 #include <string_view>
 #include <thread>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -402,19 +401,37 @@ nb::object PlainIds(nb::list names, nb::list values, nb::list present, Py_ssize_
     ok = std::all_of(done.begin(), done.end(), [](char d) { return d != 0; });
   }
   if (!ok) return nb::none();
-  nb::object ids = nb::steal(PyArray_SimpleNew(1, &n, NPY_OBJECT));
+  // The ids as one array of 17-byte strings (no Python object per id: the
+  // caller writes them as runs and makes the frame's column of them).
+  nb::object ids =
+      nb::steal(PyArray_New(&PyArray_Type, 1, &n, NPY_STRING, nullptr, nullptr, 17, 0, nullptr));
   if (!ids.is_valid()) throw nb::python_error();
-  auto** slots = static_cast<PyObject**>(PyArray_DATA(reinterpret_cast<PyArrayObject*>(ids.ptr())));
-  std::unordered_map<std::string_view, Py_ssize_t> first;
-  first.reserve(static_cast<size_t>(n));
+  char* out = static_cast<char*>(PyArray_DATA(reinterpret_cast<PyArrayObject*>(ids.ptr())));
+  if (n > 0) std::memcpy(out, hex.data(), 17 * static_cast<size_t>(n));
+  // The first two rows of one id: an open-addressed table of row numbers,
+  // placed by the id's digits (a digest, so spread evenly).
+  size_t slots = 16;
+  while (slots < 2 * static_cast<size_t>(n)) slots *= 2;
+  std::vector<int64_t> table(slots, -1);
   nb::object dup = nb::none();
-  for (Py_ssize_t i = 0; i < n; ++i) {
+  for (Py_ssize_t i = 0; i < n && dup.is_none(); ++i) {
     const char* id = hex[static_cast<size_t>(i)].data();
-    PyObject* s = PyUnicode_FromStringAndSize(id, 17);
-    if (s == nullptr) throw nb::python_error();
-    Py_XSETREF(slots[i], s);
-    auto [it, added] = first.try_emplace(std::string_view(id, 17), i);
-    if (!added && dup.is_none()) dup = nb::make_tuple(it->second, i);
+    uint64_t lo, hi;
+    std::memcpy(&lo, id + 1, 8);
+    std::memcpy(&hi, id + 9, 8);
+    size_t k =
+        static_cast<size_t>((lo ^ (hi * 0x9e3779b97f4a7c15ull)) * 0xff51afd7ed558ccdull >> 17);
+    for (;; ++k) {
+      int64_t& slot = table[k & (slots - 1)];
+      if (slot < 0) {
+        slot = i;
+        break;
+      }
+      if (std::memcmp(hex[static_cast<size_t>(slot)].data(), id, 17) == 0) {
+        dup = nb::make_tuple(slot, i);
+        break;
+      }
+    }
   }
   return nb::make_tuple(ids, dup);
 }
@@ -424,8 +441,9 @@ nb::object PlainIds(nb::list names, nb::list values, nb::list present, Py_ssize_
 void BindExperimentId(nb::module_& m) {
   m.def("plain_experiment_ids", &PlainIds, nb::arg("names"), nb::arg("values"), nb::arg("present"),
         nb::arg("n"),
-        "(ids, first) for a design of columns: ids, an object array of what "
-        "plain_experiment_id gives for each row's dict of its present values (names[c] -> "
+        "(ids, first) for a design of columns: ids, an array of dtype S17 of what "
+        "plain_experiment_id gives for each row's dict of its present values (as UTF-8 bytes) "
+        "(names[c] -> "
         "values[c][i] where present[c][i]), and the first two rows (j, i) with one id, or None. "
         "values: 1-d C-contiguous arrays of n numbers, bools or plain objects; None for any "
         "other column (the rows' dicts then take the design).");

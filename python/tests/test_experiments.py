@@ -125,6 +125,27 @@ def test_define_conflicting_parameters_is_a_value_error_and_writes_nothing(store
     assert store.design()["experiment"].tolist() == [1, 2]
 
 
+def test_the_id_column_of_bytes_is_the_column_pandas_makes_of_their_strs():
+    """Derived ids come as bytes (dtype S); the frame's column is what pandas makes of the
+    strs, whatever pandas keeps str columns in: from the bytes where it is Arrow, decoded
+    where ids are padded or pandas keeps objects."""
+    import pandas as pd
+
+    strs = ["e0123456789abcdef", "e00000000000000ff", "eüüüüüüüü"]  # 17 bytes each
+    got = pd.DataFrame({"experiment": ex.id_column(np.array([s.encode() for s in strs]))})
+    want = pd.DataFrame({"experiment": np.array(strs, dtype=object)})
+    pd.testing.assert_frame_equal(got, want)
+    padded = np.array([b"abc", b"e0123456789abcdef"])
+    got = pd.DataFrame({"experiment": ex.id_column(padded)})
+    want = pd.DataFrame({"experiment": np.array(["abc", "e0123456789abcdef"], dtype=object)})
+    pd.testing.assert_frame_equal(got, want)
+    assert ex.id_column(np.array([], dtype="S17")).tolist() == []
+    with pytest.raises((UnicodeDecodeError, ValueError)):
+        ex.id_column(np.array([b"\xff" * 17]))
+    ints = np.arange(3)
+    assert ex.id_column(ints) is ints
+
+
 def test_duplicate_rows_in_one_design_are_refused(store):
     with pytest.raises(ValueError, match="rows 0 and 2 have the same parameters"):
         store.define_experiments([{"a": 1}, {"a": 2}, {"a": 1}])
@@ -269,7 +290,8 @@ def test_the_ids_of_a_design_of_columns_are_the_ids_of_its_rows(rows):
         for i in range(len(rows))
     ]
     assert got is not None
-    assert got[0].tolist() == want
+    assert got[0].dtype == np.dtype("S17")
+    assert [b.decode() for b in got[0].tolist()] == want
 
 
 @pytest.mark.parametrize("ids", ["hashed", "int", "mixed"])

@@ -245,6 +245,32 @@ def test_log_many_variants(store, rng):
     assert d["run"].dtype == object and sorted(map(str, d["run"].tolist())) == ["0", "1", "x"]
 
 
+def test_runs_given_as_bytes_arrays_are_the_str_ids_of_their_utf8(store):
+    """An array of dtype S holds str run ids as their UTF-8 bytes (as define_experiments hands
+    over its derived ids): logged, scanned and read as those strs; one that is not UTF-8 or is
+    longer than a run id may be is refused by its row, and nothing of the call is written."""
+    strs = ["e0123456789abcdef", "short", "", "ünï", "x" * 3]
+    runs = np.array([r.encode() for r in strs], dtype="S17")  # "short" etc. padded with NUL
+    with store.writer() as w:
+        w.log_many(runs, a=np.arange(5.0))
+        w.log_many(runs[::2], steps=1, a=np.arange(3.0))  # a strided view
+        with pytest.raises(ValueError, match=r"runs\[1\]: string run id is not valid UTF-8"):
+            w.log_many(np.array([b"ok", b"\xff"], dtype="S2"), b=np.zeros(2))
+        with pytest.raises(ValueError, match=r"runs\[0\]: run id of \d+ bytes is longer"):
+            w.log_many(np.array([b"y" * 5000]), b=np.zeros(1))
+    store.refresh()
+    assert "b" not in store.names()
+    for i, r in enumerate(strs):
+        assert store.get(r, "a") == float(i)
+    d = store.scan("a", runs=np.array([b"short", "ünï".encode()]))
+    assert sorted(d["run"].tolist()) == ["short", "ünï"]
+    assert store.scan("a", runs=strs[::2], steps=(1, 2))["value"].tolist() == [
+        0.0,
+        1.0,
+        2.0,
+    ]
+
+
 def test_log_many_with_one_run_id_for_the_whole_batch(store):
     """A run's curve in one call: one run id (int, numpy int or str, a hashed
     experiment id among them), as many records as steps or values."""
