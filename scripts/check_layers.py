@@ -4,8 +4,10 @@
 Each directory of the library is a layer that may include only the layers
 below it and some of the public headers; test code (src/testing) is never
 included by the library; the presentation layer (present/) and the front ends
-(cli/, python/src) use only the public API. `--self-test` checks that the
-rules catch what they must, on a tree it makes.
+(cli/, python/src) use only the public API. The rules are read from the table
+in docs/design.md#layer-rules, so the document and the check cannot disagree.
+`--self-test` checks that the rules catch what they must, on a tree it makes,
+and that a broken table is refused.
 
     python3 scripts/check_layers.py [ROOT]
     python3 scripts/check_layers.py --self-test
@@ -18,28 +20,65 @@ import re
 import sys
 import tempfile
 
-PUBLIC_ALL = {"status.h", "types.h", "env.h", "reader.h", "writer.h", "store.h", "sync.h"}
-# The presentation layer's headers (present/runstore/), which the front ends include.
-PRESENT = {"text.h", "csv.h"}
-# directory -> (internal layers it may include, public headers it may include)
-RULES = {
-    "src/util": ({"util"}, {"status.h", "types.h", "env.h"}),
-    "src/env": ({"util", "env"}, {"status.h", "types.h", "env.h"}),
-    "src/codec": ({"util", "codec"}, {"status.h", "types.h"}),
-    "src/format": ({"util", "env", "codec", "format"}, {"status.h", "types.h", "env.h"}),
-    "src/store": ({"util", "env", "codec", "format", "store"}, PUBLIC_ALL),
-    "src/testing": ({"util", "env", "testing"}, PUBLIC_ALL),
-    "present": (set(), PUBLIC_ALL | PRESENT),
-    "cli": (set(), PUBLIC_ALL | PRESENT),
-    "python/src": (set(), PUBLIC_ALL | PRESENT),
-}
 INTERNAL = {"util", "env", "codec", "format", "store", "testing"}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+#: The table of rules in docs/design.md: the line after which it starts.
+ANCHOR = '<a id="layer-rules"></a>'
+ROW = re.compile(r"^\| `([^`]+)` \| ([^|]*) \| ([^|]*) \|$")
+
+Rules = dict[str, tuple[set[str], set[str]]]
 
 
-def check(root: pathlib.Path) -> list[str]:
+class RulesError(ValueError):
+    """docs/design.md's table of layer rules is missing or does not read."""
+
+
+def read_rules(root: pathlib.Path) -> Rules:
+    """directory -> (internal layers it may include, public headers it may include), as the
+    table of docs/design.md#layer-rules states them: "all public headers" is every header of
+    include/runstore/, "present's headers" every one of present/runstore/, "-" none."""
+    design = root / "docs" / "design.md"
+    try:
+        text = design.read_text()
+    except OSError as e:
+        raise RulesError(f"{design}: {e.strerror}") from None
+    if ANCHOR not in text:
+        raise RulesError(f"{design}: no table of layer rules (after {ANCHOR})")
+    public = {f.name for f in (root / "include" / "runstore").glob("*.h")}
+    present = {f.name for f in (root / "present" / "runstore").glob("*.h")}
+    rules: Rules = {}
+    for ln in text.split(ANCHOR, 1)[1].splitlines():
+        if ln.startswith("#"):
+            break  # the next section: the table is behind
+        if not ln.startswith("| `"):
+            continue
+        m = ROW.match(ln.strip())
+        if m is None:
+            raise RulesError(f"{design}: a row of the layer rules does not read: {ln!r}")
+        where, layers_cell, headers_cell = m.groups()
+        layers = {x.strip() for x in layers_cell.split(",")} - {"-", ""}
+        if layers - INTERNAL:
+            raise RulesError(f"{design}: {where}: unknown layers {sorted(layers - INTERNAL)}")
+        headers: set[str] = set()
+        for item in (x.strip() for x in headers_cell.split(",")):
+            if item == "all public headers":
+                headers |= public
+            elif item == "present's headers":
+                headers |= present
+            elif item.endswith(".h") and item in public:
+                headers.add(item)
+            elif item not in ("-", ""):
+                raise RulesError(f"{design}: {where}: {item!r} is not a public header")
+        rules[where] = (layers, headers)
+    missing = {f"src/{x}" for x in INTERNAL} - set(rules)
+    if missing:
+        raise RulesError(f"{design}: the layer rules leave out {sorted(missing)}")
+    return rules
+
+
+def check(root: pathlib.Path, rules: Rules) -> list[str]:
     problems = []
-    for where, (layers, public) in RULES.items():
+    for where, (layers, public) in rules.items():
         base = root / where
         if not base.is_dir():
             continue
@@ -62,7 +101,8 @@ def check(root: pathlib.Path) -> list[str]:
     return problems
 
 
-def self_test() -> int:
+def self_test(repo: pathlib.Path) -> int:
+    rules = read_rules(repo)
     with tempfile.TemporaryDirectory() as d:
         root = pathlib.Path(d)
         cases = {
@@ -76,21 +116,41 @@ def self_test() -> int:
         for name, text in cases.items():
             (root / name).parent.mkdir(parents=True, exist_ok=True)
             (root / name).write_text(text)
-        found = check(root)
+        found = check(root, rules)
         caught = {p.split(":")[0] for p in found}
         want = {k for k in cases if "ok" not in k}
         if caught != want:
             print(f"check_layers self-test: caught {sorted(caught)}, expected {sorted(want)}")
             return 1
-    print("check_layers self-test: every violation caught")
+        # A table that leaves a layer out, or names what is not a header, is refused.
+        (root / "docs").mkdir()
+        design = (repo / "docs" / "design.md").read_text()
+        for broken in (
+            design.replace("| `src/codec` |", "| `src/codecs` |"),
+            design.replace("| util, codec |", "| util, codec, nowhere |"),
+            design.replace(ANCHOR, ""),
+        ):
+            (root / "docs" / "design.md").write_text(broken)
+            try:
+                read_rules(root)
+            except RulesError:
+                continue
+            print("check_layers self-test: a broken table of layer rules was read")
+            return 1
+    print("check_layers self-test: every violation caught, every broken table refused")
     return 0
 
 
 def main() -> int:
     if sys.argv[1:] == ["--self-test"]:
-        return self_test()
+        return self_test(pathlib.Path(__file__).resolve().parent.parent)
     root = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else ".").resolve()
-    problems = check(root)
+    try:
+        rules = read_rules(root)
+    except RulesError as e:
+        print(f"check_layers: {e}")
+        return 1
+    problems = check(root, rules)
     for p in problems:
         print(p)
     if problems:
