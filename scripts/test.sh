@@ -152,7 +152,8 @@ for b in "sweep_bench.py --n 2000 --batch 200" "export_bench.py --n 2000" \
          "lookup_bench.py --n 2000 --lookups 200" "dask_bench.py --outputs 10 20" \
          "steplog_bench.py --steps 20000 --repeat 1" "rl_log_bench.py --procs 2 --steps 2000" \
          "report_bench.py --n 2000" "runner_bench.py --n 2000 --commit-every None 1" \
-         "xarray_bench.py --n 2000" "frame_bench.py --series 50 --repeat 1"; do
+         "xarray_bench.py --n 2000" "frame_bench.py --series 50 --repeat 1" \
+         "attrs_bench.py --updates 5 --reads 20"; do
   rc=0
   # shellcheck disable=SC2086  # the benchmark's name and arguments
   "$root/.venv/bin/python" bench/python/$b --dir "$smoke/${b%%.py*}" > "$smoke.log" 2>&1 || rc=$?
