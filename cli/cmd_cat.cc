@@ -173,7 +173,7 @@ int RunCat(const CatOptions& o) {
   return kExitOk;
 }
 
-void RegisterCat(CLI::App& app, ChosenCommand* chosen) {
+void RegisterCat(CLI::App* cmd, ChosenCommand* chosen) {
   // What the options are parsed into; the CatOptions run are made from it
   // and from which options were given.
   struct Parsed {
@@ -181,8 +181,6 @@ void RegisterCat(CLI::App& app, ChosenCommand* chosen) {
     int64_t first_step = 0, last_step = 0;
   };
   auto p = std::make_shared<Parsed>();
-  CLI::App* cmd =
-      app.add_subcommand("cat", "Print the records of one series as text, CSV or JSON lines");
   cmd->add_option("STORE", p->o.store, "Store directory")->required();
   cmd->add_option("NAME", p->o.name, "Series name")->required();
   CLI::Option* run_opt = cmd->add_option(

@@ -56,10 +56,8 @@ int RunCatalog(const CatalogOptions& o) {
 
 }  // namespace
 
-void RegisterCatalog(CLI::App& app, ChosenCommand* chosen) {
+void RegisterCatalog(CLI::App* cmd, ChosenCommand* chosen) {
   auto o = std::make_shared<CatalogOptions>();
-  CLI::App* cmd =
-      app.add_subcommand("catalog", "Write the store's catalog, so that opening it reads one file");
   cmd->add_option("STORE", o->store, "Store directory")->required();
   cmd->add_flag("--json", o->json,
                 "Print one JSON object {store, segments, cataloged, open, "

@@ -179,10 +179,8 @@ int RunCompact(const CompactCliOptions& o) {
 
 }  // namespace
 
-void RegisterCompact(CLI::App& app, ChosenCommand* chosen) {
+void RegisterCompact(CLI::App* cmd, ChosenCommand* chosen) {
   auto o = std::make_shared<CompactCliOptions>();
-  CLI::App* cmd = app.add_subcommand(
-      "compact", "Merge small sealed segments into few large ones, sorted by series and run");
   cmd->add_option("STORE", o->store, "Store directory")->required();
   cmd->add_flag("--dry-run", o->dry_run, "Say what would be merged; write nothing");
   cmd->add_flag("--verbose", o->verbose, "List every leftover file removed, one a line");

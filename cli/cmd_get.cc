@@ -63,9 +63,8 @@ int RunGet(const GetOptions& o) {
   return kExitOk;
 }
 
-void RegisterGet(CLI::App& app, ChosenCommand* chosen) {
+void RegisterGet(CLI::App* cmd, ChosenCommand* chosen) {
   auto o = std::make_shared<GetOptions>();
-  CLI::App* cmd = app.add_subcommand("get", "Write one value to a NumPy .npy file");
   cmd->add_option("STORE", o->store, "Store directory")->required();
   cmd->add_option("RUN", o->run,
                   "Run id: an integer if all of it is one, a string if it does not start like a "

@@ -212,10 +212,8 @@ int RunLs(const LsOptions& o) {
   return kExitOk;
 }
 
-void RegisterInfo(CLI::App& app, ChosenCommand* chosen) {
+void RegisterInfo(CLI::App* cmd, ChosenCommand* chosen) {
   auto o = std::make_shared<InfoOptions>();
-  CLI::App* cmd =
-      app.add_subcommand("info", "Summarise a store: writers, segments, series, runs, bytes");
   cmd->add_option("STORE", o->store, "Store directory")->required();
   cmd->add_flag("--json", o->json, "Print one JSON object instead of text");
   cmd->footer(Footer(
@@ -230,10 +228,8 @@ void RegisterInfo(CLI::App& app, ChosenCommand* chosen) {
   ChooseOnParse(cmd, "info", chosen, [o] { return RunInfo(*o); });
 }
 
-void RegisterLs(CLI::App& app, ChosenCommand* chosen) {
+void RegisterLs(CLI::App* cmd, ChosenCommand* chosen) {
   auto o = std::make_shared<LsOptions>();
-  CLI::App* cmd =
-      app.add_subcommand("ls", "List the series (or with --runs the run ids) of a store");
   cmd->add_option("STORE", o->store, "Store directory")->required();
   cmd->add_flag("--runs", o->runs, "List run ids instead of series");
   cmd->add_flag("--json", o->json,

@@ -85,10 +85,8 @@ int RunSync(const SyncCommandOptions& o) {
 
 }  // namespace
 
-void RegisterSync(CLI::App& app, ChosenCommand* chosen) {
+void RegisterSync(CLI::App* cmd, ChosenCommand* chosen) {
   auto o = std::make_shared<SyncCommandOptions>();
-  CLI::App* cmd = app.add_subcommand(
-      "sync", "Ship what staging writers left in a node-local staging directory into a store");
   cmd->add_option("STAGING_DIR", o->staging_dir, "Staging directory (WriterOptions::staging_dir)")
       ->required();
   cmd->add_option("STORE", o->store, "Store directory")->required();

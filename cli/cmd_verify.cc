@@ -133,10 +133,8 @@ int RunVerify(const VerifyOptions& o) {
   return kExitOk;
 }
 
-void RegisterVerify(CLI::App& app, ChosenCommand* chosen) {
+void RegisterVerify(CLI::App* cmd, ChosenCommand* chosen) {
   auto o = std::make_shared<VerifyOptions>();
-  CLI::App* cmd =
-      app.add_subcommand("verify", "Check the checksum of every block of every segment");
   cmd->add_option("STORE", o->store, "Store directory")->required();
   cmd->add_flag("--json", o->json,
                 "Print one JSON object {store, ok, segments, blocks, blocks_checked, "

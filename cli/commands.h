@@ -4,7 +4,7 @@
 // (common.h), having printed any error as "runstore: <command>: <status>" on
 // stderr.
 //
-// Every command opens the store read-only and writes nothing into it.
+// Which commands may write to a store is said once, in cli/commands.tsv.
 #ifndef RUNSTORE_CLI_COMMANDS_H_
 #define RUNSTORE_CLI_COMMANDS_H_
 

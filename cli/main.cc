@@ -1,15 +1,18 @@
 // runstore: the command-line tool for looking into runstore stores.
 //
-// Builds the top-level command line (its global flags and help), has each
-// subcommand add itself (registry.h), parses with CLI11 and runs the command
-// chosen. Every command opens the store read-only. Exit codes: common.h (and
-// every --help).
+// Builds the top-level command line (its global flags and help) and every
+// command of the table of commands (registry.h, cli/commands.tsv, which also
+// says which commands write to a store), parses with CLI11 and runs the
+// command chosen. Exit codes: common.h (and every --help).
 #include <CLI/CLI.hpp>
 #include <cerrno>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <new>
+#include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "common.h"
 #include "options.h"
@@ -47,15 +50,71 @@ std::string UnknownCommand(const CLI::App& app, int argc, char** argv) {
   return "";
 }
 
+// The commands of the table that may write to a store, as the help lists
+// them: "compact, catalog, import tar and sync".
+std::string CommandsThatWrite() {
+  std::vector<std::string> names;
+  for (const CommandRow& row : kCommandTable) {
+    // A group that writes is named by its commands that write.
+    if (Writes(row) && !IsGroup(row)) names.push_back(row.path);
+  }
+  std::string out;
+  for (size_t i = 0; i < names.size(); ++i) {
+    out += (i == 0 ? "" : i + 1 == names.size() ? " and " : ", ") + names[i];
+  }
+  return out;
+}
+
+// Creates every command of the table under `app` (a command "export csv"
+// under its group "export"), each configured by the code of its engine.
+void BuildCommands(CLI::App& app, ChosenCommand* chosen) {
+  using Register = void (*)(CLI::App*, ChosenCommand*);
+  std::map<std::string, Register> tool = {
+      {"info", RegisterInfo},       {"ls", RegisterLs},
+      {"cat", RegisterCat},         {"get", RegisterGet},
+      {"verify", RegisterVerify},   {"compact", RegisterCompact},
+      {"catalog", RegisterCatalog}, {"export", RegisterExport},
+      {"sync", RegisterSync},       {"export csv", RegisterExportCsv},
+  };
+  for (const CommandRow& row : kCommandTable) {
+    const std::string path = row.path;
+    CLI::App* parent = &app;
+    std::string name = path;
+    if (const size_t space = path.rfind(' '); space != std::string::npos) {
+      parent = app.get_subcommand(path.substr(0, space));  // throws if the group is not before
+      name = path.substr(space + 1);
+    }
+    CLI::App* cmd = parent->add_subcommand(name, row.summary);
+    if (IsGroup(row)) cmd->require_subcommand(1);
+    if (IsTool(row) || IsGroup(row)) {
+      auto it = tool.find(path);
+      if (it != tool.end()) {
+        it->second(cmd, chosen);
+        tool.erase(it);
+      } else if (IsTool(row)) {
+        throw std::logic_error("cli/commands.tsv: the tool has no code for '" + path + "'");
+      }
+    } else {
+      RegisterDoneInPython(cmd, row, chosen);
+    }
+  }
+  if (!tool.empty()) {
+    throw std::logic_error("cli/commands.tsv does not list '" + tool.begin()->first + "'");
+  }
+}
+
 // Parses the command line and runs the command; sets *command to its name
 // ("ls", "export csv") once that is known, for FinishStdout.
 int Main(int argc, char** argv, std::string* command) {
   CLI::App app{
       "runstore: inspect and export runstore stores (results of large parallel computations).\n"
-      "Every command but sync and compact opens the store read-only and never writes to it.\n"
-      "A store with a damaged or unreadable segment file is refused, naming the file (exit\n"
-      "code 2 or 4); with --skip-damaged every command reads the other segments and prints\n"
-      "'runstore: left out damaged segment FILE: ERROR' on stderr for each one left out.",
+      "Only " +
+          CommandsThatWrite() +
+          " may write to a store; every other command opens it\n"
+          "read-only and never writes to it. A store with a damaged or unreadable segment file\n"
+          "is refused, naming the file (exit code 2 or 4); with --skip-damaged every command\n"
+          "reads the other segments and prints 'runstore: left out damaged segment FILE: ERROR'\n"
+          "on stderr for each one left out.",
       "runstore"};
   app.set_version_flag("--version", std::string("runstore ") + RUNSTORE_CLI_VERSION +
                                         " (reads store format versions 1 to " +
@@ -84,20 +143,7 @@ int Main(int argc, char** argv, std::string* command) {
                     "Run 'runstore COMMAND --help' for the details of a command."));
 
   ChosenCommand chosen;
-  RegisterInfo(app, &chosen);
-  RegisterLs(app, &chosen);
-  RegisterCat(app, &chosen);
-  RegisterGet(app, &chosen);
-  RegisterVerify(app, &chosen);
-  RegisterCompact(app, &chosen);
-  RegisterCatalog(app, &chosen);
-  RegisterExport(app, &chosen);
-  RegisterImport(app, &chosen);
-  RegisterPlan(app, &chosen);
-  RegisterStatus(app, &chosen);
-  RegisterWatch(app, &chosen);
-  RegisterReport(app, &chosen);
-  RegisterSync(app, &chosen);
+  BuildCommands(app, &chosen);
 
   try {
     app.parse(argc, argv);

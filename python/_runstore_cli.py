@@ -1,12 +1,14 @@
 """The ``runstore`` command of an environment where the package is installed.
 
-Each command has one engine. The tar, Parquet and Zarr exports and ``import tar`` are the
-package's own (:mod:`runstore._commands`; pandas, pyarrow, xarray and zarr do the work), and so
-are ``plan`` (the partition planner of :mod:`runstore.dask`), ``status``, ``watch`` and
-``report``; every other command (``info``, ``ls``, ``cat``, ``get``, ``verify``, ``export csv``,
-``--help``, ``--version``) is the compiled tool the wheel carries as ``runstore/_bin/runstore``,
-which this module becomes (``exec``), so that its output, exit codes and signals are the tool's
-own. ``python -m runstore`` is the same command.
+Each command has one engine, and ``commands.tsv`` (the package's copy of ``cli/commands.tsv``,
+the one table of the commands) says which: the commands of a Python engine (the tar, Parquet
+and Zarr exports and ``import tar``, :mod:`runstore._commands`; ``plan``, the partition planner
+of :mod:`runstore.dask`; ``status``, ``watch`` and ``report``) are called here, with the
+arguments after their words and the tool's global flags wherever they were given; every other
+command (``info``, ``ls``, ``cat``, ``get``, ``verify``, ``export csv``, ``--help``,
+``--version``, ...) is the compiled tool the wheel carries as ``runstore/_bin/runstore``, which
+this module becomes (``exec``), so that its output, exit codes and signals are the tool's own.
+``python -m runstore`` is the same command.
 
 A module beside the package rather than in it: importing anything of ``runstore`` imports the
 package, and with it numpy (about 0.1 s), which the commands of the tool do not need.
@@ -14,27 +16,47 @@ package, and with it numpy (about 0.1 s), which the commands of the tool do not 
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import os
 import sys
 from pathlib import Path
 
-#: The options of the tool that come before a command and take no value.
-_GLOBAL_FLAGS = {"--no-progress", "--skip-damaged"}
-#: The commands done in Python, as (command, subcommand).
-_PYTHON_COMMANDS = {("export", "tar"), ("export", "parquet"), ("export", "zarr"), ("import", "tar")}
-#: The commands done in Python whatever follows their first word.
-_PYTHON_FIRST_WORDS = {"plan", "status", "watch", "report", "import"}
+#: The options of the tool that come before or after a command and take no value; the
+#: commands of a Python engine take them too.
+GLOBAL_FLAGS = ("--skip-damaged", "--no-progress")
+
+
+def package_dir() -> Path | None:
+    """The directory of the installed package, found without importing it (None if absent)."""
+    spec = importlib.util.find_spec("runstore")
+    locations = spec.submodule_search_locations if spec is not None else None
+    return Path(next(iter(locations))) if locations else None
+
+
+def python_commands() -> dict[tuple[str, ...], str]:
+    """The commands of a Python engine, from the package's commands.tsv: their words -> their
+    engine, "module:function"."""
+    here = package_dir()
+    if here is None:
+        return {}
+    out = {}
+    for line in (here / "commands.tsv").read_text(encoding="utf-8").splitlines():
+        if not line or line.startswith("#"):
+            continue
+        cells = line.split("\t")
+        if ":" in cells[1]:
+            out[tuple(cells[0].split())] = cells[1]
+    return out
 
 
 def tool_path() -> Path:
     """Where the compiled tool of this installation is (it may be missing: see :func:`main`);
     found without importing the package."""
-    spec = importlib.util.find_spec("runstore")
-    locations = spec.submodule_search_locations if spec is not None else None
-    if not locations:
+    here = package_dir()
+    if here is None:
         return Path("runstore") / "_bin" / "runstore"  # no package: main() says so
-    return Path(next(iter(locations))) / "_bin" / "runstore"
+    return here / "_bin" / "runstore"
 
 
 def _command_words(argv: list[str]) -> list[str]:
@@ -55,42 +77,18 @@ def _one_blas_thread() -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     words = _command_words(argv)
-    if words[:1] and words[0] in _PYTHON_FIRST_WORDS or tuple(words[:2]) in _PYTHON_COMMANDS:
+    commands = python_commands()
+    command = next((c for c in (tuple(words[:2]), tuple(words[:1])) if c in commands), None)
+    if command is not None:
         _one_blas_thread()
-    if words[:1] == ["plan"]:
-        # The partition planner of runstore.dask (docs/dask.md), without dask.
-        from runstore._plan import plan_main
-
-        args = [a for a in argv if a not in _GLOBAL_FLAGS]
-        del args[args.index("plan")]
-        return plan_main(args)
-    if words[:1] in (["status"], ["watch"]):
-        # From the experiments' status records (runstore._status, runstore._watch).
-        from runstore._status import status_main
-        from runstore._watch import watch_main
-
-        args = [a for a in argv if a not in _GLOBAL_FLAGS]
-        del args[args.index(words[0])]
-        if "--skip-damaged" in argv:
-            args.append("--skip-damaged")
-        return (status_main if words[0] == "status" else watch_main)(args)
-    if words[:1] == ["report"]:
-        # The HTML page of a store (runstore.report); it draws progress, so --no-progress counts.
-        from runstore.report import report_main
-
-        args = [a for a in argv if a not in _GLOBAL_FLAGS]
-        del args[args.index("report")]
-        args += [a for a in ("--skip-damaged", "--no-progress") if a in argv]
-        return report_main(args)
-    if tuple(words[:2]) in _PYTHON_COMMANDS or words[:1] == ["import"]:
-        # The tool's global flags may come anywhere (`runstore --skip-damaged export tar ...`):
-        # the exports take them as options of their own (import tar draws no progress).
-        args = [a for a in argv if a not in _GLOBAL_FLAGS]
-        if words[0] == "export":
-            args += [a for a in ("--skip-damaged", "--no-progress") if a in argv]
-        from runstore import _commands  # the package and numpy: only for the commands in Python
-
-        return _commands.main(args)
+        # The engine parses the arguments after the command's words, with the global flags
+        # given anywhere (`runstore --skip-damaged export tar S O`) after them.
+        args = [a for a in argv if a not in GLOBAL_FLAGS]
+        for word in command:
+            del args[args.index(word)]
+        args += [a for a in GLOBAL_FLAGS if a in argv]
+        module, function = commands[command].split(":")
+        return getattr(importlib.import_module(module), function)(args)
     tool = tool_path()
     if not os.access(tool, os.X_OK):
         print(

@@ -562,64 +562,49 @@ for f, shape, dtype in [("zcols", (100, 0), np.float64), ("zrows3", (0, 3), np.i
 EOF
 fi
 
-# --- export tar / parquet / zarr: done by the Python package --------------------
-# The Python package's runstore command does these two exports and hands every
-# other command to this tool. This tool lists them and checks their command
-# line; run, they say what to install and exit with 5, starting no Python (not
-# the python3 first on PATH, not $RUNSTORE_PYTHON) and writing nothing.
-test_name=export_engine
+# --- the commands of a Python engine (cli/commands.tsv) ---------------------------
+# The Python package's runstore command does them and hands every other command
+# to this tool, which lists them (the table names each and its engine) but
+# declares none of their options: their engine does. Run here, each says where
+# it is done and what to install, and exits with 5, whatever follows it,
+# starting no Python (not the python3 first on PATH, not $RUNSTORE_PYTHON) and
+# writing nothing.
+test_name=python_engines
 mkdir "$T/bin"
 printf '#!/bin/sh\ntouch "%s/python_ran"\n' "$T" >"$T/bin/python3"
 chmod +x "$T/bin/python3"
 ln -s python3 "$T/bin/python"
-run env PATH="$T/bin:$PATH" RUNSTORE_PYTHON="$T/bin/python3" "$RS" export tar "$S" "$T/none.tar.gz"
-expect_rc 5; expect_out ""
-expect_err_has "runstore: export tar: NotSupported: the C++ runstore tool on its own has no tar engine; tar, Parquet and Zarr exports are done by the Python package's runstore command: pip install runstore, then run 'runstore export tar STORE OUT.tar.gz' from that environment"
+table="$(dirname "${BASH_SOURCE[0]}")/../commands.tsv"
+python_commands=()
+while IFS=$'\t' read -r path engine _writes install summary usage <&3; do
+  [[ $path == \#* || -z $path || $engine == tool || $engine == group ]] && continue
+  python_commands+=("$path")
+  # shellcheck disable=SC2086  # the command's words
+  run env PATH="$T/bin:$PATH" RUNSTORE_PYTHON="$T/bin/python3" "$RS" $path "$S" "$T/out" --force --chunk-rows 0
+  expect_rc 5; expect_out ""
+  expect_err_has "runstore: $path: NotSupported: the C++ runstore tool on its own does not do '$path'; it is done by the Python package's runstore command: $install, then run '$usage' from that environment"
+  checks=$((checks + 1))
+  [[ $(grep -c . <<<"$err") == 1 ]] || fail "$path: stderr is not one line: $err"
+  # Its help: where it is done and how to see its options there.
+  # shellcheck disable=SC2086
+  run "$RS" $path --help; expect_rc 0; expect_out_contains "$summary"$'\n'
+  expect_out_contains "Done by the Python package's runstore command ($install)"
+  expect_out_contains $'\n'"  $usage"$'\n'; expect_out_has "^  2  corruption"
+  # Global flags before it, after it: the same.
+  # shellcheck disable=SC2086
+  run "$RS" --skip-damaged $path "$T/nowhere" --no-progress; expect_rc 5
+done 3<"$table"
 checks=$((checks + 1))
-[[ $(grep -c . <<<"$err") == 1 ]] || fail "export tar: stderr is not one line: $err"
-run env PATH="$T/bin:$PATH" RUNSTORE_PYTHON="$T/bin/python3" "$RS" export parquet "$S" "$T/none.parquet" -f
-expect_rc 5; expect_out ""
-expect_err_has "runstore: export parquet: NotSupported: the C++ runstore tool on its own has no Parquet engine"
-expect_err_has "pip install 'runstore[arrow]' (the package with pyarrow), then run 'runstore export parquet STORE OUT.parquet'"
-run env PATH="$T/bin:$PATH" RUNSTORE_PYTHON="$T/bin/python3" "$RS" export zarr "$S" "$T/none.zarr" --by-step
-expect_rc 5; expect_out ""
-expect_err_has "runstore: export zarr: NotSupported: the C++ runstore tool on its own has no Zarr engine; tar, Parquet and Zarr exports are done by the Python package's runstore command: pip install 'runstore[xarray]' (the package with xarray, zarr and dask), then run 'runstore export zarr STORE OUT.zarr' from that environment"
+[[ ${#python_commands[@]} == 8 ]] || fail "commands.tsv lists ${#python_commands[@]} commands of a Python engine: ${python_commands[*]}"
 checks=$((checks + 1))
-[[ $(grep -c . <<<"$err") == 1 ]] || fail "export zarr: stderr is not one line: $err"
-# Whatever the store and the flags: the store is not even opened.
-run "$RS" --skip-damaged export tar "$T/nowhere" "$T/none.tar.gz" --chunk-rows 5; expect_rc 5
-expect_err_has "pip install runstore"
-run "$RS" export parquet "$C" "$T/none.parquet" --skip-damaged; expect_rc 5; expect_err_has "pip install"
-run env PATH="$T/bin:$PATH" "$RS" import tar "$T/none.tar.gz" "$T/imported"; expect_rc 5
-expect_err_has "runstore: import tar: NotSupported: the C++ runstore tool on its own does not import"
-expect_err_has "pip install runstore"
-run env PATH="$T/bin:$PATH" "$RS" status "$S" --json; expect_rc 5
-expect_err_has "runstore: status: NotSupported: the C++ runstore tool on its own does not read experiment status"
-run "$RS" status --help; expect_rc 0; expect_out_has "^  --window FLOAT=300 "
-run env PATH="$T/bin:$PATH" "$RS" watch "$S" --interval 1; expect_rc 5
-expect_err_has "runstore: watch: NotSupported: the C++ runstore tool on its own does not watch sweeps"
-run "$RS" watch --help; expect_rc 0; expect_out_has "^  --interval FLOAT=2 "
-run env PATH="$T/bin:$PATH" "$RS" report "$S" -o "$T/report.html"; expect_rc 5
-expect_err_has "runstore: report: NotSupported: the C++ runstore tool on its own does not write reports"
-expect_err_has "then run 'runstore report STORE -o report.html' from that environment"
-run "$RS" report --help; expect_rc 0; expect_out_has "^  --max-points INT=2000 "; expect_out_has "^Examples:"
-run "$RS" report "$S"; expect_rc 1; expect_err_has "--output is required"
-run "$RS" report "$S" -o "$T/report.html" --max-points 0; expect_rc 1
-expect_err_has "--max-points: '0' is out of range"
-checks=$((checks + 1))
-[[ ! -e $T/imported ]] || fail "import tar created the store"
-checks=$((checks + 1))
-[[ ! -e $T/python_ran && ! -e $T/none.tar.gz && ! -e $T/none.parquet && ! -e $T/none.zarr && ! -e $T/report.html ]] ||
-  fail "export tar|parquet|zarr or report started a Python or wrote its output"
+[[ ! -e $T/python_ran && ! -e $T/out ]] || fail "a command of a Python engine started a Python or wrote"
 run "$RS" export --help; expect_rc 0; expect_out_has "^  tar "; expect_out_has "^  parquet "
 expect_out_has "^  zarr "
 run "$RS" import --help; expect_rc 0; expect_out_has "^  tar "
-run "$RS" export tar --help; expect_rc 0; expect_out_has "^  --chunk-rows INT=10000 "
-expect_out_has "^This export is done by the Python package's runstore command \(pip install runstore\),$"
-run "$RS" export parquet --help; expect_rc 0; expect_out_has "^  --row-group-rows INT=10000 "
-expect_out_has "pip install 'runstore\[arrow\]'"
-run "$RS" export zarr --help; expect_rc 0; expect_out_has "^  --chunk-rows INT "; expect_out_has "^  --by-step "
-expect_out_has "xarray, zarr and dask \(pip install 'runstore\[xarray\]'\)"
+run "$RS" import; expect_rc 1; expect_err_has "subcommand is required"
+# Which commands write to a store: the table says, and the help says what the table says.
+run "$RS" --help; expect_rc 0
+expect_out_has "^Only compact, catalog, import tar and sync may write to a store; every other command opens it$"
 
 # The exports themselves, through the Python front end (python -m runstore, as
 # the package's runstore command does them): with the Python of
@@ -647,6 +632,28 @@ if [[ -n $PY ]] && "$PY" -c "import runstore._core" 2>/dev/null; then
   expect_err_has "$corrupt_file"
   checks=$((checks + 1))
   [[ ! -e $T/none.tar.gz ]] || fail "a failed export left its output behind"
+  # Their integer options are read as the tool reads its own (a usage error, 1, naming
+  # the value), by their one engine.
+  for bad in 99999999999999999999 -99999999999999999999 0x10 1.5 1e3 " 5" "5 " +5 1_000 x; do
+    run "$PY" -m runstore export tar "$S" "$T/int.tar.gz" --chunk-rows "$bad"; expect_rc 1
+    expect_err_has "--chunk-rows: '$bad' is"
+    run "$PY" -m runstore export parquet "$S" "$T/int.parquet" --row-group-rows "$bad"; expect_rc 1
+    expect_err_has "--row-group-rows: '$bad' is"
+    run "$PY" -m runstore export zarr "$S" "$T/int.zarr" --chunk-rows "$bad"; expect_rc 1
+    expect_err_has "--chunk-rows: '$bad' is"
+    run "$PY" -m runstore report "$S" -o "$T/int.html" --max-points "$bad"; expect_rc 1
+    expect_err_has "--max-points: '$bad' is"
+  done
+  run "$PY" -m runstore export tar "$S" "$T/int.tar.gz" --compresslevel 10; expect_rc 1
+  expect_err_has "--compresslevel: '10' is out of range (expected an integer from 0 to 9)"
+  run "$PY" -m runstore export tar "$S" "$T/int.tar.gz" --chunk-rows 0; expect_rc 1
+  expect_err_has "'0' is out of range"
+  run "$PY" -m runstore report "$S" -o "$T/int.html" --max-points 0; expect_rc 1
+  expect_err_has "--max-points: '0' is out of range"
+  run "$PY" -m runstore report "$S"; expect_rc 1; expect_err_has "the following arguments are required: -o/--output"
+  checks=$((checks + 1))
+  [[ ! -e $T/int.tar.gz && ! -e $T/int.parquet && ! -e $T/int.zarr && ! -e $T/int.html ]] ||
+    fail "a refused command line wrote its output"
   # An existing OUT is replaced only with --force; OUT gets the umask's mode.
   cp "$T/store.tar.gz" "$T/store_before.tar.gz"
   run "$PY" -m runstore export tar "$S" "$T/store.tar.gz"; expect_rc 5
@@ -733,12 +740,6 @@ for bad in 99999999999999999999 -99999999999999999999 0x10 1.5 1e3 " 5" "5 " +5 
   run "$RS" cat "$S" loss --limit "$bad"; expect_rc 1; expect_err_has "--limit: '$bad' is"
   run "$RS" export csv "$S" "$T/int_csv" --max-columns "$bad"; expect_rc 1
   expect_err_has "--max-columns: '$bad' is"
-  run "$RS" export tar "$S" "$T/int.tar.gz" --chunk-rows "$bad"; expect_rc 1
-  expect_err_has "--chunk-rows: '$bad' is"
-  run "$RS" export parquet "$S" "$T/int.parquet" --row-group-rows "$bad"; expect_rc 1
-  expect_err_has "--row-group-rows: '$bad' is"
-  run "$RS" export zarr "$S" "$T/int.zarr" --chunk-rows "$bad"; expect_rc 1
-  expect_err_has "--chunk-rows: '$bad' is"
 done
 run "$RS" get "$S" 3 loss --step 99999999999999999999 -o "$T/int.npy"
 expect_err_has "is out of range (expected an integer from -9223372036854775808 to 9223372036854775807)"
@@ -746,12 +747,8 @@ run "$RS" get "$S" 3 loss --step 0x10 -o "$T/int.npy"; expect_err_has "'0x10' is
 run "$RS" cat "$S" loss --limit -1; expect_rc 1; expect_err_has "--limit: '-1' is out of range"
 run "$RS" export csv "$S" "$T/int_csv" --max-columns 2147483648; expect_rc 1
 expect_err_has "to 2147483647)"
-run "$RS" export tar "$S" "$T/int.tar.gz" --compresslevel 10; expect_rc 1
-expect_err_has "--compresslevel: '10' is out of range (expected an integer from 0 to 9)"
-run "$RS" export tar "$S" "$T/int.tar.gz" --chunk-rows 0; expect_rc 1; expect_err_has "'0' is out of range"
 checks=$((checks + 1))
-[[ ! -e $T/int.npy && ! -e $T/int_csv && ! -e $T/int.tar.gz && ! -e $T/int.parquet && ! -e $T/int.zarr ]] ||
-  fail "a refused command line wrote its output"
+[[ ! -e $T/int.npy && ! -e $T/int_csv ]] || fail "a refused command line wrote its output"
 # Decimal digits, with leading zeros, are what they say.
 run "$RS" cat "$S" loss --run 3 --first-step 01 --last-step -0001 -f csv; expect_rc 3
 run "$RS" cat "$S" loss --run 3 --first-step 01 --last-step 0001 -f csv; expect_rc 0
@@ -816,7 +813,7 @@ expect_err_has "runstore: get: InvalidArgument: $V/RUNSTORE: refusing to write i
 run "$RS" get "$V" 3 loss -o "$T/victim_link/x.npy"; expect_rc 5; expect_err_has "refusing to write inside"
 run env -C "$V/segments" "$RS" get "$V" 3 loss -o ../x.npy; expect_rc 5; expect_err_has "refusing to write inside"
 run env -C "$V" "$RS" export csv . out; expect_rc 5; expect_err_has "refusing to write inside the store ."
-run "$RS" export tar "$V" "$V/x.tar.gz"; expect_rc 5; expect_err_has "has no tar engine"
+run "$RS" export tar "$V" "$V/x.tar.gz"; expect_rc 5; expect_err_has "does not do 'export tar'"
 if [[ -n $have_py ]]; then
   run "$PY" -m runstore export tar "$V" "$V/x.tar.gz"; expect_rc 5
   expect_err_has "refusing to write the export inside the store"

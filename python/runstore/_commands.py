@@ -1,11 +1,7 @@
-"""The commands of ``runstore`` that the package does in Python (see the module ``_runstore_cli``).
-
-    runstore export tar STORE OUT.tar.gz [--chunk-rows N] [--compresslevel L] [--force]
-                                  [--skip-damaged]
-    runstore export parquet STORE OUT.parquet [--row-group-rows N] [--force] [--skip-damaged]
-    runstore export zarr STORE OUT.zarr [--names A,B] [--by-step] [--chunk-rows N] [--force]
-                                  [--skip-damaged]
-    runstore import tar ARCHIVE.tar.gz STORE [--chunk-rows N] [--max-expansion X|none]
+"""The commands of ``runstore`` that the package does in Python: the tar, Parquet and Zarr
+exports and ``import tar`` (``cli/commands.tsv`` names each one's function here; the module
+``_runstore_cli`` calls it with the arguments after the command's words). Each declares its
+options, help and examples once, here; the compiled tool only lists them.
 
 Like the rest of the tool (and zstd or gzip), the exports refuse to replace an existing OUT
 unless --force is given, where the Python API (Store.export_tar) replaces it as pandas and
@@ -22,11 +18,16 @@ from __future__ import annotations
 
 import argparse
 import errno
+import functools
 import os
+import re
 import sys
+from collections.abc import Callable
+from pathlib import Path
 from typing import NoReturn
 
 import runstore
+from runstore._plan import plan
 from runstore._printable import printable
 
 EXIT_OK, EXIT_USAGE, EXIT_CORRUPTION, EXIT_NOT_FOUND, EXIT_IO, EXIT_OTHER = 0, 1, 2, 3, 4, 5
@@ -40,15 +41,6 @@ _SKIP_HELP = (
 )
 
 
-#: An export's own --no-progress (also taken before the command): SUPPRESS, so that the
-#: subcommand's default does not undo a --no-progress given before it.
-_NO_PROGRESS: dict = {
-    "action": "store_true",
-    "default": argparse.SUPPRESS,
-    "help": "never draw the progress line (drawn on stderr only when it is a terminal)",
-}
-
-
 class _Parser(argparse.ArgumentParser):
     """Exits with the tool's usage code (1) on a bad command line; argparse's own is 2, which
     the tool uses for corruption."""
@@ -58,93 +50,186 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
-def _parser() -> argparse.ArgumentParser:
-    ap = _Parser(
-        prog="runstore", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+#: The end of every command's help: the tool's exit codes.
+EXIT_CODES = """Exit codes:
+  0  success
+  1  usage error (bad command line)
+  2  corruption: a checksum or structure check failed (the message names the
+     file and offset)
+  3  not found: no store at the path, or no such series, run or step
+  4  I/O error reading the store or writing the output (standard output too)
+  5  other errors: invalid argument (e.g. an output inside the store), an output
+     that exists (without --force), unsupported (newer) format version, ...
+  6  out of a resource: file descriptors (ulimit -n) or memory; nothing is wrong
+     with the store, and the command may succeed with more of it"""
+
+
+@functools.cache
+def summaries() -> dict[str, str]:
+    """Each command's one-line summary, from the table of the commands (``commands.tsv``, the
+    package's copy of cli/commands.tsv), which is also what ``runstore --help`` lists."""
+    out = {}
+    table = Path(__file__).with_name("commands.tsv").read_text(encoding="utf-8")
+    for line in table.splitlines():
+        if line and not line.startswith("#"):
+            cells = line.split("\t")
+            out[cells[0]] = cells[4]
+    return out
+
+
+def command_parser(command: str, details: str, examples: str) -> _Parser:
+    """The parser of ``runstore COMMAND`` done in Python: its help is the table's summary of it
+    and ``details``, then its options, then ``examples`` and the exit codes. It takes the tool's
+    global flags (--skip-damaged, --no-progress) as every command does; a command they do
+    nothing for adds them hidden (:func:`ignore_global_flags`)."""
+    return _Parser(
+        prog=f"runstore {command}",
+        description=f"{summaries()[command]}.\n\n{details}",
+        epilog=f"Examples:\n{examples}\n\n{EXIT_CODES}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    ap.add_argument("--no-progress", action="store_true", help=argparse.SUPPRESS)
-    sub = ap.add_subparsers(dest="command", required=True)
-    exp = sub.add_parser("export", help="export a store's experiments")
-    exp_sub = exp.add_subparsers(dest="format", required=True)
-    tar = exp_sub.add_parser(
-        "tar",
-        help="a .tar.gz of CSVs (and .npy) that opens in a spreadsheet",
-        description="Writes experiments.csv (id, parameters, status), one CSV per outcome of up to "
-        "two dimensions, .npy for more, and metadata.json with every dtype and shape, "
-        "streamed in bounded memory. Read it back with `runstore import tar`.",
+
+
+def add_global_flags(ap: argparse.ArgumentParser, progress: bool = True) -> None:
+    """--skip-damaged and --no-progress, for a command that reads a store and draws progress
+    (``progress=False``: one that draws none takes --no-progress hidden)."""
+    ap.add_argument("--skip-damaged", action="store_true", help=_SKIP_HELP)
+    if not progress:
+        ignore_global_flags(ap, "--no-progress")
+        return
+    ap.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="never draw the progress line (drawn on stderr only when it is a terminal)",
     )
-    tar.add_argument("store")
-    tar.add_argument("out")
-    tar.add_argument(
-        "--chunk-rows", type=int, default=10_000, help="experiments formatted at a time"
+
+
+def ignore_global_flags(ap: argparse.ArgumentParser, *flags: str) -> None:
+    """The tool's global ``flags`` taken and ignored by a command they do nothing for, as the
+    tool's own commands take them."""
+    for flag in flags or ("--skip-damaged", "--no-progress"):
+        ap.add_argument(flag, action="store_true", help=argparse.SUPPRESS)
+
+
+def _export_tar_parser() -> _Parser:
+    ap = command_parser(
+        "export tar",
+        "Writes metadata.json (every column's and outcome's dtype and shape, and the member file\n"
+        "of each outcome), experiments.csv (experiment id, parameters, status: state, error,\n"
+        "host, started, finished, seconds, attempt), one CSV per outcome of up to two dimensions\n"
+        "(rows in experiment order; one column per element, '<name>_i_j' for 2-d), and .npy for\n"
+        "outcomes of three or more dimensions (with a .mask.npy of absent rows). Streamed in\n"
+        "bounded memory; OUT appears whole when complete or not at all, with mode 0666 minus\n"
+        "the umask; an existing OUT is replaced only with --force. A store without a design\n"
+        "exports its runs as the experiments. runstore.import_tar (Python) and `runstore import\n"
+        "tar` read it back with dtypes intact; docs/experiments.md specifies the layout.",
+        "  runstore export tar /scratch/sweep results.tar.gz",
     )
-    tar.add_argument(
-        "--compresslevel",
-        type=int,
-        default=1,
-        choices=range(0, 10),
-        metavar="0-9",
-        help="gzip level (default 1)",
+    ap.add_argument("store", metavar="STORE", help="store directory")
+    ap.add_argument("out", metavar="OUT", help="output .tar.gz (not inside the store)")
+    ap.add_argument(
+        "--chunk-rows",
+        type=_positive,
+        default=10_000,
+        help="experiments formatted at a time (default 10000)",
     )
-    tar.add_argument("-f", "--force", action="store_true", help="replace OUT if it exists")
-    tar.add_argument("--skip-damaged", action="store_true", help=_SKIP_HELP)
-    tar.add_argument("--no-progress", **_NO_PROGRESS)
-    pq = exp_sub.add_parser(
-        "parquet",
-        help="one Parquet file: a row per experiment",
-        description="Writes one row per experiment (id, parameters, status, outcomes; arrays as "
-        "fixed-size lists), row group by row group, for pandas, polars, DuckDB, Spark.",
+    ap.add_argument(
+        "--compresslevel", type=integer(0, 9), default=1, metavar="0-9", help="gzip level (1)"
     )
-    pq.add_argument("store")
-    pq.add_argument("out")
-    pq.add_argument("--row-group-rows", type=int, default=10_000, help="rows per row group")
-    pq.add_argument("--compression", default="zstd", help="Parquet codec (default zstd)")
-    pq.add_argument("-f", "--force", action="store_true", help="replace OUT if it exists")
-    pq.add_argument("--skip-damaged", action="store_true", help=_SKIP_HELP)
-    pq.add_argument("--no-progress", **_NO_PROGRESS)
-    zr = exp_sub.add_parser(
-        "zarr",
-        help="a Zarr store that xarray.open_zarr opens: a row per experiment (or run)",
-        description="Writes the store's xarray Dataset (Store.to_xarray) as a Zarr store, chunk "
-        "by chunk in bounded memory: dimension 'run' (experiment ids, or run ids), parameters "
-        "and status as coordinates along it, each outcome a variable; a store without a design "
-        "by run and step. xarray.open_zarr(OUT) reads it without runstore.",
+    ap.add_argument("-f", "--force", action="store_true", help="replace OUT if it exists")
+    add_global_flags(ap)
+    return ap
+
+
+def _export_parquet_parser() -> _Parser:
+    ap = command_parser(
+        "export parquet",
+        "Writes one row per experiment in design order: experiment, parameters, status columns\n"
+        "and every outcome (scalars as columns, fixed-shape arrays as fixed-size lists), row\n"
+        "group by row group in bounded memory. A store without a design writes its records as\n"
+        "run, step and one column per series. OUT is written as 'export tar' writes its own\n"
+        "(replaced only with --force). Needs pyarrow (pip install 'runstore[arrow]').",
+        "  runstore export parquet /scratch/sweep results.parquet\n"
+        "  duckdb -c \"SELECT state, count(*) FROM 'results.parquet' GROUP BY state\"",
     )
-    zr.add_argument("store")
-    zr.add_argument("out")
-    zr.add_argument(
+    ap.add_argument("store", metavar="STORE", help="store directory")
+    ap.add_argument("out", metavar="OUT", help="output .parquet (not inside the store)")
+    ap.add_argument(
+        "--row-group-rows",
+        type=_positive,
+        default=10_000,
+        help="rows per row group (default 10000)",
+    )
+    ap.add_argument("--compression", default="zstd", help="Parquet codec (default zstd)")
+    ap.add_argument("-f", "--force", action="store_true", help="replace OUT if it exists")
+    add_global_flags(ap)
+    return ap
+
+
+def _export_zarr_parser() -> _Parser:
+    ap = command_parser(
+        "export zarr",
+        "Writes the store's xarray Dataset as a Zarr store (format 3, consolidated metadata)\n"
+        "that xarray.open_zarr(OUT) reads without runstore. Dimension 'run': the experiments\n"
+        "in design order (their ids), with the parameters and the status (state, error, host,\n"
+        "started, finished, seconds, attempt) as coordinates along it, and each outcome a\n"
+        "variable of its step-0 records: (run) for scalars, (run, <name>_dim_0, ...) for\n"
+        "arrays. A store without a design (or --by-step) has variables of (run, step, ...)\n"
+        "over every step. Absent values are NaN (absent strings empty); int and bool arrays\n"
+        "are float64 for that. Bytes series are left out. Written chunk by chunk of runs in\n"
+        "bounded memory under a temporary name beside OUT, and renamed into place when\n"
+        "complete; an existing OUT is replaced only with --force, and only if it is a Zarr\n"
+        "store, an empty directory or a file. Needs xarray, zarr and dask (pip install\n"
+        "'runstore[xarray]').",
+        "  runstore export zarr /scratch/sweep results.zarr\n"
+        "  python -c \"import xarray; print(xarray.open_zarr('results.zarr'))\"",
+    )
+    ap.add_argument("store", metavar="STORE", help="store directory")
+    ap.add_argument("out", metavar="OUT", help="output Zarr directory (not inside the store)")
+    ap.add_argument(
         "--names", type=_names, default=None, help="only these series (comma-separated)"
     )
-    zr.add_argument(
+    ap.add_argument(
         "--by-step",
         action="store_true",
         help="variables of (run, step) in a store with a design too (default: step 0 there)",
     )
-    zr.add_argument(
+    ap.add_argument(
         "--chunk-rows",
         type=_positive,
         default=None,
         help="runs per Zarr chunk (default: about 8 MiB of the largest variable)",
     )
-    zr.add_argument("-f", "--force", action="store_true", help="replace OUT if it exists")
-    zr.add_argument("--skip-damaged", action="store_true", help=_SKIP_HELP)
-    zr.add_argument("--no-progress", **_NO_PROGRESS)
-    imp = sub.add_parser("import", help="rebuild a store from an export")
-    imp_sub = imp.add_subparsers(dest="format", required=True)
-    itar = imp_sub.add_parser(
-        "tar",
-        help="from a tarball of `export tar`",
-        description="Reads a tarball of `export tar` into STORE: a new store appears whole when "
-        "the archive has been read, an existing one receives the import as one commit. The "
-        "archive is checked, not trusted: links, special files, a cut or damaged archive and "
-        "outcomes named like runstore's own series are refused, naming the member.",
+    ap.add_argument(
+        "-f",
+        "--force",
+        action="store_true",
+        help="replace OUT if it exists (a Zarr store or empty)",
     )
-    itar.add_argument("archive")
-    itar.add_argument("store")
-    itar.add_argument(
-        "--chunk-rows", type=_positive, default=10_000, help="rows parsed and written at a time"
+    add_global_flags(ap)
+    return ap
+
+
+def _import_tar_parser() -> _Parser:
+    ap = command_parser(
+        "import tar",
+        "Reads metadata.json, experiments.csv and the outcome members, and writes them into\n"
+        "STORE with their dtypes and shapes (runstore.import_tar in Python). A new STORE appears\n"
+        "whole once the archive has been read; an existing one receives the import as one\n"
+        "commit. The archive is checked, not trusted: links, special files, a cut or damaged\n"
+        "archive, a gzip bomb and outcomes named like runstore's own '~' series are refused,\n"
+        "naming the member, and nothing is written.",
+        "  runstore import tar results.tar.gz /scratch/sweep-again",
     )
-    itar.add_argument(
+    ap.add_argument("archive", metavar="ARCHIVE", help="a .tar.gz written by 'runstore export tar'")
+    ap.add_argument("store", metavar="STORE", help="the store to write (created if missing)")
+    ap.add_argument(
+        "--chunk-rows",
+        type=_positive,
+        default=10_000,
+        help="rows parsed and written at a time (default 10000)",
+    )
+    ap.add_argument(
         "--max-expansion",
         type=_expansion,
         default=runstore.export.MAX_EXPANSION,
@@ -152,17 +237,32 @@ def _parser() -> argparse.ArgumentParser:
         help="refuse an archive that decompresses to more than X times its size (default "
         f"{runstore.export.MAX_EXPANSION:g}, and 64 MiB at least: a gzip bomb); none: no limit",
     )
+    ignore_global_flags(ap)  # the archive is read whole, and no progress is drawn
     return ap
 
 
-def _positive(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
-    return n
+_DECIMAL = re.compile(r"-?[0-9]+\Z")
+INT32_MAX, INT64_MAX = 2**31 - 1, 2**63 - 1
+
+
+def integer(lo: int, hi: int) -> Callable[[str], int]:
+    """An argparse type: decimal digits with an optional '-', from ``lo`` to ``hi``, as the
+    tool's own integer options take them (cli/options.h, ``Integer``): 0x10, 010 as 8, 1_000,
+    +5, ' 5', 1e3 and values out of range are refused, naming the value."""
+    expected = f"expected an integer from {lo} to {hi}"
+
+    def parse(text: str) -> int:
+        if not _DECIMAL.match(text):
+            raise argparse.ArgumentTypeError(f"'{text}' is not a decimal integer ({expected})")
+        value = int(text)
+        if not lo <= value <= hi:
+            raise argparse.ArgumentTypeError(f"'{text}' is out of range ({expected})")
+        return value
+
+    return parse
+
+
+_positive = integer(1, INT32_MAX)
 
 
 def _expansion(text: str) -> float | None:
@@ -184,83 +284,146 @@ def _names(text: str) -> list[str]:
     return names
 
 
-#: What to install for an export whose Python modules are missing.
-_INSTALL = {
-    "parquet": "pip install pyarrow, or runstore[arrow]",
-    "zarr": "pip install xarray zarr dask, or runstore[xarray]",
-}
+def export_tar_main(argv: list[str]) -> int:
+    """``runstore export tar``."""
+    args = _export_tar_parser().parse_args(argv)
 
-
-def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-
-    what = f"{args.command} {args.format}"
-    note = None
-    try:
-        if args.command == "export":
-            store = open_for_command(args.store, args.skip_damaged)
-            if args.format == "tar":
-                r = store.export_tar(
-                    args.out,
-                    chunk_rows=args.chunk_rows,
-                    compresslevel=args.compresslevel,
-                    overwrite=args.force,
-                    progress=not args.no_progress,
-                )
-                report = (
-                    f"{r['path']}: {r['experiments']:,} experiments, {len(r['members'])} members, "
-                    f"{r['bytes']:,} bytes in {r['seconds']:.1f} s"
-                )
-                if r["left_out"]:
-                    note = (
-                        f"note: {sum(r['left_out'].values()):,} records at steps other than 0 "
-                        f"(or of runs that are not experiments) are not part of the table: "
-                        f"{', '.join(f'{k} ({v:,})' for k, v in r['left_out'].items())}; "
-                        "`runstore export csv` writes every record"
-                    )
-            elif args.format == "parquet":
-                r = store.export_parquet(
-                    args.out,
-                    row_group_rows=args.row_group_rows,
-                    compression=args.compression,
-                    overwrite=args.force,
-                    progress=not args.no_progress,
-                )
-                report = (
-                    f"{r['path']}: {r['rows']:,} rows, {r['bytes']:,} bytes in {r['seconds']:.1f} s"
-                )
-            else:
-                r = store.to_zarr(
-                    args.out,
-                    args.names,
-                    by_step=True if args.by_step else None,
-                    chunks=args.chunk_rows,
-                    overwrite=args.force,
-                    progress=not args.no_progress,
-                )
-                steps = "" if r["steps"] is None else f" by {r['steps']:,} steps"
-                report = (
-                    f"{r['path']}: {r['runs']:,} runs{steps}, {r['variables']} variables, "
-                    f"{r['chunks']:,} chunks, {r['bytes']:,} bytes in {r['seconds']:.1f} s"
-                )
-                if r["left_out"]:
-                    note = (
-                        f"note: bytes series are not written (Zarr has no specified type for "
-                        f"them): {', '.join(r['left_out'])}; `runstore export parquet` writes them"
-                    )
-        else:
-            store = runstore.import_tar(
-                args.archive,
-                args.store,
-                chunk_rows=args.chunk_rows,
-                max_expansion=args.max_expansion,
+    def run(store: runstore.Store) -> tuple[str, str | None]:
+        r = store.export_tar(
+            args.out,
+            chunk_rows=args.chunk_rows,
+            compresslevel=args.compresslevel,
+            overwrite=args.force,
+            progress=not args.no_progress,
+        )
+        report = (
+            f"{r['path']}: {r['experiments']:,} experiments, {len(r['members'])} members, "
+            f"{r['bytes']:,} bytes in {r['seconds']:.1f} s"
+        )
+        note = None
+        if r["left_out"]:
+            note = (
+                f"note: {sum(r['left_out'].values()):,} records at steps other than 0 "
+                f"(or of runs that are not experiments) are not part of the table: "
+                f"{', '.join(f'{k} ({v:,})' for k, v in r['left_out'].items())}; "
+                "`runstore export csv` writes every record"
             )
-            report = f"{store.path}: {len(store.design()):,} experiments imported"
+        return report, note
+
+    return _export("export tar", args, run, "pip install runstore")
+
+
+def export_parquet_main(argv: list[str]) -> int:
+    """``runstore export parquet``."""
+    args = _export_parquet_parser().parse_args(argv)
+
+    def run(store: runstore.Store) -> tuple[str, str | None]:
+        r = store.export_parquet(
+            args.out,
+            row_group_rows=args.row_group_rows,
+            compression=args.compression,
+            overwrite=args.force,
+            progress=not args.no_progress,
+        )
+        return (
+            f"{r['path']}: {r['rows']:,} rows, {r['bytes']:,} bytes in {r['seconds']:.1f} s",
+            None,
+        )
+
+    return _export("export parquet", args, run, "pip install pyarrow, or runstore[arrow]")
+
+
+def export_zarr_main(argv: list[str]) -> int:
+    """``runstore export zarr``."""
+    args = _export_zarr_parser().parse_args(argv)
+
+    def run(store: runstore.Store) -> tuple[str, str | None]:
+        r = store.to_zarr(
+            args.out,
+            args.names,
+            by_step=True if args.by_step else None,
+            chunks=args.chunk_rows,
+            overwrite=args.force,
+            progress=not args.no_progress,
+        )
+        steps = "" if r["steps"] is None else f" by {r['steps']:,} steps"
+        report = (
+            f"{r['path']}: {r['runs']:,} runs{steps}, {r['variables']} variables, "
+            f"{r['chunks']:,} chunks, {r['bytes']:,} bytes in {r['seconds']:.1f} s"
+        )
+        note = None
+        if r["left_out"]:
+            note = (
+                f"note: bytes series are not written (Zarr has no specified type for "
+                f"them): {', '.join(r['left_out'])}; `runstore export parquet` writes them"
+            )
+        return report, note
+
+    return _export("export zarr", args, run, "pip install xarray zarr dask, or runstore[xarray]")
+
+
+def import_tar_main(argv: list[str]) -> int:
+    """``runstore import tar``."""
+    args = _import_tar_parser().parse_args(argv)
+    try:
+        store = runstore.import_tar(
+            args.archive, args.store, chunk_rows=args.chunk_rows, max_expansion=args.max_expansion
+        )
+        report = f"{store.path}: {len(store.design()):,} experiments imported"
     except (*COMMAND_ERRORS, NotImplementedError, MemoryError) as e:
-        return fail_for(what, e, _INSTALL.get(args.format, "pip install runstore"))
+        return fail_for("import tar", e, "pip install runstore")
+    return _print_report("import tar", report)
+
+
+def _export(
+    what: str,
+    args: argparse.Namespace,
+    run: Callable[[runstore.Store], tuple[str, str | None]],
+    install: str,
+) -> int:
+    """An export: ``run`` on the store opened for it gives its report and a note (or None);
+    errors are reported as the tool reports them, with what to install for a missing module."""
+    try:
+        report, note = run(open_for_command(args.store, args.skip_damaged))
+    except (*COMMAND_ERRORS, NotImplementedError, MemoryError) as e:
+        return fail_for(what, e, install)
     if note is not None:
         print(printable(note), file=sys.stderr)
     return _print_report(what, report)
+
+
+def plan_main(argv: list[str]) -> int:
+    """``runstore plan``: the partition planner of runstore.dask (:func:`runstore._plan.plan`,
+    without dask); prints the plan's reasoning (and draws it with --draw FILE)."""
+    count = integer(1, INT32_MAX)
+    p = command_parser(
+        "plan",
+        "A worker runs T tasks at once, each holding one partition: T partitions of s objects\n"
+        "of D bytes must fit in the fraction k of M, so s = floor(k*M/(D*T)), and there are\n"
+        "ceil(N/s) partitions, at least W*T. Prints the reasoning; docs/dask.md derives it and\n"
+        "measures k.",
+        "  runstore plan --objects 100000 --object-bytes 16MiB --worker-memory 8GiB \\\n"
+        "      --threads 4 --workers 16 --draw plan.png",
+    )
+    objects = integer(1, INT64_MAX)
+    p.add_argument("--objects", type=objects, required=True, help="number of objects N")
+    p.add_argument("--object-bytes", required=True, help="size of one object D, e.g. 16MiB")
+    p.add_argument("--worker-memory", required=True, help="memory per worker M, e.g. 4GiB")
+    p.add_argument("--threads", type=count, default=1, help="threads per worker T (default 1)")
+    p.add_argument("--workers", type=count, default=1, help="number of workers W (default 1)")
+    p.add_argument("--k", type=float, default=0.25, help="fraction of M for partitions")
+    p.add_argument("--draw", metavar="PNG", help="also draw the plan to this file")
+    ignore_global_flags(p)  # it reads no store and draws no progress
+    a = p.parse_args(argv)
+    try:
+        result = plan(a.objects, a.object_bytes, a.worker_memory, a.threads, a.workers, k=a.k)
+    except (TypeError, ValueError) as e:
+        print(f"runstore plan: {e}", file=sys.stderr)
+        return EXIT_OTHER  # an invalid argument, as the tool's exit codes say
+    print(result.reasoning)
+    if a.draw:
+        result.draw(a.draw)
+    return 0
 
 
 def _print_report(what: str, report: str) -> int:

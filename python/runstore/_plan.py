@@ -4,15 +4,13 @@
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 import re
-import sys
 
 import numpy as np
 
-__all__ = ["Plan", "parse_size", "plan", "plan_main"]
+__all__ = ["Plan", "parse_size", "plan"]
 
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb": 10**6}
 _UNITS.update({"mib": 2**20, "g": 10**9, "gb": 10**9, "gib": 2**30, "t": 10**12, "tb": 10**12})
@@ -177,25 +175,3 @@ def plan(
         n_parts = -(-N // s)
         limited_by = "parallelism"
     return Plan(N, D, M, T, W, float(k), s, n_parts, limited_by)
-
-
-def plan_main(argv: list[str]) -> int:
-    """``runstore plan``: prints the plan's reasoning (and draws it with --draw FILE)."""
-    p = argparse.ArgumentParser(prog="runstore plan", description=plan.__doc__.split("\n")[0])
-    p.add_argument("--objects", type=int, required=True, help="number of objects N")
-    p.add_argument("--object-bytes", required=True, help="size of one object D, e.g. 16MiB")
-    p.add_argument("--worker-memory", required=True, help="memory per worker M, e.g. 4GiB")
-    p.add_argument("--threads", type=int, default=1, help="threads per worker T (default 1)")
-    p.add_argument("--workers", type=int, default=1, help="number of workers W (default 1)")
-    p.add_argument("--k", type=float, default=0.25, help="fraction of M for partitions")
-    p.add_argument("--draw", metavar="PNG", help="also draw the plan to this file")
-    a = p.parse_args(argv)
-    try:
-        result = plan(a.objects, a.object_bytes, a.worker_memory, a.threads, a.workers, k=a.k)
-    except (TypeError, ValueError) as e:
-        print(f"runstore plan: {e}", file=sys.stderr)
-        return 2
-    print(result.reasoning)
-    if a.draw:
-        result.draw(a.draw)
-    return 0

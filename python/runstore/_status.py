@@ -10,7 +10,6 @@ Ids, hosts and errors come from the store: the text shows them through
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import time
@@ -24,9 +23,12 @@ from runstore._commands import (
     EXIT_CORRUPTION,
     EXIT_NOT_FOUND,
     EXIT_OTHER,
+    INT32_MAX,
     _fail,
-    _Parser,
     _print_report,
+    add_global_flags,
+    command_parser,
+    integer,
 )
 from runstore._printable import printable
 
@@ -332,11 +334,15 @@ def _row(experiment: Any, what: str, host: str | None) -> str:
 
 def status_main(argv: list[str]) -> int:
     """``runstore status STORE [--json] [--window S] [--top N]``; the exit codes of the tool."""
-    ap = _Parser(
-        prog="runstore status",
-        description="Where a sweep stands: counts, rate, ETA, slowest and failed experiments.",
+    ap = command_parser(
+        "status",
+        "Counts of pending, running, done and failed experiments, the rate at which they\n"
+        "finished over the last --window seconds and the time left at that rate, the slowest\n"
+        "and the longest running, and the failed with the first line of their errors. Reads\n"
+        "one snapshot; never blocks the sweep's writers.",
+        "  runstore status results/sweep\n  runstore status results/sweep --json --window 60",
     )
-    ap.add_argument("store")
+    ap.add_argument("store", metavar="STORE", help="store directory")
     ap.add_argument("--json", action="store_true", help="print the summary as JSON")
     ap.add_argument(
         "--window",
@@ -345,8 +351,10 @@ def status_main(argv: list[str]) -> int:
         metavar="S",
         help="seconds over which the rate is measured (default 300)",
     )
-    ap.add_argument("--top", type=int, default=5, metavar="N", help="rows per list (default 5)")
-    ap.add_argument("--skip-damaged", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--top", type=integer(0, INT32_MAX), default=5, metavar="N", help="rows per list (5)"
+    )
+    add_global_flags(ap, progress=False)
     args = ap.parse_args(argv)
     try:
         store = runstore.open(

@@ -13,7 +13,6 @@ only ones it writes.
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import sys
 import time
@@ -23,7 +22,16 @@ import numpy as np
 
 import runstore
 from runstore import _status
-from runstore._commands import EXIT_CORRUPTION, EXIT_NOT_FOUND, EXIT_OTHER, _fail, _Parser
+from runstore._commands import (
+    EXIT_CORRUPTION,
+    EXIT_NOT_FOUND,
+    EXIT_OTHER,
+    INT32_MAX,
+    _fail,
+    add_global_flags,
+    command_parser,
+    integer,
+)
 from runstore._printable import printable
 from runstore._runner import shard_of
 
@@ -187,16 +195,33 @@ def watch(
 
 def watch_main(argv: list[str]) -> int:
     """``runstore watch STORE [--interval S] [--window S] [--shards N] [--stay]``."""
-    ap = _Parser(prog="runstore watch", description=__doc__.splitlines()[0])
-    ap.add_argument("store")
-    ap.add_argument("--interval", type=float, default=2.0, metavar="S", help="seconds (2)")
-    ap.add_argument("--window", type=float, default=300.0, metavar="S", help="rate window (300)")
-    ap.add_argument("--shards", type=int, default=None, metavar="N", help="a bar per shard")
+    ap = command_parser(
+        "watch",
+        "Refreshes a read-only view of the store every --interval seconds (the sweep's writers\n"
+        "never wait for it) and redraws what 'runstore status' says, with a progress bar for\n"
+        "the sweep and one per shard or host; exits with 0 when nothing is pending or running,\n"
+        "130 at Ctrl-C. Not on a terminal, it prints a line per refresh.",
+        "  runstore watch results/sweep\n  runstore watch results/sweep --shards 100 --interval 5",
+    )
+    ap.add_argument("store", metavar="STORE", help="store directory")
+    ap.add_argument(
+        "--interval", type=float, default=2.0, metavar="S", help="seconds between refreshes (2)"
+    )
+    ap.add_argument(
+        "--window", type=float, default=300.0, metavar="S", help="seconds of the rate (300)"
+    )
+    ap.add_argument(
+        "--shards",
+        type=integer(1, INT32_MAX),
+        default=None,
+        metavar="N",
+        help="a bar per shard of N (else per host)",
+    )
     ap.add_argument("--stay", action="store_true", help="keep watching once the sweep is done")
-    ap.add_argument("--skip-damaged", action="store_true", help=argparse.SUPPRESS)
+    add_global_flags(ap, progress=False)
     args = ap.parse_args(argv)
-    if args.interval <= 0 or (args.shards is not None and args.shards < 1):
-        ap.error("--interval must be positive and --shards at least 1")
+    if not args.interval > 0:
+        ap.error("--interval must be positive")
 
     try:
         store = runstore.open(

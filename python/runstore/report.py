@@ -24,7 +24,6 @@ package imports it.
 
 from __future__ import annotations
 
-import argparse
 import os
 import time
 from typing import Any, TextIO
@@ -33,9 +32,13 @@ import runstore
 from runstore import _progress, _report_data, _report_page
 from runstore._commands import (
     COMMAND_ERRORS,
-    _Parser,
+    INT32_MAX,
+    INT64_MAX,
     _print_report,
+    add_global_flags,
+    command_parser,
     fail_for,
+    integer,
     open_for_command,
 )
 from runstore._output import ExportFile
@@ -134,41 +137,45 @@ class _Progress:
 
 def report_main(argv: list[str]) -> int:
     """``runstore report STORE -o OUT.html [--force] ...``; the exit codes of the tool."""
-    ap = _Parser(
-        prog="runstore report",
-        description="Writes one self-contained HTML page of a store's results: the status of "
-        "its experiments, the failures with their tracebacks, each scalar outcome against each "
-        "parameter, array outcomes as quantile bands, and curves of series logged at many steps.",
+    ap = command_parser(
+        "report",
+        "Writes one self-contained HTML file (plotly.js inline: it opens without a network):\n"
+        "the status of the experiments as 'runstore status' computes it, the failures grouped\n"
+        "by error with their tracebacks, each scalar outcome against each parameter (scatter\n"
+        "plots of a seeded sample of --max-points experiments; box plots for text, bool and\n"
+        "few-valued parameters), array outcomes as quantile bands over their index, and the\n"
+        "curves of series logged at many steps, with a choice of metric and runs. The page\n"
+        "appears whole or not at all, and an existing one is replaced only with --force. Needs\n"
+        "plotly (pip install runstore plotly).",
+        "  runstore report results/sweep -o report.html\n"
+        "  runstore report results/sweep -o report.html --force --max-points 5000",
     )
-    ap.add_argument("store")
+    ap.add_argument("store", metavar="STORE", help="store directory")
     ap.add_argument("-o", "--output", required=True, metavar="OUT.html", help="the page to write")
     ap.add_argument("-f", "--force", action="store_true", help="replace OUT.html if it exists")
     ap.add_argument("--title", default=None, help="the page's title (default: the store's path)")
     ap.add_argument(
         "--max-points",
-        type=int,
+        type=integer(1, INT32_MAX),
         default=_report_data.MAX_POINTS,
         metavar="N",
         help=f"points of a scatter plot at most (default {_report_data.MAX_POINTS:,})",
     )
     ap.add_argument(
         "--max-runs",
-        type=int,
+        type=integer(0, INT32_MAX),
         default=_report_data.MAX_RUNS,
         metavar="N",
         help=f"runs whose curves are shown (default {_report_data.MAX_RUNS})",
     )
     ap.add_argument(
         "--seed",
-        type=int,
+        type=integer(0, INT64_MAX),
         default=_report_data.SEED,
         help=f"seed of the samples (default {_report_data.SEED})",
     )
-    ap.add_argument("--no-progress", action="store_true", help="never show progress")
-    ap.add_argument("--skip-damaged", action="store_true", help=argparse.SUPPRESS)
+    add_global_flags(ap)
     args = ap.parse_args(argv)
-    if args.max_points < 1 or args.max_runs < 0:
-        ap.error("--max-points must be at least 1 and --max-runs at least 0")
     try:
         store = open_for_command(args.store, args.skip_damaged)
         r = write(

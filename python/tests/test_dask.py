@@ -221,7 +221,7 @@ def test_runstore_plan_command_prints_the_reasoning_and_draws(tmp_path):
     assert "25 partitions of up to 16 objects" in r.stdout
     assert (tmp_path / "p.png").stat().st_size > 1000
     bad = subprocess.run([*cmd[:7], "2GiB", *cmd[8:]], capture_output=True, text=True)
-    assert bad.returncode == 2 and "does not fit" in bad.stderr
+    assert bad.returncode == 5 and "does not fit" in bad.stderr  # an invalid argument
     # The planner's module imports neither dask nor distributed.
     probe = "import sys, runstore._plan; print('dask' in sys.modules, 'distributed' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)

@@ -443,15 +443,15 @@ def test_a_killed_exports_temporary_is_removed_by_the_next_one(sweep, tmp_path):
 
 def test_the_export_zarr_command_exit_codes(sweep, tmp_path, capsys):
     out = str(tmp_path / "cmd.zarr")
-    assert _commands.main(["export", "zarr", sweep.path, out, "--names", "loss,curve"]) == 0
+    assert _commands.export_zarr_main([sweep.path, out, "--names", "loss,curve"]) == 0
     assert "6 runs, 2 variables" in capsys.readouterr().out
-    assert _commands.main(["export", "zarr", sweep.path, out]) == 5
+    assert _commands.export_zarr_main([sweep.path, out]) == 5
     assert f"AlreadyExists: {out} exists; use --force (-f) to replace it" in capsys.readouterr().err
-    assert _commands.main(["export", "zarr", sweep.path, out, "--force", "--chunk-rows", "2"]) == 0
+    assert _commands.export_zarr_main([sweep.path, out, "--force", "--chunk-rows", "2"]) == 0
     assert xr.open_zarr(out).loss.encoding["chunks"] == (2,)
     inside = os.path.join(sweep.path, "x.zarr")
-    assert _commands.main(["export", "zarr", sweep.path, inside]) == 5
+    assert _commands.export_zarr_main([sweep.path, inside]) == 5
     assert "refusing to write the export inside the store" in capsys.readouterr().err
-    assert _commands.main(["export", "zarr", sweep.path, out, "-f", "--names", "nope"]) == 3
+    assert _commands.export_zarr_main([sweep.path, out, "-f", "--names", "nope"]) == 3
     assert "NotFound: series 'nope' not found" in capsys.readouterr().err
-    assert _commands.main(["export", "zarr", str(tmp_path / "none"), out + "2"]) == 3
+    assert _commands.export_zarr_main([str(tmp_path / "none"), out + "2"]) == 3
