@@ -30,8 +30,8 @@
 #include "format/format.h"
 #include "format/replaces.h"
 #include "fuzz_util.h"
-#include "store/compacted.h"
-#include "store/snapshot.h"
+#include "store/compact/compacted.h"
+#include "store/read/snapshot.h"
 
 namespace {
 

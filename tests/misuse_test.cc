@@ -41,7 +41,7 @@
 #include "env/path.h"
 #include "format/format.h"
 #include "runstore/store.h"
-#include "store/segment_cache.h"
+#include "store/read/segment_cache.h"
 #include "testing/crafted_segment.h"
 #include "testing/test_util.h"
 

@@ -19,7 +19,7 @@
 #include "format/format.h"
 #include "runstore/store.h"
 #include "runstore/sync.h"
-#include "store/staging.h"
+#include "store/staging/staging.h"
 #include "testing/fault_injection_env.h"
 #include "testing/test_util.h"
 

@@ -1,7 +1,7 @@
 // The footer section of a compacted segment that names the segments it
 // replaces (docs/format.md "Replaces section", tag kFooterSectionReplaces).
 // Encoding and decoding only; what readers do with it is
-// docs/design.md#compaction (src/store/compacted.cc).
+// docs/design.md#compaction (src/store/compact/compacted.cc).
 #ifndef RUNSTORE_FORMAT_REPLACES_H_
 #define RUNSTORE_FORMAT_REPLACES_H_
 

@@ -18,11 +18,11 @@
 #include "format/format.h"
 #include "format/segment_reader.h"
 #include "store/catalog.h"
-#include "store/compact.h"
-#include "store/compacted.h"
-#include "store/segment_cache.h"
-#include "store/snapshot.h"
-#include "store/writer_impl.h"
+#include "store/compact/compact.h"
+#include "store/compact/compacted.h"
+#include "store/read/segment_cache.h"
+#include "store/read/snapshot.h"
+#include "store/writer/writer_impl.h"
 
 namespace runstore {
 namespace {

@@ -1,4 +1,4 @@
-#include "store/segment_cache.h"
+#include "store/read/segment_cache.h"
 
 #include <pthread.h>
 #include <sys/resource.h>
@@ -9,7 +9,7 @@
 #include <utility>
 
 #include "runstore/store.h"
-#include "store/snapshot.h"
+#include "store/read/snapshot.h"
 #include "util/environment.h"
 
 namespace runstore {

@@ -12,8 +12,8 @@
 #include <algorithm>
 #include <unordered_map>
 
-#include "store/compact_internal.h"
-#include "store/snapshot_helpers.h"
+#include "store/compact/compact_internal.h"
+#include "store/read/snapshot_helpers.h"
 
 namespace runstore::compact {
 namespace {

@@ -1,4 +1,4 @@
-#include "store/writer_impl.h"
+#include "store/writer/writer_impl.h"
 
 #include <unistd.h>
 
@@ -14,7 +14,7 @@
 #include "env/path.h"
 #include "format/format.h"
 #include "format/segment_reader.h"
-#include "store/compacted.h"
+#include "store/compact/compacted.h"
 #include "util/coding.h"
 #include "util/shape.h"
 #include "util/utf8.h"

@@ -19,9 +19,9 @@
 
 #include "format/block.h"
 #include "format/segment_writer.h"
-#include "store/compact_internal.h"
+#include "store/compact/compact_internal.h"
+#include "store/read/snapshot_helpers.h"
 #include "store/schema.h"
-#include "store/snapshot_helpers.h"
 
 namespace runstore::compact {
 namespace {

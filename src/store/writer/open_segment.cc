@@ -1,4 +1,4 @@
-#include "store/open_segment.h"
+#include "store/writer/open_segment.h"
 
 #include <algorithm>
 #include <utility>

@@ -1,8 +1,8 @@
 // Which segments readers leave out because a compacted segment replaces them
 // (docs/design.md#compaction, "What readers do"), shared by Store::Refresh,
 // the compactor and writers choosing their next segment number.
-#ifndef RUNSTORE_STORE_COMPACTED_H_
-#define RUNSTORE_STORE_COMPACTED_H_
+#ifndef RUNSTORE_STORE_COMPACT_COMPACTED_H_
+#define RUNSTORE_STORE_COMPACT_COMPACTED_H_
 
 #include <cstdint>
 #include <functional>
@@ -15,7 +15,7 @@
 #include "format/replaces.h"
 #include "runstore/env.h"
 #include "runstore/status.h"
-#include "store/snapshot.h"
+#include "store/read/snapshot.h"
 
 namespace runstore {
 
@@ -78,4 +78,4 @@ Result<uint64_t> NextSequencePastReplaced(Env* env, const std::string& segments_
 
 }  // namespace runstore
 
-#endif  // RUNSTORE_STORE_COMPACTED_H_
+#endif  // RUNSTORE_STORE_COMPACT_COMPACTED_H_

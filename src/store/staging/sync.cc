@@ -15,8 +15,8 @@
 #include "format/claim.h"
 #include "format/format.h"
 #include "format/segment_reader.h"
-#include "store/compacted.h"
-#include "store/staging.h"
+#include "store/compact/compacted.h"
+#include "store/staging/staging.h"
 
 namespace runstore {
 namespace {

@@ -1,8 +1,8 @@
 // The parts of compaction (docs/design.md#compaction), one file each: the
 // planner (compact_plan.cc), the merge (compact_merge.cc), the lease and the
 // leftovers of other compactions (compact_lease.cc); compact.cc runs them.
-#ifndef RUNSTORE_STORE_COMPACT_INTERNAL_H_
-#define RUNSTORE_STORE_COMPACT_INTERNAL_H_
+#ifndef RUNSTORE_STORE_COMPACT_COMPACT_INTERNAL_H_
+#define RUNSTORE_STORE_COMPACT_COMPACT_INTERNAL_H_
 
 #include <condition_variable>
 #include <cstdint>
@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "format/replaces.h"
-#include "store/compact.h"
+#include "store/compact/compact.h"
 
 namespace runstore::compact {
 
@@ -112,4 +112,4 @@ Result<std::set<std::string>> StaleTokens(Env* env, const std::string& segments_
 
 }  // namespace runstore::compact
 
-#endif  // RUNSTORE_STORE_COMPACT_INTERNAL_H_
+#endif  // RUNSTORE_STORE_COMPACT_COMPACT_INTERNAL_H_

@@ -6,8 +6,8 @@
 // background thread, or a caller that runs a task while it is idle); nothing
 // else touches it, except the sync of a prefix of the open file
 // (SegmentWriter::SyncPrefix), which GroupCommit schedules.
-#ifndef RUNSTORE_STORE_OPEN_SEGMENT_H_
-#define RUNSTORE_STORE_OPEN_SEGMENT_H_
+#ifndef RUNSTORE_STORE_WRITER_OPEN_SEGMENT_H_
+#define RUNSTORE_STORE_WRITER_OPEN_SEGMENT_H_
 
 #include <cstdint>
 #include <memory>
@@ -19,7 +19,7 @@
 #include "format/segment_writer.h"
 #include "runstore/env.h"
 #include "runstore/status.h"
-#include "store/staging.h"
+#include "store/staging/staging.h"
 
 namespace runstore {
 
@@ -81,4 +81,4 @@ class OpenSegment {
 
 }  // namespace runstore
 
-#endif  // RUNSTORE_STORE_OPEN_SEGMENT_H_
+#endif  // RUNSTORE_STORE_WRITER_OPEN_SEGMENT_H_

@@ -18,8 +18,8 @@
 //    than that belongs to a dead owner.
 //  - The Shipper: a writer's thread that publishes its sealed segments in
 //    order, then removes them from staging, and keeps the shipped ticket.
-#ifndef RUNSTORE_STORE_STAGING_H_
-#define RUNSTORE_STORE_STAGING_H_
+#ifndef RUNSTORE_STORE_STAGING_STAGING_H_
+#define RUNSTORE_STORE_STAGING_STAGING_H_
 
 #include <cstdint>
 #include <deque>
@@ -225,4 +225,4 @@ class Shipper {
 
 }  // namespace runstore::staging
 
-#endif  // RUNSTORE_STORE_STAGING_H_
+#endif  // RUNSTORE_STORE_STAGING_STAGING_H_

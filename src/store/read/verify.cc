@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "format/replaces.h"
-#include "store/snapshot.h"
-#include "store/snapshot_helpers.h"
+#include "store/read/snapshot.h"
+#include "store/read/snapshot_helpers.h"
 
 namespace runstore {
 

@@ -1,8 +1,8 @@
 // Helpers the files of the snapshot share (snapshot.cc, key_resolution.cc,
 // point_lookup.cc, lazy_value.cc, scan.cc, verify.cc): comparing run ids and
 // keys, memory for gathered columns, and a record's value.
-#ifndef RUNSTORE_STORE_SNAPSHOT_HELPERS_H_
-#define RUNSTORE_STORE_SNAPSHOT_HELPERS_H_
+#ifndef RUNSTORE_STORE_READ_SNAPSHOT_HELPERS_H_
+#define RUNSTORE_STORE_READ_SNAPSHOT_HELPERS_H_
 
 #include <algorithm>
 #include <cstdlib>
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "format/format.h"
-#include "store/snapshot.h"
+#include "store/read/snapshot.h"
 #include "util/coding.h"
 
 namespace runstore {
@@ -128,4 +128,4 @@ inline Value MakeRecordValue(const format::BlockHeader& h, const Payload& p, uin
 
 }  // namespace runstore
 
-#endif  // RUNSTORE_STORE_SNAPSHOT_HELPERS_H_
+#endif  // RUNSTORE_STORE_READ_SNAPSHOT_HELPERS_H_

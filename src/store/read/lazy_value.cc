@@ -2,8 +2,8 @@
 // its reader reaches them.
 #include <algorithm>
 
-#include "store/snapshot.h"
-#include "store/snapshot_helpers.h"
+#include "store/read/snapshot.h"
+#include "store/read/snapshot_helpers.h"
 
 namespace runstore {
 

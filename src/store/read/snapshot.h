@@ -1,7 +1,7 @@
 // The Snapshot implementation: the committed blocks of every segment,
 // grouped by series, with lazily computed key resolution.
-#ifndef RUNSTORE_STORE_SNAPSHOT_H_
-#define RUNSTORE_STORE_SNAPSHOT_H_
+#ifndef RUNSTORE_STORE_READ_SNAPSHOT_H_
+#define RUNSTORE_STORE_READ_SNAPSHOT_H_
 
 #include <atomic>
 #include <functional>
@@ -356,4 +356,4 @@ class SnapshotImpl final : public Snapshot {
 
 }  // namespace runstore
 
-#endif  // RUNSTORE_STORE_SNAPSHOT_H_
+#endif  // RUNSTORE_STORE_READ_SNAPSHOT_H_

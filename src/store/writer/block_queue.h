@@ -5,8 +5,8 @@
 // block builders to reuse.
 //
 // Not thread-safe: the writer uses it with its mutex held.
-#ifndef RUNSTORE_STORE_BLOCK_QUEUE_H_
-#define RUNSTORE_STORE_BLOCK_QUEUE_H_
+#ifndef RUNSTORE_STORE_WRITER_BLOCK_QUEUE_H_
+#define RUNSTORE_STORE_WRITER_BLOCK_QUEUE_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -79,4 +79,4 @@ class BlockQueue {
 
 }  // namespace runstore
 
-#endif  // RUNSTORE_STORE_BLOCK_QUEUE_H_
+#endif  // RUNSTORE_STORE_WRITER_BLOCK_QUEUE_H_

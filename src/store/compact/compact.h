@@ -1,7 +1,7 @@
 // Compaction (Store::Compact, docs/design.md#compaction): merging sealed
 // segments into few large ones that readers see as the same records.
-#ifndef RUNSTORE_STORE_COMPACT_H_
-#define RUNSTORE_STORE_COMPACT_H_
+#ifndef RUNSTORE_STORE_COMPACT_COMPACT_H_
+#define RUNSTORE_STORE_COMPACT_COMPACT_H_
 
 #include <map>
 #include <memory>
@@ -9,8 +9,8 @@
 
 #include "runstore/env.h"
 #include "runstore/store.h"
-#include "store/compacted.h"
-#include "store/snapshot.h"
+#include "store/compact/compacted.h"
+#include "store/read/snapshot.h"
 
 namespace runstore {
 
@@ -34,4 +34,4 @@ Status RunCompaction(Env* env, const std::string& store_path, CompactionHost* ho
 
 }  // namespace runstore
 
-#endif  // RUNSTORE_STORE_COMPACT_H_
+#endif  // RUNSTORE_STORE_COMPACT_COMPACT_H_

@@ -5,7 +5,7 @@
 // (monotonic) time.
 #include <chrono>
 
-#include "store/compact_internal.h"
+#include "store/compact/compact_internal.h"
 
 namespace runstore::compact {
 

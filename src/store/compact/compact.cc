@@ -1,7 +1,7 @@
 // Store::Compact (docs/design.md#compaction): removing what earlier
 // compactions left, planning, claiming the inputs, merging them into
 // temporary parts, publishing the parts, and removing the inputs.
-#include "store/compact.h"
+#include "store/compact/compact.h"
 
 #if defined(__GLIBC__)
 #include <malloc.h>
@@ -15,7 +15,7 @@
 #include "format/claim.h"
 #include "format/format.h"
 #include "format/segment_reader.h"
-#include "store/compact_internal.h"
+#include "store/compact/compact_internal.h"
 
 namespace runstore {
 

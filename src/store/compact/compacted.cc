@@ -1,4 +1,4 @@
-#include "store/compacted.h"
+#include "store/compact/compacted.h"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "store/block_queue.h"
+#include "store/writer/block_queue.h"
 
 #include <utility>
 

@@ -13,8 +13,8 @@
 // fork() every call returns FailedPrecondition (the tickets are 0, the stats
 // empty), and destroying the writer there only frees memory
 // (docs/design.md#fork).
-#ifndef RUNSTORE_STORE_WRITER_IMPL_H_
-#define RUNSTORE_STORE_WRITER_IMPL_H_
+#ifndef RUNSTORE_STORE_WRITER_WRITER_IMPL_H_
+#define RUNSTORE_STORE_WRITER_WRITER_IMPL_H_
 
 #include <chrono>
 #include <functional>
@@ -29,11 +29,11 @@
 #include "format/block.h"
 #include "runstore/env.h"
 #include "runstore/writer.h"
-#include "store/block_queue.h"
-#include "store/group_commit.h"
-#include "store/open_segment.h"
 #include "store/schema.h"
-#include "store/staging.h"
+#include "store/staging/staging.h"
+#include "store/writer/block_queue.h"
+#include "store/writer/group_commit.h"
+#include "store/writer/open_segment.h"
 #include "util/fork_guard.h"
 #include "util/mutex.h"
 #include "util/thread_annotations.h"
@@ -291,4 +291,4 @@ class WriterImpl final : public Writer {
 
 }  // namespace runstore
 
-#endif  // RUNSTORE_STORE_WRITER_IMPL_H_
+#endif  // RUNSTORE_STORE_WRITER_WRITER_IMPL_H_

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <map>
 
-#include "store/snapshot.h"
-#include "store/snapshot_helpers.h"
+#include "store/read/snapshot.h"
+#include "store/read/snapshot_helpers.h"
 
 namespace runstore {
 

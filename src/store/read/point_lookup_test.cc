@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "runstore/store.h"
-#include "store/snapshot.h"
+#include "store/read/snapshot.h"
 #include "testing/test_util.h"
 
 namespace runstore {

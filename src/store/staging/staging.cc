@@ -1,4 +1,4 @@
-#include "store/staging.h"
+#include "store/staging/staging.h"
 
 #include <chrono>
 #include <cstdio>

@@ -7,8 +7,8 @@
 #include <utility>
 #include <vector>
 
-#include "store/snapshot.h"
-#include "store/snapshot_helpers.h"
+#include "store/read/snapshot.h"
+#include "store/read/snapshot_helpers.h"
 
 namespace runstore {
 

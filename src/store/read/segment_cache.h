@@ -14,8 +14,8 @@
 // vm.max_map_count, 65,530).
 //
 // Thread safety: every method may be called from any thread.
-#ifndef RUNSTORE_STORE_SEGMENT_CACHE_H_
-#define RUNSTORE_STORE_SEGMENT_CACHE_H_
+#ifndef RUNSTORE_STORE_READ_SEGMENT_CACHE_H_
+#define RUNSTORE_STORE_READ_SEGMENT_CACHE_H_
 
 #include <cstddef>
 #include <memory>
@@ -83,4 +83,4 @@ class SegmentCache {
 
 }  // namespace runstore
 
-#endif  // RUNSTORE_STORE_SEGMENT_CACHE_H_
+#endif  // RUNSTORE_STORE_READ_SEGMENT_CACHE_H_

@@ -1,14 +1,14 @@
 // Building a snapshot from loaded segments (series, their blocks, the resume
 // markers), reading a block's payload once checked, and listing what a
 // snapshot holds (reader.h: Snapshot).
-#include "store/snapshot.h"
+#include "store/read/snapshot.h"
 
 #include <algorithm>
 #include <cstring>
 #include <unordered_set>
 
-#include "store/segment_cache.h"
-#include "store/snapshot_helpers.h"
+#include "store/read/segment_cache.h"
+#include "store/read/snapshot_helpers.h"
 
 namespace runstore {
 

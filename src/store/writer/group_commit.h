@@ -10,8 +10,8 @@
 //
 // Not thread-safe: the writer uses it with its mutex held. The sync itself
 // (SegmentWriter::SyncPrefix) runs without it, between Start and Finish.
-#ifndef RUNSTORE_STORE_GROUP_COMMIT_H_
-#define RUNSTORE_STORE_GROUP_COMMIT_H_
+#ifndef RUNSTORE_STORE_WRITER_GROUP_COMMIT_H_
+#define RUNSTORE_STORE_WRITER_GROUP_COMMIT_H_
 
 #include <algorithm>
 #include <cstdint>
@@ -79,4 +79,4 @@ class GroupCommit {
 
 }  // namespace runstore
 
-#endif  // RUNSTORE_STORE_GROUP_COMMIT_H_
+#endif  // RUNSTORE_STORE_WRITER_GROUP_COMMIT_H_
