@@ -6,7 +6,6 @@
 #include <atomic>
 #include <cerrno>
 #include <map>
-#include <mutex>
 #include <new>
 #include <optional>
 #include <random>
@@ -23,6 +22,7 @@
 #include "store/read/segment_cache.h"
 #include "store/read/snapshot.h"
 #include "store/writer/writer_impl.h"
+#include "util/mutex.h"
 
 namespace runstore {
 namespace {
@@ -78,31 +78,33 @@ class StoreLocks {
     return *locks;
   }
   // `writers`: the lock a store's writers reach it through; `store`: its own.
-  void Add(std::mutex* writers, std::mutex* store) {
-    std::lock_guard lk(mu_);
+  void Add(Mutex* writers, Mutex* store) {
+    MutexLock lk(&mu_);
     locks_.emplace(writers, store);
   }
-  void Remove(std::mutex* writers, std::mutex* store) {
-    std::lock_guard lk(mu_);
+  void Remove(Mutex* writers, Mutex* store) {
+    MutexLock lk(&mu_);
     locks_.erase({writers, store});
   }
 
  private:
-  static void BeforeFork() {
-    the_locks_->mu_.lock();
-    for (const auto& [writers, store] : the_locks_->locks_) writers->lock();
-    for (const auto& [writers, store] : the_locks_->locks_) store->lock();
+  // Every lock of every store is held across fork() and given back on both
+  // sides: an acquisition the analysis cannot pair, by design.
+  static void BeforeFork() RUNSTORE_NO_THREAD_SAFETY_ANALYSIS {
+    the_locks_->mu_.Lock();
+    for (const auto& [writers, store] : the_locks_->locks_) writers->Lock();
+    for (const auto& [writers, store] : the_locks_->locks_) store->Lock();
   }
-  static void AfterFork() {
+  static void AfterFork() RUNSTORE_NO_THREAD_SAFETY_ANALYSIS {
     for (const auto& [writers, store] : the_locks_->locks_) {
-      store->unlock();
-      writers->unlock();
+      store->Unlock();
+      writers->Unlock();
     }
-    the_locks_->mu_.unlock();
+    the_locks_->mu_.Unlock();
   }
   static inline StoreLocks* the_locks_ = nullptr;
-  std::mutex mu_;
-  std::set<std::pair<std::mutex*, std::mutex*>> locks_;
+  Mutex mu_;
+  std::set<std::pair<Mutex*, Mutex*>> locks_ RUNSTORE_GUARDED_BY(mu_);
 };
 
 class StoreImpl final : public Store, public CompactionHost {
@@ -125,7 +127,7 @@ class StoreImpl final : public Store, public CompactionHost {
     // since is still refused at Append (docs/design.md#writer-ids).
     std::shared_ptr<const Snapshot> snap = GetSnapshot();
     SchemaRefresher refresh = [host = schema_host_]() -> Result<std::optional<StoreSchema>> {
-      std::lock_guard lk(host->mu);
+      MutexLock lk(&host->mu);
       if (host->store == nullptr) return std::optional<StoreSchema>();
       RUNSTORE_ASSIGN_OR_RETURN(auto now, host->store->Refresh());
       return std::optional<StoreSchema>(static_cast<const SnapshotImpl&>(*now).Schema());
@@ -136,7 +138,7 @@ class StoreImpl final : public Store, public CompactionHost {
 
   ~StoreImpl() override {
     {
-      std::lock_guard lk(schema_host_->mu);
+      MutexLock lk(&schema_host_->mu);
       schema_host_->store = nullptr;
     }
     // Not under the writers' lock: a fork takes the two in the other order.
@@ -144,7 +146,7 @@ class StoreImpl final : public Store, public CompactionHost {
   }
 
   std::shared_ptr<const Snapshot> GetSnapshot() override {
-    std::lock_guard lk(mu_);
+    MutexLock lk(&mu_);
     return current_;
   }
 
@@ -157,7 +159,7 @@ class StoreImpl final : public Store, public CompactionHost {
   }
 
   Result<CompactionView> RefreshForCompaction() override {
-    std::lock_guard lk(mu_);
+    MutexLock lk(&mu_);
     RUNSTORE_RETURN_IF_ERROR(RefreshLocked());
     CompactionView v;
     v.snapshot = std::static_pointer_cast<const SnapshotImpl>(current_);
@@ -167,13 +169,13 @@ class StoreImpl final : public Store, public CompactionHost {
   }
 
   Result<std::shared_ptr<const Snapshot>> Refresh() override {
-    std::lock_guard lk(mu_);
+    MutexLock lk(&mu_);
     RUNSTORE_RETURN_IF_ERROR(RefreshLocked());
     return current_;
   }
 
   RefreshStats last_refresh() const override {
-    std::lock_guard lk(mu_);
+    MutexLock lk(&mu_);
     return stats_;
   }
 
@@ -181,14 +183,14 @@ class StoreImpl final : public Store, public CompactionHost {
     if (options_.read_only) {
       return Status::FailedPrecondition(path_ + ": store was opened read-only");
     }
-    std::lock_guard lk(mu_);
+    MutexLock lk(&mu_);
     RUNSTORE_RETURN_IF_ERROR(RefreshLocked());
     return WriteCatalogLocked();
   }
 
  private:
   // The catalog's entries: every sealed segment whose index reads were kept.
-  Result<uint64_t> WriteCatalogLocked() {
+  Result<uint64_t> WriteCatalogLocked() RUNSTORE_REQUIRES(mu_) {
     std::map<std::string, CatalogEntry> entries;
     for (const auto& [name, seg] : loaded_) {
       if (seg->index.sealed && seg->reads) entries[name] = CatalogEntry{seg->info, seg->reads};
@@ -198,7 +200,7 @@ class StoreImpl final : public Store, public CompactionHost {
     return uint64_t{entries.size()};
   }
 
-  Status RefreshLocked() {
+  Status RefreshLocked() RUNSTORE_REQUIRES(mu_) {
     const std::string dir = path_ + "/" + kSegmentsDir;
     RefreshStats stats;
     auto children = env_->GetChildren(dir);
@@ -256,7 +258,7 @@ class StoreImpl final : public Store, public CompactionHost {
       }
     }
     stats.catalog_status = catalog_status_;
-    auto loaded = LoadSegments(to_load, infos, &stats);
+    auto loaded = LoadSegments(to_load, infos, catalog_.get(), &stats);
     for (size_t i = 0; i < to_load.size(); ++i) {
       const std::string& name = to_load[i].name;
       if (!loaded[i]->ok()) {
@@ -284,7 +286,7 @@ class StoreImpl final : public Store, public CompactionHost {
       uint64_t pred_seq;
       format::ParseSegmentFileName(pred_name, &pred_id, &pred_seq);
       RefreshStats again;  // counted once, above
-      auto fresh = LoadSegment(pred_name, pred_id, pred_seq, nullptr, &again, /*no_catalog=*/true);
+      auto fresh = LoadSegment(pred_name, pred_id, pred_seq, nullptr, &again, /*catalog=*/nullptr);
       if (fresh.ok() && (*fresh)->index.sealed) {
         it->second = std::move(fresh).value();
         continue;
@@ -346,23 +348,25 @@ class StoreImpl final : public Store, public CompactionHost {
   // The store as the writers it opened see it: they may outlive it, and
   // find it gone.
   struct SchemaHost {
-    std::mutex mu;
-    StoreImpl* store = nullptr;
+    Mutex mu;
+    StoreImpl* store RUNSTORE_GUARDED_BY(mu) = nullptr;
   };
   const std::shared_ptr<SchemaHost> schema_host_ = [this] {
     auto host = std::make_shared<SchemaHost>();
+    MutexLock lk(&host->mu);
     host->store = this;
     return host;
   }();
-  mutable std::mutex mu_;
-  std::map<std::string, std::shared_ptr<const LoadedSegment>> loaded_;
-  CompactedResolution resolution_;  // of loaded_, by the last Refresh
-  std::shared_ptr<const Snapshot> current_;
-  RefreshStats stats_;
-  bool catalog_read_ = false;
-  std::shared_ptr<const Catalog> catalog_;
-  uint64_t catalog_size_ = 0;
-  Status catalog_status_;  // why the catalog was ignored at Open; OK if read or absent
+  mutable Mutex mu_;
+  std::map<std::string, std::shared_ptr<const LoadedSegment>> loaded_ RUNSTORE_GUARDED_BY(mu_);
+  CompactedResolution resolution_ RUNSTORE_GUARDED_BY(mu_);  // of loaded_, by the last Refresh
+  std::shared_ptr<const Snapshot> current_ RUNSTORE_GUARDED_BY(mu_);
+  RefreshStats stats_ RUNSTORE_GUARDED_BY(mu_);
+  bool catalog_read_ RUNSTORE_GUARDED_BY(mu_) = false;
+  std::shared_ptr<const Catalog> catalog_ RUNSTORE_GUARDED_BY(mu_);
+  uint64_t catalog_size_ RUNSTORE_GUARDED_BY(mu_) = 0;
+  // Why the catalog was ignored at Open; OK if read or absent.
+  Status catalog_status_ RUNSTORE_GUARDED_BY(mu_);
 
   // Damage a segment can have (its bytes, or the file being unreadable), as
   // opposed to a store-wide problem (a newer format version).
@@ -422,14 +426,14 @@ class StoreImpl final : public Store, public CompactionHost {
   // the counts of all added to `stats`.
   std::vector<std::optional<Result<std::shared_ptr<const LoadedSegment>>>> LoadSegments(
       const std::vector<ToLoad>& to_load, const std::vector<Result<FileInfo>>& infos,
-      RefreshStats* stats) {
+      const Catalog* catalog, RefreshStats* stats) {
     std::vector<std::optional<Result<std::shared_ptr<const LoadedSegment>>>> out(to_load.size());
     std::vector<RefreshStats> counts(LoadThreads(to_load.size()));
     ForBatches(to_load.size(), [&](size_t b, size_t e, size_t k) {
       for (size_t i = b; i < e; ++i) {
         const ToLoad& t = to_load[i];
         try {
-          out[i] = LoadSegment(t.name, t.writer_id, t.seq, t.old, &counts[k], false, &infos[i]);
+          out[i] = LoadSegment(t.name, t.writer_id, t.seq, t.old, &counts[k], catalog, &infos[i]);
         } catch (const std::bad_alloc&) {
           out[i] = Status::ResourceExhausted(
               std::string(kSegmentsDir) + "/" + t.name + ": out of memory reading its index",
@@ -447,13 +451,14 @@ class StoreImpl final : public Store, public CompactionHost {
   }
 
   // Loads segment `name` of `writer_id`: continues from `old` (its state at
-  // the last refresh) when given; else from the catalog, if its entry is for
-  // this very file (same size, modification time and inode) and `no_catalog`
-  // is not set; else from a new handle. `file_info`: the file's GetFileInfo,
-  // if already asked.
+  // the last refresh) when given; else from `catalog` (the store's, read
+  // under its lock by the caller, or null for none), if its entry is for this
+  // very file (same size, modification time and inode); else from a new
+  // handle. `file_info`: the file's GetFileInfo, if already asked. Runs on
+  // the loading threads: it reads nothing the store's lock guards.
   Result<std::shared_ptr<const LoadedSegment>> LoadSegment(
       const std::string& name, const std::string& writer_id, uint64_t seq,
-      const std::shared_ptr<const LoadedSegment>& old, RefreshStats* stats, bool no_catalog = false,
+      const std::shared_ptr<const LoadedSegment>& old, RefreshStats* stats, const Catalog* catalog,
       const Result<FileInfo>* file_info = nullptr) {
     const std::string rel = std::string(kSegmentsDir) + "/" + name;
     auto seg = std::make_shared<LoadedSegment>();
@@ -484,7 +489,7 @@ class StoreImpl final : public Store, public CompactionHost {
       // must find again (the stat above may be of one renamed over since).
       RUNSTORE_ASSIGN_OR_RETURN(seg->info, handle->Info());
       if (old->info.inode != 0 && seg->info.inode != old->info.inode) {
-        return LoadSegment(name, writer_id, seq, nullptr, stats, no_catalog, nullptr);
+        return LoadSegment(name, writer_id, seq, nullptr, stats, catalog, nullptr);
       }
       seg->index = old->index;
       RUNSTORE_RETURN_IF_ERROR(format::RefreshSegmentIndex(*handle, rel, &seg->index));
@@ -503,7 +508,7 @@ class StoreImpl final : public Store, public CompactionHost {
       ++stats->unchanged;
       return old;
     }
-    if (const CatalogEntry* e = catalog_ && !no_catalog ? catalog_->Find(name) : nullptr;
+    if (const CatalogEntry* e = catalog != nullptr ? catalog->Find(name) : nullptr;
         e && e->info == *info) {
       // The entry's bytes get every check a file's get, and must be this
       // file's: its header names the writer id and number of the file's

@@ -4,11 +4,9 @@
 #ifndef RUNSTORE_STORE_COMPACT_COMPACT_INTERNAL_H_
 #define RUNSTORE_STORE_COMPACT_COMPACT_INTERNAL_H_
 
-#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string>
 #include <string_view>
@@ -17,6 +15,7 @@
 
 #include "format/replaces.h"
 #include "store/compact/compact.h"
+#include "util/mutex.h"
 
 namespace runstore::compact {
 
@@ -95,10 +94,10 @@ class Lease {
 
   Env* const env_;
   const std::string path_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;
-  Status error_;
+  Mutex mu_;
+  CondVar cv_;
+  bool stop_ RUNSTORE_GUARDED_BY(mu_) = false;
+  Status error_ RUNSTORE_GUARDED_BY(mu_);
   std::thread thread_;
 };
 

@@ -27,10 +27,10 @@ Lease::~Lease() { StopThread(); }
 void Lease::StopThread() {
   if (thread_.joinable()) {
     {
-      std::lock_guard lk(mu_);
+      MutexLock lk(&mu_);
       stop_ = true;
     }
-    cv_.notify_all();
+    cv_.SignalAll();
     thread_.join();
   }
 }
@@ -42,18 +42,23 @@ Status Lease::Write(uint64_t n) {
 }
 
 void Lease::Loop(double refresh_s) {
-  std::unique_lock lk(mu_);
+  const auto period = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(refresh_s));
+  MutexLock lk(&mu_);
   for (uint64_t n = 1;; ++n) {
-    if (cv_.wait_for(lk, std::chrono::duration<double>(refresh_s), [&] { return stop_; })) return;
-    lk.unlock();
+    const auto deadline = std::chrono::steady_clock::now() + period;
+    while (!stop_ && cv_.WaitUntil(&mu_, deadline)) {
+    }
+    if (stop_) return;
+    mu_.Unlock();
     Status s = Write(n);
-    lk.lock();
+    mu_.Lock();
     if (!s.ok() && error_.ok()) error_ = std::move(s);
   }
 }
 
 Status Lease::status() {
-  std::lock_guard lk(mu_);
+  MutexLock lk(&mu_);
   return error_;
 }
 

@@ -317,7 +317,7 @@ void SnapshotImpl::EnsureKeyOrder(const SeriesEntry& e) {
 
 std::shared_ptr<LoadedSegment::LazyBlock> LoadedSegment::LazyBlockOf(uint32_t block,
                                                                      uint64_t chunks) const {
-  std::lock_guard lk(lazy_mu);
+  MutexLock lk(&lazy_mu);
   auto it = lazy_blocks.find(block);
   if (it != lazy_blocks.end()) return it->second;
   if (chunks == 0) return nullptr;

@@ -96,8 +96,9 @@ struct LoadedSegment : std::enable_shared_from_this<LoadedSegment> {
   // The LazyBlock of `block`, made on first use; null if it has none yet and
   // `chunks` is 0.
   std::shared_ptr<LazyBlock> LazyBlockOf(uint32_t block, uint64_t chunks = 0) const;
-  mutable std::mutex lazy_mu;
-  mutable std::unordered_map<uint32_t, std::shared_ptr<LazyBlock>> lazy_blocks;
+  mutable Mutex lazy_mu;
+  mutable std::unordered_map<uint32_t, std::shared_ptr<LazyBlock>> lazy_blocks
+      RUNSTORE_GUARDED_BY(lazy_mu);
 
   // For the budget (SegmentCache): whether the mapping (0) or the
   // descriptor (1) was used since the budget last asked, clearing the mark;
