@@ -582,6 +582,226 @@ std::vector<RunId> ToRunIds(nb::handle runs) {
   return out;
 }
 
+// The batches of one scan, as PyStore::Scan reads them. A scan of some runs or
+// steps does not know its count before it ends: its batches (views of the
+// blocks, or the rows gathered from them) are read first, releasing the pages
+// they mapped every few blocks; the others are read as they are copied.
+struct ScanSource {
+  SeriesInfo info;
+  std::unique_ptr<SeriesScanner> scanner;
+  bool filtered = false;
+  std::deque<ScanBatch> collected;  // a filtered scan's batches, read already
+  size_t collected_count = 0;
+
+  // Rows the scan returns: what a filtered scan's batches hold, else what
+  // the series' block headers claim (which the batches must confirm).
+  size_t total() const { return filtered ? collected_count : info.count; }
+  // The next batch; false at the end. GIL not needed.
+  Result<bool> Next(ScanBatch* batch) {
+    if (!filtered) return scanner->Next(batch);
+    if (collected.empty()) return false;
+    *batch = std::move(collected.front());
+    collected.pop_front();
+    return true;
+  }
+};
+
+// Opens the scan of `name` and reads its first batch into *first (a filtered
+// scan: all of them), with the GIL released; raises what went wrong after.
+// Returns whether there is a first batch.
+bool OpenScan(const Snapshot& snap, const std::string& name, const ScanOptions& options,
+              ScanSource* source, ScanBatch* first) {
+  source->filtered = options.runs.has_value() || options.steps.has_value();
+  Result<SeriesInfo> info_r = Status::NotFound("");
+  Result<std::unique_ptr<SeriesScanner>> scanner_r = Status::NotFound("");
+  Result<bool> first_r = false;
+  {
+    nb::gil_scoped_release nogil;
+    info_r = snap.GetSeriesInfo(name);
+    if (info_r.ok()) scanner_r = snap.Scan(name, options);
+    if (scanner_r.ok()) first_r = (*scanner_r)->Next(first);
+    // The pages a filtered scan maps leave the resident set every few blocks: the runs of a
+    // chunk of experiments may lie in every block of a compacted series, and the pages
+    // faulted in around the rows it copies (the kernel maps their neighbours too) would
+    // otherwise make the whole series resident (800 MiB for one chunk of a sweep's array
+    // outcome). The rows picked out are copies; a block taken whole is read again from the
+    // page cache when it is copied.
+    constexpr int kReleaseEvery = 16;
+    int since_release = 0;
+    while (source->filtered && first_r.ok() && *first_r) {
+      source->collected_count += first->count;
+      source->collected.push_back(std::move(*first));
+      if (++since_release == kReleaseEvery) {
+        snap.ReleasePages();
+        since_release = 0;
+      }
+      first_r = (*scanner_r)->Next(first);
+    }
+  }
+  source->info = Unwrap(std::move(info_r));
+  source->scanner = Unwrap(std::move(scanner_r));
+  bool have = Unwrap(std::move(first_r));
+  if (source->filtered) have = Unwrap(source->Next(first));
+  return have;
+}
+
+// The columns a scan's batches are copied into, row after row, and the
+// arrays they become. Rows are counted as they arrive: `total` is what the
+// block headers claim, which a compressed block's payload confirms only when
+// it is decoded (a zstd block may claim 32768 records per stored byte). The
+// columns start with the rows whose values the series' stored bytes could
+// hold uncompressed (all of an uncompressed series: one allocation), grow to
+// twice their rows as more arrive, and never past `total` while it holds; so
+// a lying header gets at most twice what the blocks really hold. A filtered
+// scan has read its batches already: `total` is what they hold.
+class ScanColumns {
+ public:
+  ScanColumns(const std::string& name, const SeriesInfo& info, bool keys, bool filtered,
+              size_t total)
+      : name_(name),
+        info_(info),
+        keys_(keys),
+        filtered_(filtered),
+        total_(total),
+        fixed_(!IsVarLength(info.dtype) && !info.variable_shape),
+        record_bytes_(RecordBytes(name, info, fixed_)),
+        runs_(keys ? 8 : 0),
+        steps_(keys ? 8 : 0),
+        values_(fixed_ ? record_bytes_ : 0) {
+    const size_t initial =
+        filtered ? total
+                 : static_cast<size_t>(std::min<uint64_t>(
+                       total, info.stored_bytes / std::max<size_t>(record_bytes_, 1)));
+    if (!Reserve(initial)) throw std::bad_alloc();
+  }
+
+  // Whether values are numbers of one shape, copied without the GIL (else
+  // each is a Python object, AddObjects).
+  bool fixed() const { return fixed_; }
+  bool out_of_memory() const { return out_of_memory_; }
+
+  // Copies the keys and numeric values of `batch` after the rows so far (GIL
+  // not needed). Corruption for a batch past the rows the series claims or
+  // of the wrong size; out_of_memory() when the columns cannot grow.
+  Status Copy(const ScanBatch& batch) {
+    if (!filtered_ && rows_ + batch.count > total_) {
+      return Status::Corruption("series '" + name_ + "': the scan returned more than its " +
+                                std::to_string(total_) + " records");
+    }
+    if (fixed_ && batch.values.nbytes() != batch.count * record_bytes_) {
+      return Status::Corruption("series '" + name_ + "': a batch of " +
+                                std::to_string(batch.count) + " records holds " +
+                                std::to_string(batch.values.nbytes()) + " bytes of values");
+    }
+    if (!Reserve(rows_ + batch.count)) {
+      out_of_memory_ = true;
+      return Status::OK();
+    }
+    if (keys_) {
+      runs_.Put(rows_, batch.int_runs.data(), batch.count);
+      steps_.Put(rows_, batch.steps.data(), batch.count);
+    }
+    if (fixed_) values_.Put(rows_, batch.values.data(), batch.count);
+    for (size_t i = 0; i < batch.run_is_string.size(); ++i) {
+      if (batch.run_is_string[i]) string_runs_.emplace_back(rows_ + i, batch.string_runs[i]);
+    }
+    rows_ += batch.count;
+    return Status::OK();
+  }
+
+  // The values of `batch`, just copied, as Python objects (needs the GIL).
+  void AddObjects(const ScanBatch& batch) {
+    objects_.reserve(objects_.size() + batch.count);
+    for (size_t i = 0; i < batch.count; ++i) objects_.push_back(ValueToPython(batch.records[i]));
+  }
+
+  // The arrays "run", "step" (with keys) and "value", read-only (needs the
+  // GIL). RuntimeError if the rows are not the ones the series claims.
+  nb::dict Release() {
+    if (!filtered_ && rows_ != total_) {
+      Throw(PyExc_RuntimeError, "series '" + name_ + "': the scan returned " +
+                                    std::to_string(rows_) + " records, expected " +
+                                    std::to_string(total_));
+    }
+    const auto rows = static_cast<npy_intp>(rows_);
+    nb::dict out;
+    nb::object value_array;
+    if (fixed_) {
+      std::vector<npy_intp> vdims{rows};
+      vdims.insert(vdims.end(), info_.shape.begin(), info_.shape.end());
+      value_array = values_.Release(NumpyTypeNum(info_.dtype), vdims);
+    } else {
+      value_array = NewArray(NPY_OBJECT, {rows});
+      auto** slots = reinterpret_cast<PyObject**>(ArrayData(value_array));
+      for (size_t i = 0; i < rows_; ++i) Py_XSETREF(slots[i], objects_[i].release().ptr());
+    }
+    if (keys_) {
+      nb::object run_array = RunArray(runs_.Release(NPY_INT64, {rows}));
+      nb::object step_array = steps_.Release(NPY_INT64, {rows});
+      MakeReadOnly(run_array);
+      MakeReadOnly(step_array);
+      out["run"] = run_array;
+      out["step"] = step_array;
+    }
+    MakeReadOnly(value_array);
+    out["value"] = value_array;
+    return out;
+  }
+
+ private:
+  // Bytes of one record's value (0 for values that are Python objects).
+  static size_t RecordBytes(const std::string& name, const SeriesInfo& info, bool fixed) {
+    size_t bytes = fixed ? DTypeSize(info.dtype) : 0;
+    for (int64_t d : info.shape) {
+      if (d < 0 || (d > 0 && bytes > SIZE_MAX / static_cast<size_t>(d))) {
+        Check(Status::Corruption("series '" + name + "': its record shape is too large"));
+      }
+      bytes *= static_cast<size_t>(d);
+    }
+    return bytes;
+  }
+
+  bool Reserve(size_t rows) {
+    return runs_.Reserve(rows, total_) && steps_.Reserve(rows, total_) &&
+           values_.Reserve(rows, total_);
+  }
+
+  // The run column: the int64 one, or with string run ids among them an
+  // object array of int and str.
+  nb::object RunArray(nb::object ints) const {
+    if (string_runs_.empty()) return ints;
+    const auto* run_out = reinterpret_cast<const int64_t*>(ArrayData(ints));
+    nb::object mixed = NewArray(NPY_OBJECT, {static_cast<npy_intp>(rows_)});
+    auto** slots = reinterpret_cast<PyObject**>(ArrayData(mixed));
+    size_t k = 0;
+    for (size_t i = 0; i < rows_; ++i) {
+      nb::object o;
+      if (k < string_runs_.size() && string_runs_[k].first == i) {
+        const std::string& s = string_runs_[k++].second;
+        o = nb::steal(
+            PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "surrogateescape"));
+      } else {
+        o = nb::steal(PyLong_FromLongLong(run_out[i]));
+      }
+      if (!o.is_valid()) throw nb::python_error();
+      Py_XSETREF(slots[i], o.release().ptr());
+    }
+    return mixed;
+  }
+
+  const std::string& name_;
+  const SeriesInfo& info_;
+  const bool keys_, filtered_;
+  const size_t total_;
+  const bool fixed_;
+  const size_t record_bytes_;
+  GrowingColumn runs_, steps_, values_;
+  std::vector<nb::object> objects_;  // variable-shape, string and bytes values
+  std::vector<std::pair<size_t, std::string>> string_runs_;
+  size_t rows_ = 0;
+  bool out_of_memory_ = false;
+};
+
 }  // namespace
 
 // Concatenates every batch of the series into one array per column. With the
@@ -593,204 +813,62 @@ nb::dict PyStore::Scan(const std::string& name, bool keys, nb::handle runs_obj,
   ScanOptions options{.keys = keys};
   if (!runs_obj.is_none()) options.runs = ToRunIds(runs_obj);
   if (step_range) options.steps = ScanOptions::StepRange{step_range->first, step_range->second};
-  const bool filtered = options.runs.has_value() || options.steps.has_value();
   auto snap = store_->GetSnapshot();
-  Result<SeriesInfo> info_r = Status::NotFound("");
-  Result<std::unique_ptr<SeriesScanner>> scanner_r = Status::NotFound("");
-  ScanBatch first;
-  Result<bool> first_r = false;
-  // A scan of some runs or steps does not know its count before it ends: its batches
-  // (views of the blocks, or the rows gathered from them) are read first.
-  std::deque<ScanBatch> collected;
-  size_t collected_count = 0;
-  {
-    nb::gil_scoped_release nogil;
-    info_r = snap->GetSeriesInfo(name);
-    if (info_r.ok()) scanner_r = snap->Scan(name, options);
-    if (scanner_r.ok()) first_r = (*scanner_r)->Next(&first);
-    // The pages a filtered scan maps leave the resident set every few blocks: the runs of a
-    // chunk of experiments may lie in every block of a compacted series, and the pages
-    // faulted in around the rows it copies (the kernel maps their neighbours too) would
-    // otherwise make the whole series resident (800 MiB for one chunk of a sweep's array
-    // outcome). The rows picked out are copies; a block taken whole is read again from the
-    // page cache when it is copied below.
-    constexpr int kReleaseEvery = 16;
-    int since_release = 0;
-    while (filtered && first_r.ok() && *first_r) {
-      collected_count += first.count;
-      collected.push_back(std::move(first));
-      if (++since_release == kReleaseEvery) {
-        snap->ReleasePages();
-        since_release = 0;
-      }
-      first_r = (*scanner_r)->Next(&first);
-    }
-  }
-  const SeriesInfo info = Unwrap(std::move(info_r));
-  std::unique_ptr<SeriesScanner> scanner = Unwrap(std::move(scanner_r));
-  bool have = Unwrap(std::move(first_r));
-  auto next_batch = [&](ScanBatch* batch) -> Result<bool> {
-    if (!filtered) return scanner->Next(batch);
-    if (collected.empty()) return false;
-    *batch = std::move(collected.front());
-    collected.pop_front();
-    return true;
-  };
-  if (filtered) have = Unwrap(next_batch(&first));
-  const size_t total = filtered ? collected_count : info.count;
-  const bool fixed = !IsVarLength(info.dtype) && !info.variable_shape;
-  nb::dict out;
+  ScanSource source;
+  ScanBatch batch;
+  bool have = OpenScan(*snap, name, options, &source, &batch);
+  const size_t total = source.total();
+  const SeriesInfo& info = source.info;
 
-  if (have && fixed && first.count == total && first.run_is_string.empty()) {
+  if (have && !IsVarLength(info.dtype) && !info.variable_shape && batch.count == total &&
+      batch.run_is_string.empty()) {
     // One batch: views, no copy (zero-copy when the block is uncompressed
     // and its key columns are stored plainly).
-    const bool zc = first.keys_zero_copy;
+    nb::dict out;
+    const bool zc = batch.keys_zero_copy;
     if (keys) {
       out["run"] = MakeArrayView(Value(DType::kInt64, {static_cast<int64_t>(total)},
-                                       reinterpret_cast<const char*>(first.int_runs.data()),
-                                       total * 8, first.owner, zc));
+                                       reinterpret_cast<const char*>(batch.int_runs.data()),
+                                       total * 8, batch.owner, zc));
       out["step"] = MakeArrayView(Value(DType::kInt64, {static_cast<int64_t>(total)},
-                                        reinterpret_cast<const char*>(first.steps.data()),
-                                        total * 8, first.owner, zc));
+                                        reinterpret_cast<const char*>(batch.steps.data()),
+                                        total * 8, batch.owner, zc));
     }
-    out["value"] = MakeArrayView(first.values);
+    out["value"] = MakeArrayView(batch.values);
     return out;
   }
 
-  // Rows are counted as they arrive: `total` is what the block headers claim,
-  // which a compressed block's payload confirms only when it is decoded (a zstd
-  // block may claim 32768 records per stored byte). The columns start with the
-  // rows whose values the series' stored bytes could hold uncompressed (all of
-  // an uncompressed series: one allocation, as before), grow to twice their
-  // rows as more arrive, and never past `total` while it holds; so a lying
-  // header gets at most twice what the blocks really hold. A filtered scan has
-  // read its batches already: `total` is what they hold.
-  const size_t elem = fixed ? DTypeSize(info.dtype) : 0;
-  size_t record_bytes = elem;
-  for (int64_t d : info.shape) {
-    if (d < 0 || (d > 0 && record_bytes > SIZE_MAX / static_cast<size_t>(d))) {
-      Check(Status::Corruption("series '" + name + "': its record shape is too large"));
-    }
-    record_bytes *= static_cast<size_t>(d);
-  }
-  GrowingColumn runs(keys ? 8 : 0), steps(keys ? 8 : 0), values(fixed ? record_bytes : 0);
-  const size_t initial = filtered
-                             ? total
-                             : static_cast<size_t>(std::min<uint64_t>(
-                                   total, info.stored_bytes / std::max<size_t>(record_bytes, 1)));
-  if (!runs.Reserve(initial, total) || !steps.Reserve(initial, total) ||
-      !values.Reserve(initial, total)) {
-    throw std::bad_alloc();
-  }
-  std::vector<nb::object> objects;  // variable-shape, string and bytes values
-  std::vector<std::pair<size_t, std::string>> string_runs;
-  size_t pos = 0;
-  ScanBatch batch = std::move(first);
+  ScanColumns columns(name, info, keys, source.filtered, total);
   Status error;
-  bool out_of_memory = false;
-  // Copies the numeric columns of `batch` to row `pos` (GIL not needed).
-  auto copy_batch = [&]() -> Status {
-    if (!filtered && pos + batch.count > total) {
-      return Status::Corruption("series '" + name + "': the scan returned more than its " +
-                                std::to_string(total) + " records");
-    }
-    if (fixed && batch.values.nbytes() != batch.count * record_bytes) {
-      return Status::Corruption("series '" + name + "': a batch of " + std::to_string(batch.count) +
-                                " records holds " + std::to_string(batch.values.nbytes()) +
-                                " bytes of values");
-    }
-    if (!runs.Reserve(pos + batch.count, total) || !steps.Reserve(pos + batch.count, total) ||
-        !values.Reserve(pos + batch.count, total)) {
-      out_of_memory = true;
-      return Status::OK();
-    }
-    if (keys) {
-      runs.Put(pos, batch.int_runs.data(), batch.count);
-      steps.Put(pos, batch.steps.data(), batch.count);
-    }
-    if (fixed) values.Put(pos, batch.values.data(), batch.count);
-    for (size_t i = 0; i < batch.run_is_string.size(); ++i) {
-      if (batch.run_is_string[i]) string_runs.emplace_back(pos + i, batch.string_runs[i]);
-    }
-    return Status::OK();
-  };
-  while (have) {
-    if (fixed) {
-      nb::gil_scoped_release nogil;
-      // Copy this batch and read the next one without the GIL.
-      while (have) {
-        error = copy_batch();
-        if (!error.ok() || out_of_memory) break;
-        pos += batch.count;
-        Result<bool> next = next_batch(&batch);
-        if (!next.ok()) {
-          error = next.status();
-          break;
-        }
-        have = *next;
+  if (columns.fixed()) {
+    // Copy each batch and read the next one without the GIL.
+    nb::gil_scoped_release nogil;
+    while (have) {
+      error = columns.Copy(batch);
+      if (!error.ok() || columns.out_of_memory()) break;
+      Result<bool> next = source.Next(&batch);
+      if (!next.ok()) {
+        error = next.status();
+        break;
       }
-      break;
+      have = *next;
     }
-    Check(copy_batch());
-    if (out_of_memory) break;
-    objects.reserve(pos + batch.count);
-    for (size_t i = 0; i < batch.count; ++i) objects.push_back(ValueToPython(batch.records[i]));
-    pos += batch.count;
-    Result<bool> next = false;
-    {
-      nb::gil_scoped_release nogil;
-      next = next_batch(&batch);
+  } else {
+    while (have) {
+      Check(columns.Copy(batch));
+      if (columns.out_of_memory()) break;
+      columns.AddObjects(batch);
+      Result<bool> next = false;
+      {
+        nb::gil_scoped_release nogil;
+        next = source.Next(&batch);
+      }
+      have = Unwrap(std::move(next));
     }
-    have = Unwrap(std::move(next));
   }
   Check(error);
-  if (out_of_memory) throw std::bad_alloc();  // nanobind raises MemoryError
-  if (!filtered && pos != total) {
-    Throw(PyExc_RuntimeError, "series '" + name + "': the scan returned " + std::to_string(pos) +
-                                  " records, expected " + std::to_string(total));
-  }
-  const auto rows = static_cast<npy_intp>(pos);
-  nb::object run_array = runs.Release(NPY_INT64, {keys ? rows : 0});
-  if (!string_runs.empty()) {
-    // Mixed run ids: an object array of int and str.
-    const auto* run_out = reinterpret_cast<const int64_t*>(ArrayData(run_array));
-    nb::object mixed = NewArray(NPY_OBJECT, {rows});
-    auto** slots = reinterpret_cast<PyObject**>(ArrayData(mixed));
-    size_t k = 0;
-    for (size_t i = 0; i < pos; ++i) {
-      nb::object o;
-      if (k < string_runs.size() && string_runs[k].first == i) {
-        const std::string& s = string_runs[k++].second;
-        o = nb::steal(
-            PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "surrogateescape"));
-      } else {
-        o = nb::steal(PyLong_FromLongLong(run_out[i]));
-      }
-      if (!o.is_valid()) throw nb::python_error();
-      Py_XSETREF(slots[i], o.release().ptr());
-    }
-    run_array = std::move(mixed);
-  }
-  nb::object value_array;
-  if (fixed) {
-    std::vector<npy_intp> vdims{rows};
-    vdims.insert(vdims.end(), info.shape.begin(), info.shape.end());
-    value_array = values.Release(NumpyTypeNum(info.dtype), vdims);
-  } else {
-    value_array = NewArray(NPY_OBJECT, {rows});
-    auto** slots = reinterpret_cast<PyObject**>(ArrayData(value_array));
-    for (size_t i = 0; i < pos; ++i) Py_XSETREF(slots[i], objects[i].release().ptr());
-  }
-  if (keys) {
-    nb::object step_array = steps.Release(NPY_INT64, {rows});
-    MakeReadOnly(run_array);
-    MakeReadOnly(step_array);
-    out["run"] = run_array;
-    out["step"] = step_array;
-  }
-  MakeReadOnly(value_array);
-  out["value"] = value_array;
-  return out;
+  if (columns.out_of_memory()) throw std::bad_alloc();  // nanobind raises MemoryError
+  return columns.Release();
 }
 
 namespace {
