@@ -20,11 +20,13 @@ and positions instead: a run called ``__proto__`` or ``constructor`` is drawn li
 from __future__ import annotations
 
 import base64
+import functools
 import html
 import json
 import math
 import time
 from collections.abc import Iterator
+from importlib import resources
 from typing import Any
 
 import numpy as np
@@ -38,6 +40,13 @@ STATE_COLOURS = {
     "running": "#f59f00",
     "pending": "#adb5bd",
 }
+
+
+@functools.cache
+def asset(name: str) -> str:
+    """The page's own stylesheet or script (``_report_assets/page.css``, ``page.js``, package
+    data beside this module), read once."""
+    return (resources.files("runstore") / "_report_assets" / name).read_text(encoding="utf-8")
 
 
 def plotly_js() -> str:
@@ -56,7 +65,7 @@ def pages(model: dict[str, Any], title: str | None = None) -> Iterator[bytes]:
         '<meta name=viewport content="width=device-width, initial-scale=1">\n'
         "<meta name=generator content="
         f'"runstore {html.escape(model["version"])}">\n'
-        f"<title>{html.escape(title)}</title>\n<style>{_CSS}</style>\n"
+        f"<title>{html.escape(title)}</title>\n<style>\n{asset('page.css')}</style>\n"
         # MathJax, which plotly would fetch for LaTeX labels, is never loaded: there are none.
         "<script>window.PlotlyConfig = {MathJaxConfig: 'local'};</script>\n<script>"
     ).encode()
@@ -66,8 +75,8 @@ def pages(model: dict[str, Any], title: str | None = None) -> Iterator[bytes]:
     yield (
         '<script type="application/json" id="rs-data">'
         + script_json(_data(model))
-        + "</script>\n<script>"
-        + _JS
+        + "</script>\n<script>\n"
+        + asset("page.js")
         + "</script>\n</body></html>\n"
     ).encode()
 
@@ -498,304 +507,3 @@ def _notes(model: dict[str, Any]) -> str:
         f"Read in {model['seconds']:.1f} s."
     )
     return "<footer>" + "".join(f"<p>{i}</p>" for i in items) + "</footer>"
-
-
-_CSS = """
-*{box-sizing:border-box}
-body{margin:0;font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:#212529;
-background:#f4f5f7}
-header{background:#fff;border-bottom:1px solid #dee2e6;padding:12px 20px 8px}
-h1{font-size:18px;margin:0 0 2px;overflow-wrap:anywhere}
-h2{font-size:16px;margin:0 0 8px}
-h3{font-size:15px;margin:18px 0 0}
-.meta{margin:0;color:#6c757d;font-size:12px;overflow-wrap:anywhere}
-.path{font-family:ui-monospace,Menlo,Consolas,monospace}
-nav{display:flex;flex-wrap:wrap;gap:4px 14px;margin-top:6px}
-nav a{color:#1c7ed6;text-decoration:none;font-weight:600}
-main{padding:12px 20px 24px;max-width:1600px;margin:0 auto}
-section{background:#fff;border:1px solid #dee2e6;border-radius:6px;padding:14px 16px;
-margin:0 0 14px}
-.stats{display:grid;grid-template-columns:repeat(auto-fill,minmax(110px,1fr));gap:8px}
-.stat{border-left:4px solid #495057;padding:2px 8px}
-.stat b{display:block;font-size:20px}
-.stat span{color:#6c757d;font-size:12px}
-.stat.done{border-color:#2f9e44}.stat.failed{border-color:#e03131}
-.stat.running{border-color:#f59f00}.stat.pending{border-color:#adb5bd}
-.bar{display:flex;height:12px;border-radius:6px;overflow:hidden;background:#e9ecef;
-margin:12px 0 4px}
-.bar i{display:block;height:100%}
-.bar .done{background:#2f9e44}.bar .failed{background:#e03131}
-.bar .running{background:#f59f00}.bar .pending{background:#adb5bd}
-.rate{color:#495057;margin:4px 0 8px}
-.grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(340px,1fr));gap:10px;
-margin-top:8px}
-.card{margin:0;border:1px solid #e9ecef;border-radius:4px;padding:6px 6px 2px;min-width:0}
-.card figcaption{padding:0 4px}
-.card figcaption b{display:block;font-size:13px;overflow-wrap:anywhere}
-.card small{color:#6c757d;font-size:11px}
-.plot{height:250px;width:100%}
-.plot.tall{height:420px}
-.plot .rs-error{color:#e03131;padding:20px;font-size:12px}
-.lists{display:flex;flex-wrap:wrap;gap:8px 24px;margin-top:10px}
-table{border-collapse:collapse;font-size:12px}
-caption{text-align:left;font-weight:600;padding-bottom:2px}
-th,td{text-align:left;padding:2px 10px 2px 0;border-bottom:1px solid #f1f3f5;
-overflow-wrap:anywhere}
-th{color:#6c757d;font-weight:500}
-details{margin:6px 0}
-summary{cursor:pointer}
-details.failure{border:1px solid #ffc9c9;border-radius:4px;padding:6px 10px;background:#fff5f5}
-details.failure>summary code{font-size:13px;overflow-wrap:anywhere}
-.count{display:inline-block;min-width:3em;font-weight:700;color:#c92a2a;margin-right:6px}
-details.traceback{background:#fff;border:1px solid #f1f3f5;border-radius:4px;padding:4px 8px}
-pre{overflow:auto;max-height:420px;background:#f8f9fa;padding:8px;font-size:12px;margin:6px 0}
-.ids,.cut,.sub{color:#6c757d;font-size:12px;overflow-wrap:anywhere;margin:4px 0}
-code{font-family:ui-monospace,Menlo,Consolas,monospace}
-.controls{display:flex;flex-wrap:wrap;gap:8px 18px;align-items:center;margin-bottom:8px}
-.controls select{font:inherit;max-width:60vw}
-.curves{display:grid;grid-template-columns:220px 1fr;gap:10px}
-.runs{border:1px solid #e9ecef;border-radius:4px;padding:6px;max-height:432px;overflow:auto;
-font-size:12px}
-.runs-head{display:flex;flex-wrap:wrap;gap:4px;align-items:center;margin-bottom:4px}
-.runs-head input{width:100%}
-.runs label{display:block;white-space:nowrap;overflow:hidden;text-overflow:ellipsis}
-.runs label i{display:inline-block;width:10px;height:10px;border-radius:2px;margin-right:4px}
-.wide{min-width:0}
-.notes{color:#6c757d;font-size:12px}
-footer{color:#6c757d;font-size:12px;padding:0 4px}
-.empty{color:#6c757d}
-@media (max-width:640px){
-main{padding:8px}header{padding:10px 10px 6px}section{padding:10px}
-.grid{grid-template-columns:1fr}.curves{grid-template-columns:1fr}.runs{max-height:160px}
-.plot{height:230px}.plot.tall{height:340px}
-}
-"""
-
-_JS = r"""
-(function () {
-"use strict";
-const D = JSON.parse(document.getElementById("rs-data").textContent);
-const TYPES = {f4: Float32Array, f8: Float64Array, i4: Int32Array};
-function arr(v) {
-  if (v === null || v === undefined) return v;
-  const bin = atob(v.b64), bytes = new Uint8Array(bin.length);
-  for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
-  return new TYPES[v.$t](bytes.buffer);
-}
-const C = D.colours, BLUE = "#1c7ed6";
-// A name as plotly's titles and hover templates show it: their markup and placeholders escaped.
-function esc(s) {
-  return String(s).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;")
-    .replace(/%/g, "&#37;");
-}
-const PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
-  "#7f7f7f", "#bcbd22", "#17becf"];
-const CONFIG = {responsive: true, displaylogo: false, showSendToCloud: false,
-  modeBarButtonsToRemove: ["select2d", "lasso2d"], toImageButtonOptions: {scale: 2}};
-function axis(title, extra) {
-  return Object.assign({title: {text: esc(title), standoff: 4}, automargin: true,
-    gridcolor: "#eef0f2",
-    zeroline: false, linecolor: "#ced4da", ticks: "outside", tickcolor: "#ced4da"}, extra || {});
-}
-function layout(x, y, extra) {
-  return Object.assign({xaxis: x, yaxis: y, margin: {l: 48, r: 10, t: 6, b: 36},
-    font: {family: "system-ui, -apple-system, Segoe UI, Roboto, sans-serif", size: 11},
-    paper_bgcolor: "#fff", plot_bgcolor: "#fff", showlegend: false, hovermode: "closest"},
-    extra || {});
-}
-function steps(h, colour) {
-  const e = arr(h.edges), c = arr(h.counts), y = new Float64Array(e.length);
-  y.set(c); y[e.length - 1] = c.length ? c[c.length - 1] : 0;
-  return {type: "scatter", mode: "lines", x: e, y: y, line: {shape: "hv", color: colour, width: 1},
-    fill: "tozeroy", fillcolor: colour + "55", hovertemplate: "%{x:.4~g}: %{y}<extra></extra>"};
-}
-function param(el) { return D.params[+el.dataset.p]; }
-function outcome(el) { return D.outcomes[+el.dataset.o]; }
-const BUILD = {
-  timeline: function () {
-    const t = D.timeline, x = arr(t.t);
-    const line = (y, name, colour) => ({type: "scatter", mode: "lines", x: x, y: arr(y),
-      name: name, line: {color: colour, width: 2}, hovertemplate: name + " %{y}<extra></extra>"});
-    return [[line(t.done, "done", C.done), line(t.failed, "failed", C.failed)],
-      layout(axis("", {type: "date"}), axis("experiments", {rangemode: "tozero"}),
-        {showlegend: true, legend: {x: 0.02, y: 0.98, bgcolor: "rgba(255,255,255,0.7)"},
-          hovermode: "x unified"})];
-  },
-  seconds: function () {
-    const h = D.seconds;
-    return [[steps(h, C.done)], layout(axis("seconds", h.log ? {type: "log"} : {}),
-      axis("experiments", {rangemode: "tozero"}))];
-  },
-  hist: function (el) {
-    const o = outcome(el);
-    if (!o.hist) throw new Error("no finite values");
-    return [[steps(o.hist, BLUE)], layout(axis(o.name, o.log ? {type: "log"} : {}),
-      axis("experiments", {rangemode: "tozero"}))];
-  },
-  scatter: function (el) {
-    const o = outcome(el), p = param(el);
-    return [[{type: "scatter", mode: "markers", x: arr(p.sample), y: arr(o.sample),
-      text: D.ids.map(esc), marker: {size: 4, color: BLUE, opacity: 0.55},
-      hovertemplate: esc(p.name) + "=%{x:.6~g}<br>" + esc(o.name) + "=%{y:.4~g}<br>%{text}" +
-        "<extra></extra>"}],
-      layout(axis(p.name, p.log ? {type: "log"} : {}), axis(o.name, o.log ? {type: "log"} : {}))];
-  },
-  box: function (el) {
-    const o = outcome(el), p = param(el), b = o.boxes[+el.dataset.p];
-    if (!b) throw new Error("no values");
-    // The values at positions 0, 1, ... with their text as tick labels: a category axis
-    // keeps its categories in an object keyed by them, where values such as "constructor"
-    // or "__proto__" (written by any writer) would be lost.
-    const at = p.levels.map((v, k) => k), labels = p.levels.map(esc);
-    return [[{type: "box", x: at, q1: b.q1, median: b.median, q3: b.q3,
-      lowerfence: b.lo, upperfence: b.hi, mean: b.mean, boxmean: true, boxpoints: false,
-      marker: {color: BLUE}, line: {width: 1.5}, fillcolor: BLUE + "33",
-      customdata: labels.map((l, k) => [l, b.n[k]]),
-      hovertemplate: esc(p.name) + "=%{customdata[0]}<br>n=%{customdata[1]}<extra></extra>"}],
-      layout(axis(p.name, {tickmode: "array", tickvals: at, ticktext: labels,
-        range: [-0.5, at.length - 0.5]}), axis(o.name, o.log ? {type: "log"} : {}))];
-  },
-  band: function (el) {
-    const a = D.arrays[+el.dataset.a], x = arr(a.index), q = {};
-    for (const k in a.q) q[k] = arr(a.q[k]);
-    const edge = (y) => ({type: "scatter", mode: "lines", x: x, y: y, line: {width: 0},
-      hoverinfo: "skip"});
-    const fill = (y, name, alpha) => ({type: "scatter", mode: "lines", x: x, y: y, name: name,
-      fill: "tonexty", fillcolor: BLUE + alpha, line: {width: 0}, hoverinfo: "skip"});
-    return [[edge(q["5"]), fill(q["95"], "5-95%", "2e"), edge(q["25"]),
-      fill(q["75"], "25-75%", "55"),
-      {type: "scatter", mode: "lines", x: x, y: q["50"], name: "median",
-        line: {color: BLUE, width: 2},
-        hovertemplate: "index %{x}: median %{y:.4~g}<extra></extra>"},
-      {type: "scatter", mode: "lines", x: x, y: arr(a.mean), name: "mean",
-        line: {color: "#495057", width: 1, dash: "dash"},
-        hovertemplate: "mean %{y:.4~g}<extra></extra>"}],
-      layout(axis("index"), axis(a.name), {hovermode: "x"})];
-  },
-  curves: function () { return curves.figure(); },
-};
-
-// -- curves: a metric, the runs chosen, smoothing -------------------------------------------------
-const curves = (function () {
-  if (!D.curves.length) return null;
-  const metric = document.getElementById("rs-metric"), list = document.getElementById("rs-runs");
-  const smooth = document.getElementById("rs-smooth"), logy = document.getElementById("rs-logy");
-  // Keyed by run ids, which any writer chooses ("__proto__", "constructor"): Maps, never
-  // objects, whose inherited properties such names would find.
-  const runs = [], index = new Map();
-  D.curves.forEach(function (c, k) {
-    const o = document.createElement("option");
-    o.value = k; o.textContent = c.name; metric.appendChild(o);
-    for (const r of c.runs) {
-      if (!index.has(r.run)) { index.set(r.run, runs.length); runs.push(r.run); }
-    }
-  });
-  const boxes = runs.map(function (run, k) {
-    const label = document.createElement("label"), box = document.createElement("input");
-    const swatch = document.createElement("i");
-    box.type = "checkbox"; box.checked = k < 10; box.value = run;
-    swatch.style.background = PALETTE[k % PALETTE.length];
-    label.appendChild(box); label.appendChild(swatch);
-    label.appendChild(document.createTextNode(run));
-    label.title = run; list.appendChild(label);
-    return box;
-  });
-  const decoded = new Map();
-  function series(c, r) {
-    const key = c + "/" + r.run;
-    if (!decoded.has(key)) decoded.set(key, [arr(r.steps), arr(r.values)]);
-    return decoded.get(key);
-  }
-  function ema(v, w) {
-    const out = new Float64Array(v.length);
-    let last = 0, n = 0;
-    for (let i = 0; i < v.length; i++) {
-      if (!isFinite(v[i])) { out[i] = NaN; continue; }
-      last = last * w + (1 - w) * v[i]; n++;
-      out[i] = last / (1 - Math.pow(w, n));
-    }
-    return out;
-  }
-  function figure() {
-    const c = +metric.value, m = D.curves[c], w = +smooth.value, traces = [];
-    const chosen = new Set(boxes.filter((b) => b.checked).map((b) => b.value));
-    for (const r of m.runs) {
-      if (!chosen.has(r.run)) continue;
-      const s = series(c, r), colour = PALETTE[index.get(r.run) % PALETTE.length];
-      const hover = esc(r.run) + " step %{x}: %{y:.5~g}<extra></extra>";
-      if (w > 0) {
-        traces.push({type: "scatter", mode: "lines", x: s[0], y: s[1], showlegend: false,
-          line: {color: colour, width: 1}, opacity: 0.25, hoverinfo: "skip"});
-        traces.push({type: "scatter", mode: "lines", x: s[0], y: ema(s[1], w),
-          name: esc(r.run), line: {color: colour, width: 1.5}, hovertemplate: hover});
-      } else {
-        traces.push({type: "scatter", mode: "lines", x: s[0], y: s[1], name: esc(r.run),
-          line: {color: colour, width: 1.5}, hovertemplate: hover});
-      }
-    }
-    return [traces, layout(axis("step"), axis(m.name, logy.checked ? {type: "log"} : {}),
-      {showlegend: chosen.size <= 12, legend: {orientation: "h", y: -0.18},
-        margin: {l: 52, r: 10, t: 10, b: 40}})];
-  }
-  function redraw() {
-    document.getElementById("rs-smooth-value").textContent = (+smooth.value).toFixed(2);
-    const el = document.getElementById("rs-curves");
-    if (!el.dataset.rendered) return;
-    const f = figure();
-    Plotly.react(el, f[0], f[1], CONFIG);
-  }
-  metric.addEventListener("change", redraw);
-  smooth.addEventListener("input", redraw);
-  logy.addEventListener("change", redraw);
-  list.addEventListener("change", redraw);
-  document.getElementById("rs-all").addEventListener("click", function () {
-    boxes.forEach((b) => { if (b.parentNode.style.display !== "none") b.checked = true; });
-    redraw();
-  });
-  document.getElementById("rs-none").addEventListener("click", function () {
-    boxes.forEach((b) => { b.checked = false; }); redraw();
-  });
-  document.getElementById("rs-filter").addEventListener("input", function (e) {
-    const f = e.target.value.toLowerCase();
-    boxes.forEach((b) => {
-      b.parentNode.style.display = b.value.toLowerCase().includes(f) ? "" : "none";
-    });
-  });
-  return {figure: figure};
-})();
-
-// -- drawing, one plot at a time ------------------------------------------------------------------
-const plots = Array.prototype.slice.call(document.querySelectorAll("div.plot[data-fig]"));
-let rendered = 0, failed = 0;
-document.body.dataset.plots = plots.length;
-function fail(el, e) {
-  failed++;
-  el.dataset.failed = "1";
-  const m = document.createElement("div");
-  m.className = "rs-error";
-  m.textContent = "This plot could not be drawn: " + (e && e.message ? e.message : e);
-  el.appendChild(m);
-}
-function next(i) {
-  if (i >= plots.length) {
-    document.body.dataset.rendered = rendered;
-    document.body.dataset.failed = failed;
-    return;
-  }
-  const el = plots[i];
-  let spec;
-  try {
-    spec = BUILD[el.dataset.fig](el);
-  } catch (e) {
-    fail(el, e);
-    setTimeout(next, 0, i + 1);
-    return;
-  }
-  Plotly.newPlot(el, spec[0], spec[1], CONFIG).then(function () {
-    rendered++;
-    el.dataset.rendered = "1";
-  }, function (e) { fail(el, e); }).then(function () { setTimeout(next, 0, i + 1); });
-}
-next(0);
-})();
-"""
