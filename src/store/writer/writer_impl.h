@@ -34,17 +34,12 @@
 #include "store/writer/block_queue.h"
 #include "store/writer/group_commit.h"
 #include "store/writer/open_segment.h"
+#include "store/writer/value_checks.h"
 #include "util/fork_guard.h"
 #include "util/mutex.h"
 #include "util/thread_annotations.h"
 
 namespace runstore {
-
-// Describes a mismatch of `value` against `schema`, or returns OK.
-Status CheckValueAgainst(std::string_view name, const SeriesSchema& schema, const ValueRef& value);
-// Checks a value by itself: valid dtype, rank, dimensions, byte count, and
-// UTF-8 for a string.
-Status CheckValue(std::string_view name, const ValueRef& value);
 
 class WriterImpl final : public Writer {
  public:
