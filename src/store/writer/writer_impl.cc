@@ -137,6 +137,7 @@ WriterImpl::WriterImpl(Env* env, std::string segments_dir, const WriterOptions& 
       shipper_(std::move(shipper)),
       existing_(std::move(existing)),
       queue_(options.buffer_bytes, options.block_bytes),
+      roll_(options.ship_every_s),
       open_(env, shipper_ ? *options.staging_dir : segments_dir, options.writer_id,
             options.zstd_level, next_seq, sealed_predecessor, shipper_.get()) {
   bg_ = std::thread([this] { BackgroundLoop(); });
@@ -434,7 +435,7 @@ Status WriterImpl::WaitForShipped(uint64_t ticket) {
     // Ship it now rather than at the segment's size target: seal the open
     // segment when idle (or at the next commit, if later frames are not
     // committed yet).
-    roll_requested_ = true;
+    roll_.Request();
     work_cv_.Signal();
   }
   // The shipper has a thread and a mutex of its own; its progress and the
@@ -449,10 +450,7 @@ Status WriterImpl::WaitForShipped(uint64_t ticket) {
     if (closed_) return shipper_->WaitShipped(ticket);
     // A seal put off (uncommitted frames, or no number claimed yet) is tried
     // again while someone waits for it.
-    if (roll_requested_ && roll_deferred_) {
-      roll_deferred_ = false;
-      work_cv_.Signal();
-    }
+    if (roll_.RetryDeferred()) work_cv_.Signal();
     done_cv_.WaitUntil(&mu_, std::chrono::steady_clock::now() + std::chrono::milliseconds(20));
   }
   return Status::OK();
@@ -973,7 +971,7 @@ Status WriterImpl::SealSegment(uint64_t covers) {
   if (shipper_) shipper_->Enqueue(open_.last_sealed_name(), covers);
   MutexLock lock(&mu_);
   ++stats_.segments_sealed;
-  unshipped_since_.reset();
+  roll_.Sealed();
   return Status::OK();
 }
 
@@ -993,12 +991,8 @@ void WriterImpl::RollIdleLocked() {
   mu_.Lock();
   running_ = false;
   if (!s.ok() && bg_error_.ok()) bg_error_ = s;
-  if (sealed) {
-    group_.EndSeal(s.ok(), commit_done_);
-    roll_requested_ = false;
-  } else {
-    roll_deferred_ = true;  // the next commit seals (or WaitForShipped asks again)
-  }
+  if (sealed) group_.EndSeal(s.ok(), commit_done_);
+  roll_.AfterIdleRoll(sealed);  // not sealed: the next commit seals (or WaitForShipped asks again)
   done_cv_.SignalAll();
 }
 
@@ -1034,17 +1028,13 @@ void WriterImpl::BackgroundLoop() {
       // before it is done, and keep the commit timer while it runs.
       if (queue_.empty() && stopping_ && !running_) break;
       // Staging: a seal for shipping is made while nothing else runs.
-      if (roll_requested_ && !roll_deferred_ && queue_.empty() && !running_ && !stopping_) {
+      if (roll_.IdleRollDue() && queue_.empty() && !running_ && !stopping_) {
         RollIdleLocked();
         continue;
       }
       // ship_every_s bounds how long a commit stays unshipped.
-      std::optional<std::chrono::steady_clock::time_point> ship_deadline;
-      if (shipper_ && options_.ship_every_s > 0 && unshipped_since_ && !roll_requested_) {
-        ship_deadline =
-            *unshipped_since_ + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                    std::chrono::duration<double>(options_.ship_every_s));
-      }
+      const std::optional<StagingRoll::Clock::time_point> ship_deadline =
+          shipper_ ? roll_.ShipDeadline() : std::nullopt;
       if (first_uncommitted_ && options_.commit_every_s > 0 && !time_commit_due_) {
         const auto deadline =
             *first_uncommitted_ + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
@@ -1066,9 +1056,7 @@ void WriterImpl::BackgroundLoop() {
       } else {
         work_cv_.Wait(&mu_);
       }
-      if (ship_deadline && std::chrono::steady_clock::now() >= *ship_deadline && unshipped_since_) {
-        roll_requested_ = true;
-      }
+      roll_.Tick(ship_deadline, StagingRoll::Clock::now());
       continue;
     }
     RunTaskLocked(/*by_background=*/true);
@@ -1095,7 +1083,7 @@ void WriterImpl::RunTaskLocked(bool by_background) {
   BlockQueue::Task t = queue_.Pop();
   const bool failed = !bg_error_.ok();
   const uint64_t commits_before = commit_done_;  // what a seal task covers
-  const bool roll_for_shipping = roll_requested_;
+  const bool roll_for_shipping = roll_.requested();
   running_ = true;
   mu_.Unlock();
   task_role_.Take();
@@ -1165,13 +1153,10 @@ void WriterImpl::RunTaskLocked(bool by_background) {
     // The seal synced every commit before it; a sync still wanted for the
     // sealed segment is moot.
     group_.EndSeal(s.ok(), commit_done_);
-    if (roll_for_shipping) roll_requested_ = roll_deferred_ = false;
-  } else if (roll_for_shipping && t.kind == BlockQueue::Task::kCommit) {
-    roll_deferred_ = true;  // the next commit tries again
   }
-  if (shipper_ && holds_commits && !unshipped_since_) {
-    unshipped_since_ = std::chrono::steady_clock::now();  // ship_every_s counts from here
-  }
+  // A commit that could not seal for shipping leaves it to the next one.
+  if (roll_for_shipping) roll_.AfterTask(sealed, t.kind == BlockQueue::Task::kCommit);
+  if (shipper_ && holds_commits) roll_.Committed(StagingRoll::Clock::now());
   done_cv_.SignalAll();
   // Run by a caller: the background thread may be waiting for running_ to
   // clear (more tasks, its commit timer, or Close).

@@ -34,6 +34,7 @@
 #include "store/writer/block_queue.h"
 #include "store/writer/group_commit.h"
 #include "store/writer/open_segment.h"
+#include "store/writer/staging_roll.h"
 #include "store/writer/value_checks.h"
 #include "util/fork_guard.h"
 #include "util/mutex.h"
@@ -190,8 +191,8 @@ class WriterImpl final : public Writer {
   // the shipper as holding every commit up to ticket `covers`.
   Status SealSegment(uint64_t covers) RUNSTORE_REQUIRES(task_role_) RUNSTORE_EXCLUDES(mu_);
   // Staging: seals the open segment for shipping while the queue is empty
-  // and no task runs (roll_requested_), taking the task role; when its last
-  // frames are not committed, leaves the seal to the next commit instead.
+  // and no task runs (roll_.IdleRollDue()), taking the task role; when its
+  // last frames are not committed, leaves the seal to the next commit.
   void RollIdleLocked() RUNSTORE_REQUIRES(mu_);
 
   // ---- fork() (docs/design.md#fork).
@@ -266,13 +267,9 @@ class WriterImpl final : public Writer {
   bool sync_stop_ RUNSTORE_GUARDED_BY(mu_) = false;
   bool closed_ RUNSTORE_GUARDED_BY(mu_) = false;
   WriterStats stats_ RUNSTORE_GUARDED_BY(mu_);
-  // Staging: seal the open segment for shipping (ship_every_s came due, or
-  // WaitForShipped), when idle or at the next commit; deferred: it had
-  // uncommitted frames, so only a commit does it. unshipped_since_: when the
-  // open segment first held a commit.
-  bool roll_requested_ RUNSTORE_GUARDED_BY(mu_) = false;
-  bool roll_deferred_ RUNSTORE_GUARDED_BY(mu_) = false;
-  std::optional<std::chrono::steady_clock::time_point> unshipped_since_ RUNSTORE_GUARDED_BY(mu_);
+  // Staging: when to seal the open segment for shipping (ship_every_s came
+  // due, or WaitForShipped).
+  StagingRoll roll_ RUNSTORE_GUARDED_BY(mu_);
 
   // ---- Owned by the thread that runs tasks: it set running_ under mu_, and
   // holds task_role_ (to the analysis) until it clears it.
