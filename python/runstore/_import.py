@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from . import _design
 from . import _experiments as ex
 from ._output import ExportDirectory, WorkDirectory, remove_path
 from ._table import EXPORT_FORMAT, release_freed_memory
@@ -453,9 +454,9 @@ class _Import:
                 if values.dtype.kind == "f":
                     values = values.copy()
                     values[~col.present] = 0
-                params.append(ex._Param(c["name"], values, col.present))
+                params.append(_design._Param(c["name"], values, col.present))
             try:
-                ex.define_columns(self.target, list(ids.tolist()), params, len(ids), writer=w)
+                _design.define_columns(self.target, list(ids.tolist()), params, len(ids), writer=w)
             except (ValueError, TypeError, OverflowError) as e:
                 raise self.error(member, str(e)) from None
         status = {c["field"]: full[c["name"]] for c in cols[1:] if c["role"] == "status"}
@@ -898,7 +899,7 @@ def _checked_meta(meta: Any, error: Callable[[str], ArchiveError]) -> dict[str, 
         rows_list(c, "missing_rows", where)
         if role == "parameter":
             try:
-                ex.check_param_name(name)
+                _design.check_param_name(name)
             except ValueError as e:
                 raise error(f"{where}: {e}") from None
         else:

@@ -41,8 +41,9 @@ from ema_workbench.em_framework.parameters import (
     IntegerParameter,
 )
 
-from . import _core, _output, _signals, _tar
+from . import _core, _design, _output, _signals, _tar
 from . import _experiments as ex
+from ._experiment_writer import ExperimentWriter
 from ._store import Store
 from ._store import open as _open
 from ._version import __version__
@@ -98,7 +99,7 @@ def experiment_id(
     """The id under which the callback stores the experiment of ``scenario``, ``policy`` and the
     model named ``model``: :func:`runstore.experiment_id` of the parameter values and the
     model's name, so the same experiment gets the same id in every session."""
-    return ex.experiment_id({**_values(scenario, policy or {}), "model": model})
+    return _design.experiment_id({**_values(scenario, policy or {}), "model": model})
 
 
 def _kind(p: Any) -> dict[str, Any]:
@@ -128,7 +129,7 @@ def _check_names(parameters: list[Any], outcomes: list[Any]) -> None:
     refuse when the first experiments are written (empty, longer than 255 bytes, with a NUL,
     not Unicode, starting with '~')."""
     for p in parameters:
-        ex.check_param_name(p.name)
+        _design.check_param_name(p.name)
     for o in outcomes:
         try:
             _core.check_series_name(o.name)
@@ -207,7 +208,7 @@ class _Callback(AbstractCallback):
         self.store.attrs.modify(merge)
         self._meta = meta
         # A small buffer: the callback writes often, and memory is what it must keep flat.
-        self._w = ex.ExperimentWriter(self.store, buffer_bytes=opts["buffer_bytes"])
+        self._w = ExperimentWriter(self.store, buffer_bytes=opts["buffer_bytes"])
         self._outcome_names = [o.name for o in outcomes]
         # The experiments since the last write.
         self._batch = _core.EmaBatch(
@@ -284,7 +285,7 @@ class _Callback(AbstractCallback):
         return self.store
 
 
-def _write(w: ex.ExperimentWriter, batch: _core.EmaBatch, outcome_names: list[str]) -> None:
+def _write(w: ExperimentWriter, batch: _core.EmaBatch, outcome_names: list[str]) -> None:
     """Writes the experiments kept in ``batch`` and empties it: the columns its C++ path builds,
     in one call, or, for a batch that path does not take, the Python path's, grouped by which
     parameters and outcomes the experiments have (one group unless some lack an outcome)."""
@@ -307,7 +308,7 @@ def _write(w: ex.ExperimentWriter, batch: _core.EmaBatch, outcome_names: list[st
 
 
 def _row(
-    w: ex.ExperimentWriter,
+    w: ExperimentWriter,
     experiment: Any,
     outcomes: Mapping[str, Any],
     finished: float,
@@ -316,14 +317,14 @@ def _row(
     """The Python path: an experiment as (id, parameters, outcomes, row, finished)."""
     params = _values(experiment.scenario, experiment.policy)
     params["model"] = experiment.model_name
-    eid = ex.experiment_id_of_plain(params)  # experiment_id(): the parameters and the model
+    eid = _design.experiment_id_of_plain(params)  # experiment_id(): the parameters and the model
     params["scenario"] = _plain(experiment.scenario.name)
     params["policy"] = _plain(experiment.policy.name)
     values = {k: outcomes[k] for k in outcome_names if outcomes.get(k) is not None}
     return eid, params, values, w.first_row + experiment.experiment_id, finished
 
 
-def _write_rows(w: ex.ExperimentWriter, rows: list[Any]) -> None:
+def _write_rows(w: ExperimentWriter, rows: list[Any]) -> None:
     """Writes the Python path's rows, one record_many for each set of parameter and outcome
     names."""
     groups: dict[tuple[tuple[str, ...], tuple[str, ...]], list[Any]] = {}
@@ -351,7 +352,10 @@ def _outcome_column(values: list[Any]) -> Any:
 
 
 def _finish(
-    w: ex.ExperimentWriter, batch: _core.EmaBatch, outcome_names: list[str], sigterm: bool
+    w: ExperimentWriter,
+    batch: _core.EmaBatch,
+    outcome_names: list[str],
+    sigterm: bool,
 ) -> None:
     try:
         _write(w, batch, outcome_names)

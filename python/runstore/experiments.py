@@ -17,8 +17,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from . import _dask_runner, _experiments, _runner
-from ._experiments import ExperimentWriter, experiment_id, grid
+from . import _dask_runner, _design, _experiments, _runner
+from ._design import experiment_id, grid
+from ._experiment_writer import ExperimentWriter
 from ._runner import RunSummary
 
 if TYPE_CHECKING:
@@ -64,7 +65,7 @@ def define(store: Store, design: Any) -> pandas.DataFrame:
 
     Returns a DataFrame: ``experiment`` then the parameters, in the order of ``design``.
     """
-    return _experiments.define_experiments(store, design)
+    return _design.define_experiments(store, design)
 
 
 def design(store: Store) -> pandas.DataFrame:

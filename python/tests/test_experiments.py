@@ -24,7 +24,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import runstore
-from runstore import _core
+from runstore import _core, _design
 from runstore import _experiments as ex
 
 HERE = Path(__file__).parent
@@ -132,18 +132,18 @@ def test_the_id_column_of_bytes_is_the_column_pandas_makes_of_their_strs():
     import pandas as pd
 
     strs = ["e0123456789abcdef", "e00000000000000ff", "eüüüüüüüü"]  # 17 bytes each
-    got = pd.DataFrame({"experiment": ex.id_column(np.array([s.encode() for s in strs]))})
+    got = pd.DataFrame({"experiment": _design.id_column(np.array([s.encode() for s in strs]))})
     want = pd.DataFrame({"experiment": np.array(strs, dtype=object)})
     pd.testing.assert_frame_equal(got, want)
     padded = np.array([b"abc", b"e0123456789abcdef"])
-    got = pd.DataFrame({"experiment": ex.id_column(padded)})
+    got = pd.DataFrame({"experiment": _design.id_column(padded)})
     want = pd.DataFrame({"experiment": np.array(["abc", "e0123456789abcdef"], dtype=object)})
     pd.testing.assert_frame_equal(got, want)
-    assert ex.id_column(np.array([], dtype="S17")).tolist() == []
+    assert _design.id_column(np.array([], dtype="S17")).tolist() == []
     with pytest.raises((UnicodeDecodeError, ValueError)):
-        ex.id_column(np.array([b"\xff" * 17]))
+        _design.id_column(np.array([b"\xff" * 17]))
     ints = np.arange(3)
-    assert ex.id_column(ints) is ints
+    assert _design.id_column(ints) is ints
 
 
 def test_duplicate_rows_in_one_design_are_refused(store):
@@ -158,7 +158,7 @@ def test_derived_ids_are_the_documented_hash_and_do_not_depend_on_order(store):
     d = store.define_experiments([{"seed": 3, "lr": 0.1, "name": "adam"}])
     canonical = '{"lr":0.1,"name":"adam","seed":3}'
     expected = "e" + hashlib.sha256(canonical.encode()).hexdigest()[:16]
-    assert ex.canonical_params({"seed": 3, "lr": 0.1, "name": "adam"}) == canonical
+    assert _design.canonical_params({"seed": 3, "lr": 0.1, "name": "adam"}) == canonical
     assert (
         d["experiment"][0]
         == expected
@@ -181,10 +181,10 @@ _plain_scalars = st.one_of(
 def test_the_compiled_id_is_the_encoders_on_random_plain_rows(row):
     """``_core.plain_experiment_id`` (C++) writes the canonical encoder's text and hashes it as
     ``experiment_id`` documents; a row it does not take falls back, never to another id."""
-    text = ex._CANONICAL.encode(row)
+    text = _design._CANONICAL.encode(row)
     assert _core.plain_canonical_text(row) == text
     assert _core.plain_experiment_id(row) == "e" + hashlib.sha256(text.encode()).hexdigest()[:16]
-    assert ex.experiment_id_of_plain(row) == runstore.experiment_id(row)
+    assert _design.experiment_id_of_plain(row) == runstore.experiment_id(row)
 
 
 def test_the_compiled_float_text_is_repr_on_random_bit_patterns():
@@ -228,7 +228,7 @@ def test_rows_the_compiled_id_does_not_take_get_the_encoders_id():
     assert _core.plain_experiment_id(rows[4]) is None
     for r in rows[:4]:
         plain = {k: (v.item() if isinstance(v, np.generic) else v) for k, v in r.items()}
-        expected = "e" + hashlib.sha256(ex._CANONICAL.encode(plain).encode()).hexdigest()[:16]
+        expected = "e" + hashlib.sha256(_design._CANONICAL.encode(plain).encode()).hexdigest()[:16]
         assert runstore.experiment_id(r) == expected
     with pytest.raises(UnicodeEncodeError):
         runstore.experiment_id(rows[4])
@@ -237,11 +237,11 @@ def test_rows_the_compiled_id_does_not_take_get_the_encoders_id():
 def test_two_rows_with_one_hash_prefix_are_refused(store, monkeypatch):
     """A collision of two different rows, found by the columnar ids and by the rows' dicts."""
     fixed = np.array(["e0000000000000000"] * 2, dtype=object)
-    monkeypatch.setattr(ex._core, "plain_experiment_ids", lambda *a: (fixed, (0, 1)))
+    monkeypatch.setattr(_design._core, "plain_experiment_ids", lambda *a: (fixed, (0, 1)))
     with pytest.raises(ValueError, match="two different parameter rows hash to the same"):
         store.define_experiments([{"a": 1}, {"a": 2}])
-    monkeypatch.setattr(ex._core, "plain_experiment_ids", lambda *a: None)
-    monkeypatch.setattr(ex, "experiment_id_of_plain", lambda params: "e0000000000000000")
+    monkeypatch.setattr(_design._core, "plain_experiment_ids", lambda *a: None)
+    monkeypatch.setattr(_design, "experiment_id_of_plain", lambda params: "e0000000000000000")
     with pytest.raises(ValueError, match="two different parameter rows hash to the same"):
         store.define_experiments([{"a": 1}, {"a": 2}])
     assert store.design().empty
