@@ -111,8 +111,23 @@ def ignore_global_flags(ap: argparse.ArgumentParser, *flags: str) -> None:
         ap.add_argument(flag, action="store_true", help=argparse.SUPPRESS)
 
 
+def _export_parser(command: str, details: str, examples: str, out: str) -> _Parser:
+    """The parser of an export, with its STORE and OUT (``out``: what OUT is); the caller adds
+    its own options, then :func:`_export_flags`."""
+    ap = command_parser(command, details, examples)
+    ap.add_argument("store", metavar="STORE", help="store directory")
+    ap.add_argument("out", metavar="OUT", help=out)
+    return ap
+
+
+def _export_flags(ap: _Parser, force: str = "replace OUT if it exists") -> None:
+    """An export's --force and the global flags, after its own options."""
+    ap.add_argument("-f", "--force", action="store_true", help=force)
+    add_global_flags(ap)
+
+
 def _export_tar_parser() -> _Parser:
-    ap = command_parser(
+    ap = _export_parser(
         "export tar",
         "Writes metadata.json (every column's and outcome's dtype and shape, and the member file\n"
         "of each outcome), experiments.csv (experiment id, parameters, status: state, error,\n"
@@ -124,9 +139,8 @@ def _export_tar_parser() -> _Parser:
         "exports its runs as the experiments. runstore.import_tar (Python) and `runstore import\n"
         "tar` read it back with dtypes intact; docs/experiments.md specifies the layout.",
         "  runstore export tar /scratch/sweep results.tar.gz",
+        "output .tar.gz (not inside the store)",
     )
-    ap.add_argument("store", metavar="STORE", help="store directory")
-    ap.add_argument("out", metavar="OUT", help="output .tar.gz (not inside the store)")
     ap.add_argument(
         "--chunk-rows",
         type=_positive,
@@ -136,13 +150,12 @@ def _export_tar_parser() -> _Parser:
     ap.add_argument(
         "--compresslevel", type=integer(0, 9), default=1, metavar="0-9", help="gzip level (1)"
     )
-    ap.add_argument("-f", "--force", action="store_true", help="replace OUT if it exists")
-    add_global_flags(ap)
+    _export_flags(ap)
     return ap
 
 
 def _export_parquet_parser() -> _Parser:
-    ap = command_parser(
+    ap = _export_parser(
         "export parquet",
         "Writes one row per experiment in design order: experiment, parameters, status columns\n"
         "and every outcome (scalars as columns, fixed-shape arrays as fixed-size lists), row\n"
@@ -151,9 +164,8 @@ def _export_parquet_parser() -> _Parser:
         "(replaced only with --force). Needs pyarrow (pip install 'runstore[arrow]').",
         "  runstore export parquet /scratch/sweep results.parquet\n"
         "  duckdb -c \"SELECT state, count(*) FROM 'results.parquet' GROUP BY state\"",
+        "output .parquet (not inside the store)",
     )
-    ap.add_argument("store", metavar="STORE", help="store directory")
-    ap.add_argument("out", metavar="OUT", help="output .parquet (not inside the store)")
     ap.add_argument(
         "--row-group-rows",
         type=_positive,
@@ -161,13 +173,12 @@ def _export_parquet_parser() -> _Parser:
         help="rows per row group (default 10000)",
     )
     ap.add_argument("--compression", default="zstd", help="Parquet codec (default zstd)")
-    ap.add_argument("-f", "--force", action="store_true", help="replace OUT if it exists")
-    add_global_flags(ap)
+    _export_flags(ap)
     return ap
 
 
 def _export_zarr_parser() -> _Parser:
-    ap = command_parser(
+    ap = _export_parser(
         "export zarr",
         "Writes the store's xarray Dataset as a Zarr store (format 3, consolidated metadata)\n"
         "that xarray.open_zarr(OUT) reads without runstore. Dimension 'run': the experiments\n"
@@ -183,9 +194,8 @@ def _export_zarr_parser() -> _Parser:
         "'runstore[xarray]').",
         "  runstore export zarr /scratch/sweep results.zarr\n"
         "  python -c \"import xarray; print(xarray.open_zarr('results.zarr'))\"",
+        "output Zarr directory (not inside the store)",
     )
-    ap.add_argument("store", metavar="STORE", help="store directory")
-    ap.add_argument("out", metavar="OUT", help="output Zarr directory (not inside the store)")
     ap.add_argument(
         "--names", type=_names, default=None, help="only these series (comma-separated)"
     )
@@ -200,13 +210,7 @@ def _export_zarr_parser() -> _Parser:
         default=None,
         help="runs per Zarr chunk (default: about 8 MiB of the largest variable)",
     )
-    ap.add_argument(
-        "-f",
-        "--force",
-        action="store_true",
-        help="replace OUT if it exists (a Zarr store or empty)",
-    )
-    add_global_flags(ap)
+    _export_flags(ap, force="replace OUT if it is a Zarr store or empty")
     return ap
 
 
