@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     import pyarrow
 
     from ._checks import RunId, StepWindow
-    from ._store import Store
+    from ._reader import StoreReader
 
 #: Largest row group of export_parquet, in bytes of outcome values (fewer rows than asked if
 #: row_group_rows rows would take more).
@@ -122,7 +122,7 @@ def _for_parquet(data: Any) -> Any:
 
 
 def to_arrow(
-    store: Store,
+    store: StoreReader,
     names: Iterable[str] | str | None,
     runs: Iterable[RunId] | None,
     steps: StepWindow | None,
@@ -206,7 +206,7 @@ def _experiment_batch(table: ExperimentTable, rows: slice, names: list[str]) -> 
 
 
 def export_parquet(
-    store: Store,
+    store: StoreReader,
     path: str | os.PathLike[str],
     row_group_rows: int,
     compression: str,

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from . import _runner, _signals
 
 if TYPE_CHECKING:
-    from ._store import Store
+    from ._reader import StoreReader
 
 #: Seconds the first task of a worker process waits for its event loop to put the signal
 #: handlers in place (a loop that is busy for longer: the task goes on without waiting).
@@ -104,7 +104,7 @@ def n_workers(client: Any) -> int:
 
 
 def run(
-    store: Store,
+    store: StoreReader,
     fn: Callable[..., Any],
     client: Any,
     retry_failed: bool,

@@ -31,7 +31,7 @@ from ._experiments import (
 if TYPE_CHECKING:
     import pandas
 
-    from ._store import Store
+    from ._reader import StoreReader
 
 
 # -- defining experiments ------------------------------------------------------------------------
@@ -403,7 +403,7 @@ def _same(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return eq
 
 
-def define_experiments(store: Store, design: Any) -> pandas.DataFrame:
+def define_experiments(store: StoreReader, design: Any) -> pandas.DataFrame:
     explicit_ids, params = _normalise(design)
     if params:
         n = len(params[0].values)
@@ -419,7 +419,7 @@ def define_experiments(store: Store, design: Any) -> pandas.DataFrame:
 
 
 def define_columns(
-    store: Store,
+    store: StoreReader,
     explicit_ids: list[Any] | None,
     params: list[_Param],
     n: int,

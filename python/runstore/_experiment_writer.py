@@ -30,7 +30,7 @@ from ._experiments import (
 )
 
 if TYPE_CHECKING:
-    from ._store import Store
+    from ._reader import StoreReader
 
 
 # -- a loop of one's own -------------------------------------------------------------------------
@@ -69,7 +69,7 @@ class ExperimentWriter:
     order). Recording an experiment again (a retry) replaces its records, row included.
     """
 
-    def __init__(self, store: Store, **writer_options: Any) -> None:
+    def __init__(self, store: StoreReader, **writer_options: Any) -> None:
         store.refresh()
         infos = reserved_series(store, counts=False)
         self._params = design_columns(store, infos)

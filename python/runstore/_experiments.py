@@ -26,7 +26,7 @@ from ._frame import _NULLABLE, unique_name  # _NULLABLE: numpy dtype -> pandas n
 if TYPE_CHECKING:
     import pandas
 
-    from ._store import Store
+    from ._reader import StoreReader
 
 
 DESIGN = "~design/"
@@ -256,7 +256,7 @@ class RunList:
         )
 
 
-def reserved_series(store: Store, counts: bool = True) -> dict[str, dict[str, Any]]:
+def reserved_series(store: StoreReader, counts: bool = True) -> dict[str, dict[str, Any]]:
     """Every series including reserved ones, by name (the _core series() dicts). With
     ``counts=False`` without their counts, and so without resolving any series' keys (which
     reads the blocks of every series whose keys may repeat): their types, for readers of some
@@ -264,7 +264,9 @@ def reserved_series(store: Store, counts: bool = True) -> dict[str, dict[str, An
     return {d["name"]: d for d in store._core.series(include_reserved=True, counts=counts)}
 
 
-def load_index(store: Store, infos: dict[str, dict[str, Any]] | None = None) -> ExperimentIndex:
+def load_index(
+    store: StoreReader, infos: dict[str, dict[str, Any]] | None = None
+) -> ExperimentIndex:
     """The experiment ids in definition order (~design/~row; ties in storage order)."""
     infos = reserved_series(store, counts=False) if infos is None else infos
     if ROW not in infos:
@@ -279,7 +281,7 @@ def load_index(store: Store, infos: dict[str, dict[str, Any]] | None = None) -> 
 
 
 def read_column(
-    store: Store,
+    store: StoreReader,
     name: str,
     index: ExperimentIndex,
     info: dict[str, Any] | None = None,
@@ -328,7 +330,7 @@ def aligned_design(infos: dict[str, dict[str, Any]]) -> bool:
 
 
 def load_aligned(
-    store: Store, names: Iterable[str], infos: dict[str, dict[str, Any]], ids: bool = True
+    store: StoreReader, names: Iterable[str], infos: dict[str, dict[str, Any]], ids: bool = True
 ) -> tuple[ExperimentIndex | RunList, dict[str, Column]]:
     """The experiment index and series ``names`` as Columns in experiment order, those of
     numbers and scalar strings from one scan of each placed on the design's runs, in definition
@@ -358,7 +360,7 @@ def load_aligned(
 
 
 def read_aligned(
-    store: Store, runs: list[Any], names: list[str], infos: dict[str, dict[str, Any]]
+    store: StoreReader, runs: list[Any], names: list[str], infos: dict[str, dict[str, Any]]
 ) -> dict[str, Column]:
     """Series ``names`` (ones :func:`alignable` says) as Columns of the runs ``runs``, row i
     being runs[i]: read by the core from the blocks that may hold those runs alone
@@ -415,7 +417,7 @@ def to_run(columns: dict[str, Column], n: int, retry_failed: bool) -> np.ndarray
     return np.flatnonzero(todo)
 
 
-def design_columns(store: Store, infos: dict[str, dict[str, Any]]) -> list[str]:
+def design_columns(store: StoreReader, infos: dict[str, dict[str, Any]]) -> list[str]:
     """Parameter names in the order they were first defined."""
     names = [n[len(DESIGN) :] for n in infos if n.startswith(DESIGN) and n not in (ROW, PARAMS)]
     order: list[str] = []
@@ -429,7 +431,7 @@ def design_columns(store: Store, infos: dict[str, dict[str, Any]]) -> list[str]:
     return ordered + sorted(present.difference(ordered))
 
 
-def load_design(store: Store) -> tuple[ExperimentIndex, dict[str, Column]]:
+def load_design(store: StoreReader) -> tuple[ExperimentIndex, dict[str, Column]]:
     """The experiment index and one Column per parameter."""
     infos = reserved_series(store, counts=False)
     params = design_columns(store, infos)
@@ -469,7 +471,7 @@ def ids_frame_column(index: ExperimentIndex) -> np.ndarray:
     return index.ids
 
 
-def design_frame(store: Store) -> pandas.DataFrame:
+def design_frame(store: StoreReader) -> pandas.DataFrame:
     import pandas as pd
 
     index, cols = load_design(store)
@@ -480,7 +482,7 @@ def design_frame(store: Store) -> pandas.DataFrame:
     return pd.DataFrame(data)
 
 
-def apply_categories(store: Store, data: dict[str, Any]) -> None:
+def apply_categories(store: StoreReader, data: dict[str, Any]) -> None:
     """Makes the parameter columns that ``store.attrs["categories"]`` names pandas Categoricals
     with those categories in that order (a value outside them reads as missing, as pandas
     does)."""
@@ -499,7 +501,7 @@ def apply_categories(store: Store, data: dict[str, Any]) -> None:
             data[name] = pd.Categorical(np.asarray(data[name], dtype=object), categories)
 
 
-def status_frame(store: Store) -> pandas.DataFrame:
+def status_frame(store: StoreReader) -> pandas.DataFrame:
     import pandas as pd
 
     infos = reserved_series(store, counts=False)
@@ -509,7 +511,7 @@ def status_frame(store: Store) -> pandas.DataFrame:
     return pd.DataFrame(data)
 
 
-def pending_ids(store: Store, retry_failed: bool) -> list[RunId]:
+def pending_ids(store: StoreReader, retry_failed: bool) -> list[RunId]:
     infos = reserved_series(store, counts=False)
     index, cols = load_aligned(store, [STATE] if STATE in infos else [], infos)
     return index.take(to_run(cols, len(index), retry_failed))
@@ -518,12 +520,12 @@ def pending_ids(store: Store, retry_failed: bool) -> list[RunId]:
 # -- outcomes ------------------------------------------------------------------------------------
 
 
-def outcome_names(store: Store) -> list[str]:
+def outcome_names(store: StoreReader) -> list[str]:
     return [n for n in store._core.names() if not n.startswith("~")]
 
 
 def load_results(
-    store: Store, names: Iterable[str] | str | None
+    store: StoreReader, names: Iterable[str] | str | None
 ) -> tuple[pandas.DataFrame, dict[str, np.ndarray]]:
     import pandas as pd
 

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     import pandas
 
     from ._checks import RunId, StepWindow
-    from ._store import Store
+    from ._reader import StoreReader
 
 # numpy dtype -> pandas nullable dtype, for int/uint/bool columns with gaps.
 _NULLABLE = {
@@ -142,7 +142,7 @@ TIME_SERIES = "~time"
 
 
 def times_at(
-    store: Store,
+    store: StoreReader,
     run: np.ndarray,
     step: np.ndarray,
     runs: Iterable[RunId] | None = None,
@@ -173,7 +173,7 @@ def run_list(runs: Iterable[RunId] | None) -> Iterable[RunId] | None:
 
 
 def to_pandas(
-    store: Store,
+    store: StoreReader,
     names: Iterable[str] | str | None,
     runs: Iterable[RunId] | None = None,
     steps: StepWindow | None = None,

@@ -40,7 +40,7 @@ from ._tar import TAR_VERSION, element_names, text_cell, text_from_cell
 from ._tar_stream import ArchiveError, Member, TarStream, open_archive
 
 if TYPE_CHECKING:
-    from ._store import Store
+    from ._reader import StoreReader
 
 META_MEMBER = "metadata.json"
 #: Characters a CSV row may hold, whatever the archive's size (a spreadsheet cell holds at most
@@ -70,8 +70,8 @@ _STATUS_DTYPES = {
 
 
 def import_tar(
-    path: str | os.PathLike[str], store: Store, chunk_rows: int, max_expansion: float | None
-) -> Store:
+    path: str | os.PathLike[str], store: StoreReader, chunk_rows: int, max_expansion: float | None
+) -> StoreReader:
     """runstore.export.import_tar: the archive's records into the open, writable ``store``,
     published as one segment once the whole archive has been read."""
     archive = os.fspath(path)
@@ -86,10 +86,10 @@ def import_tar(
 def import_new(
     path: str | os.PathLike[str],
     store_path: str | os.PathLike[str],
-    open_store: Callable[[str], Store],
+    open_store: Callable[[str], StoreReader],
     chunk_rows: int,
     max_expansion: float | None,
-) -> Store:
+) -> StoreReader:
     """runstore.import_tar into a store that does not exist yet (or an empty directory): built
     under a temporary name beside ``store_path`` and renamed into place when complete."""
     archive = os.fspath(path)
@@ -111,8 +111,8 @@ def import_new(
 def _build(
     archive: str,
     tmp: str,
-    target: Store | None,
-    open_store: Callable[[str], Store],
+    target: StoreReader | None,
+    open_store: Callable[[str], StoreReader],
     chunk_rows: int,
     max_expansion: float | None,
 ) -> None:
@@ -182,7 +182,7 @@ class _Import:
     ``target`` (the store the records will join)."""
 
     def __init__(
-        self, archive: str, tar: TarStream, target: Store, writer: Any, chunk_rows: int
+        self, archive: str, tar: TarStream, target: StoreReader, writer: Any, chunk_rows: int
     ) -> None:
         self.archive = archive
         self.tar = tar

@@ -37,7 +37,7 @@ from . import _progress, _signals
 from ._table import release_freed_memory
 
 if TYPE_CHECKING:
-    from ._store import Store
+    from ._reader import StoreReader
 
 #: Seconds after which a running experiment's "running" status is committed (auto-commit).
 RUNNING_VISIBLE_S = 10.0
@@ -123,7 +123,7 @@ class _Runner:
     """Runs experiments and writes their status and outcomes with one writer."""
 
     def __init__(
-        self, store: Store, fn: Callable[..., Any], commit_every_s: float = RUNNING_VISIBLE_S
+        self, store: StoreReader, fn: Callable[..., Any], commit_every_s: float = RUNNING_VISIBLE_S
     ) -> None:
         self.fn = fn
         self.writer = store.writer(_allow_reserved=True, commit_every_s=commit_every_s)
@@ -253,7 +253,12 @@ def _on_sigterm(signum: int, frame: Any) -> None:
 
 
 def _worker_main(
-    widx: int, open_store: Callable[[], Store], fn_bytes: bytes, task_q: Any, conn: Any, parent: int
+    widx: int,
+    open_store: Callable[[], StoreReader],
+    fn_bytes: bytes,
+    task_q: Any,
+    conn: Any,
+    parent: int,
 ) -> None:
     """A worker process: opens the store with ``open_store``, then pulls chunks of experiments
     until it gets None.
@@ -339,7 +344,7 @@ def _default_workers() -> int:
 
 
 def _plan(
-    store: Store, retry_failed: bool
+    store: StoreReader, retry_failed: bool
 ) -> tuple[ex.ExperimentIndex | ex.RunList, np.ndarray, np.ndarray, int]:
     """(experiments, rows to run, attempts so far, skipped). The parent holds the state and
     attempt of every experiment as arrays, and its ids as the runs of one aligned read: ids
@@ -361,7 +366,7 @@ def _plan(
 
 
 def _params_of(
-    store: Store, index: ex.ExperimentIndex | ex.RunList, rows: np.ndarray
+    store: StoreReader, index: ex.ExperimentIndex | ex.RunList, rows: np.ndarray
 ) -> dict[str, ex.Column]:
     """The parameters of the experiments ``rows`` (in that order). Where they are few (a rerun
     of the failed experiments of a large sweep), of those alone, placed on their runs by the
@@ -453,7 +458,7 @@ def check_shard(shard: Any, source: str = "shard") -> tuple[int, int]:
 
 
 def plan(
-    store: Store, retry_failed: bool, shard: tuple[int, int] | None
+    store: StoreReader, retry_failed: bool, shard: tuple[int, int] | None
 ) -> tuple[ex.ExperimentIndex, dict[str, ex.Column], np.ndarray, np.ndarray, int]:
     """Refreshes the store, then (index, params, rows to run, attempts so far, skipped) of the
     shard (None: from the environment, see shard_from_env); ``params`` are those of ``rows``,
@@ -520,7 +525,7 @@ def make_chunks(
 
 
 def run(
-    store: Store,
+    store: StoreReader,
     fn: Callable[..., Mapping[str, Any] | None],
     workers: int | None,
     retry_failed: bool,
@@ -566,7 +571,7 @@ def check_commit_every(commit_every: int | None) -> None:
 
 
 def _run_here(
-    store: Store,
+    store: StoreReader,
     fn: Callable[..., Any],
     chunks: Any,
     size: ChunkSize,
@@ -623,7 +628,7 @@ class _Pool:
 
     def __init__(
         self,
-        store: Store,
+        store: StoreReader,
         fn_bytes: bytes,
         n: int,
         start_method: str,

@@ -24,7 +24,7 @@ from . import _experiments as ex
 from . import _progress
 
 if TYPE_CHECKING:
-    from ._store import Store
+    from ._reader import StoreReader
 
 #: What metadata.json (export_tar) and the Parquet schema's metadata (export_parquet) call
 #: the layout they follow (docs/experiments.md), and its version.
@@ -110,7 +110,7 @@ class ExperimentTable:
 
     def __init__(
         self,
-        store: Store,
+        store: StoreReader,
         names: Iterable[str] | None = None,
         ids: bool = True,
         window: bool = False,
@@ -304,7 +304,7 @@ def rows_per_chunk(chunk_rows: int, row_bytes: int, budget: int = CHUNK_BYTES) -
 
 
 def read_rows(
-    store: Store,
+    store: StoreReader,
     index: ex.ExperimentIndex | ex.RunList,
     o: Outcome,
     rows: slice,

@@ -30,7 +30,7 @@ from ._table import EXPORT_FORMAT, ExperimentTable, Outcome
 from ._version import __version__
 
 if TYPE_CHECKING:
-    from ._store import Store
+    from ._reader import StoreReader
 
 #: Spreadsheets (Excel, LibreOffice) open at most 16,384 columns: outcomes with more elements
 #: than fit next to the experiment id go to .npy files even when they are 1-d or 2-d.
@@ -285,7 +285,7 @@ def _cells(col: ex.Column) -> tuple[np.ndarray, np.ndarray | None]:
 
 
 def export_tar(
-    store: Store,
+    store: StoreReader,
     path: str | os.PathLike[str],
     chunk_rows: int,
     compresslevel: int,

@@ -50,7 +50,7 @@ from ._version import __version__
 if TYPE_CHECKING:
     import xarray
 
-    from ._store import Store
+    from ._reader import StoreReader
 
 #: Bytes of values in a chunk of a lazy Dataset's variables (dask's chunks), unless chunks=.
 LAZY_CHUNK_BYTES = 64 << 20
@@ -156,7 +156,7 @@ class Variable:
         self,
         name: str,
         outcome: Outcome,
-        store: Store,
+        store: StoreReader,
         index: ex.ExperimentIndex,
         steps: np.ndarray | None,
     ) -> None:
@@ -271,7 +271,7 @@ class _Blocks:
 
 
 def _select(
-    store: Store, infos: dict[str, dict[str, Any]], names: Any, refuse: Mapping[str, str]
+    store: StoreReader, infos: dict[str, dict[str, Any]], names: Any, refuse: Mapping[str, str]
 ) -> list[str]:
     """The series the Dataset's data variables hold: ``names`` checked, or every series of
     fixed shape. ``refuse``: dtypes left out by default, and refused with ValueError (saying
@@ -343,7 +343,7 @@ class Layout:
 
     def __init__(
         self,
-        store: Store,
+        store: StoreReader,
         names: Iterable[str] | str | None,
         by_step: bool | None,
         refuse: Mapping[str, str] | None = None,
@@ -538,7 +538,7 @@ class Layout:
 
 
 def to_xarray(
-    store: Store,
+    store: StoreReader,
     names: Iterable[str] | str | None,
     by_step: bool | None,
     lazy: bool | None,

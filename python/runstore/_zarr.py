@@ -29,7 +29,7 @@ from ._xarray import STRING, Layout
 if TYPE_CHECKING:
     import xarray
 
-    from ._store import Store
+    from ._reader import StoreReader
 
 #: Bytes of values in a Zarr chunk (of the largest variable), unless chunks= says.
 ZARR_CHUNK_BYTES = 8 << 20
@@ -131,7 +131,7 @@ def _for_zarr(ds: xarray.Dataset) -> xarray.Dataset:
 
 
 def to_zarr(
-    store: Store,
+    store: StoreReader,
     path: str | os.PathLike[str],
     names: Iterable[str] | str | None,
     by_step: bool | None,

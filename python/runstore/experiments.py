@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     import pandas
 
     from ._checks import RunId
-    from ._store import Store
+    from ._reader import StoreReader
 
 __all__ = [
     "grid",
@@ -44,7 +44,7 @@ __all__ = [
 ]
 
 
-def define(store: Store, design: Any) -> pandas.DataFrame:
+def define(store: StoreReader, design: Any) -> pandas.DataFrame:
     """Adds experiments to the store's design table; returns the design with their ids.
 
     ``design`` is a DataFrame or a list of dicts (e.g. :func:`runstore.grid`), one row per
@@ -68,7 +68,7 @@ def define(store: Store, design: Any) -> pandas.DataFrame:
     return _design.define_experiments(store, design)
 
 
-def design(store: Store) -> pandas.DataFrame:
+def design(store: StoreReader) -> pandas.DataFrame:
     """The design table: column ``experiment`` (the id), then one column per parameter.
 
     Rows in definition order; dtypes as stored (int64, float64, bool, str, ...). Where a row
@@ -78,7 +78,7 @@ def design(store: Store) -> pandas.DataFrame:
     return _experiments.design_frame(store)
 
 
-def status(store: Store) -> pandas.DataFrame:
+def status(store: StoreReader) -> pandas.DataFrame:
     """One row per experiment, in design order: its state and how it ran.
 
     Columns: ``experiment``; ``state`` ("pending", "running", "done" or "failed");
@@ -92,14 +92,14 @@ def status(store: Store) -> pandas.DataFrame:
     return _experiments.status_frame(store)
 
 
-def pending(store: Store, retry_failed: bool = True) -> list[RunId]:
+def pending(store: StoreReader, retry_failed: bool = True) -> list[RunId]:
     """Ids of the experiments that are not done, in design order; failed ones included
     unless ``retry_failed=False``. Reads the current snapshot (see :meth:`Store.refresh`)."""
     return _experiments.pending_ids(store, retry_failed)
 
 
 def run(
-    store: Store,
+    store: StoreReader,
     fn: Callable[..., Mapping[str, Any] | None],
     workers: int | None = None,
     retry_failed: bool = True,
@@ -167,7 +167,7 @@ def run(
 
 
 def load_results(
-    store: Store, names: Iterable[str] | str | None = None
+    store: StoreReader, names: Iterable[str] | str | None = None
 ) -> tuple[pandas.DataFrame, dict[str, np.ndarray]]:
     """The results of a sweep: ``(experiments, outcomes)``.
 
@@ -187,7 +187,7 @@ def load_results(
     return _experiments.load_results(store, names)
 
 
-def writer(store: Store, **writer_options: Any) -> ExperimentWriter:
+def writer(store: StoreReader, **writer_options: Any) -> ExperimentWriter:
     """An :class:`ExperimentWriter` on ``store``, for a loop of the caller's own that records
     whole experiments (parameters, status and outcomes) atomically, one ``record`` each::
 

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     import xarray
 
     from ._checks import RunId, StepWindow
-    from ._store import Store
+    from ._reader import StoreReader
 
 __all__ = ["export_tar", "import_tar", "export_parquet", "to_arrow", "to_xarray", "to_zarr"]
 
@@ -40,7 +40,7 @@ MAX_EXPANSION = _tar_stream.MAX_EXPANSION
 
 
 def export_tar(
-    store: Store,
+    store: StoreReader,
     path: str | os.PathLike[str],
     *,
     chunk_rows: int = 10_000,
@@ -83,11 +83,11 @@ def export_tar(
 
 def import_tar(
     path: str | os.PathLike[str],
-    store: Store,
+    store: StoreReader,
     *,
     chunk_rows: int = 10_000,
     max_expansion: float | None = _tar_stream.MAX_EXPANSION,
-) -> Store:
+) -> StoreReader:
     """Rebuilds a store from a tarball written by :func:`export_tar` (or ``runstore export
     tar``): writes it into ``store``, an open writable Store.
 
@@ -121,7 +121,7 @@ def import_tar(
 
 
 def export_parquet(
-    store: Store,
+    store: StoreReader,
     path: str | os.PathLike[str],
     *,
     row_group_rows: int = 10_000,
@@ -143,7 +143,7 @@ def export_parquet(
 
 
 def to_arrow(
-    store: Store,
+    store: StoreReader,
     names: Iterable[str] | str | None = None,
     runs: Iterable[RunId] | None = None,
     steps: StepWindow | None = None,
@@ -167,7 +167,7 @@ def to_arrow(
 
 
 def to_xarray(
-    store: Store,
+    store: StoreReader,
     names: Iterable[str] | str | None = None,
     *,
     by_step: bool | None = None,
@@ -212,7 +212,7 @@ def to_xarray(
 
 
 def to_zarr(
-    store: Store,
+    store: StoreReader,
     path: str | os.PathLike[str],
     names: Iterable[str] | str | None = None,
     *,

@@ -58,10 +58,11 @@ def _is_type_checking(test: ast.expr) -> bool:
 
 
 def imports(
-    module: str, source: Path, known: dict[str, Path | None]
+    module: str, source: Path, known: dict[str, Path | None], type_checking: bool = False
 ) -> list[tuple[str, int, bool]]:
     """(imported package module, line, inside a function) for each import statement of
-    ``module`` that names a module of the package, leaving out ``if TYPE_CHECKING:`` blocks.
+    ``module`` that names a module of the package, leaving out ``if TYPE_CHECKING:`` blocks
+    (``type_checking``: counting them, as the picture of the package's imports does).
     A dynamic import (importlib.import_module, __import__) of the package counts as one made
     inside a function: it is invisible to this graph."""
     pkg = module.split(".")[0]
@@ -75,7 +76,7 @@ def imports(
         return name or None
 
     def visit(node: ast.AST, in_function: bool) -> None:
-        if isinstance(node, ast.If) and _is_type_checking(node.test):
+        if isinstance(node, ast.If) and _is_type_checking(node.test) and not type_checking:
             for child in node.orelse:
                 visit(child, in_function)
             return
@@ -114,9 +115,10 @@ def imports(
     return found
 
 
-def layout_problems(pkg_dir: Path, pkg: str) -> list[str]:
+def layout_problems(pkg_dir: Path, pkg: str, type_checking: bool = False) -> list[str]:
     """What is wrong with the package's imports: each import of one of its modules inside a
-    function, and each cycle of module-level imports as the chain that closes it."""
+    function, and each cycle of module-level imports as the chain that closes it
+    (``type_checking``: imports for annotations counted too)."""
     known = modules(pkg_dir, pkg)
     problems: list[str] = []
     graph: dict[str, list[tuple[str, int]]] = {m: [] for m in known}
@@ -124,7 +126,7 @@ def layout_problems(pkg_dir: Path, pkg: str) -> list[str]:
         if source is None:
             continue
         entry_point = m.rpartition(".")[2] in ENTRY_POINTS
-        for t, line, in_function in imports(m, source, known):
+        for t, line, in_function in imports(m, source, known, type_checking):
             if in_function and not entry_point:
                 problems.append(
                     f"{source.name}:{line}: {m} imports {t} inside a function; import it at the "
@@ -197,6 +199,36 @@ def test_the_public_modules_are_the_layers_the_design_names():
     for m in ("runstore.experiments", "runstore.export"):
         below = reachable(m, known)
         assert "runstore._store" not in below and "runstore" not in below, (m, sorted(below))
+
+
+def test_no_module_below_the_store_imports_it_even_for_annotations():
+    """The modules Store reaches (its methods delegate to them) name what they need of a store
+    as ``runstore._reader.StoreReader``: none imports ``_store``, not even under
+    ``TYPE_CHECKING``, so the picture of the package's imports, annotations included, has no
+    circle around Store."""
+    known = modules(RUNSTORE, "runstore")
+    below = reachable("runstore._store", known)
+    assert {"runstore._experiments", "runstore._table", "runstore.export"} <= below
+    offenders = [
+        f"{m} (line {line})"
+        for m in sorted(below)
+        if known.get(m) is not None
+        for t, line, _ in imports(m, known[m], known, type_checking=True)
+        if t == "runstore._store"
+    ]
+    assert not offenders, offenders
+
+
+def test_the_import_picture_has_no_circle_annotations_included():
+    problems = layout_problems(RUNSTORE, "runstore", type_checking=True)
+    assert not problems, f"{RUNSTORE}:\n" + "\n".join(problems)
+
+
+def test_the_store_is_what_the_modules_below_it_ask_for(tmp_path):
+    import runstore
+    from runstore._reader import StoreReader
+
+    assert isinstance(runstore.open(tmp_path / "s"), StoreReader)
 
 
 def reachable(start: str, known: dict[str, Path | None]) -> set[str]:
