@@ -328,12 +328,14 @@ bool AppendCell(std::string* out, PyArrayObject* a, npy_intp i, bool gil) {
   }
 }
 
-// The default ids of the rows of a design given as columns (names, values,
-// present), and the first two rows with one id: what plain_experiment_id
-// gives for each row's dict of present values, without making the dicts.
-// None for a column it does not write exactly (the dicts then take the rows).
-nb::object PlainIds(nb::list names, nb::list values, nb::list present, Py_ssize_t n) {
-  std::vector<PlainColumn> cols;
+using Hex = std::array<char, 17>;
+
+// The design's columns as PlainIds writes them (sorted by key, as
+// sort_keys=True sorts: UTF-8 bytes sort as code points), or false for one
+// it does not take: a name that is not a str, values or a mask that are not
+// 1-d C-contiguous arrays of n entries.
+bool PlainColumns(nb::list names, nb::list values, nb::list present, Py_ssize_t n,
+                  std::vector<PlainColumn>* cols) {
   for (size_t c = 0; c < nb::len(names); ++c) {
     std::string_view name;
     PyObject* a = values[c].ptr();
@@ -346,37 +348,75 @@ nb::object PlainIds(nb::list names, nb::list values, nb::list present, Py_ssize_
         PyArray_TYPE(reinterpret_cast<PyArrayObject*>(p)) != NPY_BOOL ||
         !PyArray_IS_C_CONTIGUOUS(reinterpret_cast<PyArrayObject*>(p)) ||
         PyArray_DIM(reinterpret_cast<PyArrayObject*>(p), 0) != n) {
-      return nb::none();
+      return false;
     }
     PlainColumn col;
     AppendJsonString(&col.key, name);
     col.key.push_back(':');
     col.values = reinterpret_cast<PyArrayObject*>(a);
     col.present = static_cast<const npy_bool*>(PyArray_DATA(reinterpret_cast<PyArrayObject*>(p)));
-    cols.push_back(std::move(col));
+    cols->push_back(std::move(col));
   }
-  // Keys in the order of sort_keys=True (UTF-8 bytes sort as code points).
-  std::sort(cols.begin(), cols.end(),
+  std::sort(cols->begin(), cols->end(),
             [](const PlainColumn& a, const PlainColumn& b) { return a.key < b.key; });
-  // The ids of rows [lo, hi): false for a value it does not write.
-  std::vector<std::array<char, 17>> hex(static_cast<size_t>(n));
-  auto derive = [&](Py_ssize_t lo, Py_ssize_t hi, bool gil) {
-    std::string text;
-    for (Py_ssize_t i = lo; i < hi; ++i) {
-      text.assign("{");
-      bool any = false;
-      for (const PlainColumn& col : cols) {
-        if (!col.present[i]) continue;
-        if (any) text.push_back(',');
-        any = true;
-        text.append(col.key);
-        if (!AppendCell(&text, col.values, i, gil)) return false;
-      }
-      text.push_back('}');
-      if (!HexId(text, hex[static_cast<size_t>(i)].data())) return false;
+  return true;
+}
+
+// The ids of rows [lo, hi) into hex[lo..hi): false for a value it does not
+// write. `gil`: whether the caller holds the GIL (a column of objects needs it).
+bool DeriveIds(const std::vector<PlainColumn>& cols, Py_ssize_t lo, Py_ssize_t hi, bool gil,
+               Hex* hex) {
+  std::string text;
+  for (Py_ssize_t i = lo; i < hi; ++i) {
+    text.assign("{");
+    bool any = false;
+    for (const PlainColumn& col : cols) {
+      if (!col.present[i]) continue;
+      if (any) text.push_back(',');
+      any = true;
+      text.append(col.key);
+      if (!AppendCell(&text, col.values, i, gil)) return false;
     }
-    return true;
-  };
+    text.push_back('}');
+    if (!HexId(text, hex[i].data())) return false;
+  }
+  return true;
+}
+
+// The first two rows of one id, (j, i), or None: an open-addressed table of
+// row numbers, placed by the id's digits (a digest, so spread evenly).
+nb::object FirstRepeat(const std::vector<Hex>& hex) {
+  const size_t n = hex.size();
+  size_t slots = 16;
+  while (slots < 2 * n) slots *= 2;
+  std::vector<int64_t> table(slots, -1);
+  for (size_t i = 0; i < n; ++i) {
+    const char* id = hex[i].data();
+    uint64_t lo, hi;
+    std::memcpy(&lo, id + 1, 8);
+    std::memcpy(&hi, id + 9, 8);
+    for (size_t k = (lo ^ (hi * 0x9e3779b97f4a7c15ull)) * 0xff51afd7ed558ccdull >> 17;; ++k) {
+      int64_t& slot = table[k & (slots - 1)];
+      if (slot < 0) {
+        slot = static_cast<int64_t>(i);
+        break;
+      }
+      if (std::memcmp(hex[static_cast<size_t>(slot)].data(), id, 17) == 0) {
+        return nb::make_tuple(slot, i);
+      }
+    }
+  }
+  return nb::none();
+}
+
+// The default ids of the rows of a design given as columns (names, values,
+// present), and the first two rows with one id: what plain_experiment_id
+// gives for each row's dict of present values, without making the dicts.
+// None for a column it does not write exactly (the dicts then take the rows).
+nb::object PlainIds(nb::list names, nb::list values, nb::list present, Py_ssize_t n) {
+  std::vector<PlainColumn> cols;
+  if (!PlainColumns(names, values, present, n, &cols)) return nb::none();
+  std::vector<Hex> hex(static_cast<size_t>(n));
   // Columns of numbers are read without the GIL, by one thread per core on
   // large designs (the text and SHA-256 of a row take about a microsecond);
   // a column of objects needs the GIL throughout.
@@ -385,7 +425,7 @@ nb::object PlainIds(nb::list names, nb::list values, nb::list present, Py_ssize_
   });
   bool ok = true;
   if (objects || n < 100000) {
-    ok = derive(0, n, true);
+    ok = DeriveIds(cols, 0, n, true, hex.data());
   } else {
     nb::gil_scoped_release nogil;
     const auto threads =
@@ -394,7 +434,8 @@ nb::object PlainIds(nb::list names, nb::list values, nb::list present, Py_ssize_
     std::vector<char> done(static_cast<size_t>(threads), 0);
     for (Py_ssize_t t = 0; t < threads; ++t) {
       pool.emplace_back([&, t] {
-        done[static_cast<size_t>(t)] = derive(n * t / threads, n * (t + 1) / threads, false);
+        done[static_cast<size_t>(t)] =
+            DeriveIds(cols, n * t / threads, n * (t + 1) / threads, false, hex.data());
       });
     }
     for (auto& th : pool) th.join();
@@ -408,32 +449,7 @@ nb::object PlainIds(nb::list names, nb::list values, nb::list present, Py_ssize_
   if (!ids.is_valid()) throw nb::python_error();
   char* out = static_cast<char*>(PyArray_DATA(reinterpret_cast<PyArrayObject*>(ids.ptr())));
   if (n > 0) std::memcpy(out, hex.data(), 17 * static_cast<size_t>(n));
-  // The first two rows of one id: an open-addressed table of row numbers,
-  // placed by the id's digits (a digest, so spread evenly).
-  size_t slots = 16;
-  while (slots < 2 * static_cast<size_t>(n)) slots *= 2;
-  std::vector<int64_t> table(slots, -1);
-  nb::object dup = nb::none();
-  for (Py_ssize_t i = 0; i < n && dup.is_none(); ++i) {
-    const char* id = hex[static_cast<size_t>(i)].data();
-    uint64_t lo, hi;
-    std::memcpy(&lo, id + 1, 8);
-    std::memcpy(&hi, id + 9, 8);
-    size_t k =
-        static_cast<size_t>((lo ^ (hi * 0x9e3779b97f4a7c15ull)) * 0xff51afd7ed558ccdull >> 17);
-    for (;; ++k) {
-      int64_t& slot = table[k & (slots - 1)];
-      if (slot < 0) {
-        slot = i;
-        break;
-      }
-      if (std::memcmp(hex[static_cast<size_t>(slot)].data(), id, 17) == 0) {
-        dup = nb::make_tuple(slot, i);
-        break;
-      }
-    }
-  }
-  return nb::make_tuple(ids, dup);
+  return nb::make_tuple(ids, FirstRepeat(hex));
 }
 
 }  // namespace
