@@ -20,10 +20,12 @@ and the results as numpy arrays:
     experiments, outcomes = runstore.load_results(store)
     store.export_tar("results.tar.gz")                  # CSVs for spreadsheets, streamed
 
-Three modules: ``runstore`` (open, Store, Writer, LazyArray, the errors);
-``runstore.experiments`` (grid, define, run, status, load_results: a sweep as records) and
-``runstore.export`` (export_tar, import_tar, export_parquet, to_arrow, to_xarray, to_zarr),
-functions over an open Store, which has most of them as methods too.
+Three modules that ``import runstore`` loads: ``runstore`` (open, Store, Writer, LazyArray, the
+errors); ``runstore.experiments`` (grid, define, run, status, load_results: a sweep as records)
+and ``runstore.export`` (export_tar, import_tar, export_parquet, to_arrow, to_xarray, to_zarr),
+functions over an open Store, which has most of them as methods too. Four more are imported on
+their own: ``runstore.report`` (the HTML page), ``runstore.dask``, ``runstore.ema`` and
+``runstore.mlinstrument`` (the integrations).
 
 Errors: ``ValueError`` (bad input, e.g. a dtype that conflicts with an existing series),
 ``KeyError`` (no such record or series), ``OSError`` (file-system errors, with errno),
