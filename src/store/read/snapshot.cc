@@ -480,12 +480,55 @@ class Distinct {
   size_t unique_ = 0;
 };
 
+// Distinct run ids as they come, looked up by their hash (format::RunHash)
+// before one is copied: each series lists every run again, and copying each
+// record's id (a string of a hashed id is past the small-string buffer) to
+// sort them all was most of `runstore ls --runs` (8 s at 1,000,000
+// experiments). Ids of one hash are told apart by comparing them.
+class DistinctRuns {
+ public:
+  void Add(const RunRef& r) {
+    const uint64_t h = format::RunHash(r);
+    if (2 * (runs_.size() + 1) > slots_.size()) Grow();
+    for (size_t k = Slot(h);; k = (k + 1) & (slots_.size() - 1)) {
+      const uint32_t i = slots_[k];
+      if (i == kEmpty) {
+        slots_[k] = static_cast<uint32_t>(runs_.size());
+        runs_.push_back(r.ToRunId());
+        hashes_.push_back(h);
+        return;
+      }
+      if (hashes_[i] == h && CompareRunRefs(RunRef(runs_[i]), r) == 0) return;
+    }
+  }
+  // The runs, sorted.
+  std::vector<RunId> Take() {
+    std::sort(runs_.begin(), runs_.end());
+    return std::move(runs_);
+  }
+
+ private:
+  static constexpr uint32_t kEmpty = UINT32_MAX;
+  size_t Slot(uint64_t h) const { return (h * 0x9e3779b97f4a7c15ull >> 20) & (slots_.size() - 1); }
+  void Grow() {
+    slots_.assign(std::max<size_t>(1024, 2 * slots_.size()), kEmpty);
+    for (uint32_t i = 0; i < runs_.size(); ++i) {
+      size_t k = Slot(hashes_[i]);
+      while (slots_[k] != kEmpty) k = (k + 1) & (slots_.size() - 1);
+      slots_[k] = i;
+    }
+  }
+  std::vector<RunId> runs_;
+  std::vector<uint64_t> hashes_;  // of runs_[i]
+  std::vector<uint32_t> slots_;   // indexes into runs_, open-addressed by hash
+};
+
 }  // namespace
 
 Result<std::vector<RunId>> SnapshotImpl::ListRuns() const {
   std::call_once(runs_once_, [&] {
-    Distinct<RunId> runs;
-    runs_status_ = ForEachRun(nullptr, [&](const RunRef& r) { runs.Add(r.ToRunId()); });
+    DistinctRuns runs;
+    runs_status_ = ForEachRun(nullptr, [&](const RunRef& r) { runs.Add(r); });
     if (runs_status_.ok()) runs_ = runs.Take();
   });
   if (!runs_status_.ok()) return runs_status_;
