@@ -34,20 +34,31 @@ def package_dir() -> Path | None:
     return Path(next(iter(locations))) if locations else None
 
 
-def python_commands() -> dict[tuple[str, ...], str]:
-    """The commands of a Python engine, from the package's commands.tsv: their words -> their
-    engine, "module:function"."""
-    here = package_dir()
+#: The cells of a row of commands.tsv, in order.
+COLUMNS = ("command", "engine", "writes", "install", "summary", "usage")
+
+
+def command_table(directory: Path | None = None) -> list[dict[str, str]]:
+    """The rows of the package's commands.tsv (in ``directory``, else the installed package's),
+    each a dict of :data:`COLUMNS` ("-" cells as they are); [] without a package."""
+    here = directory or package_dir()
     if here is None:
-        return {}
-    out = {}
-    for line in (here / "commands.tsv").read_text(encoding="utf-8").splitlines():
-        if not line or line.startswith("#"):
-            continue
-        cells = line.split("\t")
-        if ":" in cells[1]:
-            out[tuple(cells[0].split())] = cells[1]
-    return out
+        return []
+    text = (here / "commands.tsv").read_text(encoding="utf-8")
+    return [
+        dict(zip(COLUMNS, line.split("\t")))
+        for line in text.splitlines()
+        if line and not line.startswith("#")
+    ]
+
+
+def python_commands() -> dict[tuple[str, ...], str]:
+    """The commands of a Python engine: their words -> their engine, "module:function"."""
+    return {
+        tuple(row["command"].split()): row["engine"]
+        for row in command_table()
+        if ":" in row["engine"]
+    }
 
 
 def tool_path() -> Path:

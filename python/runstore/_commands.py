@@ -26,6 +26,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
+import _runstore_cli
+
 import runstore
 from runstore._plan import plan
 from runstore._printable import printable
@@ -67,14 +69,10 @@ EXIT_CODES = """Exit codes:
 @functools.cache
 def summaries() -> dict[str, str]:
     """Each command's one-line summary, from the table of the commands (``commands.tsv``, the
-    package's copy of cli/commands.tsv), which is also what ``runstore --help`` lists."""
-    out = {}
-    table = Path(__file__).with_name("commands.tsv").read_text(encoding="utf-8")
-    for line in table.splitlines():
-        if line and not line.startswith("#"):
-            cells = line.split("\t")
-            out[cells[0]] = cells[4]
-    return out
+    package's copy of cli/commands.tsv, read by the front end's own reader), which is also
+    what ``runstore --help`` lists."""
+    table = _runstore_cli.command_table(Path(__file__).parent)
+    return {row["command"]: row["summary"] for row in table}
 
 
 def command_parser(command: str, details: str, examples: str) -> _Parser:
