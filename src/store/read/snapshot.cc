@@ -9,6 +9,7 @@
 
 #include "store/read/segment_cache.h"
 #include "store/read/snapshot_helpers.h"
+#include "util/sort.h"
 
 namespace runstore {
 
@@ -456,27 +457,26 @@ Status SnapshotImpl::ForEachRun(const std::function<void(std::span<const uint64_
 
 namespace {
 
-// Values deduplicated as they come, so that memory follows the distinct
-// values, not the records.
-template <typename T>
-class Distinct {
+// Run hashes deduplicated as they come, so that memory follows the distinct
+// runs, not the records.
+class DistinctHashes {
  public:
-  void Add(T v) {
-    values_.push_back(std::move(v));
+  void Add(uint64_t h) {
+    values_.push_back(h);
     if (values_.size() >= std::max<size_t>(1 << 16, 2 * unique_)) Compact();
   }
-  std::vector<T> Take() {
+  // The distinct hashes, ascending.
+  std::vector<uint64_t> Take() {
     Compact();
     return std::move(values_);
   }
 
  private:
   void Compact() {
-    std::sort(values_.begin(), values_.end());
-    values_.erase(std::unique(values_.begin(), values_.end()), values_.end());
+    SortDistinctUint64(&values_);
     unique_ = values_.size();
   }
-  std::vector<T> values_;
+  std::vector<uint64_t> values_;
   size_t unique_ = 0;
 };
 
@@ -541,7 +541,7 @@ Result<uint64_t> SnapshotImpl::CountRuns() const {
   // deduplicated as they come, then join them.
   std::vector<std::span<const uint64_t>> lists;
   std::unordered_set<const uint64_t*> seen;
-  Distinct<uint64_t> read;
+  DistinctHashes read;
   RUNSTORE_RETURN_IF_ERROR(ForEachRun(
       [&](std::span<const uint64_t> listed) {
         if (seen.insert(listed.data()).second) lists.push_back(listed);
