@@ -21,6 +21,8 @@ constexpr char kTempPrefix[] = "CATALOG.tmp.";
 // A temporary this much older than a file written now belongs to a writer
 // that crashed: writing a catalog takes seconds.
 constexpr int64_t kStaleTemporaryNs = int64_t{600} * 1'000'000'000;
+// Bytes of a mapped catalog read between drops of its pages.
+constexpr uint64_t kReleaseBytes = uint64_t{8} << 20;
 
 class RecordingFile final : public RandomAccessFile {
  public:
@@ -97,6 +99,56 @@ std::unique_ptr<RandomAccessFile> NewReplayFile(std::shared_ptr<const SegmentRea
   return std::make_unique<ReplayFile>(std::move(reads));
 }
 
+SegmentReadsDigest DigestOf(const SegmentReads& reads) {
+  SegmentReadsDigest d;
+  d.size = reads.size;
+  d.ranges.reserve(reads.ranges.size());
+  XXH3_state_t state;
+  XXH3_128bits_reset(&state);
+  for (const auto& [offset, bytes] : reads.ranges) {
+    d.ranges.emplace_back(offset, bytes.size());
+    XXH3_128bits_update(&state, bytes.data(), bytes.size());
+  }
+  const XXH128_hash_t h = XXH3_128bits_digest(&state);
+  d.hash_low = h.low64;
+  d.hash_high = h.high64;
+  return d;
+}
+
+Result<std::shared_ptr<const SegmentReads>> ReadAgain(const RandomAccessFile& file,
+                                                      const SegmentReadsDigest& digest) {
+  RUNSTORE_ASSIGN_OR_RETURN(uint64_t size, file.Size());
+  if (size != digest.size) return std::shared_ptr<const SegmentReads>();
+  uint64_t total = 0;
+  for (const auto& [offset, len] : digest.ranges) {
+    if (offset > size || len > size - offset) return std::shared_ptr<const SegmentReads>();
+    total += len;
+  }
+  // One buffer for every range, as a catalog holds them.
+  auto buf = std::make_shared<std::string>(total, '\0');
+  auto reads = std::make_shared<SegmentReads>();
+  reads->size = size;
+  uint64_t at = 0;
+  for (const auto& [offset, len] : digest.ranges) {
+    std::string_view got;
+    RUNSTORE_RETURN_IF_ERROR(file.Read(offset, len, buf->data() + at, &got));
+    if (got.size() != len) return std::shared_ptr<const SegmentReads>();
+    if (got.data() != buf->data() + at) std::memcpy(buf->data() + at, got.data(), len);
+    reads->ranges.emplace_back(offset, std::string_view(buf->data() + at, len));
+    at += len;
+  }
+  reads->owner = std::move(buf);
+  const SegmentReadsDigest again = DigestOf(*reads);
+  if (again.hash_low != digest.hash_low || again.hash_high != digest.hash_high) {
+    return std::shared_ptr<const SegmentReads>();
+  }
+  return std::shared_ptr<const SegmentReads>(std::move(reads));
+}
+
+void Catalog::ReleasePages() const {
+  if (map_ != nullptr) map_->ReleasePages();
+}
+
 const CatalogEntry* Catalog::Find(std::string_view name) const {
   auto it = std::lower_bound(entries_.begin(), entries_.end(), name,
                              [](const auto& e, std::string_view n) { return e.first < n; });
@@ -144,24 +196,51 @@ Result<std::shared_ptr<const Catalog>> Catalog::Read(Env* env, const std::string
     return bad(std::to_string(size) + " bytes, more than a catalog of the segments there are " +
                "can hold (" + std::to_string(max_bytes) + ")");
   }
-  // The whole body at once, into one buffer that the entries point into.
-  // Within the bound, memory can still run out: that is no damage.
-  std::shared_ptr<char[]> buf;
-  try {
-    buf.reset(new char[body_len]);
-  } catch (const std::bad_alloc&) {
-    return Status::ResourceExhausted(path + ": cannot allocate " + std::to_string(body_len) +
-                                         " bytes to read the catalog (out of memory); the "
-                                         "catalog is ignored",
-                                     ENOMEM);
-  }
-  RUNSTORE_RETURN_IF_ERROR(file->Read(kCatalogHeaderSize, body_len, buf.get(), &got));
-  if (got.size() != body_len) return bad("changed while it was read");
-  if (got.data() != buf.get() && body_len > 0) std::memcpy(buf.get(), got.data(), body_len);
-  const std::string_view body(buf.get(), body_len);
-  if (Checksum(body) != body_checksum) return bad("checksum mismatch");
+  // The body mapped where the file can be, its pages dropped as they are
+  // read (a catalog of a million small segments is about 700 MiB, which a
+  // buffer would hold while every segment's index is made from it); else read
+  // into one buffer. The entries point into either.
   auto catalog = std::make_shared<Catalog>();
-  catalog->bytes_ = buf;
+  std::string_view body;
+  if (auto map = file->Map(size); map.ok() && (*map)->size() == size) {
+    catalog->map_ = *map;
+    catalog->bytes_ = std::shared_ptr<const char[]>(*map, (*map)->data());
+    body = std::string_view((*map)->data() + kCatalogHeaderSize, body_len);
+  } else {
+    std::shared_ptr<char[]> buf;
+    try {
+      buf.reset(new char[body_len]);
+    } catch (const std::bad_alloc&) {
+      // Within the bound, memory can still run out: that is no damage.
+      return Status::ResourceExhausted(path + ": cannot allocate " + std::to_string(body_len) +
+                                           " bytes to read the catalog (out of memory); the "
+                                           "catalog is ignored",
+                                       ENOMEM);
+    }
+    RUNSTORE_RETURN_IF_ERROR(file->Read(kCatalogHeaderSize, body_len, buf.get(), &got));
+    if (got.size() != body_len) return bad("changed while it was read");
+    if (got.data() != buf.get() && body_len > 0) std::memcpy(buf.get(), got.data(), body_len);
+    body = std::string_view(buf.get(), body_len);
+    catalog->bytes_ = std::move(buf);
+  }
+  // What was read of the mapping, dropped from the resident set a piece at
+  // a time.
+  uint64_t released = 0;
+  auto release_upto = [&](uint64_t end) {
+    if (catalog->map_ != nullptr && end - released >= kReleaseBytes) {
+      catalog->map_->ReleasePages(body.data() + released, end - released);
+      released = end;
+    }
+  };
+  ChecksumStream sum;
+  for (uint64_t at = 0; at < body.size(); at += kReleaseBytes) {
+    const uint64_t n = std::min<uint64_t>(kReleaseBytes, body.size() - at);
+    sum.Update(body.data() + at, n);
+    release_upto(at + n);
+  }
+  if (sum.Digest() != body_checksum) return bad("checksum mismatch");
+  released = 0;
+  const std::shared_ptr<const void> buf = catalog->bytes_;
   constexpr uint64_t kMinEntryBytes = 42;  // an empty name and no ranges
   catalog->entries_.reserve(std::min<uint64_t>(count, body.size() / kMinEntryBytes));
   Decoder d(body);
@@ -175,6 +254,7 @@ Result<std::shared_ptr<const Catalog>> Catalog::Read(Env* env, const std::string
         ranges > d.remaining() / 16) {
       return bad("entry " + std::to_string(i) + " is damaged");
     }
+    reads->ranges.reserve(ranges);  // at most remaining() / 16, checked above
     for (uint32_t r = 0; r < ranges; ++r) {
       uint64_t offset, len;
       std::string_view bytes;
@@ -192,35 +272,55 @@ Result<std::shared_ptr<const Catalog>> Catalog::Read(Env* env, const std::string
                      : "entry " + std::to_string(i) + " is out of order");
     }
     catalog->entries_.emplace_back(name, std::move(e));
+    release_upto(body.size() - d.remaining());
   }
   if (d.remaining() != 0) return bad("trailing bytes after its entries");
+  catalog->ReleasePages();
   return std::shared_ptr<const Catalog>(std::move(catalog));
 }
 
 Status Catalog::Write(Env* env, const std::string& store_path,
                       const std::map<std::string, CatalogEntry>& entries) {
-  std::string body;
-  for (const auto& [name, e] : entries) {
-    PutFixed<uint16_t>(&body, static_cast<uint16_t>(name.size()));
-    body += name;
-    PutFixed<uint64_t>(&body, e.info.size);
-    PutFixed<int64_t>(&body, e.info.mtime_ns);
-    PutFixed<uint64_t>(&body, e.info.inode);
-    PutFixed<uint64_t>(&body, e.reads->size);
-    PutFixed<uint32_t>(&body, static_cast<uint32_t>(e.reads->ranges.size()));
-    PutFixed<uint32_t>(&body, 0);
-    for (const auto& [offset, bytes] : e.reads->ranges) {
-      PutFixed<uint64_t>(&body, offset);
-      PutFixed<uint64_t>(&body, bytes.size());
-      body += bytes;
+  // The body is made twice, a piece of about kReleaseBytes at a time: once
+  // for its length and checksum, which the header before it holds, and once
+  // to be written. In one string it was held whole (about 700 MiB for a
+  // million small segments), and up to three times that while it grew.
+  auto pieces = [&entries](const auto& take) -> Status {
+    std::string piece;
+    for (const auto& [name, e] : entries) {
+      PutFixed<uint16_t>(&piece, static_cast<uint16_t>(name.size()));
+      piece += name;
+      PutFixed<uint64_t>(&piece, e.info.size);
+      PutFixed<int64_t>(&piece, e.info.mtime_ns);
+      PutFixed<uint64_t>(&piece, e.info.inode);
+      PutFixed<uint64_t>(&piece, e.reads->size);
+      PutFixed<uint32_t>(&piece, static_cast<uint32_t>(e.reads->ranges.size()));
+      PutFixed<uint32_t>(&piece, 0);
+      for (const auto& [offset, bytes] : e.reads->ranges) {
+        PutFixed<uint64_t>(&piece, offset);
+        PutFixed<uint64_t>(&piece, bytes.size());
+        piece += bytes;
+      }
+      if (piece.size() >= kReleaseBytes) {
+        RUNSTORE_RETURN_IF_ERROR(take(std::string_view(piece)));
+        piece.clear();
+      }
     }
-  }
+    return piece.empty() ? Status::OK() : take(std::string_view(piece));
+  };
+  ChecksumStream body_checksum;
+  uint64_t body_len = 0;
+  RUNSTORE_RETURN_IF_ERROR(pieces([&](std::string_view p) {
+    body_checksum.Update(p.data(), p.size());
+    body_len += p.size();
+    return Status::OK();
+  }));
   std::string header(kCatalogMagic, 8);
   PutFixed<uint32_t>(&header, kCatalogVersion);
   PutFixed<uint32_t>(&header, 0);
   PutFixed<uint64_t>(&header, entries.size());
-  PutFixed<uint64_t>(&header, body.size());
-  PutFixed<uint64_t>(&header, Checksum(body));
+  PutFixed<uint64_t>(&header, body_len);
+  PutFixed<uint64_t>(&header, body_checksum.Digest());
   PutFixed<uint64_t>(&header, Checksum(header));
 
   // A name of its own: two processes writing at once never share a file.
@@ -231,8 +331,8 @@ Status Catalog::Write(Env* env, const std::string& store_path,
   const std::string tmp = store_path + "/" + tmp_name;
   {
     RUNSTORE_ASSIGN_OR_RETURN(auto f, env->NewWritableFile(tmp, /*exclusive=*/true));
-    const std::string_view pieces[] = {header, body};
-    Status s = f->Append(pieces);
+    Status s = f->Append(header);
+    if (s.ok()) s = pieces([&f](std::string_view p) { return f->Append(p); });
     if (s.ok()) s = f->Sync();
     if (s.ok()) s = f->Close();
     if (!s.ok()) {

@@ -48,6 +48,26 @@ std::unique_ptr<RandomAccessFile> NewRecordingFile(const RandomAccessFile& base,
 // damaged footer, which sends the reader to recovery) is read from the file.
 std::unique_ptr<RandomAccessFile> NewReplayFile(std::shared_ptr<const SegmentReads> reads);
 
+// What loading a sealed segment's index read, without the bytes: the file's
+// size then, where each range lies, and an XXH3-128 hash of their bytes. A
+// loaded segment keeps this rather than the bytes (about 100 bytes where the
+// bytes are about 700 for a small segment, and the catalog's whole buffer
+// while any entry of it was kept): a catalog written later reads the ranges
+// again from the file, and verify compares a catalog entry with the file by
+// it (docs/design.md#catalog).
+struct SegmentReadsDigest {
+  uint64_t size = 0;
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;  // (offset, length)
+  uint64_t hash_low = 0;
+  uint64_t hash_high = 0;
+};
+SegmentReadsDigest DigestOf(const SegmentReads& reads);
+// The ranges of `digest` read again from `file`: null when the file's size
+// or the bytes there differ from what the digest recorded (the file is not
+// the one it was made of); an error only when the file cannot be read.
+Result<std::shared_ptr<const SegmentReads>> ReadAgain(const RandomAccessFile& file,
+                                                      const SegmentReadsDigest& digest);
+
 struct CatalogEntry {
   FileInfo info;  // of the segment file when its reads were recorded
   std::shared_ptr<const SegmentReads> reads;
@@ -84,10 +104,17 @@ class Catalog {
   // bytes, which the entries' reads keep alive.
   const std::vector<std::pair<std::string_view, CatalogEntry>>& entries() const { return entries_; }
   size_t size() const { return entries_.size(); }
+  // Drops the pages of a mapped catalog from the process's resident set (the
+  // entries stay valid, read again from the page cache when touched): for
+  // a caller that reads many entries, now and then.
+  void ReleasePages() const;
 
  private:
   std::vector<std::pair<std::string_view, CatalogEntry>> entries_;
-  std::shared_ptr<const char[]> bytes_;  // the file, which entries_ point into
+  // The file's body, which entries_ point into: the mapping, or a buffer the
+  // file was read into where it cannot be mapped.
+  std::shared_ptr<const char[]> bytes_;
+  std::shared_ptr<const MappedRegion> map_;
 };
 
 }  // namespace runstore

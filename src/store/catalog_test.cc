@@ -7,6 +7,7 @@
 
 #include <dirent.h>
 #include <gtest/gtest.h>
+#include <malloc.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -355,6 +356,98 @@ TEST(CatalogTest, ManySegmentsLoadedOnThreadsReadAsOnOne) {
   EXPECT_EQ(reader->last_refresh().unchanged, 600u);
   EXPECT_EQ(reader->last_refresh().from_footer, 600u);
   EXPECT_EQ(Read(reader.get()).size(), 2400u);
+}
+
+// A loaded segment keeps where its index's bytes lie and their hash, not the
+// bytes: read again from the same file they are the entry's bytes, from any
+// other file (another segment of the same size, a cut copy) they are
+// refused; and a catalog written from bytes read again is the catalog
+// written from the bytes loading read, byte for byte.
+TEST(CatalogTest, ASegmentKeepsWhereItsReadsLieAndTheirHashNotTheBytes) {
+  TempDir dir;
+  const std::string path = dir.path() + "/store";
+  {
+    ASSERT_OK_AND_ASSIGN(auto store, Store::Open(path, {.catalog_rewrite_segments = 0}));
+    WriteSegments(store.get(), "a", 3);
+    ASSERT_OK(store->WriteCatalog().status());
+  }
+  const std::string first = ReadFileToString(Env::Default(), path + "/CATALOG").value();
+  ASSERT_OK_AND_ASSIGN(auto catalog, Catalog::Read(Env::Default(), path, UINT64_MAX));
+  const CatalogEntry* e = catalog->Find("a-00000001.rss");
+  ASSERT_NE(e, nullptr);
+  const SegmentReadsDigest digest = DigestOf(*e->reads);
+  EXPECT_EQ(digest.size, e->reads->size);
+  ASSERT_EQ(digest.ranges.size(), e->reads->ranges.size());
+  ASSERT_OK_AND_ASSIGN(auto same,
+                       Env::Default()->NewRandomAccessFile(path + "/segments/a-00000001.rss"));
+  ASSERT_OK_AND_ASSIGN(auto again, ReadAgain(*same, digest));
+  ASSERT_NE(again, nullptr);
+  ASSERT_EQ(again->ranges.size(), e->reads->ranges.size());
+  for (size_t i = 0; i < again->ranges.size(); ++i) {
+    EXPECT_EQ(again->ranges[i].first, e->reads->ranges[i].first);
+    EXPECT_EQ(again->ranges[i].second, e->reads->ranges[i].second);
+  }
+  ASSERT_OK_AND_ASSIGN(auto other,
+                       Env::Default()->NewRandomAccessFile(path + "/segments/a-00000002.rss"));
+  ASSERT_OK_AND_ASSIGN(const uint64_t other_size, other->Size());
+  ASSERT_EQ(other_size, digest.size) << "the test wants a segment of the same size";
+  ASSERT_OK_AND_ASSIGN(auto not_it, ReadAgain(*other, digest));
+  EXPECT_EQ(not_it, nullptr) << "another segment's bytes pass for this one's";
+  const std::string cut_path = dir.path() + "/cut.rss";
+  std::string bytes = ReadFileToString(Env::Default(), path + "/segments/a-00000001.rss").value();
+  bytes.pop_back();
+  std::ofstream(cut_path, std::ios::binary) << bytes;
+  ASSERT_OK_AND_ASSIGN(auto cut, Env::Default()->NewRandomAccessFile(cut_path));
+  ASSERT_OK_AND_ASSIGN(auto cut_again, ReadAgain(*cut, digest));
+  EXPECT_EQ(cut_again, nullptr) << "a cut copy passes for the segment";
+
+  // Rewritten by a store that loaded every index from the catalog, and by
+  // one that loaded them from the footers: each entry's bytes read again.
+  for (bool use_catalog : {true, false}) {
+    ASSERT_OK_AND_ASSIGN(
+        auto store, Store::Open(path, {.use_catalog = use_catalog, .catalog_rewrite_segments = 0}));
+    EXPECT_EQ(store->last_refresh().from_catalog, use_catalog ? 3u : 0u);
+    ASSERT_OK_AND_ASSIGN(uint64_t written, store->WriteCatalog());
+    EXPECT_EQ(written, 3u);
+    EXPECT_EQ(ReadFileToString(Env::Default(), path + "/CATALOG").value(), first)
+        << (use_catalog ? "from the catalog" : "from the footers");
+  }
+}
+
+// The heap the main arena holds (what a store loaded on the calling thread
+// allocates: fewer than 512 segments are loaded there).
+size_t HeapInUse() {
+  malloc_trim(0);
+  return mallinfo2().uordblks;
+}
+
+// Opening with the catalog costs no more memory, once open, than opening
+// without it: the catalog's bytes (about 700 a segment here) are not held
+// (a segment keeps a digest of its entry, under 200 bytes), and they were held
+// for as long as the store was open.
+TEST(CatalogTest, AStoreOpenedWithItsCatalogHoldsNoMoreThanWithout) {
+  TempDir dir;
+  const std::string path = dir.path() + "/store";
+  constexpr int kSegments = 400;
+  {
+    ASSERT_OK_AND_ASSIGN(auto store, Store::Open(path, {.catalog_rewrite_segments = 0}));
+    WriteSegments(store.get(), "a", kSegments);
+    ASSERT_OK(store->WriteCatalog().status());
+  }
+  const uint64_t catalog_bytes = fs::file_size(path + "/CATALOG");
+  size_t held[2];
+  for (bool use_catalog : {false, true}) {
+    const size_t before = HeapInUse();
+    ASSERT_OK_AND_ASSIGN(auto store,
+                         Store::Open(path, {.read_only = true, .use_catalog = use_catalog}));
+    ASSERT_EQ(store->last_refresh().from_catalog, use_catalog ? kSegments : 0u);
+    held[use_catalog] = HeapInUse() - before;
+  }
+  std::printf(
+      "[ figures  ] %d segments opened read-only: %zu heap bytes held without the catalog, "
+      "%zu with it (a catalog of %llu bytes)\n",
+      kSegments, held[0], held[1], static_cast<unsigned long long>(catalog_bytes));
+  EXPECT_LE(held[1], held[0] + kSegments * 200) << "the catalog's bytes are held";
 }
 
 // Entries are written sorted by name; a catalog whose entries are out of

@@ -189,12 +189,46 @@ class StoreImpl final : public Store, public CompactionHost {
   }
 
  private:
-  // The catalog's entries: every sealed segment whose index reads were kept.
-  Result<uint64_t> WriteCatalogLocked() RUNSTORE_REQUIRES(mu_) {
-    std::map<std::string, CatalogEntry> entries;
+  // Bytes that gave sealed indexes in one refresh, by segment name.
+  using FreshReads = std::map<std::string, std::shared_ptr<const SegmentReads>>;
+
+  // The catalog's entries: every sealed segment whose index reads were
+  // recorded, their bytes taken from `fresh` (what the refresh that calls it
+  // read, by segment name) or read again from the file, where they must hash
+  // as they did when the index was read (a segment whose file changed since
+  // is left out: the catalog is a cache).
+  Result<uint64_t> WriteCatalogLocked(const FreshReads& fresh = {}) RUNSTORE_REQUIRES(mu_) {
+    std::vector<std::pair<const std::string*, const LoadedSegment*>> sealed;
     for (const auto& [name, seg] : loaded_) {
-      if (seg->index.sealed && seg->reads) entries[name] = CatalogEntry{seg->info, seg->reads};
+      if (seg->index.sealed && seg->reads) sealed.emplace_back(&name, seg.get());
     }
+    std::vector<std::shared_ptr<const SegmentReads>> reads(sealed.size());
+    std::vector<Status> failed(LoadThreads(sealed.size()));
+    ForBatches(sealed.size(), [&](size_t b, size_t e, size_t k) {
+      for (size_t i = b; i < e; ++i) {
+        if (auto it = fresh.find(*sealed[i].first); it != fresh.end()) {
+          reads[i] = it->second;
+          continue;
+        }
+        const LoadedSegment& seg = *sealed[i].second;
+        auto file = env_->NewRandomAccessFile(seg.path());
+        Result<std::shared_ptr<const SegmentReads>> again =
+            file.ok() ? ReadAgain(**file, *seg.reads) : file.status();
+        if (again.ok()) {
+          reads[i] = std::move(again).value();
+        } else if (again.status().code() != StatusCode::kNotFound && failed[k].ok()) {
+          failed[k] = again.status();  // removed meanwhile: left out
+        }
+      }
+    });
+    for (Status& f : failed) {
+      if (!f.ok()) return std::move(f).WithContext("writing the catalog");
+    }
+    std::map<std::string, CatalogEntry> entries;
+    for (size_t i = 0; i < sealed.size(); ++i) {
+      if (reads[i]) entries[*sealed[i].first] = CatalogEntry{sealed[i].second->info, reads[i]};
+    }
+    reads.clear();
     RUNSTORE_RETURN_IF_ERROR(Catalog::Write(env_, path_, entries));
     catalog_size_ = entries.size();
     return uint64_t{entries.size()};
@@ -258,7 +292,15 @@ class StoreImpl final : public Store, public CompactionHost {
       }
     }
     stats.catalog_status = catalog_status_;
-    auto loaded = LoadSegments(to_load, infos, catalog_.get(), &stats);
+    // What loading read of each sealed segment, for a catalog written at the
+    // end of this refresh; dropped with it (segments keep a digest).
+    std::vector<std::shared_ptr<const SegmentReads>> fresh_reads(to_load.size());
+    auto loaded = LoadSegments(to_load, infos, catalog_.get(), &stats, &fresh_reads);
+    // Read once, at Open: the entries it gave are copied out (a segment keeps
+    // only the digest of its entry), and its buffer (about 700 bytes a
+    // segment) is not held.
+    catalog_ = nullptr;
+    FreshReads fresh;
     for (size_t i = 0; i < to_load.size(); ++i) {
       const std::string& name = to_load[i].name;
       if (!loaded[i]->ok()) {
@@ -269,7 +311,9 @@ class StoreImpl final : public Store, public CompactionHost {
         continue;
       }
       next[name] = std::move(*loaded[i]).value();
+      if (fresh_reads[i] != nullptr && !options_.read_only) fresh.emplace(name, fresh_reads[i]);
     }
+    fresh_reads.clear();
     // A segment that a later segment of its writer names as sealed must be
     // sealed: one without its seal was cut or damaged, not left open by a
     // crash, and reading it as a crashed writer's tail would drop records
@@ -335,7 +379,7 @@ class StoreImpl final : public Store, public CompactionHost {
         stats.from_footer * 4 > catalog_size_) {
       // Best effort: a store on a file system this process may not write
       // (a shared store opened by many) still opens.
-      stats.catalog_written = WriteCatalogLocked().ok();
+      stats.catalog_written = WriteCatalogLocked(fresh).ok();
     }
     stats_ = stats;
     return Status::OK();
@@ -343,6 +387,7 @@ class StoreImpl final : public Store, public CompactionHost {
 
   Env* const env_;
   const std::string path_;
+  const std::shared_ptr<const std::string> root_ = std::make_shared<const std::string>(path_);
   const StoreOptions options_;
   const uint32_t version_;
   // The store as the writers it opened see it: they may outlive it, and
@@ -426,14 +471,19 @@ class StoreImpl final : public Store, public CompactionHost {
   // the counts of all added to `stats`.
   std::vector<std::optional<Result<std::shared_ptr<const LoadedSegment>>>> LoadSegments(
       const std::vector<ToLoad>& to_load, const std::vector<Result<FileInfo>>& infos,
-      const Catalog* catalog, RefreshStats* stats) {
+      const Catalog* catalog, RefreshStats* stats,
+      std::vector<std::shared_ptr<const SegmentReads>>* fresh_reads) {
     std::vector<std::optional<Result<std::shared_ptr<const LoadedSegment>>>> out(to_load.size());
     std::vector<RefreshStats> counts(LoadThreads(to_load.size()));
     ForBatches(to_load.size(), [&](size_t b, size_t e, size_t k) {
+      // A mapped catalog's pages read so far leave the resident set now and
+      // then (every 8,192 segments, about 6 MiB of entries).
+      if (catalog != nullptr && b % 8192 < kBatch && b > 0) catalog->ReleasePages();
       for (size_t i = b; i < e; ++i) {
         const ToLoad& t = to_load[i];
         try {
-          out[i] = LoadSegment(t.name, t.writer_id, t.seq, t.old, &counts[k], catalog, &infos[i]);
+          out[i] = LoadSegment(t.name, t.writer_id, t.seq, t.old, &counts[k], catalog, &infos[i],
+                               &(*fresh_reads)[i]);
         } catch (const std::bad_alloc&) {
           out[i] = Status::ResourceExhausted(
               std::string(kSegmentsDir) + "/" + t.name + ": out of memory reading its index",
@@ -454,22 +504,26 @@ class StoreImpl final : public Store, public CompactionHost {
   // the last refresh) when given; else from `catalog` (the store's, read
   // under its lock by the caller, or null for none), if its entry is for this
   // very file (same size, modification time and inode); else from a new
-  // handle. `file_info`: the file's GetFileInfo, if already asked. Runs on
-  // the loading threads: it reads nothing the store's lock guards.
+  // handle. `file_info`: the file's GetFileInfo, if already asked.
+  // `fresh`, if given: set to the bytes that gave a sealed index, where the
+  // segment records their digest (the catalog's entry, or what was read of
+  // the file by a store that may write a catalog). Runs on the loading
+  // threads: it reads nothing the store's lock guards.
   Result<std::shared_ptr<const LoadedSegment>> LoadSegment(
       const std::string& name, const std::string& writer_id, uint64_t seq,
       const std::shared_ptr<const LoadedSegment>& old, RefreshStats* stats, const Catalog* catalog,
-      const Result<FileInfo>* file_info = nullptr) {
+      const Result<FileInfo>* file_info = nullptr,
+      std::shared_ptr<const SegmentReads>* fresh = nullptr) {
     const std::string rel = std::string(kSegmentsDir) + "/" + name;
     auto seg = std::make_shared<LoadedSegment>();
     seg->file = rel;
     seg->env = env_;
-    seg->path = path_ + "/" + rel;
+    seg->root = root_;
     auto finish = [&]() -> std::shared_ptr<const LoadedSegment> {
       seg->verified = std::make_unique<std::atomic<bool>[]>(seg->index.blocks.size());
       return seg;
     };
-    Result<FileInfo> info = file_info ? *file_info : env_->GetFileInfo(seg->path);
+    Result<FileInfo> info = file_info ? *file_info : env_->GetFileInfo(seg->path());
     if (!info.ok()) return info.status();
     seg->info = *info;
     // A segment being written (or left by a crashed writer) holds no
@@ -484,12 +538,12 @@ class StoreImpl final : public Store, public CompactionHost {
         return old;
       }
       RUNSTORE_ASSIGN_OR_RETURN(std::shared_ptr<RandomAccessFile> handle,
-                                env_->NewRandomAccessFile(seg->path));
+                                env_->NewRandomAccessFile(seg->path()));
       // The identity of the file whose bytes are read, which a later open
       // must find again (the stat above may be of one renamed over since).
       RUNSTORE_ASSIGN_OR_RETURN(seg->info, handle->Info());
       if (old->info.inode != 0 && seg->info.inode != old->info.inode) {
-        return LoadSegment(name, writer_id, seq, nullptr, stats, catalog, nullptr);
+        return LoadSegment(name, writer_id, seq, nullptr, stats, catalog, nullptr, fresh);
       }
       seg->index = old->index;
       RUNSTORE_RETURN_IF_ERROR(format::RefreshSegmentIndex(*handle, rel, &seg->index));
@@ -518,7 +572,8 @@ class StoreImpl final : public Store, public CompactionHost {
       if (format::LoadSegmentIndex(*NewReplayFile(e->reads), rel, &index).ok() && index.sealed &&
           index.header.writer_id == writer_id && index.header.sequence == seq) {
         seg->index = std::move(index);
-        seg->reads = e->reads;
+        seg->reads = std::make_unique<const SegmentReadsDigest>(DigestOf(*e->reads));
+        if (fresh != nullptr) *fresh = e->reads;
         seg->from_catalog = true;
         ++stats->from_catalog;
         return finish();
@@ -527,7 +582,7 @@ class StoreImpl final : public Store, public CompactionHost {
       // the file.
     }
     std::shared_ptr<RandomAccessFile> handle;
-    RUNSTORE_ASSIGN_OR_RETURN(handle, env_->NewRandomAccessFile(seg->path));
+    RUNSTORE_ASSIGN_OR_RETURN(handle, env_->NewRandomAccessFile(seg->path()));
     // The identity of the file whose bytes are read, which a later open must
     // find again: with staging, a segment's published copy is renamed over
     // its placeholder, maybe between the stat and this open.
@@ -539,7 +594,10 @@ class StoreImpl final : public Store, public CompactionHost {
       auto reads = std::make_shared<SegmentReads>();
       RUNSTORE_RETURN_IF_ERROR(
           format::LoadSegmentIndex(*NewRecordingFile(*handle, reads.get()), rel, &seg->index));
-      if (seg->index.sealed && !reads->overflowed) seg->reads = std::move(reads);
+      if (seg->index.sealed && !reads->overflowed) {
+        seg->reads = std::make_unique<const SegmentReadsDigest>(DigestOf(*reads));
+        if (fresh != nullptr) *fresh = std::move(reads);
+      }
     } else {
       RUNSTORE_RETURN_IF_ERROR(format::LoadSegmentIndex(*handle, rel, &seg->index));
     }

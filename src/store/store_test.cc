@@ -2180,9 +2180,10 @@ TEST_F(StoreTest, BlocksOfTheSameRunsShareOneRunListInTheFooter) {
   EXPECT_OK(snap->Verify());
 }
 
-// What loading a sealed segment read is kept for the catalog by a store that
-// may write one; a read-only store keeps none (the footers would be held twice
-// in every reader), and reads from a catalog keep what verify compares.
+// Where what loading a sealed segment read lies, and its hash, are kept for
+// the catalog by a store that may write one (which reads the bytes again); a
+// read-only store keeps none, and one that read a catalog keeps what verify
+// compares with the files.
 TEST_F(StoreTest, OnlyAStoreThatMayWriteACatalogKeepsTheFootersItRead) {
   {
     auto store = Open();

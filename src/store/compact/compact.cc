@@ -176,7 +176,7 @@ class Compaction {
     report_->staged.clear();
     for (const auto& [name, seg] : view.all) {
       if (!seg->index.commits.empty() || seg->index.file_size != format::kClaimSize) continue;
-      auto bytes = ReadFileToString(env_, seg->path);
+      auto bytes = ReadFileToString(env_, seg->path());
       if (!bytes.ok()) {
         // Published or removed since the listing: then it is no claim.
         if (bytes.status().code() == StatusCode::kNotFound) continue;

@@ -59,7 +59,7 @@ Result<SegmentBytes> LoadedSegment::Open() const {
     if (map_ == nullptr || (keeps_file && file_ == nullptr)) {
       std::shared_ptr<const RandomAccessFile> f = file_;
       if (f == nullptr) {
-        auto h = env->NewRandomAccessFile(path);
+        auto h = env->NewRandomAccessFile(path());
         if (!h.ok()) {
           if (h.status().code() != StatusCode::kNotFound) return h.status();
           return Status::NotFound(file +
@@ -318,11 +318,16 @@ void SnapshotImpl::EnsureKeyOrder(const SeriesEntry& e) {
 
 std::shared_ptr<LoadedSegment::LazyBlock> LoadedSegment::LazyBlockOf(uint32_t block,
                                                                      uint64_t chunks) const {
-  MutexLock lk(&lazy_mu);
-  auto it = lazy_blocks.find(block);
-  if (it != lazy_blocks.end()) return it->second;
+  MutexLock lk(&open_mu_);
+  if (lazy_blocks_ != nullptr) {
+    auto it = lazy_blocks_->find(block);
+    if (it != lazy_blocks_->end()) return it->second;
+  }
   if (chunks == 0) return nullptr;
-  return lazy_blocks.emplace(block, std::make_shared<LazyBlock>(chunks)).first->second;
+  if (lazy_blocks_ == nullptr) {
+    lazy_blocks_ = std::make_unique<std::unordered_map<uint32_t, std::shared_ptr<LazyBlock>>>();
+  }
+  return lazy_blocks_->emplace(block, std::make_shared<LazyBlock>(chunks)).first->second;
 }
 
 Result<Payload> SnapshotImpl::ReadPayload(const BlockRef& b, Check check) const {

@@ -45,13 +45,18 @@ struct LoadedSegment : std::enable_shared_from_this<LoadedSegment> {
 
   std::string file;  // "segments/<name>", for messages
   Env* env = nullptr;
-  std::string path;  // the file, opened by Open
+  // The store's directory, shared by its segments; the file is path().
+  std::shared_ptr<const std::string> root;
+  std::string path() const { return *root + "/" + file; }
   format::SegmentIndex index;
   // Of the file when its index was read: a reopen must find the same file
   // (its inode, where the Env has inodes).
   FileInfo info;
-  // What reading the index of a sealed segment read, for the catalog.
-  std::shared_ptr<const SegmentReads> reads;
+  // Where the bytes that gave the index of a sealed segment lie, and their
+  // hash (not the bytes): kept when the index came from the catalog (verify
+  // compares the file with it) or the store may write a catalog (which reads
+  // them again). Null otherwise.
+  std::unique_ptr<const SegmentReadsDigest> reads;
   // The index came from the catalog, not the file: verify reads the file's
   // own and compares (the catalog is never trusted over a segment).
   bool from_catalog = false;
@@ -96,9 +101,6 @@ struct LoadedSegment : std::enable_shared_from_this<LoadedSegment> {
   // The LazyBlock of `block`, made on first use; null if it has none yet and
   // `chunks` is 0.
   std::shared_ptr<LazyBlock> LazyBlockOf(uint32_t block, uint64_t chunks = 0) const;
-  mutable Mutex lazy_mu;
-  mutable std::unordered_map<uint32_t, std::shared_ptr<LazyBlock>> lazy_blocks
-      RUNSTORE_GUARDED_BY(lazy_mu);
 
   // For the budget (SegmentCache): whether the mapping (0) or the
   // descriptor (1) was used since the budget last asked, clearing the mark;
@@ -115,6 +117,10 @@ struct LoadedSegment : std::enable_shared_from_this<LoadedSegment> {
   mutable std::shared_ptr<const MappedRegion> map_ RUNSTORE_GUARDED_BY(open_mu_);
   mutable std::shared_ptr<const RandomAccessFile> file_ RUNSTORE_GUARDED_BY(open_mu_);
   mutable int8_t keeps_file_ RUNSTORE_GUARDED_BY(open_mu_) = -1;  // KeepsFile(), once known
+  // LazyBlockOf's blocks, made with the first: most segments have none, and
+  // a store of many segments holds one LoadedSegment each.
+  mutable std::unique_ptr<std::unordered_map<uint32_t, std::shared_ptr<LazyBlock>>> lazy_blocks_
+      RUNSTORE_GUARDED_BY(open_mu_);
   mutable std::atomic<bool> mapped_{false};
   mutable std::atomic<bool> admitted_{false};  // counted by the budget at some time
   mutable std::atomic<bool> used_[2] = {false, false};

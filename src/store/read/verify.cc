@@ -15,21 +15,15 @@ using format::Key;
 
 namespace {
 
-// Whether the bytes the catalog holds for `seg` are the file's: each range
-// read again from the file. The catalog is never trusted over a segment, and
-// verify is what would otherwise blame a healthy file for a lying entry.
+// Whether the bytes the catalog held for `seg` are the file's: each range
+// read again from the file and hashed as the entry's were (XXH3-128, the
+// digest the segment keeps instead of the bytes). The catalog is never
+// trusted over a segment, and verify is what would otherwise blame a healthy
+// file for a lying entry.
 Result<bool> CatalogEntryMatchesFile(const LoadedSegment& seg) {
-  RUNSTORE_ASSIGN_OR_RETURN(auto file, seg.env->NewRandomAccessFile(seg.path));
-  RUNSTORE_ASSIGN_OR_RETURN(uint64_t size, file->Size());
-  if (size != seg.reads->size) return false;
-  std::string buf;
-  for (const auto& [offset, bytes] : seg.reads->ranges) {
-    buf.resize(bytes.size());
-    std::string_view got;
-    RUNSTORE_RETURN_IF_ERROR(file->Read(offset, bytes.size(), buf.data(), &got));
-    if (got != bytes) return false;
-  }
-  return true;
+  RUNSTORE_ASSIGN_OR_RETURN(auto file, seg.env->NewRandomAccessFile(seg.path()));
+  RUNSTORE_ASSIGN_OR_RETURN(auto again, ReadAgain(*file, *seg.reads));
+  return again != nullptr;
 }
 
 // The segment as its file alone says, for checking instead of a catalog
@@ -38,8 +32,8 @@ Result<std::shared_ptr<const LoadedSegment>> LoadFromFile(const LoadedSegment& s
   auto own = std::make_shared<LoadedSegment>();
   own->file = seg.file;
   own->env = seg.env;
-  own->path = seg.path;
-  RUNSTORE_ASSIGN_OR_RETURN(auto file, seg.env->NewRandomAccessFile(seg.path));
+  own->root = seg.root;
+  RUNSTORE_ASSIGN_OR_RETURN(auto file, seg.env->NewRandomAccessFile(seg.path()));
   RUNSTORE_ASSIGN_OR_RETURN(own->info, file->Info());
   RUNSTORE_RETURN_IF_ERROR(format::LoadSegmentIndex(*file, seg.file, &own->index));
   own->verified = std::make_unique<std::atomic<bool>[]>(own->index.blocks.size());
