@@ -1,9 +1,10 @@
 """The ``runstore`` command of an environment where the package is installed.
 
 Each command has one engine, and ``commands.tsv`` (the package's copy of ``cli/commands.tsv``,
-the one table of the commands) says which: the commands of a Python engine (the tar, Parquet
-and Zarr exports and ``import tar``, :mod:`runstore._commands`; ``plan``, the partition planner
-of :mod:`runstore.dask`; ``status``, ``watch`` and ``report``) are called here, with the
+the one table of the commands) says which: the commands of a Python engine (the package's
+:mod:`runstore.commands`: the tar, Parquet and Zarr exports, ``import tar`` and ``plan``, the
+partition planner of :mod:`runstore.dask`; ``status``, ``watch`` and ``report``) are called
+here, with the
 arguments after their words and the tool's global flags wherever they were given; every other
 command (``info``, ``ls``, ``cat``, ``get``, ``verify``, ``export csv``, ``--help``,
 ``--version``, ...) is the compiled tool the wheel carries as ``runstore/_bin/runstore``, which

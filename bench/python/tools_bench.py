@@ -31,7 +31,7 @@ import sys, time
 import numpy as np
 import pandas as pd
 import runstore
-import runstore._experiments as ex
+import runstore.experiments._records as ex
 
 sys.path.insert(0, sys.argv[3])
 import tools_bench

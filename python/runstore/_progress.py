@@ -94,3 +94,11 @@ class Work:
 def quiet() -> Work:
     """Work that draws nothing."""
     return Work(Line("", enabled=False), 0, "")
+
+
+def size_text(n: float) -> str:
+    """``n`` bytes as the messages say them: "1.5 GiB", "512 B"."""
+    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{n:.0f} B"

@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import numpy as np
 
-from . import _attrs, _core, _frame, _import, _progress, _signals, _tar_stream, experiments, export
+from . import _attrs, _core, _frame, _progress, _signals, experiments, export
 from ._checks import RunId, StepWindow, step_range
 from ._core import Writer
+from .export import _import, _tar_stream
 
 if TYPE_CHECKING:
     import pandas

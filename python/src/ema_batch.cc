@@ -1,5 +1,5 @@
 // EmaBatch: EMA workbench experiments kept as EMA hands them to runstore.ema's
-// callback (python/runstore/ema.py), and the columns of a batch of them. The
+// callback (python/runstore/integrations/ema.py), and the columns of a batch of them. The
 // callback keeps each experiment (a reference to it and to its outcomes: one
 // C++ call) and, a batch at a time, columns() reads them all, derives their
 // ids and builds the columns that one ExperimentWriter.record_many writes: a

@@ -1,6 +1,6 @@
 // The default experiment id (runstore.experiment_id) of a row of plain
 // parameters, computed in one C++ call: the text the package's canonical
-// encoder writes (python/runstore/_experiments.py: compact JSON with sorted
+// encoder writes (python/runstore/experiments/_design.py: compact JSON with sorted
 // keys, floats in repr form, NaN and Infinity, ensure_ascii=False) and the
 // first 16 hex digits of its SHA-256. A sweep's callback derives one id per
 // experiment, and the encoder and hashlib took several microseconds of it.

@@ -1,6 +1,6 @@
 // experiment_id.h: the pieces of the default experiment id (runstore.experiment_id)
 // that C++ callers share: the canonical encoder's text of plain values
-// (python/runstore/_experiments.py: compact JSON, sorted keys, floats in repr
+// (python/runstore/experiments/_design.py: compact JSON, sorted keys, floats in repr
 // form, NaN and Infinity, ensure_ascii=False) and the id of such a text.
 // experiment_id.cc derives the id of a dict; ema_batch.cc of an EMA
 // experiment. Every function here needs the GIL.

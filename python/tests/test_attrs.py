@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 import runstore
 from runstore import _attrs
-from runstore._experiments import DESIGN
+from runstore.experiments._records import DESIGN
 
 
 def test_attributes_round_trip_and_count_revisions(tmp_path):

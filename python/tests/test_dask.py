@@ -223,6 +223,9 @@ def test_runstore_plan_command_prints_the_reasoning_and_draws(tmp_path):
     bad = subprocess.run([*cmd[:7], "2GiB", *cmd[8:]], capture_output=True, text=True)
     assert bad.returncode == 5 and "does not fit" in bad.stderr  # an invalid argument
     # The planner's module imports neither dask nor distributed.
-    probe = "import sys, runstore._plan; print('dask' in sys.modules, 'distributed' in sys.modules)"
+    probe = (
+        "import sys, runstore.integrations._plan; "
+        "print('dask' in sys.modules, 'distributed' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import runstore
-from runstore import _runner
+from runstore.experiments import _runner
 
 distributed = pytest.importorskip("distributed")
 HERE = Path(__file__).parent

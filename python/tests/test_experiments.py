@@ -24,8 +24,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import runstore
-from runstore import _core, _design
-from runstore import _experiments as ex
+from runstore import _core
+from runstore.experiments import _design
+from runstore.experiments import _records as ex
 
 HERE = Path(__file__).parent
 
@@ -542,7 +543,7 @@ def test_a_crash_fails_only_the_experiment_that_crashed_not_its_chunk(tmp_path, 
 
 
 def test_chunk_size_follows_the_rate_of_the_workers_within_its_bounds(store):
-    from runstore._runner import MAX_CHUNK, ChunkSize
+    from runstore.experiments._runner import MAX_CHUNK, ChunkSize
 
     c = ChunkSize(None, cap=10_000)
     assert c() == 1
@@ -827,8 +828,8 @@ def test_a_rerun_of_a_few_experiments_gets_exactly_their_parameters(tmp_path, id
     rerun of failures: read_aligned on their runs, a window at a time, and no read of every
     experiment's parameters): every dtype, absent parameters left out, the ids of every kind;
     the same as the first run gave the others."""
-    from runstore import _experiments as ex
-    from runstore import _runner
+    from runstore.experiments import _records as ex
+    from runstore.experiments import _runner
 
     store = runstore.open(tmp_path / "s")
     n = 200

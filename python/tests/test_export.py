@@ -339,7 +339,7 @@ def test_exports_keep_int_str_and_mixed_ids_in_design_order(
     one experiment (read_aligned on int, str and mixed runs)."""
     pq = pytest.importorskip("pyarrow.parquet")
     if window_bytes is not None:
-        from runstore import _table
+        from runstore.export import _table
 
         monkeypatch.setattr(_table, "WINDOW_BYTES", window_bytes)
     store.define_experiments(pd.DataFrame({"experiment": ids, "x": np.arange(len(ids)) * 1.5}))
@@ -430,7 +430,7 @@ def test_exports_read_in_windows_write_what_whole_columns_write(
     windows of a row, of a few rows and of several chunks, every member and every Parquet
     column is what reading the columns whole gives: ids, gaps, empty strings against absent
     ones (missing_rows), status, the order of members."""
-    from runstore import _table
+    from runstore.export import _table
 
     def export(tag):
         runstore.export.export_tar(awkward_store, tmp_path / f"{tag}.tar.gz", chunk_rows=2)
@@ -474,7 +474,7 @@ def test_read_aligned_places_the_runs_it_is_given(store):
 EXPORT_PEAK = """
 import sys
 import runstore
-from runstore import _table
+from runstore.export import _table
 _table.WINDOW_BYTES = int(sys.argv[3])
 store = runstore.open(sys.argv[1], "r")
 store.refresh()

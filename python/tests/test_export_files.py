@@ -108,7 +108,7 @@ def test_an_export_that_raises_leaves_nothing(filled, out_dir, fmt, named, monke
         raise RuntimeError("stopped halfway")
 
     if fmt == "tar":
-        monkeypatch.setattr(runstore._tar.ParallelGzip, "close", fail)
+        monkeypatch.setattr(runstore.export._tar.ParallelGzip, "close", fail)
     else:
         import pyarrow.parquet as pq
 
@@ -124,7 +124,7 @@ def test_where_a_nameless_file_cannot_be_linked_a_named_temporary_is_used(
 ):
     """Some kernels and sandboxes allow O_TMPFILE but not linking it (EXDEV, EPERM): that is
     found out before the export is written, with an empty file."""
-    from runstore import _output
+    from runstore.export import _output
 
     def refuse(fd, name):
         raise OSError(errno.EXDEV, os.strerror(errno.EXDEV), name)
@@ -150,7 +150,7 @@ def test_where_a_nameless_file_cannot_be_linked_a_named_temporary_is_used(
 CHILD = textwrap.dedent("""
     import errno, os, signal, sys, time
     import runstore
-    import runstore._tar
+    import runstore.export._tar
 
     # SIGINT as on a terminal, even when the tests were started with it ignored (inherited).
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -177,7 +177,7 @@ CHILD = textwrap.dedent("""
             time.sleep(60)
 
     if fmt == "tar":
-        write = runstore._tar.ParallelGzip.write
+        write = runstore.export._tar.ParallelGzip.write
 
         def slow_write(self, data):
             global written
@@ -187,7 +187,7 @@ CHILD = textwrap.dedent("""
                 stop_here()
             return n
 
-        runstore._tar.ParallelGzip.write = slow_write
+        runstore.export._tar.ParallelGzip.write = slow_write
     else:
         import pyarrow.parquet as pq
 

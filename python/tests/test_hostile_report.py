@@ -28,7 +28,8 @@ from hypothesis import strategies as st
 
 import runstore
 import runstore.report
-from runstore import _report_data, _report_page
+from runstore.report import _data as _report_data
+from runstore.report import _page as _report_page
 
 #: Strings per part of the sweep: a text parameter of at most MAX_CATEGORIES values, and at
 #: most FAILURE_GROUPS errors, so that the page lists every one.

@@ -30,10 +30,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import runstore
-from runstore import _experiments as ex
-from runstore import _progress, _status, _watch
+from runstore import _progress
 from runstore._printable import printable
-from runstore._tar import text_from_cell
+from runstore.commands import watch as _watch
+from runstore.experiments import _records as ex
+from runstore.experiments import _status
+from runstore.export._tar import text_from_cell
 
 #: The characters no text output may hold raw, stated here apart from the code that escapes
 #: them: C0 controls, DEL, C1 controls, bidirectional marks, embeddings, overrides and

@@ -221,7 +221,7 @@ def test_running_out_of_descriptors_is_resource_exhausted(tmp_path):
 
 
 def test_the_python_commands_exit_with_the_resource_code(capsys):
-    from runstore import _commands
+    from runstore.commands import _common as _commands
 
     e = runstore.ResourceExhaustedError(24, "segments/w-00000001.rss: Too many open files")
     assert isinstance(e, OSError) and e.errno == 24

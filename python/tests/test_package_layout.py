@@ -181,7 +181,9 @@ RUNSTORE = package_dir("runstore")
 #: Modules of an optional integration, importable only with its package.
 OPTIONAL_DEPENDENCIES = {
     "runstore.ema": "ema_workbench",
+    "runstore.integrations.ema": "ema_workbench",
     "runstore.mlinstrument": "ml_instrumentation",
+    "runstore.integrations.mlinstrument": "ml_instrumentation",
 }
 RUNSTORE_MODULES = sorted(m for m, source in modules(RUNSTORE, "runstore").items() if source)
 
@@ -208,7 +210,7 @@ def test_no_module_below_the_store_imports_it_even_for_annotations():
     circle around Store."""
     known = modules(RUNSTORE, "runstore")
     below = reachable("runstore._store", known)
-    assert {"runstore._experiments", "runstore._table", "runstore.export"} <= below
+    assert {"runstore.experiments._records", "runstore.export._table", "runstore.export"} <= below
     offenders = [
         f"{m} (line {line})"
         for m in sorted(below)
@@ -217,6 +219,87 @@ def test_no_module_below_the_store_imports_it_even_for_annotations():
         if t == "runstore._store"
     ]
     assert not offenders, offenders
+
+
+#: The package's wings (docs/design.md#python-package) and what each may import besides its own
+#: modules: the wings below it, and the root's modules (``ROOT``: every module of the package
+#: not in a wing; ``ROOT_BELOW``: the root's helpers, without ``runstore`` itself, ``_store``
+#: and the alias modules of the integrations). Annotation imports count.
+ALIASES = {"runstore.dask", "runstore.ema", "runstore.mlinstrument"}
+WINGS_MAY_IMPORT = {
+    "runstore.commands": {"*"},
+    "runstore.integrations": {"runstore.export", "runstore.experiments", "ROOT"},
+    "runstore.report": {"runstore.export", "runstore.experiments", "ROOT"},
+    "runstore.export": {"runstore.experiments", "ROOT_BELOW"},
+    "runstore.experiments": {"ROOT_BELOW"},
+}
+
+
+def wing_of(module: str) -> str | None:
+    return next((w for w in WINGS_MAY_IMPORT if module == w or module.startswith(w + ".")), None)
+
+
+def wing_problems(pkg_dir: Path) -> list[str]:
+    """Each import that points up the wings, or from the root into a wing above Store."""
+    known = modules(pkg_dir, "runstore")
+    problems = []
+    for m, source in sorted(known.items()):
+        if source is None:
+            continue
+        here = wing_of(m)
+        if here is None and m in ALIASES:
+            allowed = {"runstore.integrations." + m.rpartition(".")[2]}
+        elif here is None:
+            allowed = {"runstore.export", "runstore.experiments", "ROOT"}
+        else:
+            allowed = {here} | WINGS_MAY_IMPORT[here]
+        for t, line, _ in imports(m, source, known, type_checking=True):
+            there = wing_of(t)
+            if "*" in allowed or (there is not None and there in allowed) or t in allowed:
+                continue
+            if there is None and t not in ALIASES:
+                if "ROOT" in allowed:
+                    continue
+                if "ROOT_BELOW" in allowed and t not in ("runstore", "runstore._store"):
+                    continue
+            problems.append(f"{source.relative_to(pkg_dir)}:{line}: {m} imports {t}")
+    return problems
+
+
+def test_the_wings_import_only_the_wings_below_them():
+    problems = wing_problems(RUNSTORE)
+    assert not problems, "\n".join(problems)
+
+
+def test_the_wing_check_finds_an_import_up_the_wings(tmp_path):
+    """The check above, on a copy of the package where export imports the report, the records
+    import export, and a root helper imports a command: each is named."""
+    import shutil
+
+    copy = tmp_path / "runstore"
+    shutil.copytree(RUNSTORE, copy, ignore=shutil.ignore_patterns("*.so", "__pycache__", "_bin"))
+    for rel, line in (
+        ("export/_table.py", "from ..report import _data\n"),
+        ("experiments/_records.py", "from ..export import _table\n"),
+        ("_checks.py", "from .commands import _common\n"),
+    ):
+        f = copy / rel
+        f.write_text(f.read_text() + line)
+    problems = wing_problems(copy)
+    assert any("runstore.export._table imports runstore.report._data" in p for p in problems)
+    assert any(
+        "runstore.experiments._records imports runstore.export._table" in p for p in problems
+    )
+    assert any("runstore._checks imports runstore.commands._common" in p for p in problems)
+    assert len(problems) == 3, problems
+
+
+def test_the_old_names_of_the_integrations_are_the_same_modules():
+    import runstore.dask
+    import runstore.integrations.dask
+
+    assert runstore.dask is runstore.integrations.dask
+    assert runstore.dask.summarize is runstore.integrations.dask.summarize
 
 
 def test_the_import_picture_has_no_circle_annotations_included():

@@ -22,7 +22,7 @@ from _terminal import run_on_terminal
 
 import runstore
 import runstore.report
-from runstore import _report_data
+from runstore.report import _data as _report_data
 
 DONE_GREEN = (0x2F, 0x9E, 0x44)
 FAILED_RED = (0xE0, 0x31, 0x31)

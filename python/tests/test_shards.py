@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 import runstore
-from runstore import _runner
+from runstore.experiments import _runner
 
 
 def test_shards_partition_the_ids_and_do_not_depend_on_order():

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 import runstore
-from runstore import _experiments as ex
-from runstore import _status
+from runstore.experiments import _records as ex
+from runstore.experiments import _status
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
@@ -314,7 +314,7 @@ def test_status_memory_grows_by_a_few_hundred_bytes_per_experiment(tmp_path):
         # process that forked it, carried across exec).
         code = (
             "import sys, runstore\n"
-            "from runstore import _status\n"
+            "from runstore.experiments import _status\n"
             "_status.summary(runstore.open(sys.argv[1], 'r'))\n"
             "hwm = [l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM')]\n"
             "print(hwm[0])\n"

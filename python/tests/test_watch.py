@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 import runstore
-from runstore import _status, _watch
+from runstore.commands import watch as _watch
+from runstore.experiments import _status
 
 HERE = Path(__file__).parent
 
@@ -138,9 +139,9 @@ def test_groups_from_the_aligned_read_count_what_the_status_frame_says(store):
     experiments are computed again only when the experiments change."""
     import numpy as np
 
-    from runstore import _experiments as ex
     from runstore._printable import printable
-    from runstore._runner import shard_of
+    from runstore.experiments import _records as ex
+    from runstore.experiments._runner import shard_of
 
     rng = np.random.default_rng(5)
     ids = store.define_experiments(runstore.grid(x=range(200)))["experiment"].tolist()

@@ -18,7 +18,8 @@ import pandas as pd
 import pytest
 
 import runstore
-from runstore import _commands, _xarray
+from runstore.commands import exports as _commands
+from runstore.export import _xarray
 
 xr = pytest.importorskip("xarray")
 pytest.importorskip("zarr")
@@ -281,7 +282,7 @@ def open_without_runstore(path, tmp_path):
 
 def assert_same_as_zarr_holds(back, ds):
     """``back`` (read from Zarr) holds ``ds``: absent strings empty, names escaped."""
-    from runstore._zarr import zarr_name, zarr_names
+    from runstore.export._zarr import zarr_name, zarr_names
 
     names = zarr_names(ds.variables, coordinates=ds.coords)
     dims = {d: names.get(d, zarr_name(d)) for d in ds.dims}

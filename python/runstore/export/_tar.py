@@ -23,14 +23,14 @@ from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import _core, _progress
-from . import _experiments as ex
+from .. import _core, _progress
+from .._version import __version__
+from ..experiments import _records as ex
 from ._output import ExportFile
 from ._table import EXPORT_FORMAT, ExperimentTable, Outcome
-from ._version import __version__
 
 if TYPE_CHECKING:
-    from ._reader import StoreReader
+    from .._reader import StoreReader
 
 #: Spreadsheets (Excel, LibreOffice) open at most 16,384 columns: outcomes with more elements
 #: than fit next to the experiment id go to .npy files even when they are 1-d or 2-d.

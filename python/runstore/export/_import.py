@@ -32,15 +32,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import _design
-from . import _experiments as ex
+from .._memory import release_freed_memory
+from ..experiments import _design
+from ..experiments import _records as ex
 from ._output import ExportDirectory, WorkDirectory, remove_path
-from ._table import EXPORT_FORMAT, release_freed_memory
+from ._table import EXPORT_FORMAT
 from ._tar import TAR_VERSION, element_names, text_cell, text_from_cell
 from ._tar_stream import ArchiveError, Member, TarStream, open_archive
 
 if TYPE_CHECKING:
-    from ._reader import StoreReader
+    from .._reader import StoreReader
 
 META_MEMBER = "metadata.json"
 #: Characters a CSV row may hold, whatever the archive's size (a spreadsheet cell holds at most

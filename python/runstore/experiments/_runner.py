@@ -32,12 +32,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import _experiments as ex
-from . import _progress, _signals
-from ._table import release_freed_memory
+from .. import _progress, _signals
+from .._memory import release_freed_memory
+from . import _records as ex
 
 if TYPE_CHECKING:
-    from ._reader import StoreReader
+    from .._reader import StoreReader
 
 #: Seconds after which a running experiment's "running" status is committed (auto-commit).
 RUNNING_VISIBLE_S = 10.0

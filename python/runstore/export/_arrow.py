@@ -11,17 +11,17 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import _experiments as ex
-from . import _progress
-from ._frame import KeyUnion, run_list, series_columns, sort_order, unique_name
+from .. import _progress
+from .._frame import KeyUnion, run_list, series_columns, sort_order, unique_name
+from ..experiments import _records as ex
 from ._output import ExportFile
 from ._table import EXPORT_FORMAT, EXPORT_VERSION, ExperimentTable
 
 if TYPE_CHECKING:
     import pyarrow
 
-    from ._checks import RunId, StepWindow
-    from ._reader import StoreReader
+    from .._checks import RunId, StepWindow
+    from .._reader import StoreReader
 
 #: Largest row group of export_parquet, in bytes of outcome values (fewer rows than asked if
 #: row_group_rows rows would take more).

@@ -27,10 +27,11 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from . import _runner, _signals
+from .. import _signals
+from . import _runner
 
 if TYPE_CHECKING:
-    from ._reader import StoreReader
+    from .._reader import StoreReader
 
 #: Seconds the first task of a worker process waits for its event loop to put the signal
 #: handlers in place (a loop that is busy for longer: the task goes on without waiting).

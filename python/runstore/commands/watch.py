@@ -21,8 +21,11 @@ from typing import Any, TextIO
 import numpy as np
 
 import runstore
-from runstore import _status
-from runstore._commands import (
+
+from .._printable import printable
+from ..experiments import _status
+from ..experiments._runner import shard_of
+from ._common import (
     EXIT_CORRUPTION,
     EXIT_NOT_FOUND,
     EXIT_OTHER,
@@ -32,8 +35,6 @@ from runstore._commands import (
     command_parser,
     integer,
 )
-from runstore._printable import printable
-from runstore._runner import shard_of
 
 _CLEAR = "\x1b[H\x1b[2J"  # cursor home, clear screen
 

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import _core
-from ._checks import check_run_id
-from ._experiments import (
+from .. import _core
+from .._checks import check_run_id
+from ._records import (
     DESIGN,
     ID_COLUMN,
     PARAMS,
@@ -31,7 +31,7 @@ from ._experiments import (
 if TYPE_CHECKING:
     import pandas
 
-    from ._reader import StoreReader
+    from .._reader import StoreReader
 
 
 # -- defining experiments ------------------------------------------------------------------------

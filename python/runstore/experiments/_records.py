@@ -19,14 +19,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import _attrs
-from ._checks import RunId
-from ._frame import _NULLABLE, unique_name  # _NULLABLE: numpy dtype -> pandas nullable
+from .. import _attrs
+from .._checks import RunId
+from .._frame import _NULLABLE, unique_name  # _NULLABLE: numpy dtype -> pandas nullable
 
 if TYPE_CHECKING:
     import pandas
 
-    from ._reader import StoreReader
+    from .._reader import StoreReader
 
 
 DESIGN = "~design/"

@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._checks import RunId, check_run_id
+from .._checks import RunId, check_run_id
 from ._design import check_param_name
-from ._experiments import (
+from ._records import (
     ATTEMPT,
     DESIGN,
     ERROR,
@@ -30,7 +30,7 @@ from ._experiments import (
 )
 
 if TYPE_CHECKING:
-    from ._reader import StoreReader
+    from .._reader import StoreReader
 
 
 # -- a loop of one's own -------------------------------------------------------------------------

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _status
+from ..experiments import _status
 
 #: Colours of the experiment states (the summary's bar and the plots over time).
 STATE_COLOURS = {
@@ -44,9 +44,9 @@ STATE_COLOURS = {
 
 @functools.cache
 def asset(name: str) -> str:
-    """The page's own stylesheet or script (``_report_assets/page.css``, ``page.js``, package
+    """The page's own stylesheet or script (``report/_assets/page.css``, ``page.js``, package
     data beside this module), read once."""
-    return (resources.files("runstore") / "_report_assets" / name).read_text(encoding="utf-8")
+    return (resources.files(__package__) / "_assets" / name).read_text(encoding="utf-8")
 
 
 def plotly_js() -> str:

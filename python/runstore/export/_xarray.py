@@ -32,25 +32,18 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import _attrs
-from . import _experiments as ex
-from ._frame import unique_name
-from ._plan import _fmt
-from ._table import (
-    CHUNK_BYTES,
-    ExperimentTable,
-    Outcome,
-    read_rows,
-    release_freed_memory,
-    release_mapped_pages,
-    rows_per_chunk,
-)
-from ._version import __version__
+from .. import _attrs
+from .._frame import unique_name
+from .._memory import release_freed_memory, release_mapped_pages
+from .._progress import size_text
+from .._version import __version__
+from ..experiments import _records as ex
+from ._table import CHUNK_BYTES, ExperimentTable, Outcome, read_rows, rows_per_chunk
 
 if TYPE_CHECKING:
     import xarray
 
-    from ._reader import StoreReader
+    from .._reader import StoreReader
 
 #: Bytes of values in a chunk of a lazy Dataset's variables (dask's chunks), unless chunks=.
 LAZY_CHUNK_BYTES = 64 << 20
@@ -554,9 +547,9 @@ def to_xarray(
                 import dask.array  # noqa: F401
             except ImportError:
                 raise MemoryError(
-                    f"the Dataset of {store.path} would take {_fmt(layout.nbytes)}, more than "
+                    f"the Dataset of {store.path} would take {size_text(layout.nbytes)}, more than "
                     f"{EAGER_MEMORY_FRACTION:.0%} of the memory available "
-                    f"({_fmt(available or 0)}), so it is built lazily, which needs dask: pip "
+                    f"({size_text(available or 0)}), so it is built lazily, which needs dask: pip "
                     "install dask (or runstore[xarray]); lazy=False builds it in memory anyway"
                 ) from None
     elif lazy is None:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import _progress
+from .. import _progress
 from ._output import ZARR_MARKERS, ExportDirectory
 from ._tar import portable_name
 from ._xarray import STRING, Layout
@@ -29,7 +29,7 @@ from ._xarray import STRING, Layout
 if TYPE_CHECKING:
     import xarray
 
-    from ._reader import StoreReader
+    from .._reader import StoreReader
 
 #: Bytes of values in a Zarr chunk (of the largest variable), unless chunks= says.
 ZARR_CHUNK_BYTES = 8 << 20

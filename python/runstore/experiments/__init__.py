@@ -17,10 +17,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from . import _dask_runner, _design, _experiments, _runner
+from . import _dask_runner, _design, _runner
+from . import _records as _experiments
 from ._design import experiment_id, grid
-from ._experiment_writer import ExperimentWriter
 from ._runner import RunSummary
+from ._writer import ExperimentWriter
 
 if TYPE_CHECKING:
     import numpy as np

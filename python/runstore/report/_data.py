@@ -36,13 +36,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import _experiments as ex
-from . import _status
-from ._table import CHUNK_BYTES, ExperimentTable, release_mapped_pages
-from ._version import __version__
+from .._memory import release_mapped_pages
+from .._version import __version__
+from ..experiments import _records as ex
+from ..experiments import _status
+from ..export._table import CHUNK_BYTES, ExperimentTable
 
 if TYPE_CHECKING:
-    from ._store import Store
+    from .._store import Store
 
 #: Points of a scatter plot at most (a seeded sample of the experiments beyond).
 MAX_POINTS = 2000

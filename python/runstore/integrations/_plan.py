@@ -10,6 +10,8 @@ import re
 
 import numpy as np
 
+from .._progress import size_text as _fmt
+
 __all__ = ["Plan", "parse_size", "plan"]
 
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb": 10**6}
@@ -121,13 +123,6 @@ class Plan:
         ax.axis("off")
         fig.savefig(path, dpi=80, bbox_inches="tight")
         plt.close(fig)
-
-
-def _fmt(n: float) -> str:
-    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= size:
-            return f"{n / size:.3g} {unit}"
-    return f"{n:.0f} B"
 
 
 def plan(
