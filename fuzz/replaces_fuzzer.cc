@@ -36,6 +36,11 @@
 namespace {
 
 using namespace runstore;
+using runstore::compact::CompactedResolution;
+using runstore::compact::CompactionGroup;
+using runstore::compact::IdOf;
+using runstore::compact::ResolveCompacted;
+using runstore::read::LoadedSegment;
 
 const char* const kWriterIds[] = {"compact.a", "compact.b", "w", "x"};
 

@@ -46,6 +46,8 @@
 #include "testing/test_util.h"
 
 namespace runstore {
+
+using read::SegmentCache;
 namespace {
 
 namespace fs = std::filesystem;

@@ -156,6 +156,10 @@ struct VerifyReport {
   std::vector<Status> unchecked;
 };
 
+namespace read {
+class SnapshotImpl;  // src/store/read/snapshot.h
+}  // namespace read
+
 // The runs a scan is restricted to: made once from a list (in any order;
 // repeats count once) and shared by its copies, so that one set prepared for
 // many runs serves the scans of many series.
@@ -168,7 +172,7 @@ class RunSet {
   bool Overlaps(const RunRef& lo, const RunRef& hi) const;
 
  private:
-  friend class SnapshotImpl;  // reads the runs' hashes, which the footers' run index lists
+  friend class read::SnapshotImpl;  // reads the runs' hashes, which the footers' run index lists
   struct Index;
   // Whether a run of hash `h` is in the set (and is `run`, unless null).
   bool HoldsHash(uint64_t h, const RunRef* run) const;

@@ -25,6 +25,17 @@
 #include "util/mutex.h"
 
 namespace runstore {
+using compact::CompactedResolution;
+using compact::CompactionHost;
+using compact::CompactionView;
+using compact::kCompactWriterPrefix;
+using compact::ResolveCompacted;
+using compact::RunCompaction;
+
+using read::LoadedSegment;
+using read::SegmentCache;
+using read::SnapshotImpl;
+using writer::WriterImpl;
 namespace {
 
 static_assert(kFormatVersion == format::kSegmentFormatVersion);

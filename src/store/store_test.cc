@@ -30,6 +30,9 @@
 #include "util/utf8.h"
 
 namespace runstore {
+
+using read::MergeAscending;
+using read::SnapshotImpl;
 namespace {
 
 namespace fs = std::filesystem;

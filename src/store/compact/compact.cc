@@ -17,9 +17,9 @@
 #include "format/segment_reader.h"
 #include "store/compact/compact_internal.h"
 
-namespace runstore {
-
-using namespace compact;  // NOLINT: this file runs the parts of compact_internal.h
+namespace runstore::compact {
+using read::LoadedSegment;
+using read::SnapshotImpl;
 
 namespace {
 
@@ -584,4 +584,4 @@ Status RunCompaction(Env* env, const std::string& store_path, CompactionHost* ho
   return s;
 }
 
-}  // namespace runstore
+}  // namespace runstore::compact

@@ -12,13 +12,13 @@
 #include "store/compact/compacted.h"
 #include "store/read/snapshot.h"
 
-namespace runstore {
+namespace runstore::compact {
 
 // What the compactor needs of the store: a fresh snapshot with every loaded
 // segment (also those readers leave out) and the rule's verdict on them.
 struct CompactionView {
-  std::shared_ptr<const SnapshotImpl> snapshot;
-  std::map<std::string, std::shared_ptr<const LoadedSegment>> all;  // by file name
+  std::shared_ptr<const read::SnapshotImpl> snapshot;
+  std::map<std::string, std::shared_ptr<const read::LoadedSegment>> all;  // by file name
   CompactedResolution resolution;
 };
 
@@ -32,6 +32,6 @@ class CompactionHost {
 Status RunCompaction(Env* env, const std::string& store_path, CompactionHost* host,
                      const CompactOptions& options, CompactReport* report);
 
-}  // namespace runstore
+}  // namespace runstore::compact
 
 #endif  // RUNSTORE_STORE_COMPACT_COMPACT_H_

@@ -52,7 +52,7 @@ struct Plan {
 // bound: none of their commits is ordered at or before `staged_not_before`
 // (INT64_MAX: none is staged). So only candidates whose commits are all at
 // or before it are merged, and C sorts before every staged commit.
-Result<Plan> PlanCompaction(const SnapshotImpl& snap, const std::vector<uint32_t>& candidates,
+Result<Plan> PlanCompaction(const read::SnapshotImpl& snap, const std::vector<uint32_t>& candidates,
                             const std::string& writer_id, uint32_t min_inputs,
                             int64_t staged_not_before = INT64_MAX);
 
@@ -67,7 +67,7 @@ struct MergeResult {
   uint64_t output_records = 0;
 };
 Status MergeSegments(Env* env, const std::string& segments_dir,
-                     const std::vector<std::shared_ptr<const LoadedSegment>>& inputs,
+                     const std::vector<std::shared_ptr<const read::LoadedSegment>>& inputs,
                      const std::string& writer_id, int64_t time_ns, format::Replaces replaces,
                      std::vector<format::SegmentId> replaced_earlier,
                      const std::vector<format::AdoptedSegment>& adopted,

@@ -24,6 +24,12 @@
 #include "store/schema.h"
 
 namespace runstore::compact {
+
+using read::CommitOrder;
+using read::CompareRunRefs;
+using read::LoadedSegment;
+using read::Payload;
+using read::SnapshotImpl;
 namespace {
 
 using BlockRef = SnapshotImpl::BlockRef;

@@ -16,6 +16,11 @@
 #include "store/read/snapshot_helpers.h"
 
 namespace runstore::compact {
+
+using read::CommitOrder;
+using read::LoadedSegment;
+using read::Payload;
+using read::SnapshotImpl;
 namespace {
 
 // The run hashes (format::RunHash) of every record of a segment, sorted and

@@ -5,7 +5,8 @@
 #include "format/format.h"
 #include "format/segment_reader.h"
 
-namespace runstore {
+namespace runstore::compact {
+using read::LoadedSegment;
 
 format::SegmentId IdOf(const LoadedSegment& seg) {
   return format::SegmentId{seg.index.header.writer_id, seg.index.header.sequence,
@@ -170,4 +171,4 @@ Result<uint64_t> NextSequencePastReplaced(Env* env, const std::string& segments_
   return next;
 }
 
-}  // namespace runstore
+}  // namespace runstore::compact

@@ -17,7 +17,7 @@
 #include "runstore/status.h"
 #include "store/read/snapshot.h"
 
-namespace runstore {
+namespace runstore::compact {
 
 // Writer ids of compactions start with this (the rest is a random token);
 // only their segments are read by NextSequencePastReplaced.
@@ -51,15 +51,15 @@ struct CompactedResolution {
 };
 
 // The identity of a loaded segment, as a replaces section names it.
-format::SegmentId IdOf(const LoadedSegment& seg);
+format::SegmentId IdOf(const read::LoadedSegment& seg);
 
 // Applies the rule to the loaded segments, by file name. A segment whose
 // replaces section does not decode is passed to `damage` (its Corruption
 // names the file): an error from it is returned; otherwise the segment is
 // left out as damaged (and its group is incomplete).
-Status ResolveCompacted(const std::map<std::string, std::shared_ptr<const LoadedSegment>>& segs,
-                        const std::function<Status(const std::string& name, Status)>& damage,
-                        CompactedResolution* out);
+Status ResolveCompacted(
+    const std::map<std::string, std::shared_ptr<const read::LoadedSegment>>& segs,
+    const std::function<Status(const std::string& name, Status)>& damage, CompactedResolution* out);
 
 // Calls `fn` with every segment that a readable compacted segment among
 // `children` (names in `segments_dir`) names as replaced: in its replaces
@@ -76,6 +76,6 @@ Result<uint64_t> NextSequencePastReplaced(Env* env, const std::string& segments_
                                           const std::vector<std::string>& children,
                                           const std::string& writer_id);
 
-}  // namespace runstore
+}  // namespace runstore::compact
 
 #endif  // RUNSTORE_STORE_COMPACT_COMPACTED_H_

@@ -6,7 +6,7 @@
 #include "store/read/snapshot.h"
 #include "store/read/snapshot_helpers.h"
 
-namespace runstore {
+namespace runstore::read {
 
 using format::BlockHeader;
 using format::Key;
@@ -478,4 +478,4 @@ Status SnapshotImpl::ComputePlan(const SeriesEntry& e) const {
   return Status::OK();
 }
 
-}  // namespace runstore
+}  // namespace runstore::read

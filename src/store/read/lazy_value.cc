@@ -5,7 +5,7 @@
 #include "store/read/snapshot.h"
 #include "store/read/snapshot_helpers.h"
 
-namespace runstore {
+namespace runstore::read {
 
 using format::BlockHeader;
 using format::Key;
@@ -139,4 +139,4 @@ Result<LazyValue> SnapshotImpl::GetLazy(RunRef run, std::string_view name, int64
   return LazyValue(std::move(value), std::make_shared<ChunkChecker>(seg, b.block, f.payload));
 }
 
-}  // namespace runstore
+}  // namespace runstore::read

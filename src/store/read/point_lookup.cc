@@ -10,7 +10,7 @@
 #include "store/read/snapshot.h"
 #include "store/read/snapshot_helpers.h"
 
-namespace runstore {
+namespace runstore::read {
 
 using format::BlockHeader;
 using format::Key;
@@ -231,4 +231,4 @@ Result<Value> SnapshotImpl::Get(RunRef run, std::string_view name, int64_t step)
   return MakeRecordValue(*f.block->header, f.payload, f.row);
 }
 
-}  // namespace runstore
+}  // namespace runstore::read

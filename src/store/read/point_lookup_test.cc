@@ -26,7 +26,7 @@
 #include "store/read/snapshot.h"
 #include "testing/test_util.h"
 
-namespace runstore {
+namespace runstore::read {
 namespace {
 
 namespace fs = std::filesystem;
@@ -354,4 +354,4 @@ TEST(SortByMinKeyTest, OrdersAsTheKeysDo) {
 }
 
 }  // namespace
-}  // namespace runstore
+}  // namespace runstore::read

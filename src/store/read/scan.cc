@@ -10,8 +10,7 @@
 
 namespace runstore {
 
-using format::BlockHeader;
-using format::Key;
+using read::CompareRunRef;
 
 // The runs sorted, for the key ranges of blocks, and by hash: an open
 // addressing table, in which a record's run is found with one probe or a few
@@ -88,6 +87,13 @@ bool RunSet::Overlaps(const RunRef& lo, const RunRef& hi) const {
   });
   return it != sorted.end() && CompareRunRef(hi, *it) >= 0;
 }
+
+}  // namespace runstore
+
+namespace runstore::read {
+
+using format::BlockHeader;
+using format::Key;
 
 bool SnapshotImpl::MayHoldRuns(const BlockRef& b, const RunSet& runs) const {
   const auto& ri = segments_[b.segment]->index.run_index;
@@ -243,4 +249,4 @@ Result<std::unique_ptr<SeriesScanner>> SnapshotImpl::Scan(std::string_view name,
   return std::unique_ptr<SeriesScanner>(new ScannerImpl(this, it->second.get(), options));
 }
 
-}  // namespace runstore
+}  // namespace runstore::read

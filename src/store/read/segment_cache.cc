@@ -12,7 +12,7 @@
 #include "store/read/snapshot.h"
 #include "util/environment.h"
 
-namespace runstore {
+namespace runstore::read {
 
 namespace {
 SegmentCache* the_cache = nullptr;
@@ -135,6 +135,12 @@ void SegmentCache::SetLimits(Limits limits) {
   limits_.mappings = std::max<size_t>(limits.mappings, 1);
   limits_.files = std::max<size_t>(limits.files, 1);
 }
+
+}  // namespace runstore::read
+
+namespace runstore {
+
+using read::SegmentCache;
 
 SegmentBudget GetSegmentBudget() {
   const SegmentCache::Limits l = SegmentCache::Process().limits();

@@ -25,7 +25,7 @@
 #include "runstore/status.h"
 #include "util/mutex.h"
 
-namespace runstore {
+namespace runstore::read {
 
 struct LoadedSegment;
 
@@ -81,6 +81,6 @@ class SegmentCache {
   Limits limits_ RUNSTORE_GUARDED_BY(mu_);
 };
 
-}  // namespace runstore
+}  // namespace runstore::read
 
 #endif  // RUNSTORE_STORE_READ_SEGMENT_CACHE_H_

@@ -13,15 +13,6 @@
 
 namespace runstore {
 
-using format::BlockHeader;
-using format::Key;
-
-namespace {
-// Uncompressed blocks at least this large are verified by reading rather than
-// through the mapping (see ReadPayload).
-constexpr uint64_t kVerifyByReadingBytes = uint64_t{1} << 20;
-}  // namespace
-
 Status Snapshot::Verify(uint64_t* blocks_checked) const {
   VerifyReport r = VerifyAll();
   if (blocks_checked) *blocks_checked = r.blocks_checked;
@@ -33,6 +24,19 @@ RunId ScanBatch::run(size_t i) const {
   if (!run_is_string.empty() && run_is_string[i]) return RunId(std::string(string_runs[i]));
   return RunId(int_runs[i]);
 }
+
+}  // namespace runstore
+
+namespace runstore::read {
+
+using format::BlockHeader;
+using format::Key;
+
+namespace {
+// Uncompressed blocks at least this large are verified by reading rather than
+// through the mapping (see ReadPayload).
+constexpr uint64_t kVerifyByReadingBytes = uint64_t{1} << 20;
+}  // namespace
 
 LoadedSegment::LoadedSegment() = default;
 
@@ -592,4 +596,4 @@ StoreSchema SnapshotImpl::Schema() const {
   return s;
 }
 
-}  // namespace runstore
+}  // namespace runstore::read

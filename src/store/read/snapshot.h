@@ -22,7 +22,7 @@
 #include "store/schema.h"
 #include "util/mutex.h"
 
-namespace runstore {
+namespace runstore::read {
 
 // A loaded segment's bytes, held for a read: the mapping of [0,
 // index.committed_end), and the file where reads use it (large or chunked
@@ -361,6 +361,6 @@ class SnapshotImpl final : public Snapshot {
   mutable std::vector<RunId> runs_;
 };
 
-}  // namespace runstore
+}  // namespace runstore::read
 
 #endif  // RUNSTORE_STORE_READ_SNAPSHOT_H_

@@ -15,7 +15,7 @@
 #include "store/read/snapshot.h"
 #include "util/coding.h"
 
-namespace runstore {
+namespace runstore::read {
 
 // The first position at or after `from` of a value >= h in `sorted` (its
 // size if none), searched in steps that double from `from`: a run of
@@ -126,6 +126,6 @@ inline Value MakeRecordValue(const format::BlockHeader& h, const Payload& p, uin
   return PayloadValue(p, h.dtype, p.view.value_shape(row), bytes.data(), bytes.size());
 }
 
-}  // namespace runstore
+}  // namespace runstore::read
 
 #endif  // RUNSTORE_STORE_READ_SNAPSHOT_HELPERS_H_

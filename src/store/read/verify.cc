@@ -8,7 +8,7 @@
 #include "store/read/snapshot.h"
 #include "store/read/snapshot_helpers.h"
 
-namespace runstore {
+namespace runstore::read {
 
 using format::BlockHeader;
 using format::Key;
@@ -170,4 +170,4 @@ VerifyReport SnapshotImpl::VerifyAll(
   return report;
 }
 
-}  // namespace runstore
+}  // namespace runstore::read

@@ -19,6 +19,8 @@
 #include "store/staging/staging.h"
 
 namespace runstore {
+
+using compact::ForEachReplaced;
 namespace {
 
 constexpr char kSegmentsDir[] = "segments";

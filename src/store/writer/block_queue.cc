@@ -2,7 +2,7 @@
 
 #include <utility>
 
-namespace runstore {
+namespace runstore::writer {
 
 bool BlockQueue::TrimPool() {
   while (!pool_.empty() && OverBudget()) {
@@ -76,4 +76,4 @@ void BlockQueue::Done(Task* t) {
   }
 }
 
-}  // namespace runstore
+}  // namespace runstore::writer

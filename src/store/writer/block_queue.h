@@ -16,7 +16,7 @@
 
 #include "format/block.h"
 
-namespace runstore {
+namespace runstore::writer {
 
 class BlockQueue {
  public:
@@ -77,6 +77,6 @@ class BlockQueue {
   std::vector<std::unique_ptr<format::BlockBuilder>> pool_;
 };
 
-}  // namespace runstore
+}  // namespace runstore::writer
 
 #endif  // RUNSTORE_STORE_WRITER_BLOCK_QUEUE_H_

@@ -18,7 +18,7 @@
 
 #include "format/segment_writer.h"
 
-namespace runstore {
+namespace runstore::writer {
 
 class GroupCommit {
  public:
@@ -77,6 +77,6 @@ class GroupCommit {
   uint64_t durable_ = 0;
 };
 
-}  // namespace runstore
+}  // namespace runstore::writer
 
 #endif  // RUNSTORE_STORE_WRITER_GROUP_COMMIT_H_

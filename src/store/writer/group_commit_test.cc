@@ -13,7 +13,7 @@
 #include "format/block.h"
 #include "store/writer/block_queue.h"
 
-namespace runstore {
+namespace runstore::writer {
 namespace {
 
 // Commits are written with increasing tickets; syncs start, finish (or fail)
@@ -212,4 +212,4 @@ TEST(BlockQueueTest, MemoryIsWhatTheBuildersHoldAndTasksKeepTheirOrder) {
 }
 
 }  // namespace
-}  // namespace runstore
+}  // namespace runstore::writer

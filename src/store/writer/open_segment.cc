@@ -5,7 +5,7 @@
 
 #include "format/format.h"
 
-namespace runstore {
+namespace runstore::writer {
 
 OpenSegment::OpenSegment(Env* env, std::string segments_dir, std::string writer_id, int zstd_level,
                          uint64_t next_seq, uint64_t sealed_predecessor, staging::Shipper* claimer)
@@ -122,4 +122,4 @@ Status OpenSegment::Seal() {
   return Status::OK();
 }
 
-}  // namespace runstore
+}  // namespace runstore::writer

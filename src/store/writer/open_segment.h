@@ -21,7 +21,7 @@
 #include "runstore/status.h"
 #include "store/staging/staging.h"
 
-namespace runstore {
+namespace runstore::writer {
 
 class OpenSegment {
  public:
@@ -79,6 +79,6 @@ class OpenSegment {
   std::vector<uint64_t> run_hashes_;      // a block's run index entries, reused
 };
 
-}  // namespace runstore
+}  // namespace runstore::writer
 
 #endif  // RUNSTORE_STORE_WRITER_OPEN_SEGMENT_H_

@@ -14,7 +14,7 @@
 #include <chrono>
 #include <optional>
 
-namespace runstore {
+namespace runstore::writer {
 
 class StagingRoll {
  public:
@@ -85,6 +85,6 @@ class StagingRoll {
   std::optional<Clock::time_point> unshipped_since_;
 };
 
-}  // namespace runstore
+}  // namespace runstore::writer
 
 #endif  // RUNSTORE_STORE_WRITER_STAGING_ROLL_H_

@@ -6,7 +6,7 @@
 
 #include <chrono>
 
-namespace runstore {
+namespace runstore::writer {
 namespace {
 
 using Clock = StagingRoll::Clock;
@@ -82,4 +82,4 @@ TEST(StagingRollTest, ShipEveryCountsFromTheFirstUnshippedCommit) {
 }
 
 }  // namespace
-}  // namespace runstore
+}  // namespace runstore::writer

@@ -15,7 +15,7 @@
 #include "util/shape.h"
 #include "util/utf8.h"
 
-namespace runstore {
+namespace runstore::writer {
 
 Status ValidateRunIds(std::span<const RunRef> runs) {
   const RunRef* last = nullptr;
@@ -147,4 +147,4 @@ Status CheckBatchValues(std::string_view what, std::string_view name, size_t n,
   return CheckValue(name, values);
 }
 
-}  // namespace runstore
+}  // namespace runstore::writer

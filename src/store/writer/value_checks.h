@@ -12,7 +12,7 @@
 #include "runstore/types.h"
 #include "store/schema.h"
 
-namespace runstore {
+namespace runstore::writer {
 
 // Checks a value by itself: valid dtype, rank, dimensions, byte count, and
 // UTF-8 for a string.
@@ -36,6 +36,6 @@ Status ValidateWriterId(const std::string& id);
 // share one.
 std::string DefaultWriterId(Env* env);
 
-}  // namespace runstore
+}  // namespace runstore::writer
 
 #endif  // RUNSTORE_STORE_WRITER_VALUE_CHECKS_H_

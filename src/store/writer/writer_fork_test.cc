@@ -18,7 +18,7 @@
 #include "runstore/store.h"
 #include "testing/test_util.h"
 
-namespace runstore {
+namespace runstore::writer {
 namespace {
 
 namespace fs = std::filesystem;
@@ -68,7 +68,7 @@ std::string InChild(const std::function<void(Checks&)>& body) {
     body(checks);
     const std::string& out = checks.failures();
     for (size_t at = 0; at < out.size();) {
-      const ssize_t n = write(fds[1], out.data() + at, out.size() - at);
+      const ssize_t n = ::write(fds[1], out.data() + at, out.size() - at);
       if (n <= 0) break;
       at += static_cast<size_t>(n);
     }
@@ -77,7 +77,7 @@ std::string InChild(const std::function<void(Checks&)>& body) {
   close(fds[1]);
   std::string got;
   char buf[4096];
-  for (ssize_t n; (n = read(fds[0], buf, sizeof(buf))) != 0;) {
+  for (ssize_t n; (n = ::read(fds[0], buf, sizeof(buf))) != 0;) {
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) break;
     got.append(buf, static_cast<size_t>(n));
@@ -393,4 +393,4 @@ TEST_F(WriterForkTest, ForksWhileWritersRefreshTheirStoreLeaveItWholeInTheChild)
 }
 
 }  // namespace
-}  // namespace runstore
+}  // namespace runstore::writer

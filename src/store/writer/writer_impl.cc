@@ -19,7 +19,8 @@
 #include "util/shape.h"
 #include "util/utf8.h"
 
-namespace runstore {
+namespace runstore::writer {
+using compact::NextSequencePastReplaced;
 
 namespace {
 
@@ -1163,4 +1164,4 @@ void WriterImpl::RunTaskLocked(bool by_background) {
   if (!by_background) work_cv_.Signal();
 }
 
-}  // namespace runstore
+}  // namespace runstore::writer

@@ -40,7 +40,7 @@
 #include "util/mutex.h"
 #include "util/thread_annotations.h"
 
-namespace runstore {
+namespace runstore::writer {
 
 class WriterImpl final : public Writer {
  public:
@@ -281,6 +281,6 @@ class WriterImpl final : public Writer {
   std::thread sync_thread_;
 };
 
-}  // namespace runstore
+}  // namespace runstore::writer
 
 #endif  // RUNSTORE_STORE_WRITER_WRITER_IMPL_H_
