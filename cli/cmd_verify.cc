@@ -23,6 +23,111 @@ ordered_json ErrorJson(const Status& s) {
 
 }  // namespace
 
+namespace {
+
+// What verify found, as both of its outputs say it.
+struct Verdict {
+  std::string store;
+  size_t segments = 0;
+  uint64_t blocks = 0;
+  std::vector<DamagedSegment> damaged;
+  VerifyReport report;
+  Status status;               // the first problem, or OK
+  std::string unchecked_line;  // "could not check N segments: ...", or empty
+};
+
+void PrintJson(const Verdict& v) {
+  const VerifyReport& report = v.report;
+  ordered_json j = {{"store", v.store},
+                    {"ok", v.status.ok() && report.unchecked.empty()},
+                    {"segments", v.segments},
+                    {"blocks", v.blocks},
+                    {"blocks_checked", report.blocks_checked},
+                    {"bytes_checked", report.bytes_checked}};
+  ordered_json left_out = ordered_json::array();
+  for (const DamagedSegment& d : v.damaged) {
+    ordered_json e = ErrorJson(d.status);
+    e["file"] = d.file;
+    left_out.push_back(e);
+  }
+  j["damaged_segments"] = left_out;
+  ordered_json unchecked = ordered_json::array();
+  for (const Status& u : report.unchecked) unchecked.push_back(ErrorJson(u));
+  j["unchecked"] = unchecked;
+  if (!v.status.ok()) {
+    j["error"] = ErrorJson(v.status);
+    ordered_json all = ordered_json::array();
+    for (const Status& p : report.problems) all.push_back(ErrorJson(p));
+    j["problems"] = all;
+  } else if (!report.unchecked.empty()) {
+    j["error"] = ErrorJson(Status(report.unchecked.front().code(), v.unchecked_line));
+  }
+  std::cout << JsonPrintable(j.dump(2, ' ', false, ordered_json::error_handler_t::replace)) << "\n";
+}
+
+void PrintText(const Verdict& v) {
+  const VerifyReport& report = v.report;
+  const uint64_t checked = report.blocks_checked;
+  if (v.status.ok() && report.unchecked.empty()) {
+    std::cout << "ok: " << v.segments << " segments, " << checked
+              << " blocks checked, no corruption\n";
+  } else if (v.status.ok()) {
+    std::cout << "INCOMPLETE: " << v.segments << " segments, " << checked << " of " << v.blocks
+              << " blocks checked, no corruption found; " << Printable(v.unchecked_line) << "\n";
+    for (const Status& u : report.unchecked) std::cout << "  " << Printable(u.ToString()) << "\n";
+  } else {
+    std::cout << "CORRUPT: " << v.segments << " segments";
+    if (!v.damaged.empty()) std::cout << " (and " << v.damaged.size() << " damaged, left out)";
+    std::cout << ", " << checked << " of " << v.blocks << " blocks checked, "
+              << report.problems.size() << " problem(s):\n";
+    for (const Status& p : report.problems) {
+      // Damaged segments may be unreadable (IOError) rather than corrupt.
+      std::cout << "  "
+                << Printable(p.code() == StatusCode::kCorruption ? p.message() : p.ToString())
+                << "\n";
+    }
+    if (!v.unchecked_line.empty()) std::cout << "and " << Printable(v.unchecked_line) << "\n";
+  }
+}
+
+// Every block of the store checked, with a progress line.
+Verdict Check(Store& store) {
+  Verdict v;
+  v.store = store.path();
+  auto snap = store.GetSnapshot();
+  const auto segments = snap->ListSegments();
+  v.segments = segments.size();
+  v.damaged = snap->DamagedSegments();
+  for (const auto& s : segments) v.blocks += s.blocks;
+  {
+    Progress progress("verify", 0);
+    v.report = snap->VerifyAll([&](uint64_t done, uint64_t total) {
+      if (progress.enabled()) {
+        char buf[160];
+        std::snprintf(
+            buf, sizeof(buf), "%3.0f%% of %.1f MiB in %zu segments",
+            total ? 100.0 * static_cast<double>(done) / static_cast<double>(total) : 100.0,
+            static_cast<double>(total) / 1048576.0, segments.size());
+        progress.Spin(buf);
+      }
+    });
+  }
+  const VerifyReport& report = v.report;
+  v.status = report.problems.empty() ? Status::OK() : report.problems.front();
+  // Segments left unchecked for want of a resource: no damage, but no
+  // verdict on them either.
+  if (!report.unchecked.empty()) {
+    const Status& first = report.unchecked.front();
+    const std::string what = ResourceText(first);
+    v.unchecked_line = "could not check " + std::to_string(report.unchecked.size()) + " segment" +
+                       (report.unchecked.size() == 1 ? "" : "s") + ": " +
+                       (what.empty() ? first.message() : what);
+  }
+  return v;
+}
+
+}  // namespace
+
 int RunVerify(const VerifyOptions& o) {
   constexpr std::string_view kCmd = "verify";
   auto store = OpenStoreReadOnly(o.store, /*skip_damaged=*/true);
@@ -40,95 +145,23 @@ int RunVerify(const VerifyOptions& o) {
     }
     return ReportError(kCmd, store.status());
   }
-  auto snap = (*store)->GetSnapshot();
-  const auto segments = snap->ListSegments();
-  const std::vector<DamagedSegment>& damaged = snap->DamagedSegments();
-  uint64_t blocks = 0;
-  for (const auto& s : segments) blocks += s.blocks;
-
-  VerifyReport report;
-  {
-    Progress progress("verify", 0);
-    report = snap->VerifyAll([&](uint64_t done, uint64_t total) {
-      if (progress.enabled()) {
-        char buf[160];
-        std::snprintf(
-            buf, sizeof(buf), "%3.0f%% of %.1f MiB in %zu segments",
-            total ? 100.0 * static_cast<double>(done) / static_cast<double>(total) : 100.0,
-            static_cast<double>(total) / 1048576.0, segments.size());
-        progress.Spin(buf);
-      }
-    });
-  }
-  const uint64_t checked = report.blocks_checked;
-  const Status status = report.problems.empty() ? Status::OK() : report.problems.front();
-  // Segments left unchecked for want of a resource: no damage, but no
-  // verdict on them either.
-  std::string unchecked_line;
-  if (!report.unchecked.empty()) {
-    const Status& first = report.unchecked.front();
-    const std::string what = ResourceText(first);
-    unchecked_line = "could not check " + std::to_string(report.unchecked.size()) + " segment" +
-                     (report.unchecked.size() == 1 ? "" : "s") + ": " +
-                     (what.empty() ? first.message() : what);
-  }
-
+  const Verdict v = Check(**store);
   if (o.json) {
-    ordered_json j = {
-        {"store", (*store)->path()},   {"ok", status.ok() && report.unchecked.empty()},
-        {"segments", segments.size()}, {"blocks", blocks},
-        {"blocks_checked", checked},   {"bytes_checked", report.bytes_checked}};
-    ordered_json left_out = ordered_json::array();
-    for (const DamagedSegment& d : damaged) {
-      ordered_json e = ErrorJson(d.status);
-      e["file"] = d.file;
-      left_out.push_back(e);
-    }
-    j["damaged_segments"] = left_out;
-    ordered_json unchecked = ordered_json::array();
-    for (const Status& u : report.unchecked) unchecked.push_back(ErrorJson(u));
-    j["unchecked"] = unchecked;
-    if (!status.ok()) {
-      j["error"] = ErrorJson(status);
-      ordered_json all = ordered_json::array();
-      for (const Status& p : report.problems) all.push_back(ErrorJson(p));
-      j["problems"] = all;
-    } else if (!report.unchecked.empty()) {
-      j["error"] = ErrorJson(Status(report.unchecked.front().code(), unchecked_line));
-    }
-    std::cout << JsonPrintable(j.dump(2, ' ', false, ordered_json::error_handler_t::replace))
-              << "\n";
-  } else if (status.ok() && report.unchecked.empty()) {
-    std::cout << "ok: " << segments.size() << " segments, " << checked
-              << " blocks checked, no corruption\n";
-  } else if (status.ok()) {
-    std::cout << "INCOMPLETE: " << segments.size() << " segments, " << checked << " of " << blocks
-              << " blocks checked, no corruption found; " << Printable(unchecked_line) << "\n";
-    for (const Status& u : report.unchecked) std::cout << "  " << Printable(u.ToString()) << "\n";
+    PrintJson(v);
   } else {
-    std::cout << "CORRUPT: " << segments.size() << " segments";
-    if (!damaged.empty()) std::cout << " (and " << damaged.size() << " damaged, left out)";
-    std::cout << ", " << checked << " of " << blocks << " blocks checked, "
-              << report.problems.size() << " problem(s):\n";
-    for (const Status& p : report.problems) {
-      // Damaged segments may be unreadable (IOError) rather than corrupt.
-      std::cout << "  "
-                << Printable(p.code() == StatusCode::kCorruption ? p.message() : p.ToString())
-                << "\n";
-    }
-    if (!unchecked_line.empty()) std::cout << "and " << Printable(unchecked_line) << "\n";
+    PrintText(v);
   }
   // Any problem is corruption of the store, a segment that cannot be read
   // too; segments left unchecked for want of a resource are not, and have
   // their own exit code.
-  if (!status.ok()) {
-    ReportError(kCmd, status);
+  if (!v.status.ok()) {
+    ReportError(kCmd, v.status);
     return kExitCorruption;
   }
-  if (!report.unchecked.empty()) {
-    return ReportError(kCmd,
-                       Status(StatusCode::kResourceExhausted,
-                              unchecked_line + " (" + report.unchecked.front().message() + ")"));
+  if (!v.report.unchecked.empty()) {
+    return ReportError(
+        kCmd, Status(StatusCode::kResourceExhausted,
+                     v.unchecked_line + " (" + v.report.unchecked.front().message() + ")"));
   }
   return kExitOk;
 }

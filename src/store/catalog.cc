@@ -163,15 +163,39 @@ uint64_t Catalog::MaxBytes(std::span<const FileInfo> segments) {
   return bound;
 }
 
+namespace {
+
+Status Damaged(const std::string& path, const std::string& what) {
+  return Status::Corruption(path + ": " + what + "; the catalog is ignored");
+}
+
+// Drops the pages of a mapped catalog's body from the resident set as it is
+// read, a piece of kReleaseBytes at a time; nothing for one read into memory.
+class ReadPages {
+ public:
+  ReadPages(const MappedRegion* map, std::string_view body) : map_(map), body_(body) {}
+  // Everything before `end` (an offset into the body) has been read.
+  void ReadUpTo(uint64_t end) {
+    if (map_ != nullptr && end - released_ >= kReleaseBytes) {
+      map_->ReleasePages(body_.data() + released_, end - released_);
+      released_ = end;
+    }
+  }
+
+ private:
+  const MappedRegion* const map_;
+  const std::string_view body_;
+  uint64_t released_ = 0;
+};
+
+}  // namespace
+
 Result<std::shared_ptr<const Catalog>> Catalog::Read(Env* env, const std::string& store_path,
                                                      uint64_t max_bytes) {
   const std::string path = store_path + "/" + kCatalogName;
   RUNSTORE_ASSIGN_OR_RETURN(auto file, env->NewRandomAccessFile(path));
   RUNSTORE_ASSIGN_OR_RETURN(uint64_t size, file->Size());
-  auto bad = [&](const std::string& what) {
-    return Status::Corruption(path + ": " + what + "; the catalog is ignored");
-  };
-  if (size < kCatalogHeaderSize) return bad("shorter than its header");
+  if (size < kCatalogHeaderSize) return Damaged(path, "shorter than its header");
   // The header first, and the file's size against what its header says and
   // against what the segments there are can need, before a byte of the body
   // is allocated: a huge or sparse file named CATALOG costs a read of 48
@@ -179,10 +203,14 @@ Result<std::shared_ptr<const Catalog>> Catalog::Read(Env* env, const std::string
   char header[kCatalogHeaderSize];
   std::string_view got;
   RUNSTORE_RETURN_IF_ERROR(file->Read(0, kCatalogHeaderSize, header, &got));
-  if (got.size() != kCatalogHeaderSize) return bad("changed while it was read");
+  if (got.size() != kCatalogHeaderSize) return Damaged(path, "changed while it was read");
   const char* p = got.data();
-  if (std::memcmp(p, kCatalogMagic, 8) != 0) return bad("not a runstore catalog (bad magic)");
-  if (DecodeFixed<uint64_t>(p + 40) != Checksum(p, 40)) return bad("header checksum mismatch");
+  if (std::memcmp(p, kCatalogMagic, 8) != 0) {
+    return Damaged(path, "not a runstore catalog (bad magic)");
+  }
+  if (DecodeFixed<uint64_t>(p + 40) != Checksum(p, 40)) {
+    return Damaged(path, "header checksum mismatch");
+  }
   const uint32_t version = DecodeFixed<uint32_t>(p + 8);
   if (version != kCatalogVersion) {
     return Status::NotSupported(path + ": catalog version " + std::to_string(version) +
@@ -191,58 +219,66 @@ Result<std::shared_ptr<const Catalog>> Catalog::Read(Env* env, const std::string
   const uint64_t count = DecodeFixed<uint64_t>(p + 16);
   const uint64_t body_len = DecodeFixed<uint64_t>(p + 24);
   const uint64_t body_checksum = DecodeFixed<uint64_t>(p + 32);
-  if (body_len != size - kCatalogHeaderSize) return bad("its size does not match its header");
+  if (body_len != size - kCatalogHeaderSize) {
+    return Damaged(path, "its size does not match its header");
+  }
   if (size > max_bytes) {
-    return bad(std::to_string(size) + " bytes, more than a catalog of the segments there are " +
-               "can hold (" + std::to_string(max_bytes) + ")");
+    return Damaged(path, std::to_string(size) + " bytes, more than a catalog of the segments " +
+                             "there are can hold (" + std::to_string(max_bytes) + ")");
   }
-  // The body mapped where the file can be, its pages dropped as they are
-  // read (a catalog of a million small segments is about 700 MiB, which a
-  // buffer would hold while every segment's index is made from it); else read
-  // into one buffer. The entries point into either.
   auto catalog = std::make_shared<Catalog>();
-  std::string_view body;
-  if (auto map = file->Map(size); map.ok() && (*map)->size() == size) {
-    catalog->map_ = *map;
-    catalog->bytes_ = std::shared_ptr<const char[]>(*map, (*map)->data());
-    body = std::string_view((*map)->data() + kCatalogHeaderSize, body_len);
-  } else {
-    std::shared_ptr<char[]> buf;
-    try {
-      buf.reset(new char[body_len]);
-    } catch (const std::bad_alloc&) {
-      // Within the bound, memory can still run out: that is no damage.
-      return Status::ResourceExhausted(path + ": cannot allocate " + std::to_string(body_len) +
-                                           " bytes to read the catalog (out of memory); the "
-                                           "catalog is ignored",
-                                       ENOMEM);
-    }
-    RUNSTORE_RETURN_IF_ERROR(file->Read(kCatalogHeaderSize, body_len, buf.get(), &got));
-    if (got.size() != body_len) return bad("changed while it was read");
-    if (got.data() != buf.get() && body_len > 0) std::memcpy(buf.get(), got.data(), body_len);
-    body = std::string_view(buf.get(), body_len);
-    catalog->bytes_ = std::move(buf);
-  }
-  // What was read of the mapping, dropped from the resident set a piece at
-  // a time.
-  uint64_t released = 0;
-  auto release_upto = [&](uint64_t end) {
-    if (catalog->map_ != nullptr && end - released >= kReleaseBytes) {
-      catalog->map_->ReleasePages(body.data() + released, end - released);
-      released = end;
-    }
-  };
+  RUNSTORE_ASSIGN_OR_RETURN(const std::string_view body, catalog->HoldBody(*file, path, size));
+  ReadPages pages(catalog->map_.get(), body);
   ChecksumStream sum;
   for (uint64_t at = 0; at < body.size(); at += kReleaseBytes) {
     const uint64_t n = std::min<uint64_t>(kReleaseBytes, body.size() - at);
     sum.Update(body.data() + at, n);
-    release_upto(at + n);
+    pages.ReadUpTo(at + n);
   }
-  if (sum.Digest() != body_checksum) return bad("checksum mismatch");
-  released = 0;
-  const std::shared_ptr<const void> buf = catalog->bytes_;
+  if (sum.Digest() != body_checksum) return Damaged(path, "checksum mismatch");
+  RUNSTORE_RETURN_IF_ERROR(catalog->DecodeEntries(path, body, count));
+  catalog->ReleasePages();
+  return std::shared_ptr<const Catalog>(std::move(catalog));
+}
+
+Result<std::string_view> Catalog::HoldBody(const RandomAccessFile& file, const std::string& path,
+                                           uint64_t size) {
+  // Mapped where the file can be, its pages dropped as they are read (a
+  // catalog of a million small segments is about 700 MiB, which a buffer
+  // would hold while every segment's index is made from it); else read into
+  // one buffer.
+  const uint64_t body_len = size - kCatalogHeaderSize;
+  if (auto map = file.Map(size); map.ok() && (*map)->size() == size) {
+    map_ = *map;
+    bytes_ = std::shared_ptr<const char[]>(*map, (*map)->data());
+    return std::string_view((*map)->data() + kCatalogHeaderSize, body_len);
+  }
+  std::shared_ptr<char[]> buf;
+  try {
+    buf.reset(new char[body_len]);
+  } catch (const std::bad_alloc&) {
+    // Within the bound, memory can still run out: that is no damage.
+    return Status::ResourceExhausted(path + ": cannot allocate " + std::to_string(body_len) +
+                                         " bytes to read the catalog (out of memory); the "
+                                         "catalog is ignored",
+                                     ENOMEM);
+  }
+  std::string_view got;
+  RUNSTORE_RETURN_IF_ERROR(file.Read(kCatalogHeaderSize, body_len, buf.get(), &got));
+  if (got.size() != body_len) return Damaged(path, "changed while it was read");
+  if (got.data() != buf.get() && body_len > 0) std::memcpy(buf.get(), got.data(), body_len);
+  bytes_ = std::move(buf);
+  return std::string_view(bytes_.get(), body_len);
+}
+
+Status Catalog::DecodeEntries(const std::string& path, std::string_view body, uint64_t count) {
+  auto bad = [&](uint64_t i, const std::string& what) {
+    return Damaged(path, what.empty() ? "entry " + std::to_string(i) + " is damaged" : what);
+  };
+  ReadPages pages(map_.get(), body);
+  const std::shared_ptr<const void> owner = bytes_;
   constexpr uint64_t kMinEntryBytes = 42;  // an empty name and no ranges
-  catalog->entries_.reserve(std::min<uint64_t>(count, body.size() / kMinEntryBytes));
+  entries_.reserve(std::min<uint64_t>(count, body.size() / kMinEntryBytes));
   Decoder d(body);
   for (uint64_t i = 0; i < count; ++i) {
     std::string_view name;
@@ -252,31 +288,30 @@ Result<std::shared_ptr<const Catalog>> Catalog::Read(Env* env, const std::string
     if (!d.GetString16(&name) || !d.Get(&e.info.size) || !d.Get(&e.info.mtime_ns) ||
         !d.Get(&e.info.inode) || !d.Get(&reads->size) || !d.Get(&ranges) || !d.Get(&reserved) ||
         ranges > d.remaining() / 16) {
-      return bad("entry " + std::to_string(i) + " is damaged");
+      return bad(i, "");
     }
     reads->ranges.reserve(ranges);  // at most remaining() / 16, checked above
     for (uint32_t r = 0; r < ranges; ++r) {
       uint64_t offset, len;
       std::string_view bytes;
       if (!d.Get(&offset) || !d.Get(&len) || len > d.remaining() || !d.GetBytes(len, &bytes)) {
-        return bad("entry " + std::to_string(i) + " is damaged");
+        return bad(i, "");
       }
       reads->ranges.emplace_back(offset, bytes);
     }
-    reads->owner = buf;
+    reads->owner = owner;
     e.reads = std::move(reads);
     // Written from a sorted map: names ascend, each once.
-    if (!catalog->entries_.empty() && !(catalog->entries_.back().first < name)) {
-      return bad(catalog->entries_.back().first == name
-                     ? "segment " + std::string(name) + " appears twice"
-                     : "entry " + std::to_string(i) + " is out of order");
+    if (!entries_.empty() && !(entries_.back().first < name)) {
+      return bad(i, entries_.back().first == name
+                        ? "segment " + std::string(name) + " appears twice"
+                        : "entry " + std::to_string(i) + " is out of order");
     }
-    catalog->entries_.emplace_back(name, std::move(e));
-    release_upto(body.size() - d.remaining());
+    entries_.emplace_back(name, std::move(e));
+    pages.ReadUpTo(body.size() - d.remaining());
   }
-  if (d.remaining() != 0) return bad("trailing bytes after its entries");
-  catalog->ReleasePages();
-  return std::shared_ptr<const Catalog>(std::move(catalog));
+  if (d.remaining() != 0) return Damaged(path, "trailing bytes after its entries");
+  return Status::OK();
 }
 
 Status Catalog::Write(Env* env, const std::string& store_path,

@@ -110,6 +110,13 @@ class Catalog {
   void ReleasePages() const;
 
  private:
+  // The file's body (after its header of `size`), mapped or read into
+  // memory, held by bytes_ (and map_).
+  Result<std::string_view> HoldBody(const RandomAccessFile& file, const std::string& path,
+                                    uint64_t size);
+  // The `count` entries of `body`, into entries_ (Corruption naming `path`).
+  Status DecodeEntries(const std::string& path, std::string_view body, uint64_t count);
+
   std::vector<std::pair<std::string_view, CatalogEntry>> entries_;
   // The file's body, which entries_ point into: the mapping, or a buffer the
   // file was read into where it cannot be mapped.

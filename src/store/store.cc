@@ -202,6 +202,13 @@ class StoreImpl final : public Store, public CompactionHost {
  private:
   // Bytes that gave sealed indexes in one refresh, by segment name.
   using FreshReads = std::map<std::string, std::shared_ptr<const SegmentReads>>;
+  // A segment file a refresh loads.
+  struct ToLoad {
+    std::string name;
+    std::string writer_id;
+    uint64_t seq;
+    std::shared_ptr<const LoadedSegment> old;  // its state at the last refresh
+  };
 
   // The catalog's entries: every sealed segment whose index reads were
   // recorded, their bytes taken from `fresh` (what the refresh that calls it
@@ -245,6 +252,90 @@ class StoreImpl final : public Store, public CompactionHost {
     return uint64_t{entries.size()};
   }
 
+  // A segment that a later segment of its writer names as sealed must be
+  // sealed: one without its seal was cut or damaged, not left open by a
+  // crash, and reading it as a crashed writer's tail would drop records
+  // silently (and bring back records that its resume markers hid). Such a
+  // predecessor is read afresh, then reported to `damage` and left out of
+  // `next`.
+  Status CheckSealedPredecessors(std::map<std::string, std::shared_ptr<const LoadedSegment>>* next,
+                                 const std::function<Status(const std::string&, Status)>& damage) {
+    for (auto& [name, seg] : *next) {
+      const uint64_t pred = seg->index.header.sealed_predecessor;
+      if (pred == 0) continue;
+      const std::string pred_name = format::SegmentFileName(seg->index.header.writer_id, pred);
+      auto it = next->find(pred_name);
+      if (it == next->end() || it->second->index.sealed) continue;
+      // Read it afresh before calling it damaged: on a network file system an
+      // open handle may report a size cached from before the seal.
+      std::string pred_id;
+      uint64_t pred_seq;
+      format::ParseSegmentFileName(pred_name, &pred_id, &pred_seq);
+      RefreshStats again;  // counted once, by the refresh that loaded it
+      auto fresh = LoadSegment(pred_name, pred_id, pred_seq, nullptr, &again, /*catalog=*/nullptr);
+      if (fresh.ok() && (*fresh)->index.sealed) {
+        it->second = std::move(fresh).value();
+        continue;
+      }
+      if (!fresh.ok() && !IsDamage(fresh.status())) return fresh.status();
+      const std::string rel = std::string(kSegmentsDir) + "/" + pred_name;
+      Status s = fresh.ok()
+                     ? Status::Corruption(
+                           format::AtOffset(rel, (*fresh)->index.committed_end) +
+                           "the segment's seal is missing, but its writer sealed it: " + seg->file +
+                           " names it as its sealed predecessor; the file is "
+                           "cut or damaged after its last readable commit")
+                     : fresh.status();
+      RUNSTORE_RETURN_IF_ERROR(damage(rel, std::move(s)));
+      it->second = nullptr;
+    }
+    std::erase_if(*next, [](const auto& kv) { return kv.second == nullptr; });
+    return Status::OK();
+  }
+
+  // Reads the catalog, once, at Open (later refreshes read only segments new
+  // to them), once the listing and its stats (`infos`) bound how large it
+  // can be: a file larger than a catalog of these segments is ignored before
+  // anything is allocated for it. A missing, damaged or ignored catalog only
+  // costs time: every segment is read (catalog_status_ says why).
+  void ReadCatalogOnce(const std::vector<Result<FileInfo>>& infos) RUNSTORE_REQUIRES(mu_) {
+    if (catalog_read_ || !options_.use_catalog) return;
+    catalog_read_ = true;
+    std::vector<FileInfo> sizes;
+    for (const auto& info : infos) {
+      if (info.ok()) sizes.push_back(*info);
+    }
+    auto c = Catalog::Read(env_, path_, Catalog::MaxBytes(sizes));
+    if (c.ok()) {
+      catalog_ = std::move(c).value();
+      catalog_size_ = catalog_->size();
+    } else if (c.status().code() != StatusCode::kNotFound) {
+      catalog_status_ = c.status();
+    }
+  }
+
+  // What of the listing `children` (sorted) to load: segment files not read
+  // before or not sealed when they were (with their state then); the sealed
+  // ones read before go to `next` as they are.
+  std::vector<ToLoad> ToLoadOf(const std::vector<std::string>& children,
+                               std::map<std::string, std::shared_ptr<const LoadedSegment>>* next,
+                               RefreshStats* stats) RUNSTORE_REQUIRES(mu_) {
+    std::vector<ToLoad> to_load;
+    for (const auto& name : children) {
+      ToLoad t{name, {}, 0, nullptr};
+      if (!format::ParseSegmentFileName(name, &t.writer_id, &t.seq)) continue;
+      auto old = loaded_.find(name);
+      if (old != loaded_.end() && old->second->index.sealed) {
+        (*next)[name] = old->second;
+        ++stats->unchanged;
+        continue;
+      }
+      if (old != loaded_.end()) t.old = old->second;
+      to_load.push_back(std::move(t));
+    }
+    return to_load;
+  }
+
   Status RefreshLocked() RUNSTORE_REQUIRES(mu_) {
     const std::string dir = path_ + "/" + kSegmentsDir;
     RefreshStats stats;
@@ -261,19 +352,7 @@ class StoreImpl final : public Store, public CompactionHost {
       damaged.push_back(DamagedSegment{rel, std::move(s)});
       return Status::OK();
     };
-    std::vector<ToLoad> to_load;
-    for (const auto& name : *children) {
-      ToLoad t{name, {}, 0, nullptr};
-      if (!format::ParseSegmentFileName(name, &t.writer_id, &t.seq)) continue;
-      auto old = loaded_.find(name);
-      if (old != loaded_.end() && old->second->index.sealed) {
-        next[name] = old->second;
-        ++stats.unchanged;
-        continue;
-      }
-      if (old != loaded_.end()) t.old = old->second;
-      to_load.push_back(std::move(t));
-    }
+    const std::vector<ToLoad> to_load = ToLoadOf(*children, &next, &stats);
     if (to_load.empty() && next.size() == loaded_.size() && current_ != nullptr) {
       // Every segment sealed and read before, none removed: nothing changed,
       // and the snapshot stands (a refresh costs the listing, not a rebuild).
@@ -283,25 +362,7 @@ class StoreImpl final : public Store, public CompactionHost {
       return Status::OK();
     }
     const std::vector<Result<FileInfo>> infos = StatSegments(to_load);
-    // The catalog is read once, at Open (later refreshes read only segments
-    // new to them), once the listing and its stats bound how large it can
-    // be: a file larger than a catalog of these segments is ignored before
-    // anything is allocated for it. A missing, damaged or ignored catalog
-    // only costs time: every segment is read.
-    if (!catalog_read_ && options_.use_catalog) {
-      catalog_read_ = true;
-      std::vector<FileInfo> sizes;
-      for (const auto& info : infos) {
-        if (info.ok()) sizes.push_back(*info);
-      }
-      auto c = Catalog::Read(env_, path_, Catalog::MaxBytes(sizes));
-      if (c.ok()) {
-        catalog_ = std::move(c).value();
-        catalog_size_ = catalog_->size();
-      } else if (c.status().code() != StatusCode::kNotFound) {
-        catalog_status_ = c.status();
-      }
-    }
+    ReadCatalogOnce(infos);
     stats.catalog_status = catalog_status_;
     // What loading read of each sealed segment, for a catalog written at the
     // end of this refresh; dropped with it (segments keep a digest).
@@ -325,40 +386,7 @@ class StoreImpl final : public Store, public CompactionHost {
       if (fresh_reads[i] != nullptr && !options_.read_only) fresh.emplace(name, fresh_reads[i]);
     }
     fresh_reads.clear();
-    // A segment that a later segment of its writer names as sealed must be
-    // sealed: one without its seal was cut or damaged, not left open by a
-    // crash, and reading it as a crashed writer's tail would drop records
-    // silently (and bring back records that its resume markers hid).
-    for (auto& [name, seg] : next) {
-      const uint64_t pred = seg->index.header.sealed_predecessor;
-      if (pred == 0) continue;
-      const std::string pred_name = format::SegmentFileName(seg->index.header.writer_id, pred);
-      auto it = next.find(pred_name);
-      if (it == next.end() || it->second->index.sealed) continue;
-      // Read it afresh before calling it damaged: on a network file system an
-      // open handle may report a size cached from before the seal.
-      std::string pred_id;
-      uint64_t pred_seq;
-      format::ParseSegmentFileName(pred_name, &pred_id, &pred_seq);
-      RefreshStats again;  // counted once, above
-      auto fresh = LoadSegment(pred_name, pred_id, pred_seq, nullptr, &again, /*catalog=*/nullptr);
-      if (fresh.ok() && (*fresh)->index.sealed) {
-        it->second = std::move(fresh).value();
-        continue;
-      }
-      if (!fresh.ok() && !IsDamage(fresh.status())) return fresh.status();
-      const std::string rel = std::string(kSegmentsDir) + "/" + pred_name;
-      Status s = fresh.ok()
-                     ? Status::Corruption(
-                           format::AtOffset(rel, (*fresh)->index.committed_end) +
-                           "the segment's seal is missing, but its writer sealed it: " + seg->file +
-                           " names it as its sealed predecessor; the file is "
-                           "cut or damaged after its last readable commit")
-                     : fresh.status();
-      RUNSTORE_RETURN_IF_ERROR(damage(rel, std::move(s)));
-      it->second = nullptr;
-    }
-    std::erase_if(next, [](const auto& kv) { return kv.second == nullptr; });
+    RUNSTORE_RETURN_IF_ERROR(CheckSealedPredecessors(&next, damage));
     // Segments that a compacted segment replaces, and compacted segments
     // that do not stand (docs/design.md#compaction), are left out.
     CompactedResolution resolution;
@@ -430,12 +458,6 @@ class StoreImpl final : public Store, public CompactionHost {
     return s.code() == StatusCode::kCorruption || s.code() == StatusCode::kIOError;
   }
 
-  struct ToLoad {
-    std::string name;
-    std::string writer_id;
-    uint64_t seq;
-    std::shared_ptr<const LoadedSegment> old;  // its state at the last refresh
-  };
   // Runs fn(begin, end, k) over [0, n) in batches of kBatch, on several
   // threads when there are many (k: the thread's index, below the count
   // returned by LoadThreads(n)). From kParallelLoadSegments on, at least two
@@ -511,6 +533,29 @@ class StoreImpl final : public Store, public CompactionHost {
     return out;
   }
 
+  // Whether `seg` (segment file `name` of `writer_id` and `seq`, whose stat
+  // is `info`) got its index from `catalog`: only from an entry recorded for
+  // this very file whose bytes give a sealed index, and the index of this
+  // file's name (an entry of another segment replayed for this one would
+  // make a healthy file read, or verify, as another); the entry's bytes get
+  // every check a file's get. `fresh`: as LoadSegment's.
+  static bool FromCatalog(const Catalog* catalog, const std::string& name, const FileInfo& info,
+                          const std::string& writer_id, uint64_t seq, LoadedSegment* seg,
+                          std::shared_ptr<const SegmentReads>* fresh) {
+    const CatalogEntry* e = catalog != nullptr ? catalog->Find(name) : nullptr;
+    if (e == nullptr || !(e->info == info)) return false;
+    format::SegmentIndex index;
+    if (!format::LoadSegmentIndex(*NewReplayFile(e->reads), seg->file, &index).ok() ||
+        !index.sealed || index.header.writer_id != writer_id || index.header.sequence != seq) {
+      return false;  // no use: the file is read
+    }
+    seg->index = std::move(index);
+    seg->reads = std::make_unique<const SegmentReadsDigest>(DigestOf(*e->reads));
+    if (fresh != nullptr) *fresh = e->reads;
+    seg->from_catalog = true;
+    return true;
+  }
+
   // Loads segment `name` of `writer_id`: continues from `old` (its state at
   // the last refresh) when given; else from `catalog` (the store's, read
   // under its lock by the caller, or null for none), if its entry is for this
@@ -573,24 +618,9 @@ class StoreImpl final : public Store, public CompactionHost {
       ++stats->unchanged;
       return old;
     }
-    if (const CatalogEntry* e = catalog != nullptr ? catalog->Find(name) : nullptr;
-        e && e->info == *info) {
-      // The entry's bytes get every check a file's get, and must be this
-      // file's: its header names the writer id and number of the file's
-      // name (an entry of another segment replayed for this one would make
-      // a healthy file read, or verify, as another).
-      format::SegmentIndex index;
-      if (format::LoadSegmentIndex(*NewReplayFile(e->reads), rel, &index).ok() && index.sealed &&
-          index.header.writer_id == writer_id && index.header.sequence == seq) {
-        seg->index = std::move(index);
-        seg->reads = std::make_unique<const SegmentReadsDigest>(DigestOf(*e->reads));
-        if (fresh != nullptr) *fresh = e->reads;
-        seg->from_catalog = true;
-        ++stats->from_catalog;
-        return finish();
-      }
-      // An entry that does not give this file's sealed index is no use: read
-      // the file.
+    if (FromCatalog(catalog, name, *info, writer_id, seq, seg.get(), fresh)) {
+      ++stats->from_catalog;
+      return finish();
     }
     std::shared_ptr<RandomAccessFile> handle;
     RUNSTORE_ASSIGN_OR_RETURN(handle, env_->NewRandomAccessFile(seg->path()));
