@@ -311,7 +311,8 @@ bool DecodeFooterSections(Decoder* d, uint64_t blocks, SegmentIndex* index, std:
 // the footer's header and payload checksums hold: a footer that fails after
 // that was written so (a torn write fails a checksum), and is no torn seal.
 Status LoadFooter(const RandomAccessFile& file, const std::string& name, uint64_t file_size,
-                  const Trailer& t, SegmentIndex* index, bool* checksummed) {
+                  const Trailer& t, SegmentIndex* index, bool* checksummed,
+                  NameTable* shared_names = nullptr) {
   *checksummed = false;
   auto bad = [&](uint64_t off, const std::string& what) {
     return Status::Corruption(AtOffset(name, off) + what);
@@ -376,7 +377,8 @@ Status LoadFooter(const RandomAccessFile& file, const std::string& name, uint64_
   }
   if (f.block_count > payload.size() / 16) return bad(payload_off, "footer block count too large");
   index->blocks.reserve(f.block_count);
-  NameTable names;
+  NameTable own_names;
+  NameTable& names = shared_names != nullptr ? *shared_names : own_names;
   uint64_t prev_frame_end = kSegmentHeaderSize;
   for (uint64_t i = 0; i < f.block_count; ++i) {
     BlockInfo b;
@@ -428,8 +430,8 @@ Status LoadFooter(const RandomAccessFile& file, const std::string& name, uint64_
 
 }  // namespace
 
-Status LoadSegmentIndex(const RandomAccessFile& file, const std::string& name,
-                        SegmentIndex* index) {
+Status LoadSegmentIndex(const RandomAccessFile& file, const std::string& name, SegmentIndex* index,
+                        NameTable* names) {
   *index = SegmentIndex();
   RUNSTORE_ASSIGN_OR_RETURN(uint64_t size, file.Size());
   index->file_size = size;
@@ -482,7 +484,7 @@ Status LoadSegmentIndex(const RandomAccessFile& file, const std::string& name,
     Trailer t;
     if (complete && DecodeTrailer(got, &t)) {
       bool checksummed;
-      Status s = LoadFooter(file, name, size, t, index, &checksummed);
+      Status s = LoadFooter(file, name, size, t, index, &checksummed, names);
       if (s.ok() || s.code() != StatusCode::kCorruption || checksummed) return s;
       // A damaged footer: every frame before it was committed and synced
       // before the footer was written, so recovery must read up to the

@@ -56,7 +56,11 @@ struct SegmentIndex {
 // damaged). Unsealed: recovers. Corruption if committed data is damaged in a
 // way that recovery cannot attribute to a torn tail; NotSupported for a newer
 // version.
-Status LoadSegmentIndex(const RandomAccessFile& file, const std::string& name, SegmentIndex* index);
+// `names`, if given: the table the blocks' series names are interned in,
+// shared with other segments loaded through it (a store of many segments
+// then holds each name once per table, not once per segment).
+Status LoadSegmentIndex(const RandomAccessFile& file, const std::string& name, SegmentIndex* index,
+                        NameTable* names = nullptr);
 
 // Whether the file ends with a valid trailer, read from its last 32 bytes
 // alone. A hint, not the answer: a crash while the seal was being synced can

@@ -508,6 +508,9 @@ class StoreImpl final : public Store, public CompactionHost {
       std::vector<std::shared_ptr<const SegmentReads>>* fresh_reads) {
     std::vector<std::optional<Result<std::shared_ptr<const LoadedSegment>>>> out(to_load.size());
     std::vector<RefreshStats> counts(LoadThreads(to_load.size()));
+    // Series names, each held once per loading thread rather than once per
+    // segment (about 60 bytes a name a segment).
+    std::vector<format::NameTable> names(counts.size());
     ForBatches(to_load.size(), [&](size_t b, size_t e, size_t k) {
       // A mapped catalog's pages read so far leave the resident set now and
       // then (every 8,192 segments, about 6 MiB of entries).
@@ -516,7 +519,7 @@ class StoreImpl final : public Store, public CompactionHost {
         const ToLoad& t = to_load[i];
         try {
           out[i] = LoadSegment(t.name, t.writer_id, t.seq, t.old, &counts[k], catalog, &infos[i],
-                               &(*fresh_reads)[i]);
+                               &(*fresh_reads)[i], &names[k]);
         } catch (const std::bad_alloc&) {
           out[i] = Status::ResourceExhausted(
               std::string(kSegmentsDir) + "/" + t.name + ": out of memory reading its index",
@@ -541,11 +544,11 @@ class StoreImpl final : public Store, public CompactionHost {
   // every check a file's get. `fresh`: as LoadSegment's.
   static bool FromCatalog(const Catalog* catalog, const std::string& name, const FileInfo& info,
                           const std::string& writer_id, uint64_t seq, LoadedSegment* seg,
-                          std::shared_ptr<const SegmentReads>* fresh) {
+                          std::shared_ptr<const SegmentReads>* fresh, format::NameTable* names) {
     const CatalogEntry* e = catalog != nullptr ? catalog->Find(name) : nullptr;
     if (e == nullptr || !(e->info == info)) return false;
     format::SegmentIndex index;
-    if (!format::LoadSegmentIndex(*NewReplayFile(e->reads), seg->file, &index).ok() ||
+    if (!format::LoadSegmentIndex(*NewReplayFile(e->reads), seg->file, &index, names).ok() ||
         !index.sealed || index.header.writer_id != writer_id || index.header.sequence != seq) {
       return false;  // no use: the file is read
     }
@@ -563,13 +566,14 @@ class StoreImpl final : public Store, public CompactionHost {
   // handle. `file_info`: the file's GetFileInfo, if already asked.
   // `fresh`, if given: set to the bytes that gave a sealed index, where the
   // segment records their digest (the catalog's entry, or what was read of
-  // the file by a store that may write a catalog). Runs on the loading
-  // threads: it reads nothing the store's lock guards.
+  // the file by a store that may write a catalog). `names`, if given: the
+  // table its series names are interned in. Runs on the loading threads: it
+  // reads nothing the store's lock guards.
   Result<std::shared_ptr<const LoadedSegment>> LoadSegment(
       const std::string& name, const std::string& writer_id, uint64_t seq,
       const std::shared_ptr<const LoadedSegment>& old, RefreshStats* stats, const Catalog* catalog,
       const Result<FileInfo>* file_info = nullptr,
-      std::shared_ptr<const SegmentReads>* fresh = nullptr) {
+      std::shared_ptr<const SegmentReads>* fresh = nullptr, format::NameTable* names = nullptr) {
     const std::string rel = std::string(kSegmentsDir) + "/" + name;
     auto seg = std::make_shared<LoadedSegment>();
     seg->file = rel;
@@ -599,7 +603,7 @@ class StoreImpl final : public Store, public CompactionHost {
       // must find again (the stat above may be of one renamed over since).
       RUNSTORE_ASSIGN_OR_RETURN(seg->info, handle->Info());
       if (old->info.inode != 0 && seg->info.inode != old->info.inode) {
-        return LoadSegment(name, writer_id, seq, nullptr, stats, catalog, nullptr, fresh);
+        return LoadSegment(name, writer_id, seq, nullptr, stats, catalog, nullptr, fresh, names);
       }
       seg->index = old->index;
       RUNSTORE_RETURN_IF_ERROR(format::RefreshSegmentIndex(*handle, rel, &seg->index));
@@ -618,7 +622,7 @@ class StoreImpl final : public Store, public CompactionHost {
       ++stats->unchanged;
       return old;
     }
-    if (FromCatalog(catalog, name, *info, writer_id, seq, seg.get(), fresh)) {
+    if (FromCatalog(catalog, name, *info, writer_id, seq, seg.get(), fresh, names)) {
       ++stats->from_catalog;
       return finish();
     }
@@ -633,14 +637,14 @@ class StoreImpl final : public Store, public CompactionHost {
       // only a store that may write one needs (a read-only reader would hold
       // every footer twice: about a fifth of what opening costs it).
       auto reads = std::make_shared<SegmentReads>();
-      RUNSTORE_RETURN_IF_ERROR(
-          format::LoadSegmentIndex(*NewRecordingFile(*handle, reads.get()), rel, &seg->index));
+      RUNSTORE_RETURN_IF_ERROR(format::LoadSegmentIndex(*NewRecordingFile(*handle, reads.get()),
+                                                        rel, &seg->index, names));
       if (seg->index.sealed && !reads->overflowed) {
         seg->reads = std::make_unique<const SegmentReadsDigest>(DigestOf(*reads));
         if (fresh != nullptr) *fresh = std::move(reads);
       }
     } else {
-      RUNSTORE_RETURN_IF_ERROR(format::LoadSegmentIndex(*handle, rel, &seg->index));
+      RUNSTORE_RETURN_IF_ERROR(format::LoadSegmentIndex(*handle, rel, &seg->index, names));
     }
     if (seg->index.sealed) {
       ++stats->from_footer;  // mapped on its first read
