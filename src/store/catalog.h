@@ -50,7 +50,7 @@ std::unique_ptr<RandomAccessFile> NewReplayFile(std::shared_ptr<const SegmentRea
 
 // What loading a sealed segment's index read, without the bytes: the file's
 // size then, where each range lies, and an XXH3-128 hash of their bytes. A
-// loaded segment keeps this rather than the bytes (about 100 bytes where the
+// loaded segment keeps this rather than the bytes (about 150 bytes where the
 // bytes are about 700 for a small segment, and the catalog's whole buffer
 // while any entry of it was kept): a catalog written later reads the ranges
 // again from the file, and verify compares a catalog entry with the file by

@@ -232,10 +232,12 @@ class StoreImpl final : public Store, public CompactionHost {
         auto file = env_->NewRandomAccessFile(seg.path());
         Result<std::shared_ptr<const SegmentReads>> again =
             file.ok() ? ReadAgain(**file, *seg.reads) : file.status();
+        // A segment removed meanwhile is left out; another error fails the
+        // write.
         if (again.ok()) {
           reads[i] = std::move(again).value();
         } else if (again.status().code() != StatusCode::kNotFound && failed[k].ok()) {
-          failed[k] = again.status();  // removed meanwhile: left out
+          failed[k] = again.status();
         }
       }
     });
