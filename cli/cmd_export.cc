@@ -102,6 +102,90 @@ std::string SeriesFileName(const std::string& series, std::set<std::string>* use
 
 }  // namespace
 
+namespace {
+
+// The series to export: those named (each must exist before anything is
+// written), or every one.
+Result<std::vector<SeriesInfo>> SeriesToExport(const Snapshot& snap, const ExportCsvOptions& o) {
+  if (o.names.empty()) return snap.ListSeries(o.all);
+  std::vector<SeriesInfo> series;
+  std::set<std::string> seen;
+  for (const std::string& name : o.names) {
+    if (!seen.insert(name).second) continue;
+    RUNSTORE_ASSIGN_OR_RETURN(SeriesInfo info, snap.GetSeriesInfo(name));
+    series.push_back(std::move(info));
+  }
+  return series;
+}
+
+// The CSV of series `info` into `out`: a header, then a row per record (run,
+// step, and the value in one cell or one cell per element of `cols`).
+// `rows_done` is told the rows written after each batch. The rows written.
+Result<uint64_t> WriteSeriesCsv(const Snapshot& snap, const SeriesInfo& info,
+                                const std::vector<std::string>& cols, Output* out,
+                                const std::function<void(uint64_t)>& rows_done) {
+  const bool split = cols.size() > 1 || cols[0] != "value";
+  std::string line = "run,step", cell;
+  for (const std::string& c : cols) line += "," + c;
+  line += '\n';
+  out->Write(line);
+  RUNSTORE_ASSIGN_OR_RETURN(auto scanner, snap.Scan(info.name));
+  ScanBatch batch;
+  uint64_t rows = 0;
+  while (true) {
+    RUNSTORE_ASSIGN_OR_RETURN(const bool more, scanner->Next(&batch));
+    if (!more) break;
+    for (size_t i = 0; i < batch.count; ++i) {
+      const Row row = GetRow(batch, i);
+      line.clear();
+      text::AppendCsvRun(&line, row.run_is_string, row.run_int, row.run_str);
+      line += ',';
+      line += std::to_string(row.step);
+      if (split) {
+        const size_t elem = DTypeSize(info.dtype);
+        if (row.nbytes != cols.size() * elem) {
+          return Status::Corruption("a record of " + std::to_string(row.nbytes) +
+                                    " bytes in a series of " + std::to_string(cols.size()) +
+                                    " elements per record");
+        }
+        for (size_t e = 0; e < cols.size(); ++e) {
+          line += ',';
+          AppendElement(&line, info.dtype, row.data + e * elem, OutFormat::kCsv);
+        }
+      } else {
+        line += ',';
+        cell.clear();
+        AppendValue(&cell, info.dtype, row.shape, row.data, row.nbytes, OutFormat::kCsv);
+        text::AppendCsvValueCell(&line, info.dtype, cell);
+      }
+      line += '\n';
+      out->Write(line);
+    }
+    rows += batch.count;
+    rows_done(rows);
+    if (!out->status().ok()) break;
+  }
+  return rows;
+}
+
+// manifest.json, which maps file names back to series names (and cannot
+// collide with a series' file: those all end in .csv), written whole or not
+// at all.
+Status WriteManifest(const std::string& outdir, const std::string& suffix,
+                     const std::string& store_path, const ordered_json& manifest) {
+  const std::string mpath = (std::filesystem::path(outdir) / "manifest.json").string();
+  RUNSTORE_ASSIGN_OR_RETURN(auto m, Output::Create(mpath + suffix, mpath));
+  m->Write(ordered_json{{"store", store_path}, {"text_cells", kTextCellsNote}, {"series", manifest}}
+               .dump(2, ' ', false, ordered_json::error_handler_t::replace) +
+           "\n");
+  Status s = m->Close();
+  if (s.ok()) s = PlaceFile(mpath + suffix, mpath, /*replace=*/true);
+  if (!s.ok()) std::remove((mpath + suffix).c_str());
+  return s;
+}
+
+}  // namespace
+
 int RunExportCsv(const ExportCsvOptions& o) {
   constexpr std::string_view kCmd = "export csv";
   namespace fs = std::filesystem;
@@ -110,22 +194,9 @@ int RunExportCsv(const ExportCsvOptions& o) {
   if (store == nullptr) return open_rc;
   if (Status s = CheckOutsideStore(o.store, o.outdir); !s.ok()) return ReportError(kCmd, s);
   auto snap = store->GetSnapshot();
-
-  // Every named series must exist before anything is written.
-  std::vector<SeriesInfo> series;
-  if (o.names.empty()) {
-    auto all = snap->ListSeries(o.all);
-    if (!all.ok()) return ReportError(kCmd, all.status());
-    series = std::move(all).value();
-  } else {
-    std::set<std::string> seen;
-    for (const std::string& name : o.names) {
-      if (!seen.insert(name).second) continue;
-      auto info = snap->GetSeriesInfo(name);
-      if (!info.ok()) return ReportError(kCmd, info.status());
-      series.push_back(std::move(info).value());
-    }
-  }
+  auto listed = SeriesToExport(*snap, o);
+  if (!listed.ok()) return ReportError(kCmd, listed.status());
+  const std::vector<SeriesInfo>& series = *listed;
   std::error_code ec;
   fs::create_directories(o.outdir, ec);
   if (ec) {
@@ -139,95 +210,40 @@ int RunExportCsv(const ExportCsvOptions& o) {
   const std::string suffix = ".tmp-" + std::to_string(getpid());
   ordered_json manifest = ordered_json::array();
   uint64_t done = 0, bytes = 0;
-  std::string line, cell;
   std::set<std::string> used_files = {"manifest.json"};
   for (const SeriesInfo& info : series) {
     const std::string file = SeriesFileName(info.name, &used_files);
     const std::string path = (fs::path(o.outdir) / file).string();
     const std::string tmp = path + suffix;
     const std::vector<std::string> cols = ValueColumns(info, o.max_columns);
-    const bool split = cols.size() > 1 || cols[0] != "value";
     auto fail = [&](const Status& s) {
       progress.Finish();
       std::remove(tmp.c_str());
       return ReportError(kCmd, s.WithContext("series '" + info.name + "'"));
     };
-
     auto created = Output::Create(tmp, path);
     if (!created.ok()) return fail(created.status());
     Output& out = **created;
-    line = "run,step";
-    for (const std::string& c : cols) line += "," + c;
-    line += '\n';
-    out.Write(line);
-
-    auto scanner = snap->Scan(info.name);
-    if (!scanner.ok()) return fail(scanner.status());
-    ScanBatch batch;
-    uint64_t rows = 0;
-    while (true) {
-      auto more = (*scanner)->Next(&batch);
-      if (!more.ok()) return fail(more.status());
-      if (!*more) break;
-      for (size_t i = 0; i < batch.count; ++i) {
-        const Row row = GetRow(batch, i);
-        line.clear();
-        text::AppendCsvRun(&line, row.run_is_string, row.run_int, row.run_str);
-        line += ',';
-        line += std::to_string(row.step);
-        if (split) {
-          const size_t elem = DTypeSize(info.dtype);
-          if (row.nbytes != cols.size() * elem) {
-            return fail(Status::Corruption("a record of " + std::to_string(row.nbytes) +
-                                           " bytes in a series of " + std::to_string(cols.size()) +
-                                           " elements per record"));
-          }
-          for (size_t e = 0; e < cols.size(); ++e) {
-            line += ',';
-            AppendElement(&line, info.dtype, row.data + e * elem, OutFormat::kCsv);
-          }
-        } else {
-          line += ',';
-          cell.clear();
-          AppendValue(&cell, info.dtype, row.shape, row.data, row.nbytes, OutFormat::kCsv);
-          text::AppendCsvValueCell(&line, info.dtype, cell);
-        }
-        line += '\n';
-        out.Write(line);
-      }
-      rows += batch.count;
-      progress.Update(done + rows, bytes + out.bytes_written());
-      if (!out.status().ok()) break;
-    }
+    auto rows = WriteSeriesCsv(*snap, info, cols, &out, [&](uint64_t written) {
+      progress.Update(done + written, bytes + out.bytes_written());
+    });
+    if (!rows.ok()) return fail(rows.status());
     const uint64_t file_bytes = out.bytes_written();
     Status s = out.Close();
     if (s.ok()) s = PlaceFile(tmp, path, /*replace=*/true);
     if (!s.ok()) return fail(s);
-    done += rows;
+    done += *rows;
     bytes += file_bytes;
     manifest.push_back({{"series", info.name},
                         {"file", file},
                         {"dtype", DTypeName(info.dtype)},
                         {"shape", info.shape},
                         {"variable_shape", info.variable_shape},
-                        {"records", rows},
+                        {"records", *rows},
                         {"columns", cols}});
   }
   progress.Finish();
-
-  // manifest.json maps file names back to series names (and cannot collide
-  // with a series' file: those all end in .csv).
-  const std::string mpath = (fs::path(o.outdir) / "manifest.json").string();
-  auto m = Output::Create(mpath + suffix, mpath);
-  if (!m.ok()) return ReportError(kCmd, m.status());
-  (*m)->Write(
-      ordered_json{{"store", store->path()}, {"text_cells", kTextCellsNote}, {"series", manifest}}
-          .dump(2, ' ', false, ordered_json::error_handler_t::replace) +
-      "\n");
-  Status s = (*m)->Close();
-  if (s.ok()) s = PlaceFile(mpath + suffix, mpath, /*replace=*/true);
-  if (!s.ok()) {
-    std::remove((mpath + suffix).c_str());
+  if (Status s = WriteManifest(o.outdir, suffix, store->path(), manifest); !s.ok()) {
     return ReportError(kCmd, s);
   }
   std::cout << "exported " << series.size() << " series (" << done << " records, "
