@@ -58,21 +58,60 @@ class TextTable {
   size_t run_w_ = 0, step_w_ = 0;
 };
 
+Result<OutFormat> ParseFormat(const std::string& format) {
+  if (format == "text") return OutFormat::kText;
+  if (format == "csv") return OutFormat::kCsv;
+  if (format == "jsonl" || format == "json") return OutFormat::kJson;
+  return Status::InvalidArgument("unknown format '" + format + "' (expected text, csv or jsonl)");
+}
+
+// The scan of `o`: only the blocks that can hold the run and steps asked
+// for are read.
+ScanOptions ScanOptionsOf(const CatOptions& o, const std::optional<RunId>& run_filter) {
+  ScanOptions scan_options;
+  if (run_filter) scan_options.runs = std::vector<RunId>{*run_filter};
+  if (o.first_step || o.last_step) {
+    scan_options.steps =
+        ScanOptions::StepRange{o.first_step.value_or(std::numeric_limits<int64_t>::min()),
+                               o.last_step.value_or(std::numeric_limits<int64_t>::max())};
+  }
+  return scan_options;
+}
+
+// A record as a CSV or JSON line (with its newline) appended to `line`. CSV
+// is exact, but a terminal (`csv_on_terminal`) is shown the strings of the
+// store as text shows them (Printable), never their control characters raw;
+// the formula rule holds either way. `value`: scratch.
+void AppendLine(const Row& row, DType dtype, OutFormat fmt, bool csv_on_terminal, std::string* line,
+                std::string* value) {
+  if (fmt == OutFormat::kCsv) {
+    text::AppendCsvRun(line, row.run_is_string, row.run_int,
+                       csv_on_terminal ? Printable(row.run_str) : row.run_str);
+    *line += ',';
+    *line += std::to_string(row.step);
+    *line += ',';
+    value->clear();
+    AppendValue(value, dtype, row.shape, row.data, row.nbytes, fmt);
+    text::AppendCsvValueCell(line, dtype, csv_on_terminal ? Printable(*value) : *value);
+  } else {
+    *line += "{\"run\":";
+    AppendRun(line, row.run_is_string, row.run_int, row.run_str, fmt);
+    *line += ",\"step\":";
+    *line += std::to_string(row.step);
+    *line += ",\"value\":";
+    AppendValue(line, dtype, row.shape, row.data, row.nbytes, fmt);
+    *line += '}';
+  }
+  *line += '\n';
+}
+
 }  // namespace
 
 int RunCat(const CatOptions& o) {
   constexpr std::string_view kCmd = "cat";
-  OutFormat fmt;
-  if (o.format == "text") {
-    fmt = OutFormat::kText;
-  } else if (o.format == "csv") {
-    fmt = OutFormat::kCsv;
-  } else if (o.format == "jsonl" || o.format == "json") {
-    fmt = OutFormat::kJson;
-  } else {
-    return ReportError(kCmd, Status::InvalidArgument("unknown format '" + o.format +
-                                                     "' (expected text, csv or jsonl)"));
-  }
+  const Result<OutFormat> parsed_format = ParseFormat(o.format);
+  if (!parsed_format.ok()) return ReportError(kCmd, parsed_format.status());
+  const OutFormat fmt = *parsed_format;
   std::optional<RunId> run_filter;
   if (o.run_set) {
     Result<RunId> run = ParseRunArg(o.run, o.run_is_string, "--run");
@@ -86,15 +125,7 @@ int RunCat(const CatOptions& o) {
   auto snap = store->GetSnapshot();
   auto info = snap->GetSeriesInfo(o.name);
   if (!info.ok()) return ReportError(kCmd, info.status());
-  // The scan reads only the blocks that can hold the run and steps asked for.
-  ScanOptions scan_options;
-  if (run_filter) scan_options.runs = std::vector<RunId>{*run_filter};
-  if (o.first_step || o.last_step) {
-    scan_options.steps =
-        ScanOptions::StepRange{o.first_step.value_or(std::numeric_limits<int64_t>::min()),
-                               o.last_step.value_or(std::numeric_limits<int64_t>::max())};
-  }
-  auto scanner = snap->Scan(o.name, scan_options);
+  auto scanner = snap->Scan(o.name, ScanOptionsOf(o, run_filter));
   if (!scanner.ok()) return ReportError(kCmd, scanner.status());
 
   Output out;
@@ -104,8 +135,6 @@ int RunCat(const CatOptions& o) {
 
   std::optional<TextTable> table;
   if (fmt == OutFormat::kText) table.emplace(&out);
-  // CSV is exact, but a terminal is shown the strings of the store as text
-  // shows them (Printable), never their control characters raw.
   const bool csv_on_terminal = fmt == OutFormat::kCsv && isatty(STDOUT_FILENO) == 1;
   if (fmt == OutFormat::kCsv) out.Write("run,step,value\n");
 
@@ -135,27 +164,7 @@ int RunCat(const CatOptions& o) {
         continue;
       }
       line.clear();
-      if (fmt == OutFormat::kCsv) {
-        // On a terminal the cells are shown escaped, as all text is; the
-        // formula rule holds either way.
-        text::AppendCsvRun(&line, row.run_is_string, row.run_int,
-                           csv_on_terminal ? Printable(row.run_str) : row.run_str);
-        line += ',';
-        line += std::to_string(row.step);
-        line += ',';
-        value_s.clear();
-        AppendValue(&value_s, dtype, row.shape, row.data, row.nbytes, fmt);
-        text::AppendCsvValueCell(&line, dtype, csv_on_terminal ? Printable(value_s) : value_s);
-      } else {
-        line += "{\"run\":";
-        AppendRun(&line, row.run_is_string, row.run_int, row.run_str, fmt);
-        line += ",\"step\":";
-        line += std::to_string(row.step);
-        line += ",\"value\":";
-        AppendValue(&line, dtype, row.shape, row.data, row.nbytes, fmt);
-        line += '}';
-      }
-      line += '\n';
+      AppendLine(row, dtype, fmt, csv_on_terminal, &line, &value_s);
       out.Write(line);
     }
     scanned += batch.count;
