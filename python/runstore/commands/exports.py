@@ -298,8 +298,9 @@ def _export(
 
 
 def plan_main(argv: list[str]) -> int:
-    """``runstore plan``: the partition planner of runstore.dask (:func:`runstore._plan.plan`,
-    without dask); prints the plan's reasoning (and draws it with --draw FILE)."""
+    """``runstore plan``: the partition planner of runstore.dask
+    (:func:`runstore.integrations._plan.plan`, without dask); prints the plan's reasoning (and
+    draws it with --draw FILE)."""
     count = integer(1, INT32_MAX)
     p = command_parser(
         "plan",

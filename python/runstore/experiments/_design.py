@@ -1,6 +1,7 @@
 """Defining experiments (``define_experiments``, ``grid``): a design's rows normalised into typed
 parameter columns, their default ids (the hash of each row's canonical parameters), checked
-against what the store holds, and written as records (layout: :mod:`runstore._experiments`).
+against what the store holds, and written as records (layout:
+:mod:`runstore.experiments._records`).
 """
 
 from __future__ import annotations

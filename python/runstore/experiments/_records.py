@@ -1,6 +1,7 @@
 """Experiments as records: the names they are stored under, columns with gaps, the index of
 experiment ids, and reading a store's design, status and outcomes back. Defining experiments is
-:mod:`runstore._design`; writing them from a loop of one's own, :mod:`runstore._experiment_writer`.
+:mod:`runstore.experiments._design`; writing them from a loop of one's own,
+:mod:`runstore.experiments._writer`.
 
 Layout (docs/experiments.md): every experiment is a run id. Its parameters are records
 ``(id, "~design/<param>", 0)``, its definition order ``(id, "~design/~row", 0)`` (int64), its

@@ -1,10 +1,11 @@
-"""``runstore status STORE``: where a sweep stands, from the experiments' status records.
+"""Where a sweep stands, from the experiments' status records: what ``runstore status``
+(:mod:`runstore.commands.status`), ``runstore watch`` and the report show.
 
 Counts of pending, running, done and failed experiments; the rate at which experiments finished
 over the last minutes and the time left at that rate; the slowest experiments, the longest
 running ones and the failures with the first line of their errors. Read from one snapshot of
-the store (read-only: it never blocks or slows a sweep's writers), as text or ``--json``.
-Ids, hosts and errors come from the store: the text shows them through
+the store (read-only: it never blocks or slows a sweep's writers), as a dict (``--json``) or
+text. Ids, hosts and errors come from the store: the text shows them through
 :func:`runstore._printable.printable`, never a terminal command; the JSON is ASCII.
 """
 

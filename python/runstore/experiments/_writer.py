@@ -1,6 +1,6 @@
 """Writing whole experiments from a loop of one's own (``runstore.experiments.writer``): each
 record one atomic set of parameters, status and outcomes, in the layout run_experiments writes
-(:mod:`runstore._experiments`).
+(:mod:`runstore.experiments._records`).
 """
 
 from __future__ import annotations

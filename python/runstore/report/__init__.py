@@ -4,7 +4,7 @@
     runstore.report.write("results/sweep", "report.html")    # or an open Store
 
 The page is one file that opens without a network (plotly.js and the page's script are
-inline, about 5 MB of the file) and shows, as far as the store has them (``_report_data``
+inline, about 5 MB of the file) and shows, as far as the store has them (``report._data``
 says how each is computed, in bounded memory):
 
 - the status of the experiments, as ``runstore status`` computes it, with how many finished
@@ -18,8 +18,8 @@ says how each is computed, in bounded memory):
   of metric and runs, smoothing and a log scale.
 
 A store with none of these (no records yet) gives a page that says so. Needs plotly
-(``pip install plotly``). This module is a front end, as ``runstore status`` is: nothing in the
-package imports it.
+(``pip install plotly``). Imported on its own: ``import runstore`` does not load it, and in the
+package only the command ``runstore report`` (:mod:`runstore.commands.report`) imports it.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """What the report of a store shows (``runstore report``, :mod:`runstore.report`), computed from
-the store in bounded memory; ``_report_page`` draws it.
+the store in bounded memory; ``report._page`` draws it.
 
-- The experiments' status: the summary of ``runstore status`` (:func:`runstore._status.summary`),
-  how many finished over time, the distribution of their run times, and the failures grouped by
-  the line of their error that names it, each with its traceback.
+- The experiments' status: the summary of ``runstore status``
+  (:func:`runstore.experiments._status.summary`), how many finished over time, the distribution
+  of their run times, and the failures grouped by the line of their error that names it, each
+  with its traceback.
 - Each numeric scalar outcome: its distribution over every experiment, and against each
   parameter: a scatter of one seeded sample of at most ``max_points`` experiments (the same
   experiments in every scatter) for numeric parameters, box plots over every experiment for
