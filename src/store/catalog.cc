@@ -7,6 +7,7 @@
 #include <new>
 #include <random>
 
+#include "env/read_pages.h"
 #include "util/coding.h"
 #include "util/hash.h"
 
@@ -169,25 +170,6 @@ Status Damaged(const std::string& path, const std::string& what) {
   return Status::Corruption(path + ": " + what + "; the catalog is ignored");
 }
 
-// Drops the pages of a mapped catalog's body from the resident set as it is
-// read, a piece of kReleaseBytes at a time; nothing for one read into memory.
-class ReadPages {
- public:
-  ReadPages(const MappedRegion* map, std::string_view body) : map_(map), body_(body) {}
-  // Everything before `end` (an offset into the body) has been read.
-  void ReadUpTo(uint64_t end) {
-    if (map_ != nullptr && end - released_ >= kReleaseBytes) {
-      map_->ReleasePages(body_.data() + released_, end - released_);
-      released_ = end;
-    }
-  }
-
- private:
-  const MappedRegion* const map_;
-  const std::string_view body_;
-  uint64_t released_ = 0;
-};
-
 }  // namespace
 
 Result<std::shared_ptr<const Catalog>> Catalog::Read(Env* env, const std::string& store_path,
@@ -228,7 +210,7 @@ Result<std::shared_ptr<const Catalog>> Catalog::Read(Env* env, const std::string
   }
   auto catalog = std::make_shared<Catalog>();
   RUNSTORE_ASSIGN_OR_RETURN(const std::string_view body, catalog->HoldBody(*file, path, size));
-  ReadPages pages(catalog->map_.get(), body);
+  ReadPages pages(catalog->map_.get(), body.data(), body.size(), kReleaseBytes);
   ChecksumStream sum;
   for (uint64_t at = 0; at < body.size(); at += kReleaseBytes) {
     const uint64_t n = std::min<uint64_t>(kReleaseBytes, body.size() - at);
@@ -275,7 +257,7 @@ Status Catalog::DecodeEntries(const std::string& path, std::string_view body, ui
   auto bad = [&](uint64_t i, const std::string& what) {
     return Damaged(path, what.empty() ? "entry " + std::to_string(i) + " is damaged" : what);
   };
-  ReadPages pages(map_.get(), body);
+  ReadPages pages(map_.get(), body.data(), body.size(), kReleaseBytes);
   const std::shared_ptr<const void> owner = bytes_;
   constexpr uint64_t kMinEntryBytes = 42;  // an empty name and no ranges
   entries_.reserve(std::min<uint64_t>(count, body.size() / kMinEntryBytes));

@@ -4,6 +4,7 @@
 #include <iterator>
 #include <vector>
 
+#include "env/read_pages.h"
 #include "format/replaces.h"
 #include "store/read/snapshot.h"
 #include "store/read/snapshot_helpers.h"
@@ -164,26 +165,17 @@ VerifyReport SnapshotImpl::VerifyAll(
     // The pages checked leave this process's mapping as it goes (a MiB at a
     // time; they come back from the page cache if touched again), so that
     // verifying a store of many GiB holds a bounded number of them.
-    constexpr uint64_t kReleaseBytes = uint64_t{1} << 20;
-    uint64_t released = 0;
-    auto release_to = [&](uint64_t end) {
-      end = std::min<uint64_t>(end, map.size());
-      if (end > released) map.ReleasePages(map.data() + released, end - released);
-      released = std::max(released, end);
-    };
+    ReadPages pages(&map, map.data(), map.size(), uint64_t{1} << 20);
     for (uint32_t bi = 0; bi < seg.index.blocks.size(); ++bi) {
       const format::BlockInfo& info = seg.index.blocks[bi];
       const Status s = CheckBlock(seg, bi, mapping, &hashes, &report.problems);
       if (!s.ok()) problem(s);
-      if (const uint64_t end = info.payload_offset + info.header.payload_len;
-          end >= released + kReleaseBytes) {
-        release_to(end);
-      }
+      pages.ReadUpTo(info.payload_offset + info.header.payload_len);
       ++report.blocks_checked;
       report.bytes_checked += info.header.payload_len;
       if (progress) progress(report.bytes_checked, total);
     }
-    release_to(map.size());
+    pages.Finish();
   }
   for (const auto& c : conflicts_) report.problems.push_back(Status::Corruption(c));
   return report;
