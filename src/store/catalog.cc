@@ -296,50 +296,29 @@ Status Catalog::DecodeEntries(const std::string& path, std::string_view body, ui
   return Status::OK();
 }
 
+namespace {
+
+// One entry of the body (docs/format.md "Catalog"), appended to `out`.
+void AppendEntry(const std::string& name, const CatalogEntry& e, std::string* out) {
+  PutFixed<uint16_t>(out, static_cast<uint16_t>(name.size()));
+  *out += name;
+  PutFixed<uint64_t>(out, e.info.size);
+  PutFixed<int64_t>(out, e.info.mtime_ns);
+  PutFixed<uint64_t>(out, e.info.inode);
+  PutFixed<uint64_t>(out, e.reads->size);
+  PutFixed<uint32_t>(out, static_cast<uint32_t>(e.reads->ranges.size()));
+  PutFixed<uint32_t>(out, 0);
+  for (const auto& [offset, bytes] : e.reads->ranges) {
+    PutFixed<uint64_t>(out, offset);
+    PutFixed<uint64_t>(out, bytes.size());
+    *out += bytes;
+  }
+}
+
+}  // namespace
+
 Status Catalog::Write(Env* env, const std::string& store_path,
                       const std::map<std::string, CatalogEntry>& entries) {
-  // The body is made twice, a piece of about kReleaseBytes at a time: once
-  // for its length and checksum, which the header before it holds, and once
-  // to be written. In one string it was held whole (about 700 MiB for a
-  // million small segments), and up to three times that while it grew.
-  auto pieces = [&entries](const auto& take) -> Status {
-    std::string piece;
-    for (const auto& [name, e] : entries) {
-      PutFixed<uint16_t>(&piece, static_cast<uint16_t>(name.size()));
-      piece += name;
-      PutFixed<uint64_t>(&piece, e.info.size);
-      PutFixed<int64_t>(&piece, e.info.mtime_ns);
-      PutFixed<uint64_t>(&piece, e.info.inode);
-      PutFixed<uint64_t>(&piece, e.reads->size);
-      PutFixed<uint32_t>(&piece, static_cast<uint32_t>(e.reads->ranges.size()));
-      PutFixed<uint32_t>(&piece, 0);
-      for (const auto& [offset, bytes] : e.reads->ranges) {
-        PutFixed<uint64_t>(&piece, offset);
-        PutFixed<uint64_t>(&piece, bytes.size());
-        piece += bytes;
-      }
-      if (piece.size() >= kReleaseBytes) {
-        RUNSTORE_RETURN_IF_ERROR(take(std::string_view(piece)));
-        piece.clear();
-      }
-    }
-    return piece.empty() ? Status::OK() : take(std::string_view(piece));
-  };
-  ChecksumStream body_checksum;
-  uint64_t body_len = 0;
-  RUNSTORE_RETURN_IF_ERROR(pieces([&](std::string_view p) {
-    body_checksum.Update(p.data(), p.size());
-    body_len += p.size();
-    return Status::OK();
-  }));
-  std::string header(kCatalogMagic, 8);
-  PutFixed<uint32_t>(&header, kCatalogVersion);
-  PutFixed<uint32_t>(&header, 0);
-  PutFixed<uint64_t>(&header, entries.size());
-  PutFixed<uint64_t>(&header, body_len);
-  PutFixed<uint64_t>(&header, body_checksum.Digest());
-  PutFixed<uint64_t>(&header, Checksum(header));
-
   // A name of its own: two processes writing at once never share a file.
   std::random_device rd;
   char token[17];
@@ -348,8 +327,35 @@ Status Catalog::Write(Env* env, const std::string& store_path,
   const std::string tmp = store_path + "/" + tmp_name;
   {
     RUNSTORE_ASSIGN_OR_RETURN(auto f, env->NewWritableFile(tmp, /*exclusive=*/true));
-    Status s = f->Append(header);
-    if (s.ok()) s = pieces([&f](std::string_view p) { return f->Append(p); });
+    // The body is written a piece of about kReleaseBytes at a time (in one
+    // string it was held whole, about 700 MiB for a million small segments,
+    // and up to three times that while it grew), after room for the header,
+    // which holds its length and checksum and is written last, in place.
+    Status s = f->Append(std::string(kCatalogHeaderSize, '\0'));
+    ChecksumStream body_checksum;
+    uint64_t body_len = 0;
+    std::string piece;
+    auto put = [&]() {
+      body_checksum.Update(piece.data(), piece.size());
+      body_len += piece.size();
+      s = f->Append(piece);
+      piece.clear();
+    };
+    for (auto it = entries.begin(); s.ok() && it != entries.end(); ++it) {
+      AppendEntry(it->first, it->second, &piece);
+      if (piece.size() >= kReleaseBytes) put();
+    }
+    if (s.ok() && !piece.empty()) put();
+    if (s.ok()) {
+      std::string header(kCatalogMagic, 8);
+      PutFixed<uint32_t>(&header, kCatalogVersion);
+      PutFixed<uint32_t>(&header, 0);
+      PutFixed<uint64_t>(&header, entries.size());
+      PutFixed<uint64_t>(&header, body_len);
+      PutFixed<uint64_t>(&header, body_checksum.Digest());
+      PutFixed<uint64_t>(&header, Checksum(header));
+      s = f->WriteAt(0, header);
+    }
     if (s.ok()) s = f->Sync();
     if (s.ok()) s = f->Close();
     if (!s.ok()) {
