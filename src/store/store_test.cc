@@ -2566,6 +2566,76 @@ TEST_F(StoreTest, OneRunSetFiltersTheScansOfSeveralSeries) {
   }
 }
 
+// The series of one AppendColumns share their footer run lists, and one
+// RunSet filtering the scans of all of them (read_aligned's windows) searches
+// each list once; kept across a compaction that frees the segments it saw,
+// and a later commit, it answers for each snapshot, never from another's.
+TEST_F(StoreTest, OneRunSetSearchesEachSharedRunListOnceAndAnswersForEachSnapshot) {
+  auto store = Open();
+  constexpr size_t kCommits = 8, kPerCommit = 40;
+  {
+    ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter({.writer_id = "w"}));
+    for (size_t c = 0; c < kCommits; ++c) {
+      std::vector<std::string> ids;
+      for (size_t i = 0; i < kPerCommit; ++i) ids.push_back(HashedId(c * kPerCommit + i));
+      const std::vector<RunRef> runs(ids.begin(), ids.end());
+      const std::vector<int64_t> steps(kPerCommit, 0);
+      std::vector<double> x(kPerCommit);
+      for (size_t i = 0; i < kPerCommit; ++i) x[i] = static_cast<double>(c * kPerCommit + i);
+      const int64_t shape[] = {kPerCommit};
+      const ColumnRef table[] = {{"a", ValueRef::Array(x.data(), shape), {}},
+                                 {"b", ValueRef::Array(x.data(), shape), {}},
+                                 {"c", ValueRef::Array(x.data(), shape), {}}};
+      ASSERT_OK(w->AppendColumns(runs, steps, table));
+      ASSERT_OK(w->Commit());
+    }
+    ASSERT_OK(w->Close());
+  }
+  // Runs of 3 of the 8 commits, and one that is none.
+  std::vector<RunId> wanted_runs = {RunId("not-a-run")};
+  std::set<std::string> wanted;
+  for (size_t id : {3u, 4u, 170u, 300u, 301u}) {
+    wanted_runs.push_back(RunId(HashedId(id)));
+    wanted.insert(HashedId(id));
+  }
+  const RunSet set(wanted_runs);
+  auto check = [&](const Snapshot& snap) {
+    for (const std::string name : {"a", "b", "c"}) {
+      std::vector<std::string> want;
+      for (const std::string& rec : ScanRecords(snap, name, {})) {
+        if (wanted.count(rec.substr(0, rec.find('/')))) want.push_back(rec);
+      }
+      EXPECT_EQ(ScanRecords(snap, name, ScanOptions{.runs = set}), want) << name;
+    }
+  };
+  {
+    ASSERT_OK_AND_ASSIGN(auto snap, store->Refresh());
+    const auto& impl = static_cast<const SnapshotImpl&>(*snap);
+    check(*snap);
+    EXPECT_EQ(impl.run_lists_searched(), kCommits) << "a list per commit, shared by a, b and c";
+    check(*snap);
+    EXPECT_EQ(impl.run_lists_searched(), kCommits) << "the set's answers, for the same snapshot";
+  }
+  // The segments the set saw are merged and removed, then one more is added.
+  CompactOptions co;
+  co.retain_inputs_s = 0;
+  co.min_inputs = 1;
+  ASSERT_OK(store->Compact(co, nullptr));
+  {
+    ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter({.writer_id = "w2"}));
+    ASSERT_OK(w->Append(RunRef(HashedId(4)), "a", 1, 4.5));
+    ASSERT_OK(w->Append(RunRef(HashedId(999)), "a", 0, 999.0));
+    ASSERT_OK(w->Close());
+  }
+  ASSERT_OK_AND_ASSIGN(auto snap, store->Refresh());
+  ASSERT_EQ(snap->ListSegments().size(), 2u);
+  const auto& impl = static_cast<const SnapshotImpl&>(*snap);
+  check(*snap);
+  EXPECT_GT(impl.run_lists_searched(), 0u) << "searched again for a snapshot of its own";
+  EXPECT_EQ(ScanRecords(*snap, "a", ScanOptions{.runs = set}).size(), wanted.size() + 1)
+      << "the later record of run 4 is found";
+}
+
 TEST_F(StoreTest, ScanOfSomeRunsOrStepsReadsNoOtherBlock) {
   auto store = Open();
   {

@@ -4,9 +4,11 @@
 #include <bit>
 #include <cstring>
 #include <optional>
+#include <unordered_map>
 
 #include "store/read/snapshot.h"
 #include "store/read/snapshot_helpers.h"
+#include "util/mutex.h"
 
 namespace runstore {
 
@@ -35,6 +37,22 @@ struct RunSet::Index {
     return (bits[bit >> 6] >> (bit & 63)) & 1;
   }
   int shift = 63;
+
+  // Whether each run list of a footer's run index that a scan looked at
+  // holds one of the runs. The series of one log_many share their lists
+  // (docs/format.md, "Shared run index"), so the scans of several series
+  // with one set (read_aligned) look each list up once. A list is known by
+  // where it lies in the snapshot the answers are of (its serial): the
+  // snapshot a scan reads is alive, and with it its lists, so no address is
+  // reused while its answer is trusted; a scan of another snapshot starts
+  // the memo again.
+  struct Seen {
+    size_t size;
+    bool holds;
+  };
+  mutable Mutex memo_mu;
+  mutable uint64_t memo_serial RUNSTORE_GUARDED_BY(memo_mu) = 0;
+  mutable std::unordered_map<const uint64_t*, Seen> memo RUNSTORE_GUARDED_BY(memo_mu);
 };
 
 RunSet::RunSet(std::vector<RunId> runs) {
@@ -100,13 +118,26 @@ bool SnapshotImpl::MayHoldRuns(const BlockRef& b, const RunSet& runs) const {
   if (!ri) return true;
   const auto listed = ri->Of(b.block);
   if (listed.empty()) return true;
+  const RunSet::Index& x = *runs.index_;
+  {
+    MutexLock lock(&x.memo_mu);
+    if (x.memo_serial != serial_) {
+      x.memo.clear();
+      x.memo_serial = serial_;
+    }
+    auto it = x.memo.find(listed.data());
+    if (it != x.memo.end() && it->second.size == listed.size()) return it->second.holds;
+  }
   // A block's few runs are looked up in the set's table; a set of fewer runs
   // than the block lists is searched in the block's sorted list.
-  if (listed.size() <= runs.size()) {
-    return std::any_of(listed.begin(), listed.end(),
-                       [&](uint64_t h) { return runs.HoldsHash(h, nullptr); });
-  }
-  return MayHoldRuns(b, runs.index_->hashes);
+  run_lists_searched_.fetch_add(1, std::memory_order_relaxed);
+  const bool holds = listed.size() <= runs.size()
+                         ? std::any_of(listed.begin(), listed.end(),
+                                       [&](uint64_t h) { return runs.HoldsHash(h, nullptr); })
+                         : MayHoldRuns(b, x.hashes);
+  MutexLock lock(&x.memo_mu);
+  if (x.memo_serial == serial_) x.memo[listed.data()] = {listed.size(), holds};
+  return holds;
 }
 
 namespace {

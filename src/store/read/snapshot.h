@@ -172,6 +172,11 @@ class SnapshotImpl final : public Snapshot {
   uint64_t marker_searches() const { return marker_searches_.load(std::memory_order_relaxed); }
   // Blocks read (ReadPayload calls) through this snapshot (tests).
   uint64_t payload_reads() const { return payload_reads_.load(std::memory_order_relaxed); }
+  // Footer run lists that filtered scans looked for a RunSet's runs in,
+  // rather than taking the set's answer for a list it had seen (tests).
+  uint64_t run_lists_searched() const {
+    return run_lists_searched_.load(std::memory_order_relaxed);
+  }
   // Records that key resolution sorted among the records of other blocks
   // (tests: a group of listed blocks sorts only the records of runs that
   // more than one of its blocks holds).
@@ -347,6 +352,14 @@ class SnapshotImpl final : public Snapshot {
   };
   std::map<RunId, RunMarkers, RunLess> resume_;
   mutable std::atomic<uint64_t> marker_searches_{0};
+  mutable std::atomic<uint64_t> run_lists_searched_{0};
+  // Tells this snapshot from every other of the process, also one made
+  // later where this one was (a RunSet's memo of run lists, scan.cc).
+  const uint64_t serial_ = NextSerial();
+  static uint64_t NextSerial() {
+    static std::atomic<uint64_t> next{1};
+    return next.fetch_add(1, std::memory_order_relaxed);
+  }
   mutable std::atomic<uint64_t> payload_reads_{0};
   mutable std::atomic<uint64_t> records_sorted_across_blocks_{0};
   mutable Mutex together_mu_;
