@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from _browser import Browser, Tab, needs_chromium
 from _terminal import run_on_terminal
@@ -23,6 +24,7 @@ from _terminal import run_on_terminal
 import runstore
 import runstore.report
 from runstore.report import _data as _report_data
+from runstore.report import _windows as _report_windows
 
 DONE_GREEN = (0x2F, 0x9E, 0x44)
 FAILED_RED = (0xE0, 0x31, 0x31)
@@ -165,6 +167,125 @@ def test_a_band_over_more_values_than_it_holds_is_a_seeded_sample(sweep, tmp_pat
     assert "over 25 of 60 experiments (a seeded sample)" in page
 
 
+def _same(a, b, where=""):
+    """Whether two models are equal but for their times (and what depends on the clock)."""
+    if isinstance(a, dict):
+        keys = set(a) - {"generated", "seconds", "rate", "eta_s", "text", "running_s"}
+        assert keys == set(b) - {"generated", "seconds", "rate", "eta_s", "text", "running_s"}
+        for k in keys:
+            # "seconds" of the status is its histogram of run times: compared.
+            _same(a[k], b[k], f"{where}/{k}")
+        if "edges" in a:
+            _same(a["counts"], b["counts"], where + "/counts")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b)):
+            _same(x, y, f"{where}[{i}]")
+    elif isinstance(a, np.ndarray):
+        assert np.array_equal(a, b, equal_nan=a.dtype.kind == "f"), where
+    elif isinstance(a, float) and np.isnan(a):
+        assert np.isnan(b), where
+    else:
+        assert a == b, (where, a, b)
+
+
+def test_windows_of_a_few_experiments_give_the_model_of_one_read(sweep, monkeypatch):
+    """Read a few experiments at a time (windows of about 8 of the 72), the report is what
+    it is read whole: the summary, the failures, histograms, box plots, scatter and bands."""
+    whole = _report_data.collect(sweep)
+    monkeypatch.setattr(_report_windows, "WINDOW_BYTES", 8 * 600)
+    monkeypatch.setattr(_report_windows, "READ_WHOLE", 0)
+    exps = _report_windows.Experiments(sweep, 1000)
+    exps.read_outcomes(["loss", "acc"])
+    assert exps.windowed and exps.window_rows < 12, exps.window_rows
+    windowed = _report_data.collect(sweep)
+    assert windowed["status"]["summary"]["slowest"] == whole["status"]["summary"]["slowest"]
+    _same(whole, windowed)
+
+
+@pytest.mark.parametrize("read_whole", [0, 1000], ids=["windows", "whole"])
+def test_beyond_the_sample_counts_stay_exact_and_the_page_says_so(
+    sweep, tmp_path, monkeypatch, read_whole
+):
+    """With more experiments than the report holds (a sample of 20 of the 72), the
+    counts, extremes, means, histograms, timeline, summary and failures are those of every
+    experiment, the medians and box plots are of the seeded sample, and the page says which;
+    read a few experiments at a time, or whole."""
+    whole = _report_data.collect(sweep)
+    monkeypatch.setattr(_report_windows, "WINDOW_BYTES", 8 * 600)
+    monkeypatch.setattr(_report_windows, "READ_WHOLE", read_whole)
+    part = _report_data.collect(sweep, sample=20)
+    _same(whole["status"], part["status"])  # the summary and the failures too
+    assert part["outcomes"]["quantiles_of"] == {"n": 20, "of": 72}
+    for w, p in zip(whole["outcomes"]["outcomes"], part["outcomes"]["outcomes"]):
+        assert (w["name"], w["n"], w["min"], w["max"]) == (p["name"], p["n"], p["min"], p["max"])
+        assert p["mean"] == pytest.approx(w["mean"], rel=1e-12)
+        _same(w["hist"], p["hist"])
+        # The median and box plots of the sample: of its 20 experiments, fewer values.
+        assert sum(p["boxes"]["opt"]["n"]) < sum(w["boxes"]["opt"]["n"]) == w["n"]
+    sample = part["outcomes"]["sample"]
+    assert sample["of"] == 60 and 0 < sample["n"] <= 20  # the done ones among the 20
+    _, page = write(sweep, tmp_path / "report.html", sample=20)
+    assert "medians, the values of parameters and box plots of a seeded sample of 20 of " in page
+    assert "the 72 experiments (seed 0)" in page
+    _, page = write(sweep, tmp_path / "report.html", sample=20, seed=3)
+    assert "(seed 3)" in page and "median of the sample" in page
+
+
+REPORT_PEAK = """
+import sys
+import runstore
+from runstore.report import _data, _windows
+_windows.WINDOW_BYTES = int(sys.argv[2])
+store = runstore.open(sys.argv[1], "r")
+store.refresh()
+def peak():  # VmHWM: ru_maxrss would start from the parent's, the test's
+    return int(open("/proc/self/status").read().split("VmHWM:")[1].split()[0])
+before = peak()
+model = _data.collect(store, sample=int(sys.argv[3]))
+assert model["status"]["summary"]["counts"]["failed"] == 1000
+print((peak() - before) // 1024)
+"""
+
+
+def test_the_report_holds_a_window_and_a_sample_not_every_experiment(tmp_path):
+    """The report's peak memory does not hold every experiment's parameters, status and
+    scalar outcomes: with windows of 1 MiB and a sample of 10,000 experiments, the report of
+    200,000 experiments (hashed ids, 5 parameters, the status of run_experiments, 3 scalars,
+    1,000 failures) grows the resident set by less than 32 MiB (the ids, 4.8 MB, a window, the
+    sample), and by more when the window and the sample hold them all, which shows the
+    measure sees the columns."""
+    store = runstore.open(tmp_path / "s")
+    n = 200_000
+    rng = np.random.default_rng(5)
+    design = store.define_experiments(pd.DataFrame({f"p{i}": rng.random(n) for i in range(5)}))
+    ids = design["experiment"].tolist()
+    state = np.where(np.arange(n) % 200 == 7, "failed", "done").tolist()
+    with store.writer(_allow_reserved=True) as w:
+        w.log_many(ids, **{"~status/state": state, "~status/attempt": np.ones(n, np.int64)})
+        w.log_many(ids, **{"~status/host": ["node-1"] * n, "~status/seconds": rng.random(n)})
+        w.log_many(ids, **{"~status/started": rng.random(n), "~status/finished": rng.random(n)})
+        failed = [i for i, s in zip(ids, state) if s == "failed"]
+        w.log_many(failed, **{"~status/error": [f"ValueError: at {k}" for k in range(len(failed))]})
+        w.log_many(ids, y0=rng.random(n), y1=rng.random(n), y2=rng.random(n))
+    del store, design, ids, state
+
+    def peak_growth(window_bytes, sample):
+        p = subprocess.run(
+            [sys.executable, "-c", REPORT_PEAK, str(tmp_path / "s"), str(window_bytes),
+             str(sample)],
+            capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+        assert p.returncode == 0, p.stderr
+        return int(p.stdout.split()[-1])
+
+    windowed, whole = peak_growth(1 << 20, 10_000), peak_growth(1 << 40, n)
+    print(f"report of {n:,} experiments: peak RSS grew {windowed} MiB with windows of 1 MiB and "
+          f"a sample of 10,000, {whole} MiB with the columns whole")  # fmt: skip
+    assert windowed < 32, f"peak RSS grew by {windowed} MiB"
+    assert whole > windowed + 16, (windowed, whole)
+
+
 def test_curves_of_a_step_indexed_store(curves, tmp_path):
     r, page = write(curves, tmp_path / "report.html", curve_points=500)
     assert r["plots"] == 1 and "id=rs-curves" in page
@@ -287,6 +408,10 @@ def test_the_command(sweep, tmp_path):
     )
     assert r.returncode == 0, r.stderr
     assert "<title>lr sweep</title>" in out.read_text()
+    assert "a seeded sample of" not in out.read_text()
+    r = run_cli("report", str(sweep.path), "-o", str(out), "--force", "--sample", "30")
+    assert r.returncode == 0, r.stderr
+    assert "box plots of a seeded sample of 30 of the 72 experiments (seed 0)" in out.read_text()
     # Errors: the tool's exit codes, naming what was wrong.
     r = run_cli("report", str(tmp_path / "missing"), "-o", str(tmp_path / "m.html"))
     assert r.returncode == 3 and "runstore: report: NotFound:" in r.stderr, r.stderr
@@ -300,6 +425,8 @@ def test_the_command(sweep, tmp_path):
     assert r.returncode == 1 and "-o/--output" in r.stderr
     r = run_cli("report", str(sweep.path), "-o", str(tmp_path / "x.html"), "--max-points", "0")
     assert r.returncode == 1 and "--max-points: '0' is out of range" in r.stderr
+    r = run_cli("report", str(sweep.path), "-o", str(tmp_path / "x.html"), "--sample", "0")
+    assert r.returncode == 1 and "--sample: '0' is out of range" in r.stderr
     assert not (tmp_path / "m.html").exists() and not (tmp_path / "x.html").exists()
 
 

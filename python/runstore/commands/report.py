@@ -51,6 +51,15 @@ def report_main(argv: list[str]) -> int:
         help=f"runs whose curves are shown (default {_report_data.MAX_RUNS})",
     )
     ap.add_argument(
+        "--sample",
+        type=integer(1, INT64_MAX),
+        default=_report_data.SAMPLE,
+        metavar="N",
+        help="experiments read whole at most; beyond, they are read a window at a time and "
+        "medians, box plots and scatter plots are of a seeded sample of N (counts, means, "
+        f"histograms and failures stay exact; default {_report_data.SAMPLE:,})",
+    )
+    ap.add_argument(
         "--seed",
         type=integer(0, INT64_MAX),
         default=_report_data.SEED,
@@ -68,6 +77,7 @@ def report_main(argv: list[str]) -> int:
             max_points=args.max_points,
             max_runs=args.max_runs,
             seed=args.seed,
+            sample=args.sample,
             progress=not args.no_progress,
         )
     except COMMAND_ERRORS as e:

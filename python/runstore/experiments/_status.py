@@ -78,20 +78,27 @@ class StatusArrays:
         return self.runs.same(other.runs)
 
     @classmethod
-    def read(cls, store: Any) -> StatusArrays:
+    def read(cls, store: Any, runs: Any = None) -> StatusArrays:
+        """The status of every experiment of ``store``; ``runs``: its experiments' ids in
+        definition order (an :class:`ex.RunList` of the design's aligned read) if the caller
+        holds them already, else they are kept from this read."""
         infos = ex.reserved_series(store, counts=False)
         if not ex.aligned_design(infos):
             return cls.of_frame(store.status())
         r = store._core.scan_aligned(ex.ROW, ex.status_series(infos), ordered=True)
-        cols = r["columns"]
-        n = len(r["order"])
+        return cls.of_columns(r.pop("columns"), len(r["order"]), runs or ex.RunList(r))
+
+    @classmethod
+    def of_columns(cls, cols: dict[str, Any], n: int, runs: Any) -> StatusArrays:
+        """Of the status series' columns as ``scan_aligned`` or ``read_aligned`` give them
+        (changed in place), for ``n`` experiments whose ids are ``runs``."""
 
         def numbers(series: str, dtype: Any, missing: Any) -> np.ndarray:
             if series not in cols:
                 return np.full(n, missing, dtype=dtype)
             c = cols[series]
-            values = c["value"].astype(dtype, copy=False)  # scan_aligned's own: changed in place
-            if missing != 0:  # where absent, scan_aligned left zero
+            values = c["value"].astype(dtype, copy=False)  # the read's own: changed in place
+            if missing != 0:  # where absent, the read left zero
                 values[~c["present"]] = missing
             return values
 
@@ -109,7 +116,7 @@ class StatusArrays:
             numbers(ex.FINISHED, np.float64, np.nan),
             numbers(ex.SECONDS, np.float64, np.nan),
             numbers(ex.ATTEMPT, np.int64, 0),
-            ex.RunList(r),
+            runs,
         )  # fmt: skip
 
     @classmethod
@@ -151,6 +158,116 @@ def _first(candidates: np.ndarray, key: np.ndarray, top: int) -> np.ndarray:
     return candidates[np.argsort(k, kind="stable")][:top]
 
 
+class Summary:
+    """The summary of :func:`summary`, gathered from the status of one window of experiments
+    after another (:meth:`add`, in definition order): what it holds is bounded by ``top``, not
+    by the experiments."""
+
+    def __init__(self, now: float | None = None, window_s: float = 300.0, top: int = 5) -> None:
+        if window_s <= 0:
+            raise ValueError(f"window_s must be positive, got {window_s}")
+        self.now = time.time() if now is None else float(now)
+        self.window_s = float(window_s)
+        self.top = max(0, top)
+        self.n = 0
+        self.counts = dict.fromkeys(STATES, 0)
+        self.first_start = math.inf
+        self.finished_in_window = 0
+        # (key, position, entry): the least keys, ties in position order.
+        self._slowest: list[tuple[float, int, dict]] = []
+        self._running: list[tuple[float, int, dict]] = []
+        self._failed: list[dict] = []
+
+    def add(self, st: StatusArrays) -> None:
+        """Adds the experiments of ``st``, which follow those added before."""
+        offset, self.n = self.n, self.n + st.n
+        is_state = {s: st.is_state(s) for s in STATES}
+        for s in STATES:
+            self.counts[s] += int(np.count_nonzero(is_state[s]))
+        started, finished, seconds = st.started, st.finished, st.seconds
+        if np.isfinite(started).any():
+            self.first_start = min(self.first_start, float(np.nanmin(started)))
+        ended = is_state["done"] | is_state["failed"]
+        now, window_s = self.now, self.window_s
+        in_window = ended & np.isfinite(finished) & (finished > now - window_s) & (finished <= now)
+        self.finished_in_window += int(np.count_nonzero(in_window))
+
+        def host(i: int) -> str | None:
+            h = st.host_at(i)  # None where none was recorded (NaN in a frame is none too)
+            return None if h is None else str(h)
+
+        top = self.top
+        done_idx = np.flatnonzero(is_state["done"] & np.isfinite(seconds))
+        self._slowest = _least(
+            self._slowest,
+            [
+                (-float(seconds[i]), offset + int(i), {
+                    "experiment": _plain(st.id_at(i)), "seconds": float(seconds[i]),
+                    "host": host(i),
+                })
+                for i in _first(done_idx, -seconds, top)
+            ],
+            top,
+        )  # fmt: skip
+        run_idx = np.flatnonzero(is_state["running"] & np.isfinite(started))
+        self._running = _least(
+            self._running,
+            [
+                (float(started[i]), offset + int(i), {
+                    "experiment": _plain(st.id_at(i)), "running_s": float(now - started[i]),
+                    "host": host(i),
+                })
+                for i in _first(run_idx, started, top)
+            ],
+            top,
+        )  # fmt: skip
+        for i in np.flatnonzero(is_state["failed"])[: top - len(self._failed)]:
+            self._failed.append(
+                {
+                    "experiment": _plain(st.id_at(i)),
+                    "attempt": int(st.attempt[i]),
+                    "host": host(i),
+                    "error": _first_line(st.error_at(i)),
+                }
+            )
+
+    def result(self, store: Any) -> dict:
+        """The summary of every experiment added (ValueError if there is none)."""
+        if self.n == 0:
+            raise ValueError(
+                f"{store.path}: the store has no experiments (no design: "
+                "define_experiments or run_experiments writes one)"
+            )
+        counts, window_s = self.counts, self.window_s
+        started_any = math.isfinite(self.first_start)
+        span = window_s
+        if started_any:
+            span = max(min(window_s, self.now - self.first_start), 1e-9)
+        rate = self.finished_in_window / span if started_any else 0.0
+        remaining = counts["pending"] + counts["running"]
+        eta_s = remaining / rate if rate > 0 else (0.0 if remaining == 0 else None)
+        return {
+            "store": str(store.path),
+            "experiments": self.n,
+            "counts": dict(counts),
+            "complete": remaining == 0,
+            "window_s": window_s,
+            "finished_in_window": self.finished_in_window,
+            "rate": rate,
+            "eta_s": eta_s,
+            "slowest": [e for _, _, e in self._slowest],
+            "running": [e for _, _, e in self._running],
+            "failed": list(self._failed),
+        }
+
+
+def _least(
+    held: list[tuple[float, int, dict]], new: list[tuple[float, int, dict]], top: int
+) -> list[tuple[float, int, dict]]:
+    """The ``top`` entries of ``held`` and ``new`` of least (key, position)."""
+    return sorted(held + new, key=lambda e: (e[0], e[1]))[:top]
+
+
 def summary(
     store: Any,
     now: float | None = None,
@@ -168,68 +285,13 @@ def summary(
     read (otherwise the status series are read into arrays, with no Python object per
     experiment). ValueError for a store without experiments.
     """
-    if window_s <= 0:
-        raise ValueError(f"window_s must be positive, got {window_s}")
+    acc = Summary(now, window_s, top)  # checks window_s before anything is read
     if arrays is not None:
         st = arrays
     else:
         st = StatusArrays.read(store) if frame is None else StatusArrays.of_frame(frame)
-    if st.n == 0:
-        raise ValueError(
-            f"{store.path}: the store has no experiments (no design: "
-            "define_experiments or run_experiments writes one)"
-        )
-    now = time.time() if now is None else float(now)
-    is_state = {s: st.is_state(s) for s in STATES}
-    counts = {s: int(np.count_nonzero(is_state[s])) for s in STATES}
-    started, finished, seconds = st.started, st.finished, st.seconds
-    ended = is_state["done"] | is_state["failed"]
-    first_start = float(np.nanmin(started)) if np.isfinite(started).any() else math.nan
-    span = window_s
-    if math.isfinite(first_start):
-        span = max(min(window_s, now - first_start), 1e-9)
-    in_window = ended & np.isfinite(finished) & (finished > now - window_s) & (finished <= now)
-    finished_in_window = int(np.count_nonzero(in_window))
-    rate = finished_in_window / span if math.isfinite(first_start) else 0.0
-    remaining = counts["pending"] + counts["running"]
-    eta_s = remaining / rate if rate > 0 else (0.0 if remaining == 0 else None)
-
-    def host(i: int) -> str | None:
-        h = st.host_at(i)  # None where none was recorded (NaN in a frame is none too)
-        return None if h is None else str(h)
-
-    done_idx = np.flatnonzero(is_state["done"] & np.isfinite(seconds))
-    slowest = [
-        {"experiment": _plain(st.id_at(i)), "seconds": float(seconds[i]), "host": host(i)}
-        for i in _first(done_idx, -seconds, top)
-    ]
-    run_idx = np.flatnonzero(is_state["running"] & np.isfinite(started))
-    running = [
-        {"experiment": _plain(st.id_at(i)), "running_s": float(now - started[i]), "host": host(i)}
-        for i in _first(run_idx, started, top)
-    ]
-    failed = [
-        {
-            "experiment": _plain(st.id_at(i)),
-            "attempt": int(st.attempt[i]),
-            "host": host(i),
-            "error": _first_line(st.error_at(i)),
-        }
-        for i in np.flatnonzero(is_state["failed"])[: max(0, top)]
-    ]
-    return {
-        "store": str(store.path),
-        "experiments": st.n,
-        "counts": counts,
-        "complete": remaining == 0,
-        "window_s": float(window_s),
-        "finished_in_window": finished_in_window,
-        "rate": rate,
-        "eta_s": eta_s,
-        "slowest": slowest,
-        "running": running,
-        "failed": failed,
-    }
+    acc.add(st)
+    return acc.result(store)
 
 
 def _plain(v: Any) -> Any:

@@ -81,6 +81,7 @@ class ExperimentTable:
         ids: bool = True,
         window: bool = False,
         status: bool = True,
+        infos: dict[str, dict[str, Any]] | None = None,
     ) -> None:
         """``ids=False``: the ids may be kept as the runs of the aligned read (an
         :class:`ex.RunList`, no Python object per experiment), for readers that take them a chunk
@@ -88,11 +89,15 @@ class ExperimentTable:
         are read a window of rows at a time (:meth:`columns`), where the design allows (its
         rows are integers and every scalar series is one ``read_aligned`` reads), and
         :attr:`params` and :attr:`status` are not held. ``status=False``: the status series are
-        not read (every field absent), for a reader that reads them its own way."""
-        store.refresh()
+        not read (every field absent), for a reader that reads them its own way. ``infos``:
+        :func:`ex.reserved_series` of the store, refreshed, if the caller has read it (the
+        store is then not refreshed again)."""
+        if infos is None:
+            store.refresh()
+            infos = ex.reserved_series(store)
         self.store = store
         #: Every series of the snapshot read, reserved ones included (the _core series dicts).
-        self.infos = infos = ex.reserved_series(store)
+        self.infos = infos
         self.has_design = ex.ROW in infos
         names = ex.outcome_names(store) if names is None else list(names)
         for n in names:

@@ -48,6 +48,7 @@ def write(
     max_runs: int = _report_data.MAX_RUNS,
     curve_points: int = _report_data.CURVE_POINTS,
     seed: int = _report_data.SEED,
+    sample: int = _report_data.SAMPLE,
     progress: bool = True,
 ) -> dict[str, Any]:
     """Writes the report of ``store`` (a Store, or the path of one, opened read-only) to the
@@ -55,7 +56,11 @@ def write(
 
     ``max_points``: points of a scatter plot at most (a sample drawn with ``seed`` beyond);
     ``max_runs``: runs whose curves the page holds; ``curve_points``: records of a curve at most
-    (evenly spaced steps beyond). ``title``: the page's title (default: the store's path).
+    (evenly spaced steps beyond). ``sample``: experiments the report reads whole and holds at
+    most; beyond, it reads them a window at a time, and medians, parameters' values, box plots
+    and scatter plots are of a seeded sample of this many (counts, means, extremes, histograms,
+    the timeline and the failures stay exact), as the page says. ``title``: the page's title
+    (default: the store's path).
     ``progress``: say what is being read on stderr while it runs, when stderr is a terminal.
 
     The file is written as the exports write theirs (``python/README.md``, "Exports"): whole or
@@ -79,6 +84,7 @@ def write(
             max_runs=max_runs,
             curve_points=curve_points,
             seed=seed,
+            sample=sample,
             progress=bar,
         )
         bar("writing the page", 0, 1)

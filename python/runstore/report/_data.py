@@ -7,8 +7,9 @@ the store in bounded memory; ``report._page`` draws it.
   with its traceback.
 - Each numeric scalar outcome: its distribution over every experiment, and against each
   parameter: a scatter of one seeded sample of at most ``max_points`` experiments (the same
-  experiments in every scatter) for numeric parameters, box plots over every experiment for
-  text and bool parameters and numeric ones of at most LEVELS distinct values.
+  experiments in every scatter) for numeric parameters, box plots over every experiment (or
+  the sample, below) for text and bool parameters and numeric ones of at most LEVELS distinct
+  values.
 - Each fixed-shape numeric array outcome: its 5, 25, 50, 75 and 95% quantiles and its mean at
   each index (at most BAND_POINTS evenly spaced ones), over every experiment that has it when
   they hold at most BAND_VALUES values, else over a seeded sample of experiments.
@@ -16,12 +17,19 @@ the store in bounded memory; ``report._page`` draws it.
   the first ``max_runs`` runs that have such records, each thinned to at most ``curve_points``
   evenly spaced records.
 
-Memory: the parameters, the status (codes and numbers, ``_status.StatusArrays``, read once) and
-the scalar outcomes (placed on the experiments by the core) are arrays of one entry per
-experiment, and the ids the runs of the design's read (``_table.ExperimentTable`` with
-``ids=False``): no Python object per experiment. An array outcome
-is read a chunk of the chosen experiments at a time (about ``_table.CHUNK_BYTES`` of values) into
-a buffer of at most BAND_VALUES values. A scalar series is read whole when it has at most
+Memory: the experiments are read a window at a time (``_windows.Experiments``: parameters,
+status and the scalar outcomes the design places, one ``read_aligned`` of at most
+``_windows.WINDOW_BYTES`` a window), twice when they are more than ``sample``: the first
+pass keeps what is exact over every experiment but for histograms (counts, sums, extremes, the
+summary of ``runstore status``, the failures) and the columns of a seeded sample of ``sample``
+experiments; the second counts the histograms and the timeline, whose edges the first pass
+found. Medians, the levels of parameters, box plots and scatter plots are of the sample (the
+page says so when it is not every experiment). What stays between windows is the sample and
+the ids as the runs of the design's read (about 24 bytes an experiment, no Python object per
+experiment). A store whose design the core cannot place (none, or rows written by hand) is read
+as one window, whole. An array outcome is read a chunk of the chosen experiments at a time
+(about ``_table.CHUNK_BYTES`` of values) into a buffer of at most BAND_VALUES values. A scalar
+series that is not an outcome the design places (curves) is read whole when it has at most
 SCAN_RECORDS records, else a chunk of runs at a time (about SCAN_RECORDS records each). The
 pages of the store's mapped segment files are released after each read.
 """
@@ -42,6 +50,7 @@ from .._version import __version__
 from ..experiments import _records as ex
 from ..experiments import _status
 from ..export._table import CHUNK_BYTES, ExperimentTable
+from . import _windows
 
 if TYPE_CHECKING:
     from .._store import Store
@@ -53,6 +62,9 @@ MAX_RUNS = 50
 CURVE_POINTS = 1000
 #: Seed of every sample the page draws (it says which).
 SEED = 0
+#: Experiments the report reads whole and holds at most (beyond: a window at a time, and a
+#: seeded sample of this many for medians, box plots and scatter plots).
+SAMPLE = _windows.SAMPLE
 #: A numeric parameter of at most this many distinct values is drawn as box plots per value.
 LEVELS = 8
 #: Box plots per plot at most: the most frequent values of a parameter.
@@ -61,6 +73,8 @@ MAX_CATEGORIES = 30
 QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
 #: Values of one array outcome held for its quantiles at most (float64: 32 MiB).
 BAND_VALUES = 4_000_000
+#: Bytes of an array outcome's values whose quantiles are computed at a time, about.
+QUANTILE_BYTES = 2 << 20
 #: Index positions of an array outcome's band at most (evenly spaced beyond).
 BAND_POINTS = 1000
 #: Records of a scalar series read at a time, about.
@@ -90,6 +104,7 @@ def collect(
     max_runs: int = MAX_RUNS,
     curve_points: int = CURVE_POINTS,
     seed: int = SEED,
+    sample: int = SAMPLE,
     progress: Progress | None = None,
 ) -> dict[str, Any]:
     """What the page of ``store`` shows: a dict of plain values and numpy arrays (see the module
@@ -99,16 +114,15 @@ def collect(
         ("max_runs", max_runs, 0),
         ("curve_points", curve_points, 2),
         ("seed", seed, 0),
+        ("sample", sample, 1),
     ):
         if not isinstance(v, int) or isinstance(v, bool) or v < low:
             raise ValueError(f"{name} must be an int of at least {low}, got {v!r}")
     progress = progress or _no_progress
     t0 = time.perf_counter()
     progress("reading the design and status", 0, 1)
-    # The ids as the runs of the design's read (no Python object per experiment), and the
-    # parameters; the status is read once, as codes and numbers (StatusArrays).
-    table = ExperimentTable(store, names=[], ids=False, status=False)
-    infos = ex.reserved_series(store)
+    exps = _windows.Experiments(store, sample)
+    table, infos = exps.table, exps.infos
     # In the order they were first logged, as to_pandas orders its columns.
     names = sorted(ex.outcome_names(store), key=lambda n: infos[n].get("first_logged", 0))
     series = {n: infos[n] for n in names}
@@ -124,27 +138,24 @@ def collect(
         "has_design": table.has_design,
         "experiments": table.n if table.has_design else 0,
     }
-    status = _status.StatusArrays.read(store) if table.has_design and table.n else None
-    if status is not None:
-        model["status"] = _status_part(store, table, status)
-    # Experiments whose outcomes are drawn: those done, or every one if none is (a store
-    # without status records, or runs without a design).
-    rows = np.arange(table.n)
-    if status is not None and status.is_state("done").any():
-        rows = np.flatnonzero(status.is_state("done"))
-    del status
-
     scalars, arrays, skipped = _classify(series)
+    exps.read_outcomes(scalars)
+    picked = _windows.Sample(exps.n, seed, sample)
+    status = _StatusStats(table, picked) if table.has_design and table.n else None
+    outcomes = {n: _OutcomeStats() for n in exps.names}
+
+    _first_pass(exps, picked, status, outcomes, progress)
+    # A series whose every record is an experiment's step-0 record is an outcome read with the
+    # columns; the others are scanned for their curves.
+    for n in exps.names:
+        if exps.present[n] != int(series[n]["count"]):
+            del outcomes[n]
     run_order = _RunOrder(store, table)
-    outcomes: dict[str, np.ndarray] = {}
     curves: list[dict[str, Any]] = []
-    # Placed on the experiments by the core: a series whose every record is there (the step-0
-    # record of an experiment) is an outcome read; the others are scanned for their curves.
-    aligned = _aligned_outcomes(store, table, infos, scalars)
+    held: dict[str, np.ndarray] = {}  # outcomes scanned whole
     for k, name in enumerate(scalars):
         progress("reading scalar series", k, len(scalars))
-        if name in aligned:
-            outcomes[name] = aligned.pop(name)
+        if name in outcomes:
             continue
         scan = _scan_scalar(store, name, series[name], table, run_order, max_runs, curve_points)
         if scan["curves"] is not None and max_runs:
@@ -152,18 +163,101 @@ def collect(
         elif scan["curves"] is not None:
             skipped.append((name, "curves, and max_runs is 0"))
         else:
-            outcomes[name] = scan["column"]
-    model["outcomes"] = _outcomes_part(table, outcomes, rows, max_points, seed)
+            held[name] = scan["column"]
+            outcomes[name] = _OutcomeStats()
+            outcomes[name].add(held[name], held[name][picked.positions])
+    outcomes = {n: outcomes[n] for n in scalars if n in outcomes}  # in the order of the series
+    _count_histograms(exps, picked, status, outcomes, held, progress)
+    del held
+    # Experiments whose outcomes are drawn: those done, or every one if none is (a store
+    # without status records, or runs without a design); of the sample.
+    rows = np.arange(len(picked))
+    drawn = table.n
+    if status is not None and status.summary.counts["done"]:
+        rows = np.flatnonzero(status.sampled()[0])
+        drawn = status.summary.counts["done"]
+    if status is not None:
+        model["status"] = status.result(store)
+    model["outcomes"] = _outcomes_part(table, picked, outcomes, rows, drawn, max_points, seed)
+    # What the columns held is let go before the array outcomes are read.
+    rows = picked.positions[rows]
+    del status, outcomes, picked
+    exps.release()
     model["arrays"] = []
     for k, name in enumerate(arrays):
         progress("reading array outcomes", k, len(arrays))
-        band = _band(store, name, series[name], table, rows, seed)
+        band = _band(store, name, series[name], table, rows, drawn, seed)
         if band is not None:
             model["arrays"].append(band)
     model["curves"] = curves
     model["skipped"] = skipped
     model["seconds"] = time.perf_counter() - t0
     return model
+
+
+def _first_pass(
+    exps: _windows.Experiments,
+    picked: _windows.Sample,
+    status: _StatusStats | None,
+    outcomes: dict[str, _OutcomeStats],
+    progress: Progress,
+) -> None:
+    """The first pass over the windows: what is exact over every experiment but for
+    histograms (counts, sums, extremes, the summary, the failures), and the sample's
+    columns."""
+    for w in exps.windows(exps.names, params=_param_rows(picked, status is not None)):
+        progress("reading the experiments", w.start, exps.n)
+        rows = picked.rows(w.start, w.stop)
+        if status is not None and w.status is not None:
+            status.add(w, rows)
+        for p, col in w.params_at(rows).items():
+            picked.gather("param:" + p, col)
+        for n, values in w.outcomes.items():
+            outcomes[n].add(values, values[rows])
+
+
+def _count_histograms(
+    exps: _windows.Experiments,
+    picked: _windows.Sample,
+    status: _StatusStats | None,
+    outcomes: dict[str, _OutcomeStats],
+    held: dict[str, np.ndarray],
+    progress: Progress,
+) -> None:
+    """The histograms' edges, then their counts: from the sample when it is every experiment,
+    else in a second pass over the windows (and the outcomes ``held`` whole)."""
+    if status is not None:
+        status.set_edges()
+    for o in outcomes.values():
+        o.set_edges()
+    if picked.whole:
+        if status is not None:
+            status.count(*status.sampled())
+        for o in outcomes.values():
+            o.count(o.sample)
+        return
+    read = [n for n in exps.names if n in outcomes]
+    for w in exps.windows(read, status=[ex.STATE, ex.FINISHED, ex.SECONDS]):
+        progress("counting the experiments", w.start, exps.n)
+        if status is not None and w.status is not None:
+            status.count(*_StatusStats.of(w.status))
+        for n in read:
+            outcomes[n].count(w.outcomes[n])
+    for n, values in held.items():
+        outcomes[n].count(values)
+
+
+def _param_rows(picked: _windows.Sample, failures: bool) -> _windows.ParamRows:
+    """The experiments of a window whose parameters are read: those sampled, and the failed
+    ones (for the failures' examples) if ``failures``."""
+
+    def rows(start: int, stop: int, st: _status.StatusArrays) -> np.ndarray:
+        if picked.whole:
+            return np.arange(stop - start)
+        failed = np.flatnonzero(st.is_state("failed")) if failures else []
+        return np.union1d(picked.rows(start, stop), failed).astype(np.int64)
+
+    return rows
 
 
 # -- which series are what -----------------------------------------------------------------------
@@ -217,28 +311,80 @@ class _RunOrder:
 # -- the status ----------------------------------------------------------------------------------
 
 
-def _status_part(store: Store, table: ExperimentTable, st: _status.StatusArrays) -> dict[str, Any]:
-    """The summary of ``runstore status`` (and its text), the experiments finished over time,
-    the run times of the done ones, and the failures, from the status as arrays (codes and
-    numbers; no Python object per experiment)."""
-    summary = _status.summary(store, top=5, arrays=st)
-    out: dict[str, Any] = {"summary": summary, "text": _status.format_summary(summary)}
-    done, failed = st.is_state("done"), st.is_state("failed")
-    finished, started, seconds = st.finished, st.started, st.seconds
-    ended = (done | failed) & np.isfinite(finished)
-    if ended.any():
-        t_first = float(np.nanmin(started)) if np.isfinite(started).any() else math.nan
-        t0 = min(float(finished[ended].min()), t_first if math.isfinite(t_first) else math.inf)
-        t1 = max(float(finished[ended].max()), t0 + 1e-3)
-        edges = np.linspace(t0, t1, TIMELINE_BINS + 1)
-        n_done = np.searchsorted(np.sort(finished[ended & done]), edges, "right")
-        n_failed = np.searchsorted(np.sort(finished[ended & failed]), edges, "right")
-        out["timeline"] = {"t": edges, "done": n_done, "failed": n_failed}
-    ran = done & np.isfinite(seconds)
-    if ran.any():
-        out["seconds"] = _histogram(seconds[ran])
-    out["failures"] = _failures(table, st, np.flatnonzero(failed))
-    return out
+class _StatusStats:
+    """The status part of the page, gathered a window at a time: the summary of ``runstore
+    status``, the failures, and the timeline of finished experiments and the run times of the
+    done ones (their extremes in the first pass, their counts once the edges are known)."""
+
+    def __init__(self, table: ExperimentTable, sample: _windows.Sample) -> None:
+        self.table = table
+        self.sample = sample
+        self.summary = _status.Summary(top=5)
+        self.failures = _Failures(table)
+        self.finished = _windows.Extremes()  # of the ended experiments
+        self.seconds = _windows.Extremes()  # of the done ones
+        self.timeline: dict[str, Any] | None = None
+        self.seconds_hist: dict[str, Any] | None = None
+
+    @staticmethod
+    def of(st: _status.StatusArrays) -> tuple[np.ndarray, ...]:
+        """(done, failed, finished, seconds) of ``st``."""
+        return st.is_state("done"), st.is_state("failed"), st.finished, st.seconds
+
+    def add(self, w: _windows.Window, rows: np.ndarray | slice) -> None:
+        st = w.status
+        assert st is not None
+        self.summary.add(st)
+        self.failures.add(w)
+        fields = self.of(st)
+        done, failed, finished, seconds = fields
+        self.finished.add(finished[done | failed])
+        self.seconds.add(seconds[done])
+        for key, values in zip(("done", "failed", "finished", "seconds"), fields):
+            self.sample.gather("status:" + key, values[rows])
+
+    def sampled(self) -> tuple[np.ndarray, ...]:
+        """(done, failed, finished, seconds) of the sampled experiments."""
+        return tuple(
+            self.sample.column("status:" + k) for k in ("done", "failed", "finished", "seconds")
+        )
+
+    def set_edges(self) -> None:
+        f = self.finished
+        if f.n:
+            t_first = self.summary.first_start
+            t0 = min(f.lo, t_first)
+            t1 = max(f.hi, t0 + 1e-3)
+            edges = np.linspace(t0, t1, TIMELINE_BINS + 1)
+            zeros = np.zeros(len(edges), dtype=np.int64)
+            self.timeline = {"t": edges, "done": zeros, "failed": zeros.copy()}
+        if self.seconds.n:
+            done, _, _, seconds = self.sampled()
+            self.seconds_hist = _edges(self.seconds, seconds[done])
+
+    def count(
+        self, done: np.ndarray, failed: np.ndarray, finished: np.ndarray, seconds: np.ndarray
+    ) -> None:
+        """Adds experiments to the timeline's and the run times' counts."""
+        if self.timeline is not None:
+            ended = (done | failed) & np.isfinite(finished)
+            edges = self.timeline["t"]
+            for key, state in (("done", done), ("failed", failed)):
+                self.timeline[key] += np.searchsorted(
+                    np.sort(finished[ended & state]), edges, "right"
+                )
+        if self.seconds_hist is not None:
+            _count(self.seconds_hist, seconds[done])
+
+    def result(self, store: Store) -> dict[str, Any]:
+        summary = self.summary.result(store)
+        out: dict[str, Any] = {"summary": summary, "text": _status.format_summary(summary)}
+        if self.timeline is not None:
+            out["timeline"] = self.timeline
+        if self.seconds_hist is not None:
+            out["seconds"] = self.seconds_hist
+        out["failures"] = self.failures.result()
+        return out
 
 
 #: Numbers in an error line, which group by what they say rather than by their values
@@ -246,46 +392,59 @@ def _status_part(store: Store, table: ExperimentTable, st: _status.StatusArrays)
 _NUMBER = re.compile(r"(?<![\w.])[-+]?(?:0x[0-9a-fA-F]+|\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)")
 
 
-def _failures(
-    table: ExperimentTable, st: _status.StatusArrays, failed: np.ndarray
-) -> dict[str, Any]:
-    """Failed experiments (rows ``failed``) grouped by the line of their error that names it
-    (its numbers left out), most frequent first, with the tracebacks and parameters of the
-    first few of each. An error text is grouped once, however many experiments share it."""
-    line_of: dict[int, str] = {}
-    groups: dict[str, list[int]] = {}
-    for i, code in zip(failed.tolist(), st.errors[failed].tolist()):
-        if code not in line_of:
-            error = st.error_names[code] if code >= 0 else None
-            line = _status._first_line(error) or "(no error text)"
-            line_of[code] = _NUMBER.sub("…", line)
-        groups.setdefault(line_of[code], []).append(i)
-    ordered = sorted(groups.items(), key=lambda kv: -len(kv[1]))
-    out = []
-    for line, members in ordered[:FAILURE_GROUPS]:
-        examples = []
-        for i in members[:FAILURE_EXAMPLES]:
-            text, cut = _cut(st.error_at(i))
-            host = st.host_at(i)
-            examples.append(
-                {
-                    "experiment": _plain(table.index.take([i])[0]),
-                    "attempt": int(st.attempt[i]),
-                    "host": None if not isinstance(host, str) else host,
-                    "params": _params_of(table, i),
-                    "traceback": text,
-                    "cut": cut,
-                }
-            )
-        out.append(
+class _Failures:
+    """Failed experiments grouped by the line of their error that names it (its numbers left
+    out), most frequent first, with the tracebacks and parameters of the first few of each,
+    gathered a window at a time. An error text is grouped once a window, however many
+    experiments share it."""
+
+    def __init__(self, table: ExperimentTable) -> None:
+        self.table = table
+        self.total = 0
+        # error line -> [count, positions of the first FAILURE_IDS, the first examples]
+        self.groups: dict[str, list[Any]] = {}
+
+    def add(self, w: _windows.Window) -> None:
+        st = w.status
+        assert st is not None
+        failed = np.flatnonzero(st.is_state("failed"))
+        self.total += len(failed)
+        line_of: dict[int, str] = {}
+        for i, code in zip(failed.tolist(), st.errors[failed].tolist()):
+            if code not in line_of:
+                error = st.error_names[code] if code >= 0 else None
+                line = _status._first_line(error) or "(no error text)"
+                line_of[code] = _NUMBER.sub("…", line)
+            group = self.groups.setdefault(line_of[code], [0, [], []])
+            group[0] += 1
+            if len(group[1]) < FAILURE_IDS:
+                group[1].append(w.start + i)
+            if len(group[2]) < FAILURE_EXAMPLES:
+                text, cut = _cut(st.error_at(i))
+                host = st.host_at(i)
+                group[2].append(
+                    {
+                        "experiment": _plain(self.table.index.take([w.start + i])[0]),
+                        "attempt": int(st.attempt[i]),
+                        "host": None if not isinstance(host, str) else host,
+                        "params": _params_of(w.params_at(np.array([i])), 0),
+                        "traceback": text,
+                        "cut": cut,
+                    }
+                )
+
+    def result(self) -> dict[str, Any]:
+        ordered = sorted(self.groups.items(), key=lambda kv: -kv[1][0])
+        out = [
             {
                 "error": line,
-                "count": len(members),
-                "ids": [_plain(e) for e in table.index.take(members[:FAILURE_IDS])],
+                "count": count,
+                "ids": [_plain(e) for e in self.table.index.take(positions)],
                 "examples": examples,
             }
-        )
-    return {"total": int(len(failed)), "groups": out, "group_count": len(groups)}
+            for line, (count, positions, examples) in ordered[:FAILURE_GROUPS]
+        ]
+        return {"total": self.total, "groups": out, "group_count": len(self.groups)}
 
 
 def _cut(error: Any) -> tuple[str, int]:
@@ -299,9 +458,9 @@ def _cut(error: Any) -> tuple[str, int]:
     return error[:TRACEBACK_HEAD] + "\n...\n" + error[-TRACEBACK_TAIL:], cut
 
 
-def _params_of(table: ExperimentTable, i: int) -> dict[str, Any]:
+def _params_of(params: dict[str, ex.Column], i: int) -> dict[str, Any]:
     out = {}
-    for p, col in table.params.items():
+    for p, col in params.items():
         if col.present[i]:
             out[p] = _plain(col.values[i])
     return out
@@ -320,23 +479,31 @@ def _plain(v: Any) -> Any:
     return str(v)
 
 
-def _log_scale(values: np.ndarray) -> bool:
-    """Whether finite ``values`` read better on a logarithmic axis: all positive, spanning two
-    orders of magnitude or more, and crowded at the low end of a linear one (their median in
-    its first tenth), as log-uniform learning rates are and uniform ones are not."""
-    if not len(values):
-        return False
-    lo, hi = float(values.min()), float(values.max())
+def _log_scale(lo: float, hi: float, median: float) -> bool:
+    """Whether finite values from ``lo`` to ``hi`` of that ``median`` read better on a
+    logarithmic axis: all positive, spanning two orders of magnitude or more, and crowded at
+    the low end of a linear one (their median in its first tenth), as log-uniform learning
+    rates are and uniform ones are not."""
     if lo <= 0 or hi / lo < 100:
         return False
-    return bool((float(np.median(values)) - lo) < 0.1 * (hi - lo))
+    return bool((median - lo) < 0.1 * (hi - lo))
 
 
-def _histogram(values: np.ndarray) -> dict[str, Any]:
-    """Counts of ``values`` (finite) in BINS bins, on a logarithmic scale if :func:`_log_scale`
-    says so."""
-    lo, hi = float(values.min()), float(values.max())
-    log = _log_scale(values)
+def _log_scale_of(values: np.ndarray) -> bool:
+    """:func:`_log_scale` of finite ``values``."""
+    if not len(values):
+        return False
+    return _log_scale(float(values.min()), float(values.max()), float(np.median(values)))
+
+
+def _edges(extremes: _windows.Extremes, sample: np.ndarray) -> dict[str, Any]:
+    """A histogram of BINS bins from the least to the greatest finite value (``extremes``),
+    on a logarithmic scale if :func:`_log_scale` says so of the median of ``sample``'s
+    finite values (of every value, or of a sample of them); its counts zero until
+    :func:`_count`."""
+    lo, hi = extremes.lo, extremes.hi
+    finite = sample[np.isfinite(sample)]
+    log = bool(len(finite)) and _log_scale(lo, hi, float(np.median(finite)))
     if log:
         edges = np.geomspace(lo, hi, BINS + 1)
     elif hi > lo:
@@ -344,32 +511,44 @@ def _histogram(values: np.ndarray) -> dict[str, Any]:
     else:  # one value: one bin around it
         half = max(abs(lo) * 1e-6, 0.5)
         edges = np.array([lo - half, hi + half])
-    counts, edges = np.histogram(values, bins=edges)
-    return {"edges": edges, "counts": counts, "log": log}
+    return {"edges": edges, "counts": np.zeros(len(edges) - 1, dtype=np.int64), "log": log}
+
+
+def _count(hist: dict[str, Any], values: np.ndarray) -> None:
+    """Adds the finite ``values`` to the counts of ``hist`` (of :func:`_edges`)."""
+    hist["counts"] += np.histogram(values[np.isfinite(values)], bins=hist["edges"])[0]
 
 
 # -- scalar series: outcomes and curves ----------------------------------------------------------
 
 
-def _aligned_outcomes(
-    store: Store, table: ExperimentTable, infos: dict[str, dict[str, Any]], names: list[str]
-) -> dict[str, np.ndarray]:
-    """The numeric scalar series of ``names`` whose every record is an experiment's step-0
-    record, as float64 columns in experiment order (NaN where absent), read by the core on the
-    design's runs (``scan_aligned``): no Python object per record."""
-    if not table.has_design or not table.n or not names or not ex.aligned_design(infos):
-        return {}
-    _, cols = ex.load_aligned(store, names, infos, ids=False)
-    release_mapped_pages(store)
-    out = {}
-    for name in names:
-        c = cols.pop(name)
-        if int(c.present.sum()) == int(infos[name]["count"]):
-            values = c.values.astype(np.float64, copy=False)
-            if values is not c.values:  # floats are NaN where absent already
-                values[~c.present] = np.nan
-            out[name] = values
-    return out
+class _OutcomeStats:
+    """A scalar outcome's distribution over every experiment: its count, mean and extremes
+    (exact, the first pass), its values at the sampled experiments (its median and box
+    plots), and its histogram (:meth:`set_edges`, then :meth:`count`)."""
+
+    def __init__(self) -> None:
+        self.extremes = _windows.Extremes()
+        self._parts: list[np.ndarray] = []
+        self.hist: dict[str, Any] | None = None
+
+    def add(self, values: np.ndarray, sampled: np.ndarray) -> None:
+        self.extremes.add(values)
+        self._parts.append(sampled)
+
+    @property
+    def sample(self) -> np.ndarray:
+        if len(self._parts) != 1:
+            self._parts = [np.concatenate(self._parts) if self._parts else np.zeros(0)]
+        return self._parts[0]
+
+    def set_edges(self) -> None:
+        if self.extremes.n:
+            self.hist = _edges(self.extremes, self.sample)
+
+    def count(self, values: np.ndarray) -> None:
+        if self.hist is not None:
+            _count(self.hist, values)
 
 
 def _scan_chunks(
@@ -469,33 +648,40 @@ def _curves(
 
 def _outcomes_part(
     table: ExperimentTable,
-    outcomes: dict[str, np.ndarray],
+    sample: _windows.Sample,
+    outcomes: dict[str, _OutcomeStats],
     rows: np.ndarray,
+    drawn: int,
     max_points: int,
     seed: int,
 ) -> dict[str, Any]:
-    """Every scalar outcome's distribution and plots against the parameters."""
+    """Every scalar outcome's distribution and plots against the parameters; ``rows`` are the
+    sampled experiments (positions in ``sample``) that the scatter plots draw from, ``drawn``
+    how many experiments they stand for."""
     rng = np.random.default_rng(seed)
-    sample = rows if len(rows) <= max_points else np.sort(rng.choice(rows, max_points, False))
+    scatter = rows if len(rows) <= max_points else np.sort(rng.choice(rows, max_points, False))
     params = []
-    for p, col in table.params.items():
-        params.append(_param(p, col, sample))
+    for p in table.param_names:
+        params.append(_param(p, sample.column("param:" + p), scatter))
     out = []
-    for name, values in outcomes.items():
+    for name, o in outcomes.items():
+        values = o.sample
         finite = np.isfinite(values)
-        entry: dict[str, Any] = {"name": name, "n": int(finite.sum())}
-        if finite.any():
+        e = o.extremes
+        entry: dict[str, Any] = {"name": name, "n": e.n}
+        if e.n:
             v = values[finite]
             entry.update(
-                mean=float(v.mean()),
-                min=float(v.min()),
-                max=float(v.max()),
-                median=float(np.median(v)),
-                hist=_histogram(v),
+                # Of every value; a sample's mean would differ in its last bits.
+                mean=float(v.mean()) if sample.whole else e.total / e.n,
+                min=e.lo,
+                max=e.hi,
+                median=float(np.median(v)) if len(v) else None,
+                hist=o.hist,
             )
             entry["log"] = entry["hist"]["log"]
         with np.errstate(over="ignore"):  # beyond float32: not drawn, as NaN and infinities
-            at = values[sample].astype(np.float32)
+            at = values[scatter].astype(np.float32)
         entry["sample"] = np.where(np.isfinite(at), at, np.float32(np.nan))
         entry["boxes"] = {
             p["name"]: _boxes(values, p) for p in params if p["kind"] != "numeric" and finite.any()
@@ -505,23 +691,26 @@ def _outcomes_part(
         p.pop("_codes", None)
     return {
         "sample": {
-            "n": int(len(sample)),
-            "of": int(len(rows)),
+            "n": int(len(scatter)),
+            "of": int(drawn),
             "seed": seed,
-            "ids": [str(i) for i in table.index.take(sample)],
+            "ids": [str(i) for i in table.index.take(sample.positions[scatter])],
         },
+        # The experiments that medians, levels and box plots are of, when not every one.
+        "quantiles_of": None if sample.whole else {"n": len(sample), "of": sample.n},
         "params": params,
         "outcomes": out,
     }
 
 
 def _param(name: str, col: ex.Column, sample: np.ndarray) -> dict[str, Any]:
-    """A parameter as the plots use it: "numeric" (its values at the sample rows, NaN where
-    absent) or "levels" (codes of its values, for box plots)."""
+    """A parameter as the plots use it, from its Column ``col`` of the sampled experiments:
+    "numeric" (its values at the scatter's rows ``sample``, NaN where absent) or "levels"
+    (codes of its values, for box plots)."""
     present = col.present
     values = col.values
     numeric = values.dtype.kind in "iuf"
-    entry: dict[str, Any] = {"name": name, "dtype": col.dtype, "present": int(present.sum())}
+    entry: dict[str, Any] = {"name": name, "dtype": col.dtype}
     if numeric:
         distinct = np.unique(values[present])
         distinct = distinct[~np.isnan(distinct)] if distinct.dtype.kind == "f" else distinct
@@ -532,7 +721,7 @@ def _param(name: str, col: ex.Column, sample: np.ndarray) -> dict[str, Any]:
             entry.update(
                 kind="numeric",
                 sample=v.astype(np.float32) if exact else v,
-                log=_log_scale(values[present].astype(np.float64)),
+                log=_log_scale_of(values[present].astype(np.float64)),
             )
             return entry
     # Levels: text, bool, or few numbers; the most frequent MAX_CATEGORIES of them.
@@ -602,10 +791,12 @@ def _band(
     info: dict[str, Any],
     table: ExperimentTable,
     rows: np.ndarray,
+    of: int,
     seed: int,
 ) -> dict[str, Any] | None:
     """The quantiles and mean at each index of an array outcome, over the experiments ``rows``
-    (a seeded sample of them when they would hold more than BAND_VALUES values)."""
+    (positions; a seeded sample of them when they would hold more than BAND_VALUES values),
+    which stand for ``of`` experiments."""
     shape = tuple(info["shape"])
     m = int(np.prod(shape, dtype=np.int64))
     positions = np.arange(m)
@@ -636,12 +827,20 @@ def _band(
     del buf
     if not len(used):
         return None
+    # A few index positions at a time, each copied out contiguous: the work of nanmean and of
+    # the quantiles' partitions is that copy's, not a copy of up to BAND_VALUES values.
+    mean = np.empty(len(positions))
+    q = np.empty((len(QUANTILES), len(positions)))
+    width = max(1, QUANTILE_BYTES // (8 * len(used)))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # an index where every value is NaN
-        mean = np.nanmean(used, axis=0)
-        # In place (the buffer is not used again): no copy of up to BAND_VALUES values.
-        quantile = np.nanquantile if np.isnan(used).any() else np.quantile
-        q = quantile(used, QUANTILES, axis=0, overwrite_input=True)
+        for j in range(0, len(positions), width):
+            part = np.ascontiguousarray(used[:, j : j + width])
+            mean[j : j + width] = np.nanmean(part, axis=0)
+            quantile = np.nanquantile if np.isnan(part).any() else np.quantile
+            q[:, j : j + width] = quantile(part, QUANTILES, axis=0, overwrite_input=True)
+    experiments = len(used)
+    del used
     return {
         "name": name,
         "shape": list(shape),
@@ -649,8 +848,8 @@ def _band(
         "index": positions,
         "quantiles": {f"{int(p * 100)}": q[k].astype(np.float32) for k, p in enumerate(QUANTILES)},
         "mean": mean.astype(np.float32),
-        "experiments": int(len(used)),
-        "of": int(len(rows)),
-        "sampled": bool(len(chosen) < len(rows)),
+        "experiments": int(experiments),
+        "of": int(of),
+        "sampled": bool(len(chosen) < of),
         "thinned": bool(len(positions) < m),
     }

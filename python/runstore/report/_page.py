@@ -388,20 +388,35 @@ def _outcomes_section(model: dict[str, Any]) -> str:
         if sampled
         else f"all {_n(sample['of'])} experiments"
     )
+    # Beyond what the report holds whole, medians, levels and box plots are of a sample.
+    part = oc.get("quantiles_of")
+    boxes_over = "every experiment"
+    median = "median"
+    if part:
+        boxes_over = (
+            f"a seeded sample of {_n(part['n'])} of the {_n(part['of'])} experiments "
+            f"(seed {sample['seed']})"
+        )
+        median = "median of the sample"
     out = ["<section id=outcomes><h2>Outcomes</h2>"]
+    if part:
+        out.append(
+            f"<p>Counts, means, extremes and histograms are of every experiment; medians, the "
+            f"values of parameters and box plots of {_e(boxes_over)}.</p>"
+        )
     if oc["params"]:
         out.append(
             "<p>Each scalar outcome against each parameter: a scatter plot for numeric "
             "parameters ("
             + scatter_sub
-            + "), box plots over every experiment for text and bool parameters and for numbers of "
-            "few values (box: quartiles; whiskers: the furthest values within 1.5 times the box; "
-            "dashed line: mean).</p>"
+            + f"), box plots over {_e(boxes_over)} for text and bool parameters and for numbers "
+            "of few values (box: quartiles; whiskers: the furthest values within 1.5 times the "
+            "box; dashed line: mean).</p>"
         )
     for k, o in enumerate(oc["outcomes"]):
         stats = (
-            f"{_n(o['n'])} values · mean {_num(o.get('mean'))} · median {_num(o.get('median'))} "
-            f"· min {_num(o.get('min'))} · max {_num(o.get('max'))}"
+            f"{_n(o['n'])} values · mean {_num(o.get('mean'))} · {median} "
+            f"{_num(o.get('median'))} · min {_num(o.get('min'))} · max {_num(o.get('max'))}"
         )
         cards = [_card(o["name"], "distribution over every experiment", "hist", o=k)]
         for j, p in enumerate(oc["params"]):
@@ -411,7 +426,8 @@ def _outcomes_section(model: dict[str, Any]) -> str:
             else:
                 shown = len(p["levels"])
                 sub = f"{shown} values" + (
-                    f" (the most frequent of {_n(p['level_count'])})"
+                    f" (the most frequent of {_n(p['level_count'])}"
+                    + (" in the sample)" if part else ")")
                     if p["level_count"] > shown
                     else ""
                 )
