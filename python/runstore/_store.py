@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 import numpy as np
 
 from . import _attrs, _core, _frame, _progress, _signals, experiments, export
+from ._arrow_stream import BATCH_ROWS, SeriesTable
 from ._checks import RunId, StepWindow, step_range
 from ._core import Writer
 from .export import _import, _tar_stream
@@ -588,6 +589,21 @@ class Store:
             d = dict(d)
             d["time"] = _frame.times_at(self, d["run"], d["step"], runs, steps)
         return d
+
+    def table(
+        self,
+        name: str,
+        runs: Iterable[RunId] | None = None,
+        steps: StepWindow | None = None,
+        batch_rows: int = BATCH_ROWS,
+    ) -> SeriesTable:
+        """Series ``name`` as an Arrow stream (columns run, step, value) that pyarrow, DuckDB,
+        polars and pandas query in place, a batch of at most ``batch_rows`` records at a time:
+        ``duckdb.sql("SELECT run, max(value) FROM t GROUP BY run")`` with ``t =
+        store.table("loss")``. ``runs`` and ``steps`` as in :meth:`scan`. See docs/query.md.
+
+        Raises KeyError for an unknown series."""
+        return SeriesTable(self, name, runs, steps, batch_rows)
 
     def to_pandas(
         self,

@@ -28,6 +28,7 @@
 #include <utility>
 
 #include "fork_guard.h"
+#include "runstore/arrow.h"
 #include "runstore/store.h"
 #include "step_tape.h"
 
@@ -205,10 +206,19 @@ class PyStore {
   // Scalar series `names` at `step`, placed on the runs of the list `runs`,
   // reading only the blocks that may hold them (python/src/aligned_scan.cc).
   nb::dict ReadAligned(nb::handle runs, const std::vector<std::string>& names, int64_t step);
+  // Series `name` as an Arrow C stream in a PyCapsule ("arrow_array_stream"), of the runs
+  // `runs` and the inclusive steps `steps` when given (python/src/arrow_stream.cc); its
+  // schema alone ("arrow_schema").
+  nb::object ArrowStream(const std::string& name, nb::handle runs,
+                         std::optional<std::pair<int64_t, int64_t>> steps, int64_t batch_rows);
+  nb::object ArrowSchemaOf(const std::string& name);
 
  private:
   // Check() for what opening or refreshing the store returned.
   void CheckOpen(const Status& s) const;
+  static ArrowStreamOptions StreamOptions(nb::handle runs,
+                                          std::optional<std::pair<int64_t, int64_t>> steps,
+                                          int64_t batch_rows);
 
   std::unique_ptr<Store> store_;
   bool read_only_;

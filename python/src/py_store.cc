@@ -1091,6 +1091,14 @@ void BindStore(nb::module_& m) {
            "run is the one stored at order[i]); with ids=True also 'ids', the rows' runs as "
            "int64 (all int) or objects. Records of runs the base lacks are left out. KeyError "
            "for an unknown series, ValueError for one it does not read.")
+      .def("arrow_stream", &PyStore::ArrowStream, "name"_a, "runs"_a = nb::none(),
+           "steps"_a = nb::none(), "batch_rows"_a = 65536,
+           "Series ``name`` as an Arrow C stream in a PyCapsule named 'arrow_array_stream' "
+           "(the Arrow PyCapsule interface): record batches of columns run, step, value of at "
+           "most ``batch_rows`` records, made as they are pulled, of the runs ``runs`` and the "
+           "inclusive (first, last) ``steps`` when given. KeyError for an unknown series.")
+      .def("arrow_schema", &PyStore::ArrowSchemaOf, "name"_a,
+           "The schema of arrow_stream(name), in a PyCapsule named 'arrow_schema'.")
       .def("read_aligned", &PyStore::ReadAligned, "runs"_a, "names"_a, "step"_a = 0,
            "Series ``names`` at ``step``, as scan_aligned reads them, placed on the runs of the "
            "list ``runs`` (int or str, all different; row i is runs[i]): only the blocks whose "

@@ -401,22 +401,45 @@ Result<std::vector<SeriesInfo>> SnapshotImpl::ListSeries(bool include_reserved) 
   return out;
 }
 
+namespace {
+// A series' info but for its count, field by field: count is written by the
+// series' key resolution, which another thread may be making.
+SeriesInfo TypeOf(const SeriesInfo& info) {
+  SeriesInfo i;
+  i.name = info.name;
+  i.dtype = info.dtype;
+  i.variable_shape = info.variable_shape;
+  i.shape = info.shape;
+  i.stored_bytes = info.stored_bytes;
+  i.first_logged = info.first_logged;
+  return i;
+}
+}  // namespace
+
 std::vector<SeriesInfo> SnapshotImpl::ListSeriesTypes(bool include_reserved) const {
   std::vector<SeriesInfo> out;
   for (const auto& [name, e] : series_) {
     if (!include_reserved && !name.empty() && name[0] == '~') continue;
-    // Field by field: count is written by the series' key resolution, which
-    // another thread may be making.
-    SeriesInfo i;
-    i.name = e->info.name;
-    i.dtype = e->info.dtype;
-    i.variable_shape = e->info.variable_shape;
-    i.shape = e->info.shape;
-    i.stored_bytes = e->info.stored_bytes;
-    i.first_logged = e->info.first_logged;
-    out.push_back(std::move(i));
+    out.push_back(TypeOf(e->info));
   }
   return out;
+}
+
+Result<SeriesInfo> SnapshotImpl::SeriesTypeOf(std::string_view name) const {
+  auto it = series_.find(name);
+  if (it == series_.end()) return Status::NotFound("series '" + std::string(name) + "' not found");
+  return TypeOf(it->second->info);
+}
+
+Result<bool> SnapshotImpl::SeriesHasStringRuns(std::string_view name) const {
+  auto it = series_.find(name);
+  if (it == series_.end()) return Status::NotFound("series '" + std::string(name) + "' not found");
+  // Integer ids sort before strings: a block holds a string id when its
+  // largest key's run is one.
+  for (const BlockRef& b : it->second->blocks) {
+    if (b.header->max_key.run.is_string()) return true;
+  }
+  return false;
 }
 
 Result<SeriesInfo> SnapshotImpl::GetSeriesInfo(std::string_view name) const {

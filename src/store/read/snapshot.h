@@ -150,6 +150,10 @@ class SnapshotImpl final : public Snapshot {
   Result<std::vector<SeriesInfo>> ListSeries(bool include_reserved) const override;
   Result<SeriesInfo> GetSeriesInfo(std::string_view name) const override;
   std::vector<SeriesInfo> ListSeriesTypes(bool include_reserved) const override;
+  // Series `name`'s info but for its count (no key resolution), NotFound if
+  // it has no block; and whether one of its blocks holds a string run id.
+  Result<SeriesInfo> SeriesTypeOf(std::string_view name) const;
+  Result<bool> SeriesHasStringRuns(std::string_view name) const;
   Result<std::vector<RunId>> ListRuns() const override;
   Result<uint64_t> CountRuns() const override;
   std::vector<SegmentInfo> ListSegments() const override;

@@ -1,0 +1,62 @@
+"""A series of a store as an Arrow stream (``Store.table``): an object that pyarrow, DuckDB,
+polars and pandas take directly through the Arrow PyCapsule interface (``__arrow_c_stream__``,
+``__arrow_c_schema__``), without runstore needing pyarrow.
+
+The record batches are made by the C++ core (``include/runstore/arrow.h``) as the consumer pulls
+them, at most ``batch_rows`` records each, so that a query over a series larger than memory
+runs in bounded memory; their run (integers), step and value buffers are the bytes the core
+read (the mapped segment file for an uncompressed block), not copies. Each call of
+``__arrow_c_stream__`` reads the series again, from the snapshot the store holds then.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from ._checks import RunId, StepWindow, step_range
+
+#: Records of a batch at most, by default.
+BATCH_ROWS = 65536
+
+
+class SeriesTable:
+    """Series ``name`` of a store as an Arrow stream of the columns run, step and value
+    (docs/query.md): ``pyarrow.RecordBatchReader.from_stream(t)``, ``duckdb.sql("SELECT ...
+    FROM t")``, ``polars.DataFrame(t)``, ``polars.scan_arrow_c_stream(t)`` take it as it is.
+
+    ``runs`` (run ids) and ``steps`` (``range(start, stop)`` or ``(start, stop)``) keep the
+    records of those runs and steps only, reading only the blocks that may hold them."""
+
+    def __init__(
+        self,
+        store: Any,
+        name: str,
+        runs: Iterable[RunId] | None = None,
+        steps: StepWindow | None = None,
+        batch_rows: int = BATCH_ROWS,
+    ) -> None:
+        if not isinstance(name, str):
+            raise TypeError(f"table: the name of one series (a str), got {type(name).__name__}")
+        if not isinstance(batch_rows, int) or isinstance(batch_rows, bool) or batch_rows < 1:
+            raise ValueError(f"table: batch_rows must be an int of at least 1, got {batch_rows!r}")
+        self._core = store._core
+        self.name = name
+        self._runs = None if runs is None else list(runs)
+        self._steps = step_range(steps)
+        self.batch_rows = batch_rows
+        # An unknown series is a KeyError now, not when a consumer first pulls.
+        self._core.arrow_schema(name)
+
+    def __arrow_c_schema__(self) -> Any:
+        """The schema, in a PyCapsule named "arrow_schema"."""
+        return self._core.arrow_schema(self.name)
+
+    def __arrow_c_stream__(self, requested_schema: Any = None) -> Any:
+        """A new stream of the series, in a PyCapsule named "arrow_array_stream".
+        ``requested_schema`` is not followed (the interface lets a producer ignore it): the
+        columns are always the series' own types."""
+        return self._core.arrow_stream(self.name, self._runs, self._steps, self.batch_rows)
+
+    def __repr__(self) -> str:
+        return f"SeriesTable({self.name!r})"
