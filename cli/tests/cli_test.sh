@@ -43,7 +43,7 @@ test_name=usage
 run "$RS"; expect_rc 1; expect_err_has "subcommand is required"
 # An unknown command is named, with the commands there are.
 run "$RS" frobnicate "$S"; expect_rc 1; expect_err_has "runstore: unknown command 'frobnicate'"
-expect_err_has "info, ls, cat, get, verify, compact, catalog, export, import, plan, status, watch, report, sync"
+expect_err_has "info, ls, cat, get, verify, compact, catalog, export, import, plan, status, watch, report, sql, sync"
 run "$RS" --no-progress frobnicate; expect_rc 1; expect_err_has "unknown command 'frobnicate'"
 run "$RS" export xml "$S" "$T/x"; expect_rc 1; expect_err_has "unknown command 'export xml'"
 expect_err_has "csv, tar, parquet"
@@ -595,7 +595,7 @@ while IFS=$'\t' read -r path engine _writes install summary usage <&3; do
   run "$RS" --skip-damaged $path "$T/nowhere" --no-progress; expect_rc 5
 done 3<"$table"
 checks=$((checks + 1))
-[[ ${#python_commands[@]} == 8 ]] || fail "commands.tsv lists ${#python_commands[@]} commands of a Python engine: ${python_commands[*]}"
+[[ ${#python_commands[@]} == 9 ]] || fail "commands.tsv lists ${#python_commands[@]} commands of a Python engine: ${python_commands[*]}"
 checks=$((checks + 1))
 [[ ! -e $T/python_ran && ! -e $T/out ]] || fail "a command of a Python engine started a Python or wrote"
 run "$RS" export --help; expect_rc 0; expect_out_has "^  tar "; expect_out_has "^  parquet "

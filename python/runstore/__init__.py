@@ -61,6 +61,7 @@ from ._store import (
     open,  # noqa: A004 - runstore.open, as io.open and gzip.open
     run_experiments,
     segment_budget,
+    sql,
     sync,
 )
 from ._version import __version__
@@ -76,6 +77,7 @@ __all__ = [
     "import_tar",
     "sync",
     "segment_budget",
+    "sql",
     "experiment_id",
     "RunSummary",
     "Store",

@@ -60,3 +60,26 @@ class SeriesTable:
 
     def __repr__(self) -> str:
         return f"SeriesTable({self.name!r})"
+
+
+#: The view of the experiments table (also "~experiments", which no series can be called).
+EXPERIMENTS = "experiments"
+#: The series of a design's rows (experiments/_records.py ROW), which a store of experiments has.
+DESIGN = "~design/~row"
+
+
+def connect(store: Any, duckdb: Any) -> Any:
+    """A connection of the module ``duckdb`` with a view of each series of ``store`` (by its
+    name: columns run, step, value) and, for a store of experiments, of its experiments table
+    (``experiments``, unless a series is called that, and ``"~experiments"``), each read in
+    place when a query reads it (``runstore sql``, ``runstore.sql``)."""
+    con = duckdb.connect()
+    names = store.names()
+    for name in names:
+        con.register(name, store.table(name))
+    if DESIGN in store._core.names(True):  # a store of experiments (define_experiments)
+        experiments = store.experiments_table()
+        con.register("~" + EXPERIMENTS, experiments)
+        if EXPERIMENTS not in names:
+            con.register(EXPERIMENTS, experiments)
+    return con

@@ -17,10 +17,11 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 import numpy as np
 
 from . import _attrs, _core, _frame, _progress, _signals, experiments, export
-from ._arrow_stream import BATCH_ROWS, SeriesTable
+from ._arrow_stream import BATCH_ROWS, SeriesTable, connect
 from ._checks import RunId, StepWindow, step_range
 from ._core import Writer
 from .export import _import, _tar_stream
+from .export._arrow import ExperimentsTable
 
 if TYPE_CHECKING:
     import pandas
@@ -605,6 +606,14 @@ class Store:
         Raises KeyError for an unknown series."""
         return SeriesTable(self, name, runs, steps, batch_rows)
 
+    def experiments_table(self) -> ExperimentsTable:
+        """The experiments as one table (a row per experiment: id, parameters, status fields,
+        outcomes; the columns of :func:`runstore.export.export_parquet`) as an Arrow stream
+        that DuckDB, polars, pyarrow and pandas take as they are, read a window of experiments
+        at a time each time it is queried. Needs pyarrow (``pip install 'runstore[arrow]'``).
+        See docs/query.md."""
+        return ExperimentsTable(self)
+
     def to_pandas(
         self,
         names: Iterable[str] | str | None = None,
@@ -865,6 +874,19 @@ def segment_budget(mappings: int | None = None, files: int | None = None) -> tup
             raise ValueError(f"segment_budget: {name}={n} must be from 1 to 2**32")
         given[name] = operator.index(n)
     return _core.segment_budget(given.get("mappings"), given.get("files"))
+
+
+def sql(store: Store | str | os.PathLike[str], query: str) -> Any:
+    """Runs ``query`` with DuckDB over ``store`` (a Store, or the path of one, opened
+    read-only), read in place: each series is a view named as the series (columns run, step,
+    value), ``experiments`` the experiments table. Returns DuckDB's relation
+    (``.fetchall()``, ``.df()``, ``.pl()``, ``.arrow()``, ``.show()``). Needs DuckDB and
+    pyarrow (``pip install 'runstore[sql]'``). See docs/query.md."""
+    import duckdb
+
+    if not isinstance(store, Store):
+        store = Store(store, "r")
+    return connect(store, duckdb).sql(query)
 
 
 @_doc(experiments.load_results)

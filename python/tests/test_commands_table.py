@@ -81,7 +81,7 @@ def test_a_python_command_has_one_parser_its_engine():
     with the command's own options."""
     python = {tuple(t["path"].split()): t["engine"] for t in rows() if ":" in t["engine"]}
     assert _runstore_cli.python_commands() == python
-    assert len(python) == 8
+    assert len(python) == 9
     for words, engine in python.items():
         module, function = engine.split(":")
         assert callable(getattr(importlib.import_module(module), function))
@@ -156,11 +156,17 @@ def test_every_read_only_command_leaves_the_store_as_it_found_it(tmp_path):
         "status": [s, "--json"],
         "watch": [s, "--interval", "0.1"],
         "report": [s, "-o", str(out / "r.html")],
+        "sql": [s, 'SELECT count(*) FROM "~experiments" JOIN reward ON experiment = run'],
     }
     read_only = [t["path"] for t in rows() if t["writes"] == "no" and t["engine"] != "group"]
     assert sorted(read_only) == sorted(args), "a read-only command of the table is not tried here"
     out.mkdir()
-    optional = {"export parquet": "pyarrow", "export zarr": "zarr", "report": "plotly"}
+    optional = {
+        "export parquet": "pyarrow",
+        "export zarr": "zarr",
+        "report": "plotly",
+        "sql": "duckdb",
+    }
     before = tree(tmp_path / "s")
     for path, argv in args.items():
         if argv is None:

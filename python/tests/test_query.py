@@ -5,6 +5,9 @@ a series much larger than the memory it is given."""
 
 from __future__ import annotations
 
+import csv
+import io
+import json
 import os
 import subprocess
 import sys
@@ -217,3 +220,112 @@ def test_hostile_run_ids_and_strings_come_back_as_data(tmp_path):
     t = s.table("k")  # noqa: F841 (DuckDB finds it by the name of the variable)
     rows = duckdb.sql("SELECT run, value FROM t ORDER BY value").fetchall()
     assert rows == [(r, k) for k, r in enumerate(runs)]
+
+
+# -- the experiments table, runstore.sql and runstore sql -----------------------------------------
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    """12 experiments (default hashed ids) of lr and opt, 2 of them failed; outcomes loss and
+    curve (4 points); and a series called "experiments", whose name the view then gives up."""
+    s = runstore.open(tmp_path_factory.mktemp("sql") / "sweep")
+    s.define_experiments(runstore.grid(lr=[0.1, 0.01, 0.001], opt=["adam", "sgd"], seed=[0, 1]))
+
+    def train(lr, opt, seed):
+        if opt == "sgd" and lr == 0.1:
+            raise FloatingPointError(f"diverged at lr={lr}")
+        return {"loss": lr * 10 + seed, "curve": np.arange(4.0) * lr}
+
+    runstore.run_experiments(s, train, workers=0, progress=False)
+    with s.writer() as w:
+        w.log("side", experiments=1.0)
+    return s.refresh()
+
+
+def test_the_experiments_table_is_a_stream_of_windows(sweep):
+    t = pa.RecordBatchReader.from_stream(sweep.experiments_table()).read_all()
+    assert t.num_rows == 12
+    assert t.column_names[:3] == ["experiment", "lr", "opt"]
+    assert sorted(t.column("state").to_pylist()) == ["done"] * 10 + ["failed"] * 2
+    assert t.schema.field("curve").type == pa.list_(pa.float64(), 4)
+    rel = runstore.sql(sweep, 'SELECT opt, count(*) FROM "~experiments" GROUP BY opt ORDER BY opt')
+    assert rel.fetchall() == [("adam", 6), ("sgd", 6)]
+
+
+def test_runstore_sql_reads_series_and_experiments_in_place(sweep):
+    rows = runstore.sql(
+        sweep.path,
+        'SELECT e.lr, l.value FROM loss l JOIN "~experiments" e ON e.experiment = l.run '
+        "WHERE e.seed = 1 ORDER BY e.lr, e.opt",
+    ).fetchall()
+    assert rows == [(0.001, 1.01), (0.001, 1.01), (0.01, 1.1), (0.01, 1.1), (0.1, 2.0)]
+    # The series called "experiments" keeps its name; the table is "~experiments".
+    assert runstore.sql(sweep, "SELECT value FROM experiments").fetchall() == [(1.0,)]
+    assert runstore.sql(sweep, 'SELECT count(*) FROM "~experiments"').fetchall() == [(12,)]
+
+
+def run_cli(*args, text=True):
+    return subprocess.run(
+        [sys.executable, "-m", "runstore", *args], capture_output=True, text=text, timeout=300
+    )
+
+
+def run_bytes(*args):
+    """Standard output as it was written (text=True would turn a CR into a line end)."""
+    r = run_cli(*args, text=False)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.decode("utf-8")
+
+
+def test_the_command_prints_as_cat_prints_and_names_what_was_wrong(sweep, tmp_path):
+    q = """SELECT lr, opt, loss FROM "~experiments" WHERE state = 'done' ORDER BY lr, opt, loss"""
+    r = run_cli("sql", str(sweep.path), q)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].split() == ["lr", "opt", "loss"] and len(lines) == 11
+    assert lines[1].split() == ["0.001", '"adam"', "0.01"]
+    r = run_cli("sql", str(sweep.path), q, "-f", "csv", "-n", "2")
+    assert r.returncode == 0 and r.stdout == "lr,opt,loss\n0.001,adam,0.01\n0.001,adam,1.01\n"
+    r = run_cli("sql", str(sweep.path), q, "--format", "jsonl", "--limit", "1")
+    assert r.stdout == '{"lr":0.001,"opt":"adam","loss":0.01}\n'
+    r = run_cli("sql", str(sweep.path), "SELEC 1")
+    assert r.returncode == 1 and "runstore: sql: ParserException:" in r.stderr
+    assert 'syntax error at or near "SELEC"' in r.stderr
+    r = run_cli("sql", str(sweep.path), "SELECT * FROM nope")
+    assert r.returncode == 1 and "Table with name nope does not exist" in r.stderr
+    r = run_cli("sql", str(tmp_path / "missing"), "SELECT 1")
+    assert r.returncode == 3 and "runstore: sql: NotFound:" in r.stderr
+
+
+def test_the_command_shows_hostile_strings_as_data(tmp_path):
+    from _hostile import STORABLE
+
+    s = runstore.open(tmp_path / "s")
+    with s.writer() as w:
+        for k, v in enumerate(STORABLE.values()):
+            w.log(f"r{k}", step=0, text=v)
+    out = run_bytes("sql", str(tmp_path / "s"), "SELECT run, value FROM text")
+    # Nothing a terminal acts on: no control byte but the line ends, no bidi override.
+    assert not any(ord(c) < 0x20 and c != "\n" for c in out)
+    assert "\u202e" not in out and "\x9b" not in out
+    assert len(out.splitlines()) == len(STORABLE) + 1
+    out = run_bytes("sql", str(tmp_path / "s"), "SELECT value FROM text", "-f", "jsonl")
+    assert [json.loads(ln)["value"] for ln in out.split("\n")[:-1]] == list(STORABLE.values())
+    out = run_bytes("sql", str(tmp_path / "s"), "SELECT value FROM text", "-f", "csv")
+    got = list(csv.reader(io.StringIO(out, newline="")))
+    assert [row[0] for row in got[1:]] == list(STORABLE.values())
+
+
+def test_a_damaged_block_is_corruption_not_a_query_error(tmp_path):
+    s = runstore.open(tmp_path / "s")
+    with s.writer() as w:
+        w.log_many(np.zeros(1000, dtype=np.int64), np.arange(1000), x=np.full(1000, 1234.5))
+    (seg,) = [p for p in (tmp_path / "s" / "segments").iterdir() if p.suffix == ".rss"]
+    data = bytearray(seg.read_bytes())
+    at = data.find(np.float64(1234.5).tobytes())
+    data[at + 7] ^= 1
+    seg.write_bytes(bytes(data))
+    r = run_cli("sql", str(tmp_path / "s"), "SELECT sum(value) FROM x")
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert "runstore: sql: Corruption:" in r.stderr and ".rss" in r.stderr

@@ -190,6 +190,61 @@ def _run_array(run: np.ndarray) -> Any:
     return pa.array([r if isinstance(r, str) else str(r) for r in run.tolist()], type=pa.string())
 
 
+def _experiment_columns(table: ExperimentTable) -> tuple[list[str], list[dict[str, Any]]]:
+    """The columns of the experiments table: the id, the parameters, the status fields and
+    the outcomes (an outcome named like a column before it renamed ``outcome.NAME``); and how
+    each outcome became its column."""
+    status = table.status_columns(slice(0, 0))  # the fields, in their order
+    names = [ex.ID_COLUMN, *table.param_names, *(table.status_names[f] for f in status)]
+    fixed = set(names)
+    taken = fixed | {o.name for o in table.outcomes}
+    outcome_meta = []
+    for o in table.outcomes:
+        col = o.name if o.name not in fixed else unique_name(f"outcome.{o.name}", taken)
+        names.append(col)
+        outcome_meta.append(
+            {
+                "name": o.name,
+                "column": col,
+                "dtype": o.dtype,
+                "shape": list(o.shape) if o.shape is not None else None,
+            }
+        )
+    return names, outcome_meta
+
+
+class ExperimentsTable:
+    """A store's experiments table (a row per experiment: id, parameters, status, outcomes,
+    the columns of ``export_parquet``) as an Arrow stream (``Store.experiments_table``): each
+    ``__arrow_c_stream__`` reads the store again, a window of experiments at a time, through
+    pyarrow (the ``arrow`` extra)."""
+
+    #: Bytes of outcome values a batch holds, about.
+    BATCH_BYTES = 8 << 20
+
+    def __init__(self, store: StoreReader) -> None:
+        self.store = store
+
+    def _reader(self) -> Any:
+        import pyarrow as pa
+
+        table = ExperimentTable(self.store, ids=False, window=True)
+        names, _ = _experiment_columns(table)
+        schema = _experiment_batch(table, slice(0, 0), names).schema
+        row_bytes = sum(o.row_bytes for o in table.outcomes) + 64
+        batches = (
+            _experiment_batch(table, rows, names)
+            for rows in table.chunks(1 << 16, row_bytes, self.BATCH_BYTES)
+        )
+        return pa.RecordBatchReader.from_batches(schema, batches)
+
+    def __arrow_c_stream__(self, requested_schema: Any = None) -> Any:
+        return self._reader().__arrow_c_stream__(requested_schema)
+
+    def __arrow_c_schema__(self) -> Any:
+        return self._reader().schema.__arrow_c_schema__()
+
+
 def _experiment_batch(table: ExperimentTable, rows: slice, names: list[str]) -> Any:
     import pyarrow as pa
 
@@ -233,21 +288,7 @@ def export_parquet(
             table = ExperimentTable(store, ids=False, window=True)
             table.progress = _progress.Work(line, table.n, "rows")
             status = table.status_columns(slice(0, 0))  # the fields, in their order
-            names = [ex.ID_COLUMN, *table.param_names, *(table.status_names[f] for f in status)]
-            fixed = set(names)
-            taken = fixed | {o.name for o in table.outcomes}
-            outcome_meta = []
-            for o in table.outcomes:
-                col = o.name if o.name not in fixed else unique_name(f"outcome.{o.name}", taken)
-                names.append(col)
-                outcome_meta.append(
-                    {
-                        "name": o.name,
-                        "column": col,
-                        "dtype": o.dtype,
-                        "shape": list(o.shape) if o.shape is not None else None,
-                    }
-                )
+            names, outcome_meta = _experiment_columns(table)
             meta = {
                 "format": EXPORT_FORMAT,
                 "version": EXPORT_VERSION,
