@@ -329,3 +329,58 @@ def test_a_damaged_block_is_corruption_not_a_query_error(tmp_path):
     r = run_cli("sql", str(tmp_path / "s"), "SELECT sum(value) FROM x")
     assert r.returncode == 2, (r.returncode, r.stderr)
     assert "runstore: sql: Corruption:" in r.stderr and ".rss" in r.stderr
+
+
+def test_the_stream_shows_what_scan_resolves_overwrites_and_resume_markers(tmp_path):
+    """Keys written again by later commits and a run resumed from a checkpoint: the stream
+    holds exactly the records scan and get resolve to, through pyarrow, DuckDB and polars."""
+    s = runstore.open(tmp_path / "s")
+    with s.writer() as w:
+        w.log_many([1] * 100, np.arange(100), x=np.arange(100, dtype=np.float64))
+        w.log_many([2] * 100, np.arange(100), x=np.arange(100, dtype=np.float64))
+        w.commit()
+        w.log_many([1] * 10, np.arange(10), x=np.full(10, -1.0))  # overwrites steps 0..9
+        w.commit()
+        w.resume(2, 50)  # run 2 restarted from step 50: its steps 50..99 hidden
+        w.log_many([2] * 5, np.arange(50, 55), x=np.full(5, 7.0))
+    s.refresh()
+    d = s.scan("x")
+    want = sorted(zip(d["run"].tolist(), d["step"].tolist(), d["value"].tolist()))
+    assert len(want) == 100 + 55
+    got = reader(s.table("x")).read_all()
+    rows = sorted(zip(*(got.column(c).to_pylist() for c in ("run", "step", "value"))))
+    assert rows == want
+    t = s.table("x")  # noqa: F841 (DuckDB finds it by the name of the variable)
+    assert sorted(duckdb.sql("SELECT run, step, value FROM t").fetchall()) == want
+    assert sorted(pl.DataFrame(s.table("x")).rows()) == want
+    assert s.get(1, "x", step=3) == -1.0 and (1, 3, -1.0) in rows
+
+
+def test_duckdb_and_polars_take_the_runs_and_steps_pushed_down(store):
+    """The filters of table() (runs, steps) read only the blocks that may hold them, and the
+    engines get just those records."""
+    t = store.table("grid", runs=[1], steps=(500, 510))  # noqa: F841 (DuckDB's, by name)
+    rows = duckdb.sql("SELECT run, step, value[6] FROM t ORDER BY step").fetchall()
+    assert rows == [(1, s, 10_000.0 + s) for s in range(500, 510)]
+    df = pl.scan_arrow_c_stream(store.table("loss", runs=[0, 2], steps=(0, 2))).collect()
+    assert sorted(df.rows()) == [(0, 0, 0.0), (0, 1, 1.0), (2, 0, 20_000.0), (2, 1, 20_001.0)]
+
+
+def test_a_store_opened_around_damaged_segments_streams_the_others(tmp_path):
+    """Opened with on_damaged="skip" (the commands' --skip-damaged), a store whose segment
+    cannot be read streams the records of the others; runstore sql --skip-damaged too."""
+    s = runstore.open(tmp_path / "s")
+    for k in range(2):
+        with s.writer() as w:
+            w.log_many([k] * 10, np.arange(10), x=np.full(10, float(k)))
+    first = sorted((tmp_path / "s" / "segments").glob("*.rss"))[0]
+    first.write_bytes(b"XXXX" + first.read_bytes()[4:])  # not a segment's magic
+    skip = runstore.open(tmp_path / "s", "r", on_damaged="skip")
+    assert len(skip.damaged_segments) == 1
+    got = reader(skip.table("x")).read_all()
+    assert got.num_rows == 10 and set(got.column("value").to_pylist()) == {1.0}
+    r = run_cli("sql", str(tmp_path / "s"), "SELECT count(*) FROM x", "--skip-damaged")
+    assert r.returncode == 0 and r.stdout.split()[-1] == "10", r.stderr
+    assert "left out damaged segment" in r.stderr
+    r = run_cli("sql", str(tmp_path / "s"), "SELECT count(*) FROM x")
+    assert r.returncode == 2 and "Corruption" in r.stderr
