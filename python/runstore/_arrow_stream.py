@@ -74,6 +74,9 @@ def connect(store: Any, duckdb: Any) -> Any:
     (``experiments``, unless a series is called that, and ``"~experiments"``), each read in
     place when a query reads it (``runstore sql``, ``runstore.sql``)."""
     con = duckdb.connect()
+    # DuckDB draws a progress bar on standard output for a long query, terminal or not: in
+    # the middle of a CSV.
+    con.execute("SET enable_progress_bar = false")
     names = store.names()
     for name in names:
         con.register(name, store.table(name))

@@ -265,6 +265,13 @@ def test_runstore_sql_reads_series_and_experiments_in_place(sweep):
     assert runstore.sql(sweep, 'SELECT count(*) FROM "~experiments"').fetchall() == [(12,)]
 
 
+def test_no_progress_bar_lands_in_the_output(sweep):
+    """DuckDB draws a progress bar on standard output for a query of more than 2 s, terminal
+    or not: the views' connection has it off, so a long query's CSV stays CSV."""
+    setting = "SELECT current_setting('enable_progress_bar')"
+    assert runstore.sql(sweep, setting).fetchall() == [(False,)]
+
+
 def run_cli(*args, text=True):
     return subprocess.run(
         [sys.executable, "-m", "runstore", *args], capture_output=True, text=text, timeout=300
