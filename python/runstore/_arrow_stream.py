@@ -11,6 +11,7 @@ read (the mapped segment file for an uncompressed block), not copies. Each call 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from typing import Any
 
@@ -68,11 +69,39 @@ EXPERIMENTS = "experiments"
 DESIGN = "~design/~row"
 
 
-def connect(store: Any, duckdb: Any) -> Any:
+def referenced_columns(duckdb: Any, query: str) -> set[str] | None:
+    """The column names ``query`` names anywhere (the last part of a qualified one), as DuckDB
+    parses it; None when it may read every column (a ``*`` or ``COLUMNS(...)``) or does not
+    parse (DuckDB then says why when it runs)."""
+    try:
+        text = duckdb.sql("SELECT json_serialize_sql(?)", params=[query]).fetchall()[0][0]
+    except duckdb.Error:
+        return None
+    tree = json.loads(text)
+    if tree.get("error"):
+        return None
+    names: set[str] = set()
+    todo: list[Any] = [tree]
+    while todo:
+        x = todo.pop()
+        if isinstance(x, dict):
+            if x.get("class") == "STAR":
+                return None
+            if x.get("class") == "COLUMN_REF" and x.get("column_names"):
+                names.add(x["column_names"][-1])
+            todo.extend(x.values())
+        elif isinstance(x, list):
+            todo.extend(x)
+    return names
+
+
+def connect(store: Any, duckdb: Any, query: str | None = None) -> Any:
     """A connection of the module ``duckdb`` with a view of each series of ``store`` (by its
     name: columns run, step, value) and, for a store of experiments, of its experiments table
     (``experiments``, unless a series is called that, and ``"~experiments"``), each read in
-    place when a query reads it (``runstore sql``, ``runstore.sql``)."""
+    place when a query reads it (``runstore sql``, ``runstore.sql``). Given the ``query`` the
+    connection is for, the experiments table reads only the columns it names (a stream cannot
+    be told which columns a query reads)."""
     con = duckdb.connect()
     # DuckDB draws a progress bar on standard output for a long query, terminal or not: in
     # the middle of a CSV.
@@ -81,7 +110,8 @@ def connect(store: Any, duckdb: Any) -> Any:
     for name in names:
         con.register(name, store.table(name))
     if DESIGN in store._core.names(True):  # a store of experiments (define_experiments)
-        experiments = store.experiments_table()
+        columns = None if query is None else referenced_columns(duckdb, query)
+        experiments = store.experiments_table(columns)
         con.register("~" + EXPERIMENTS, experiments)
         if EXPERIMENTS not in names:
             con.register(EXPERIMENTS, experiments)

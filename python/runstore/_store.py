@@ -606,13 +606,14 @@ class Store:
         Raises KeyError for an unknown series."""
         return SeriesTable(self, name, runs, steps, batch_rows)
 
-    def experiments_table(self) -> ExperimentsTable:
+    def experiments_table(self, columns: Iterable[str] | None = None) -> ExperimentsTable:
         """The experiments as one table (a row per experiment: id, parameters, status fields,
         outcomes; the columns of :func:`runstore.export.export_parquet`) as an Arrow stream
         that DuckDB, polars, pyarrow and pandas take as they are, read a window of experiments
-        at a time each time it is queried. Needs pyarrow (``pip install 'runstore[arrow]'``).
-        See docs/query.md."""
-        return ExperimentsTable(self)
+        at a time each time it is queried; with ``columns``, those of its columns only (the
+        others are not read; the id when none of them is one). Needs pyarrow (``pip install
+        'runstore[arrow]'``). See docs/query.md."""
+        return ExperimentsTable(self, columns)
 
     def to_pandas(
         self,
@@ -886,7 +887,7 @@ def sql(store: Store | str | os.PathLike[str], query: str) -> Any:
 
     if not isinstance(store, Store):
         store = Store(store, "r")
-    return connect(store, duckdb).sql(query)
+    return connect(store, duckdb, query).sql(query)
 
 
 @_doc(experiments.load_results)

@@ -65,7 +65,7 @@ def sql_main(argv: list[str]) -> int:
 
         store = open_for_command(args.store, args.skip_damaged)
         try:
-            cursor = connect(store, duckdb).execute(args.query)
+            cursor = connect(store, duckdb, args.query).execute(args.query)
         except duckdb.Error as e:
             return _query_failed(e)
         columns = [d[0] for d in cursor.description or []]

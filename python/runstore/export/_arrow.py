@@ -15,7 +15,7 @@ from .. import _progress
 from .._frame import KeyUnion, run_list, series_columns, sort_order, unique_name
 from ..experiments import _records as ex
 from ._output import ExportFile
-from ._table import EXPORT_FORMAT, EXPORT_VERSION, ExperimentTable
+from ._table import EXPORT_FORMAT, EXPORT_VERSION, ExperimentTable, Outcome
 
 if TYPE_CHECKING:
     import pyarrow
@@ -190,16 +190,17 @@ def _run_array(run: np.ndarray) -> Any:
     return pa.array([r if isinstance(r, str) else str(r) for r in run.tolist()], type=pa.string())
 
 
-def _experiment_columns(table: ExperimentTable) -> tuple[list[str], list[dict[str, Any]]]:
-    """The columns of the experiments table: the id, the parameters, the status fields and
-    the outcomes (an outcome named like a column before it renamed ``outcome.NAME``); and how
-    each outcome became its column."""
-    status = table.status_columns(slice(0, 0))  # the fields, in their order
-    names = [ex.ID_COLUMN, *table.param_names, *(table.status_names[f] for f in status)]
+def _experiment_columns(
+    params: list[str], status: list[str], outcomes: list[Outcome]
+) -> tuple[list[str], list[dict[str, Any]]]:
+    """The columns of the experiments table: the id, the parameters, the status fields' columns
+    and the outcomes (an outcome named like a column before it renamed ``outcome.NAME``); and
+    how each outcome became its column."""
+    names = [ex.ID_COLUMN, *params, *status]
     fixed = set(names)
-    taken = fixed | {o.name for o in table.outcomes}
+    taken = fixed | {o.name for o in outcomes}
     outcome_meta = []
-    for o in table.outcomes:
+    for o in outcomes:
         col = o.name if o.name not in fixed else unique_name(f"outcome.{o.name}", taken)
         names.append(col)
         outcome_meta.append(
@@ -213,27 +214,56 @@ def _experiment_columns(table: ExperimentTable) -> tuple[list[str], list[dict[st
     return names, outcome_meta
 
 
+def _table_columns(table: ExperimentTable) -> tuple[list[str], list[dict[str, Any]]]:
+    """:func:`_experiment_columns` of every column ``table`` reads."""
+    status = table.status_columns(slice(0, 0))  # the fields, in their order
+    return _experiment_columns(
+        table.param_names, [table.status_names[f] for f in status], table.outcomes
+    )
+
+
 class ExperimentsTable:
     """A store's experiments table (a row per experiment: id, parameters, status, outcomes,
     the columns of ``export_parquet``) as an Arrow stream (``Store.experiments_table``): each
     ``__arrow_c_stream__`` reads the store again, a window of experiments at a time, through
-    pyarrow (the ``arrow`` extra)."""
+    pyarrow (the ``arrow`` extra). With ``columns``, only those of its columns (in the table's
+    order; the id when none of them is one): the others are not read."""
 
     #: Bytes of outcome values a batch holds, about.
     BATCH_BYTES = 8 << 20
 
-    def __init__(self, store: StoreReader) -> None:
+    def __init__(self, store: StoreReader, columns: Iterable[str] | None = None) -> None:
         self.store = store
+        self.columns = None if columns is None else set(columns)
 
     def _reader(self) -> Any:
         import pyarrow as pa
 
-        table = ExperimentTable(self.store, ids=False, window=True)
-        names, _ = _experiment_columns(table)
-        schema = _experiment_batch(table, slice(0, 0), names).schema
+        wanted = self.columns
+        self.store.refresh()
+        infos = ex.reserved_series(self.store)
+        params = ex.design_columns(self.store, infos)
+        status = list(ex.status_names(params).values())
+        outcomes = [Outcome(n, infos[n]) for n in ex.outcome_names(self.store)]
+        # The whole table's columns, then those asked for: the same names either way.
+        names, meta = _experiment_columns(params, status, outcomes)
+        if wanted is not None:
+            names = [n for n in names if n in wanted] or [ex.ID_COLUMN]
+            meta = [m for m in meta if m["column"] in wanted]
+            params = [p for p in params if p in wanted]
+        table = ExperimentTable(
+            self.store,
+            [m["name"] for m in meta],
+            ids=False,
+            window=True,
+            status=any(c in names for c in status),
+            infos=infos,
+            params=params,
+        )
+        schema = _experiment_batch(table, slice(0, 0), names, meta).schema
         row_bytes = sum(o.row_bytes for o in table.outcomes) + 64
         batches = (
-            _experiment_batch(table, rows, names)
+            _experiment_batch(table, rows, names, meta)
             for rows in table.chunks(1 << 16, row_bytes, self.BATCH_BYTES)
         )
         return pa.RecordBatchReader.from_batches(schema, batches)
@@ -245,18 +275,30 @@ class ExperimentsTable:
         return self._reader().schema.__arrow_c_schema__()
 
 
-def _experiment_batch(table: ExperimentTable, rows: slice, names: list[str]) -> Any:
+def _experiment_batch(
+    table: ExperimentTable, rows: slice, names: list[str], outcome_meta: list[dict[str, Any]]
+) -> Any:
+    """The experiments ``rows`` as a record batch of the columns ``names`` (those of
+    :func:`_experiment_columns`, whose ``outcome_meta`` says which outcome each of its last
+    columns is; a column not in ``names`` is not read)."""
     import pyarrow as pa
 
-    ids = table.index.take_array(rows)
-    arrays = [_run_array(ids) if ids.dtype == object else pa.array(ids, type=pa.int64())]
-    for c in table.param_columns(rows).values():
-        arrays.append(_arrow_array(c.values, c.present, c.dtype, ()))
-    for c in table.status_columns(rows).values():
-        arrays.append(_arrow_array(c.values, c.present, c.dtype, ()))
-    for o in table.outcomes:
-        cc = table.chunk(o, rows)
-        arrays.append(_arrow_array(cc.values, cc.present, o.dtype, o.shape))
+    wanted = set(names)
+    arrays = []
+    if ex.ID_COLUMN in wanted:
+        ids = table.index.take_array(rows)
+        arrays.append(_run_array(ids) if ids.dtype == object else pa.array(ids, type=pa.int64()))
+    for p, c in table.param_columns(rows).items():
+        if p in wanted:
+            arrays.append(_arrow_array(c.values, c.present, c.dtype, ()))
+    if wanted & set(table.status_names.values()):
+        for f, c in table.status_columns(rows).items():
+            if table.status_names[f] in wanted:
+                arrays.append(_arrow_array(c.values, c.present, c.dtype, ()))
+    for o, meta in zip(table.outcomes, outcome_meta):
+        if meta["column"] in wanted:
+            cc = table.chunk(o, rows)
+            arrays.append(_arrow_array(cc.values, cc.present, o.dtype, o.shape))
     return pa.RecordBatch.from_arrays(arrays, names=names)
 
 
@@ -288,7 +330,7 @@ def export_parquet(
             table = ExperimentTable(store, ids=False, window=True)
             table.progress = _progress.Work(line, table.n, "rows")
             status = table.status_columns(slice(0, 0))  # the fields, in their order
-            names, outcome_meta = _experiment_columns(table)
+            names, outcome_meta = _table_columns(table)
             meta = {
                 "format": EXPORT_FORMAT,
                 "version": EXPORT_VERSION,
@@ -301,14 +343,14 @@ def export_parquet(
             rows = 0
             row_bytes = sum(o.row_bytes for o in table.outcomes) + 64
             for sl in table.chunks(row_group_rows, row_bytes, PARQUET_ROW_GROUP_BYTES):
-                batch = _for_parquet(_experiment_batch(table, sl, names))
+                batch = _for_parquet(_experiment_batch(table, sl, names, outcome_meta))
                 if writer is None:
                     schema = batch.schema.with_metadata({"runstore": json.dumps(meta)})
                     writer = pq.ParquetWriter(sink, schema, compression=compression)
                 writer.write_batch(batch, row_group_size=row_group_rows)
                 rows += batch.num_rows
             if writer is None:  # no experiments: an empty table with the columns
-                batch = _for_parquet(_experiment_batch(table, slice(0, 0), names))
+                batch = _for_parquet(_experiment_batch(table, slice(0, 0), names, outcome_meta))
                 schema = batch.schema.with_metadata({"runstore": json.dumps(meta)})
                 writer = pq.ParquetWriter(sink, schema, compression=compression)
                 writer.write_batch(batch)

@@ -82,6 +82,7 @@ class ExperimentTable:
         window: bool = False,
         status: bool = True,
         infos: dict[str, dict[str, Any]] | None = None,
+        params: Iterable[str] | None = None,
     ) -> None:
         """``ids=False``: the ids may be kept as the runs of the aligned read (an
         :class:`ex.RunList`, no Python object per experiment), for readers that take them a chunk
@@ -91,7 +92,8 @@ class ExperimentTable:
         :attr:`params` and :attr:`status` are not held. ``status=False``: the status series are
         not read (every field absent), for a reader that reads them its own way. ``infos``:
         :func:`ex.reserved_series` of the store, refreshed, if the caller has read it (the
-        store is then not refreshed again)."""
+        store is then not refreshed again). ``params``: the parameters read (default every
+        one)."""
         if infos is None:
             store.refresh()
             infos = ex.reserved_series(store)
@@ -103,8 +105,10 @@ class ExperimentTable:
         for n in names:
             if n not in infos:
                 raise KeyError(f"series {n!r} not found")
-        params = ex.design_columns(store, infos)
-        #: The parameters' names, in the order they were first defined.
+        every_param = ex.design_columns(store, infos)
+        wanted_params = None if params is None else set(params)
+        params = [p for p in every_param if wanted_params is None or p in wanted_params]
+        #: The parameters' names (those read), in the order they were first defined.
         self.param_names = params
         scalars = [n for n in names if Outcome(n, infos[n]).scalar]
         fields = [ex.DESIGN + p for p in params] + (ex.status_series(infos) if status else [])
@@ -135,7 +139,8 @@ class ExperimentTable:
             self._held = {n: ex.read_column(store, n, self.index, infos[n]) for n in wanted}
         release_mapped_pages(store)
         self.n = len(self.index)
-        self.status_names = ex.status_names(params)
+        # Named beside every parameter, read or not, as the whole table names them.
+        self.status_names = ex.status_names(every_param)
         #: Rows a window of the scalar columns holds (every row when they are held whole).
         self.window_rows = max(1, self.n)
         if self.windowed:
