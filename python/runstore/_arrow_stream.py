@@ -43,7 +43,7 @@ class SeriesTable:
             raise ValueError(f"table: batch_rows must be an int of at least 1, got {batch_rows!r}")
         self._core = store._core
         self.name = name
-        self._runs = None if runs is None else list(runs)
+        self._runs = None if runs is None else _run_list(runs)
         self._steps = step_range(steps)
         self.batch_rows = batch_rows
         # An unknown series is a KeyError now, not when a consumer first pulls.
@@ -61,6 +61,18 @@ class SeriesTable:
 
     def __repr__(self) -> str:
         return f"SeriesTable({self.name!r})"
+
+
+def _run_list(runs: Any) -> list[RunId]:
+    """``runs`` as a list (one str or bytes is refused: as a sequence it would be taken for
+    its characters)."""
+    what = "table: runs must be a list of run ids (int or str)"
+    if isinstance(runs, (str, bytes)):
+        raise TypeError(f"{what}, got a single {type(runs).__name__}; use runs=[...]")
+    try:
+        return list(runs)
+    except TypeError:
+        raise TypeError(f"{what}, got {type(runs).__name__}") from None
 
 
 #: The view of the experiments table (also "~experiments", which no series can be called).

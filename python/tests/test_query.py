@@ -159,6 +159,11 @@ def test_errors_name_what_was_wrong(store):
         store.table("nope")
     with pytest.raises(TypeError, match="the name of one series"):
         store.table(["loss", "acc"])
+    for runs, what in (("abc", "a single str"), (b"ab", "a single bytes"), (5, "got int")):
+        with pytest.raises(TypeError, match=f"runs must be a list of run ids.*{what}"):
+            store.table("loss", runs=runs)
+    with pytest.raises(TypeError, match="run id"):  # a run id of no run id's type
+        pa.RecordBatchReader.from_stream(store.table("loss", runs=[1.5])).read_all()
 
 
 QUERY_PEAK = """
@@ -301,6 +306,11 @@ def test_the_command_prints_as_cat_prints_and_names_what_was_wrong(sweep, tmp_pa
     assert 'syntax error at or near "SELEC"' in r.stderr
     r = run_cli("sql", str(sweep.path), "SELECT * FROM nope")
     assert r.returncode == 1 and "Table with name nope does not exist" in r.stderr
+    # It reads the store's views and writes nowhere: no COPY TO, read_csv or ATTACH.
+    target = os.path.join(str(sweep.path), "segments", "x.csv")
+    r = run_cli("sql", str(sweep.path), f"COPY (SELECT 1) TO '{target}'")
+    assert r.returncode == 1 and "file system operations are disabled" in r.stderr
+    assert not os.path.exists(target)
     r = run_cli("sql", str(tmp_path / "missing"), "SELECT 1")
     assert r.returncode == 3 and "runstore: sql: NotFound:" in r.stderr
 

@@ -43,8 +43,9 @@ def sql_main(argv: list[str]) -> int:
         'named as the series (columns run, step, value; quote names such as "train/loss"),\n'
         "and 'experiments' is the experiments table (a row per experiment: id, parameters,\n"
         "status, outcomes; also '\"~experiments\"'). Prints the result as 'runstore cat'\n"
-        "prints records. A query DuckDB refuses exits with 1, naming what was wrong. Needs\n"
-        "DuckDB and pyarrow (pip install 'runstore[sql]').",
+        "prints records. The query reads those views and no file (no COPY TO, read_csv or\n"
+        "ATTACH). A query DuckDB refuses exits with 1, naming what was wrong. Needs DuckDB\n"
+        "and pyarrow (pip install 'runstore[sql]').",
         '  runstore sql results/sweep "SELECT run, min(value) FROM loss GROUP BY run"\n'
         "  runstore sql results/sweep \"SELECT * FROM experiments WHERE state = 'failed'\""
         " -f csv",
@@ -65,7 +66,11 @@ def sql_main(argv: list[str]) -> int:
 
         store = open_for_command(args.store, args.skip_damaged)
         try:
-            cursor = connect(store, duckdb, args.query).execute(args.query)
+            con = connect(store, duckdb, args.query)
+            # The command reads the store's views and nothing else: no file is read or written
+            # (COPY ... TO, read_csv, ATTACH), no extension installed; it never writes.
+            con.execute("SET enable_external_access = false")
+            cursor = con.execute(args.query)
         except duckdb.Error as e:
             return _query_failed(e)
         columns = [d[0] for d in cursor.description or []]
