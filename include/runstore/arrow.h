@@ -103,7 +103,8 @@ struct ArrowStreamOptions {
 // release callback; what Arrow lays out otherwise is copied (bools into bits,
 // strings and bytes into offsets and data, string run ids, and the elements
 // of variable shapes). NotFound for an unknown series, InvalidArgument for a
-// batch_rows below 1. Errors met while reading (a damaged block) are the
+// batch_rows below 1. The scan starts at the first get_next: the schema alone
+// reads no block. Errors met while reading (a damaged block) are the
 // stream's: get_next returns EIO and get_last_error says what it was.
 Status SeriesArrowStream(std::shared_ptr<const Snapshot> snapshot, std::string_view name,
                          const ArrowStreamOptions& options, ArrowArrayStream* out);

@@ -240,9 +240,6 @@ class Sample:
             return parts[0]
         return np.concatenate(parts) if parts else np.zeros(0)
 
-    def drop(self, key: str) -> None:
-        self._parts.pop(key, None)
-
 
 class Extremes:
     """Count, sum, least and greatest of the finite values added (exact over every window)."""

@@ -218,12 +218,12 @@ ArrowArray* WithChild(int64_t n, std::vector<const void*> buffers, ArrowArray* c
 
 class Stream {
  public:
-  Stream(std::shared_ptr<const Snapshot> snap, SeriesInfo info, bool string_runs,
-         std::unique_ptr<SeriesScanner> scanner, int64_t batch_rows)
+  Stream(std::shared_ptr<const Snapshot> snap, SeriesInfo info, bool string_runs, ScanOptions scan,
+         int64_t batch_rows)
       : snap_(std::move(snap)),
         info_(std::move(info)),
         string_runs_(string_runs),
-        scanner_(std::move(scanner)),
+        scan_(std::move(scan)),
         batch_rows_(batch_rows) {}
 
   int GetSchema(ArrowSchema* out) {
@@ -256,6 +256,13 @@ class Stream {
       if (read_bytes_ >= kReleaseBytes) {
         snap_->ReleasePages();
         read_bytes_ = 0;
+      }
+      // The scan starts at the first pull: a schema alone (a view registered,
+      // a query planned) resolves no keys and reads no block.
+      if (scanner_ == nullptr) {
+        auto scanner = snap_->Scan(info_.name, scan_);
+        if (!scanner.ok()) return Fail(scanner.status());
+        scanner_ = std::move(scanner).value();
       }
       Result<bool> more = scanner_->Next(&batch_);
       if (!more.ok()) return Fail(more.status());
@@ -356,7 +363,8 @@ class Stream {
   const std::shared_ptr<const Snapshot> snap_;
   const SeriesInfo info_;
   const bool string_runs_;
-  const std::unique_ptr<SeriesScanner> scanner_;
+  const ScanOptions scan_;
+  std::unique_ptr<SeriesScanner> scanner_;  // made at the first pull
   const int64_t batch_rows_;
   static constexpr uint64_t kReleaseBytes = 64 << 20;
   ScanBatch batch_;
@@ -382,8 +390,7 @@ Status SeriesArrowStream(std::shared_ptr<const Snapshot> snapshot, std::string_v
   ScanOptions scan;
   scan.runs = options.runs;
   scan.steps = options.steps;
-  RUNSTORE_ASSIGN_OR_RETURN(auto scanner, snapshot->Scan(name, scan));
-  auto* stream = new Stream(std::move(snapshot), std::move(info), string_runs, std::move(scanner),
+  auto* stream = new Stream(std::move(snapshot), std::move(info), string_runs, std::move(scan),
                             options.batch_rows);
   *out = ArrowArrayStream{};
   out->get_schema = [](ArrowArrayStream* s, ArrowSchema* schema) {
