@@ -81,10 +81,11 @@ EXPERIMENTS = "experiments"
 DESIGN = "~design/~row"
 
 
-def referenced_columns(duckdb: Any, query: str) -> set[str] | None:
-    """The column names ``query`` names anywhere (the last part of a qualified one), as DuckDB
-    parses it; None when it may read every column (a ``*`` or ``COLUMNS(...)``) or does not
-    parse (DuckDB then says why when it runs)."""
+def _names_in(duckdb: Any, query: str) -> tuple[set[str], set[str] | None] | None:
+    """(the tables, the columns) ``query`` names anywhere (a column by the last part of a
+    qualified name; None for the columns when it may read every one, a ``*`` or
+    ``COLUMNS(...)``), as DuckDB parses it; None when it does not parse (DuckDB then says
+    why when it runs)."""
     try:
         text = duckdb.sql("SELECT json_serialize_sql(?)", params=[query]).fetchall()[0][0]
     except duckdb.Error:
@@ -92,19 +93,29 @@ def referenced_columns(duckdb: Any, query: str) -> set[str] | None:
     tree = json.loads(text)
     if tree.get("error"):
         return None
-    names: set[str] = set()
+    tables: set[str] = set()
+    columns: set[str] | None = set()
     todo: list[Any] = [tree]
     while todo:
         x = todo.pop()
         if isinstance(x, dict):
+            if x.get("type") == "BASE_TABLE" and x.get("table_name"):
+                tables.add(x["table_name"])
             if x.get("class") == "STAR":
-                return None
-            if x.get("class") == "COLUMN_REF" and x.get("column_names"):
-                names.add(x["column_names"][-1])
+                columns = None
+            if columns is not None and x.get("class") == "COLUMN_REF" and x.get("column_names"):
+                columns.add(x["column_names"][-1])
             todo.extend(x.values())
         elif isinstance(x, list):
             todo.extend(x)
-    return names
+    return tables, columns
+
+
+def referenced_columns(duckdb: Any, query: str) -> set[str] | None:
+    """The column names ``query`` names (see :func:`_names_in`); None when it may read every
+    column or does not parse."""
+    names = _names_in(duckdb, query)
+    return None if names is None else names[1]
 
 
 def connect(store: Any, duckdb: Any, query: str | None = None) -> Any:
@@ -112,8 +123,8 @@ def connect(store: Any, duckdb: Any, query: str | None = None) -> Any:
     name: columns run, step, value) and, for a store of experiments, of its experiments table
     (``experiments``, unless a series is called that, and ``"~experiments"``), each read in
     place when a query reads it (``runstore sql``, ``runstore.sql``). Given the ``query`` the
-    connection is for, the experiments table reads only the columns it names (a stream cannot
-    be told which columns a query reads)."""
+    connection is for, the experiments table is a view only if it names it, and reads only the
+    columns it names (a stream cannot be told which columns a query reads)."""
     con = duckdb.connect()
     # DuckDB draws a progress bar on standard output for a long query, terminal or not: in
     # the middle of a CSV.
@@ -122,9 +133,12 @@ def connect(store: Any, duckdb: Any, query: str | None = None) -> Any:
     for name in names:
         con.register(name, store.table(name))
     if DESIGN in store._core.names(True):  # a store of experiments (define_experiments)
-        columns = None if query is None else referenced_columns(duckdb, query)
-        experiments = store.experiments_table(columns)
-        con.register("~" + EXPERIMENTS, experiments)
-        if EXPERIMENTS not in names:
-            con.register(EXPERIMENTS, experiments)
+        named = None if query is None else _names_in(duckdb, query)
+        views = {"~" + EXPERIMENTS} | ({EXPERIMENTS} if EXPERIMENTS not in names else set())
+        # DuckDB reads a view's schema when it is registered: the experiments table (the
+        # design's runs and a window) only for a query that names it.
+        if named is None or named[0] & views:
+            experiments = store.experiments_table(None if named is None else named[1])
+            for view in sorted(views):
+                con.register(view, experiments)
     return con

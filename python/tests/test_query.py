@@ -427,6 +427,19 @@ def test_the_experiments_table_reads_only_the_columns_asked_for(sweep, tmp_path)
     assert t.read_all().to_pydict() == {"status.state": ["done"] * 3, "y": [0.0, 2.0, 4.0]}
 
 
+def test_a_query_of_the_series_alone_reads_no_experiment(sweep, monkeypatch):
+    """DuckDB reads a view's schema when it is registered: the experiments table (its
+    design's runs and a window) is made a view only for a query that names it."""
+
+    def refused(self, columns=None):
+        raise AssertionError("the experiments table was read")
+
+    monkeypatch.setattr(runstore.Store, "experiments_table", refused)
+    assert runstore.sql(sweep, "SELECT count(*) FROM loss").fetchall() == [(10,)]
+    with pytest.raises(AssertionError, match="the experiments table was read"):
+        runstore.sql(sweep, 'SELECT count(*) FROM "~experiments"')
+
+
 def test_a_query_names_the_columns_it_reads():
     from runstore._arrow_stream import referenced_columns
 
