@@ -1,4 +1,4 @@
-// A series of a snapshot as an Arrow C stream (docs/query.md): record batches
+// Series of a snapshot as Arrow C streams (docs/query.md): record batches
 // that any library speaking the Arrow C data interface takes without a copy
 // (pyarrow, DuckDB, polars, Arrow C++, nanoarrow), produced as they are
 // pulled, a bounded number of records at a time, so that a query over a store
@@ -14,7 +14,10 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <string_view>
+#include <variant>
+#include <vector>
 
 #include "runstore/reader.h"
 #include "runstore/status.h"
@@ -108,6 +111,66 @@ struct ArrowStreamOptions {
 // stream's: get_next returns EIO and get_last_error says what it was.
 Status SeriesArrowStream(std::shared_ptr<const Snapshot> snapshot, std::string_view name,
                          const ArrowStreamOptions& options, ArrowArrayStream* out);
+
+// A column of a joined stream (JoinedArrowStream): the values of a series.
+struct ArrowJoinColumn {
+  std::string series;
+  // The field's name; empty: the series' name.
+  std::string name;
+  // The value of a row that has no record of the series: null when unset,
+  // else one of the column's type (an integer for integer series, a number
+  // for float series, a text for strings).
+  std::variant<std::monostate, int64_t, double, std::string> fill;
+  // Of a string series: an empty string reads as no record (null, or the fill).
+  bool empty_is_null = false;
+  // The column's type when the snapshot has no record of the series (every
+  // row then its fill, or null).
+  DType missing_dtype = DType::kFloat64;
+};
+
+// What JoinedArrowStream joins, and how.
+struct ArrowJoin {
+  // The series whose visible records' keys (run, step) are the rows: a left
+  // join on it, in the order a scan returns them. Put the densest first.
+  std::string base;
+  // The columns after the keys, in this order (the base among them or not).
+  std::vector<ArrowJoinColumn> columns;
+  // The names of the key fields; an empty name leaves that field out (the
+  // experiments table names its runs "experiment" and has no step).
+  std::string run_field = "run";
+  std::string step_field = "step";
+  // Only the rows whose value of the string series `where_series` (with
+  // `where_fill` for a row without a record, when set) is one of
+  // `where_values`; the other columns are read for those rows only.
+  std::string where_series;
+  std::vector<std::string> where_values;
+  std::optional<std::string> where_fill;
+  // The runs, steps and batch size, as for SeriesArrowStream; filters on the
+  // rows (the base's keys), which the other series are read for.
+  ArrowStreamOptions stream;
+  // Bytes of keys and placed values that a window of rows holds: the stream
+  // reads the base a window at a time and each other series once a window
+  // (only its blocks that may hold the window's runs and steps), so this
+  // bounds its memory and sets how often a series is searched. At least 1 MiB.
+  uint64_t window_bytes = 64ull << 20;
+};
+
+// Makes `*out` a stream of the rows of series `join.base` (keeps `snapshot`
+// alive until it is released): one struct column per batch with the fields
+//
+//   run_field    int64, or utf8 where a run id of the base is a string
+//   step_field   int64
+//   each column  the series' type as SeriesArrowStream's `value` (a variable
+//                shape as two fields, NAME and NAME.shape), nullable: null
+//                where the series has no record at the row's key (or its fill)
+//
+// Each value is copied into the window it is placed in (a join cannot view
+// the segments' bytes), and the batches view the window. NotFound for an
+// unknown base, InvalidArgument for a where_series that is not of strings,
+// for two fields of one name, or for batch_rows below 1; read errors are the
+// stream's (get_next returns EIO, get_last_error says what it was).
+Status JoinedArrowStream(std::shared_ptr<const Snapshot> snapshot, const ArrowJoin& join,
+                         ArrowArrayStream* out);
 
 }  // namespace runstore
 

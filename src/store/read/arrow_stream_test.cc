@@ -16,62 +16,18 @@
 #include "runstore/arrow.h"
 #include "runstore/store.h"
 #include "store/read/snapshot.h"
+#include "testing/arrow_consumer.h"
 #include "testing/test_util.h"
 
 namespace runstore {
 namespace {
 
+using ::runstore::testing::Consume;
+using ::runstore::testing::Consumed;
 using ::runstore::testing::HashedId;
+using ::runstore::testing::Int;
+using ::runstore::testing::Str;
 using ::runstore::testing::TempDir;
-
-// What a consumer got of a stream: the schema's formats and names (children
-// of the struct), and every batch.
-struct Consumed {
-  std::vector<std::string> formats, names;
-  std::vector<std::string> child_formats;  // of list and fixed_size_list children
-  std::string value_metadata;
-  std::vector<ArrowArray> batches;
-  ~Consumed() {
-    for (ArrowArray& a : batches) {
-      if (a.release) a.release(&a);
-    }
-  }
-};
-
-void Consume(ArrowArrayStream* s, Consumed* c) {
-  ArrowSchema schema;
-  ASSERT_EQ(s->get_schema(s, &schema), 0);
-  ASSERT_STREQ(schema.format, "+s");
-  for (int64_t i = 0; i < schema.n_children; ++i) {
-    const ArrowSchema* f = schema.children[i];
-    c->formats.push_back(f->format);
-    c->names.push_back(f->name);
-    c->child_formats.push_back(f->n_children ? f->children[0]->format : "");
-    if (std::string(f->name) == "value" && f->metadata) {
-      int32_t klen, vlen;
-      std::memcpy(&klen, f->metadata + 4, 4);
-      std::memcpy(&vlen, f->metadata + 8 + klen, 4);
-      c->value_metadata =
-          std::string(f->metadata + 8, klen) + "=" + std::string(f->metadata + 12 + klen, vlen);
-    }
-  }
-  schema.release(&schema);
-  EXPECT_EQ(schema.release, nullptr);
-  while (true) {
-    ArrowArray a;
-    ASSERT_EQ(s->get_next(s, &a), 0) << s->get_last_error(s);
-    if (a.release == nullptr) break;
-    c->batches.push_back(a);
-  }
-}
-
-int64_t Int(const ArrowArray* a, int64_t i) {
-  return static_cast<const int64_t*>(a->buffers[1])[a->offset + i];
-}
-std::string Str(const ArrowArray* a, int64_t i) {
-  const auto* off = static_cast<const int64_t*>(a->buffers[1]);
-  return std::string(static_cast<const char*>(a->buffers[2]) + off[i], off[i + 1] - off[i]);
-}
 
 class ArrowStreamTest : public ::testing::Test {
  protected:

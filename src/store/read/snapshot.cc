@@ -431,6 +431,14 @@ Result<SeriesInfo> SnapshotImpl::SeriesTypeOf(std::string_view name) const {
   return TypeOf(it->second->info);
 }
 
+uint64_t SnapshotImpl::StoredRecords(std::string_view name) const {
+  auto it = series_.find(name);
+  if (it == series_.end()) return 0;
+  uint64_t n = 0;
+  for (const BlockRef& b : it->second->blocks) n += b.header->count;
+  return n;
+}
+
 Result<bool> SnapshotImpl::SeriesHasStringRuns(std::string_view name) const {
   auto it = series_.find(name);
   if (it == series_.end()) return Status::NotFound("series '" + std::string(name) + "' not found");

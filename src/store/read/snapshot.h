@@ -154,6 +154,9 @@ class SnapshotImpl final : public Snapshot {
   // it has no block; and whether one of its blocks holds a string run id.
   Result<SeriesInfo> SeriesTypeOf(std::string_view name) const;
   Result<bool> SeriesHasStringRuns(std::string_view name) const;
+  // The records the blocks of series `name` store (visible or not), from
+  // their headers: what a scan of it reads at most. 0 for an unknown series.
+  uint64_t StoredRecords(std::string_view name) const;
   Result<std::vector<RunId>> ListRuns() const override;
   Result<uint64_t> CountRuns() const override;
   std::vector<SegmentInfo> ListSegments() const override;

@@ -1,0 +1,606 @@
+// JoinedArrowStream (include/runstore/arrow.h, docs/query.md): several
+// series of a snapshot joined on (run, step) and handed out as Arrow record
+// batches, a window of rows at a time.
+//
+// A window is the next rows of the base series' scan, as many as
+// ArrowJoin::window_bytes holds. Its keys are indexed by a hash table, and
+// each other series is scanned once for it, with the window's range of steps
+// and, where the window is a small part of the series, its runs as the scan's
+// filters: only the blocks that may hold one of its keys are read, and each
+// of their records is placed at its row (rows of one writer's log_many come in one order, so
+// the row after the last one placed is tried first). The batches handed out
+// are slices of the window, which they keep alive; the stream goes on to the
+// next window when the consumer pulls past it.
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <limits>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "format/block.h"
+#include "runstore/arrow.h"
+#include "store/read/arrow_arrays.h"
+#include "store/read/snapshot.h"
+
+namespace runstore {
+namespace {
+
+using read::SnapshotImpl;
+using read::arrow::ArrayData;
+using read::arrow::Elements;
+using read::arrow::MakeArray;
+using read::arrow::MakeSchema;
+using read::arrow::NewSchema;
+using read::arrow::Primitive;
+using read::arrow::StreamSource;
+using read::arrow::Strings;
+using read::arrow::Validity;
+using read::arrow::ValueFields;
+using read::arrow::VariableShapeLists;
+using read::arrow::WithChild;
+
+using Fill = std::variant<std::monostate, int64_t, double, std::string>;
+
+// What a column is, once its series' type is known.
+struct ColumnSpec {
+  ArrowJoinColumn column;
+  SeriesInfo info;       // of the series, or missing_dtype's scalar
+  bool missing = false;  // the snapshot has no record of the series
+  bool fixed = false;    // fixed-width records (not strings, bytes, variable shapes)
+  size_t record_bytes = 0;
+};
+
+// One column's values over the rows of a window.
+struct Placed {
+  std::vector<uint8_t> present;
+  // Fixed-width records: record_bytes each, in row order.
+  std::vector<char> fixed;
+  // Strings, bytes and variable shapes: row i's bytes are
+  // arena[begin[i], begin[i] + size[i]), its dimensions dims[dim_begin[i], + rank[i]).
+  std::vector<uint64_t> begin, size, dim_begin;
+  std::vector<uint32_t> rank;
+  std::string arena;
+  std::vector<int64_t> dims;
+
+  // Made `rows` long, every row without a record.
+  void Reset(const ColumnSpec& c, size_t rows) {
+    *this = Placed();
+    Resize(c, rows);
+  }
+
+  // Made `rows` long, the rows added without a record.
+  void Resize(const ColumnSpec& c, size_t rows) {
+    present.resize(rows);
+    if (c.fixed) {
+      fixed.resize(rows * c.record_bytes);
+    } else {
+      begin.resize(rows);
+      size.resize(rows);
+      if (c.info.variable_shape) {
+        dim_begin.resize(rows);
+        rank.resize(rows);
+      }
+    }
+  }
+
+  void Put(const ColumnSpec& c, size_t row, const char* record) {
+    present[row] = 1;
+    std::memcpy(fixed.data() + row * c.record_bytes, record, c.record_bytes);
+  }
+
+  void Put(const ColumnSpec& c, size_t row, const Value& v) {
+    if (c.column.empty_is_null && v.nbytes() == 0) return;
+    present[row] = 1;
+    begin[row] = arena.size();
+    size[row] = v.nbytes();
+    arena.append(v.data(), v.nbytes());
+    if (c.info.variable_shape) {
+      dim_begin[row] = dims.size();
+      rank[row] = static_cast<uint32_t>(v.rank());
+      dims.insert(dims.end(), v.shape().begin(), v.shape().end());
+    }
+  }
+
+  std::string_view Bytes(size_t row) const { return {arena.data() + begin[row], size[row]}; }
+
+  // Rows without a record take the column's fill, where it has one.
+  void ApplyFill(const ColumnSpec& c) {
+    const Fill& f = c.column.fill;
+    if (std::holds_alternative<std::monostate>(f)) return;
+    for (size_t row = 0; row < present.size(); ++row) {
+      if (present[row]) continue;
+      present[row] = 1;
+      if (const auto* s = std::get_if<std::string>(&f)) {
+        begin[row] = arena.size();
+        size[row] = s->size();
+        arena.append(*s);
+      } else {
+        char* at = fixed.data() + row * c.record_bytes;
+        StoreNumber(c.info.dtype, f, at);
+      }
+    }
+  }
+
+  static void StoreNumber(DType d, const Fill& f, char* at) {
+    const double x =
+        std::holds_alternative<double>(f) ? std::get<double>(f) : double(std::get<int64_t>(f));
+    const int64_t i = std::holds_alternative<int64_t>(f) ? std::get<int64_t>(f) : int64_t(x);
+    auto put = [&](auto v) { std::memcpy(at, &v, sizeof(v)); };
+    switch (d) {
+      case DType::kBool:
+        return put(static_cast<uint8_t>(i != 0));
+      case DType::kInt8:
+        return put(static_cast<int8_t>(i));
+      case DType::kInt16:
+        return put(static_cast<int16_t>(i));
+      case DType::kInt32:
+        return put(static_cast<int32_t>(i));
+      case DType::kInt64:
+        return put(i);
+      case DType::kUInt8:
+        return put(static_cast<uint8_t>(i));
+      case DType::kUInt16:
+        return put(static_cast<uint16_t>(i));
+      case DType::kUInt32:
+        return put(static_cast<uint32_t>(i));
+      case DType::kUInt64:
+        return put(static_cast<uint64_t>(i));
+      case DType::kFloat32:
+        return put(static_cast<float>(x));
+      case DType::kFloat64:
+        return put(x);
+      case DType::kString:
+      case DType::kBytes:
+        return;
+    }
+  }
+};
+
+// A window of rows: the base's keys, their index, and the columns placed on them.
+struct Window {
+  std::vector<int64_t> int_runs;  // 0 for a string run
+  std::vector<uint8_t> run_is_string;
+  std::vector<uint64_t> run_end;  // string run i is run_bytes[run_end[i-1], run_end[i])
+  std::string run_bytes;
+  std::vector<int64_t> steps;
+  std::vector<Placed> columns;
+  // Open addressing over the rows: slot = row + 1, 0 empty. Built at the
+  // first key Find does not find where it guessed: the series of a compacted
+  // store hold their runs in one order (docs/design.md#compaction), and a
+  // join of them is then a walk that hashes no key.
+  mutable std::vector<uint32_t> slots;
+
+  size_t rows() const { return steps.size(); }
+
+  RunRef Run(size_t i) const {
+    if (!run_is_string[i]) return RunRef(int_runs[i]);
+    const uint64_t lo = i == 0 ? 0 : run_end[i - 1];
+    return RunRef(std::string_view(run_bytes.data() + lo, run_end[i] - lo));
+  }
+
+  void Add(const RunRef& run, int64_t step) {
+    int_runs.push_back(run.is_string ? 0 : run.i);
+    run_is_string.push_back(run.is_string ? 1 : 0);
+    if (run.is_string) run_bytes.append(run.s);
+    run_end.push_back(run_bytes.size());
+    steps.push_back(step);
+  }
+
+  // Keeps rows `kept` (ascending) of the keys and of the columns placed so far.
+  void Keep(const std::vector<uint32_t>& kept) {
+    Window w;
+    for (uint32_t r : kept) w.Add(Run(r), steps[r]);
+    w.columns = std::move(columns);
+    *this = std::move(w);
+  }
+
+  static uint64_t Hash(const RunRef& run, int64_t step) {
+    return format::RunHash(run) ^ (static_cast<uint64_t>(step) * 0x9e3779b97f4a7c15ull);
+  }
+
+  bool Same(size_t row, const RunRef& run, int64_t step) const {
+    if (steps[row] != step || (run_is_string[row] != 0) != run.is_string) return false;
+    return run.is_string ? Run(row).s == run.s : int_runs[row] == run.i;
+  }
+
+  void Index() const {
+    size_t n = 16;
+    while (n < 2 * rows()) n *= 2;
+    slots.assign(n, 0);
+    for (size_t i = 0; i < rows(); ++i) {
+      size_t at = Hash(Run(i), steps[i]) & (n - 1);
+      while (slots[at] != 0) at = (at + 1) & (n - 1);
+      slots[at] = static_cast<uint32_t>(i + 1);
+    }
+  }
+
+  // How a column's records were found: at a guess (the rows after the last
+  // one placed) or through the index.
+  struct Found {
+    uint64_t guessed = 0, hashed = 0;
+    // Rows to try after the last one placed before the index: a few while
+    // most records are found that way (a series that lacks a few of the
+    // base's keys), none once the index finds more than 1 in 8.
+    size_t Probe() const { return hashed * 8 > guessed + 64 ? 1 : 4; }
+  };
+
+  // The row of key (run, step), trying the rows from `guess` on first; -1 if none.
+  int64_t Find(const RunRef& run, int64_t step, size_t guess, Found* found) const {
+    const size_t end = std::min(rows(), guess + found->Probe());
+    for (size_t r = guess; r < end; ++r) {
+      if (Same(r, run, step)) {
+        ++found->guessed;
+        return static_cast<int64_t>(r);
+      }
+    }
+    ++found->hashed;
+    if (slots.empty()) Index();
+    const size_t mask = slots.size() - 1;
+    for (size_t at = Hash(run, step) & mask; slots[at] != 0; at = (at + 1) & mask) {
+      if (Same(slots[at] - 1, run, step)) return slots[at] - 1;
+    }
+    return -1;
+  }
+};
+
+class JoinStream final : public StreamSource {
+ public:
+  JoinStream(std::shared_ptr<const Snapshot> snap, ArrowJoin join, bool string_runs,
+             std::vector<ColumnSpec> columns, std::optional<ColumnSpec> where)
+      : snap_(std::move(snap)),
+        join_(std::move(join)),
+        string_runs_(string_runs),
+        columns_(std::move(columns)),
+        where_(std::move(where)) {
+    size_t row_bytes = 16 + 8 + (string_runs_ ? 24 : 0);
+    for (const ColumnSpec& c : columns_) row_bytes += 1 + (c.fixed ? c.record_bytes : 48);
+    if (where_) row_bytes += 1 + 24;
+    window_rows_ = std::clamp<uint64_t>(join_.window_bytes / row_bytes, 1024,
+                                        1ull << 30);  // rows fit in uint32
+    for (size_t i = 0; i < columns_.size(); ++i) {
+      // The base's own values are placed as its rows are read, unless the
+      // where filter drops rows first.
+      if (columns_[i].column.series == join_.base && !where_) from_base_.push_back(i);
+    }
+  }
+
+  int GetSchema(ArrowSchema* out) override {
+    std::vector<ArrowSchema*> fields;
+    if (!join_.run_field.empty())
+      fields.push_back(NewSchema(string_runs_ ? "U" : "l", join_.run_field));
+    if (!join_.step_field.empty()) fields.push_back(NewSchema("l", join_.step_field));
+    for (const ColumnSpec& c : columns_) {
+      for (ArrowSchema* f :
+           ValueFields(c.info, c.column.name, c.column.name + ".shape", ARROW_FLAG_NULLABLE)) {
+        fields.push_back(f);
+      }
+    }
+    MakeSchema(out, "+s", "", std::move(fields));
+    return 0;
+  }
+
+  int GetNext(ArrowArray* out) override {
+    while (window_ == nullptr || pos_ >= window_->rows()) {
+      if (base_done_) {
+        *out = ArrowArray{};  // the end
+        return 0;
+      }
+      window_ = nullptr;
+      Status s = NextWindow();
+      if (!s.ok()) return Fail(s);
+    }
+    const int64_t n =
+        std::min<int64_t>(join_.stream.batch_rows, static_cast<int64_t>(window_->rows() - pos_));
+    Batch(static_cast<int64_t>(pos_), n, out);
+    pos_ += static_cast<size_t>(n);
+    return 0;
+  }
+
+ private:
+  // The next window: the base's next rows, the where filter, then each column.
+  Status NextWindow() {
+    auto w = std::make_shared<Window>();
+    w->columns.resize(columns_.size());
+    for (size_t i = 0; i < columns_.size(); ++i) w->columns[i].Reset(columns_[i], 0);
+    RUNSTORE_RETURN_IF_ERROR(ReadKeys(w.get()));
+    if (where_) {
+      Placed where;
+      where.Reset(*where_, w->rows());
+      if (!where_->missing) RUNSTORE_RETURN_IF_ERROR(PlaceColumn(*w, *where_, &where));
+      where.ApplyFill(*where_);
+      const std::set<std::string, std::less<>> wanted(join_.where_values.begin(),
+                                                      join_.where_values.end());
+      std::vector<uint32_t> kept;
+      for (size_t r = 0; r < w->rows(); ++r) {
+        if (where.present[r] && wanted.count(where.Bytes(r)))
+          kept.push_back(static_cast<uint32_t>(r));
+      }
+      if (kept.size() != w->rows()) w->Keep(kept);  // the index, if made, is made again
+    }
+    for (size_t i = 0; i < columns_.size(); ++i) {
+      const ColumnSpec& c = columns_[i];
+      Placed& p = w->columns[i];
+      const bool placed = std::find(from_base_.begin(), from_base_.end(), i) != from_base_.end();
+      if (!placed) {
+        p.Reset(c, w->rows());
+        if (!c.missing && w->rows() > 0) {
+          RUNSTORE_RETURN_IF_ERROR(PlaceColumn(*w, c, &p));
+        }
+      }
+      p.ApplyFill(c);
+    }
+    w->slots = {};  // the batches need only the rows
+    window_ = std::move(w);
+    pos_ = 0;
+    return Status::OK();
+  }
+
+  // Up to window_rows_ of the base's rows into `w`, with the values of the
+  // columns placed from the base.
+  Status ReadKeys(Window* w) {
+    while (w->rows() < window_rows_) {
+      if (base_pos_ >= base_batch_.count) {
+        base_batch_ = ScanBatch();
+        base_pos_ = 0;
+        ReleaseEvery(0);
+        if (base_ == nullptr) {
+          ScanOptions scan;
+          scan.runs = join_.stream.runs;
+          scan.steps = join_.stream.steps;
+          RUNSTORE_ASSIGN_OR_RETURN(base_, snap_->Scan(join_.base, scan));
+        }
+        RUNSTORE_ASSIGN_OR_RETURN(const bool more, base_->Next(&base_batch_));
+        if (!more) {
+          base_done_ = true;
+          break;
+        }
+      }
+      const ScanBatch& b = base_batch_;
+      const size_t k = std::min<size_t>(window_rows_ - w->rows(), b.count - base_pos_);
+      for (size_t i : from_base_) w->columns[i].Resize(columns_[i], w->rows() + k);
+      for (size_t j = base_pos_; j < base_pos_ + k; ++j) {
+        const size_t row = w->rows();
+        const bool str = !b.run_is_string.empty() && b.run_is_string[j];
+        w->Add(str ? RunRef(b.string_runs[j]) : RunRef(b.int_runs[j]), b.steps[j]);
+        for (size_t i : from_base_) PutValue(columns_[i], b, j, row, &w->columns[i]);
+      }
+      ReleaseEvery(k * 16);
+      base_pos_ += k;
+    }
+    return Status::OK();
+  }
+
+  static void PutValue(const ColumnSpec& c, const ScanBatch& b, size_t j, size_t row, Placed* p) {
+    if (c.fixed) {
+      p->Put(c, row, b.values.data() + j * c.record_bytes);
+    } else {
+      p->Put(c, row, b.records[j]);
+    }
+  }
+
+  // The records of column `c`'s series at the window's keys into `*p`: a scan
+  // of the blocks that may hold the window's runs and steps. The runs are a
+  // filter only where the window's rows are a small part of what the series
+  // stores: a set of many runs costs more to build and to look each record up
+  // in than the blocks it would leave out cost to read.
+  Status PlaceColumn(const Window& w, const ColumnSpec& c, Placed* p) {
+    if (w.rows() == 0) return Status::OK();
+    ScanOptions scan;
+    const auto [lo, hi] = std::minmax_element(w.steps.begin(), w.steps.end());
+    scan.steps = ScanOptions::StepRange{*lo, *hi};
+    const auto& impl = static_cast<const SnapshotImpl&>(*snap_);
+    if (w.rows() * kRunFilterShare < impl.StoredRecords(c.column.series)) {
+      std::vector<RunId> runs;
+      for (size_t r = 0; r < w.rows(); ++r) {
+        // Rows of one run come together in a series logged run by run.
+        if (r > 0 && w.Same(r - 1, w.Run(r), w.steps[r - 1])) continue;
+        runs.push_back(w.Run(r).ToRunId());
+      }
+      scan.runs = RunSet(std::move(runs));
+    }
+    RUNSTORE_ASSIGN_OR_RETURN(auto scanner, snap_->Scan(c.column.series, scan));
+    ScanBatch b;
+    size_t guess = 0;
+    Window::Found found;
+    while (true) {
+      RUNSTORE_ASSIGN_OR_RETURN(const bool more, scanner->Next(&b));
+      if (!more) break;
+      for (size_t j = 0; j < b.count; ++j) {
+        const bool str = !b.run_is_string.empty() && b.run_is_string[j];
+        const RunRef run = str ? RunRef(b.string_runs[j]) : RunRef(b.int_runs[j]);
+        const int64_t row = w.Find(run, b.steps[j], guess, &found);
+        if (row < 0) continue;
+        PutValue(c, b, j, static_cast<size_t>(row), p);
+        guess = static_cast<size_t>(row) + 1;
+      }
+      ReleaseEvery(b.count * (16 + (c.fixed ? c.record_bytes : 32)));
+    }
+    return Status::OK();
+  }
+
+  // The mapped pages leave the resident set every kReleaseBytes read, as a
+  // series' stream lets them go (docs/query.md).
+  void ReleaseEvery(uint64_t bytes) {
+    read_bytes_ += bytes;
+    if (read_bytes_ >= kReleaseBytes) {
+      snap_->ReleasePages();
+      read_bytes_ = 0;
+    }
+  }
+
+  // Rows [o, o + n) of the window as one struct array.
+  void Batch(int64_t o, int64_t n, ArrowArray* out) const {
+    const Window& w = *window_;
+    const std::shared_ptr<const void> owner = window_;
+    auto* d = new ArrayData;
+    d->buffers.push_back(nullptr);
+    if (!join_.run_field.empty()) {
+      if (string_runs_) {
+        std::string scratch;
+        d->children.push_back(Strings(n, [&](int64_t i) -> std::string_view {
+          const RunRef r = w.Run(static_cast<size_t>(o + i));
+          if (r.is_string) return r.s;
+          scratch = std::to_string(r.i);
+          return scratch;
+        }));
+      } else {
+        d->children.push_back(Primitive(
+            DType::kInt64, reinterpret_cast<const char*>(w.int_runs.data() + o), n, owner));
+      }
+    }
+    if (!join_.step_field.empty()) {
+      d->children.push_back(
+          Primitive(DType::kInt64, reinterpret_cast<const char*>(w.steps.data() + o), n, owner));
+    }
+    for (size_t i = 0; i < columns_.size(); ++i) Column(columns_[i], w.columns[i], o, n, owner, d);
+    MakeArray(out, n, d);
+  }
+
+  static void Column(const ColumnSpec& c, const Placed& p, int64_t o, int64_t n,
+                     const std::shared_ptr<const void>& owner, ArrayData* d) {
+    const uint8_t* present = p.present.data() + o;
+    const auto at = [&](int64_t i) { return static_cast<size_t>(o + i); };
+    if (c.info.variable_shape) {
+      ArrowArray *values = nullptr, *shapes = nullptr;
+      VariableShapeLists(
+          c.info.dtype, n, [&](int64_t i) { return p.Bytes(at(i)); },
+          [&](int64_t i) {
+            return std::span<const int64_t>(p.dims.data() + p.dim_begin[at(i)], p.rank[at(i)]);
+          },
+          present, &values, &shapes);
+      d->children.push_back(values);
+      d->children.push_back(shapes);
+    } else if (!c.fixed) {
+      d->children.push_back(Strings(
+          n, [&](int64_t i) { return p.Bytes(at(i)); }, present));
+    } else if (c.info.shape.empty()) {
+      d->children.push_back(
+          Primitive(c.info.dtype, p.fixed.data() + at(0) * c.record_bytes, n, owner, present));
+    } else {
+      const int64_t m = Elements(c.info.shape);
+      ArrowArray* values =
+          Primitive(c.info.dtype, p.fixed.data() + at(0) * c.record_bytes, n * m, owner);
+      auto* list = new ArrayData;
+      int64_t nulls = 0;
+      const void* validity = Validity(list, present, n, &nulls);
+      d->children.push_back(WithChild(n, {validity}, values, list, nulls));
+    }
+  }
+
+  // Constant after construction.
+  const std::shared_ptr<const Snapshot> snap_;
+  const ArrowJoin join_;
+  const bool string_runs_;
+  const std::vector<ColumnSpec> columns_;
+  const std::optional<ColumnSpec> where_;
+  std::vector<size_t> from_base_;  // the columns of the base's own values
+  uint64_t window_rows_ = 0;
+
+  // The base's scan, made at the first pull, and where it stands.
+  std::unique_ptr<SeriesScanner> base_;
+  ScanBatch base_batch_;
+  size_t base_pos_ = 0;
+  bool base_done_ = false;
+
+  // The window being handed out, and the next row of it.
+  std::shared_ptr<const Window> window_;
+  size_t pos_ = 0;
+
+  static constexpr uint64_t kReleaseBytes = 64 << 20;
+  uint64_t read_bytes_ = 0;  // since the pages were last released
+  // A window of fewer rows than 1/kRunFilterShare of what a series stores
+  // reads it with its runs as a filter.
+  static constexpr uint64_t kRunFilterShare = 8;
+};
+
+// What column `c` is: its series' type, or missing_dtype's where the
+// snapshot has no record of it; InvalidArgument for a fill of another kind.
+Result<ColumnSpec> Spec(const SnapshotImpl& snap, ArrowJoinColumn c) {
+  ColumnSpec spec;
+  if (c.name.empty()) c.name = c.series;
+  Result<SeriesInfo> info = snap.SeriesTypeOf(c.series);
+  if (info.ok()) {
+    spec.info = std::move(info).value();
+  } else if (info.status().code() == StatusCode::kNotFound) {
+    spec.missing = true;
+    spec.info.name = c.series;
+    spec.info.dtype = c.missing_dtype;
+  } else {
+    return info.status();
+  }
+  const DType d = spec.info.dtype;
+  spec.fixed = !IsVarLength(d) && !spec.info.variable_shape;
+  spec.record_bytes =
+      spec.fixed ? DTypeSize(d) * static_cast<size_t>(Elements(spec.info.shape)) : 0;
+  const bool is_float = d == DType::kFloat32 || d == DType::kFloat64;
+  const bool scalar = spec.info.shape.empty() && !spec.info.variable_shape;
+  const bool fits =
+      std::holds_alternative<std::monostate>(c.fill) ||
+      (scalar && std::holds_alternative<std::string>(c.fill) && d == DType::kString) ||
+      (scalar && std::holds_alternative<double>(c.fill) && is_float) ||
+      (scalar && std::holds_alternative<int64_t>(c.fill) && spec.fixed);
+  if (!fits) {
+    return Status::InvalidArgument("column '" + c.name + "': its fill is not a value of series '" +
+                                   c.series + "' (" + std::string(DTypeName(d)) + ")");
+  }
+  if (c.empty_is_null && d != DType::kString && d != DType::kBytes) {
+    return Status::InvalidArgument("column '" + c.name + "': empty_is_null is for strings, and '" +
+                                   c.series + "' holds " + std::string(DTypeName(d)));
+  }
+  spec.column = std::move(c);
+  return spec;
+}
+
+}  // namespace
+
+Status JoinedArrowStream(std::shared_ptr<const Snapshot> snapshot, const ArrowJoin& join,
+                         ArrowArrayStream* out) {
+  if (join.stream.batch_rows < 1) {
+    return Status::InvalidArgument("batch_rows must be at least 1, got " +
+                                   std::to_string(join.stream.batch_rows));
+  }
+  if (join.window_bytes < (1u << 20)) {
+    return Status::InvalidArgument("window_bytes must be at least 1 MiB, got " +
+                                   std::to_string(join.window_bytes));
+  }
+  const auto& impl = static_cast<const SnapshotImpl&>(*snapshot);
+  RUNSTORE_RETURN_IF_ERROR(impl.SeriesTypeOf(join.base).status());
+  RUNSTORE_ASSIGN_OR_RETURN(const bool string_runs, impl.SeriesHasStringRuns(join.base));
+  std::vector<ColumnSpec> columns;
+  std::set<std::string, std::less<>> names;
+  auto name = [&](const std::string& n) -> Status {
+    if (!names.insert(n).second) {
+      return Status::InvalidArgument("two fields of the joined stream are named '" + n + "'");
+    }
+    return Status::OK();
+  };
+  if (!join.run_field.empty()) RUNSTORE_RETURN_IF_ERROR(name(join.run_field));
+  if (!join.step_field.empty()) RUNSTORE_RETURN_IF_ERROR(name(join.step_field));
+  for (const ArrowJoinColumn& c : join.columns) {
+    RUNSTORE_ASSIGN_OR_RETURN(ColumnSpec spec, Spec(impl, c));
+    RUNSTORE_RETURN_IF_ERROR(name(spec.column.name));
+    if (spec.info.variable_shape) RUNSTORE_RETURN_IF_ERROR(name(spec.column.name + ".shape"));
+    columns.push_back(std::move(spec));
+  }
+  std::optional<ColumnSpec> where;
+  if (!join.where_series.empty()) {
+    ArrowJoinColumn w{.series = join.where_series, .missing_dtype = DType::kString};
+    if (join.where_fill) w.fill = *join.where_fill;
+    RUNSTORE_ASSIGN_OR_RETURN(ColumnSpec spec, Spec(impl, std::move(w)));
+    if (spec.info.dtype != DType::kString) {
+      return Status::InvalidArgument("where_series '" + join.where_series +
+                                     "' must hold strings; it holds " +
+                                     std::string(DTypeName(spec.info.dtype)));
+    }
+    where = std::move(spec);
+  }
+  read::arrow::ExportStream(std::make_unique<JoinStream>(std::move(snapshot), join, string_runs,
+                                                         std::move(columns), std::move(where)),
+                            out);
+  return Status::OK();
+}
+
+}  // namespace runstore
