@@ -187,6 +187,29 @@ class Store:
     def read_aligned(
         self, runs: Sequence[int | str], names: Sequence[str], step: int = 0
     ) -> dict[str, Any]: ...
+    def arrow_stream(
+        self,
+        name: str,
+        runs: Sequence[int | str] | None = None,
+        steps: tuple[int, int] | None = None,
+        batch_rows: int = 65536,
+    ) -> Any: ...
+    def arrow_schema(self, name: str) -> Any: ...
+    def arrow_join(
+        self,
+        base: str,
+        columns: Sequence[tuple[str, str, int | float | str | None, bool, str]],
+        run_field: str = "run",
+        step_field: str = "step",
+        where_series: str = "",
+        where_values: Sequence[str] = (),
+        where_fill: str | None = None,
+        runs: Sequence[int | str] | None = None,
+        steps: tuple[int, int] | None = None,
+        batch_rows: int = 65536,
+        window_bytes: int = 67108864,
+        schema_only: bool = False,
+    ) -> Any: ...
 
 class EmaBatch:
     """EMA workbench experiments kept until their batch is written (runstore.ema's callback;

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 import numpy as np
 
 from . import _attrs, _core, _frame, _progress, _signals, experiments, export
-from ._arrow_stream import BATCH_ROWS, SeriesTable, connect
+from ._arrow_stream import BATCH_ROWS, JoinedTable, SeriesTable, connect
 from ._checks import RunId, StepWindow, step_range
 from ._core import Writer
 from .export import _import, _tar_stream
@@ -593,27 +593,36 @@ class Store:
 
     def table(
         self,
-        name: str,
+        name: str | Iterable[str],
         runs: Iterable[RunId] | None = None,
         steps: StepWindow | None = None,
         batch_rows: int = BATCH_ROWS,
-    ) -> SeriesTable:
+    ) -> SeriesTable | JoinedTable:
         """Series ``name`` as an Arrow stream (columns run, step, value) that pyarrow, DuckDB,
         polars and pandas query in place, a batch of at most ``batch_rows`` records at a time:
         ``duckdb.sql("SELECT run, max(value) FROM t GROUP BY run")`` with ``t =
-        store.table("loss")``. ``runs`` and ``steps`` as in :meth:`scan`. See docs/query.md.
+        store.table("loss")``. ``runs`` and ``steps`` as in :meth:`scan`. A list of names is
+        those series joined on (run, step): the keys of the first, a column per series (null
+        where it lacks the key). See docs/query.md.
 
         Raises KeyError for an unknown series."""
-        return SeriesTable(self, name, runs, steps, batch_rows)
+        if isinstance(name, (str, bytes)) or not isinstance(name, Iterable):
+            return SeriesTable(self, name, runs, steps, batch_rows)  # TypeError for not a str
+        return JoinedTable(self, name, runs, steps, batch_rows)
 
-    def experiments_table(self, columns: Iterable[str] | None = None) -> ExperimentsTable:
+    def experiments_table(
+        self, columns: Iterable[str] | None = None, status: str | Iterable[str] | None = None
+    ) -> ExperimentsTable:
         """The experiments as one table (a row per experiment: id, parameters, status fields,
         outcomes; the columns of :func:`runstore.export.export_parquet`) as an Arrow stream
-        that DuckDB, polars, pyarrow and pandas take as they are, read a window of experiments
-        at a time each time it is queried; with ``columns``, those of its columns only (the
-        others are not read; the id when none of them is one). Needs pyarrow (``pip install
-        'runstore[arrow]'``). See docs/query.md."""
-        return ExperimentsTable(self, columns)
+        that DuckDB, polars, pyarrow and pandas take as they are, joined by the C++ core a
+        window of experiments at a time each time it is queried. With ``columns``, those of
+        its columns only (the others are not read; the id when none of them is one); with
+        ``status`` ("failed", or a list of "pending", "running", "done", "failed"), the
+        experiments in that state only, the other columns read for them alone. Rows come in
+        the store's order (definition order until a compaction sorts them by id). See
+        docs/query.md."""
+        return ExperimentsTable(self, columns, status)
 
     def to_pandas(
         self,

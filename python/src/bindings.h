@@ -212,6 +212,15 @@ class PyStore {
   nb::object ArrowStream(const std::string& name, nb::handle runs,
                          std::optional<std::pair<int64_t, int64_t>> steps, int64_t batch_rows);
   nb::object ArrowSchemaOf(const std::string& name);
+  // Series joined on the keys of series `base` (include/runstore/arrow.h JoinedArrowStream),
+  // each of `columns` a tuple (series, name, fill, empty_is_null, missing_dtype); the stream
+  // in a PyCapsule, or with schema_only its schema (python/src/arrow_stream.cc).
+  nb::object ArrowJoin(const std::string& base, nb::list columns, const std::string& run_field,
+                       const std::string& step_field, const std::string& where_series,
+                       const std::vector<std::string>& where_values,
+                       std::optional<std::string> where_fill, nb::handle runs,
+                       std::optional<std::pair<int64_t, int64_t>> steps, int64_t batch_rows,
+                       uint64_t window_bytes, bool schema_only);
 
  private:
   // Check() for what opening or refreshing the store returned.

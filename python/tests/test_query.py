@@ -9,6 +9,7 @@ import csv
 import io
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -158,7 +159,7 @@ def test_errors_name_what_was_wrong(store):
     with pytest.raises(KeyError, match="series 'nope' not found"):
         store.table("nope")
     with pytest.raises(TypeError, match="the name of one series"):
-        store.table(["loss", "acc"])
+        store.table(b"loss")
     for runs, what in (("abc", "a single str"), (b"ab", "a single bytes"), (5, "got int")):
         with pytest.raises(TypeError, match=f"runs must be a list of run ids.*{what}"):
             store.table("loss", runs=runs)
@@ -248,12 +249,14 @@ def sweep(tmp_path_factory):
     return s.refresh()
 
 
-def test_the_experiments_table_is_a_stream_of_windows(sweep):
+def test_the_experiments_table_is_a_stream_of_the_cores_join(sweep):
     t = pa.RecordBatchReader.from_stream(sweep.experiments_table()).read_all()
     assert t.num_rows == 12
     assert t.column_names[:3] == ["experiment", "lr", "opt"]
     assert sorted(t.column("state").to_pylist()) == ["done"] * 10 + ["failed"] * 2
-    assert t.schema.field("curve").type == pa.list_(pa.float64(), 4)
+    item = pa.field("item", pa.float64(), nullable=False)
+    assert t.schema.field("curve").type == pa.list_(item, 4)
+    assert t.schema.field("curve").metadata == {b"runstore.shape": b"[4]"}
     rel = runstore.sql(sweep, 'SELECT opt, count(*) FROM "~experiments" GROUP BY opt ORDER BY opt')
     assert rel.fetchall() == [("adam", 6), ("sgd", 6)]
 
@@ -449,3 +452,160 @@ def test_a_query_names_the_columns_it_reads():
     assert referenced_columns(duckdb, "SELECT COLUMNS('p.*') FROM experiments") is None
     assert referenced_columns(duckdb, "SELECT count(*) FROM experiments") == set()
     assert referenced_columns(duckdb, "SELEC 1") is None  # DuckDB says why when it runs
+
+
+# -- several series joined on (run, step) -------------------------------------------------------
+
+
+def test_series_joined_on_the_first_ones_keys_with_nulls_where_one_lacks_a_key(tmp_path):
+    """table([...]): the keys of the first series, a column per series, null where a series
+    has no record at a key; every record the scans' (checked against to_pandas' outer join)."""
+    s = runstore.open(tmp_path / "s")
+    with s.writer() as w:
+        w.define("ragged", dtype="int32", variable_shape=True)
+        for run in range(3):
+            steps = np.arange(2000)
+            w.log_many([run] * 2000, steps, loss=run * 1e4 + steps, flag=steps % 4 == 1)
+            w.log_many([run] * 200, steps[::10], reward=-(run * 1e4 + steps[::10]))
+            w.log_many([run] * 667, steps[::3], note=[f"n{k}" for k in steps[::3]])
+            for k in range(0, 2000, 7):
+                w.log(run, step=k, ragged=np.full(k % 4, k, dtype=np.int32))
+            w.commit()
+    s.refresh()
+    t = reader(s.table(["loss", "reward", "note", "ragged", "flag"])).read_all()
+    assert t.column_names == [
+        "run",
+        "step",
+        "loss",
+        "reward",
+        "note",
+        "ragged",
+        "ragged.shape",
+        "flag",
+    ]
+    assert t.num_rows == 6000
+    assert t.schema.field("reward").nullable and t.schema.field("reward").type == pa.float64()
+    got = t.to_pandas().sort_values(["run", "step"]).reset_index(drop=True)
+    want = s.to_pandas(["loss", "reward", "note", "flag"])
+    assert len(want) == 6000
+    np.testing.assert_array_equal(got["run"], want["run"])
+    np.testing.assert_array_equal(got["step"], want["step"])
+    np.testing.assert_array_equal(got["loss"], want["loss"])
+    np.testing.assert_array_equal(got["reward"], want["reward"])  # NaN where null
+    assert got["note"].tolist() == [None if v is None else v for v in want["note"]]
+    assert got["flag"].tolist() == want["flag"].tolist()
+    for row in got.itertuples():
+        if row.step % 7 == 0:
+            assert list(row.ragged) == [row.step] * (row.step % 4)
+            assert list(row._7) == [row.step % 4]  # ragged.shape
+        else:
+            assert row.ragged is None
+    # Runs and steps filter the rows, and the other series are read for those only.
+    part = reader(s.table(["reward", "loss"], runs=[2], steps=(0, 100))).read_all()
+    assert part.to_pydict() == {
+        "run": [2] * 10,
+        "step": list(range(0, 100, 10)),
+        "reward": [-(2e4 + k) for k in range(0, 100, 10)],
+        "loss": [2e4 + k for k in range(0, 100, 10)],
+    }
+    # DuckDB and polars take it as it is.
+    loss = s.table(["loss", "reward"])
+    n, r = duckdb.sql("SELECT count(*), count(reward) FROM loss").fetchall()[0]
+    assert (n, r) == (6000, 600)
+    assert pl.DataFrame(loss)["reward"].null_count() == 5400
+    # A series named like a key column is series.<name>, as to_pandas names it.
+    with s.writer() as w:
+        w.log_many([0], [0], **{"step": [5.0]})
+    s.refresh()
+    assert pa.schema(s.table(["loss", "step"])).names == ["run", "step", "loss", "series.step"]
+    with pytest.raises(KeyError, match="nope"):
+        s.table(["loss", "nope"])
+    with pytest.raises(KeyError, match="nope"):
+        s.table(["nope", "loss"])
+    with pytest.raises(ValueError, match="twice"):
+        s.table(["loss", "loss"])
+    with pytest.raises(TypeError):
+        s.table([])
+
+
+def test_the_experiments_table_of_a_status_reads_those_experiments(sweep):
+    """experiments_table(status=...): the rows of those states only (no state recorded reads
+    as pending), with the columns asked for; a state that does not exist is named."""
+    failed = reader(sweep.experiments_table(status="failed")).read_all()
+    assert failed.num_rows == 2
+    assert set(failed.column("state").to_pylist()) == {"failed"}
+    assert all("diverged at lr=0.1" in e for e in failed.column("error").to_pylist())
+    assert set(failed.column("opt").to_pylist()) == {"sgd"}
+    done = reader(sweep.experiments_table(["loss"], status=["done", "pending"])).read_all()
+    assert done.column_names == ["loss"] and done.num_rows == 10
+    assert reader(sweep.experiments_table(status="pending")).read_all().num_rows == 0
+    whole = reader(sweep.experiments_table()).read_all()
+    assert whole.column("error").null_count == 10  # none where done
+    assert set(whole.column("attempt").to_pylist()) == {1}
+    with pytest.raises(ValueError, match="'finished' is not one of"):
+        sweep.experiments_table(status="finished")
+
+
+def test_the_experiments_table_of_a_sweep_not_yet_run_fills_its_status(tmp_path):
+    s = runstore.open(tmp_path / "s")
+    s.define_experiments(runstore.grid(a=[1, 2, 3]))
+    t = reader(s.refresh().experiments_table()).read_all()
+    assert t.column("state").to_pylist() == ["pending"] * 3
+    assert t.column("attempt").to_pylist() == [0] * 3
+    assert t.column("error").to_pylist() == [None] * 3
+    assert t.schema.field("seconds").type == pa.float64()
+    assert sorted(t.column("a").to_pylist()) == [1, 2, 3]
+    assert reader(s.experiments_table(status="pending")).read_all().num_rows == 3
+    plain = runstore.open(tmp_path / "plain")
+    with plain.writer() as w:
+        w.log(0, x=1.0)
+    with pytest.raises(ValueError, match="no experiment design"):
+        reader(plain.refresh().experiments_table())
+
+
+def test_ctrl_c_stops_a_query_with_130(store):
+    """SIGINT while DuckDB runs the query (sent once the command has used 3 s of CPU, which
+    its imports do not: counted, not timed) ends it with 130 and no traceback."""
+    q = "SELECT count(*) FROM range(10000000000000) t(x) WHERE x % 7 = 3"
+    p = subprocess.Popen(
+        [sys.executable, "-m", "runstore", "sql", str(store.path), q],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+
+    def cpu_seconds():
+        fields = open(f"/proc/{p.pid}/stat").read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    try:
+        while p.poll() is None and cpu_seconds() < 3:
+            try:
+                p.wait(0.05)
+            except subprocess.TimeoutExpired:
+                pass
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=120)
+    finally:
+        p.kill()
+    assert p.returncode == 130, err
+    assert b"Traceback" not in err and out == b""
+
+
+def test_a_stream_made_before_a_fork_is_read_in_the_child(store):
+    """A table made in the parent, its stream pulled in a forked child (and the parent's own
+    read after): the same records in both."""
+    t = store.table(["loss", "acc"])
+    want = reader(t).read_all()
+    stream = t.__arrow_c_stream__()  # made before the fork, pulled after it
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            got = pa.RecordBatchReader._import_from_c_capsule(stream).read_all()
+            child = reader(store.table(["loss", "acc"])).read_all()
+            code = 0 if got.equals(want) and child.equals(want) else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert reader(t).read_all().equals(want)

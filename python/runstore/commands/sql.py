@@ -10,7 +10,11 @@ import csv
 import io
 import json
 import math
+import os
+import signal
 import sys
+import threading
+from collections.abc import Callable
 from typing import Any
 
 from .._arrow_stream import connect
@@ -31,6 +35,8 @@ from ._common import (
 #: Exit code of a query DuckDB refuses (a syntax error, an unknown table or column): the
 #: command line was wrong, as argparse's 1 says of its options.
 EXIT_QUERY = 1
+#: Ctrl-C (SIGINT) while the query runs or its rows are printed: the shell's 128 + SIGINT.
+EXIT_INTERRUPTED = 130
 #: Rows fetched (and aligned, as text) at a time.
 FETCH_ROWS = 1000
 
@@ -44,8 +50,8 @@ def sql_main(argv: list[str]) -> int:
         "and 'experiments' is the experiments table (a row per experiment: id, parameters,\n"
         "status, outcomes; also '\"~experiments\"'). Prints the result as 'runstore cat'\n"
         "prints records. The query reads those views and no file (no COPY TO, read_csv or\n"
-        "ATTACH). A query DuckDB refuses exits with 1, naming what was wrong. Needs DuckDB\n"
-        "and pyarrow (pip install 'runstore[sql]').",
+        "ATTACH). A query DuckDB refuses exits with 1, naming what was wrong; Ctrl-C with\n"
+        "130. Needs DuckDB and pyarrow (pip install 'runstore[sql]').",
         '  runstore sql results/sweep "SELECT run, min(value) FROM loss GROUP BY run"\n'
         "  runstore sql results/sweep \"SELECT * FROM experiments WHERE state = 'failed'\""
         " -f csv",
@@ -61,15 +67,17 @@ def sql_main(argv: list[str]) -> int:
     )  # fmt: skip
     add_global_flags(ap, progress=False)
     args = ap.parse_args(argv)
+    stop_watching: Callable[[], None] | None = None
     try:
         import duckdb
 
         store = open_for_command(args.store, args.skip_damaged)
         try:
-            con = connect(store, duckdb, args.query)
+            con = connect(store, duckdb, args.query, own=True)
             # The command reads the store's views and nothing else: no file is read or written
             # (COPY ... TO, read_csv, ATTACH), no extension installed; it never writes.
             con.execute("SET enable_external_access = false")
+            stop_watching = _interrupt_at_sigint(con)
             cursor = con.execute(args.query)
         except duckdb.Error as e:
             return _query_failed(e)
@@ -89,12 +97,50 @@ def sql_main(argv: list[str]) -> int:
         out.end()
     except BrokenPipeError:
         return EXIT_OK  # `| head`: the reader has what it wanted
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except RuntimeError as e:
+        # DuckDB stops a query at SIGINT and says so as a RuntimeError of its own.
+        if str(e) == "Query interrupted":
+            return EXIT_INTERRUPTED
+        return fail_for("sql", e, "pip install 'runstore[sql]'")
     except COMMAND_ERRORS as e:
         return fail_for("sql", e, "pip install 'runstore[sql]'")
+    finally:
+        if stop_watching is not None:
+            stop_watching()
     return EXIT_OK
 
 
+def _interrupt_at_sigint(con: Any) -> Callable[[], None]:
+    """Ctrl-C stops the query: DuckDB looks for SIGINT itself only at some points of a query, and
+    Python's handler runs only once DuckDB returns, so a thread woken by the signal (Python's
+    wakeup file descriptor) interrupts the connection, which the query then ends with. Returns
+    what stops that thread (before the connection goes: it holds it)."""
+    r, w = os.pipe()
+    os.set_blocking(w, False)
+    signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+
+    def watch() -> None:
+        while got := os.read(r, 64):
+            if signal.SIGINT in got:
+                con.interrupt()
+
+    thread = threading.Thread(target=watch, name="runstore sql: Ctrl-C", daemon=True)
+    thread.start()
+
+    def stop() -> None:
+        signal.set_wakeup_fd(-1)
+        os.close(w)  # the watcher reads the end of the pipe
+        thread.join()
+        os.close(r)
+
+    return stop
+
+
 def _query_failed(e: Exception) -> int:
+    if type(e).__name__ == "InterruptException":  # Ctrl-C met while rows are fetched
+        return EXIT_INTERRUPTED
     text = str(e)
     if "Corruption" in text:  # a damaged block met while a stream was read
         return _fail("sql", "Corruption", text, EXIT_CORRUPTION)

@@ -222,57 +222,88 @@ def _table_columns(table: ExperimentTable) -> tuple[list[str], list[dict[str, An
     )
 
 
+#: The type of each status field's column where the store has no record of it, and the value
+#: of an experiment without one where it has a value (experiments/_records.status_frame_columns).
+_STATUS_TYPES = {
+    "state": ("string", "pending"),
+    "error": ("string", None),
+    "host": ("string", None),
+    "started": ("float64", None),
+    "finished": ("float64", None),
+    "seconds": ("float64", None),
+    "attempt": ("int64", 0),
+}
+
+
 class ExperimentsTable:
     """A store's experiments table (a row per experiment: id, parameters, status, outcomes,
-    the columns of ``export_parquet``) as an Arrow stream (``Store.experiments_table``): each
-    ``__arrow_c_stream__`` reads the store again, a window of experiments at a time, through
-    pyarrow (the ``arrow`` extra). With ``columns``, only those of its columns (in the table's
-    order; the id when none of them is one): the others are not read."""
+    the columns of ``export_parquet``) as an Arrow stream (``Store.experiments_table``): the
+    series of the experiments joined on their ids by the C++ core (``JoinedArrowStream``), a
+    window of experiments at a time, each time ``__arrow_c_stream__`` is called. With
+    ``columns``, only those of its columns (in the table's order; the id when none of them is
+    one): the others are not read. With ``status``, the experiments in those states only (no
+    state recorded reads as "pending"). Needs no pyarrow."""
 
-    #: Bytes of outcome values a batch holds, about.
-    BATCH_BYTES = 8 << 20
-
-    def __init__(self, store: StoreReader, columns: Iterable[str] | None = None) -> None:
+    def __init__(
+        self,
+        store: StoreReader,
+        columns: Iterable[str] | None = None,
+        status: str | Iterable[str] | None = None,
+    ) -> None:
         self.store = store
         self.columns = None if columns is None else set(columns)
+        if isinstance(status, str):
+            status = [status]
+        self.status = None if status is None else list(status)
+        for s in self.status or []:
+            if s not in ex.STATES:
+                raise ValueError(
+                    f"experiments_table: status {s!r} is not one of {', '.join(ex.STATES)}"
+                )
 
-    def _reader(self) -> Any:
-        import pyarrow as pa
-
+    def _join(self, schema_only: bool) -> Any:
         wanted = self.columns
-        self.store.refresh()
-        infos = ex.reserved_series(self.store)
-        params = ex.design_columns(self.store, infos)
-        status = list(ex.status_names(params).values())
-        outcomes = [Outcome(n, infos[n]) for n in ex.outcome_names(self.store)]
+        store = self.store
+        store.refresh()
+        infos = ex.reserved_series(store, counts=False)
+        params = ex.design_columns(store, infos)
+        status = ex.status_names(params)
+        outcomes = [Outcome(n, infos[n]) for n in ex.outcome_names(store)]
         # The whole table's columns, then those asked for: the same names either way.
-        names, meta = _experiment_columns(params, status, outcomes)
+        names, meta = _experiment_columns(params, list(status.values()), outcomes)
         if wanted is not None:
             names = [n for n in names if n in wanted] or [ex.ID_COLUMN]
-            meta = [m for m in meta if m["column"] in wanted]
-            params = [p for p in params if p in wanted]
-        table = ExperimentTable(
-            self.store,
-            [m["name"] for m in meta],
-            ids=False,
-            window=True,
-            status=any(c in names for c in status),
-            infos=infos,
-            params=params,
+        chosen = set(names)
+        columns = [(ex.DESIGN + p, p, None, False, "float64") for p in params if p in chosen]
+        for field, col in status.items():
+            if col in chosen:
+                dtype, fill = _STATUS_TYPES[field]
+                series = ex.STATUS_COLUMNS[field]
+                columns.append((series, col, fill, field == "error", dtype))
+        columns += [
+            (m["name"], m["column"], None, False, "float64") for m in meta if m["column"] in chosen
+        ]
+        if ex.ROW not in infos:
+            raise ValueError(
+                f"store {store.path} has no experiment design (no {ex.ROW!r} records): the "
+                "experiments table is of stores written by define_experiments and run_experiments"
+            )
+        return store._core.arrow_join(
+            ex.ROW,
+            columns,
+            run_field=ex.ID_COLUMN if ex.ID_COLUMN in chosen else "",
+            step_field="",
+            where_series=ex.STATE if self.status is not None else "",
+            where_values=self.status or [],
+            where_fill="pending",
+            schema_only=schema_only,
         )
-        schema = _experiment_batch(table, slice(0, 0), names, meta).schema
-        row_bytes = sum(o.row_bytes for o in table.outcomes) + 64
-        batches = (
-            _experiment_batch(table, rows, names, meta)
-            for rows in table.chunks(1 << 16, row_bytes, self.BATCH_BYTES)
-        )
-        return pa.RecordBatchReader.from_batches(schema, batches)
 
     def __arrow_c_stream__(self, requested_schema: Any = None) -> Any:
-        return self._reader().__arrow_c_stream__(requested_schema)
+        return self._join(False)
 
     def __arrow_c_schema__(self) -> Any:
-        return self._reader().schema.__arrow_c_schema__()
+        return self._join(True)
 
 
 def _experiment_batch(
