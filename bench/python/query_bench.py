@@ -25,6 +25,11 @@ the curve pyarrow reading the stream into a table.
 
     .venv/bin/python bench/python/query_bench.py                  # 8 x 1,000,000 and 1,000,000
     .venv/bin/python bench/python/query_bench.py --steps 100000 --experiments 100000
+    .venv/bin/python bench/python/query_bench.py --compact      # both stores compacted first
+    .venv/bin/python bench/python/query_bench.py --reuse DIR    # the stores --keep kept
+
+A compacted store holds each series in run order, so the experiments table's join walks its
+series side by side instead of hashing each record's run (docs/query.md).
 
 The stores go under --dir, else $RUNSTORE_BENCH_DIR, else /var/tmp (a disk, not tmpfs). Exits
 with 3 when a target of the issue is missed (DuckDB over the stream within 1.5x of DuckDB over
@@ -167,23 +172,37 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--steps", type=int, default=1_000_000)
     ap.add_argument("--experiments", type=int, default=1_000_000)
-    ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--keep", action="store_true", help="keep the stores (for --reuse)")
+    ap.add_argument("--compact", action="store_true", help="compact both stores before the queries")
+    ap.add_argument("--reuse", metavar="DIR", help="the stores of an earlier --keep: none built")
     ap.add_argument("--dir", help="where the stores go (default $RUNSTORE_BENCH_DIR or /var/tmp)")
     args = ap.parse_args()
     base = args.dir or os.environ.get("RUNSTORE_BENCH_DIR") or "/var/tmp"
     os.makedirs(base, exist_ok=True)
-    d = tempfile.mkdtemp(prefix="runstore-query-", dir=base)
+    d = args.reuse or tempfile.mkdtemp(prefix="runstore-query-", dir=base)
     rl, rl_parquet = os.path.join(d, "rl"), os.path.join(d, "rl.parquet")
     sweep, sweep_parquet = os.path.join(d, "sweep"), os.path.join(d, "sweep.parquet")
     print(f"query_bench: 8 runs x {args.steps:,} steps x 4 metrics; {args.experiments:,} "
           f"experiments; under {d}; load {os.getloadavg()[0]:.2f}", flush=True)  # fmt: skip
     t = time.perf_counter()
-    subprocess.run([sys.executable, "-c", BUILD_RL, rl, str(args.steps), rl_parquet], check=True)
-    subprocess.run(
-        [sys.executable, "-c", BUILD_SWEEP, sweep, str(args.experiments), HERE, sweep_parquet],
-        check=True,
-    )
-    print(f"built in {time.perf_counter() - t:.0f} s", flush=True)
+    if not args.reuse:
+        subprocess.run(
+            [sys.executable, "-c", BUILD_RL, rl, str(args.steps), rl_parquet], check=True
+        )
+        subprocess.run(
+            [sys.executable, "-c", BUILD_SWEEP, sweep, str(args.experiments), HERE, sweep_parquet],
+            check=True,
+        )
+        print(f"built in {time.perf_counter() - t:.0f} s", flush=True)
+    if args.compact:
+        t = time.perf_counter()
+        for store in (rl, sweep):
+            subprocess.run(
+                [sys.executable, "-m", "runstore", "compact", store, "--retain", "0"],
+                check=True,
+                stdout=subprocess.DEVNULL,
+            )
+        print(f"compacted in {time.perf_counter() - t:.0f} s", flush=True)
     stores = {"rl": (rl, rl_parquet), "sweep": (sweep, sweep_parquet)}
     print("\n| store | query | engine | query time | peak RSS |")
     print("|---|---|---|---|---|")
@@ -212,7 +231,7 @@ def main() -> int:
     print(f"one run's curve read from its stream: {curve * 1000:.1f} ms (target 10 ms): "
           + ("met" if curve < 0.010 else "MISSED"))  # fmt: skip
     missed += [] if curve < 0.010 else ["curve"]
-    if args.keep:
+    if args.keep or args.reuse:
         print(f"kept: {d}")
     else:
         shutil.rmtree(d)
