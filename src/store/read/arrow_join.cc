@@ -71,6 +71,12 @@ struct Placed {
     Resize(c, rows);
   }
 
+  // Room for `rows` rows.
+  void Reserve(const ColumnSpec& c, size_t rows) {
+    present.reserve(rows);
+    if (c.fixed) fixed.reserve(rows * c.record_bytes);
+  }
+
   // Made `rows` long, the rows added without a record.
   void Resize(const ColumnSpec& c, size_t rows) {
     present.resize(rows);
@@ -175,6 +181,13 @@ struct Window {
 
   size_t rows() const { return steps.size(); }
 
+  void Reserve(size_t n) {
+    int_runs.reserve(n);
+    run_is_string.reserve(n);
+    run_end.reserve(n);
+    steps.reserve(n);
+  }
+
   RunRef Run(size_t i) const {
     if (!run_is_string[i]) return RunRef(int_runs[i]);
     const uint64_t lo = i == 0 ? 0 : run_end[i - 1];
@@ -192,6 +205,7 @@ struct Window {
   // Keeps rows `kept` (ascending) of the keys and of the columns placed so far.
   void Keep(const std::vector<uint32_t>& kept) {
     Window w;
+    w.Reserve(kept.size());
     for (uint32_t r : kept) w.Add(Run(r), steps[r]);
     w.columns = std::move(columns);
     *this = std::move(w);
@@ -255,7 +269,9 @@ class JoinStream final : public StreamSource {
         string_runs_(string_runs),
         columns_(std::move(columns)),
         where_(std::move(where)) {
-    size_t row_bytes = 16 + 8 + (string_runs_ ? 24 : 0);
+    // A row's keys (run, step, where a string run ends, whether it is one, its
+    // bytes), then each column's presence and value.
+    size_t row_bytes = 8 + 8 + 8 + 1 + (string_runs_ ? 24 : 0);
     for (const ColumnSpec& c : columns_) row_bytes += 1 + (c.fixed ? c.record_bytes : 48);
     if (where_) row_bytes += 1 + 24;
     window_rows_ = std::clamp<uint64_t>(join_.window_bytes / row_bytes, 1024,
@@ -265,6 +281,7 @@ class JoinStream final : public StreamSource {
       // where filter drops rows first.
       if (columns_[i].column.series == join_.base && !where_) from_base_.push_back(i);
     }
+    base_left_ = static_cast<const SnapshotImpl&>(*snap_).StoredRecords(join_.base);
   }
 
   int GetSchema(ArrowSchema* out) override {
@@ -305,7 +322,13 @@ class JoinStream final : public StreamSource {
     auto w = std::make_shared<Window>();
     w->columns.resize(columns_.size());
     for (size_t i = 0; i < columns_.size(); ++i) w->columns[i].Reset(columns_[i], 0);
+    // Room for the rows the window will hold, at once: grown a row at a time,
+    // its vectors would take up to twice that.
+    const size_t rows = std::min(window_rows_, base_left_);
+    w->Reserve(rows);
+    for (size_t i : from_base_) w->columns[i].Reserve(columns_[i], rows);
     RUNSTORE_RETURN_IF_ERROR(ReadKeys(w.get()));
+    base_left_ -= std::min(base_left_, w->rows());
     if (where_) {
       Placed where;
       where.Reset(*where_, w->rows());
@@ -498,6 +521,7 @@ class JoinStream final : public StreamSource {
   const std::optional<ColumnSpec> where_;
   std::vector<size_t> from_base_;  // the columns of the base's own values
   uint64_t window_rows_ = 0;
+  uint64_t base_left_ = 0;  // records the base stores, less those read: a bound on its rows
 
   // The base's scan, made at the first pull, and where it stands.
   std::unique_ptr<SeriesScanner> base_;
