@@ -187,16 +187,19 @@ def referenced_columns(duckdb: Any, query: str) -> set[str] | None:
     return None if names is None else names[1]
 
 
-#: The in-memory DuckDB database whose cursors runstore.sql queries with, and the process that
-#: made it (a database is not carried across fork). A cursor is a connection of its own, whose
-#: views no other sees, made in well under a millisecond where a database takes 20 ms.
+#: The DuckDB connection whose cursors runstore.sql queries with (DuckDB's default one, which
+#: ``duckdb.sql`` uses, in the process that first asked), and that process: a database is not
+#: carried across fork, so a forked child makes one of its own. A cursor is a connection of
+#: its own, whose views and settings no other sees, made in well under a millisecond where a
+#: database takes 20-40 ms.
 _DATABASE: tuple[int, Any] | None = None
 
 
 def _cursor(duckdb: Any) -> Any:
     global _DATABASE
     if _DATABASE is None or _DATABASE[0] != os.getpid():
-        _DATABASE = (os.getpid(), duckdb.connect())
+        forked = _DATABASE is not None
+        _DATABASE = (os.getpid(), duckdb.connect() if forked else duckdb.default_connection())
     return _DATABASE[1].cursor()
 
 
@@ -213,10 +216,14 @@ def connect(store: Any, duckdb: Any, query: str | None = None, own: bool = False
     # DuckDB draws a progress bar on standard output for a long query, terminal or not: in
     # the middle of a CSV.
     con.execute("SET enable_progress_bar = false")
-    names = store.names()
+    # The series by the types the snapshot's index gives, without resolving their keys (which
+    # reads every block of a series whose keys may repeat, as an experiment's status does): a
+    # series whose every record is hidden is a view of no rows.
+    every = [d["name"] for d in store._core.series(include_reserved=True, counts=False)]
+    names = [n for n in every if not n.startswith("~")]
     for name in names:
         con.register(name, store.table(name))
-    if DESIGN in store._core.names(True):  # a store of experiments (define_experiments)
+    if DESIGN in every:  # a store of experiments (define_experiments)
         named = None if query is None else _names_in(duckdb, query)
         views = {"~" + EXPERIMENTS} | ({EXPERIMENTS} if EXPERIMENTS not in names else set())
         # DuckDB reads a view's schema when it is registered: the experiments table (the
