@@ -5,8 +5,8 @@
 // A window is the next rows of the base series' scan, as many as
 // ArrowJoin::window_bytes holds. Its keys are indexed by a hash table, and
 // each other series is scanned once for it, with the window's range of steps
-// and, where the window is a small part of the series, its runs as the scan's
-// filters: only the blocks that may hold one of its keys are read, and each
+// and, where they are few or the window is a small part of the series, its
+// runs as the scan's filters: only the blocks that may hold one of its keys are read, and each
 // of their records is placed at its row (rows of one writer's log_many come in one order, so
 // the row after the last one placed is tried first). The batches handed out
 // are slices of the window, which they keep alive; the stream goes on to the
@@ -406,21 +406,27 @@ class JoinStream final : public StreamSource {
 
   // The records of column `c`'s series at the window's keys into `*p`: a scan
   // of the blocks that may hold the window's runs and steps. The runs are a
-  // filter only where the window's rows are a small part of what the series
-  // stores: a set of many runs costs more to build and to look each record up
-  // in than the blocks it would leave out cost to read.
+  // filter where they are few (runs logged step by step: without them each
+  // window would read the whole series) or where the window is a small part
+  // of the series; not where a window of many runs holds much of it (a sweep's
+  // experiments), whose set of runs costs more to build and to look each
+  // record up in than the blocks it would leave out cost to read.
   Status PlaceColumn(const Window& w, const ColumnSpec& c, Placed* p) {
     if (w.rows() == 0) return Status::OK();
     ScanOptions scan;
     const auto [lo, hi] = std::minmax_element(w.steps.begin(), w.steps.end());
     scan.steps = ScanOptions::StepRange{*lo, *hi};
+    // Rows of one run come together in a series logged run by run.
+    auto new_run = [&](size_t r) { return r == 0 || !w.Same(r - 1, w.Run(r), w.steps[r - 1]); };
+    size_t pieces = 0;
+    for (size_t r = 0; r < w.rows(); ++r) pieces += new_run(r);
     const auto& impl = static_cast<const SnapshotImpl&>(*snap_);
-    if (w.rows() * kRunFilterShare < impl.StoredRecords(c.column.series)) {
+    if (pieces * kRunFilterShare <= w.rows() ||
+        w.rows() * kRunFilterShare < impl.StoredRecords(c.column.series)) {
       std::vector<RunId> runs;
+      runs.reserve(pieces);
       for (size_t r = 0; r < w.rows(); ++r) {
-        // Rows of one run come together in a series logged run by run.
-        if (r > 0 && w.Same(r - 1, w.Run(r), w.steps[r - 1])) continue;
-        runs.push_back(w.Run(r).ToRunId());
+        if (new_run(r)) runs.push_back(w.Run(r).ToRunId());
       }
       scan.runs = RunSet(std::move(runs));
     }
@@ -535,8 +541,9 @@ class JoinStream final : public StreamSource {
 
   static constexpr uint64_t kReleaseBytes = 64 << 20;
   uint64_t read_bytes_ = 0;  // since the pages were last released
-  // A window of fewer rows than 1/kRunFilterShare of what a series stores
-  // reads it with its runs as a filter.
+  // A window whose runs are fewer than 1/kRunFilterShare of its rows, or
+  // whose rows are fewer than 1/kRunFilterShare of what a series stores,
+  // reads the series with its runs as a filter.
   static constexpr uint64_t kRunFilterShare = 8;
 };
 
