@@ -383,6 +383,7 @@ def test_a_damaged_block_is_corruption_not_a_query_error(tmp_path):
     s = runstore.open(tmp_path / "s")
     with s.writer() as w:
         w.log_many(np.zeros(1000, dtype=np.int64), np.arange(1000), x=np.full(1000, 1234.5))
+        w.log_many(np.zeros(1000, dtype=np.int64), np.arange(1000), y=np.full(1000, 1.0))
     (seg,) = [p for p in (tmp_path / "s" / "segments").iterdir() if p.suffix == ".rss"]
     data = bytearray(seg.read_bytes())
     at = data.find(np.float64(1234.5).tobytes())
@@ -391,6 +392,11 @@ def test_a_damaged_block_is_corruption_not_a_query_error(tmp_path):
     r = run_cli("sql", str(tmp_path / "s"), "SELECT sum(value) FROM x")
     assert r.returncode == 2, (r.returncode, r.stderr)
     assert "runstore: sql: Corruption:" in r.stderr and ".rss" in r.stderr
+    # In a join, as the base or as a column: the error names the file, no row is made up.
+    s.refresh()
+    for names in (["x", "y"], ["y", "x"]):
+        with pytest.raises(OSError, match=r"Corruption.*\.rss"):
+            reader(s.table(names)).read_all()
 
 
 def test_the_stream_shows_what_scan_resolves_overwrites_and_resume_markers(tmp_path):
@@ -398,13 +404,14 @@ def test_the_stream_shows_what_scan_resolves_overwrites_and_resume_markers(tmp_p
     holds exactly the records scan and get resolve to, through pyarrow, DuckDB and polars."""
     s = runstore.open(tmp_path / "s")
     with s.writer() as w:
-        w.log_many([1] * 100, np.arange(100), x=np.arange(100, dtype=np.float64))
-        w.log_many([2] * 100, np.arange(100), x=np.arange(100, dtype=np.float64))
+        for run in (1, 2):
+            x = np.arange(100, dtype=np.float64)
+            w.log_many([run] * 100, np.arange(100), x=x, y=x * 2)
         w.commit()
-        w.log_many([1] * 10, np.arange(10), x=np.full(10, -1.0))  # overwrites steps 0..9
+        w.log_many([1] * 10, np.arange(10), x=np.full(10, -1.0), y=np.full(10, -2.0))  # steps 0..9
         w.commit()
         w.resume(2, 50)  # run 2 restarted from step 50: its steps 50..99 hidden
-        w.log_many([2] * 5, np.arange(50, 55), x=np.full(5, 7.0))
+        w.log_many([2] * 5, np.arange(50, 55), x=np.full(5, 7.0), y=np.full(5, 14.0))
     s.refresh()
     d = s.scan("x")
     want = sorted(zip(d["run"].tolist(), d["step"].tolist(), d["value"].tolist()))
@@ -416,6 +423,10 @@ def test_the_stream_shows_what_scan_resolves_overwrites_and_resume_markers(tmp_p
     assert sorted(duckdb.sql("SELECT run, step, value FROM t").fetchall()) == want
     assert sorted(pl.DataFrame(s.table("x")).rows()) == want
     assert s.get(1, "x", step=3) == -1.0 and (1, 3, -1.0) in rows
+    # Joined, each series resolved as its scan resolves it.
+    joined = reader(s.table(["x", "y"])).read_all()
+    jrows = sorted(zip(*(joined.column(c).to_pylist() for c in ("run", "step", "x", "y"))))
+    assert jrows == [(r, k, v, 2 * v) for r, k, v in want]
 
 
 def test_duckdb_and_polars_take_the_runs_and_steps_pushed_down(store):
