@@ -890,8 +890,8 @@ def sql(store: Store | str | os.PathLike[str], query: str) -> Any:
     """Runs ``query`` with DuckDB over ``store`` (a Store, or the path of one, opened
     read-only), read in place: each series is a view named as the series (columns run, step,
     value), ``experiments`` the experiments table. Returns DuckDB's relation
-    (``.fetchall()``, ``.df()``, ``.pl()``, ``.arrow()``, ``.show()``). Needs DuckDB and
-    pyarrow (``pip install 'runstore[sql]'``). See docs/query.md."""
+    (``.fetchall()``, ``.df()``, ``.pl()``, ``.arrow()``, ``.show()``). Needs DuckDB
+    (``pip install 'runstore[sql]'``), not pyarrow. See docs/query.md."""
     import duckdb
 
     if not isinstance(store, Store):

@@ -662,3 +662,28 @@ def test_a_stream_made_before_a_fork_is_read_in_the_child(store):
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert reader(t).read_all().equals(want)
+
+
+NO_PYARROW = """
+import sys
+sys.modules["pyarrow"] = None  # any import of it fails
+import runstore
+from runstore.commands.sql import sql_main
+store = runstore.open(sys.argv[1], "r")
+print(runstore.sql(store, 'SELECT count(*), count(loss) FROM "~experiments"').fetchall())
+print(runstore.sql(store, "SELECT count(*) FROM loss").fetchall())
+q = 'SELECT opt, count(*) FROM "~experiments" GROUP BY opt ORDER BY opt'
+sys.exit(sql_main([sys.argv[1], q, "-f", "csv"]))
+"""
+
+
+def test_sql_needs_no_pyarrow(sweep):
+    """DuckDB takes the streams through the PyCapsule interface: with pyarrow not importable,
+    runstore.sql and runstore sql read the series and the experiments table."""
+    p = subprocess.run(
+        [sys.executable, "-c", NO_PYARROW, str(sweep.path)], capture_output=True, text=True
+    )
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert lines[:2] == ["[(12, 10)]", "[(10,)]"]
+    assert lines[2:] == ["opt,count_star()", "adam,6", "sgd,6"]

@@ -51,7 +51,7 @@ def sql_main(argv: list[str]) -> int:
         "status, outcomes; also '\"~experiments\"'). Prints the result as 'runstore cat'\n"
         "prints records. The query reads those views and no file (no COPY TO, read_csv or\n"
         "ATTACH). A query DuckDB refuses exits with 1, naming what was wrong; Ctrl-C with\n"
-        "130. Needs DuckDB and pyarrow (pip install 'runstore[sql]').",
+        "130. Needs DuckDB (pip install 'runstore[sql]').",
         '  runstore sql results/sweep "SELECT run, min(value) FROM loss GROUP BY run"\n'
         "  runstore sql results/sweep \"SELECT * FROM experiments WHERE state = 'failed'\""
         " -f csv",
