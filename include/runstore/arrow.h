@@ -145,6 +145,13 @@ struct ArrowJoin {
   std::string where_series;
   std::vector<std::string> where_values;
   std::optional<std::string> where_fill;
+  // Rows in the order of the base's values (an integer series, such as the
+  // experiments' definition order, ~design/~row), ties in scan order, where
+  // false leaves them in the base's scan order. A window is then the rows of
+  // a range of values: the base is read twice to plan the ranges (its least
+  // and greatest value, then how many fall in each of 4,096 equal parts of
+  // that range), then once a window.
+  bool order_by_base_value = false;
   // The runs, steps and batch size, as for SeriesArrowStream; filters on the
   // rows (the base's keys), which the other series are read for.
   ArrowStreamOptions stream;
@@ -167,6 +174,7 @@ struct ArrowJoin {
 // Each value is copied into the window it is placed in (a join cannot view
 // the segments' bytes), and the batches view the window. NotFound for an
 // unknown base, InvalidArgument for a where_series that is not of strings,
+// for order_by_base_value over a base that is not of integers,
 // for two fields of one name, or for batch_rows below 1; read errors are the
 // stream's (get_next returns EIO, get_last_error says what it was).
 Status JoinedArrowStream(std::shared_ptr<const Snapshot> snapshot, const ArrowJoin& join,

@@ -229,7 +229,10 @@ def connect(store: Any, duckdb: Any, query: str | None = None, own: bool = False
         # DuckDB reads a view's schema when it is registered: the experiments table (the
         # design's runs and a window) only for a query that names it.
         if named is None or named[0] & views:
-            experiments = store.experiments_table(None if named is None else named[1])
+            # In the store's order: a table of SQL has none but ORDER BY's.
+            experiments = store.experiments_table(
+                None if named is None else named[1], ordered=False
+            )
             for view in sorted(views):
                 con.register(view, experiments)
     return con

@@ -208,6 +208,7 @@ class Store:
         steps: tuple[int, int] | None = None,
         batch_rows: int = 65536,
         window_bytes: int = 67108864,
+        order_by_base_value: bool = False,
         schema_only: bool = False,
     ) -> Any: ...
 

@@ -611,7 +611,10 @@ class Store:
         return JoinedTable(self, name, runs, steps, batch_rows)
 
     def experiments_table(
-        self, columns: Iterable[str] | None = None, status: str | Iterable[str] | None = None
+        self,
+        columns: Iterable[str] | None = None,
+        status: str | Iterable[str] | None = None,
+        ordered: bool = True,
     ) -> ExperimentsTable:
         """The experiments as one table (a row per experiment: id, parameters, status fields,
         outcomes; the columns of :func:`runstore.export.export_parquet`) as an Arrow stream
@@ -619,10 +622,11 @@ class Store:
         window of experiments at a time each time it is queried. With ``columns``, those of
         its columns only (the others are not read; the id when none of them is one); with
         ``status`` ("failed", or a list of "pending", "running", "done", "failed"), the
-        experiments in that state only, the other columns read for them alone. Rows come in
-        the store's order (definition order until a compaction sorts them by id). See
-        docs/query.md."""
-        return ExperimentsTable(self, columns, status)
+        experiments in that state only, the other columns read for them alone. Rows in
+        definition order; with ``ordered=False`` in the store's order, which reads the design's
+        rows once instead of three times and walks a compacted store's series side by side
+        (``runstore.sql`` reads it so: SQL orders with ORDER BY). See docs/query.md."""
+        return ExperimentsTable(self, columns, status, ordered)
 
     def to_pandas(
         self,

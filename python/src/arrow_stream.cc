@@ -90,7 +90,7 @@ nb::object PyStore::ArrowJoin(const std::string& base, nb::list columns,
                               const std::vector<std::string>& where_values,
                               std::optional<std::string> where_fill, nb::handle runs,
                               std::optional<std::pair<int64_t, int64_t>> steps, int64_t batch_rows,
-                              uint64_t window_bytes, bool schema_only) {
+                              uint64_t window_bytes, bool order_by_base_value, bool schema_only) {
   const StoreUse use = Use();
   runstore::ArrowJoin join;
   join.base = base;
@@ -123,6 +123,7 @@ nb::object PyStore::ArrowJoin(const std::string& base, nb::list columns,
   join.where_fill = std::move(where_fill);
   join.stream = StreamOptions(runs, steps, batch_rows);
   join.window_bytes = window_bytes;
+  join.order_by_base_value = order_by_base_value;
   auto* stream = static_cast<ArrowArrayStream*>(std::calloc(1, sizeof(ArrowArrayStream)));
   if (stream == nullptr) throw std::bad_alloc();
   Status s;

@@ -220,7 +220,7 @@ class PyStore {
                        const std::vector<std::string>& where_values,
                        std::optional<std::string> where_fill, nb::handle runs,
                        std::optional<std::pair<int64_t, int64_t>> steps, int64_t batch_rows,
-                       uint64_t window_bytes, bool schema_only);
+                       uint64_t window_bytes, bool order_by_base_value, bool schema_only);
 
  private:
   // Check() for what opening or refreshing the store returned.

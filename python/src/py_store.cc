@@ -1104,7 +1104,8 @@ void BindStore(nb::module_& m) {
           "step_field"_a = "step", "where_series"_a = "",
           "where_values"_a = std::vector<std::string>(), "where_fill"_a = nb::none(),
           "runs"_a = nb::none(), "steps"_a = nb::none(), "batch_rows"_a = 65536,
-          "window_bytes"_a = uint64_t{64} << 20, "schema_only"_a = false,
+          "window_bytes"_a = uint64_t{64} << 20, "order_by_base_value"_a = false,
+          "schema_only"_a = false,
           "Series joined on the keys (run, step) of series ``base``, as an Arrow C stream in a "
           "PyCapsule named 'arrow_array_stream' (with schema_only=True its schema, "
           "'arrow_schema'): "
@@ -1112,8 +1113,9 @@ void BindStore(nb::module_& m) {
           "(series, name, fill, empty_is_null, missing_dtype) of ``columns``, null where the "
           "series has no record at a row's key (or ``fill``, when not None). With "
           "``where_series``, only the rows whose value of it (``where_fill`` where it has none) is "
-          "one of ``where_values``. KeyError for an unknown base, ValueError for a column or "
-          "filter that does not fit its series.")
+          "one of ``where_values``. With order_by_base_value, rows in the order of the base's "
+          "(integer) values. KeyError for an unknown base, ValueError for a column or filter "
+          "that does not fit its series.")
       .def("read_aligned", &PyStore::ReadAligned, "runs"_a, "names"_a, "step"_a = 0,
            "Series ``names`` at ``step``, as scan_aligned reads them, placed on the runs of the "
            "list ``runs`` (int or str, all different; row i is runs[i]): only the blocks whose "

@@ -487,7 +487,7 @@ def test_a_query_of_the_series_alone_reads_no_experiment(sweep, monkeypatch):
     """DuckDB reads a view's schema when it is registered: the experiments table (its
     design's runs and a window) is made a view only for a query that names it."""
 
-    def refused(self, columns=None):
+    def refused(self, columns=None, status=None, ordered=True):
         raise AssertionError("the experiments table was read")
 
     monkeypatch.setattr(runstore.Store, "experiments_table", refused)
@@ -687,3 +687,28 @@ def test_sql_needs_no_pyarrow(sweep):
     lines = p.stdout.splitlines()
     assert lines[:2] == ["[(12, 10)]", "[(10,)]"]
     assert lines[2:] == ["opt,count_star()", "adam,6", "sgd,6"]
+
+
+def test_the_experiments_table_comes_in_definition_order_compacted_or_not(tmp_path):
+    """Rows in definition order (docs/experiments.md: ``~design/~row`` gives the row order of
+    every table) before and after a compaction sorts the series by id; ``ordered=False`` in the
+    store's order, the same rows."""
+    s = runstore.open(tmp_path / "s")
+    s.define_experiments(runstore.grid(a=list(range(40)), b=[0.5, 1.5]))
+    s.define_experiments(runstore.grid(a=[100, 101], b=[2.5]))  # more rows, defined later
+    runstore.run_experiments(s, lambda a, b: {"y": a * b}, workers=0, progress=False)
+    s.refresh()
+    ids = s.design()["experiment"].tolist()
+    assert len(ids) == 82
+    for compacted in (False, True):
+        if compacted:
+            s.compact(retain=0, progress=False)
+            s.refresh()
+        t = reader(s.experiments_table()).read_all()
+        assert t.column("experiment").to_pylist() == ids, compacted
+        assert t.column("y").to_pylist() == [
+            a * b for a, b in zip(t["a"].to_pylist(), t["b"].to_pylist())
+        ]
+        loose = reader(s.experiments_table(ordered=False)).read_all()
+        assert sorted(loose.column("experiment").to_pylist()) == sorted(ids)
+    assert loose.column("experiment").to_pylist() == sorted(ids)  # compacted: by id

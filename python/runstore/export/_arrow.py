@@ -242,15 +242,18 @@ class ExperimentsTable:
     window of experiments at a time, each time ``__arrow_c_stream__`` is called. With
     ``columns``, only those of its columns (in the table's order; the id when none of them is
     one): the others are not read. With ``status``, the experiments in those states only (no
-    state recorded reads as "pending"). Needs no pyarrow."""
+    state recorded reads as "pending"). Rows in definition order (``ordered``: the core orders
+    each window by ``~design/~row``), else in the store's order. Needs no pyarrow."""
 
     def __init__(
         self,
         store: StoreReader,
         columns: Iterable[str] | None = None,
         status: str | Iterable[str] | None = None,
+        ordered: bool = True,
     ) -> None:
         self.store = store
+        self.ordered = ordered
         self.columns = None if columns is None else set(columns)
         if isinstance(status, str):
             status = [status]
@@ -296,6 +299,7 @@ class ExperimentsTable:
             where_series=ex.STATE if self.status is not None else "",
             where_values=self.status or [],
             where_fill="pending",
+            order_by_base_value=self.ordered,
             schema_only=schema_only,
         )
 

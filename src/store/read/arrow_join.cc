@@ -173,6 +173,12 @@ struct Window {
   std::string run_bytes;
   std::vector<int64_t> steps;
   std::vector<Placed> columns;
+  // Of an ordered join: each row's value of the base while the window is
+  // made, then the rows in the order of those values (ties in scan order),
+  // which its batches hand out. Rows are placed in scan order, where a
+  // compacted store's series follow one another, and gathered at the end.
+  std::vector<int64_t> sort_values;
+  std::vector<uint32_t> order;
   // Open addressing over the rows: slot = row + 1, 0 empty. Built at the
   // first key Find does not find where it guessed: the series of a compacted
   // store hold their runs in one order (docs/design.md#compaction), and a
@@ -206,7 +212,10 @@ struct Window {
   void Keep(const std::vector<uint32_t>& kept) {
     Window w;
     w.Reserve(kept.size());
-    for (uint32_t r : kept) w.Add(Run(r), steps[r]);
+    for (uint32_t r : kept) {
+      w.Add(Run(r), steps[r]);
+      if (!sort_values.empty()) w.sort_values.push_back(sort_values[r]);
+    }
     w.columns = std::move(columns);
     *this = std::move(w);
   }
@@ -263,8 +272,9 @@ struct Window {
 class JoinStream final : public StreamSource {
  public:
   JoinStream(std::shared_ptr<const Snapshot> snap, ArrowJoin join, bool string_runs,
-             std::vector<ColumnSpec> columns, std::optional<ColumnSpec> where)
-      : snap_(std::move(snap)),
+             DType base_dtype, std::vector<ColumnSpec> columns, std::optional<ColumnSpec> where)
+      : base_dtype_(base_dtype),
+        snap_(std::move(snap)),
         join_(std::move(join)),
         string_runs_(string_runs),
         columns_(std::move(columns)),
@@ -279,7 +289,9 @@ class JoinStream final : public StreamSource {
     for (size_t i = 0; i < columns_.size(); ++i) {
       // The base's own values are placed as its rows are read, unless the
       // where filter drops rows first.
-      if (columns_[i].column.series == join_.base && !where_) from_base_.push_back(i);
+      if (columns_[i].column.series == join_.base && !where_ && !join_.order_by_base_value) {
+        from_base_.push_back(i);
+      }
     }
     base_left_ = static_cast<const SnapshotImpl&>(*snap_).StoredRecords(join_.base);
   }
@@ -327,8 +339,12 @@ class JoinStream final : public StreamSource {
     const size_t rows = std::min(window_rows_, base_left_);
     w->Reserve(rows);
     for (size_t i : from_base_) w->columns[i].Reserve(columns_[i], rows);
-    RUNSTORE_RETURN_IF_ERROR(ReadKeys(w.get()));
-    base_left_ -= std::min(base_left_, w->rows());
+    if (join_.order_by_base_value) {
+      RUNSTORE_RETURN_IF_ERROR(ReadKeysOfValues(w.get()));
+    } else {
+      RUNSTORE_RETURN_IF_ERROR(ReadKeys(w.get()));
+      base_left_ -= std::min(base_left_, w->rows());
+    }
     if (where_) {
       Placed where;
       where.Reset(*where_, w->rows());
@@ -356,9 +372,39 @@ class JoinStream final : public StreamSource {
       p.ApplyFill(c);
     }
     w->slots = {};  // the batches need only the rows
+    if (join_.order_by_base_value) {
+      w->order = OrderOf(w->sort_values);
+      std::vector<int64_t>().swap(w->sort_values);
+    }
     window_ = std::move(w);
     pos_ = 0;
     return Status::OK();
+  }
+
+  // The rows in the order of `values` (ties in row order); empty where they
+  // are in that order already (a design's rows as define_experiments wrote
+  // them). Values of a range at most twice the rows (a design's 0, 1, 2, ...)
+  // are counted into place; others sorted.
+  static std::vector<uint32_t> OrderOf(const std::vector<int64_t>& values) {
+    std::vector<uint32_t> order;
+    if (std::is_sorted(values.begin(), values.end())) return order;
+    const auto [lo, hi] = std::minmax_element(values.begin(), values.end());
+    const uint64_t range = static_cast<uint64_t>(*hi) - static_cast<uint64_t>(*lo);
+    order.resize(values.size());
+    if (range < 2 * values.size()) {
+      std::vector<uint32_t> at(range + 2, 0);  // at[k + 1]: rows of value lo + k, then starts
+      for (int64_t v : values) ++at[static_cast<uint64_t>(v) - static_cast<uint64_t>(*lo) + 1];
+      for (size_t k = 1; k < at.size(); ++k) at[k] += at[k - 1];
+      for (uint32_t r = 0; r < values.size(); ++r) {
+        order[at[static_cast<uint64_t>(values[r]) - static_cast<uint64_t>(*lo)]++] = r;
+      }
+      return order;
+    }
+    std::vector<std::pair<int64_t, uint32_t>> by(values.size());
+    for (uint32_t r = 0; r < values.size(); ++r) by[r] = {values[r], r};
+    std::sort(by.begin(), by.end());  // (value, row): ties in row order
+    for (size_t k = 0; k < by.size(); ++k) order[k] = by[k].second;
+    return order;
   }
 
   // Up to window_rows_ of the base's rows into `w`, with the values of the
@@ -392,6 +438,130 @@ class JoinStream final : public StreamSource {
       }
       ReleaseEvery(k * 16);
       base_pos_ += k;
+    }
+    return Status::OK();
+  }
+
+  // A scan of the base with the stream's filters.
+  Result<std::unique_ptr<SeriesScanner>> ScanBase(bool keys) const {
+    ScanOptions scan;
+    scan.keys = keys;
+    scan.runs = join_.stream.runs;
+    scan.steps = join_.stream.steps;
+    return snap_->Scan(join_.base, scan);
+  }
+
+  // The base's integer values of a scan batch, as int64.
+  static int64_t IntValue(const ScanBatch& b, DType d, size_t j) {
+    const char* at = b.values.data() + j * DTypeSize(d);
+    switch (d) {
+      case DType::kInt8:
+        return *reinterpret_cast<const int8_t*>(at);
+      case DType::kInt16:
+        return *reinterpret_cast<const int16_t*>(at);
+      case DType::kInt32:
+        return *reinterpret_cast<const int32_t*>(at);
+      case DType::kUInt8:
+        return *reinterpret_cast<const uint8_t*>(at);
+      case DType::kUInt16:
+        return *reinterpret_cast<const uint16_t*>(at);
+      case DType::kUInt32:
+        return *reinterpret_cast<const uint32_t*>(at);
+      default:  // int64 (JoinedArrowStream refuses the other types)
+        return *reinterpret_cast<const int64_t*>(at);
+    }
+  }
+
+  // The value ranges of the windows of an ordered join: the base's least and
+  // greatest value, then a count of the values in each of kParts equal parts
+  // of that range; a window is as many whole parts as window_rows_ holds (one
+  // at least). Two reads of the base's values, none of its keys.
+  Status PlanValueWindows() {
+    int64_t lo = std::numeric_limits<int64_t>::max(), hi = std::numeric_limits<int64_t>::min();
+    uint64_t n = 0;
+    for (int pass = 0; pass < 2; ++pass) {
+      RUNSTORE_ASSIGN_OR_RETURN(auto scanner, ScanBase(/*keys=*/false));
+      ScanBatch b;
+      std::vector<uint64_t> parts(pass == 0 ? 0 : kParts);
+      while (true) {
+        RUNSTORE_ASSIGN_OR_RETURN(const bool more, scanner->Next(&b));
+        if (!more) break;
+        for (size_t j = 0; j < b.count; ++j) {
+          const int64_t v = IntValue(b, base_dtype_, j);
+          if (pass == 0) {
+            lo = std::min(lo, v);
+            hi = std::max(hi, v);
+            ++n;
+          } else {
+            ++parts[PartOf(v)];
+          }
+        }
+        ReleaseEvery(b.count * 8);
+      }
+      if (n == 0) return Status::OK();  // no rows: no window
+      if (pass == 0) {
+        value_lo_ = lo;
+        value_step_ = (static_cast<uint64_t>(hi) - static_cast<uint64_t>(lo)) / kParts + 1;
+      }
+      if (pass == 1) {
+        // Window edges at part boundaries: part k covers values whose
+        // PartOf is k.
+        uint64_t in_window = 0;
+        for (size_t k = 0; k < kParts; ++k) {
+          if (in_window > 0 && in_window + parts[k] > window_rows_) {
+            value_edges_.push_back(k);
+            in_window = 0;
+          }
+          in_window += parts[k];
+        }
+        value_edges_.push_back(kParts);
+      }
+    }
+    return Status::OK();
+  }
+
+  // The part of [lo, hi] that `v` lies in (parts of value_step_ values each,
+  // kParts of them at most): the same for the same value in every pass, and
+  // never less for a greater value.
+  size_t PartOf(int64_t v) const {
+    return (static_cast<uint64_t>(v) - static_cast<uint64_t>(value_lo_)) / value_step_;
+  }
+
+  // The rows of the next window of an ordered join: the base's records whose
+  // value's part lies in the window's parts, in scan order, each with its
+  // value (NextWindow orders them once their columns are placed).
+  Status ReadKeysOfValues(Window* w) {
+    if (!values_planned_) {
+      values_planned_ = true;
+      RUNSTORE_RETURN_IF_ERROR(PlanValueWindows());
+    }
+    if (next_edge_ >= value_edges_.size()) {
+      base_done_ = true;
+      return Status::OK();
+    }
+    const size_t first = next_edge_ == 0 ? 0 : value_edges_[next_edge_ - 1];
+    const size_t last = value_edges_[next_edge_++];  // parts [first, last)
+    const uint64_t from = first * value_step_;
+    // The last window reaches the greatest value (kParts * step may not fit).
+    const bool to_end = last == kParts;
+    const uint64_t to = to_end ? 0 : last * value_step_;
+    if (next_edge_ == value_edges_.size()) base_done_ = true;
+    RUNSTORE_ASSIGN_OR_RETURN(auto scanner, ScanBase(/*keys=*/true));
+    ScanBatch b;
+    while (true) {
+      RUNSTORE_ASSIGN_OR_RETURN(const bool more, scanner->Next(&b));
+      if (!more) break;
+      for (size_t j = 0; j < b.count; ++j) {
+        // Parts [first, last): the values lo + first * step up to (not
+        // including) lo + last * step, as offsets from lo.
+        const int64_t v = IntValue(b, base_dtype_, j);
+        const uint64_t offset = static_cast<uint64_t>(v) - static_cast<uint64_t>(value_lo_);
+        if (offset < from || (!to_end && offset >= to)) continue;
+        const bool str = !b.run_is_string.empty() && b.run_is_string[j];
+        w->Add(str ? RunRef(b.string_runs[j]) : RunRef(b.int_runs[j]), b.steps[j]);
+        w->sort_values.push_back(v);
+      }
+      ReleaseEvery(b.count * 24);
     }
     return Status::OK();
   }
@@ -464,54 +634,82 @@ class JoinStream final : public StreamSource {
   void Batch(int64_t o, int64_t n, ArrowArray* out) const {
     const Window& w = *window_;
     const std::shared_ptr<const void> owner = window_;
+    // Row i of the batch: the window's o + i, or of an ordered join its
+    // order[o + i], whose values are gathered into buffers of the batch.
+    const auto row = [&](int64_t i) {
+      return w.order.empty() ? static_cast<size_t>(o + i) : size_t{w.order[o + i]};
+    };
     auto* d = new ArrayData;
     d->buffers.push_back(nullptr);
     if (!join_.run_field.empty()) {
       if (string_runs_) {
         std::string scratch;
         d->children.push_back(Strings(n, [&](int64_t i) -> std::string_view {
-          const RunRef r = w.Run(static_cast<size_t>(o + i));
+          const RunRef r = w.Run(row(i));
           if (r.is_string) return r.s;
           scratch = std::to_string(r.i);
           return scratch;
         }));
       } else {
-        d->children.push_back(Primitive(
-            DType::kInt64, reinterpret_cast<const char*>(w.int_runs.data() + o), n, owner));
+        d->children.push_back(Fixed(DType::kInt64, reinterpret_cast<const char*>(w.int_runs.data()),
+                                    8, 1, n, row, !w.order.empty(), o, owner, nullptr));
       }
     }
     if (!join_.step_field.empty()) {
-      d->children.push_back(
-          Primitive(DType::kInt64, reinterpret_cast<const char*>(w.steps.data() + o), n, owner));
+      d->children.push_back(Fixed(DType::kInt64, reinterpret_cast<const char*>(w.steps.data()), 8,
+                                  1, n, row, !w.order.empty(), o, owner, nullptr));
     }
-    for (size_t i = 0; i < columns_.size(); ++i) Column(columns_[i], w.columns[i], o, n, owner, d);
+    std::vector<uint8_t> present(static_cast<size_t>(n));
+    for (size_t i = 0; i < columns_.size(); ++i) {
+      const Placed& p = w.columns[i];
+      for (int64_t k = 0; k < n; ++k) present[static_cast<size_t>(k)] = p.present[row(k)];
+      Column(columns_[i], p, o, n, row, !w.order.empty(), owner, present.data(), d);
+    }
     MakeArray(out, n, d);
   }
 
-  static void Column(const ColumnSpec& c, const Placed& p, int64_t o, int64_t n,
-                     const std::shared_ptr<const void>& owner, ArrayData* d) {
-    const uint8_t* present = p.present.data() + o;
-    const auto at = [&](int64_t i) { return static_cast<size_t>(o + i); };
+  // `n` records of `record` bytes (`elements` of `dtype` each) at `data`:
+  // records o.. viewed where `gather` is false, else those of row(i) copied
+  // into a buffer of the array's own.
+  template <typename Row>
+  static ArrowArray* Fixed(DType dtype, const char* data, size_t record, int64_t elements,
+                           int64_t n, const Row& row, bool gather, int64_t o,
+                           const std::shared_ptr<const void>& owner, const uint8_t* present) {
+    if (!gather) {
+      return Primitive(dtype, data + static_cast<size_t>(o) * record, n * elements, owner, present);
+    }
+    auto buf = std::make_shared<std::vector<char>>(record * static_cast<size_t>(n) + 8);
+    for (int64_t i = 0; i < n; ++i) {
+      std::memcpy(buf->data() + static_cast<size_t>(i) * record, data + row(i) * record, record);
+    }
+    // std::vector<char>'s data is aligned for any scalar (operator new).
+    return Primitive(dtype, buf->data(), n * elements, buf, present);
+  }
+
+  template <typename Row>
+  static void Column(const ColumnSpec& c, const Placed& p, int64_t o, int64_t n, const Row& row,
+                     bool gather, const std::shared_ptr<const void>& owner, const uint8_t* present,
+                     ArrayData* d) {
     if (c.info.variable_shape) {
       ArrowArray *values = nullptr, *shapes = nullptr;
       VariableShapeLists(
-          c.info.dtype, n, [&](int64_t i) { return p.Bytes(at(i)); },
+          c.info.dtype, n, [&](int64_t i) { return p.Bytes(row(i)); },
           [&](int64_t i) {
-            return std::span<const int64_t>(p.dims.data() + p.dim_begin[at(i)], p.rank[at(i)]);
+            return std::span<const int64_t>(p.dims.data() + p.dim_begin[row(i)], p.rank[row(i)]);
           },
           present, &values, &shapes);
       d->children.push_back(values);
       d->children.push_back(shapes);
     } else if (!c.fixed) {
       d->children.push_back(Strings(
-          n, [&](int64_t i) { return p.Bytes(at(i)); }, present));
+          n, [&](int64_t i) { return p.Bytes(row(i)); }, present));
     } else if (c.info.shape.empty()) {
-      d->children.push_back(
-          Primitive(c.info.dtype, p.fixed.data() + at(0) * c.record_bytes, n, owner, present));
+      d->children.push_back(Fixed(c.info.dtype, p.fixed.data(), c.record_bytes, 1, n, row, gather,
+                                  o, owner, present));
     } else {
       const int64_t m = Elements(c.info.shape);
       ArrowArray* values =
-          Primitive(c.info.dtype, p.fixed.data() + at(0) * c.record_bytes, n * m, owner);
+          Fixed(c.info.dtype, p.fixed.data(), c.record_bytes, m, n, row, gather, o, owner, nullptr);
       auto* list = new ArrayData;
       int64_t nulls = 0;
       const void* validity = Validity(list, present, n, &nulls);
@@ -520,6 +718,7 @@ class JoinStream final : public StreamSource {
   }
 
   // Constant after construction.
+  const DType base_dtype_;
   const std::shared_ptr<const Snapshot> snap_;
   const ArrowJoin join_;
   const bool string_runs_;
@@ -528,6 +727,15 @@ class JoinStream final : public StreamSource {
   std::vector<size_t> from_base_;  // the columns of the base's own values
   uint64_t window_rows_ = 0;
   uint64_t base_left_ = 0;  // records the base stores, less those read: a bound on its rows
+
+  // An ordered join's windows: value_edges_[k] is the end (a part) of window
+  // k's parts (of value_step_ values from value_lo_); next_edge_ the next window's.
+  static constexpr size_t kParts = 4096;
+  bool values_planned_ = false;
+  int64_t value_lo_ = 0;
+  uint64_t value_step_ = 1;
+  std::vector<size_t> value_edges_;
+  size_t next_edge_ = 0;
 
   // The base's scan, made at the first pull, and where it stands.
   std::unique_ptr<SeriesScanner> base_;
@@ -598,7 +806,20 @@ Status JoinedArrowStream(std::shared_ptr<const Snapshot> snapshot, const ArrowJo
                                    std::to_string(join.window_bytes));
   }
   const auto& impl = static_cast<const SnapshotImpl&>(*snapshot);
-  RUNSTORE_RETURN_IF_ERROR(impl.SeriesTypeOf(join.base).status());
+  RUNSTORE_ASSIGN_OR_RETURN(const SeriesInfo base, impl.SeriesTypeOf(join.base));
+  if (join.order_by_base_value) {
+    const DType d = base.dtype;
+    const bool integer = d == DType::kInt8 || d == DType::kInt16 || d == DType::kInt32 ||
+                         d == DType::kInt64 || d == DType::kUInt8 || d == DType::kUInt16 ||
+                         d == DType::kUInt32;
+    if (!integer || !base.shape.empty() || base.variable_shape) {
+      return Status::InvalidArgument("order_by_base_value: series '" + join.base +
+                                     "' must hold one integer (int8 to int64, uint8 to uint32) "
+                                     "a record; it holds " +
+                                     std::string(DTypeName(d)) +
+                                     (base.shape.empty() && !base.variable_shape ? "" : " arrays"));
+    }
+  }
   RUNSTORE_ASSIGN_OR_RETURN(const bool string_runs, impl.SeriesHasStringRuns(join.base));
   std::vector<ColumnSpec> columns;
   std::set<std::string, std::less<>> names;
@@ -628,9 +849,10 @@ Status JoinedArrowStream(std::shared_ptr<const Snapshot> snapshot, const ArrowJo
     }
     where = std::move(spec);
   }
-  read::arrow::ExportStream(std::make_unique<JoinStream>(std::move(snapshot), join, string_runs,
-                                                         std::move(columns), std::move(where)),
-                            out);
+  read::arrow::ExportStream(
+      std::make_unique<JoinStream>(std::move(snapshot), join, string_runs, base.dtype,
+                                   std::move(columns), std::move(where)),
+      out);
   return Status::OK();
 }
 

@@ -5,9 +5,12 @@
 // experiments table's status), and errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <limits>
 #include <map>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -247,6 +250,86 @@ TEST_F(ArrowJoinTest, TheWhereFilterKeepsTheRowsOfAStatusWithFillsForThoseWithou
     }
     EXPECT_EQ(rows, expected) << states.size();
   }
+}
+
+// Rows in the order of the base's values (the experiments' definition
+// order), over several windows: values written shuffled, sparse, with ties.
+TEST_F(ArrowJoinTest, OrderedByTheBasesValuesWindowByWindow) {
+  ASSERT_OK_AND_ASSIGN(auto store, Store::Open(Path(), {}));
+  constexpr int kN = 30000;
+  // Experiment i has the value (i / 2) * 1000 - 7,000,000: sparse, negative
+  // at first, each value twice (ties); written in a shuffled order, in two
+  // commits, its outcome in another order still.
+  std::vector<int> order(kN);
+  for (int i = 0; i < kN; ++i) order[i] = i;
+  std::mt19937 rng(11);
+  std::shuffle(order.begin(), order.end(), rng);
+  auto value_of = [](int i) { return int64_t{i / 2} * 1000 - 7'000'000; };
+  {
+    ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter({}));
+    for (int k = 0; k < kN; ++k) {
+      const int i = order[k];
+      ASSERT_OK(w->Append(RunRef(HashedId(static_cast<uint64_t>(i))), "row", 0, value_of(i)));
+      if (k == kN / 2) ASSERT_OK(w->Commit());
+    }
+    ASSERT_OK(w->Commit());
+    for (int i = kN - 1; i >= 0; --i) {
+      if (i % 3 == 0) continue;  // no outcome
+      ASSERT_OK(w->Append(RunRef(HashedId(static_cast<uint64_t>(i))), "y", 0, double(i)));
+    }
+    ASSERT_OK(w->Close());
+  }
+  ASSERT_OK_AND_ASSIGN(auto snap, store->Refresh());
+  std::map<std::string, int> index;
+  for (int i = 0; i < kN; ++i) index[HashedId(static_cast<uint64_t>(i))] = i;
+  for (const bool filtered : {false, true}) {
+    ArrowJoin join{.base = "row",
+                   .columns = {{.series = "row"}, {.series = "y"}},
+                   .step_field = "",
+                   .order_by_base_value = true,
+                   .stream = {.batch_rows = 1000},
+                   .window_bytes = 1 << 20};
+    if (filtered) join.stream.runs = RunSet({RunId(HashedId(7)), RunId(HashedId(29998))});
+    ArrowArrayStream s;
+    ASSERT_OK(JoinedArrowStream(snap, join, &s));
+    Consumed c;
+    Consume(&s, &c);
+    s.release(&s);
+    ASSERT_EQ(c.names, (std::vector<std::string>{"run", "row", "y"}));
+    std::vector<int> got;
+    int64_t last = std::numeric_limits<int64_t>::min();
+    for (const ArrowArray& b : c.batches) {
+      for (int64_t r = 0; r < b.length; ++r) {
+        const auto it = index.find(Str(b.children[0], r));
+        ASSERT_NE(it, index.end());
+        const int i = it->second;
+        EXPECT_EQ(Int(b.children[1], r), value_of(i));
+        EXPECT_LE(last, value_of(i)) << "rows in the order of their values";
+        last = value_of(i);
+        ASSERT_EQ(Valid(b.children[2], r), i % 3 != 0);
+        if (i % 3 != 0) {
+          EXPECT_EQ(F64(b.children[2], r), double(i));
+        }
+        got.push_back(i);
+      }
+    }
+    if (filtered) {
+      EXPECT_EQ(got, (std::vector<int>{7, 29998}));
+      continue;
+    }
+    ASSERT_EQ(got.size(), static_cast<size_t>(kN));
+    // Ties (experiments 2j and 2j+1) come in the order they were scanned.
+    std::map<int, size_t> scanned;
+    for (int k = 0; k < kN; ++k) scanned[order[k]] = static_cast<size_t>(k);
+    for (size_t r = 0; r + 1 < got.size(); ++r) {
+      if (value_of(got[r]) == value_of(got[r + 1])) {
+        EXPECT_LT(scanned[got[r]], scanned[got[r + 1]]);
+      }
+    }
+  }
+  ArrowArrayStream s;
+  EXPECT_EQ(JoinedArrowStream(snap, {.base = "y", .order_by_base_value = true}, &s).code(),
+            StatusCode::kInvalidArgument);
 }
 
 TEST_F(ArrowJoinTest, ErrorsNameWhatWasWrong) {
