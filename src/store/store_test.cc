@@ -2270,16 +2270,17 @@ TEST_F(StoreTest, CountRunsIsTheNumberOfListedRunsAndReadsNoBlockForHashedIds) {
 }
 
 // MergeAscending is a sort of ascending lists, for any number of them (an
-// odd one out at every level), empty ones and repeats included.
+// odd one out at every level; enough for the radix sort), empty ones and
+// repeats included, over the whole range of 64 bits.
 TEST(MergeAscendingTest, IsTheSortOfTheListsForAnyNumberOfThem) {
   const uint64_t seed = testing::TestSeed();
   std::mt19937_64 rng(seed);
-  for (int lists = 0; lists <= 9; ++lists) {
+  for (int lists : {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 63, 64, 65, 300}) {
     std::vector<std::vector<uint64_t>> values(lists);
     std::vector<uint64_t> expected;
     for (auto& l : values) {
       l.resize(rng() % 20);
-      for (auto& v : l) v = rng() % 50;
+      for (auto& v : l) v = rng() % 3 == 0 ? rng() % 50 : rng();
       std::sort(l.begin(), l.end());
       expected.insert(expected.end(), l.begin(), l.end());
     }

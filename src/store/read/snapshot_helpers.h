@@ -9,6 +9,7 @@
 #include <memory>
 #include <new>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "format/format.h"
@@ -52,15 +53,43 @@ inline int CompareKey(const RunRef& run, int64_t step, const format::Key& k) {
   return step < k.step ? -1 : (step > k.step ? 1 : 0);
 }
 
+// `v` sorted by a least-significant-digit radix sort: six passes of 11 bits
+// (a count of 2,048 stays in the first level of cache), each a count and a
+// scatter through a buffer as large as `v`.
+inline void RadixSort(std::vector<uint64_t>* v) {
+  constexpr int kBits = 11;
+  constexpr uint64_t kMask = (uint64_t{1} << kBits) - 1;
+  std::vector<uint64_t> tmp(v->size());
+  std::vector<size_t> count(size_t{1} << kBits);
+  for (int shift = 0; shift < 64; shift += kBits) {
+    std::fill(count.begin(), count.end(), 0);
+    for (uint64_t x : *v) ++count[(x >> shift) & kMask];
+    size_t at = 0;
+    for (size_t& c : count) at += std::exchange(c, at);
+    for (uint64_t x : *v) tmp[count[(x >> shift) & kMask]++] = x;
+    v->swap(tmp);
+  }
+}
+
+// Lists at least this many are sorted by radix rather than merged: the
+// series of a store of many small commits or segments are many small blocks,
+// and 1,000,000 hashes in 1,000 lists took 48 ms to merge pairwise, in
+// 100,000 lists 76 ms; by radix 24-25 ms whatever the lists (64: 34 and 24 ms).
+inline constexpr size_t kRadixSortLists = 64;
+
 // Ascending lists (the run-hash lists of blocks) as one ascending vector,
 // repeats kept: merged pairwise, in O(n log k) for n values in k lists
-// rather than a sort's O(n log n).
+// rather than a sort's O(n log n); many lists radix-sorted, in O(n).
 inline std::vector<uint64_t> MergeAscending(const std::vector<std::span<const uint64_t>>& lists) {
   std::vector<uint64_t> out;
   std::vector<size_t> bounds = {0};
   for (const auto& l : lists) {
     out.insert(out.end(), l.begin(), l.end());
     bounds.push_back(out.size());
+  }
+  if (lists.size() >= kRadixSortLists) {
+    RadixSort(&out);
+    return out;
   }
   while (bounds.size() > 2) {
     std::vector<size_t> next = {0};
