@@ -620,11 +620,12 @@ class JoinStream final : public StreamSource {
     return Status::OK();
   }
 
-  // The mapped pages leave the resident set every kReleaseBytes read, as a
-  // series' stream lets them go (docs/query.md).
+  // The mapped pages leave the resident set every window_bytes read (16 MiB
+  // at most), as a series' stream lets them go (docs/query.md): the pages a
+  // join holds are bounded as its window is.
   void ReleaseEvery(uint64_t bytes) {
     read_bytes_ += bytes;
-    if (read_bytes_ >= kReleaseBytes) {
+    if (read_bytes_ >= std::min(kReleaseBytes, join_.window_bytes)) {
       snap_->ReleasePages();
       read_bytes_ = 0;
     }
@@ -747,7 +748,7 @@ class JoinStream final : public StreamSource {
   std::shared_ptr<const Window> window_;
   size_t pos_ = 0;
 
-  static constexpr uint64_t kReleaseBytes = 64 << 20;
+  static constexpr uint64_t kReleaseBytes = 16 << 20;
   uint64_t read_bytes_ = 0;  // since the pages were last released
   // A window whose runs are fewer than 1/kRunFilterShare of its rows, or
   // whose rows are fewer than 1/kRunFilterShare of what a series stores,
