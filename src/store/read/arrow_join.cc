@@ -184,6 +184,8 @@ struct Window {
   // store hold their runs in one order (docs/design.md#compaction), and a
   // join of them is then a walk that hashes no key.
   mutable std::vector<uint32_t> slots;
+  mutable size_t pieces_ = 0;
+  mutable std::optional<RunSet> runs_;
 
   size_t rows() const { return steps.size(); }
 
@@ -207,6 +209,29 @@ struct Window {
     run_end.push_back(run_bytes.size());
     steps.push_back(step);
   }
+
+  // The window's runs, as pieces of rows of one run each (a series logged run
+  // by run holds its rows together), and as a set: made once a window, for
+  // the scans of every column (a set of 70,000 hashed ids costs tens of
+  // milliseconds to make).
+  size_t RunPieces() const {
+    if (pieces_ == 0) {
+      for (size_t r = 0; r < rows(); ++r) pieces_ += NewRun(r);
+    }
+    return pieces_;
+  }
+  const RunSet& Runs() const {
+    if (!runs_) {
+      std::vector<RunId> runs;
+      runs.reserve(RunPieces());
+      for (size_t r = 0; r < rows(); ++r) {
+        if (NewRun(r)) runs.push_back(Run(r).ToRunId());
+      }
+      runs_.emplace(std::move(runs));
+    }
+    return *runs_;
+  }
+  bool NewRun(size_t r) const { return r == 0 || !Same(r - 1, Run(r), steps[r - 1]); }
 
   // Keeps rows `kept` (ascending) of the keys and of the columns placed so far.
   void Keep(const std::vector<uint32_t>& kept) {
@@ -372,6 +397,7 @@ class JoinStream final : public StreamSource {
       p.ApplyFill(c);
     }
     w->slots = {};  // the batches need only the rows
+    w->runs_.reset();
     if (join_.order_by_base_value) {
       w->order = OrderOf(w->sort_values);
       std::vector<int64_t>().swap(w->sort_values);
@@ -586,19 +612,11 @@ class JoinStream final : public StreamSource {
     ScanOptions scan;
     const auto [lo, hi] = std::minmax_element(w.steps.begin(), w.steps.end());
     scan.steps = ScanOptions::StepRange{*lo, *hi};
-    // Rows of one run come together in a series logged run by run.
-    auto new_run = [&](size_t r) { return r == 0 || !w.Same(r - 1, w.Run(r), w.steps[r - 1]); };
-    size_t pieces = 0;
-    for (size_t r = 0; r < w.rows(); ++r) pieces += new_run(r);
     const auto& impl = static_cast<const SnapshotImpl&>(*snap_);
+    const size_t pieces = w.RunPieces();
     if (pieces * kRunFilterShare <= w.rows() ||
         w.rows() * kRunFilterShare < impl.StoredRecords(c.column.series)) {
-      std::vector<RunId> runs;
-      runs.reserve(pieces);
-      for (size_t r = 0; r < w.rows(); ++r) {
-        if (new_run(r)) runs.push_back(w.Run(r).ToRunId());
-      }
-      scan.runs = RunSet(std::move(runs));
+      scan.runs = w.Runs();
     }
     RUNSTORE_ASSIGN_OR_RETURN(auto scanner, snap_->Scan(c.column.series, scan));
     ScanBatch b;
