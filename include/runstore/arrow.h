@@ -149,8 +149,8 @@ struct ArrowJoin {
   // experiments' definition order, ~design/~row), ties in scan order, where
   // false leaves them in the base's scan order. A window is then the rows of
   // a range of values: the base is read twice to plan the ranges (its least
-  // and greatest value, then how many fall in each of 4,096 equal parts of
-  // that range), then once a window.
+  // and greatest value, then how many fall in each of at most 4,096 equal
+  // parts of that range), then once a window.
   bool order_by_base_value = false;
   // The runs, steps and batch size, as for SeriesArrowStream; filters on the
   // rows (the base's keys), which the other series are read for.
@@ -172,11 +172,13 @@ struct ArrowJoin {
 //                where the series has no record at the row's key (or its fill)
 //
 // Each value is copied into the window it is placed in (a join cannot view
-// the segments' bytes), and the batches view the window. NotFound for an
-// unknown base, InvalidArgument for a where_series that is not of strings,
-// for order_by_base_value over a base that is not of integers,
-// for two fields of one name, or for batch_rows below 1; read errors are the
-// stream's (get_next returns EIO, get_last_error says what it was).
+// the segments' bytes), and the batches view the window (an ordered join's
+// batches gather their rows into buffers of their own). NotFound for an
+// unknown base; InvalidArgument for a where_series that is not of strings,
+// order_by_base_value over a base that is not of integers, a fill that is
+// not a value of its series, two fields of one name, batch_rows below 1 or
+// window_bytes below 1 MiB; read errors are the stream's (get_next returns
+// EIO, get_last_error says what it was).
 Status JoinedArrowStream(std::shared_ptr<const Snapshot> snapshot, const ArrowJoin& join,
                          ArrowArrayStream* out);
 
