@@ -81,6 +81,11 @@ struct ScanBatch {
   std::shared_ptr<const void> owner;
 
   RunId run(size_t i) const;
+  // Record i's run, borrowed: valid while this batch's views are.
+  RunRef run_ref(size_t i) const {
+    if (!run_is_string.empty() && run_is_string[i]) return RunRef(string_runs[i]);
+    return RunRef(int_runs[i]);
+  }
 };
 
 // A value whose bytes are checked as they are read (Snapshot::GetLazy).

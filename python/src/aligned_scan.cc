@@ -154,11 +154,6 @@ struct AlignedColumn {
   std::deque<std::string> categories;  // stable: `codes` holds views of them
 };
 
-RunRef RunOf(const ScanBatch& b, size_t i) {
-  if (!b.run_is_string.empty() && b.run_is_string[i]) return RunRef(b.string_runs[i]);
-  return RunRef(b.int_runs[i]);
-}
-
 // Reads every record of `name` at `step`, calling place(batch, i) for each.
 // A batch of a series of numbers must hold `record_bytes` per record, one of
 // strings (no record_bytes) a record each: anything else (a store whose headers disagree) is
@@ -333,7 +328,7 @@ Status PlaceColumns(const Snapshot& snap, std::vector<AlignedColumn>* columns, c
     RUNSTORE_RETURN_IF_ERROR(ForEachRecord(
         snap, col.name, step, col.strings ? std::nullopt : std::optional<size_t>(col.elem), options,
         [&](const ScanBatch& b, size_t i) {
-          const uint32_t p = runs.Find(RunOf(b, i), next);
+          const uint32_t p = runs.Find(b.run_ref(i), next);
           if (p == RunTable::kAbsent) return Status::OK();  // not one of the rows' runs
           const uint32_t at = row_of(p);
           placer.Put(b, i, col.values_at + at * col.elem);
@@ -412,7 +407,7 @@ nb::dict PyStore::ScanAligned(const std::string& base, const std::vector<std::st
     s = ForEachRecord(*snap, base, step,
                       col.strings ? std::nullopt : std::optional<size_t>(col.elem), ScanOptions(),
                       [&](const ScanBatch& b, size_t i) {
-                        runs.Add(RunOf(b, i));
+                        runs.Add(b.run_ref(i));
                         if (ordered) {
                           base_values.resize(base_values.size() + col.elem);
                           placer.Put(b, i, base_values.data() + base_values.size() - col.elem);

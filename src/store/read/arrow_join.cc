@@ -6,13 +6,13 @@
 // ArrowJoin::window_bytes holds. Its keys are indexed by a hash table, and
 // each other series is scanned once for it, with the window's range of steps
 // and, where they are few or the window is a small part of the series, its
-// runs as the scan's filters: only the blocks that may hold one of its keys are read, and each
-// of their records is placed at its row (rows of one writer's log_many come in one order, so
-// the row after the last one placed is tried first). The batches handed out
-// are slices of the window, which they keep alive; the stream goes on to the
-// next window when the consumer pulls past it.
+// runs as the scan's filters: only the blocks that may hold one of its keys
+// are read, and each of their records is placed at its row (rows of one
+// writer's log_many come in one order, so the rows after the last one placed
+// are tried first). The batches handed out are slices of the window, which
+// they keep alive (an ordered join's gather their rows); the stream goes on
+// to the next window when the consumer pulls past it.
 #include <algorithm>
-#include <bit>
 #include <cstring>
 #include <limits>
 #include <set>
@@ -271,7 +271,7 @@ struct Window {
     uint64_t guessed = 0, hashed = 0;
     // Rows to try after the last one placed before the index: a few while
     // most records are found that way (a series that lacks a few of the
-    // base's keys), none once the index finds more than 1 in 8.
+    // base's keys), only the next row once the index finds more than 1 in 8.
     size_t Probe() const { return hashed * 8 > guessed + 64 ? 1 : 4; }
   };
 
@@ -303,7 +303,8 @@ class JoinStream final : public StreamSource {
         join_(std::move(join)),
         string_runs_(string_runs),
         columns_(std::move(columns)),
-        where_(std::move(where)) {
+        where_(std::move(where)),
+        where_values_(join_.where_values.begin(), join_.where_values.end()) {
     // A row's keys (run, step, where a string run ends, whether it is one, its
     // bytes), then each column's presence and value.
     size_t row_bytes = 8 + 8 + 8 + 1 + (string_runs_ ? 24 : 0);
@@ -375,11 +376,9 @@ class JoinStream final : public StreamSource {
       where.Reset(*where_, w->rows());
       if (!where_->missing) RUNSTORE_RETURN_IF_ERROR(PlaceColumn(*w, *where_, &where));
       where.ApplyFill(*where_);
-      const std::set<std::string, std::less<>> wanted(join_.where_values.begin(),
-                                                      join_.where_values.end());
       std::vector<uint32_t> kept;
       for (size_t r = 0; r < w->rows(); ++r) {
-        if (where.present[r] && wanted.count(where.Bytes(r)))
+        if (where.present[r] && where_values_.count(where.Bytes(r)))
           kept.push_back(static_cast<uint32_t>(r));
       }
       if (kept.size() != w->rows()) w->Keep(kept);  // the index, if made, is made again
@@ -440,12 +439,8 @@ class JoinStream final : public StreamSource {
       if (base_pos_ >= base_batch_.count) {
         base_batch_ = ScanBatch();
         base_pos_ = 0;
-        ReleaseEvery(0);
         if (base_ == nullptr) {
-          ScanOptions scan;
-          scan.runs = join_.stream.runs;
-          scan.steps = join_.stream.steps;
-          RUNSTORE_ASSIGN_OR_RETURN(base_, snap_->Scan(join_.base, scan));
+          RUNSTORE_ASSIGN_OR_RETURN(base_, ScanBase(/*keys=*/true));
         }
         RUNSTORE_ASSIGN_OR_RETURN(const bool more, base_->Next(&base_batch_));
         if (!more) {
@@ -458,8 +453,7 @@ class JoinStream final : public StreamSource {
       for (size_t i : from_base_) w->columns[i].Resize(columns_[i], w->rows() + k);
       for (size_t j = base_pos_; j < base_pos_ + k; ++j) {
         const size_t row = w->rows();
-        const bool str = !b.run_is_string.empty() && b.run_is_string[j];
-        w->Add(str ? RunRef(b.string_runs[j]) : RunRef(b.int_runs[j]), b.steps[j]);
+        w->Add(b.run_ref(j), b.steps[j]);
         for (size_t i : from_base_) PutValue(columns_[i], b, j, row, &w->columns[i]);
       }
       ReleaseEvery(k * 16);
@@ -583,8 +577,7 @@ class JoinStream final : public StreamSource {
         const int64_t v = IntValue(b, base_dtype_, j);
         const uint64_t offset = static_cast<uint64_t>(v) - static_cast<uint64_t>(value_lo_);
         if (offset < from || (!to_end && offset >= to)) continue;
-        const bool str = !b.run_is_string.empty() && b.run_is_string[j];
-        w->Add(str ? RunRef(b.string_runs[j]) : RunRef(b.int_runs[j]), b.steps[j]);
+        w->Add(b.run_ref(j), b.steps[j]);
         w->sort_values.push_back(v);
       }
       ReleaseEvery(b.count * 24);
@@ -626,9 +619,7 @@ class JoinStream final : public StreamSource {
       RUNSTORE_ASSIGN_OR_RETURN(const bool more, scanner->Next(&b));
       if (!more) break;
       for (size_t j = 0; j < b.count; ++j) {
-        const bool str = !b.run_is_string.empty() && b.run_is_string[j];
-        const RunRef run = str ? RunRef(b.string_runs[j]) : RunRef(b.int_runs[j]);
-        const int64_t row = w.Find(run, b.steps[j], guess, &found);
+        const int64_t row = w.Find(b.run_ref(j), b.steps[j], guess, &found);
         if (row < 0) continue;
         PutValue(c, b, j, static_cast<size_t>(row), p);
         guess = static_cast<size_t>(row) + 1;
@@ -743,6 +734,7 @@ class JoinStream final : public StreamSource {
   const bool string_runs_;
   const std::vector<ColumnSpec> columns_;
   const std::optional<ColumnSpec> where_;
+  const std::set<std::string, std::less<>> where_values_;
   std::vector<size_t> from_base_;  // the columns of the base's own values
   uint64_t window_rows_ = 0;
   uint64_t base_left_ = 0;  // records the base stores, less those read: a bound on its rows

@@ -96,9 +96,9 @@ class Stream final : public StreamSource {
     d->buffers.push_back(nullptr);
     if (string_runs_) {
       d->children.push_back(Strings(n, [&](int64_t i) -> std::string_view {
-        const size_t r = static_cast<size_t>(o + i);
-        if (!b.run_is_string.empty() && b.run_is_string[r]) return b.string_runs[r];
-        scratch_ = std::to_string(b.int_runs[r]);
+        const RunRef r = b.run_ref(static_cast<size_t>(o + i));
+        if (r.is_string) return r.s;
+        scratch_ = std::to_string(r.i);
         return scratch_;
       }));
     } else {

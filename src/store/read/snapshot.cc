@@ -20,10 +20,7 @@ Status Snapshot::Verify(uint64_t* blocks_checked) const {
   return r.unchecked.empty() ? Status::OK() : r.unchecked.front();
 }
 
-RunId ScanBatch::run(size_t i) const {
-  if (!run_is_string.empty() && run_is_string[i]) return RunId(std::string(string_runs[i]));
-  return RunId(int_runs[i]);
-}
+RunId ScanBatch::run(size_t i) const { return run_ref(i).ToRunId(); }
 
 }  // namespace runstore
 
