@@ -92,6 +92,10 @@ struct RefreshStats {
   uint64_t recovered = 0;        // being written (or crashed): read by recovery
   uint64_t unchanged = 0;        // already loaded by an earlier refresh
   bool catalog_written = false;  // the catalog was rewritten
+  // The snapshot was built over every segment; false when nothing changed,
+  // or when it was the last one with the new and grown segments added (a
+  // cost in proportion to them: docs/design.md#refresh).
+  bool rebuilt = false;
   // Why the catalog was ignored when the store was opened (damaged, larger
   // than a catalog of its segments can be, a newer version, no memory for
   // it): opening then read every segment instead. OK when it was read or

@@ -11,6 +11,7 @@
 #include <random>
 #include <set>
 #include <thread>
+#include <unordered_map>
 
 #include "env/page_cache.h"
 #include "env/path.h"
@@ -174,7 +175,7 @@ class StoreImpl final : public Store, public CompactionHost {
     RUNSTORE_RETURN_IF_ERROR(RefreshLocked());
     CompactionView v;
     v.snapshot = std::static_pointer_cast<const SnapshotImpl>(current_);
-    v.all = loaded_;
+    v.all = {loaded_.begin(), loaded_.end()};
     v.resolution = resolution_;
     return v;
   }
@@ -220,6 +221,9 @@ class StoreImpl final : public Store, public CompactionHost {
     for (const auto& [name, seg] : loaded_) {
       if (seg->index.sealed && seg->reads) sealed.emplace_back(&name, seg.get());
     }
+    // In name order, as the directory is read.
+    std::sort(sealed.begin(), sealed.end(),
+              [](const auto& a, const auto& b) { return *a.first < *b.first; });
     std::vector<std::shared_ptr<const SegmentReads>> reads(sealed.size());
     std::vector<Status> failed(LoadThreads(sealed.size()));
     ForBatches(sealed.size(), [&](size_t b, size_t e, size_t k) {
@@ -316,26 +320,81 @@ class StoreImpl final : public Store, public CompactionHost {
     }
   }
 
-  // What of the listing `children` (sorted) to load: segment files not read
-  // before or not sealed when they were (with their state then); the sealed
-  // ones read before go to `next` as they are.
-  std::vector<ToLoad> ToLoadOf(const std::vector<std::string>& children,
-                               std::map<std::string, std::shared_ptr<const LoadedSegment>>* next,
+  // What of the listing `children` to load, sorted by name: segment files
+  // not read before or not sealed when they were (with their state then).
+  // `seen`: how many of the loaded segments the listing still has.
+  std::vector<ToLoad> ToLoadOf(const std::vector<std::string>& children, size_t* seen,
                                RefreshStats* stats) RUNSTORE_REQUIRES(mu_) {
     std::vector<ToLoad> to_load;
+    *seen = 0;
     for (const auto& name : children) {
-      ToLoad t{name, {}, 0, nullptr};
-      if (!format::ParseSegmentFileName(name, &t.writer_id, &t.seq)) continue;
+      // A sealed segment read before is looked up and left (the common case,
+      // and the whole of a refresh where nothing changed).
       auto old = loaded_.find(name);
       if (old != loaded_.end() && old->second->index.sealed) {
-        (*next)[name] = old->second;
+        ++*seen;
         ++stats->unchanged;
         continue;
       }
-      if (old != loaded_.end()) t.old = old->second;
+      ToLoad t{name, {}, 0, nullptr};
+      if (!format::ParseSegmentFileName(name, &t.writer_id, &t.seq)) continue;
+      if (old != loaded_.end()) {
+        ++*seen;
+        t.old = old->second;
+      }
       to_load.push_back(std::move(t));
     }
+    std::sort(to_load.begin(), to_load.end(),
+              [](const ToLoad& x, const ToLoad& y) { return x.name < y.name; });
     return to_load;
+  }
+
+  // The snapshot extended by what a refresh loaded (SnapshotImpl::Extend), in
+  // proportion to the change rather than to the store, when the change is
+  // new or grown segments only: none removed, none damaged, none of a
+  // compaction or left out by one, every new segment's sealed predecessor
+  // sealed. False (nothing changed) when it is another change, which the
+  // caller builds over every segment.
+  bool ExtendLocked(
+      const std::vector<ToLoad>& to_load,
+      std::vector<std::optional<Result<std::shared_ptr<const LoadedSegment>>>>* loaded)
+      RUNSTORE_REQUIRES(mu_) {
+    std::vector<std::shared_ptr<const LoadedSegment>> added;
+    std::vector<const LoadedSegment*> removed;
+    std::map<std::string_view, const LoadedSegment*> names;
+    for (size_t i = 0; i < to_load.size(); ++i) {
+      if (!(*loaded)[i]->ok()) return false;
+      const auto& seg = (*loaded)[i]->value();
+      if (seg == to_load[i].old) continue;  // an open segment that did not grow
+      const format::SegmentIndex& idx = seg->index;
+      if (idx.footer_sections.contains(format::kFooterSectionReplaces) ||
+          idx.header.writer_id.starts_with(kCompactWriterPrefix) ||
+          resolution_.ignored.contains(to_load[i].name)) {
+        return false;
+      }
+      if (to_load[i].old != nullptr) removed.push_back(to_load[i].old.get());
+      added.push_back(seg);
+      names.emplace(to_load[i].name, seg.get());
+    }
+    for (const auto& seg : added) {
+      const uint64_t pred = seg->index.header.sealed_predecessor;
+      if (pred == 0) continue;
+      const std::string pred_name = format::SegmentFileName(seg->index.header.writer_id, pred);
+      const LoadedSegment* p = nullptr;
+      if (auto it = names.find(pred_name); it != names.end()) {
+        p = it->second;
+      } else if (auto old = loaded_.find(pred_name); old != loaded_.end()) {
+        p = old->second.get();
+      }
+      if (p != nullptr && !p->index.sealed) return false;  // CheckSealedPredecessors decides
+    }
+    if (added.empty()) return true;  // nothing grew: the snapshot stands
+    auto snap =
+        SnapshotImpl::Extend(*static_cast<const SnapshotImpl*>(current_.get()), added, removed);
+    if (snap == nullptr) return false;
+    for (size_t i = 0; i < to_load.size(); ++i) loaded_[to_load[i].name] = (*loaded)[i]->value();
+    current_ = std::move(snap);
+    return true;
   }
 
   Status RefreshLocked() RUNSTORE_REQUIRES(mu_) {
@@ -343,8 +402,6 @@ class StoreImpl final : public Store, public CompactionHost {
     RefreshStats stats;
     auto children = env_->GetChildren(dir);
     if (!children.ok()) return children.status();
-    std::sort(children->begin(), children->end());
-    std::map<std::string, std::shared_ptr<const LoadedSegment>> next;
     std::vector<DamagedSegment> damaged;
     // Damage is local: a segment that cannot be read is reported by name,
     // and with OnDamaged::kSkip left out while the rest is served
@@ -354,8 +411,10 @@ class StoreImpl final : public Store, public CompactionHost {
       damaged.push_back(DamagedSegment{rel, std::move(s)});
       return Status::OK();
     };
-    const std::vector<ToLoad> to_load = ToLoadOf(*children, &next, &stats);
-    if (to_load.empty() && next.size() == loaded_.size() && current_ != nullptr) {
+    size_t seen = 0;
+    const std::vector<ToLoad> to_load = ToLoadOf(*children, &seen, &stats);
+    const bool none_removed = seen == loaded_.size() && current_ != nullptr;
+    if (to_load.empty() && none_removed) {
       // Every segment sealed and read before, none removed: nothing changed,
       // and the snapshot stands (a refresh costs the listing, not a rebuild).
       stats.segments = loaded_.size();
@@ -375,19 +434,53 @@ class StoreImpl final : public Store, public CompactionHost {
     // segment) is not held.
     catalog_ = nullptr;
     FreshReads fresh;
-    for (size_t i = 0; i < to_load.size(); ++i) {
-      const std::string& name = to_load[i].name;
-      if (!loaded[i]->ok()) {
-        const Status& s = loaded[i]->status();
-        if (s.code() == StatusCode::kNotFound) continue;  // removed meanwhile
-        if (!IsDamage(s)) return s;
-        RUNSTORE_RETURN_IF_ERROR(damage(std::string(kSegmentsDir) + "/" + name, s));
-        continue;
+    auto keep_reads = [&](size_t i) {
+      if (fresh_reads[i] != nullptr && !options_.read_only)
+        fresh.emplace(to_load[i].name, fresh_reads[i]);
+    };
+    if (none_removed && ExtendLocked(to_load, &loaded)) {
+      for (size_t i = 0; i < to_load.size(); ++i) keep_reads(i);
+    } else {
+      stats.rebuilt = true;
+      std::map<std::string, std::shared_ptr<const LoadedSegment>> next;
+      for (const auto& name : *children) {
+        auto old = loaded_.find(name);
+        if (old != loaded_.end() && old->second->index.sealed) next[name] = old->second;
       }
-      next[name] = std::move(*loaded[i]).value();
-      if (fresh_reads[i] != nullptr && !options_.read_only) fresh.emplace(name, fresh_reads[i]);
+      for (size_t i = 0; i < to_load.size(); ++i) {
+        const std::string& name = to_load[i].name;
+        if (!loaded[i]->ok()) {
+          const Status& s = loaded[i]->status();
+          if (s.code() == StatusCode::kNotFound) continue;  // removed meanwhile
+          if (!IsDamage(s)) return s;
+          RUNSTORE_RETURN_IF_ERROR(damage(std::string(kSegmentsDir) + "/" + name, s));
+          continue;
+        }
+        next[name] = std::move(*loaded[i]).value();
+        keep_reads(i);
+      }
+      RUNSTORE_RETURN_IF_ERROR(BuildLocked(std::move(next), &damaged, damage));
     }
     fresh_reads.clear();
+    stats.segments = loaded_.size();
+    // The store grew since its catalog was written: write it again.
+    if (!options_.read_only && options_.catalog_rewrite_segments > 0 &&
+        stats.from_footer >= options_.catalog_rewrite_segments &&
+        stats.from_footer * 4 > catalog_size_) {
+      // Best effort: a store on a file system this process may not write
+      // (a shared store opened by many) still opens.
+      stats.catalog_written = WriteCatalogLocked(fresh).ok();
+    }
+    stats_ = stats;
+    return Status::OK();
+  }
+
+  // The snapshot of the loaded segments `next`, built over every one of them;
+  // `damage` reports to `damaged` what it leaves out.
+  Status BuildLocked(std::map<std::string, std::shared_ptr<const LoadedSegment>> next,
+                     std::vector<DamagedSegment>* damaged,
+                     const std::function<Status(const std::string&, Status)>& damage)
+      RUNSTORE_REQUIRES(mu_) {
     RUNSTORE_RETURN_IF_ERROR(CheckSealedPredecessors(&next, damage));
     // Segments that a compacted segment replaces, and compacted segments
     // that do not stand (docs/design.md#compaction), are left out.
@@ -403,9 +496,10 @@ class StoreImpl final : public Store, public CompactionHost {
       if (!resolution.ignored.contains(name)) segs.push_back(s);
     }
     RUNSTORE_ASSIGN_OR_RETURN(auto snap,
-                              SnapshotImpl::Build(std::move(segs), std::move(damaged),
+                              SnapshotImpl::Build(std::move(segs), std::move(*damaged),
                                                   options_.on_damaged == OnDamaged::kSkip));
-    loaded_ = std::move(next);
+    loaded_.clear();
+    loaded_.insert(std::make_move_iterator(next.begin()), std::make_move_iterator(next.end()));
     // Segments the snapshot left out for damaged resume markers are loaded
     // again next time, like any damaged segment.
     for (const DamagedSegment& d : snap->DamagedSegments()) {
@@ -413,16 +507,6 @@ class StoreImpl final : public Store, public CompactionHost {
     }
     resolution_ = std::move(resolution);
     current_ = std::move(snap);
-    stats.segments = loaded_.size();
-    // The store grew since its catalog was written: write it again.
-    if (!options_.read_only && options_.catalog_rewrite_segments > 0 &&
-        stats.from_footer >= options_.catalog_rewrite_segments &&
-        stats.from_footer * 4 > catalog_size_) {
-      // Best effort: a store on a file system this process may not write
-      // (a shared store opened by many) still opens.
-      stats.catalog_written = WriteCatalogLocked(fresh).ok();
-    }
-    stats_ = stats;
     return Status::OK();
   }
 
@@ -444,7 +528,11 @@ class StoreImpl final : public Store, public CompactionHost {
     return host;
   }();
   mutable Mutex mu_;
-  std::map<std::string, std::shared_ptr<const LoadedSegment>> loaded_ RUNSTORE_GUARDED_BY(mu_);
+  // Every segment read, by file name: a refresh looks each name of its
+  // listing up here (hashed: the listing is what a refresh that finds nothing
+  // new costs).
+  std::unordered_map<std::string, std::shared_ptr<const LoadedSegment>> loaded_
+      RUNSTORE_GUARDED_BY(mu_);
   CompactedResolution resolution_ RUNSTORE_GUARDED_BY(mu_);  // of loaded_, by the last Refresh
   std::shared_ptr<const Snapshot> current_ RUNSTORE_GUARDED_BY(mu_);
   RefreshStats stats_ RUNSTORE_GUARDED_BY(mu_);

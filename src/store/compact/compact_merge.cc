@@ -147,8 +147,8 @@ class Merger {
       for (uint32_t bi = 0; bi < idx.blocks.size(); ++bi) {
         const auto& b = idx.blocks[bi];
         series[b.header.name].push_back(
-            BlockRef{si, bi, CommitOrder{idx.commits[b.commit_index].time_ns, si}, b.frame_offset,
-                     &b.header});
+            BlockRef{segs[si].get(), bi, CommitOrder{idx.commits[b.commit_index].time_ns, si},
+                     b.frame_offset, &b.header});
         result->input_records += b.header.count;
       }
     }
@@ -206,8 +206,8 @@ class Merger {
   // again, and released pages of a segment no longer listed would stay
   // mapped until the end of the merge.
   void Touched(const BlockRef& b) {
-    const uint32_t segment = b.segment;
-    const format::BlockInfo& info = snap_.segments()[segment]->index.blocks[b.block];
+    const LoadedSegment* segment = b.segment;
+    const format::BlockInfo& info = segment->index.blocks[b.block];
     const uint64_t first = b.offset / kFaultAroundBytes;  // the frame's header, then its payload
     const uint64_t end =
         (info.payload_offset + b.header->payload_len + kFaultAroundBytes - 1) / kFaultAroundBytes;
@@ -220,10 +220,7 @@ class Merger {
   void ReleaseTouched() {
     cache_.clear();
     cache_index_.clear();
-    for (uint32_t si : touched_list_) {
-      const LoadedSegment& seg = *snap_.segments()[si];
-      seg.ReleasePages();
-    }
+    for (const LoadedSegment* seg : touched_list_) seg->ReleasePages();
     touched_list_.clear();
     touched_segments_.clear();
     touched_ = 0;
@@ -407,8 +404,8 @@ class Merger {
   std::unique_ptr<format::BlockBuilder> builder_;
   bool reserved_ = false;
   uint64_t touched_ = 0;
-  std::set<uint32_t> touched_segments_;  // whose pages to release
-  std::vector<uint32_t> touched_list_;
+  std::set<const LoadedSegment*> touched_segments_;  // whose pages to release
+  std::vector<const LoadedSegment*> touched_list_;
   uint64_t written_ = 0;
   uint64_t done_records_ = 0;
   uint64_t total_records_ = 0;

@@ -24,23 +24,23 @@ bool SnapshotImpl::RunMarkers::Hides(int64_t step, const CommitOrder& order) con
 }
 
 bool SnapshotImpl::HiddenByResume(const RunRef& run, int64_t step, const CommitOrder& order) const {
-  if (resume_.empty()) return false;
-  auto it = resume_.find(run);
-  if (it == resume_.end()) return false;
+  if (resume_ == nullptr) return false;
+  auto it = resume_->find(run);
+  if (it == resume_->end()) return false;
   marker_searches_.fetch_add(1, std::memory_order_relaxed);
   return it->second.Hides(step, order);
 }
 
 bool SnapshotImpl::BlockMayBeHidden(const BlockRef& b) const {
-  if (resume_.empty()) return false;
+  if (resume_ == nullptr) return false;
   const BlockHeader& h = *b.header;
   // Each run with markers in the block's run range could hold records of
   // the block. Past as many such runs as the block has records, looking
   // further costs more than resolving the block record by record, which a
   // "may be hidden" leads to: a block's cost stays O(count log markers).
   uint64_t looked = 0;
-  for (auto it = resume_.lower_bound(h.min_key.run);
-       it != resume_.end() && !(h.max_key.run < it->first); ++it) {
+  for (auto it = resume_->lower_bound(h.min_key.run);
+       it != resume_->end() && !(h.max_key.run < it->first); ++it) {
     if (++looked > h.count) return true;
     marker_searches_.fetch_add(1, std::memory_order_relaxed);
     if (it->second.Hides(h.max_step, b.commit)) return true;
@@ -137,7 +137,10 @@ bool SnapshotImpl::StepMajorBlocksShareNoKey(const std::vector<Payload>& payload
 }
 
 Status SnapshotImpl::EnsurePlan(const SeriesEntry& e) const {
-  std::call_once(e.plan_once, [&] { e.plan_status = ComputePlan(e); });
+  std::call_once(e.plan_once, [&] {
+    e.plan_status = ComputePlan(e);
+    if (!e.plan_status.ok()) e.plan_failed.store(true, std::memory_order_release);
+  });
   return e.plan_status;
 }
 
@@ -179,7 +182,7 @@ bool SnapshotImpl::GroupRunLists(const SeriesEntry& e, size_t i, size_t j,
   lists->clear();
   for (size_t k = i; k < j; ++k) {
     const BlockRef& b = e.blocks[e.by_min_key[k]];
-    const auto& ri = segments_[b.segment]->index.run_index;
+    const auto& ri = b.segment->index.run_index;
     if (!ri) return false;
     const auto listed = ri->Of(b.block);
     if (listed.empty()) return false;  // not listed
@@ -255,7 +258,7 @@ Status SnapshotImpl::ResolveListedGroup(const SeriesEntry& e, size_t i, size_t j
   // The blocks read here are small and far apart (a series of the many that
   // one commit holds): their pages are dropped as it goes, so that resolving
   // a series costs no more memory than its records' order.
-  PageReleaser pages(segments_);
+  PageReleaser pages;
   for (size_t k = i; k < j; ++k) {
     const uint32_t bi = e.by_min_key[k];
     const BlockRef& b = e.blocks[bi];

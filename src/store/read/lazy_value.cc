@@ -129,7 +129,7 @@ Result<LazyValue> SnapshotImpl::GetLazy(RunRef run, std::string_view name, int64
   RUNSTORE_ASSIGN_OR_RETURN(Found f, Find(run, name, step, Check::kAllButValue));
   const BlockRef& b = *f.block;
   Value value = MakeRecordValue(*b.header, f.payload, f.row);
-  const auto& seg = segments_[b.segment];
+  std::shared_ptr<const LoadedSegment> seg = b.segment->shared_from_this();
   if (seg->verified[b.block].load(std::memory_order_acquire))
     return LazyValue(std::move(value), nullptr);
   if (f.payload.view.value_chunks()->count == 0) {

@@ -72,7 +72,7 @@ bool SnapshotImpl::BlocksReaching(const std::vector<BlockRef>& blocks,
 }
 
 bool SnapshotImpl::MayHoldRuns(const BlockRef& b, std::span<const uint64_t> run_hashes) const {
-  const auto& ri = segments_[b.segment]->index.run_index;
+  const auto& ri = b.segment->index.run_index;
   if (!ri) return true;
   const auto listed = ri->Of(b.block);
   if (listed.empty()) return true;
@@ -96,7 +96,7 @@ void SnapshotImpl::EnsureRunIndex(const SeriesEntry& e) const {
     for (uint32_t b = 0; b < e.blocks.size(); ++b) {
       // A sealed segment's footer has the block's runs (format version 4).
       const BlockRef& ref = e.blocks[b];
-      if (const auto& ri = segments_[ref.segment]->index.run_index) {
+      if (const auto& ri = ref.segment->index.run_index) {
         const auto listed = ri->Of(ref.block);
         // Not listed (integer runs in order): its key range decides.
         if (listed.empty()) e.unindexed.push_back(b);

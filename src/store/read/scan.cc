@@ -114,7 +114,7 @@ using format::BlockHeader;
 using format::Key;
 
 bool SnapshotImpl::MayHoldRuns(const BlockRef& b, const RunSet& runs) const {
-  const auto& ri = segments_[b.segment]->index.run_index;
+  const auto& ri = b.segment->index.run_index;
   if (!ri) return true;
   const auto listed = ri->Of(b.block);
   if (listed.empty()) return true;

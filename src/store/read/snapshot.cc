@@ -140,6 +140,210 @@ void LoadedSegment::ReleasePages() const {
   if (map) map->ReleasePages();
 }
 
+namespace {
+
+using BlockRef = SnapshotImpl::BlockRef;
+using SeriesEntry = SnapshotImpl::SeriesEntry;
+
+bool ByWriter(const std::shared_ptr<const LoadedSegment>& a,
+              const std::shared_ptr<const LoadedSegment>& b) {
+  const format::SegmentHeader& x = a->index.header;
+  const format::SegmentHeader& y = b->index.header;
+  if (x.writer_id != y.writer_id) return x.writer_id < y.writer_id;
+  return x.sequence < y.sequence;
+}
+
+// Appends the blocks of `seg`, ranked `rank`, to `out`.
+void AppendBlocks(const LoadedSegment& seg, uint64_t rank, std::vector<BlockRef>* out) {
+  const format::SegmentIndex& idx = seg.index;
+  for (uint32_t bi = 0; bi < idx.blocks.size(); ++bi) {
+    const format::BlockInfo& b = idx.blocks[bi];
+    out->push_back(BlockRef{&seg, bi, CommitOrder{idx.commits[b.commit_index].time_ns, rank},
+                            b.frame_offset, &b.header});
+  }
+}
+
+void SortByCommit(std::vector<BlockRef>* blocks) {
+  std::stable_sort(blocks->begin(), blocks->end(), [](const BlockRef& a, const BlockRef& b) {
+    return std::tie(a.commit, a.offset) < std::tie(b.commit, b.offset);
+  });
+}
+
+bool BySegmentThenOffset(const BlockRef& a, const BlockRef& b) {
+  return std::tie(a.commit.segment_rank, a.offset) < std::tie(b.commit.segment_rank, b.offset);
+}
+
+// A series that block `b` defines, numbered `first_logged`.
+std::shared_ptr<SeriesEntry> NewEntry(const BlockRef& b, uint64_t first_logged) {
+  const BlockHeader& h = *b.header;
+  auto e = std::make_shared<SeriesEntry>();
+  e->info.name = h.name;
+  e->info.dtype = h.dtype;
+  e->info.variable_shape = h.variable_shape;
+  e->info.shape = h.variable_shape ? std::vector<int64_t>{} : h.dims;
+  e->info.first_logged = first_logged;
+  e->defined = b.commit;
+  return e;
+}
+
+bool SameType(const SeriesInfo& info, const BlockHeader& h) {
+  return h.dtype == info.dtype && h.variable_shape == info.variable_shape &&
+         (h.variable_shape || h.dims == info.shape);
+}
+
+// Ranks far enough apart that segments added between two of them (a
+// writer's next segments, ranked a step past its last) rarely use the gap
+// up; when they do, the snapshot is built anew and ranked again.
+constexpr uint64_t kRankStep = uint64_t{1} << 32;
+
+}  // namespace
+
+void SnapshotImpl::RankSegments() {
+  const uint64_t spacing = UINT64_MAX / (segments_.size() + 1);
+  ranks_.resize(segments_.size());
+  for (size_t i = 0; i < segments_.size(); ++i) ranks_[i] = spacing * (i + 1);
+}
+
+bool SnapshotImpl::SharesSeriesWith(const SnapshotImpl& other, std::string_view name) const {
+  auto a = series_.find(name);
+  auto b = other.series_.find(name);
+  return a != series_.end() && b != other.series_.end() && a->second == b->second;
+}
+
+std::shared_ptr<SnapshotImpl> SnapshotImpl::Extend(
+    const SnapshotImpl& prev, std::vector<std::shared_ptr<const LoadedSegment>> added,
+    const std::vector<const LoadedSegment*>& removed) {
+  if (!prev.damaged_.empty()) return nullptr;
+  std::sort(added.begin(), added.end(), ByWriter);
+  for (const LoadedSegment* seg : removed) {
+    for (const format::BlockInfo& b : seg->index.blocks) {
+      if (b.header.name == kResumeSeries) return nullptr;
+    }
+  }
+  for (const auto& seg : added) {
+    for (const format::BlockInfo& b : seg->index.blocks) {
+      if (b.header.name == kResumeSeries) return nullptr;
+    }
+  }
+  std::shared_ptr<SnapshotImpl> snap(new SnapshotImpl());
+  // The segments, merged by (writer id, sequence); an added segment takes
+  // the rank of a removed one of its name (an unsealed segment read again:
+  // its blocks keep their commit order), or one between its neighbours'.
+  std::unordered_set<const LoadedSegment*> gone(removed.begin(), removed.end());
+  const size_t n = prev.segments_.size() - removed.size() + added.size();
+  snap->segments_.reserve(n);
+  snap->ranks_.reserve(n);
+  size_t i = 0;  // into prev
+  for (size_t a = 0; a <= added.size(); ++a) {
+    // prev's segments before added[a] (all of them after the last).
+    uint64_t freed = 0;  // the rank of a removed segment of added[a]'s name
+    while (i < prev.segments_.size() &&
+           (a == added.size() || ByWriter(prev.segments_[i], added[a]) ||
+            !ByWriter(added[a], prev.segments_[i]))) {
+      const auto& seg = prev.segments_[i];
+      const bool same_name =
+          a < added.size() && !ByWriter(seg, added[a]) && !ByWriter(added[a], seg);
+      if (!gone.contains(seg.get())) {
+        if (same_name) return nullptr;  // added, yet not removed
+        snap->segments_.push_back(seg);
+        snap->ranks_.push_back(prev.ranks_[i]);
+      } else if (same_name) {
+        freed = prev.ranks_[i];
+      }
+      ++i;
+    }
+    if (a == added.size()) break;
+    uint64_t rank = freed;
+    if (rank == 0) {
+      const uint64_t lo = snap->ranks_.empty() ? 0 : snap->ranks_.back();
+      const uint64_t hi = i < prev.segments_.size() ? prev.ranks_[i] : UINT64_MAX;
+      if (hi - lo < 2) return nullptr;  // no rank left between them
+      rank = lo + std::min((hi - lo) / 2, kRankStep);
+    }
+    snap->segments_.push_back(added[a]);
+    snap->ranks_.push_back(rank);
+  }
+  if (snap->segments_.size() != n) return nullptr;  // a removed segment not in prev
+
+  // The added blocks in commit order, placed in their series: an existing
+  // series must have defined itself before them, with their type; a new
+  // one must come after every series of prev (its number follows theirs).
+  std::vector<BlockRef> fresh;
+  for (size_t k = 0; k < snap->segments_.size(); ++k) {
+    if (std::binary_search(added.begin(), added.end(), snap->segments_[k], ByWriter)) {
+      AppendBlocks(*snap->segments_[k], snap->ranks_[k], &fresh);
+    }
+  }
+  SortByCommit(&fresh);
+  snap->blocks_placed_ = fresh.size();
+  snap->series_ = prev.series_;
+  snap->latest_definition_ = prev.latest_definition_;
+  // The series the change touches are made anew: prev's blocks but those of
+  // removed segments, merged with the added ones (both in (rank, offset)
+  // order); the others are prev's entries, shared.
+  struct Touched {
+    std::shared_ptr<SeriesEntry> entry;
+    const SeriesEntry* before = nullptr;  // prev's, if the series was there
+    std::vector<BlockRef> fresh;
+  };
+  std::map<std::string_view, Touched> touched;
+  auto touch = [&](std::string_view name) -> Touched* {
+    auto t = touched.find(name);
+    if (t != touched.end()) return &t->second;
+    auto it = snap->series_.find(name);
+    if (it == snap->series_.end()) return nullptr;
+    Touched to{std::make_shared<SeriesEntry>(), it->second.get(), {}};
+    to.entry->info = it->second->info;
+    to.entry->defined = it->second->defined;
+    it->second = to.entry;
+    return &touched.emplace(it->first, std::move(to)).first->second;
+  };
+  for (const LoadedSegment* seg : removed) {
+    for (const format::BlockInfo& b : seg->index.blocks) touch(b.header.name.str());
+  }
+  for (const auto& [name, e] : prev.series_) {
+    if (e->plan_failed.load(std::memory_order_acquire)) touch(name);  // read again, not shared
+  }
+  for (const BlockRef& b : fresh) {
+    const BlockHeader& h = *b.header;
+    Touched* t = touch(h.name.str());
+    if (t == nullptr) {
+      if (b.commit < snap->latest_definition_) return nullptr;
+      auto made = NewEntry(b, snap->series_.size());
+      auto it = snap->series_.emplace(h.name.str(), made).first;
+      t = &touched.emplace(it->first, Touched{std::move(made), nullptr, {}}).first->second;
+      snap->latest_definition_ = b.commit;
+    } else if (b.commit < t->entry->defined || !SameType(t->entry->info, h)) {
+      return nullptr;
+    }
+    t->fresh.push_back(b);
+  }
+  for (auto& [name, t] : touched) {
+    SeriesEntry& e = *t.entry;
+    std::sort(t.fresh.begin(), t.fresh.end(), BySegmentThenOffset);
+    const size_t before = t.before == nullptr ? 0 : t.before->blocks.size();
+    e.blocks.reserve(before + t.fresh.size());
+    auto kept = [&](const BlockRef& b) { return gone.empty() || !gone.contains(b.segment); };
+    size_t f = 0;
+    for (size_t k = 0; k < before; ++k) {
+      const BlockRef& b = t.before->blocks[k];
+      if (!kept(b)) continue;
+      while (f < t.fresh.size() && BySegmentThenOffset(t.fresh[f], b)) {
+        e.blocks.push_back(t.fresh[f++]);
+      }
+      e.blocks.push_back(b);
+    }
+    e.blocks.insert(e.blocks.end(), t.fresh.begin() + f, t.fresh.end());
+    if (e.blocks.empty()) return nullptr;  // a series gone: numbered anew
+    e.info.stored_bytes = 0;
+    for (const BlockRef& b : e.blocks) e.info.stored_bytes += b.header->payload_len;
+    snap->blocks_placed_ += e.blocks.size() - t.fresh.size();
+  }
+  snap->resume_ = prev.resume_;
+  snap->conflicts_ = prev.conflicts_;  // a new one was refused above: they stay in commit order
+  return snap;
+}
+
 Result<std::shared_ptr<SnapshotImpl>> SnapshotImpl::Build(
     std::vector<std::shared_ptr<const LoadedSegment>> segments, std::vector<DamagedSegment> damaged,
     bool skip_damaged) {
@@ -178,51 +382,34 @@ Result<std::shared_ptr<SnapshotImpl>> SnapshotImpl::Build(
     RUNSTORE_RETURN_IF_ERROR(exhausted);
   }
   snap->damaged_ = std::move(damaged);
-  auto by_writer = [](const auto& a, const auto& b) {
-    if (a->index.header.writer_id != b->index.header.writer_id) {
-      return a->index.header.writer_id < b->index.header.writer_id;
-    }
-    return a->index.header.sequence < b->index.header.sequence;
-  };
   // Usually sorted already (segment file names sort so).
-  if (!std::is_sorted(segments.begin(), segments.end(), by_writer)) {
-    std::sort(segments.begin(), segments.end(), by_writer);
+  if (!std::is_sorted(segments.begin(), segments.end(), ByWriter)) {
+    std::sort(segments.begin(), segments.end(), ByWriter);
   }
   snap->segments_ = std::move(segments);
+  snap->RankSegments();
 
   // Every block in commit order, so that the first definition of a series
   // (the earliest commit) fixes its schema.
   std::vector<BlockRef> all;
   for (uint32_t si = 0; si < snap->segments_.size(); ++si) {
-    const auto& idx = snap->segments_[si]->index;
-    for (uint32_t bi = 0; bi < idx.blocks.size(); ++bi) {
-      const auto& b = idx.blocks[bi];
-      all.push_back(BlockRef{si, bi, CommitOrder{idx.commits[b.commit_index].time_ns, si},
-                             b.frame_offset, &b.header});
-    }
+    AppendBlocks(*snap->segments_[si], snap->ranks_[si], &all);
   }
-  std::stable_sort(all.begin(), all.end(), [](const BlockRef& a, const BlockRef& b) {
-    return std::tie(a.commit, a.offset) < std::tie(b.commit, b.offset);
-  });
+  SortByCommit(&all);
+  snap->blocks_placed_ = all.size();
   for (const BlockRef& b : all) {
     const BlockHeader& h = *b.header;
     auto it = snap->series_.find(h.name.str());
     if (it == snap->series_.end()) {
-      auto e = std::make_unique<SeriesEntry>();
-      e->info.name = h.name;
-      e->info.dtype = h.dtype;
-      e->info.variable_shape = h.variable_shape;
-      e->info.shape = h.variable_shape ? std::vector<int64_t>{} : h.dims;
-      e->info.first_logged = snap->series_.size();
-      it = snap->series_.emplace(h.name.str(), std::move(e)).first;
+      it = snap->series_.emplace(h.name.str(), NewEntry(b, snap->series_.size())).first;
+      snap->latest_definition_ = b.commit;
     }
     SeriesEntry& e = *it->second;
-    if (h.dtype != e.info.dtype || h.variable_shape != e.info.variable_shape ||
-        (!h.variable_shape && h.dims != e.info.shape)) {
+    if (!SameType(e.info, h)) {
       // Two writers created the series with different types at once; the
       // earlier commit's definition stands and this block is left out.
-      snap->conflicts_.push_back(snap->segments_[b.segment]->file + ": offset " +
-                                 std::to_string(b.offset) + ": series '" + h.name.str() +
+      snap->conflicts_.push_back(b.segment->file + ": offset " + std::to_string(b.offset) +
+                                 ": series '" + h.name.str() +
                                  "' conflicts with its first definition; block ignored");
       continue;
     }
@@ -231,9 +418,7 @@ Result<std::shared_ptr<SnapshotImpl>> SnapshotImpl::Build(
   }
   std::vector<BlockRef>().swap(all);
   for (auto& [name, e] : snap->series_) {
-    std::sort(e->blocks.begin(), e->blocks.end(), [](const BlockRef& a, const BlockRef& b) {
-      return std::tie(a.segment, a.offset) < std::tie(b.segment, b.offset);
-    });
+    std::sort(e->blocks.begin(), e->blocks.end(), BySegmentThenOffset);
     // Held as long as the snapshot: without the slack of growing (a third
     // of a store's BlockRefs, on average).
     e->blocks.shrink_to_fit();
@@ -249,9 +434,10 @@ Result<std::shared_ptr<SnapshotImpl>> SnapshotImpl::Build(
         m->second.emplace_back(p.view.step(r), b.commit);
       }
     }
+    auto resume = std::make_shared<std::map<RunId, RunMarkers, RunLess>>();
     for (auto& [run, list] : markers) {
       std::sort(list.begin(), list.end());
-      RunMarkers& rm = snap->resume_[run];
+      RunMarkers& rm = (*resume)[run];
       rm.steps.reserve(list.size());
       rm.latest.reserve(list.size());
       for (const auto& [step, order] : list) {
@@ -259,6 +445,7 @@ Result<std::shared_ptr<SnapshotImpl>> SnapshotImpl::Build(
         rm.latest.push_back(rm.latest.empty() ? order : std::max(rm.latest.back(), order));
       }
     }
+    snap->resume_ = std::move(resume);
   }
   return snap;
 }
@@ -333,7 +520,7 @@ std::shared_ptr<LoadedSegment::LazyBlock> LoadedSegment::LazyBlockOf(uint32_t bl
 
 Result<Payload> SnapshotImpl::ReadPayload(const BlockRef& b, Check check) const {
   payload_reads_.fetch_add(1, std::memory_order_relaxed);
-  const LoadedSegment& seg = *segments_[b.segment];
+  const LoadedSegment& seg = *b.segment;
   const format::BlockInfo& info = seg.index.blocks[b.block];
   const BlockHeader& h = info.header;
   RUNSTORE_ASSIGN_OR_RETURN(const SegmentBytes bytes, seg.Open());
@@ -456,7 +643,7 @@ Result<SeriesInfo> SnapshotImpl::GetSeriesInfo(std::string_view name) const {
 
 Status SnapshotImpl::ForEachRun(const std::function<void(std::span<const uint64_t>)>& hashes,
                                 const std::function<void(const RunRef&)>& run) const {
-  PageReleaser pages(segments_);
+  PageReleaser pages;
   for (const auto& [name, e] : series_) {
     if (name[0] == '~') continue;
     RUNSTORE_RETURN_IF_ERROR(EnsurePlan(*e));
@@ -469,7 +656,7 @@ Status SnapshotImpl::ForEachRun(const std::function<void(std::span<const uint64_
       }
       // Nor does one its segment's footer lists the runs of, by their hashes.
       if (hashes && item.all_rows) {
-        if (const auto& ri = segments_[b.segment]->index.run_index; ri) {
+        if (const auto& ri = b.segment->index.run_index; ri) {
           if (const auto listed = ri->Of(b.block); !listed.empty()) {
             hashes(listed);
             continue;

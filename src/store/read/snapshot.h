@@ -127,10 +127,13 @@ struct LoadedSegment : std::enable_shared_from_this<LoadedSegment> {
 };
 
 // The order of a commit across all writers: commit time, then the segment's
-// rank among all segments sorted by (writer id, sequence).
+// rank among all segments sorted by (writer id, sequence). Ranks only order:
+// a snapshot gives its segments ranks spaced apart, so that one refreshed
+// from it ranks new segments between them and keeps every other rank (and
+// with them the blocks of the series no new segment touches).
 struct CommitOrder {
   int64_t time_ns = 0;
-  uint32_t segment_rank = 0;
+  uint64_t segment_rank = 0;
   friend auto operator<=>(const CommitOrder&, const CommitOrder&) = default;
 };
 
@@ -146,6 +149,15 @@ class SnapshotImpl final : public Snapshot {
   static Result<std::shared_ptr<SnapshotImpl>> Build(
       std::vector<std::shared_ptr<const LoadedSegment>> segments,
       std::vector<DamagedSegment> damaged = {}, bool skip_damaged = false);
+  // The snapshot `prev` with the segments `added` (none of them in `prev`) and without `removed`
+  // (segments of `prev`: an unsealed segment read again is removed and added), built in proportion
+  // to the change: the series that no added or removed block belongs to are shared with `prev` as
+  // they are, with their resolved keys. Null when the change is not one it can make so and give the
+  // snapshot that Build would (a resume marker added or removed, a series defined before the newest
+  // definition of `prev`, a type conflict, ranks used up, damage); the caller then builds.
+  static std::shared_ptr<SnapshotImpl> Extend(
+      const SnapshotImpl& prev, std::vector<std::shared_ptr<const LoadedSegment>> added,
+      const std::vector<const LoadedSegment*>& removed);
 
   Result<std::vector<SeriesInfo>> ListSeries(bool include_reserved) const override;
   Result<SeriesInfo> GetSeriesInfo(std::string_view name) const override;
@@ -191,10 +203,16 @@ class SnapshotImpl final : public Snapshot {
     return records_sorted_across_blocks_.load(std::memory_order_relaxed);
   }
   const std::vector<std::shared_ptr<const LoadedSegment>>& segments() const { return segments_; }
+  // Block references a build of this snapshot made (tests: a refresh that
+  // adds one segment makes that segment's, not the store's).
+  uint64_t blocks_placed() const { return blocks_placed_; }
+  // Whether series `name` is the very entry of `other`'s, with what its
+  // reads resolved (tests).
+  bool SharesSeriesWith(const SnapshotImpl& other, std::string_view name) const;
 
   struct BlockRef {
-    uint32_t segment;  // index into segments_
-    uint32_t block;    // index into its index.blocks
+    const LoadedSegment* segment;  // one of segments_, alive with them
+    uint32_t block;                // index into its index.blocks
     CommitOrder commit;
     uint64_t offset;  // frame offset: orders blocks within a commit
     const format::BlockHeader* header;
@@ -207,7 +225,8 @@ class SnapshotImpl final : public Snapshot {
   };
   struct SeriesEntry {
     SeriesInfo info;
-    std::vector<BlockRef> blocks;  // sorted by (segment, offset)
+    CommitOrder defined;           // of the block that defined it (the earliest)
+    std::vector<BlockRef> blocks;  // sorted by (segment rank, offset)
     // The blocks by key, for lookups and key resolution: built on the first
     // read of the series (EnsureKeyOrder), not when the snapshot is built,
     // so that opening or refreshing a store of many segments does not sort
@@ -220,6 +239,9 @@ class SnapshotImpl final : public Snapshot {
     mutable std::vector<uint32_t> max_tree;  // MaxKeyTree(by_min_key): where they do
     mutable std::once_flag plan_once;
     mutable Status plan_status;
+    // The plan failed (damage, or a resource that ran out): a refreshed
+    // snapshot makes the entry anew rather than share the failure.
+    mutable std::atomic<bool> plan_failed{false};
     mutable std::vector<PlanItem> plan;
     // Which blocks hold a run, for lookups whose key ranges cannot narrow
     // the blocks down (hashed run ids spread every block's range over most
@@ -336,9 +358,20 @@ class SnapshotImpl final : public Snapshot {
   Result<Found> Find(RunRef run, std::string_view name, int64_t step, Check check) const;
   void EnsureRunIndex(const SeriesEntry& e) const;
 
-  std::vector<std::shared_ptr<const LoadedSegment>> segments_;
+  // Gives every segment a rank, spaced apart (Extend ranks between them).
+  void RankSegments();
+  std::vector<std::shared_ptr<const LoadedSegment>> segments_;  // by (writer id, sequence)
+  std::vector<uint64_t> ranks_;                                 // of segments_[i], ascending
   std::vector<DamagedSegment> damaged_;
-  std::map<std::string, std::unique_ptr<SeriesEntry>, std::less<>> series_;
+  // Shared with the snapshots refreshed from this one while no block of the
+  // series changes (Extend): never changed once built (but for what reads
+  // resolve lazily, once).
+  std::map<std::string, std::shared_ptr<SeriesEntry>, std::less<>> series_;
+  // The latest commit that first defined a series: a series that a later
+  // refresh finds defined before it would be numbered otherwise
+  // (SeriesInfo::first_logged), which Extend leaves to Build.
+  CommitOrder latest_definition_;
+  uint64_t blocks_placed_ = 0;
   // The resume markers of one run, sorted by step, with the latest commit
   // order of the markers at or below each step: a record is hidden when a
   // marker at a step <= its own has a later commit, one binary search
@@ -357,7 +390,9 @@ class SnapshotImpl final : public Snapshot {
     bool operator()(const RunId& a, const RunRef& b) const;
     bool operator()(const RunRef& a, const RunId& b) const;
   };
-  std::map<RunId, RunMarkers, RunLess> resume_;
+  // Null without markers; shared with the snapshots refreshed from this one
+  // (a refresh that adds or removes markers builds anew).
+  std::shared_ptr<const std::map<RunId, RunMarkers, RunLess>> resume_;
   mutable std::atomic<uint64_t> marker_searches_{0};
   mutable std::atomic<uint64_t> run_lists_searched_{0};
   // Tells this snapshot from every other of the process, also one made

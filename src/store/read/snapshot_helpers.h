@@ -113,26 +113,24 @@ inline std::vector<uint64_t> MergeAscending(const std::vector<std::span<const ui
 class PageReleaser {
  public:
   static constexpr size_t kBlocksBetweenReleases = 64;
-  explicit PageReleaser(const std::vector<std::shared_ptr<const LoadedSegment>>& segments)
-      : segments_(segments) {}
+  PageReleaser() = default;
   PageReleaser(const PageReleaser&) = delete;
   PageReleaser& operator=(const PageReleaser&) = delete;
   ~PageReleaser() { Release(); }
-  // Before a block of segment `seg` is read.
-  void WillRead(uint32_t seg) {
+  // Before a block of segment `seg` (alive until the release) is read.
+  void WillRead(const LoadedSegment* seg) {
     if (touched_.size() == kBlocksBetweenReleases) Release();
     touched_.push_back(seg);
   }
   void Release() {
     std::sort(touched_.begin(), touched_.end());
     touched_.erase(std::unique(touched_.begin(), touched_.end()), touched_.end());
-    for (uint32_t seg : touched_) segments_[seg]->ReleasePages();
+    for (const LoadedSegment* seg : touched_) seg->ReleasePages();
     touched_.clear();
   }
 
  private:
-  const std::vector<std::shared_ptr<const LoadedSegment>>& segments_;
-  std::vector<uint32_t> touched_;
+  std::vector<const LoadedSegment*> touched_;
 };
 
 // Memory aligned for any dtype and for SIMD, shared by whoever needs it.
