@@ -146,9 +146,8 @@ class Merger {
       const auto& idx = segs[si]->index;
       for (uint32_t bi = 0; bi < idx.blocks.size(); ++bi) {
         const auto& b = idx.blocks[bi];
-        series[b.header.name].push_back(
-            BlockRef{segs[si].get(), bi, CommitOrder{idx.commits[b.commit_index].time_ns, si},
-                     b.frame_offset, &b.header});
+        series[b.header.name].push_back(BlockRef{
+            segs[si].get(), bi, CommitOrder{idx.commits[b.commit_index].time_ns, si}, &b.header});
         result->input_records += b.header.count;
       }
     }
@@ -208,7 +207,8 @@ class Merger {
   void Touched(const BlockRef& b) {
     const LoadedSegment* segment = b.segment;
     const format::BlockInfo& info = segment->index.blocks[b.block];
-    const uint64_t first = b.offset / kFaultAroundBytes;  // the frame's header, then its payload
+    const uint64_t first =
+        info.frame_offset / kFaultAroundBytes;  // the frame's header, then its payload
     const uint64_t end =
         (info.payload_offset + b.header->payload_len + kFaultAroundBytes - 1) / kFaultAroundBytes;
     const uint64_t bytes = std::max<uint64_t>(end - first, 1) * kFaultAroundBytes;
@@ -337,7 +337,7 @@ class Merger {
       if (a.step != b.step) return a.step < b.step;
       const BlockRef& x = blocks[a.block];
       const BlockRef& y = blocks[b.block];
-      return std::tie(x.commit, x.offset, a.row) < std::tie(y.commit, y.offset, b.row);
+      return std::tie(x.commit, x.block, a.row) < std::tie(y.commit, y.block, b.row);
     });
     for (size_t i = 0; i < entries.size(); ++i) {
       Advanced();

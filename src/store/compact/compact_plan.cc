@@ -43,7 +43,7 @@ Result<std::vector<uint64_t>> RunHashesOf(const SnapshotImpl& snap, uint32_t si)
       out.insert(out.end(), listed.begin(), listed.end());
       continue;
     }
-    SnapshotImpl::BlockRef ref{&seg, bi, CommitOrder{}, b.frame_offset, &b.header};
+    SnapshotImpl::BlockRef ref{&seg, bi, CommitOrder{}, &b.header};
     RUNSTORE_ASSIGN_OR_RETURN(Payload p, snap.ReadPayload(ref));
     for (uint32_t r = 0; r < p.view.count(); ++r) out.push_back(format::RunHash(p.view.run(r)));
     read_blocks = true;

@@ -341,7 +341,7 @@ Status SnapshotImpl::ResolveListedGroup(const SeriesEntry& e, size_t i, size_t j
     if (a.step != z.step) return a.step < z.step;
     const BlockRef& x = e.blocks[a.block];
     const BlockRef& y = e.blocks[z.block];
-    return std::tie(x.commit, x.offset, a.row) < std::tie(y.commit, y.offset, z.row);
+    return std::tie(x.commit, x.block, a.row) < std::tie(y.commit, y.block, z.row);
   });
   for (size_t k = 0; k < across.size(); ++k) {
     const Across& w = across[k];
@@ -448,7 +448,7 @@ Status SnapshotImpl::ComputePlan(const SeriesEntry& e) const {
     auto order_less = [&](const Entry& a, const Entry& b) {
       const BlockRef& x = e.blocks[a.block];
       const BlockRef& y = e.blocks[b.block];
-      return std::tie(x.commit, x.offset, a.row) < std::tie(y.commit, y.offset, b.row);
+      return std::tie(x.commit, x.block, a.row) < std::tie(y.commit, y.block, b.row);
     };
     std::sort(entries.begin(), entries.end(), [&](const Entry& a, const Entry& b) {
       int c = CompareRunRefs(a.run, b.run);

@@ -148,7 +148,7 @@ Result<SnapshotImpl::Found> SnapshotImpl::Find(RunRef run, std::string_view name
     // it became a candidate: it is not read, as a scan filtered to the run
     // does not read it (scan.cc), so the two report the same damage.
     if (!MayHoldRuns(b, std::span<const uint64_t>(&hash, 1))) return Status::OK();
-    if (best && std::tie(b.commit, b.offset) < std::tie(best->commit, best->offset)) {
+    if (best && std::tie(b.commit, b.block) < std::tie(best->commit, best->block)) {
       return Status::OK();
     }
     RUNSTORE_ASSIGN_OR_RETURN(Payload p, ReadPayload(b, check));

@@ -335,7 +335,7 @@ TEST(SortByMinKeyTest, OrdersAsTheKeysDo) {
   }
   std::vector<SnapshotImpl::BlockRef> blocks;
   for (uint32_t i = 0; i < headers.size(); ++i) {
-    blocks.push_back(SnapshotImpl::BlockRef{nullptr, i, {}, 0, &headers[i]});
+    blocks.push_back(SnapshotImpl::BlockRef{nullptr, i, {}, &headers[i]});
   }
   std::vector<uint32_t> order(blocks.size());
   for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;

@@ -158,19 +158,19 @@ void AppendBlocks(const LoadedSegment& seg, uint64_t rank, std::vector<BlockRef>
   const format::SegmentIndex& idx = seg.index;
   for (uint32_t bi = 0; bi < idx.blocks.size(); ++bi) {
     const format::BlockInfo& b = idx.blocks[bi];
-    out->push_back(BlockRef{&seg, bi, CommitOrder{idx.commits[b.commit_index].time_ns, rank},
-                            b.frame_offset, &b.header});
+    out->push_back(
+        BlockRef{&seg, bi, CommitOrder{idx.commits[b.commit_index].time_ns, rank}, &b.header});
   }
 }
 
 void SortByCommit(std::vector<BlockRef>* blocks) {
   std::stable_sort(blocks->begin(), blocks->end(), [](const BlockRef& a, const BlockRef& b) {
-    return std::tie(a.commit, a.offset) < std::tie(b.commit, b.offset);
+    return std::tie(a.commit, a.block) < std::tie(b.commit, b.block);
   });
 }
 
 bool BySegmentThenOffset(const BlockRef& a, const BlockRef& b) {
-  return std::tie(a.commit.segment_rank, a.offset) < std::tie(b.commit.segment_rank, b.offset);
+  return std::tie(a.commit.segment_rank, a.block) < std::tie(b.commit.segment_rank, b.block);
 }
 
 // A series that block `b` defines, numbered `first_logged`.
@@ -197,6 +197,9 @@ bool SameType(const SeriesInfo& info, const BlockHeader& h) {
 constexpr uint64_t kRankStep = uint64_t{1} << 32;
 
 }  // namespace
+
+// Held for every block of a store by every reader (docs/design.md#block-index-memory).
+static_assert(sizeof(SnapshotImpl::BlockRef) <= 40, "a block reference grew");
 
 void SnapshotImpl::RankSegments() {
   const uint64_t spacing = UINT64_MAX / (segments_.size() + 1);
@@ -408,7 +411,7 @@ Result<std::shared_ptr<SnapshotImpl>> SnapshotImpl::Build(
     if (!SameType(e.info, h)) {
       // Two writers created the series with different types at once; the
       // earlier commit's definition stands and this block is left out.
-      snap->conflicts_.push_back(b.segment->file + ": offset " + std::to_string(b.offset) +
+      snap->conflicts_.push_back(b.segment->file + ": offset " + std::to_string(b.offset()) +
                                  ": series '" + h.name.str() +
                                  "' conflicts with its first definition; block ignored");
       continue;

@@ -210,12 +210,15 @@ class SnapshotImpl final : public Snapshot {
   // reads resolved (tests).
   bool SharesSeriesWith(const SnapshotImpl& other, std::string_view name) const;
 
+  // 40 bytes, held for every block of the store. Within a segment, blocks
+  // are indexed in the order of their frames, so the index orders the
+  // blocks of a commit (the later frame wins).
   struct BlockRef {
     const LoadedSegment* segment;  // one of segments_, alive with them
     uint32_t block;                // index into its index.blocks
     CommitOrder commit;
-    uint64_t offset;  // frame offset: orders blocks within a commit
     const format::BlockHeader* header;
+    uint64_t offset() const { return segment->index.blocks[block].frame_offset; }
   };
   // A visible subset of one block's records, in block order.
   struct PlanItem {
