@@ -169,7 +169,7 @@ void SortByCommit(std::vector<BlockRef>* blocks) {
   });
 }
 
-bool BySegmentThenOffset(const BlockRef& a, const BlockRef& b) {
+bool BySegmentThenBlock(const BlockRef& a, const BlockRef& b) {
   return std::tie(a.commit.segment_rank, a.block) < std::tie(b.commit.segment_rank, b.block);
 }
 
@@ -236,7 +236,8 @@ std::shared_ptr<SnapshotImpl> SnapshotImpl::Extend(
   const size_t n = prev.segments_.size() - removed.size() + added.size();
   snap->segments_.reserve(n);
   snap->ranks_.reserve(n);
-  size_t i = 0;  // into prev
+  std::vector<BlockRef> fresh;  // the added segments' blocks
+  size_t i = 0;                 // into prev
   for (size_t a = 0; a <= added.size(); ++a) {
     // prev's segments before added[a] (all of them after the last).
     uint64_t freed = 0;  // the rank of a removed segment of added[a]'s name
@@ -265,24 +266,19 @@ std::shared_ptr<SnapshotImpl> SnapshotImpl::Extend(
     }
     snap->segments_.push_back(added[a]);
     snap->ranks_.push_back(rank);
+    AppendBlocks(*added[a], rank, &fresh);
   }
   if (snap->segments_.size() != n) return nullptr;  // a removed segment not in prev
 
   // The added blocks in commit order, placed in their series: an existing
   // series must have defined itself before them, with their type; a new
   // one must come after every series of prev (its number follows theirs).
-  std::vector<BlockRef> fresh;
-  for (size_t k = 0; k < snap->segments_.size(); ++k) {
-    if (std::binary_search(added.begin(), added.end(), snap->segments_[k], ByWriter)) {
-      AppendBlocks(*snap->segments_[k], snap->ranks_[k], &fresh);
-    }
-  }
   SortByCommit(&fresh);
   snap->blocks_placed_ = fresh.size();
   snap->series_ = prev.series_;
   snap->latest_definition_ = prev.latest_definition_;
   // The series the change touches are made anew: prev's blocks but those of
-  // removed segments, merged with the added ones (both in (rank, offset)
+  // removed segments, merged with the added ones (both in (rank, block)
   // order); the others are prev's entries, shared.
   struct Touched {
     std::shared_ptr<SeriesEntry> entry;
@@ -323,7 +319,7 @@ std::shared_ptr<SnapshotImpl> SnapshotImpl::Extend(
   }
   for (auto& [name, t] : touched) {
     SeriesEntry& e = *t.entry;
-    std::sort(t.fresh.begin(), t.fresh.end(), BySegmentThenOffset);
+    std::sort(t.fresh.begin(), t.fresh.end(), BySegmentThenBlock);
     const size_t before = t.before == nullptr ? 0 : t.before->blocks.size();
     e.blocks.reserve(before + t.fresh.size());
     auto kept = [&](const BlockRef& b) { return gone.empty() || !gone.contains(b.segment); };
@@ -331,7 +327,7 @@ std::shared_ptr<SnapshotImpl> SnapshotImpl::Extend(
     for (size_t k = 0; k < before; ++k) {
       const BlockRef& b = t.before->blocks[k];
       if (!kept(b)) continue;
-      while (f < t.fresh.size() && BySegmentThenOffset(t.fresh[f], b)) {
+      while (f < t.fresh.size() && BySegmentThenBlock(t.fresh[f], b)) {
         e.blocks.push_back(t.fresh[f++]);
       }
       e.blocks.push_back(b);
@@ -421,7 +417,7 @@ Result<std::shared_ptr<SnapshotImpl>> SnapshotImpl::Build(
   }
   std::vector<BlockRef>().swap(all);
   for (auto& [name, e] : snap->series_) {
-    std::sort(e->blocks.begin(), e->blocks.end(), BySegmentThenOffset);
+    std::sort(e->blocks.begin(), e->blocks.end(), BySegmentThenBlock);
     // Held as long as the snapshot: without the slack of growing (a third
     // of a store's BlockRefs, on average).
     e->blocks.shrink_to_fit();

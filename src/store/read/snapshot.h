@@ -229,7 +229,7 @@ class SnapshotImpl final : public Snapshot {
   struct SeriesEntry {
     SeriesInfo info;
     CommitOrder defined;           // of the block that defined it (the earliest)
-    std::vector<BlockRef> blocks;  // sorted by (segment rank, offset)
+    std::vector<BlockRef> blocks;  // sorted by (segment rank, block)
     // The blocks by key, for lookups and key resolution: built on the first
     // read of the series (EnsureKeyOrder), not when the snapshot is built,
     // so that opening or refreshing a store of many segments does not sort
