@@ -353,8 +353,8 @@ class StoreImpl final : public Store, public CompactionHost {
   // proportion to the change rather than to the store, when the change is
   // new or grown segments only: none removed, none damaged, none of a
   // compaction or left out by one, every new segment's sealed predecessor
-  // sealed. False (nothing changed) when it is another change, which the
-  // caller builds over every segment.
+  // sealed. Returns false, having changed nothing, for any other change,
+  // which the caller builds over every segment.
   bool ExtendLocked(
       const std::vector<ToLoad>& to_load,
       std::vector<std::optional<Result<std::shared_ptr<const LoadedSegment>>>>* loaded)

@@ -207,8 +207,8 @@ class Merger {
   void Touched(const BlockRef& b) {
     const LoadedSegment* segment = b.segment;
     const format::BlockInfo& info = segment->index.blocks[b.block];
-    const uint64_t first =
-        info.frame_offset / kFaultAroundBytes;  // the frame's header, then its payload
+    // The frame's header, then its payload.
+    const uint64_t first = info.frame_offset / kFaultAroundBytes;
     const uint64_t end =
         (info.payload_offset + b.header->payload_len + kFaultAroundBytes - 1) / kFaultAroundBytes;
     const uint64_t bytes = std::max<uint64_t>(end - first, 1) * kFaultAroundBytes;

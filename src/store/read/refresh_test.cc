@@ -24,6 +24,14 @@ const SnapshotImpl& Impl(const std::shared_ptr<const Snapshot>& s) {
   return static_cast<const SnapshotImpl&>(*s);
 }
 
+// One writer's segment, sealed, of one record.
+Status WriteSegment(Store& store, const RunRef& run, std::string_view name, int64_t step,
+                    double value) {
+  RUNSTORE_ASSIGN_OR_RETURN(auto w, store.NewWriter({}));
+  RUNSTORE_RETURN_IF_ERROR(w->Append(run, name, step, value));
+  return w->Close();
+}
+
 // Everything a reader can ask of a snapshot, as text: its series with their
 // types, counts and order of definition, its segments, its runs, and every
 // series' records in scan order (the order is part of what must not change).
@@ -94,11 +102,7 @@ TEST(RefreshTest, ASeriesThatFailedToResolveIsNotSharedWithItsFailure) {
   EXPECT_THAT(before->GetSeriesInfo("x"),
               ::runstore::testing::StatusIs(StatusCode::kResourceExhausted));
   env.refuse = false;
-  {
-    ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter({}));
-    ASSERT_OK(w->Append(int64_t{0}, "y", 0, 1.0));
-    ASSERT_OK(w->Close());
-  }
+  ASSERT_OK(WriteSegment(*store, int64_t{0}, "y", 0, 1.0));
   ASSERT_OK_AND_ASSIGN(auto after, store->Refresh());
   EXPECT_FALSE(store->last_refresh().rebuilt);
   EXPECT_FALSE(Impl(after).SharesSeriesWith(Impl(before), "x"));
@@ -123,11 +127,7 @@ TEST(RefreshTest, ARefreshPlacesTheBlocksOfWhatChangedAndSharesTheSeriesItDidNot
   EXPECT_EQ(loss.count, 300u);
 
   // One segment of a series the store did not have.
-  {
-    ASSERT_OK_AND_ASSIGN(auto w, (*store)->NewWriter({}));
-    ASSERT_OK(w->Append(RunRef(HashedId(7)), "reward", 0, 1.0));
-    ASSERT_OK(w->Close());
-  }
+  ASSERT_OK(WriteSegment(**store, RunRef(HashedId(7)), "reward", 0, 1.0));
   ASSERT_OK_AND_ASSIGN(auto after, (*store)->Refresh());
   EXPECT_FALSE((*store)->last_refresh().rebuilt);
   EXPECT_EQ(Impl(after).blocks_placed(), 1u) << "the new segment's block, nothing else";
@@ -137,11 +137,7 @@ TEST(RefreshTest, ARefreshPlacesTheBlocksOfWhatChangedAndSharesTheSeriesItDidNot
 
   // One segment of "loss": that series is made again (its blocks copied,
   // its keys resolved on its next read); "grad" and "reward" are shared.
-  {
-    ASSERT_OK_AND_ASSIGN(auto w, (*store)->NewWriter({}));
-    ASSERT_OK(w->Append(RunRef(HashedId(3)), "loss", 0, 9.0));  // overwrites
-    ASSERT_OK(w->Close());
-  }
+  ASSERT_OK(WriteSegment(**store, RunRef(HashedId(3)), "loss", 0, 9.0));  // overwrites
   ASSERT_OK_AND_ASSIGN(auto again, (*store)->Refresh());
   EXPECT_FALSE((*store)->last_refresh().rebuilt);
   EXPECT_EQ(Impl(again).blocks_placed(), 301u) << "loss's 300 blocks copied and the new one";
@@ -290,9 +286,7 @@ TEST(RefreshTest, ReadersOfSnapshotsThatShareASeriesResolveItOnceWhileTheStoreRe
   ASSERT_OK_AND_ASSIGN(auto first, store->Refresh());
   snaps.push_back(first);
   for (int k = 0; k < 3; ++k) {  // three more snapshots, each a segment of another series
-    ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter({}));
-    ASSERT_OK(w->Append(RunRef(HashedId(k)), "y" + std::to_string(k), 0, 1.0));
-    ASSERT_OK(w->Close());
+    ASSERT_OK(WriteSegment(*store, RunRef(HashedId(k)), "y" + std::to_string(k), 0, 1.0));
     ASSERT_OK_AND_ASSIGN(auto s, store->Refresh());
     ASSERT_TRUE(Impl(s).SharesSeriesWith(Impl(first), "x"));
     snaps.push_back(s);
@@ -313,9 +307,7 @@ TEST(RefreshTest, ReadersOfSnapshotsThatShareASeriesResolveItOnceWhileTheStoreRe
   }
   std::thread refresher([&] {
     for (int k = 0; k < 5; ++k) {
-      auto w = store->NewWriter({});
-      if (!w.ok() || !(*w)->Append(RunRef(HashedId(k)), "z", k, 1.0).ok() || !(*w)->Close().ok() ||
-          !store->Refresh().ok()) {
+      if (!WriteSegment(*store, RunRef(HashedId(k)), "z", k, 1.0).ok() || !store->Refresh().ok()) {
         ++failures;
       }
     }

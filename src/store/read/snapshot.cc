@@ -218,15 +218,14 @@ std::shared_ptr<SnapshotImpl> SnapshotImpl::Extend(
     const std::vector<const LoadedSegment*>& removed) {
   if (!prev.damaged_.empty()) return nullptr;
   std::sort(added.begin(), added.end(), ByWriter);
-  for (const LoadedSegment* seg : removed) {
-    for (const format::BlockInfo& b : seg->index.blocks) {
-      if (b.header.name == kResumeSeries) return nullptr;
-    }
-  }
-  for (const auto& seg : added) {
-    for (const format::BlockInfo& b : seg->index.blocks) {
-      if (b.header.name == kResumeSeries) return nullptr;
-    }
+  auto holds_markers = [](const LoadedSegment& seg) {
+    return std::ranges::any_of(seg.index.blocks, [](const format::BlockInfo& b) {
+      return b.header.name == kResumeSeries;
+    });
+  };
+  if (std::ranges::any_of(removed, [&](const LoadedSegment* s) { return holds_markers(*s); }) ||
+      std::ranges::any_of(added, [&](const auto& s) { return holds_markers(*s); })) {
+    return nullptr;
   }
   std::shared_ptr<SnapshotImpl> snap(new SnapshotImpl());
   // The segments, merged by (writer id, sequence); an added segment takes
