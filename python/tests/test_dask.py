@@ -41,10 +41,14 @@ def client():
 
 
 @pytest.fixture
-def scratch():
+def scratch(client):
     path = SCRATCH / f"{os.getpid()}-{time.monotonic_ns()}"
     path.mkdir(parents=True)
     yield path
+    # The workers' writers of stores in it close (and commit) before the files go, not after.
+    for name in client.run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.worker_plugins)):
+        if name.startswith(f"runstore-writer:{os.path.realpath(path)}/"):
+            client.unregister_worker_plugin(name)
     shutil.rmtree(path, ignore_errors=True)
 
 
@@ -75,7 +79,9 @@ def test_save_of_6x_cluster_memory_gathers_only_receipts(client, scratch):
     print(s)
     assert s["ok"] == n // per and s["failed"] == 0
     assert s["records"] == n and s["bytes"] == n * size
-    assert mon.peak("client") < 300 * MiB and mon.peak("scheduler") < 300 * MiB
+    # A bound on the rise: the client is this test runner, whose size is whatever the tests
+    # before it imported; gathering the outputs would raise it by 6.25 GiB.
+    assert mon.growth("client") < 64 * MiB and mon.growth("scheduler") < 64 * MiB
     assert set(client.run(os.getpid).values()) == before, "a worker was restarted"
     assert sum(spilled(client).values()) == 0
     store.refresh()
@@ -86,7 +92,6 @@ def test_save_of_6x_cluster_memory_gathers_only_receipts(client, scratch):
             assert v.nbytes == size and v[0] == p * per + step
             seen += 1
     assert seen == n
-    shutil.rmtree(scratch / "store")
 
 
 def test_compute_gathers_everything_on_the_client(client):

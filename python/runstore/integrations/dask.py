@@ -386,8 +386,10 @@ class MemoryMonitor:
     """Samples the RSS of the client, the scheduler and every worker process while it is entered.
 
     The processes must run on this host (a LocalCluster): they are read with psutil by pid.
-    ``peaks`` maps a process label to its peak RSS in bytes; ``samples`` is a list of
-    ``(seconds since start, label, rss)``.
+    ``peaks`` maps a process label to its peak RSS in bytes, ``starts`` to its RSS when the
+    monitor was entered; ``samples`` is a list of ``(seconds since start, label, rss)``.
+    A process's absolute size depends on what it imported before (a test runner's, on every
+    test that ran earlier), so a bound on what a computation costs is a bound on ``growth``.
     """
 
     def __init__(self, client: Any, interval: float = 0.05) -> None:
@@ -395,6 +397,7 @@ class MemoryMonitor:
         self.interval = float(interval)
         self.samples: list[tuple[float, str, int]] = []
         self.peaks: dict[str, int] = {}
+        self.starts: dict[str, int] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -419,6 +422,7 @@ class MemoryMonitor:
             except psutil.Error:  # the process died (a killed worker)
                 continue
             self.samples.append((t, label, rss))
+            self.starts.setdefault(label, rss)
             self.peaks[label] = max(self.peaks.get(label, 0), rss)
 
     def _run(self) -> None:
@@ -436,9 +440,19 @@ class MemoryMonitor:
         """The largest peak among the processes whose label starts with ``prefix``."""
         return max((v for k, v in self.peaks.items() if k.startswith(prefix)), default=0)
 
+    def growth(self, prefix: str) -> int:
+        """The largest rise from start to peak among the processes whose label starts with
+        ``prefix``."""
+        return max(
+            (v - self.starts[k] for k, v in self.peaks.items() if k.startswith(prefix)), default=0
+        )
+
     def table(self) -> str:
         """Peak RSS per process, one line each."""
-        return "\n".join(f"{label:<40} peak RSS {size_text(v)}" for label, v in self.peaks.items())
+        return "\n".join(
+            f"{label:<40} peak RSS {size_text(v)} (from {size_text(self.starts[label])})"
+            for label, v in self.peaks.items()
+        )
 
     def plot(self, path: str | os.PathLike[str]) -> None:
         """RSS over time, one line per process, to a PNG."""
