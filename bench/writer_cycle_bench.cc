@@ -185,17 +185,40 @@ int Main(int argc, char** argv) {
   // One of a series every segment holds: that series is made again (its
   // blocks copied), the others are kept.
   const auto [refresh_loss_s, loss_rebuilt] = one_more("loss", 0);
+  // A run resumed from step 1 by a writer that goes on committing: its marker
+  // in an open segment, read again at each refresh; every series whose
+  // blocks may hold the run (with hashed ids, each block's run range: all of
+  // them) is made again, none rebuilt. ("loss" holds the run at step 0 only:
+  // its records stay as they were.)
+  auto resumer = CheckValue(store->NewWriter({}), "open writer");
+  Check(resumer->Resume(RunRef("extra"), 1), "resume");
+  // One more record of the resumed run committed, and the refresh that reads it.
+  auto commit_resumed = [&](int64_t step, double value) {
+    Check(resumer->Append(RunRef("extra"), "extra", step, ValueRef::Scalar(value)), "append");
+    Check(resumer->Commit(), "commit");
+    const auto t0 = Clock::now();
+    CheckValue(store->Refresh(), "refresh");
+    return std::make_pair(SecondsSince(t0), store->last_refresh().rebuilt);
+  };
+  const auto [refresh_marker_s, marker_rebuilt] = commit_resumed(1, 1.0);
+  const auto [refresh_grown_s, grown_rebuilt] = commit_resumed(2, 2.0);
+  Check(resumer->Close(), "close");
   const auto c0 = Clock::now();
   const uint64_t catalog = CheckValue(store->WriteCatalog(), "write catalog");
   const double catalog_s = SecondsSince(c0);
   store.reset();
-  const double with_catalog = TimeOpen(path, true, cycles + 2);
-  const double without = TimeOpen(path, false, cycles + 2);
+  const double with_catalog = TimeOpen(path, true, cycles + 3);
+  const double without = TimeOpen(path, false, cycles + 3);
   std::printf(
       "\nrefresh of the writing store: %.3f s with all %llu segments new, %.3f s "
       "with none, %.3f s with one of a new series (%s), %.3f s with one of \"loss\" (%s)\n",
       refresh_s, static_cast<unsigned long long>(cycles), refresh_none_s, refresh_one_s,
       one_rebuilt ? "rebuilt" : "extended", refresh_loss_s, loss_rebuilt ? "rebuilt" : "extended");
+  std::printf(
+      "refresh after a run resumed in an open segment: %.3f s (%s), after that segment grew: "
+      "%.3f s (%s)\n",
+      refresh_marker_s, marker_rebuilt ? "rebuilt" : "extended", refresh_grown_s,
+      grown_rebuilt ? "rebuilt" : "extended");
   std::printf("catalog of %llu segments written in %.3f s\n",
               static_cast<unsigned long long>(catalog), catalog_s);
   std::printf("open with the catalog: %.3f s (target 0.5 s), without: %.3f s (target 2 s)\n",
@@ -206,7 +229,7 @@ int Main(int argc, char** argv) {
   const auto v0 = Clock::now();
   const VerifyReport vr = CheckValue(store->Refresh(), "refresh")->VerifyAll();
   const double verify_s = SecondsSince(v0);
-  if (!vr.problems.empty() || !vr.unchecked.empty() || vr.segments != cycles + 2) {
+  if (!vr.problems.empty() || !vr.unchecked.empty() || vr.segments != cycles + 3) {
     std::fprintf(stderr, "writer_cycle_bench: verify found %zu problems, %zu unchecked\n",
                  vr.problems.size(), vr.unchecked.size());
     return 1;

@@ -58,6 +58,20 @@ std::string Describe(const Snapshot& snap) {
       }
     }
   }
+  // Point lookups, which search the markers where a scan resolves blocks.
+  for (const SeriesInfo& s : *series) {
+    if (s.name.starts_with('~')) continue;
+    for (int i = 0; i < 40; i += 3) {
+      const RunId run = i % 2 ? RunId(HashedId(i)) : RunId(int64_t{i});
+      for (int64_t step = 0; step < 4; ++step) {
+        auto v = snap.Get(RunRef(run), s.name, step);
+        out += "get " + s.name + " " + run.ToString() + " " + std::to_string(step) + " " +
+               (v.ok() ? std::to_string(std::hash<std::string_view>()(v->str()))
+                       : std::string(StatusCodeName(v.status().code()))) +
+               "\n";
+      }
+    }
+  }
   for (const SegmentInfo& seg : snap.ListSegments()) {
     out += "segment " + seg.file + " " + std::to_string(seg.commits) + " commits " +
            std::to_string(seg.blocks) + " blocks\n";
@@ -175,13 +189,63 @@ TEST(RefreshTest, ARefreshPlacesTheBlocksOfWhatChangedAndSharesTheSeriesItDidNot
   EXPECT_EQ(Describe(*again), Describe(*(*fresh)->GetSnapshot()));
 }
 
+// A run resumed after a preemption: the writer that resumes it writes a
+// marker into its open segment and goes on committing there. Each refresh
+// extends the snapshot, makes again the series that hold the resumed run
+// (their records past the marker hidden) and shares the others.
+TEST(RefreshTest, AResumedRunMakesAgainOnlyTheSeriesThatHoldIt) {
+  TempDir dir;
+  ASSERT_OK_AND_ASSIGN(auto store, Store::Open(dir.path() + "/s", {}));
+  {
+    ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter({}));
+    for (int64_t step = 0; step < 10; ++step) {
+      ASSERT_OK(w->Append(int64_t{1}, "loss", step, double(step)));
+      ASSERT_OK(w->Append(int64_t{2}, "acc", step, double(step)));
+    }
+    ASSERT_OK(w->Close());
+  }
+  ASSERT_OK_AND_ASSIGN(auto before, store->Refresh());
+  ASSERT_EQ(before->GetSeriesInfo("loss")->count, 10u);
+  ASSERT_EQ(before->GetSeriesInfo("acc")->count, 10u);
+
+  ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter({}));
+  ASSERT_OK(w->Resume(int64_t{1}, 5));  // steps 5.. of run 1 are lost; it goes on from 5
+  ASSERT_OK(w->Append(int64_t{1}, "loss", 5, 50.0));
+  ASSERT_OK(w->Commit());
+  ASSERT_OK_AND_ASSIGN(auto resumed, store->Refresh());
+  EXPECT_FALSE(store->last_refresh().rebuilt);
+  EXPECT_TRUE(Impl(resumed).SharesSeriesWith(Impl(before), "acc")) << "run 2 was not resumed";
+  EXPECT_FALSE(Impl(resumed).SharesSeriesWith(Impl(before), "loss"));
+  EXPECT_EQ(resumed->GetSeriesInfo("loss")->count, 6u) << "steps 0-4 and the new 5";
+  EXPECT_EQ(resumed->Get(int64_t{1}, "loss", 5)->scalar<double>(), 50.0);
+  EXPECT_EQ(resumed->Get(int64_t{1}, "loss", 7).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(before->Get(int64_t{1}, "loss", 7)->scalar<double>(), 7.0)
+      << "the snapshot before keeps what it had";
+
+  // The open segment that holds the marker grows: read again, extended.
+  ASSERT_OK(w->Append(int64_t{1}, "loss", 6, 60.0));
+  ASSERT_OK(w->Commit());
+  ASSERT_OK_AND_ASSIGN(auto grown, store->Refresh());
+  EXPECT_FALSE(store->last_refresh().rebuilt);
+  EXPECT_TRUE(Impl(grown).SharesSeriesWith(Impl(before), "acc"));
+  EXPECT_EQ(grown->GetSeriesInfo("loss")->count, 7u);
+  EXPECT_EQ(grown->Get(int64_t{1}, "loss", 6)->scalar<double>(), 60.0);
+  ASSERT_OK(w->Close());
+  ASSERT_OK_AND_ASSIGN(auto closed, store->Refresh());
+  EXPECT_FALSE(store->last_refresh().rebuilt);
+
+  ASSERT_OK_AND_ASSIGN(auto fresh, Store::Open(dir.path() + "/s", {}));
+  EXPECT_EQ(Describe(*closed), Describe(*fresh->GetSnapshot()));
+}
+
 // Random changes to a store, each followed by a refresh of one long-lived
 // store (extended where it can be) and an open of a fresh one (built over
 // every segment): both must describe the same snapshot. The changes: new
 // writers of existing and new series, integer and hashed runs, keys written
 // again, live writers whose open segments grow, two writers defining one
-// series with different types at once, resume markers, compaction (the last
-// three are changes a refresh builds anew).
+// series with different types at once, resume markers in sealed and in open
+// segments, compaction (conflicts and compactions are changes a refresh
+// builds anew).
 TEST(RefreshTest, AnExtendedSnapshotIsTheSnapshotThatABuildGives) {
   const uint64_t seed = ::runstore::testing::TestSeed();
   std::mt19937_64 rng(seed);
@@ -231,12 +295,22 @@ TEST(RefreshTest, AnExtendedSnapshotIsTheSnapshotThatABuildGives) {
       ASSERT_OK(b->Append(RunRef(run_of(2)), name, 0, int64_t{2}));
       ASSERT_OK(a->Close());
       ASSERT_OK(b->Close());
-    } else if (action < 92) {  // a resume marker
+    } else if (action < 88) {  // a resume marker, its writer closed
       ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter({}));
       const RunId run = run_of(pick(40));
       ASSERT_OK(w->Resume(RunRef(run), pick(3)));
       ASSERT_OK(w->Append(RunRef(run), "s0", pick(3), double(round)));
       ASSERT_OK(w->Close());
+    } else if (action < 92) {  // a live writer resumes a run (its open segment holds the marker)
+      if (live.empty() || pick(2) == 0) {
+        ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter({}));
+        live.push_back(std::move(w));
+      }
+      Writer& w = *live[pick(live.size())];
+      const RunId run = run_of(pick(40));
+      ASSERT_OK(w.Resume(RunRef(run), pick(3)));
+      ASSERT_OK(w.Append(RunRef(run), "live" + std::to_string(pick(2)), pick(3), double(round)));
+      ASSERT_OK(w.Commit());
     } else if (action < 96) {  // compaction of the sealed segments
       CompactOptions co;
       co.retain_inputs_s = pick(2) ? 0 : 300;
@@ -263,7 +337,7 @@ TEST(RefreshTest, AnExtendedSnapshotIsTheSnapshotThatABuildGives) {
       "%d kept it (seed %llu)\n",
       kRounds, extended, rebuilt, unchanged, static_cast<unsigned long long>(seed));
   EXPECT_GT(extended, kRounds / 4) << "most changes are new or grown segments";
-  EXPECT_GT(rebuilt, 0) << "markers, conflicts and compactions build anew";
+  EXPECT_GT(rebuilt, 0) << "conflicts and compactions build anew";
 }
 
 // Snapshots share the series a refresh did not touch, and what their first

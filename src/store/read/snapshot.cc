@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <set>
 #include <unordered_set>
 
 #include "store/read/segment_cache.h"
@@ -223,10 +224,9 @@ std::shared_ptr<SnapshotImpl> SnapshotImpl::Extend(
       return b.header.name == kResumeSeries;
     });
   };
-  if (std::ranges::any_of(removed, [&](const LoadedSegment* s) { return holds_markers(*s); }) ||
-      std::ranges::any_of(added, [&](const auto& s) { return holds_markers(*s); })) {
-    return nullptr;
-  }
+  const bool markers_change =
+      std::ranges::any_of(removed, [&](const LoadedSegment* s) { return holds_markers(*s); }) ||
+      std::ranges::any_of(added, [&](const auto& s) { return holds_markers(*s); });
   std::shared_ptr<SnapshotImpl> snap(new SnapshotImpl());
   // The segments, merged by (writer id, sequence); an added segment takes
   // the rank of a removed one of its name (an unsealed segment read again:
@@ -316,7 +316,7 @@ std::shared_ptr<SnapshotImpl> SnapshotImpl::Extend(
     }
     t->fresh.push_back(b);
   }
-  for (auto& [name, t] : touched) {
+  auto make = [&](Touched& t) {
     SeriesEntry& e = *t.entry;
     std::sort(t.fresh.begin(), t.fresh.end(), BySegmentThenBlock);
     const size_t before = t.before == nullptr ? 0 : t.before->blocks.size();
@@ -332,12 +332,60 @@ std::shared_ptr<SnapshotImpl> SnapshotImpl::Extend(
       e.blocks.push_back(b);
     }
     e.blocks.insert(e.blocks.end(), t.fresh.begin() + f, t.fresh.end());
-    if (e.blocks.empty()) return nullptr;  // a series gone: numbered anew
+    if (e.blocks.empty()) return false;  // a series gone: numbered anew
     e.info.stored_bytes = 0;
     for (const BlockRef& b : e.blocks) e.info.stored_bytes += b.header->payload_len;
     snap->blocks_placed_ += e.blocks.size() - t.fresh.size();
+    return true;
+  };
+  for (auto& [name, t] : touched) {
+    if (!make(t)) return nullptr;
   }
   snap->resume_ = prev.resume_;
+  if (markers_change) {
+    // The markers read again from the resume series made above (few blocks:
+    // a marker per resumed run). Each series whose blocks may hold a run
+    // whose markers changed is made again, its keys resolved at its next
+    // read under the new markers; the others hold no such run, and keep
+    // what they resolved.
+    std::shared_ptr<const ResumeMap> now;
+    if (auto it = snap->series_.find(kResumeSeries); it != snap->series_.end()) {
+      auto read = snap->ReadMarkers(*it->second);
+      if (!read.ok()) return nullptr;  // damage, or a resource: Build says which
+      now = std::move(read).value();
+    }
+    const ResumeMap none;
+    const ResumeMap& was = prev.resume_ ? *prev.resume_ : none;
+    const ResumeMap& is = now ? *now : none;
+    std::set<RunId, RunLess> changed;
+    for (const auto& [run, m] : was) {
+      auto f = is.find(run);
+      if (f == is.end() || f->second.steps != m.steps || f->second.latest != m.latest) {
+        changed.insert(run);
+      }
+    }
+    for (const auto& [run, m] : is) {
+      if (!was.contains(run)) changed.insert(run);
+    }
+    // Past this many runs, every series is made again rather than each
+    // block's run range searched for them.
+    constexpr size_t kRunsLookedFor = 64;
+    auto may_hold = [&](const BlockRef& b) {
+      auto c = changed.lower_bound(b.header->min_key.run);
+      return c != changed.end() && !(b.header->max_key.run < *c);
+    };
+    std::vector<std::string_view> hidden;
+    for (const auto& [name, e] : snap->series_) {
+      if (name.starts_with('~') || touched.contains(name) || changed.empty()) continue;
+      if (changed.size() > kRunsLookedFor || std::ranges::any_of(e->blocks, may_hold)) {
+        hidden.push_back(name);
+      }
+    }
+    for (std::string_view name : hidden) {
+      if (!make(*touch(name))) return nullptr;
+    }
+    snap->resume_ = std::move(now);
+  }
   snap->conflicts_ = prev.conflicts_;  // a new one was refused above: they stay in commit order
   return snap;
 }
@@ -421,31 +469,35 @@ Result<std::shared_ptr<SnapshotImpl>> SnapshotImpl::Build(
     // of a store's BlockRefs, on average).
     e->blocks.shrink_to_fit();
   }
-  // Resume markers.
   if (auto it = snap->series_.find(kResumeSeries); it != snap->series_.end()) {
-    std::map<RunId, std::vector<std::pair<int64_t, CommitOrder>>, RunLess> markers;
-    for (const BlockRef& b : it->second->blocks) {
-      RUNSTORE_ASSIGN_OR_RETURN(Payload p, snap->ReadPayload(b));
-      for (uint32_t r = 0; r < p.view.count(); ++r) {
-        auto m = markers.find(p.view.run(r));
-        if (m == markers.end()) m = markers.emplace(p.view.run(r).ToRunId(), 0).first;
-        m->second.emplace_back(p.view.step(r), b.commit);
-      }
-    }
-    auto resume = std::make_shared<std::map<RunId, RunMarkers, RunLess>>();
-    for (auto& [run, list] : markers) {
-      std::sort(list.begin(), list.end());
-      RunMarkers& rm = (*resume)[run];
-      rm.steps.reserve(list.size());
-      rm.latest.reserve(list.size());
-      for (const auto& [step, order] : list) {
-        rm.steps.push_back(step);
-        rm.latest.push_back(rm.latest.empty() ? order : std::max(rm.latest.back(), order));
-      }
-    }
-    snap->resume_ = std::move(resume);
+    RUNSTORE_ASSIGN_OR_RETURN(snap->resume_, snap->ReadMarkers(*it->second));
   }
   return snap;
+}
+
+Result<std::shared_ptr<const SnapshotImpl::ResumeMap>> SnapshotImpl::ReadMarkers(
+    const SeriesEntry& markers) const {
+  std::map<RunId, std::vector<std::pair<int64_t, CommitOrder>>, RunLess> list_of;
+  for (const BlockRef& b : markers.blocks) {
+    RUNSTORE_ASSIGN_OR_RETURN(Payload p, ReadPayload(b));
+    for (uint32_t r = 0; r < p.view.count(); ++r) {
+      auto m = list_of.find(p.view.run(r));
+      if (m == list_of.end()) m = list_of.emplace(p.view.run(r).ToRunId(), 0).first;
+      m->second.emplace_back(p.view.step(r), b.commit);
+    }
+  }
+  auto resume = std::make_shared<ResumeMap>();
+  for (auto& [run, list] : list_of) {
+    std::sort(list.begin(), list.end());
+    RunMarkers& rm = (*resume)[run];
+    rm.steps.reserve(list.size());
+    rm.latest.reserve(list.size());
+    for (const auto& [step, order] : list) {
+      rm.steps.push_back(step);
+      rm.latest.push_back(rm.latest.empty() ? order : std::max(rm.latest.back(), order));
+    }
+  }
+  return std::shared_ptr<const ResumeMap>(std::move(resume));
 }
 
 void SnapshotImpl::SortByMinKey(const std::vector<BlockRef>& blocks, std::vector<uint32_t>* order) {

@@ -152,9 +152,11 @@ class SnapshotImpl final : public Snapshot {
   // The snapshot `prev` with the segments `added` (none of them in `prev`) and without `removed`
   // (segments of `prev`: an unsealed segment read again is removed and added), built in proportion
   // to the change: the series that no added or removed block belongs to are shared with `prev` as
-  // they are, with their resolved keys. Null when the change is not one it can make so and give the
-  // snapshot that Build would (a resume marker added or removed, a series defined before the newest
-  // definition of `prev`, a type conflict, ranks used up, damage); the caller then builds.
+  // they are, with their resolved keys. Resume markers added or removed make again the series
+  // whose blocks may hold a run whose markers changed. Null when the change is not one it can make
+  // so and give the snapshot that Build would (a series defined before the newest definition of
+  // `prev`, a type conflict, ranks used up, damage, markers that cannot be read); the caller then
+  // builds.
   static std::shared_ptr<SnapshotImpl> Extend(
       const SnapshotImpl& prev, std::vector<std::shared_ptr<const LoadedSegment>> added,
       const std::vector<const LoadedSegment*>& removed);
@@ -393,9 +395,13 @@ class SnapshotImpl final : public Snapshot {
     bool operator()(const RunId& a, const RunRef& b) const;
     bool operator()(const RunRef& a, const RunId& b) const;
   };
+  using ResumeMap = std::map<RunId, RunMarkers, RunLess>;
   // Null without markers; shared with the snapshots refreshed from this one
-  // (a refresh that adds or removes markers builds anew).
-  std::shared_ptr<const std::map<RunId, RunMarkers, RunLess>> resume_;
+  // while their markers stay the same.
+  std::shared_ptr<const ResumeMap> resume_;
+  // The markers of the blocks of `markers` (the resume series), read through
+  // this snapshot.
+  Result<std::shared_ptr<const ResumeMap>> ReadMarkers(const SeriesEntry& markers) const;
   mutable std::atomic<uint64_t> marker_searches_{0};
   mutable std::atomic<uint64_t> run_lists_searched_{0};
   // Tells this snapshot from every other of the process, also one made
