@@ -63,9 +63,10 @@ cmake --build build/clang-tsa -j "$jobs" --target runstore runstore_present
 echo "clang -Wthread-safety -Werror: clean"
 
 if [ "${SKIP_ASAN:-0}" != 1 ]; then
-  step "C++ tests under ASan+UBSan (unit, power loss, corruption sweep)"
+  step "C++ tests under ASan+UBSan (unit, power loss, corruption sweep, the C API from C)"
   cmake --preset asan > /dev/null
-  cmake --build build/asan -j "$jobs" --target runstore_unit_tests power_loss_test corruption_test
+  cmake --build build/asan -j "$jobs" --target runstore_unit_tests power_loss_test corruption_test \
+    capi_test
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
   export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
   # The release build above swept every byte and tried 16 power losses at every crash point;
@@ -75,6 +76,8 @@ if [ "${SKIP_ASAN:-0}" != 1 ]; then
     echo "-- $t (asan)"
     RUNSTORE_SWEEP_STRIDE=8 RUNSTORE_POWER_LOSS_TRIES=4 "build/asan/$t" --gtest_brief=1
   done
+  echo "-- capi_test (asan)"
+  build/asan/capi_test build/asan/capi-test-store
 fi
 
 if [ "${SKIP_FUZZ:-0}" != 1 ]; then

@@ -5,9 +5,8 @@
 // larger than memory runs in bounded memory.
 //
 // The structs are the Arrow C data interface's and C stream interface's ABI
-// (https://arrow.apache.org/docs/format/CDataInterface.html), declared here
-// under the guards the specification gives, so that no Arrow library is
-// needed to build runstore or to use this header beside one.
+// (runstore/arrow_c_abi.h), so that no Arrow library is needed to build
+// runstore or to use this header beside one.
 #ifndef RUNSTORE_ARROW_H_
 #define RUNSTORE_ARROW_H_
 
@@ -19,59 +18,9 @@
 #include <variant>
 #include <vector>
 
+#include "runstore/arrow_c_abi.h"
 #include "runstore/reader.h"
 #include "runstore/status.h"
-
-extern "C" {
-
-#ifndef ARROW_C_DATA_INTERFACE
-#define ARROW_C_DATA_INTERFACE
-
-#define ARROW_FLAG_DICTIONARY_ORDERED 1
-#define ARROW_FLAG_NULLABLE 2
-#define ARROW_FLAG_MAP_KEYS_SORTED 4
-
-struct ArrowSchema {
-  const char* format;
-  const char* name;
-  const char* metadata;
-  int64_t flags;
-  int64_t n_children;
-  struct ArrowSchema** children;
-  struct ArrowSchema* dictionary;
-  void (*release)(struct ArrowSchema*);
-  void* private_data;
-};
-
-struct ArrowArray {
-  int64_t length;
-  int64_t null_count;
-  int64_t offset;
-  int64_t n_buffers;
-  int64_t n_children;
-  const void** buffers;
-  struct ArrowArray** children;
-  struct ArrowArray* dictionary;
-  void (*release)(struct ArrowArray*);
-  void* private_data;
-};
-
-#endif  // ARROW_C_DATA_INTERFACE
-
-#ifndef ARROW_C_STREAM_INTERFACE
-#define ARROW_C_STREAM_INTERFACE
-
-struct ArrowArrayStream {
-  int (*get_schema)(struct ArrowArrayStream*, struct ArrowSchema* out);
-  int (*get_next)(struct ArrowArrayStream*, struct ArrowArray* out);
-  const char* (*get_last_error)(struct ArrowArrayStream*);
-  void (*release)(struct ArrowArrayStream*);
-  void* private_data;
-};
-
-#endif  // ARROW_C_STREAM_INTERFACE
-
-}  // extern "C"
 
 namespace runstore {
 

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The C API as a user gets it: `cmake --install` into a fresh prefix, found by
+# pkg-config, compiled as C11 against the installed header and library only
+# (not the tree's), and run: tests/capi/capi_test.c, and the program of
+# docs/c_api.md.
+# Usage: install_test.sh BUILD_DIR SOURCE_DIR
+set -euo pipefail
+build=$1 src=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cmake --install "$build" --prefix "$tmp/prefix" > "$tmp/install.log"
+pc=$(find "$tmp/prefix" -name runstore.pc)
+[[ -n $pc ]] || { echo "install_test: no runstore.pc installed" >&2; exit 1; }
+export PKG_CONFIG_PATH=$(dirname "$pc")
+cflags=$(pkg-config --cflags runstore)
+libs=$(pkg-config --libs runstore)
+libdir=$(pkg-config --variable=libdir runstore)
+[[ -f $libdir/librunstore_c.so ]] || { echo "install_test: $libdir/librunstore_c.so missing" >&2; exit 1; }
+[[ -f $(pkg-config --variable=includedir runstore)/runstore/runstore.h ]]
+cc -std=c11 -Wall -Wextra -Wpedantic -Werror $cflags "$src/tests/capi/capi_test.c" -o "$tmp/capi_test" \
+  $libs -Wl,-rpath,"$libdir"
+# The program finds the installed library, not the build tree's.
+ldd "$tmp/capi_test" | grep -q "$libdir/librunstore_c.so"
+"$tmp/capi_test" "$tmp/store"
+# The documentation's program, as printed there.
+awk '/^```c$/ {on = 1; next} /^```$/ {if (on) exit} on' "$src/docs/c_api.md" > "$tmp/doc_example.c"
+[[ -s $tmp/doc_example.c ]] || { echo "install_test: no C program in docs/c_api.md" >&2; exit 1; }
+cc -std=c11 -Wall -Wextra -Wpedantic -Werror $cflags "$tmp/doc_example.c" -o "$tmp/doc_example" \
+  $libs -Wl,-rpath,"$libdir"
+out=$("$tmp/doc_example" "$tmp/doc-store")
+grep -q "loss at step 9: 0.1" <<< "$out" && grep -q "1000 records of loss" <<< "$out" || {
+  echo "install_test: docs/c_api.md's program printed: $out" >&2
+  exit 1
+}
+echo "install_test: installed under $tmp/prefix, found by pkg-config ($cflags $libs), built and run"
