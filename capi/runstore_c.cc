@@ -380,11 +380,10 @@ runstore_code runstore_resume(runstore_writer* writer, runstore_run run, int64_t
 }
 
 runstore_code runstore_writer_close(runstore_writer* writer) {
-  if (writer == nullptr) return Ok();
-  const runstore_code code = OnWriter(writer, [](runstore::Writer& w) { return w.Close(); });
-  delete writer;
-  return code;
+  return OnWriter(writer, [](runstore::Writer& w) { return w.Close(); });
 }
+
+void runstore_writer_release(runstore_writer* writer) { delete writer; }
 
 // ---- reading ----
 

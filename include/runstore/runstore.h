@@ -12,7 +12,9 @@
  *
  * Conventions:
  *   - Handles are opaque and owned by the caller, who frees each with its
- *     release/close function (NULL is accepted and ignored).
+ *     _release function (a store: runstore_close); NULL is accepted and
+ *     ignored. A writer is closed (runstore_writer_close) before it is
+ *     released, to see what the close says.
  *   - Functions that can fail return a runstore_code: RUNSTORE_OK (0) or the
  *     kind of failure. The message of the calling thread's last failure is
  *     runstore_last_error() (valid until that thread's next call into this
@@ -172,9 +174,12 @@ uint64_t runstore_durable_ticket(const runstore_writer* writer);
 /* Marks `run` as resumed at `step` (after a preemption): its records at steps
  * >= step committed before this marker are hidden from readers. */
 runstore_code runstore_resume(runstore_writer* writer, runstore_run run, int64_t step);
-/* Commits what was appended, seals the segment and frees the writer, also
- * when the close fails (its code says so). */
+/* Commits what was appended and seals the segment. Every later call on the
+ * writer but its release is FAILED_PRECONDITION. */
 runstore_code runstore_writer_close(runstore_writer* writer);
+/* Frees the writer; one not closed is closed first (its errors then lost:
+ * close it to see them). */
+void runstore_writer_release(runstore_writer* writer);
 
 /* ---- reading -------------------------------------------------------------- */
 

@@ -120,6 +120,11 @@ static void write_store(runstore_store* store) {
   CHECK_OK(runstore_resume(w, r1, 50));
   CHECK_OK(runstore_append_f64(w, r1, "loss", 50, -1.0));
   CHECK_OK(runstore_writer_close(w));
+  /* A closed writer says so, whatever is asked of it. */
+  CHECK(runstore_append_f64(w, r1, "loss", 51, 0.0) == RUNSTORE_FAILED_PRECONDITION);
+  CHECK(error_says("closed"));
+  CHECK(runstore_commit(w) == RUNSTORE_FAILED_PRECONDITION && error_says("closed"));
+  runstore_writer_release(w);
 }
 
 static void check_series(runstore_snapshot* snap) {
@@ -372,6 +377,7 @@ static void check_errors(const char* dir) {
         RUNSTORE_INVALID_ARGUMENT);
   CHECK(error_says("UTF-8"));
   CHECK_OK(runstore_writer_close(w));
+  runstore_writer_release(w);
   /* A read-only store takes no writer. */
   runstore_store* ro = NULL;
   CHECK_OK(runstore_open(path, RUNSTORE_OPEN_READ_ONLY, &ro));
@@ -384,6 +390,7 @@ static void check_errors(const char* dir) {
   runstore_close(s);
   CHECK_OK(runstore_append_f64(w, runstore_run_int(9), "after-close", 0, 9.0));
   CHECK_OK(runstore_writer_close(w));
+  runstore_writer_release(w);
   CHECK_OK(runstore_open(path, RUNSTORE_OPEN_READ_ONLY, &s));
   runstore_snapshot* snap = NULL;
   runstore_value* v = NULL;
@@ -394,11 +401,37 @@ static void check_errors(const char* dir) {
   runstore_snapshot_release(snap);
   runstore_close(s);
   CHECK(strcmp(runstore_code_name(RUNSTORE_RESOURCE_EXHAUSTED), "ResourceExhausted") == 0);
+  /* A writer released without a close is closed: what it appended is committed. */
+  CHECK_OK(runstore_open(path, 0, &s));
+  CHECK_OK(runstore_writer_open(s, NULL, &w));
+  CHECK_OK(runstore_append_f64(w, runstore_run_int(9), "released", 0, 3.0));
+  runstore_writer_release(w);
+  CHECK_OK(runstore_refresh(s, &snap));
+  CHECK_OK(runstore_get(snap, runstore_run_int(9), "released", 0, &v));
+  runstore_value_release(v);
+  runstore_snapshot_release(snap);
+  runstore_close(s);
+  /* Null handles: a code and a message naming the argument, never a crash. */
+  CHECK(runstore_append_f64(NULL, runstore_run_int(1), "x", 0, 1.0) == RUNSTORE_INVALID_ARGUMENT);
+  CHECK(error_says("writer is NULL"));
+  CHECK(runstore_commit(NULL) == RUNSTORE_INVALID_ARGUMENT);
+  CHECK(runstore_writer_close(NULL) == RUNSTORE_INVALID_ARGUMENT);
+  CHECK(runstore_refresh(NULL, &snap) == RUNSTORE_INVALID_ARGUMENT && snap == NULL);
+  CHECK(error_says("store is NULL"));
+  CHECK(runstore_get(NULL, runstore_run_int(1), "x", 0, &v) == RUNSTORE_INVALID_ARGUMENT);
+  CHECK(error_says("snapshot is NULL"));
+  CHECK(runstore_list_series(NULL, NULL) == RUNSTORE_INVALID_ARGUMENT && error_says("out"));
+  CHECK(runstore_scan(NULL, "x", NULL, NULL) == RUNSTORE_INVALID_ARGUMENT);
+  CHECK(runstore_writer_open(NULL, NULL, &w) == RUNSTORE_INVALID_ARGUMENT && w == NULL);
+  CHECK(runstore_value_data(NULL) == NULL && runstore_series_list_size(NULL) == 0);
   /* Releasing NULL is nothing. */
   runstore_close(NULL);
   runstore_snapshot_release(NULL);
   runstore_value_release(NULL);
-  CHECK(runstore_writer_close(NULL) == RUNSTORE_OK);
+  runstore_writer_release(NULL);
+  runstore_scanner_release(NULL);
+  runstore_series_list_release(NULL);
+  runstore_run_list_release(NULL);
 }
 
 /* Writers on threads, one each, beside a thread that refreshes and reads. */
@@ -416,6 +449,7 @@ static int write_thread(void* arg) {
     if (step % 100 == 99) bad |= runstore_commit(w) != RUNSTORE_OK;
   }
   bad |= runstore_writer_close(w) != RUNSTORE_OK;
+  runstore_writer_release(w);
   return bad;
 }
 
@@ -481,6 +515,7 @@ static void check_fork(const char* dir) {
                     runstore_writer_open(cs, NULL, &cw) == RUNSTORE_OK &&
                     runstore_append_f64(cw, runstore_run_int(2), "x", 0, 3.0) == RUNSTORE_OK &&
                     runstore_writer_close(cw) == RUNSTORE_OK;
+    runstore_writer_release(cw);
     runstore_close(cs);
     _exit(refused && own ? 0 : 1);
   }
@@ -490,6 +525,7 @@ static void check_fork(const char* dir) {
   CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   CHECK_OK(runstore_append_f64(w, runstore_run_int(1), "x", 1, 2.0));
   CHECK_OK(runstore_writer_close(w));
+  runstore_writer_release(w);
   runstore_snapshot* snap = NULL;
   CHECK_OK(runstore_refresh(s, &snap));
   runstore_series_info info;
