@@ -40,7 +40,9 @@ struct runstore_run_list {
   std::vector<runstore::RunId> runs;
 };
 struct runstore_value {
-  runstore::Value value;
+  // Checked whole (runstore_get: no checker) or as it is read (runstore_get_lazy).
+  runstore::LazyValue lazy;
+  const runstore::Value& value() const { return lazy.value(); }
 };
 struct runstore_scanner {
   std::unique_ptr<runstore::SeriesScanner> scanner;
@@ -435,36 +437,61 @@ void runstore_run_list_release(runstore_run_list* list) { delete list; }
 
 runstore_code runstore_get(const runstore_snapshot* snapshot, runstore_run run, const char* name,
                            int64_t step, runstore_value** out) {
+  return MakeHandle(
+      out, snapshot, [&](const runstore::Snapshot& snap) -> runstore::Result<runstore::LazyValue> {
+        if (name == nullptr) return Status::InvalidArgument("name is NULL");
+        RUNSTORE_ASSIGN_OR_RETURN(runstore::Value v, snap.Get(RunOf(run), name, step));
+        return runstore::LazyValue(std::move(v), nullptr);
+      });
+}
+
+runstore_code runstore_get_lazy(const runstore_snapshot* snapshot, runstore_run run,
+                                const char* name, int64_t step, runstore_value** out) {
   return MakeHandle(out, snapshot,
-                    [&](const runstore::Snapshot& snap) -> runstore::Result<runstore::Value> {
+                    [&](const runstore::Snapshot& snap) -> runstore::Result<runstore::LazyValue> {
                       if (name == nullptr) return Status::InvalidArgument("name is NULL");
-                      return snap.Get(RunOf(run), name, step);
+                      return snap.GetLazy(RunOf(run), name, step);
                     });
+}
+
+runstore_code runstore_value_check(const runstore_value* value, uint64_t offset, uint64_t len) {
+  return Guard([&] {
+    if (value == nullptr) return NullArgument("value");
+    const uint64_t n = value->value().nbytes();
+    if (offset > n || len > n - offset) {
+      return Fail(RUNSTORE_INVALID_ARGUMENT,
+                  "runstore_value_check: bytes [" + std::to_string(offset) + ", +" +
+                      std::to_string(len) + ") are past the value's " + std::to_string(n));
+    }
+    Status s = value->lazy.Check(offset, len);
+    return s.ok() ? Ok() : Fail(s);
+  });
 }
 
 runstore_dtype runstore_value_dtype(const runstore_value* value) {
   return value == nullptr ? static_cast<runstore_dtype>(0)
-                          : static_cast<runstore_dtype>(value->value.dtype());
+                          : static_cast<runstore_dtype>(value->value().dtype());
 }
 
 int runstore_value_rank(const runstore_value* value) {
-  return value == nullptr ? 0 : value->value.rank();
+  return value == nullptr ? 0 : value->value().rank();
 }
 
 const int64_t* runstore_value_shape(const runstore_value* value) {
-  return value == nullptr || value->value.shape().empty() ? nullptr : value->value.shape().data();
+  return value == nullptr || value->value().shape().empty() ? nullptr
+                                                            : value->value().shape().data();
 }
 
 const void* runstore_value_data(const runstore_value* value) {
-  return value == nullptr ? nullptr : value->value.data();
+  return value == nullptr ? nullptr : value->value().data();
 }
 
 size_t runstore_value_nbytes(const runstore_value* value) {
-  return value == nullptr ? 0 : value->value.nbytes();
+  return value == nullptr ? 0 : value->value().nbytes();
 }
 
 int runstore_value_zero_copy(const runstore_value* value) {
-  return value != nullptr && value->value.zero_copy() ? 1 : 0;
+  return value != nullptr && value->value().zero_copy() ? 1 : 0;
 }
 
 void runstore_value_release(runstore_value* value) { delete value; }

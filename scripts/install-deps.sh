@@ -14,6 +14,7 @@ apt_packages=(
   python3 python3-venv python3-dev
   openmpi-bin libopenmpi-dev
   tmux chromium ccache
+  cargo
 )
 
 missing=()

@@ -96,6 +96,27 @@ if [ "${SKIP_TSAN:-0}" != 1 ]; then
   done
 fi
 
+step "Rust crate over the C API (bindings/rust/runstore: cargo test --offline, the sseq example)"
+# Debian's toolchain where it is installed (the crate's floor, rustc 1.63), else the PATH's.
+cargo=cargo
+if [ -x /usr/bin/cargo ] && [ -x /usr/bin/rustc ]; then
+  cargo=/usr/bin/cargo
+  export RUSTC=/usr/bin/rustc RUSTDOC=/usr/bin/rustdoc
+fi
+(
+  cd bindings/rust/runstore
+  export RUNSTORE_LIB_DIR="$root/build/release" CARGO_TARGET_DIR="$root/build/rust"
+  "$cargo" test --offline -q
+  "$cargo" build --offline -q --release --examples
+)
+sseq="$root/build/rust-sseq-store"
+rm -rf "$sseq"
+build/rust/release/examples/sseq_matrices write "$sseq"
+build/rust/release/examples/sseq_matrices read "$sseq"
+rm -rf "$sseq"
+# The Python tests that run the C and Rust programs beside the package need them built.
+export RUNSTORE_REQUIRE_BINDINGS=1
+
 step "Python tests"
 cd "$root/python/tests"
 "$root/.venv/bin/python" -m pytest -q -p no:cacheprovider "$root/python/tests"

@@ -221,6 +221,16 @@ void runstore_run_list_release(runstore_run_list* list);
 typedef struct runstore_value runstore_value;
 runstore_code runstore_get(const runstore_snapshot* snapshot, runstore_run run, const char* name,
                            int64_t step, runstore_value** out);
+/* The same record without reading it first: its bytes are checked as they
+ * are asked for, so that part of a large array is read (and kept resident)
+ * without the rest. Before reading bytes [offset, offset + len) of its data,
+ * call runstore_value_check for them (the stored chunks they touch are
+ * checked, each once; CORRUPTION naming the file where they do not match);
+ * bytes no check covered may be damaged. Values that are not large arrays
+ * stored uncompressed are checked whole here, and their checks return OK. */
+runstore_code runstore_get_lazy(const runstore_snapshot* snapshot, runstore_run run,
+                                const char* name, int64_t step, runstore_value** out);
+runstore_code runstore_value_check(const runstore_value* value, uint64_t offset, uint64_t len);
 runstore_dtype runstore_value_dtype(const runstore_value* value);
 int runstore_value_rank(const runstore_value* value);
 const int64_t* runstore_value_shape(const runstore_value* value);

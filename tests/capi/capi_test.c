@@ -3,7 +3,9 @@
  * string id with a NUL byte inside), commits with and without waiting, a
  * resumed run, scans into the caller's buffers with runs and steps chosen,
  * a zero-copy value that outlives its snapshot and store, an Arrow stream,
- * writers on threads beside a refreshing reader, a writer after fork(), and
+ * a large array read in part with its chunks checked as they are asked for
+ * (and a damaged byte found where it lies), writers on threads beside a
+ * refreshing reader, a writer after fork(), and
  * the errors a caller meets (hostile lengths and shapes among them), each
  * with its code and a message naming what was wrong.
  *
@@ -434,6 +436,80 @@ static void check_errors(const char* dir) {
   runstore_run_list_release(NULL);
 }
 
+/* A large array read in part: its chunks are checked as they are asked for,
+ * and a damaged byte is found where it lies, naming the file, while the rest
+ * of the array still reads. */
+static void check_lazy(const char* dir) {
+  enum { kN = 1 << 19 }; /* 4 MiB of float64: 0, 1, 2, ... */
+  char path[4096];
+  snprintf(path, sizeof path, "%s/lazy", dir);
+  runstore_store* s = NULL;
+  runstore_writer* w = NULL;
+  CHECK_OK(runstore_open(path, 0, &s));
+  CHECK_OK(runstore_writer_open(s, "lazy-writer", &w));
+  double* a = malloc(sizeof(double) * kN);
+  if (a == NULL) return;
+  for (int k = 0; k < kN; ++k) a[k] = (double)k;
+  const int64_t shape[1] = {kN};
+  CHECK_OK(runstore_append(w, runstore_run_int(1), "big", 0, RUNSTORE_FLOAT64, shape, 1, a,
+                           sizeof(double) * kN));
+  CHECK_OK(runstore_writer_close(w));
+  runstore_writer_release(w);
+  runstore_close(s);
+
+  /* One byte of element 300,000 damaged in the segment file. */
+  char seg[4200];
+  snprintf(seg, sizeof seg, "%s/segments/lazy-writer-00000001.rss", path);
+  FILE* f = fopen(seg, "r+b");
+  CHECK(f != NULL);
+  if (f == NULL) {
+    free(a);
+    return;
+  }
+  fseek(f, 0, SEEK_END);
+  const long size = ftell(f);
+  unsigned char* bytes = malloc((size_t)size);
+  fseek(f, 0, SEEK_SET);
+  CHECK(bytes != NULL && fread(bytes, 1, (size_t)size, f) == (size_t)size);
+  long at = -1;
+  for (long i = 0; bytes != NULL && i + 16 <= size; i += 8) {
+    if (memcmp(bytes + i, &a[300000], 8) == 0 && memcmp(bytes + i + 8, &a[300001], 8) == 0) {
+      at = i;
+      break;
+    }
+  }
+  CHECK(at >= 0);
+  fseek(f, at, SEEK_SET);
+  fputc(bytes[at] ^ 0x40, f);
+  fclose(f);
+  free(bytes);
+
+  CHECK_OK(runstore_open(path, RUNSTORE_OPEN_READ_ONLY, &s));
+  runstore_snapshot* snap = NULL;
+  CHECK_OK(runstore_refresh(s, &snap));
+  runstore_value* v = NULL;
+  CHECK_OK(runstore_get_lazy(snap, runstore_run_int(1), "big", 0, &v));
+  CHECK(runstore_value_zero_copy(v) && runstore_value_nbytes(v) == sizeof(double) * kN);
+  /* The first thousand elements: checked, read. */
+  CHECK_OK(runstore_value_check(v, 0, 8 * 1000));
+  const double* d = runstore_value_data(v);
+  CHECK(d != NULL && d[999] == 999.0);
+  /* The damaged element's chunk. */
+  CHECK(runstore_value_check(v, 8 * 300000, 8) == RUNSTORE_CORRUPTION);
+  CHECK(error_says("lazy-writer-00000001.rss"));
+  /* The last elements, past the damage, still read. */
+  CHECK_OK(runstore_value_check(v, 8 * (kN - 10), 80));
+  CHECK(d != NULL && d[kN - 1] == (double)(kN - 1));
+  CHECK(runstore_value_check(v, 8 * kN, 1) == RUNSTORE_INVALID_ARGUMENT && error_says("past"));
+  runstore_value_release(v);
+  /* Read whole, it is damaged. */
+  CHECK(runstore_get(snap, runstore_run_int(1), "big", 0, &v) == RUNSTORE_CORRUPTION);
+  CHECK(v == NULL && error_says("lazy-writer-00000001.rss"));
+  runstore_snapshot_release(snap);
+  runstore_close(s);
+  free(a);
+}
+
 /* Writers on threads, one each, beside a thread that refreshes and reads. */
 enum { kThreads = 4, kPerThread = 500 };
 static runstore_store* shared_store;
@@ -584,6 +660,7 @@ int main(int argc, char** argv) {
   runstore_close(store);
 
   check_errors(argv[1]);
+  check_lazy(argv[1]);
   check_threads(argv[1]);
   check_fork(argv[1]);
   if (failures == 0) printf("capi_test: every check held\n");
