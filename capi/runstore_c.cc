@@ -214,6 +214,8 @@ const char* runstore_code_name(runstore_code code) {
       return "FailedPrecondition";
     case RUNSTORE_RESOURCE_EXHAUSTED:
       return "ResourceExhausted";
+    default:
+      break;
   }
   return "Unknown";
 }

@@ -32,6 +32,7 @@
 #ifndef RUNSTORE_RUNSTORE_H_
 #define RUNSTORE_RUNSTORE_H_
 
+#include <limits.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -68,7 +69,11 @@ typedef enum runstore_code {
   RUNSTORE_FAILED_PRECONDITION = 7,
   /* Out of descriptors, memory or mappings: nothing is wrong with the store,
    * and the same call may succeed with more of the resource. */
-  RUNSTORE_RESOURCE_EXHAUSTED = 8
+  RUNSTORE_RESOURCE_EXHAUSTED = 8,
+  /* Not codes: every int is a value of the type (in C++ too), so that the
+   * library takes any int given as one without undefined behaviour. */
+  RUNSTORE_CODE_MIN_ = INT_MIN,
+  RUNSTORE_CODE_MAX_ = INT_MAX
 } runstore_code;
 
 /* The calling thread's last failure: its message ("" when the last call
@@ -92,7 +97,11 @@ typedef enum runstore_dtype {
   RUNSTORE_FLOAT32 = 10,
   RUNSTORE_FLOAT64 = 11,
   RUNSTORE_STRING = 12, /* UTF-8 text, one per record */
-  RUNSTORE_BYTES = 13   /* raw bytes, one per record */
+  RUNSTORE_BYTES = 13,  /* raw bytes, one per record */
+  /* Not dtypes: every int is a value of the type (in C++ too), so that a
+   * wrong one is refused (INVALID_ARGUMENT), not undefined behaviour. */
+  RUNSTORE_DTYPE_MIN_ = INT_MIN,
+  RUNSTORE_DTYPE_MAX_ = INT_MAX
 } runstore_dtype;
 
 /* Bytes per element (0 for strings and bytes). */

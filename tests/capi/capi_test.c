@@ -353,6 +353,10 @@ static void check_errors(const char* dir) {
   CHECK(runstore_append(w, runstore_run_int(1), "x", 0, (runstore_dtype)99, NULL, 0, &x, 8) ==
         RUNSTORE_INVALID_ARGUMENT);
   CHECK(error_says("dtype 99"));
+  CHECK(runstore_append(w, runstore_run_int(1), "x", 0, (runstore_dtype)-1, NULL, 0, &x, 8) ==
+        RUNSTORE_INVALID_ARGUMENT);
+  CHECK(runstore_dtype_size((runstore_dtype)1000) == 0);
+  CHECK(strcmp(runstore_code_name((runstore_code)12345), "Unknown") == 0);
   CHECK(runstore_append(w, runstore_run_int(1), "x", 0, RUNSTORE_FLOAT64, NULL, 2, &x, 8) ==
         RUNSTORE_INVALID_ARGUMENT);
   CHECK(error_says("NULL shape"));

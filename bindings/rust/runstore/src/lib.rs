@@ -129,6 +129,39 @@ fn invalid(message: String) -> Error {
     }
 }
 
+/// A series name as the C API takes it (NUL-terminated), on the stack: names are at most 255
+/// bytes, and a write of one record must not allocate for its name. Longer names are passed
+/// on for the library to refuse with its own message.
+struct Name {
+    buf: [u8; 256],
+    heap: Option<CString>,
+}
+
+impl Name {
+    fn new(name: &str) -> Result<Name> {
+        if name.as_bytes().contains(&0) {
+            return Err(invalid(format!("series name {:?} holds a NUL byte", name)));
+        }
+        let mut n = Name {
+            buf: [0u8; 256],
+            heap: None,
+        };
+        if name.len() < n.buf.len() {
+            n.buf[..name.len()].copy_from_slice(name.as_bytes());
+        } else {
+            n.heap = Some(c_string("series name", name)?);
+        }
+        Ok(n)
+    }
+
+    fn as_ptr(&self) -> *const std::os::raw::c_char {
+        match &self.heap {
+            Some(c) => c.as_ptr(),
+            None => self.buf.as_ptr() as *const _,
+        }
+    }
+}
+
 fn c_string(what: &str, s: &str) -> Result<CString> {
     CString::new(s).map_err(|_| invalid(format!("{} {:?} holds a NUL byte", what, s)))
 }
@@ -376,7 +409,7 @@ impl Writer {
         data: *const u8,
         nbytes: usize,
     ) -> Result<()> {
-        let name = c_string("series name", name)?;
+        let name = Name::new(name)?;
         // SAFETY: `data` holds `nbytes` bytes and `shape` its dimensions, both read before
         // the call returns.
         check(unsafe {
@@ -577,7 +610,7 @@ impl Snapshot {
         step: i64,
         lazy: bool,
     ) -> Result<*mut ffi::runstore_value> {
-        let c = c_string("series name", name)?;
+        let c = Name::new(name)?;
         let mut out = ptr::null_mut();
         // SAFETY: a live snapshot.
         check(unsafe {
