@@ -5,7 +5,8 @@
 //   api_bench DIR
 //
 // Phases (each line: name, figure, unit): 2,000,000 float64 scalars appended
-// one call each (runs i % 100, steps i / 100) and committed; 128 arrays of
+// one call each (runs i % 100, steps i / 100) and committed, then again in
+// calls of 10,000 (AppendBatch); 128 arrays of
 // 1 MiB appended and committed; the 128 arrays read back as zero-copy views
 // and summed whole (best of 3, warm); 100,000 scalar point lookups. DIR is
 // removed and made again.
@@ -58,6 +59,28 @@ int main(int argc, char** argv) {
   }
   Must(w->Commit());
   std::printf("append_scalars %.3f M/s\n", kScalars / Since(t0) / 1e6);
+
+  // The same records again, 10,000 a call (what the crate's append_batch makes).
+  t0 = Clock::now();
+  for (int64_t start = 0; start < kScalars; start += 10'000) {
+    std::vector<runstore::RunRef> runs;
+    std::vector<int64_t> steps;
+    std::vector<double> values;
+    for (int64_t i = start; i < start + 10'000; ++i) {
+      runs.emplace_back(i % 100);
+      steps.push_back(100'000 + i / 100);
+      values.push_back(static_cast<double>(i));
+    }
+    const int64_t n[1] = {10'000};
+    runstore::ValueRef v;
+    v.dtype = runstore::DType::kFloat64;
+    v.shape = n;
+    v.data = values.data();
+    v.nbytes = values.size() * sizeof(double);
+    Must(w->AppendBatch(runs, "x", steps, v));
+  }
+  Must(w->Commit());
+  std::printf("append_batches %.3f M/s\n", kScalars / Since(t0) / 1e6);
 
   std::vector<double> a(kElems);
   for (int64_t k = 0; k < kElems; ++k) a[k] = static_cast<double>(k);

@@ -335,6 +335,43 @@ runstore_code runstore_append(runstore_writer* writer, runstore_run run, const c
   });
 }
 
+runstore_code runstore_append_batch(runstore_writer* writer, const runstore_run* runs,
+                                    const int64_t* steps, size_t count, const char* name,
+                                    runstore_dtype dtype, const int64_t* shape, int rank,
+                                    const void* values, size_t nbytes) {
+  return Guard([&] {
+    if (writer == nullptr) return NullArgument("writer");
+    if (name == nullptr) return NullArgument("name");
+    if (count > 0 && (runs == nullptr || steps == nullptr)) return NullArgument("runs or steps");
+    if (values == nullptr && nbytes > 0) return NullArgument("values");
+    if (!ValidDType(dtype) || runstore::IsVarLength(static_cast<runstore::DType>(dtype))) {
+      return Fail(RUNSTORE_INVALID_ARGUMENT,
+                  "runstore_append_batch: dtype " + std::to_string(static_cast<int>(dtype)) +
+                      " is not a number type (strings and bytes are appended one by one)");
+    }
+    if (rank < 0 || rank >= runstore::kMaxRank || (rank > 0 && shape == nullptr)) {
+      return Fail(RUNSTORE_INVALID_ARGUMENT, "runstore_append_batch: rank " + std::to_string(rank) +
+                                                 " with shape " +
+                                                 (shape == nullptr ? "NULL" : "given"));
+    }
+    std::vector<runstore::RunRef> run_refs;
+    run_refs.reserve(count);
+    for (size_t i = 0; i < count; ++i) run_refs.push_back(RunOf(runs[i]));
+    std::vector<int64_t> dims;
+    dims.reserve(static_cast<size_t>(rank) + 1);
+    dims.push_back(static_cast<int64_t>(count));
+    dims.insert(dims.end(), shape, shape + rank);
+    runstore::ValueRef v;
+    v.dtype = static_cast<runstore::DType>(dtype);
+    v.shape = dims;
+    v.data = values != nullptr ? values : "";
+    v.nbytes = nbytes;
+    Status s =
+        writer->writer->AppendBatch(run_refs, name, std::span<const int64_t>(steps, count), v);
+    return s.ok() ? Ok() : Fail(s);
+  });
+}
+
 runstore_code runstore_append_f64(runstore_writer* writer, runstore_run run, const char* name,
                                   int64_t step, double value) {
   return runstore_append(writer, run, name, step, RUNSTORE_FLOAT64, nullptr, 0, &value,

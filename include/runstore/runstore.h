@@ -161,6 +161,16 @@ runstore_code runstore_writer_open(runstore_store* store, const char* writer_id,
 runstore_code runstore_append(runstore_writer* writer, runstore_run run, const char* name,
                               int64_t step, runstore_dtype dtype, const int64_t* shape, int rank,
                               const void* data, size_t nbytes);
+/* `count` records of series `name` in one call: record i is runs[i] at
+ * steps[i], its value the i-th of `values`, which holds `count` values of
+ * `dtype` and `shape` (`rank` dimensions; a record's shape, not the batch's)
+ * one after another, `nbytes` in all (numbers only: strings and bytes go one
+ * by one). Every record is checked before any is appended: on
+ * INVALID_ARGUMENT none was. The call a loop of appends costs least through. */
+runstore_code runstore_append_batch(runstore_writer* writer, const runstore_run* runs,
+                                    const int64_t* steps, size_t count, const char* name,
+                                    runstore_dtype dtype, const int64_t* shape, int rank,
+                                    const void* values, size_t nbytes);
 runstore_code runstore_append_f64(runstore_writer* writer, runstore_run run, const char* name,
                                   int64_t step, double value);
 runstore_code runstore_append_i64(runstore_writer* writer, runstore_run run, const char* name,

@@ -108,6 +108,29 @@ static void write_store(runstore_store* store) {
     const int32_t v[3] = {(int32_t)step, (int32_t)(step * 2), (int32_t)(step * 3)};
     CHECK_OK(runstore_append(w, r1, "triple", step, RUNSTORE_INT32, shape, 1, v, sizeof v));
   }
+  /* A batch: 1,000 records of float32[2] over 10 runs, in one call. */
+  {
+    enum { kB = 1000 };
+    static runstore_run runs[kB];
+    static int64_t steps[kB];
+    static float pairs[2 * kB];
+    for (int i = 0; i < kB; ++i) {
+      runs[i] = runstore_run_int(100 + i % 10);
+      steps[i] = i / 10;
+      pairs[2 * i] = (float)i;
+      pairs[2 * i + 1] = -(float)i;
+    }
+    const int64_t two[1] = {2};
+    CHECK_OK(runstore_append_batch(w, runs, steps, kB, "pairs", RUNSTORE_FLOAT32, two, 1, pairs,
+                                   sizeof pairs));
+    /* Bytes that do not hold the records: refused whole, nothing appended. */
+    CHECK(runstore_append_batch(w, runs, steps, kB, "pairs2", RUNSTORE_FLOAT32, two, 1, pairs,
+                                sizeof pairs - 4) == RUNSTORE_INVALID_ARGUMENT);
+    CHECK(error_says("pairs2"));
+    CHECK(runstore_append_batch(w, runs, steps, kB, "names", RUNSTORE_STRING, NULL, 0, pairs,
+                                sizeof pairs) == RUNSTORE_INVALID_ARGUMENT);
+    CHECK(error_says("not a number type"));
+  }
   CHECK_OK(runstore_flush(w));
   CHECK_OK(runstore_commit(w));
   uint64_t ticket = 0;
@@ -133,7 +156,7 @@ static void check_series(runstore_snapshot* snap) {
   runstore_series_list* list = NULL;
   CHECK_OK(runstore_list_series(snap, &list));
   const size_t n = runstore_series_list_size(list);
-  CHECK(n == 18);
+  CHECK(n == 19);
   const char* previous = "";
   int saw_weights = 0;
   for (size_t i = 0; i < n; ++i) {
@@ -155,16 +178,23 @@ static void check_series(runstore_snapshot* snap) {
   /* 100 of run 1 but the 49 past the marker, 100 of exp-7, 1 of the NUL id. */
   CHECK(loss.count == 51 + 100 + 1);
   CHECK(loss.dtype == RUNSTORE_FLOAT64 && loss.rank == 0);
+  runstore_series_info pairs;
+  CHECK_OK(runstore_series(snap, "pairs", &pairs));
+  CHECK(pairs.count == 1000 && pairs.rank == 1 && pairs.shape[0] == 2);
+  CHECK(runstore_series(snap, "pairs2", &pairs) == RUNSTORE_NOT_FOUND);
   CHECK(runstore_series(snap, "no-such-series", &loss) == RUNSTORE_NOT_FOUND);
   CHECK(error_says("no-such-series"));
 
   runstore_run_list* runs = NULL;
   CHECK_OK(runstore_list_runs(snap, &runs));
-  CHECK(runstore_run_list_size(runs) == 3);
-  const runstore_run first = runstore_run_list_at(runs, 0);
-  CHECK(!first.is_string && first.i == 1); /* integers first */
+  /* Runs 1 and 100..109 (the batch's), ascending, then the two strings. */
+  CHECK(runstore_run_list_size(runs) == 13);
+  for (size_t i = 0; i < 11 && runstore_run_list_size(runs) == 13; ++i) {
+    const runstore_run r = runstore_run_list_at(runs, i);
+    CHECK(!r.is_string && r.i == (i == 0 ? 1 : 99 + (int64_t)i));
+  }
   int saw_nul = 0, saw_exp7 = 0;
-  for (size_t i = 1; i < runstore_run_list_size(runs); ++i) {
+  for (size_t i = 11; i < runstore_run_list_size(runs); ++i) {
     const runstore_run r = runstore_run_list_at(runs, i);
     CHECK(r.is_string);
     saw_nul |= r.len == 3 && memcmp(r.str, "a\0b", 3) == 0;

@@ -129,37 +129,23 @@ fn invalid(message: String) -> Error {
     }
 }
 
-/// A series name as the C API takes it (NUL-terminated), on the stack: names are at most 255
-/// bytes, and a write of one record must not allocate for its name. Longer names are passed
-/// on for the library to refuse with its own message.
-struct Name {
-    buf: [u8; 256],
-    heap: Option<CString>,
+thread_local! {
+    /// The last series name this thread passed in, NUL-terminated: a writer logs the same
+    /// few names over and over, and a record's write must not allocate or copy its name.
+    static LAST_NAME: std::cell::RefCell<(String, CString)> =
+        std::cell::RefCell::new((String::new(), CString::default()));
 }
 
-impl Name {
-    fn new(name: &str) -> Result<Name> {
-        if name.as_bytes().contains(&0) {
-            return Err(invalid(format!("series name {:?} holds a NUL byte", name)));
+/// Calls `f` with `name` as the C API takes it (NUL-terminated).
+fn with_name<R>(name: &str, f: impl FnOnce(*const std::os::raw::c_char) -> Result<R>) -> Result<R> {
+    LAST_NAME.with(|last| {
+        let mut last = last.borrow_mut();
+        if last.0 != name {
+            let c = c_string("series name", name)?;
+            *last = (name.to_string(), c);
         }
-        let mut n = Name {
-            buf: [0u8; 256],
-            heap: None,
-        };
-        if name.len() < n.buf.len() {
-            n.buf[..name.len()].copy_from_slice(name.as_bytes());
-        } else {
-            n.heap = Some(c_string("series name", name)?);
-        }
-        Ok(n)
-    }
-
-    fn as_ptr(&self) -> *const std::os::raw::c_char {
-        match &self.heap {
-            Some(c) => c.as_ptr(),
-            None => self.buf.as_ptr() as *const _,
-        }
-    }
+        f(last.1.as_ptr())
+    })
 }
 
 fn c_string(what: &str, s: &str) -> Result<CString> {
@@ -409,25 +395,26 @@ impl Writer {
         data: *const u8,
         nbytes: usize,
     ) -> Result<()> {
-        let name = Name::new(name)?;
         // SAFETY: `data` holds `nbytes` bytes and `shape` its dimensions, both read before
         // the call returns.
-        check(unsafe {
-            ffi::runstore_append(
-                self.ptr,
-                run.to_c(),
-                name.as_ptr(),
-                step,
-                dtype.code(),
-                if shape.is_empty() {
-                    ptr::null()
-                } else {
-                    shape.as_ptr()
-                },
-                shape.len() as c_int,
-                data as *const _,
-                nbytes,
-            )
+        with_name(name, |name| {
+            check(unsafe {
+                ffi::runstore_append(
+                    self.ptr,
+                    run.to_c(),
+                    name,
+                    step,
+                    dtype.code(),
+                    if shape.is_empty() {
+                        ptr::null()
+                    } else {
+                        shape.as_ptr()
+                    },
+                    shape.len() as c_int,
+                    data as *const _,
+                    nbytes,
+                )
+            })
         })
     }
 
@@ -479,6 +466,52 @@ impl Writer {
             data.as_ptr() as *const u8,
             std::mem::size_of_val(data),
         )
+    }
+
+    /// `steps.len()` records of series `name` in one call: record i is `runs[i]` at
+    /// `steps[i]`, its value the i-th of `values`, which holds them one after another, each
+    /// of `record_shape` (empty for scalars). Every record is checked before any is
+    /// appended. The way to append many records at the C++ API's speed: one call through
+    /// the C boundary a batch, not a record.
+    pub fn append_batch<T: Element>(
+        &self,
+        runs: &[Run<'_>],
+        steps: &[i64],
+        name: &str,
+        record_shape: &[i64],
+        values: &[T],
+    ) -> Result<()> {
+        if runs.len() != steps.len() {
+            return Err(invalid(format!(
+                "append_batch of series {:?}: {} runs for {} steps",
+                name,
+                runs.len(),
+                steps.len()
+            )));
+        }
+        let c_runs: Vec<ffi::runstore_run> = runs.iter().map(|r| r.to_c()).collect();
+        with_name(name, |name| {
+            // SAFETY: the runs (whose strings `runs` borrows), steps, shape and values are
+            // read before the call returns; the library checks `values`' length against them.
+            check(unsafe {
+                ffi::runstore_append_batch(
+                    self.ptr,
+                    c_runs.as_ptr(),
+                    steps.as_ptr(),
+                    steps.len(),
+                    name,
+                    T::DTYPE.code(),
+                    if record_shape.is_empty() {
+                        ptr::null()
+                    } else {
+                        record_shape.as_ptr()
+                    },
+                    record_shape.len() as c_int,
+                    values.as_ptr() as *const _,
+                    std::mem::size_of_val(values),
+                )
+            })
+        })
     }
 
     /// A UTF-8 string.
@@ -610,15 +643,16 @@ impl Snapshot {
         step: i64,
         lazy: bool,
     ) -> Result<*mut ffi::runstore_value> {
-        let c = Name::new(name)?;
         let mut out = ptr::null_mut();
         // SAFETY: a live snapshot.
-        check(unsafe {
-            if lazy {
-                ffi::runstore_get_lazy(self.ptr, run.to_c(), c.as_ptr(), step, &mut out)
-            } else {
-                ffi::runstore_get(self.ptr, run.to_c(), c.as_ptr(), step, &mut out)
-            }
+        with_name(name, |c| {
+            check(unsafe {
+                if lazy {
+                    ffi::runstore_get_lazy(self.ptr, run.to_c(), c, step, &mut out)
+                } else {
+                    ffi::runstore_get(self.ptr, run.to_c(), c, step, &mut out)
+                }
+            })
         })?;
         Ok(out)
     }

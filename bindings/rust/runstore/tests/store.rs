@@ -138,6 +138,26 @@ fn scans_choose_runs_and_steps() {
         assert_eq!(some.runs[i], RunId::Str("b".into()));
         assert_eq!(some.values[i], -(some.steps[i] as f64));
     }
+    let runs: Vec<Run> = (0..1000).map(|i| Run::Int(10 + i % 5)).collect();
+    let steps: Vec<i64> = (0..1000).map(|i| i / 5).collect();
+    let values: Vec<f32> = (0..2000).map(|k| k as f32).collect();
+    w.append_batch(&runs, &steps, "batch", &[2], &values)
+        .unwrap();
+    let e = w
+        .append_batch(&runs, &steps, "batch2", &[2], &values[1..])
+        .unwrap_err();
+    assert!(e.message.contains("batch2"), "{}", e);
+    w.commit().unwrap();
+    let snap = store.refresh().unwrap();
+    let batch = snap
+        .scan::<f32>("batch", Some(&[Run::Int(12)]), None)
+        .unwrap();
+    assert_eq!((batch.len(), batch.per_record), (200, 2));
+    assert!((0..200).all(|i| batch.record(i)[0] == (5 * batch.steps[i] + 2) as f32 * 2.0));
+    assert!(
+        snap.series_info("batch2").is_err(),
+        "a refused batch appends nothing"
+    );
     let pairs = snap.scan::<i64>("pair", None, None).unwrap();
     assert_eq!((pairs.len(), pairs.per_record), (100, 2));
     assert!((0..100).all(|i| pairs.record(i)[1] == 2 * pairs.steps[i]));
