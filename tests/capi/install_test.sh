@@ -20,7 +20,12 @@ libdir=$(pkg-config --variable=libdir runstore)
 cc -std=c11 -Wall -Wextra -Wpedantic -Werror $cflags "$src/tests/capi/capi_test.c" -o "$tmp/capi_test" \
   $libs -Wl,-rpath,"$libdir"
 # The program finds the installed library, not the build tree's.
-ldd "$tmp/capi_test" | grep -q "$libdir/librunstore_c.so"
+ldd "$tmp/capi_test" > "$tmp/ldd.txt"
+grep -qF "$libdir/librunstore_c.so" "$tmp/ldd.txt" || {
+  echo "install_test: the program does not load the installed library:" >&2
+  cat "$tmp/ldd.txt" >&2
+  exit 1
+}
 "$tmp/capi_test" "$tmp/store"
 # The documentation's program, as printed there.
 awk '/^```c$/ {on = 1; next} /^```$/ {if (on) exit} on' "$src/docs/c_api.md" > "$tmp/doc_example.c"
