@@ -59,22 +59,28 @@ namespace {
 using runstore::Status;
 using runstore::StatusCode;
 
+// The calling thread's last failure. A success only lowers the flag (a
+// trivially initialised thread_local, no guard), so that a call that succeeds
+// costs no more than it must: the message is kept for the next failure.
 thread_local std::string last_error;
+thread_local bool failed = false;
 
 runstore_code Code(StatusCode c) { return static_cast<runstore_code>(static_cast<int>(c)); }
 
 runstore_code Fail(const Status& s) {
   last_error = s.ToString();
+  failed = true;
   return Code(s.code());
 }
 
 runstore_code Fail(runstore_code code, std::string message) {
   last_error = std::move(message);
+  failed = true;
   return code;
 }
 
 runstore_code Ok() {
-  last_error.clear();
+  failed = false;
   return RUNSTORE_OK;
 }
 
@@ -174,6 +180,45 @@ runstore_code MakeHandle(H** out, const runstore_snapshot* snapshot, Read&& read
   });
 }
 
+// runstore_append_batch and its int-run form: `count` records whose run i is
+// run_of(i), appended by one AppendBatch.
+template <typename RunOfIndex>
+runstore_code AppendBatchOf(runstore_writer* writer, size_t count, RunOfIndex&& run_of,
+                            const int64_t* steps, const char* name, runstore_dtype dtype,
+                            const int64_t* shape, int rank, const void* values, size_t nbytes) {
+  return Guard([&] {
+    if (writer == nullptr) return NullArgument("writer");
+    if (name == nullptr) return NullArgument("name");
+    if (count > 0 && steps == nullptr) return NullArgument("steps");
+    if (values == nullptr && nbytes > 0) return NullArgument("values");
+    if (!ValidDType(dtype) || runstore::IsVarLength(static_cast<runstore::DType>(dtype))) {
+      return Fail(RUNSTORE_INVALID_ARGUMENT,
+                  "runstore_append_batch: dtype " + std::to_string(static_cast<int>(dtype)) +
+                      " is not a number type (strings and bytes are appended one by one)");
+    }
+    if (rank < 0 || rank >= runstore::kMaxRank || (rank > 0 && shape == nullptr)) {
+      return Fail(RUNSTORE_INVALID_ARGUMENT, "runstore_append_batch: rank " + std::to_string(rank) +
+                                                 " with shape " +
+                                                 (shape == nullptr ? "NULL" : "given"));
+    }
+    std::vector<runstore::RunRef> run_refs;
+    run_refs.reserve(count);
+    for (size_t i = 0; i < count; ++i) run_refs.push_back(run_of(i));
+    std::vector<int64_t> dims;
+    dims.reserve(static_cast<size_t>(rank) + 1);
+    dims.push_back(static_cast<int64_t>(count));
+    dims.insert(dims.end(), shape, shape + rank);
+    runstore::ValueRef v;
+    v.dtype = static_cast<runstore::DType>(dtype);
+    v.shape = dims;
+    v.data = values != nullptr ? values : "";
+    v.nbytes = nbytes;
+    Status s =
+        writer->writer->AppendBatch(run_refs, name, std::span<const int64_t>(steps, count), v);
+    return s.ok() ? Ok() : Fail(s);
+  });
+}
+
 // Runs `f` on the writer's C++ writer.
 template <typename F>
 runstore_code OnWriter(runstore_writer* writer, F&& f) {
@@ -192,7 +237,7 @@ int runstore_abi_version(void) { return RUNSTORE_C_ABI_VERSION; }
 
 const char* runstore_version(void) { return RUNSTORE_VERSION_STRING; }
 
-const char* runstore_last_error(void) { return last_error.c_str(); }
+const char* runstore_last_error(void) { return failed ? last_error.c_str() : ""; }
 
 const char* runstore_code_name(runstore_code code) {
   switch (code) {
@@ -339,37 +384,20 @@ runstore_code runstore_append_batch(runstore_writer* writer, const runstore_run*
                                     const int64_t* steps, size_t count, const char* name,
                                     runstore_dtype dtype, const int64_t* shape, int rank,
                                     const void* values, size_t nbytes) {
-  return Guard([&] {
-    if (writer == nullptr) return NullArgument("writer");
-    if (name == nullptr) return NullArgument("name");
-    if (count > 0 && (runs == nullptr || steps == nullptr)) return NullArgument("runs or steps");
-    if (values == nullptr && nbytes > 0) return NullArgument("values");
-    if (!ValidDType(dtype) || runstore::IsVarLength(static_cast<runstore::DType>(dtype))) {
-      return Fail(RUNSTORE_INVALID_ARGUMENT,
-                  "runstore_append_batch: dtype " + std::to_string(static_cast<int>(dtype)) +
-                      " is not a number type (strings and bytes are appended one by one)");
-    }
-    if (rank < 0 || rank >= runstore::kMaxRank || (rank > 0 && shape == nullptr)) {
-      return Fail(RUNSTORE_INVALID_ARGUMENT, "runstore_append_batch: rank " + std::to_string(rank) +
-                                                 " with shape " +
-                                                 (shape == nullptr ? "NULL" : "given"));
-    }
-    std::vector<runstore::RunRef> run_refs;
-    run_refs.reserve(count);
-    for (size_t i = 0; i < count; ++i) run_refs.push_back(RunOf(runs[i]));
-    std::vector<int64_t> dims;
-    dims.reserve(static_cast<size_t>(rank) + 1);
-    dims.push_back(static_cast<int64_t>(count));
-    dims.insert(dims.end(), shape, shape + rank);
-    runstore::ValueRef v;
-    v.dtype = static_cast<runstore::DType>(dtype);
-    v.shape = dims;
-    v.data = values != nullptr ? values : "";
-    v.nbytes = nbytes;
-    Status s =
-        writer->writer->AppendBatch(run_refs, name, std::span<const int64_t>(steps, count), v);
-    return s.ok() ? Ok() : Fail(s);
-  });
+  if (count > 0 && runs == nullptr) return NullArgument("runs");
+  return AppendBatchOf(
+      writer, count, [&](size_t i) { return RunOf(runs[i]); }, steps, name, dtype, shape, rank,
+      values, nbytes);
+}
+
+runstore_code runstore_append_batch_int(runstore_writer* writer, const int64_t* runs,
+                                        const int64_t* steps, size_t count, const char* name,
+                                        runstore_dtype dtype, const int64_t* shape, int rank,
+                                        const void* values, size_t nbytes) {
+  if (count > 0 && runs == nullptr) return NullArgument("runs");
+  return AppendBatchOf(
+      writer, count, [&](size_t i) { return runstore::RunRef(runs[i]); }, steps, name, dtype, shape,
+      rank, values, nbytes);
 }
 
 runstore_code runstore_append_f64(runstore_writer* writer, runstore_run run, const char* name,

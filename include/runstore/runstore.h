@@ -171,6 +171,11 @@ runstore_code runstore_append_batch(runstore_writer* writer, const runstore_run*
                                     const int64_t* steps, size_t count, const char* name,
                                     runstore_dtype dtype, const int64_t* shape, int rank,
                                     const void* values, size_t nbytes);
+/* The same with integer run ids, a column of them. */
+runstore_code runstore_append_batch_int(runstore_writer* writer, const int64_t* runs,
+                                        const int64_t* steps, size_t count, const char* name,
+                                        runstore_dtype dtype, const int64_t* shape, int rank,
+                                        const void* values, size_t nbytes);
 runstore_code runstore_append_f64(runstore_writer* writer, runstore_run run, const char* name,
                                   int64_t step, double value);
 runstore_code runstore_append_i64(runstore_writer* writer, runstore_run run, const char* name,

@@ -127,6 +127,13 @@ static void write_store(runstore_store* store) {
     CHECK(runstore_append_batch(w, runs, steps, kB, "pairs2", RUNSTORE_FLOAT32, two, 1, pairs,
                                 sizeof pairs - 4) == RUNSTORE_INVALID_ARGUMENT);
     CHECK(error_says("pairs2"));
+    /* The same keys with integer runs as a column. */
+    static int64_t int_runs[kB];
+    for (int i = 0; i < kB; ++i) int_runs[i] = 100 + i % 10;
+    CHECK_OK(runstore_append_batch_int(w, int_runs, steps, kB, "ipairs", RUNSTORE_FLOAT32, two, 1,
+                                       pairs, sizeof pairs));
+    CHECK(runstore_append_batch_int(w, NULL, steps, kB, "ipairs", RUNSTORE_FLOAT32, two, 1, pairs,
+                                    sizeof pairs) == RUNSTORE_INVALID_ARGUMENT);
     CHECK(runstore_append_batch(w, runs, steps, kB, "names", RUNSTORE_STRING, NULL, 0, pairs,
                                 sizeof pairs) == RUNSTORE_INVALID_ARGUMENT);
     CHECK(error_says("not a number type"));
@@ -156,7 +163,7 @@ static void check_series(runstore_snapshot* snap) {
   runstore_series_list* list = NULL;
   CHECK_OK(runstore_list_series(snap, &list));
   const size_t n = runstore_series_list_size(list);
-  CHECK(n == 19);
+  CHECK(n == 20);
   const char* previous = "";
   int saw_weights = 0;
   for (size_t i = 0; i < n; ++i) {
@@ -182,6 +189,10 @@ static void check_series(runstore_snapshot* snap) {
   CHECK_OK(runstore_series(snap, "pairs", &pairs));
   CHECK(pairs.count == 1000 && pairs.rank == 1 && pairs.shape[0] == 2);
   CHECK(runstore_series(snap, "pairs2", &pairs) == RUNSTORE_NOT_FOUND);
+  runstore_value* ip = NULL;
+  CHECK_OK(runstore_get(snap, runstore_run_int(107), "ipairs", 12, &ip)); /* record 127 */
+  CHECK(ip != NULL && ((const float*)runstore_value_data(ip))[0] == 127.0f);
+  runstore_value_release(ip);
   CHECK(runstore_series(snap, "no-such-series", &loss) == RUNSTORE_NOT_FOUND);
   CHECK(error_says("no-such-series"));
 

@@ -4,7 +4,7 @@
 //!     cargo run --release --example throughput -- DIR
 //!
 //! 2,000,000 float64 scalars appended one call each and committed, then in calls of 10,000
-//! (`append_batch`); 128 arrays of 1 MiB
+//! (`append_batch_int`); 128 arrays of 1 MiB
 //! appended and committed; the arrays read back as zero-copy views and summed (best of 3);
 //! 100,000 scalar point lookups. Each line: name, figure, unit. DIR is removed and made again.
 use runstore::{Run, Store};
@@ -32,10 +32,10 @@ fn main() -> runstore::Result<()> {
     // The same records again, 10,000 a call.
     let t0 = Instant::now();
     for start in (0..SCALARS).step_by(10_000) {
-        let runs: Vec<Run> = (start..start + 10_000).map(|i| Run::Int(i % 100)).collect();
+        let runs: Vec<i64> = (start..start + 10_000).map(|i| i % 100).collect();
         let steps: Vec<i64> = (start..start + 10_000).map(|i| 100_000 + i / 100).collect();
         let values: Vec<f64> = (start..start + 10_000).map(|i| i as f64).collect();
-        w.append_batch(&runs, &steps, "x", &[], &values)?;
+        w.append_batch_int(&runs, &steps, "x", &[], &values)?;
     }
     w.commit()?;
     println!(

@@ -111,6 +111,18 @@ extern "C" {
         values: *const c_void,
         nbytes: usize,
     ) -> runstore_code;
+    pub fn runstore_append_batch_int(
+        writer: *mut runstore_writer,
+        runs: *const i64,
+        steps: *const i64,
+        count: usize,
+        name: *const c_char,
+        dtype: runstore_dtype,
+        shape: *const i64,
+        rank: c_int,
+        values: *const c_void,
+        nbytes: usize,
+    ) -> runstore_code;
     pub fn runstore_flush(writer: *mut runstore_writer) -> runstore_code;
     pub fn runstore_commit(writer: *mut runstore_writer) -> runstore_code;
     pub fn runstore_resume(

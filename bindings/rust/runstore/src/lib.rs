@@ -481,36 +481,66 @@ impl Writer {
         record_shape: &[i64],
         values: &[T],
     ) -> Result<()> {
-        if runs.len() != steps.len() {
+        let c_runs: Vec<ffi::runstore_run> = runs.iter().map(|r| r.to_c()).collect();
+        // SAFETY: the runs (whose strings `runs` borrows) live through the call.
+        self.batch(
+            runs.len(),
+            steps,
+            name,
+            record_shape,
+            values,
+            |call| unsafe { call.run(ffi::runstore_append_batch, c_runs.as_ptr()) },
+        )
+    }
+
+    /// [`append_batch`](Writer::append_batch) with integer runs, a column of them: no run is
+    /// converted on this side of the C boundary.
+    pub fn append_batch_int<T: Element>(
+        &self,
+        runs: &[i64],
+        steps: &[i64],
+        name: &str,
+        record_shape: &[i64],
+        values: &[T],
+    ) -> Result<()> {
+        // SAFETY: the runs live through the call.
+        self.batch(
+            runs.len(),
+            steps,
+            name,
+            record_shape,
+            values,
+            |call| unsafe { call.run(ffi::runstore_append_batch_int, runs.as_ptr()) },
+        )
+    }
+
+    fn batch<T: Element>(
+        &self,
+        run_count: usize,
+        steps: &[i64],
+        name: &str,
+        record_shape: &[i64],
+        values: &[T],
+        f: impl FnOnce(BatchCall) -> ffi::runstore_code,
+    ) -> Result<()> {
+        if run_count != steps.len() {
             return Err(invalid(format!(
                 "append_batch of series {:?}: {} runs for {} steps",
                 name,
-                runs.len(),
+                run_count,
                 steps.len()
             )));
         }
-        let c_runs: Vec<ffi::runstore_run> = runs.iter().map(|r| r.to_c()).collect();
         with_name(name, |name| {
-            // SAFETY: the runs (whose strings `runs` borrows), steps, shape and values are
-            // read before the call returns; the library checks `values`' length against them.
-            check(unsafe {
-                ffi::runstore_append_batch(
-                    self.ptr,
-                    c_runs.as_ptr(),
-                    steps.as_ptr(),
-                    steps.len(),
-                    name,
-                    T::DTYPE.code(),
-                    if record_shape.is_empty() {
-                        ptr::null()
-                    } else {
-                        record_shape.as_ptr()
-                    },
-                    record_shape.len() as c_int,
-                    values.as_ptr() as *const _,
-                    std::mem::size_of_val(values),
-                )
-            })
+            check(f(BatchCall {
+                writer: self.ptr,
+                steps,
+                name,
+                dtype: T::DTYPE.code(),
+                shape: record_shape,
+                values: values.as_ptr() as *const _,
+                nbytes: std::mem::size_of_val(values),
+            }))
         })
     }
 
@@ -561,6 +591,56 @@ impl Writer {
 }
 
 handle!(Writer, runstore_writer_release);
+
+/// The arguments of a batch append but its runs, for either form of the C call.
+struct BatchCall<'a> {
+    writer: *mut ffi::runstore_writer,
+    steps: &'a [i64],
+    name: *const std::os::raw::c_char,
+    dtype: c_int,
+    shape: &'a [i64],
+    values: *const std::os::raw::c_void,
+    nbytes: usize,
+}
+
+/// A batch append of the C API, its runs of type R.
+type BatchFn<R> = unsafe extern "C" fn(
+    *mut ffi::runstore_writer,
+    *const R,
+    *const i64,
+    usize,
+    *const std::os::raw::c_char,
+    c_int,
+    *const i64,
+    c_int,
+    *const std::os::raw::c_void,
+    usize,
+) -> ffi::runstore_code;
+
+impl<'a> BatchCall<'a> {
+    /// # Safety
+    /// `runs` points to `steps.len()` runs, valid through the call.
+    unsafe fn run<R>(self, f: BatchFn<R>, runs: *const R) -> ffi::runstore_code {
+        // The steps, shape and values are read before the call returns; the library checks
+        // the values' length against them.
+        f(
+            self.writer,
+            runs,
+            self.steps.as_ptr(),
+            self.steps.len(),
+            self.name,
+            self.dtype,
+            if self.shape.is_empty() {
+                ptr::null()
+            } else {
+                self.shape.as_ptr()
+            },
+            self.shape.len() as c_int,
+            self.values,
+            self.nbytes,
+        )
+    }
+}
 
 /// A series: its name, type, shape of a record and visible records.
 #[derive(Debug, Clone, PartialEq, Eq)]

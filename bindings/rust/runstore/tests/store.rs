@@ -143,6 +143,13 @@ fn scans_choose_runs_and_steps() {
     let values: Vec<f32> = (0..2000).map(|k| k as f32).collect();
     w.append_batch(&runs, &steps, "batch", &[2], &values)
         .unwrap();
+    let int_runs: Vec<i64> = (0..1000).map(|i| 10 + i % 5).collect();
+    w.append_batch_int(&int_runs, &steps, "ibatch", &[2], &values)
+        .unwrap();
+    let e = w
+        .append_batch_int(&int_runs[1..], &steps, "ibatch", &[2], &values)
+        .unwrap_err();
+    assert!(e.message.contains("999 runs for 1000 steps"), "{}", e);
     let e = w
         .append_batch(&runs, &steps, "batch2", &[2], &values[1..])
         .unwrap_err();
@@ -158,6 +165,9 @@ fn scans_choose_runs_and_steps() {
         snap.series_info("batch2").is_err(),
         "a refused batch appends nothing"
     );
+    let ibatch = snap.scan::<f32>("ibatch", None, None).unwrap();
+    let batch_all = snap.scan::<f32>("batch", None, None).unwrap();
+    assert_eq!(ibatch, batch_all, "the two forms write the same records");
     let pairs = snap.scan::<i64>("pair", None, None).unwrap();
     assert_eq!((pairs.len(), pairs.per_record), (100, 2));
     assert!((0..100).all(|i| pairs.record(i)[1] == 2 * pairs.steps[i]));
