@@ -120,7 +120,11 @@ runstore_run RunToC(const runstore::RunRef& r) {
   return out;
 }
 
-bool ValidDType(int d) { return runstore::IsValidDType(static_cast<uint8_t>(d)) && d > 0; }
+// Whether `d` names a dtype (tested before the narrowing to the format's byte,
+// so that 257 is not taken for 1).
+bool ValidDType(int d) {
+  return d > 0 && d <= UINT8_MAX && runstore::IsValidDType(static_cast<uint8_t>(d));
+}
 
 runstore_series_info InfoToC(const runstore::SeriesInfo& s) {
   runstore_series_info out{};
@@ -180,6 +184,37 @@ runstore_code MakeHandle(H** out, const runstore_snapshot* snapshot, Read&& read
   });
 }
 
+// The arguments an append of function `fn` checks: `data` (named `data_name`)
+// holds `nbytes` of `dtype` over `rank` dimensions at `shape`. A batch
+// (`batch`) takes numbers only, and its values have one dimension more than
+// a record.
+runstore_code CheckAppend(const char* fn, const runstore_writer* writer, const char* name,
+                          const char* data_name, const void* data, size_t nbytes,
+                          runstore_dtype dtype, const int64_t* shape, int rank, bool batch) {
+  if (writer == nullptr) return NullArgument("writer");
+  if (name == nullptr) return NullArgument("name");
+  if (data == nullptr && nbytes > 0) return NullArgument(data_name);
+  if (!ValidDType(dtype)) {
+    return Fail(RUNSTORE_INVALID_ARGUMENT, std::string(fn) + ": dtype " +
+                                               std::to_string(static_cast<int>(dtype)) +
+                                               " is not a runstore_dtype");
+  }
+  if (batch && runstore::IsVarLength(static_cast<runstore::DType>(dtype))) {
+    return Fail(RUNSTORE_INVALID_ARGUMENT,
+                std::string(fn) + ": dtype " + std::to_string(static_cast<int>(dtype)) +
+                    " is not a number type (strings and bytes are appended one by one)");
+  }
+  const int max_rank = batch ? runstore::kMaxRank - 1 : runstore::kMaxRank;
+  if (rank < 0 || rank > max_rank || (rank > 0 && shape == nullptr)) {
+    return Fail(
+        RUNSTORE_INVALID_ARGUMENT,
+        std::string(fn) + ": rank " + std::to_string(rank) +
+            (rank > 0 && shape == nullptr ? " with a NULL shape"
+                                          : " is not within 0.." + std::to_string(max_rank)));
+  }
+  return RUNSTORE_OK;
+}
+
 // runstore_append_batch and its int-run form: `count` records whose run i is
 // run_of(i), appended by one AppendBatch.
 template <typename RunOfIndex>
@@ -187,20 +222,12 @@ runstore_code AppendBatchOf(runstore_writer* writer, size_t count, RunOfIndex&& 
                             const int64_t* steps, const char* name, runstore_dtype dtype,
                             const int64_t* shape, int rank, const void* values, size_t nbytes) {
   return Guard([&] {
-    if (writer == nullptr) return NullArgument("writer");
-    if (name == nullptr) return NullArgument("name");
+    if (runstore_code c = CheckAppend("runstore_append_batch", writer, name, "values", values,
+                                      nbytes, dtype, shape, rank, /*batch=*/true);
+        c != RUNSTORE_OK) {
+      return c;
+    }
     if (count > 0 && steps == nullptr) return NullArgument("steps");
-    if (values == nullptr && nbytes > 0) return NullArgument("values");
-    if (!ValidDType(dtype) || runstore::IsVarLength(static_cast<runstore::DType>(dtype))) {
-      return Fail(RUNSTORE_INVALID_ARGUMENT,
-                  "runstore_append_batch: dtype " + std::to_string(static_cast<int>(dtype)) +
-                      " is not a number type (strings and bytes are appended one by one)");
-    }
-    if (rank < 0 || rank >= runstore::kMaxRank || (rank > 0 && shape == nullptr)) {
-      return Fail(RUNSTORE_INVALID_ARGUMENT, "runstore_append_batch: rank " + std::to_string(rank) +
-                                                 " with shape " +
-                                                 (shape == nullptr ? "NULL" : "given"));
-    }
     std::vector<runstore::RunRef> run_refs;
     run_refs.reserve(count);
     for (size_t i = 0; i < count; ++i) run_refs.push_back(run_of(i));
@@ -216,6 +243,23 @@ runstore_code AppendBatchOf(runstore_writer* writer, size_t count, RunOfIndex&& 
     Status s =
         writer->writer->AppendBatch(run_refs, name, std::span<const int64_t>(steps, count), v);
     return s.ok() ? Ok() : Fail(s);
+  });
+}
+
+// A snapshot handle of what `get` returns from the store: *out is NULL
+// unless it succeeds.
+template <typename Get>
+runstore_code NewSnapshot(runstore_store* store, runstore_snapshot** out, Get&& get) {
+  return Guard([&] {
+    if (out == nullptr) return NullArgument("out");
+    *out = nullptr;
+    if (store == nullptr) return NullArgument("store");
+    auto snap = get(*store->store);
+    if (!snap.ok()) return Fail(snap.status());
+    auto* s = new runstore_snapshot;
+    s->snap = std::move(snap).value();
+    *out = s;
+    return Ok();
   });
 }
 
@@ -307,28 +351,12 @@ runstore_code runstore_open(const char* path, unsigned flags, runstore_store** o
 void runstore_close(runstore_store* store) { delete store; }
 
 runstore_code runstore_refresh(runstore_store* store, runstore_snapshot** out) {
-  return Guard([&] {
-    if (out == nullptr) return NullArgument("out");
-    *out = nullptr;
-    if (store == nullptr) return NullArgument("store");
-    auto snap = store->store->Refresh();
-    if (!snap.ok()) return Fail(snap.status());
-    auto* s = new runstore_snapshot;
-    s->snap = std::move(snap).value();
-    *out = s;
-    return Ok();
-  });
+  return NewSnapshot(store, out, [](runstore::Store& s) { return s.Refresh(); });
 }
 
 runstore_code runstore_snapshot_of(runstore_store* store, runstore_snapshot** out) {
-  return Guard([&] {
-    if (out == nullptr) return NullArgument("out");
-    *out = nullptr;
-    if (store == nullptr) return NullArgument("store");
-    auto* s = new runstore_snapshot;
-    s->snap = store->store->GetSnapshot();
-    *out = s;
-    return Ok();
+  return NewSnapshot(store, out, [](runstore::Store& s) {
+    return runstore::Result<std::shared_ptr<const runstore::Snapshot>>(s.GetSnapshot());
   });
 }
 
@@ -355,20 +383,10 @@ runstore_code runstore_append(runstore_writer* writer, runstore_run run, const c
                               int64_t step, runstore_dtype dtype, const int64_t* shape, int rank,
                               const void* data, size_t nbytes) {
   return Guard([&] {
-    if (writer == nullptr) return NullArgument("writer");
-    if (name == nullptr) return NullArgument("name");
-    if (data == nullptr && nbytes > 0) return NullArgument("data");
-    if (!ValidDType(dtype)) {
-      return Fail(RUNSTORE_INVALID_ARGUMENT, "runstore_append: dtype " +
-                                                 std::to_string(static_cast<int>(dtype)) +
-                                                 " is not a runstore_dtype");
-    }
-    if (rank < 0 || rank > runstore::kMaxRank || (rank > 0 && shape == nullptr)) {
-      return Fail(RUNSTORE_INVALID_ARGUMENT,
-                  "runstore_append: rank " + std::to_string(rank) +
-                      (rank > 0 && shape == nullptr
-                           ? " with a NULL shape"
-                           : " is not within 0.." + std::to_string(runstore::kMaxRank)));
+    if (runstore_code c = CheckAppend("runstore_append", writer, name, "data", data, nbytes, dtype,
+                                      shape, rank, /*batch=*/false);
+        c != RUNSTORE_OK) {
+      return c;
     }
     runstore::ValueRef v;
     v.dtype = static_cast<runstore::DType>(dtype);

@@ -397,6 +397,10 @@ static void check_errors(const char* dir) {
   CHECK(runstore_append(w, runstore_run_int(1), "x", 0, (runstore_dtype)-1, NULL, 0, &x, 8) ==
         RUNSTORE_INVALID_ARGUMENT);
   CHECK(runstore_dtype_size((runstore_dtype)1000) == 0);
+  /* 257 is not 1 (RUNSTORE_BOOL) in a byte. */
+  CHECK(runstore_append(w, runstore_run_int(1), "x", 0, (runstore_dtype)257, NULL, 0, &x, 1) ==
+        RUNSTORE_INVALID_ARGUMENT);
+  CHECK(error_says("dtype 257") && runstore_dtype_size((runstore_dtype)(256 + 11)) == 0);
   CHECK(strcmp(runstore_code_name((runstore_code)12345), "Unknown") == 0);
   CHECK(runstore_append(w, runstore_run_int(1), "x", 0, RUNSTORE_FLOAT64, NULL, 2, &x, 8) ==
         RUNSTORE_INVALID_ARGUMENT);
