@@ -5,11 +5,11 @@
 #include <cstring>
 #include <list>
 #include <new>
-#include <random>
 
 #include "env/read_pages.h"
 #include "util/coding.h"
 #include "util/hash.h"
+#include "util/random.h"
 
 namespace runstore {
 namespace {
@@ -320,10 +320,7 @@ void AppendEntry(const std::string& name, const CatalogEntry& e, std::string* ou
 Status Catalog::Write(Env* env, const std::string& store_path,
                       const std::map<std::string, CatalogEntry>& entries) {
   // A name of its own: two processes writing at once never share a file.
-  std::random_device rd;
-  char token[17];
-  std::snprintf(token, sizeof token, "%08x%08x", rd(), rd());
-  const std::string tmp_name = std::string(kTempPrefix) + token;
+  const std::string tmp_name = std::string(kTempPrefix) + RandomHex16();
   const std::string tmp = store_path + "/" + tmp_name;
   {
     RUNSTORE_ASSIGN_OR_RETURN(auto f, env->NewWritableFile(tmp, /*exclusive=*/true));

@@ -8,7 +8,6 @@
 #include <map>
 #include <new>
 #include <optional>
-#include <random>
 #include <set>
 #include <thread>
 #include <unordered_map>
@@ -24,6 +23,7 @@
 #include "store/read/snapshot.h"
 #include "store/writer/writer_impl.h"
 #include "util/mutex.h"
+#include "util/random.h"
 
 namespace runstore {
 using compact::CompactedResolution;
@@ -781,9 +781,7 @@ Status CreateStore(Env* env, const std::string& path) {
   // each writes its own temporary file, and the atomic renames all install
   // the same bytes. A fixed temporary name would let one process rename the
   // file another is still writing.
-  std::random_device rd;
-  const std::string tmp =
-      path + "/" + kMarkerName + ".tmp." + std::to_string(rd()) + std::to_string(env->NowNanos());
+  const std::string tmp = path + "/" + kMarkerName + ".tmp." + RandomHex16();
   {
     RUNSTORE_ASSIGN_OR_RETURN(auto f, env->NewWritableFile(tmp, /*exclusive=*/true));
     RUNSTORE_RETURN_IF_ERROR(f->Append(format::EncodeStoreMarker(kFormatVersion)));

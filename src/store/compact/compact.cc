@@ -10,26 +10,18 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <random>
 
 #include "format/claim.h"
 #include "format/format.h"
 #include "format/segment_reader.h"
 #include "store/compact/compact_internal.h"
+#include "util/random.h"
 
 namespace runstore::compact {
 using read::LoadedSegment;
 using read::SnapshotImpl;
 
 namespace {
-
-std::string RandomToken(Env* env) {
-  std::random_device rd;
-  std::mt19937_64 rng((uint64_t{rd()} << 32) ^ rd() ^ static_cast<uint64_t>(env->NowNanos()));
-  char buf[17];
-  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(rng()));
-  return buf;
-}
 
 Status RemoveIfThere(Env* env, const std::string& path) {
   Status s = env->RemoveFile(path);
@@ -45,7 +37,7 @@ class Compaction {
         host_(host),
         options_(options),
         report_(report),
-        token_(RandomToken(env)),
+        token_(RandomHex16()),
         writer_id_(std::string(kCompactWriterPrefix) + token_) {}
 
   ~Compaction() {

@@ -2,13 +2,13 @@
 
 #include <chrono>
 #include <cstdio>
-#include <random>
 #include <utility>
 #include <vector>
 
 #include "env/path.h"
 #include "format/format.h"
 #include "runstore/sync.h"
+#include "util/random.h"
 
 namespace runstore {
 
@@ -107,15 +107,7 @@ Result<Published> CheckTarget(Env* env, const std::string& source, uint64_t leng
 
 }  // namespace
 
-std::string NewOwnerToken() {
-  std::random_device rd;
-  std::mt19937_64 mix(
-      (static_cast<uint64_t>(rd()) << 32) ^ rd() ^
-      static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()));
-  char buf[17];
-  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(mix()));
-  return buf;
-}
+std::string NewOwnerToken() { return RandomHex16(); }
 
 std::string TempName(std::string_view segment_name, std::string_view token) {
   return std::string(segment_name) + "." + std::string(token) + kTempSuffix;

@@ -8,10 +8,10 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
-#include <random>
 #include <string>
 
 #include "format/format.h"
+#include "util/random.h"
 #include "util/shape.h"
 #include "util/utf8.h"
 
@@ -38,7 +38,7 @@ std::string ShapeString(std::span<const int64_t> shape) {
   return s + "]";
 }
 
-std::string DefaultWriterId(Env* env) {
+std::string DefaultWriterId() {
   char host[64] = {};
   gethostname(host, sizeof(host) - 1);
   std::string h;
@@ -47,11 +47,7 @@ std::string DefaultWriterId(Env* env) {
     if (h.size() >= 24) break;
   }
   if (h.empty()) h = "host";
-  std::random_device rd;
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "-%d-%08x%08x", static_cast<int>(getpid()),
-                static_cast<unsigned>(rd()), static_cast<unsigned>(env->NowNanos() & 0xffffffff));
-  return h + buf;
+  return h + "-" + std::to_string(getpid()) + "-" + RandomHex16();
 }
 
 Status ValidateWriterId(const std::string& id) {

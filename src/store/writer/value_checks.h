@@ -32,9 +32,9 @@ Status ValidateRunIds(std::span<const RunRef> runs);
 std::string ShapeString(std::span<const int64_t> shape);
 // 1 to 64 characters of letters, digits, '.', '_' and '-'.
 Status ValidateWriterId(const std::string& id);
-// The host name, the pid, a random number and the time: two writers never
-// share one.
-std::string DefaultWriterId(Env* env);
+// The host name, the pid and 64 random bits (util/random.h): two writers
+// never share one.
+std::string DefaultWriterId();
 
 }  // namespace runstore::writer
 

@@ -72,7 +72,7 @@ Result<std::unique_ptr<Writer>> WriterImpl::Open(Env* env, std::string segments_
   // Were a file of its name there all the same, the exclusive create of the
   // first segment would take the next free number.
   const bool new_id = options.writer_id.empty();
-  if (new_id) options.writer_id = DefaultWriterId(env);
+  if (new_id) options.writer_id = DefaultWriterId();
   RUNSTORE_RETURN_IF_ERROR(ValidateWriterId(options.writer_id));
   if (options.buffer_bytes < (1u << 16)) {
     return Status::InvalidArgument("buffer_bytes must be at least 64 KiB, got " +
