@@ -27,15 +27,17 @@ fi
 
 step() { printf '\n==== %s (at %ds) ====\n' "$*" "$SECONDS"; }
 
-step "Python package: its wheel (with the command-line tool), installed into .venv"
-# What `pip install .` builds; built once, installed here and into a new environment below.
-# Each Python's wheel builds in a fresh directory of its own at one depth under build/, so that
-# ccache finds the library's objects of one wheel for the other (the same compile, the same
-# relative paths) and of a previous run or clone.
-rm -rf "$root/build/wheel" "$root/build/py311"
-"$root/.venv/bin/python" -m pip wheel -q --no-build-isolation --no-deps -C build-dir=build/py311 \
-  -w "$root/build/wheel" "$root"
-wheel=$(ls "$root"/build/wheel/runstore-*.whl)
+step "Wheels: every Python's self-contained wheel (scripts/build-wheel.sh); the 3.11 one into .venv"
+# What users install: the package, the tool and the C API, their libraries bundled by
+# auditwheel. Each Python builds at one depth under build/ (build/wheel-3.X), so that ccache finds
+# the library's objects of one wheel for the next (the same compile, the same relative paths)
+# and of a previous run or clone.
+rm -rf "$root/build/wheelhouse"
+bash scripts/build-wheel.sh --out "$root/build/wheelhouse" > "$root/build/wheels.log" 2>&1 \
+  || { cat "$root/build/wheels.log"; exit 1; }
+grep '^build-wheel: runstore-' "$root/build/wheels.log"
+wheel=$(ls "$root"/build/wheelhouse/runstore-*-cp311-*.whl)
+wheel312=$(ls "$root"/build/wheelhouse/runstore-*-cp312-*.whl)
 "$root/.venv/bin/python" -m pip install -q --force-reinstall --no-deps "$wheel"
 # The Python the CLI test runs the package's `runstore export tar|parquet` with.
 export RUNSTORE_PYTHON="$root/.venv/bin/python"
@@ -103,14 +105,18 @@ if [ -x /usr/bin/cargo ] && [ -x /usr/bin/rustc ]; then
   cargo=/usr/bin/cargo
   export RUSTC=/usr/bin/rustc RUSTDOC=/usr/bin/rustdoc
 fi
+# The tests link the build tree's library; the sseq example links the one the wheel in .venv
+# carries, as a user without a compiler toolchain for C++ would (docs/c_api.md, "From the wheel").
+wheel_lib=$("$root/.venv/bin/python" -c "import runstore; print(runstore.get_library_dir())")
 (
   cd bindings/rust/runstore
-  export RUNSTORE_LIB_DIR="$root/build/release" CARGO_TARGET_DIR="$root/build/rust"
-  "$cargo" test --offline -q
-  "$cargo" build --offline -q --release --examples
+  export CARGO_TARGET_DIR="$root/build/rust"
+  RUNSTORE_LIB_DIR="$root/build/release" "$cargo" test --offline -q
+  RUNSTORE_LIB_DIR="$wheel_lib" "$cargo" build --offline -q --release --examples
 )
 sseq="$root/build/rust-sseq-store"
 rm -rf "$sseq"
+ldd build/rust/release/examples/sseq_matrices | grep -F "$wheel_lib/librunstore_c.so.1"
 build/rust/release/examples/sseq_matrices write "$sseq"
 build/rust/release/examples/sseq_matrices read "$sseq"
 rm -rf "$sseq"
@@ -122,16 +128,16 @@ cd "$root/python/tests"
 "$root/.venv/bin/python" -m pytest -q -p no:cacheprovider "$root/python/tests"
 cd "$root"
 
+# The tests that need nothing but numpy and pandas, for the other Pythons' wheels.
+core_tests=("$root"/python/tests/{test_attrs,test_roundtrip,test_values,test_writer,test_experiments,test_zero_copy,test_errors,test_pandas,test_log_call}.py)
+
 step "Python 3.12: the package's core tests and the EMA workbench integration (ema-workbench 3.x)"
 # ema-workbench 3.x needs Python 3.12; .venv312 (scripts/install-deps.sh) has it and the build
-# tools. The same sources built for 3.12, then the tests that need nothing but numpy and pandas.
-rm -rf "$root/build/wheel312" "$root/build/py312"
-"$root/.venv312/bin/python" -m pip wheel -q --no-build-isolation --no-deps -C build-dir=build/py312 \
-  -w "$root/build/wheel312" "$root"
-"$root/.venv312/bin/python" -m pip install -q --force-reinstall --no-deps "$root"/build/wheel312/runstore-*.whl
+# tools. The 3.12 wheel, then the tests that need nothing but numpy and pandas.
+"$root/.venv312/bin/python" -m pip install -q --force-reinstall --no-deps "$wheel312"
 cd "$root/python/tests"
 "$root/.venv312/bin/python" -m pytest -q -p no:cacheprovider \
-  "$root"/python/tests/{test_ema,test_ema_signals,test_ema_batch,test_attrs,test_roundtrip,test_values,test_writer,test_experiments,test_zero_copy,test_errors,test_pandas,test_log_call}.py
+  "$root"/python/tests/{test_ema,test_ema_signals,test_ema_batch}.py "${core_tests[@]}"
 # The layout check of runstore.ema, whose ema_workbench only this environment has.
 "$root/.venv312/bin/python" -m pytest -q -p no:cacheprovider "$root"/python/tests/test_package_layout.py -k "ema"
 cd "$root"
@@ -148,8 +154,23 @@ cd "$root/python/tests"
   "$root"/python/tests/{test_mlinstrument,test_package_layout}.py -k "mlinstrument"
 cd "$root"
 
+step "Every other Python's wheel in a new environment: the package's core tests"
+for w in "$root"/build/wheelhouse/runstore-*.whl; do
+  case $w in *-cp311-* | *-cp312-*) continue ;; esac
+  v=$(basename "$w" | sed 's/.*-cp3\([0-9]*\)-cp3.*/3.\1/')
+  env="$root/build/venv-$v"
+  rm -rf "$env"
+  "$root/.venv-wheel/$v/bin/python" -m venv "$env"
+  "$env/bin/python" -m pip install -q "$w" pytest hypothesis
+  (cd "$root/python/tests" && "$env/bin/python" -m pytest -q -p no:cacheprovider \
+    "${core_tests[@]}")
+done
+
 step "A new virtual environment: pip install of the wheel, then the runstore command as typed"
 bash tests/package_install_test.sh "$wheel"
+
+step "The wheel where there is nothing to build with: a user's install, toolchain and libraries hidden"
+bash tests/wheel_hidden_toolchain_test.sh "$wheel"
 
 step "A CMake project that embeds runstore (add_subdirectory) with the compiler's default standard"
 bash tests/embed_test.sh "$root/build/embed"

@@ -10,25 +10,8 @@ set -euo pipefail
 wheel=$(realpath "$1")
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
-fails=0
-check() {  # check WHAT EXPECTED_RC CMD...: runs CMD, compares its exit code
-  local what=$1 want=$2 rc=0
-  shift 2
-  "$@" > "$T/out" 2> "$T/err" || rc=$?
-  if [ "$rc" != "$want" ]; then
-    echo "FAIL: $what: exit code $rc, expected $want"
-    sed 's/^/  stdout: /' "$T/out" | head -n 5
-    sed 's/^/  stderr: /' "$T/err" | head -n 5
-    fails=$((fails + 1))
-  else
-    echo "ok: $what"
-  fi
-}
-has() {  # has WHAT FILE TEXT: FILE of the last check contains TEXT
-  if grep -qF -- "$3" "$T/$2"; then echo "ok: $1"; else
-    echo "FAIL: $1: $2 lacks '$3'"; sed 's/^/  /' "$T/$2" | head -n 5; fails=$((fails + 1))
-  fi
-}
+# shellcheck source=tests/lib/checks.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/checks.sh"
 
 python3 -m venv "$T/venv"
 "$T/venv/bin/python" -m pip install -q "${wheel}[arrow]"
@@ -92,6 +75,16 @@ tool=$(run python -c "import _runstore_cli as c; print(c.tool_path())")
 check "the compiled tool by itself has no tar engine" 5 run "$tool" export tar "$S" "$T/x.tar.gz"
 has "and names what to install" err "pip install"
 [ ! -e "$T/x.tar.gz" ] && echo "ok: and writes nothing" || { echo "FAIL: it wrote $T/x.tar.gz"; fails=$((fails + 1)); }
+
+# The C API from the wheel: a C11 program built with the wheel's pkg-config file alone (whose
+# Libs set the run path), against the wheel's header and library, then run.
+lib=$(run python -c "import runstore; print(runstore.get_library_dir())")
+check "the wheel carries the C API: runstore.h and librunstore_c" 0 \
+  test -f "$(run python -c "import runstore; print(runstore.get_include())")/runstore/runstore.h" \
+  -a -f "$lib/librunstore_c.so.1" -a -f "$lib/pkgconfig/runstore.pc"
+check "a C program builds against the wheel's C API by its pkg-config file and runs" 0 \
+  bash "$(dirname "${BASH_SOURCE[0]}")/capi/install_test.sh" --pkgconfig "$lib/pkgconfig" \
+  "$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
 if [ "$fails" != 0 ]; then
   echo "package_install_test: $fails checks failed"

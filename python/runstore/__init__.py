@@ -35,11 +35,15 @@ runstore), ``FileExistsError`` (an export onto an existing file with overwrite=F
 ``RuntimeError`` (writing to a read-only store or a closed writer), ``ResourceExhaustedError``
 (a subclass of OSError, errno set: the process ran out of file descriptors or memory; nothing is
 wrong with the store).
+
+The wheel also carries the C API (docs/c_api.md): ``runstore.get_include()`` and
+``runstore.get_library_dir()`` are its headers' and its library's folders.
 """
 
 from __future__ import annotations
 
 from . import experiments, export
+from ._capi import get_include, get_library_dir
 from ._core import (
     CODECS,
     DTYPES,
@@ -93,5 +97,7 @@ __all__ = [
     "FORMAT_VERSION",
     "DTYPES",
     "CODECS",
+    "get_include",
+    "get_library_dir",
     "__version__",
 ]

@@ -1,0 +1,36 @@
+# Shell functions the scripts share (sourced, not run): finding a Python by its version and
+# keeping a virtual environment in step with a requirements file.
+
+# find_python VERSION: prints the path of a working pythonVERSION (PATH first, then pyenv's
+# versions, newest patch release first), or nothing. pyenv's shim on PATH fails unless that
+# version is selected, hence the check that the interpreter runs.
+find_python() {
+  local v=$1 c
+  for c in "$(command -v "python$v" || true)" \
+           $(ls -d "$(pyenv root 2> /dev/null || echo /nonexistent)"/versions/"$v".*/bin/"python$v" \
+               2> /dev/null | sort -rV); do
+    if [ -n "$c" ] && "$c" -c 'import sys' 2> /dev/null; then
+      echo "$c"
+      return 0
+    fi
+  done
+}
+
+# venv DIR PYTHON REQUIREMENTS: DIR is a virtual environment of PYTHON holding what REQUIREMENTS
+# lists. pip runs again only when that file's hash changes (a stamp per requirements file, so
+# that one environment can serve two files without reinstalling at each alternation).
+venv() {
+  local dir=$1 python=$2 req=$3
+  if [ ! -x "$dir/bin/python" ]; then
+    echo "creating the virtual environment $dir ($("$python" --version 2>&1))"
+    "$python" -m venv "$dir"
+  fi
+  local stamp="$dir/.$(basename "$req").sha" want
+  want=$(sha256sum "$req" | cut -d' ' -f1)
+  if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+    echo "installing $(basename "$req") into $dir"
+    "$dir/bin/python" -m pip install -q --upgrade pip
+    "$dir/bin/python" -m pip install -q -r "$req"
+    echo "$want" > "$stamp"
+  fi
+}
