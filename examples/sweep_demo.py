@@ -76,6 +76,24 @@ def main() -> None:
     args = ap.parse_args()
 
     path = args.store or os.path.join(tempfile.mkdtemp(prefix="runstore-demo-"), "sweep")
+    try:
+        demo(args, path)
+    except KeyboardInterrupt:
+        # Ctrl-C: run_experiments has set the experiments it interrupted back to pending,
+        # kept what finished and said so in a line; the demo adds the command that resumes it,
+        # instead of a traceback.
+        print(f"resume it: {resume_command(args, path)}", file=sys.stderr)
+        sys.exit(130)
+
+
+def resume_command(args: argparse.Namespace, path: str) -> str:
+    """The command that runs what is not done of this sweep, as it can be typed."""
+    same = f" --experiments {args.experiments}" if args.experiments != 10_000 else ""
+    return f"{sys.executable} {os.path.abspath(__file__)} --store {path}{same}"
+
+
+def demo(args: argparse.Namespace, path: str) -> None:
+    """Defines the sweep in the store at path, runs what is not done, and reads it back."""
     store = runstore.open(path)
     store.define_experiments(design(args.experiments))  # a no-op for rows already defined
     todo = len(store.pending())
@@ -138,8 +156,7 @@ def main() -> None:
     print(f"\nthe store is at {path}")
     print(f"  look at it:  {rs} ls {path}")
     print(f"               {rs} cat {path} final_size --limit 5")
-    same = f" --experiments {args.experiments}" if args.experiments != 10_000 else ""
-    print(f"  resume it:   {sys.executable} {os.path.abspath(__file__)} --store {path}{same}")
+    print(f"  resume it:   {resume_command(args, path)}")
     print("               (runs only what is not done)")
     print(f"  export it:   {rs} export tar {path} results.tar.gz")
     if args.store is None:
