@@ -5,21 +5,27 @@
  * a zero-copy value that outlives its snapshot and store, an Arrow stream,
  * a large array read in part with its chunks checked as they are asked for
  * (and a damaged byte found where it lies), writers on threads beside a
- * refreshing reader, a writer after fork(), and
- * the errors a caller meets (hostile lengths and shapes among them), each
- * with its code and a message naming what was wrong.
+ * refreshing reader, a writer after fork(), writes and commits under a
+ * storm of signals whose handler does not restart system calls, special
+ * files given as a store, and the errors a caller meets (hostile lengths and
+ * shapes among them), each with its code and a message naming what was wrong.
  *
  * Usage: capi_test DIR (a directory that is removed and made again). Exits 0
  * when every check holds; prints each failure with its line and the library's
  * last error. Built by CMake against the tree's library and, by
  * tests/capi/install_test.sh, against an install found by pkg-config. */
-#define _POSIX_C_SOURCE 200809L /* fork, waitpid */
+#define _POSIX_C_SOURCE 200809L /* fork, waitpid, sigaction, mkfifo, pthread_kill */
+#include <pthread.h>
 #include <runstore/runstore.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <threads.h>
+#include <time.h>
 #include <unistd.h>
 
 static int failures = 0;
@@ -660,6 +666,100 @@ static void check_fork(const char* dir) {
   runstore_close(s);
 }
 
+/* Special files where a store's directory should be: each refused with an
+ * error that names it, never a hang (a FIFO opened for reading would block)
+ * or a crash. */
+static void check_special_files(const char* dir) {
+  char fifo[4096];
+  snprintf(fifo, sizeof fifo, "%s/a-fifo", dir);
+  CHECK(mkfifo(fifo, 0600) == 0);
+  const char* paths[] = {"/dev/null", "/dev/zero", fifo};
+  for (size_t i = 0; i < sizeof paths / sizeof *paths; ++i) {
+    for (unsigned flags = 0; flags <= RUNSTORE_OPEN_READ_ONLY; ++flags) {
+      runstore_store* s = NULL;
+      const runstore_code code = runstore_open(paths[i], flags, &s);
+      CHECK(code != RUNSTORE_OK && s == NULL);
+      CHECK(error_says(paths[i]));
+      runstore_close(s);
+    }
+  }
+  struct stat st;
+  CHECK(stat("/dev/null", &st) == 0 && S_ISCHR(st.st_mode)); /* left as it was */
+}
+
+/* Signals whose handler does not restart interrupted system calls (no
+ * SA_RESTART), sent to the writing thread and to the process (so that the
+ * library's own threads get them too) all through appends, arrays, flushes
+ * and commits: every call still succeeds and every record is there. */
+static atomic_int signals_stop;
+static atomic_long signals_sent;
+static pthread_t signalled_thread;
+static void on_signal(int sig) { (void)sig; }
+static void* signal_storm(void* arg) {
+  (void)arg;
+  while (!atomic_load(&signals_stop)) {
+    pthread_kill(signalled_thread, SIGUSR1);
+    kill(getpid(), SIGUSR1);
+    atomic_fetch_add(&signals_sent, 2);
+    struct timespec pause = {0, 200000}; /* 0.2 ms */
+    nanosleep(&pause, NULL);
+  }
+  return NULL;
+}
+
+static void check_signals(const char* dir) {
+  struct sigaction sa, old;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = 0; /* no SA_RESTART: blocking calls return EINTR */
+  CHECK(sigaction(SIGUSR1, &sa, &old) == 0);
+  char path[4096];
+  snprintf(path, sizeof path, "%s/signals", dir);
+  runstore_store* s = NULL;
+  CHECK_OK(runstore_open(path, 0, &s));
+  runstore_writer* w = NULL;
+  CHECK_OK(runstore_writer_open(s, NULL, &w));
+  signalled_thread = pthread_self();
+  atomic_store(&signals_stop, 0);
+  pthread_t storm;
+  CHECK(pthread_create(&storm, NULL, signal_storm, NULL) == 0);
+  enum { kRounds = 200, kEach = 50 };
+  static double block[64 * 1024]; /* 512 KiB: written by the caller's thread */
+  int bad = 0;
+  for (int r = 0; r < kRounds && !bad; ++r) {
+    for (int k = 0; k < kEach; ++k) {
+      bad |= runstore_append_f64(w, runstore_run_int(r), "x", k, r * 1000.0 + k) != RUNSTORE_OK;
+    }
+    block[0] = r;
+    const int64_t shape[1] = {64 * 1024};
+    bad |= runstore_append(w, runstore_run_int(r), "block", 0, RUNSTORE_FLOAT64, shape, 1, block,
+                           sizeof block) != RUNSTORE_OK;
+    bad |= (r % 2 ? runstore_flush(w) : runstore_commit(w)) != RUNSTORE_OK;
+  }
+  bad |= runstore_writer_close(w) != RUNSTORE_OK;
+  atomic_store(&signals_stop, 1);
+  pthread_join(storm, NULL);
+  CHECK(!bad);
+  runstore_writer_release(w);
+  runstore_snapshot* snap = NULL;
+  CHECK_OK(runstore_refresh(s, &snap));
+  runstore_series_info info;
+  CHECK_OK(runstore_series(snap, "x", &info));
+  CHECK(info.count == kRounds * kEach);
+  CHECK_OK(runstore_series(snap, "block", &info));
+  CHECK(info.count == kRounds);
+  runstore_value* v = NULL;
+  CHECK_OK(runstore_get(snap, runstore_run_int(kRounds - 1), "block", 0, &v));
+  CHECK(v != NULL && ((const double*)runstore_value_data(v))[0] == kRounds - 1);
+  runstore_value_release(v);
+  runstore_snapshot_release(snap);
+  runstore_close(s);
+  CHECK(sigaction(SIGUSR1, &old, NULL) == 0);
+  printf("capi_test: %ld signals sent through %d commits and flushes, none failed a call\n",
+         (long)atomic_load(&signals_sent), kRounds);
+}
+
 int main(int argc, char** argv) {
   if (argc != 2) {
     fprintf(stderr, "usage: capi_test DIR\n");
@@ -712,6 +812,8 @@ int main(int argc, char** argv) {
   check_lazy(argv[1]);
   check_threads(argv[1]);
   check_fork(argv[1]);
+  check_special_files(argv[1]);
+  check_signals(argv[1]);
   if (failures == 0) printf("capi_test: every check held\n");
   return failures == 0 ? 0 : 1;
 }
