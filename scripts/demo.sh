@@ -65,10 +65,17 @@ else
   "$root/.venv/bin/python" -m pip install -v --no-build-isolation --no-deps \
     -C build-dir=build/demo -C cmake.define.RUNSTORE_BUILD_C_API=OFF "$root" 2>&1 \
     | tee "$log" \
-    | awk '/^ *\[[0-9]+\/[0-9]+\] / { sub(/^ */, ""); f = $NF; sub(/.*\.dir\//, "", f);
+    | awk '/^ *\[[0-9]+\/[0-9]+\] / { sub(/^ */, ""); f = $NF; sub(/.*\.dir\//, "", f); sub(/.*site-packages\//, "", f); sub(/^__\//, "", f);
              sub(/\.o$/, "", f); print "  " $1 " " f; fflush() }'
   rc=${PIPESTATUS[0]}
   set -e
+  # Ctrl-C reaches pip and the compiler, which end on their own (so the trap above does not
+  # run): the build's log tells an interruption from a failure.
+  if [ "$rc" != 0 ] && grep -q "interrupted by user" "$log"; then
+    echo
+    say "interrupted; the next run builds what is left"
+    exit 130
+  fi
   if [ "$rc" != 0 ]; then
     tail -n 30 "$log"
     say "the build failed (exit status $rc); the whole log is $log"
