@@ -206,6 +206,12 @@ for b in "sweep_bench.py --n 2000 --batch 200" "export_bench.py --n 2000" \
   if [ "$rc" != 0 ] && [ "$rc" != 3 ]; then cat "$smoke.log"; exit 1; fi
   echo "bench/python/$b: ran (exit status $rc)"
 done
+# The wheel against h5py's and pyarrow's (size, install, import): that it measures all three.
+"$root/.venv/bin/python" bench/python/wheel_bench.py --wheel "$wheel" --repeat 1 \
+  --dir "$smoke/wheel" > "$smoke.log" 2>&1 || { cat "$smoke.log"; exit 1; }
+grep -c '^| \(runstore\|h5py\|pyarrow\) ' "$smoke.log" | grep -qx 3 \
+  || { cat "$smoke.log"; echo "wheel_bench.py: not three rows"; exit 1; }
+echo "bench/python/wheel_bench.py: ran"
 rm -rf "$smoke" "$smoke.log"
 
 step "Formatting (clang-format, Google style; ruff for the Python)"
