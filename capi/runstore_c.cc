@@ -62,8 +62,11 @@ using runstore::StatusCode;
 // The calling thread's last failure. A success only lowers the flag (a
 // trivially initialised thread_local, no guard), so that a call that succeeds
 // costs no more than it must: the message is kept for the next failure.
+// The flag is read and written by every call: the initial-exec model makes
+// that one instruction (the library's few bytes of static TLS), where the
+// default model of a shared library calls __tls_get_addr each time.
 thread_local std::string last_error;
-thread_local bool failed = false;
+__attribute__((tls_model("initial-exec"))) thread_local bool failed = false;
 
 runstore_code Code(StatusCode c) { return static_cast<runstore_code>(static_cast<int>(c)); }
 
@@ -213,6 +216,19 @@ runstore_code CheckAppend(const char* fn, const runstore_writer* writer, const c
                                           : " is not within 0.." + std::to_string(max_rank)));
   }
   return RUNSTORE_OK;
+}
+
+// A number a call, the loop's path: its dtype and shape are known, so only
+// the handles are checked here and the writer checks the rest.
+template <typename T>
+runstore_code AppendNumber(runstore_writer* writer, runstore_run run, const char* name,
+                           int64_t step, T value) {
+  if (writer == nullptr) return NullArgument("writer");
+  if (name == nullptr) return NullArgument("name");
+  return Guard([&] {
+    Status s = writer->writer->Append(RunOf(run), name, step, value);
+    return s.ok() ? Ok() : Fail(s);
+  });
 }
 
 // runstore_append_batch and its int-run form: `count` records whose run i is
@@ -420,13 +436,12 @@ runstore_code runstore_append_batch_int(runstore_writer* writer, const int64_t* 
 
 runstore_code runstore_append_f64(runstore_writer* writer, runstore_run run, const char* name,
                                   int64_t step, double value) {
-  return runstore_append(writer, run, name, step, RUNSTORE_FLOAT64, nullptr, 0, &value,
-                         sizeof value);
+  return AppendNumber(writer, run, name, step, value);
 }
 
 runstore_code runstore_append_i64(runstore_writer* writer, runstore_run run, const char* name,
                                   int64_t step, int64_t value) {
-  return runstore_append(writer, run, name, step, RUNSTORE_INT64, nullptr, 0, &value, sizeof value);
+  return AppendNumber(writer, run, name, step, value);
 }
 
 runstore_code runstore_append_string(runstore_writer* writer, runstore_run run, const char* name,

@@ -33,6 +33,7 @@ step "Wheels: every Python's self-contained wheel (scripts/build-wheel.sh); the 
 # the library's objects of one wheel for the next (the same compile, the same relative paths)
 # and of a previous run or clone.
 rm -rf "$root/build/wheelhouse"
+mkdir -p "$root/build"
 bash scripts/build-wheel.sh --out "$root/build/wheelhouse" > "$root/build/wheels.log" 2>&1 \
   || { cat "$root/build/wheels.log"; exit 1; }
 grep '^build-wheel: runstore-' "$root/build/wheels.log"

@@ -99,6 +99,20 @@ extern "C" {
         data: *const c_void,
         nbytes: usize,
     ) -> runstore_code;
+    pub fn runstore_append_f64(
+        writer: *mut runstore_writer,
+        run: runstore_run,
+        name: *const c_char,
+        step: i64,
+        value: f64,
+    ) -> runstore_code;
+    pub fn runstore_append_i64(
+        writer: *mut runstore_writer,
+        run: runstore_run,
+        name: *const c_char,
+        step: i64,
+        value: i64,
+    ) -> runstore_code;
     pub fn runstore_append_batch(
         writer: *mut runstore_writer,
         runs: *const runstore_run,

@@ -148,6 +148,48 @@ fn with_name<R>(name: &str, f: impl FnOnce(*const std::os::raw::c_char) -> Resul
     })
 }
 
+/// A series name made ready for the C API once (checked and NUL-terminated), for a loop that
+/// appends a record a call: `let loss = Name::new("loss")?; w.append(run, &loss, step, v)?`
+/// passes it as it is, where a `&str` is compared with the thread's last name first.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Name(CString);
+
+impl Name {
+    /// Fails (InvalidArgument) when `name` holds a NUL byte.
+    pub fn new(name: &str) -> Result<Name> {
+        Ok(Name(c_string("series name", name)?))
+    }
+
+    pub fn as_str(&self) -> &str {
+        // A Name is made from a &str: its bytes are UTF-8.
+        self.0.to_str().unwrap_or_default()
+    }
+}
+
+/// What the append functions take as a series name: a `&str` (or `&String`) or a `&Name`.
+pub trait SeriesName {
+    /// Calls `f` with the name as the C API takes it (NUL-terminated).
+    fn with_c<R>(&self, f: impl FnOnce(*const std::os::raw::c_char) -> Result<R>) -> Result<R>;
+}
+
+impl SeriesName for &str {
+    fn with_c<R>(&self, f: impl FnOnce(*const std::os::raw::c_char) -> Result<R>) -> Result<R> {
+        with_name(self, f)
+    }
+}
+
+impl SeriesName for &String {
+    fn with_c<R>(&self, f: impl FnOnce(*const std::os::raw::c_char) -> Result<R>) -> Result<R> {
+        with_name(self.as_str(), f)
+    }
+}
+
+impl SeriesName for &Name {
+    fn with_c<R>(&self, f: impl FnOnce(*const std::os::raw::c_char) -> Result<R>) -> Result<R> {
+        f(self.0.as_ptr())
+    }
+}
+
 fn c_string(what: &str, s: &str) -> Result<CString> {
     CString::new(s).map_err(|_| invalid(format!("{} {:?} holds a NUL byte", what, s)))
 }
@@ -418,23 +460,54 @@ impl Writer {
         })
     }
 
-    /// One number: the record of `run` at `step` in series `name`.
+    /// One number: the record of `run` at `step` in series `name` (a `&str`, or a `&Name`
+    /// made once for a loop).
     pub fn append<'r, T: Element>(
         &self,
         run: impl Into<Run<'r>>,
-        name: &str,
+        name: impl SeriesName,
         step: i64,
         value: T,
     ) -> Result<()> {
-        self.append_raw(
-            run.into(),
-            name,
-            step,
-            T::DTYPE,
-            &[],
-            &value as *const T as *const u8,
-            std::mem::size_of::<T>(),
-        )
+        let run = run.into();
+        name.with_c(|name| {
+            let code = match T::DTYPE {
+                // SAFETY (both): T is the type its DTYPE names (Element's contract).
+                DType::Float64 => unsafe {
+                    ffi::runstore_append_f64(
+                        self.ptr,
+                        run.to_c(),
+                        name,
+                        step,
+                        std::mem::transmute_copy::<T, f64>(&value),
+                    )
+                },
+                DType::Int64 => unsafe {
+                    ffi::runstore_append_i64(
+                        self.ptr,
+                        run.to_c(),
+                        name,
+                        step,
+                        std::mem::transmute_copy::<T, i64>(&value),
+                    )
+                },
+                // SAFETY: `value` is one element of T::DTYPE, read before the call returns.
+                _ => unsafe {
+                    ffi::runstore_append(
+                        self.ptr,
+                        run.to_c(),
+                        name,
+                        step,
+                        T::DTYPE.code(),
+                        ptr::null(),
+                        0,
+                        &value as *const T as *const _,
+                        std::mem::size_of::<T>(),
+                    )
+                },
+            };
+            check(code)
+        })
     }
 
     /// An array of `shape` (row-major), `data` holding its elements.

@@ -2,7 +2,7 @@
 //! read back; a view's bytes inside the segment file's mapping; scans with runs and steps;
 //! writers on threads; the errors a caller meets; and a writing process that crashes losing
 //! nothing it committed.
-use runstore::{DType, ErrorCode, Run, RunId, Store};
+use runstore::{DType, ErrorCode, Name, Run, RunId, Store};
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Arc;
@@ -239,6 +239,43 @@ fn errors_name_what_was_wrong() {
     assert!(e.message.contains("nothing"), "{}", e);
     let ro = Store::open_read_only(dir.join("s")).unwrap();
     assert!(ro.writer().is_err());
+}
+
+#[test]
+fn a_name_made_once_appends_what_a_str_does() {
+    let dir = scratch("names");
+    let store = Store::open(dir.join("s")).unwrap();
+    let w = store.writer().unwrap();
+    let loss = Name::new("loss").unwrap();
+    let count = Name::new("count").unwrap();
+    let owned = String::from("loss");
+    for step in 0..100i64 {
+        // The three spellings of one series, the typed paths (f64, i64) and the generic one.
+        match step % 3 {
+            0 => w.append(Run::Int(1), &loss, step, step as f64).unwrap(),
+            1 => w.append(Run::Int(1), "loss", step, step as f64).unwrap(),
+            _ => w.append(Run::Int(1), &owned, step, step as f64).unwrap(),
+        }
+        w.append(Run::Int(1), &count, step, step).unwrap();
+        w.append(Run::Int(1), "small", step, step as f32).unwrap();
+    }
+    let e = w.append(Run::Int(1), &count, 100, 1.5f64).unwrap_err();
+    assert!(e.message.contains("count"), "{}", e);
+    assert_eq!(
+        Name::new("a\0b").unwrap_err().code,
+        ErrorCode::InvalidArgument
+    );
+    assert_eq!(loss.as_str(), "loss");
+    w.close().unwrap();
+    let snap = store.refresh().unwrap();
+    let l = snap.scan::<f64>("loss", None, None).unwrap();
+    assert_eq!(l.values, (0..100).map(|s| s as f64).collect::<Vec<_>>());
+    let c = snap.scan::<i64>("count", None, None).unwrap();
+    assert_eq!(c.values, (0..100).collect::<Vec<i64>>());
+    assert_eq!(
+        snap.scan::<f32>("small", None, None).unwrap().values.len(),
+        100
+    );
 }
 
 /// The child side of the crash test: commits `RUNSTORE_CRASH_COMMITTED` records, appends
