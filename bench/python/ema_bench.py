@@ -2,8 +2,10 @@
 """The EMA workbench storing its experiments with runstore.ema, against EMA's own callbacks.
 
 One EMA model (3 uncertainties: real, integer, categorical; a scalar and a 100-point array
-outcome) run sequentially over --n scenarios (100,000) sampled once with a fixed seed. Each case
-runs in a subprocess of its own, so that its peak RSS (VmHWM) is its own:
+outcome) run over --n scenarios (100,000) sampled once with a fixed seed, by EMA's sequential
+loop or (--evaluator multiprocessing) by its MultiprocessingEvaluator with --workers processes,
+whose results come back to the parent, where the callback runs. Each case runs in a subprocess
+of its own, so that its peak RSS (VmHWM: of the process that holds the callback) is its own:
 
   do_nothing     perform_experiments with a callback that only counts: EMA's own loop, the floor
   runstore_ema   runstore.ema.callback: every experiment in the store as it finishes (flush every
@@ -16,6 +18,7 @@ wall time at most 1.1x do_nothing's. Needs Python 3.12 with ema-workbench (.venv
     .venv312/bin/python bench/python/ema_bench.py             # 100,000 experiments
     .venv312/bin/python bench/python/ema_bench.py --n 2000    # a quick run
     .venv312/bin/python bench/python/ema_bench.py --rounds 5  # the floor and runstore_ema 5 times
+    .venv312/bin/python bench/python/ema_bench.py --evaluator multiprocessing --workers 2
 
 With --rounds N the floor and runstore_ema run alternately N times (which goes first alternates
 too) and the wall-time figure is the median of the rounds' ratios, the peak RSS the largest of
@@ -46,7 +49,8 @@ warnings.simplefilter("ignore")
 import numpy as np
 import ema_workbench as ema
 from ema_workbench import (CategoricalParameter, IntegerParameter, Model, RealParameter,
-                           ScalarOutcome, ArrayOutcome, perform_experiments)
+                           ScalarOutcome, ArrayOutcome, MultiprocessingEvaluator,
+                           SequentialEvaluator)
 from ema_workbench.em_framework.callbacks import AbstractCallback
 from ema_workbench.em_framework.samplers import LHSSampler
 
@@ -70,20 +74,29 @@ def hwm():
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
 
+def perform_experiments(model, scenarios, callback=None, log_progress=True):
+    if EVALUATOR == "multiprocessing":
+        evaluator = MultiprocessingEvaluator(model, n_processes=WORKERS)
+    else:
+        evaluator = SequentialEvaluator(model)
+    with evaluator:
+        return evaluator.perform_experiments(scenarios, callback=callback,
+                                             log_progress=log_progress)
+
 if CASE == "runstore_ema":
     import runstore.ema  # imported before the clock starts, as ema_workbench is
 t0 = time.perf_counter()
 if CASE == "do_nothing":
-    perform_experiments(model, scenarios, callback=DoNothing, log_progress=True)
+    perform_experiments(model, scenarios, callback=DoNothing)
     rows = N
 elif CASE == "runstore_ema":
     cb = runstore.ema.callback(os.path.join(DIR, "store"))
-    store = perform_experiments(model, scenarios, callback=cb, log_progress=True)
+    store = perform_experiments(model, scenarios, callback=cb)
     seconds = time.perf_counter() - t0
     rss = hwm()  # of the run, before the check below reads the statuses back
     rows = int((store.status()["state"] == "done").sum())
 else:
-    results = perform_experiments(model, scenarios, log_progress=True)
+    results = perform_experiments(model, scenarios)
     ema.save_results(results, os.path.join(DIR, "ema.tar.gz"))
     rows = len(results[0])
 if CASE != "runstore_ema":
@@ -93,8 +106,11 @@ print(json.dumps({"seconds": seconds, "rss_mib": rss, "rows": rows}))
 """
 
 
-def run_case(case: str, n: int, d: str) -> dict:
-    code = f"N = {n}\nCURVE = {CURVE}\nCASE = {case!r}\nDIR = {d!r}\n" + CASE
+def run_case(case: str, n: int, d: str, evaluator: str, workers: int) -> dict:
+    code = (
+        f"N = {n}\nCURVE = {CURVE}\nCASE = {case!r}\nDIR = {d!r}\n"
+        f"EVALUATOR = {evaluator!r}\nWORKERS = {workers}\n" + CASE
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     if out.returncode != 0:
         sys.stderr.write(out.stderr[-4000:])
@@ -110,6 +126,11 @@ def main() -> int:
     ap.add_argument("--n", type=int, default=100_000, help="experiments (default 100,000)")
     ap.add_argument("--rounds", type=int, default=1, help="rounds of the floor and runstore_ema")
     ap.add_argument("--dir", help="scratch directory (default: a temporary one, removed)")
+    ap.add_argument(
+        "--evaluator", choices=("sequential", "multiprocessing"), default="sequential",
+        help="EMA's evaluator (default: sequential, EMA's own loop)",
+    )  # fmt: skip
+    ap.add_argument("--workers", type=int, default=2, help="the multiprocessing evaluator's")
     args = ap.parse_args()
     if args.rounds < 1:
         ap.error("--rounds must be at least 1")
@@ -120,7 +141,7 @@ def main() -> int:
         d = os.path.join(base, case)
         shutil.rmtree(d, ignore_errors=True)
         os.makedirs(d)
-        r = run_case(case, args.n, d)
+        r = run_case(case, args.n, d, args.evaluator, args.workers)
         print(f"{case:<13} {r['seconds']:8.2f} s  peak RSS {r['rss_mib']:7.1f} MiB", flush=True)
         return r
 

@@ -146,19 +146,32 @@ KILL_SCRIPT = """
 import sys, time
 sys.path.insert(0, {testdir!r})
 import runstore.ema
-from ema_workbench import perform_experiments
+from ema_workbench import MultiprocessingEvaluator, SequentialEvaluator
 from test_ema import make_model, scenarios_of, slow_toy
-model = make_model(slow_toy)
-perform_experiments(model, scenarios_of(model, {n}), callback=runstore.ema.callback(
-    {path!r}, flush_every_s=0.0, commit_every_s=0.05))
+if __name__ == "__main__":
+    model = make_model(slow_toy)
+    evaluator = {evaluator}
+    with evaluator:
+        evaluator.perform_experiments(scenarios_of(model, {n}), callback=runstore.ema.callback(
+            {path!r}, flush_every_s=0.0, commit_every_s=0.05))
 """
 
+EVALUATORS = {
+    "sequential": "SequentialEvaluator(model)",
+    # EMA's own pool: the callback runs in the parent, which the kill takes with its workers.
+    "multiprocessing": "MultiprocessingEvaluator(model, n_processes=2)",
+}
 
-def test_kill_9_then_resume_runs_only_what_is_missing(tmp_path):
+
+@pytest.mark.parametrize("evaluator", sorted(EVALUATORS))
+def test_kill_9_then_resume_runs_only_what_is_missing(tmp_path, evaluator):
     n = 200
     path = str(tmp_path / "s")
-    script = KILL_SCRIPT.format(testdir=os.path.dirname(__file__), n=n, path=path)
-    proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(script)])
+    script = KILL_SCRIPT.format(
+        testdir=os.path.dirname(__file__), n=n, path=path, evaluator=EVALUATORS[evaluator]
+    )
+    (tmp_path / "sweep.py").write_text(textwrap.dedent(script))
+    proc = subprocess.Popen([sys.executable, str(tmp_path / "sweep.py")], start_new_session=True)
     done = 0
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
@@ -171,15 +184,22 @@ def test_kill_9_then_resume_runs_only_what_is_missing(tmp_path):
             if done >= 20:
                 break
     assert proc.poll() is None, "the sweep ended before it could be killed"
-    proc.send_signal(signal.SIGKILL)
+    os.killpg(proc.pid, signal.SIGKILL)  # the evaluator and its pool's workers at once
     proc.wait()
     model = make_model(slow_toy)
     scen = scenarios_of(model, n)
     left = runstore.ema.remaining(path, scen)
     kept = n - len(left)
-    print(f"killed after at least {done} experiments seen done; {kept} kept, {len(left)} left")
+    print(
+        f"{evaluator}: killed after at least {done} experiments seen done; "
+        f"{kept} kept, {len(left)} left"
+    )
     assert kept >= done and 0 < len(left) < n
-    store = perform_experiments(model, left, callback=runstore.ema.callback(path))
+    if evaluator == "multiprocessing":
+        with MultiprocessingEvaluator(model, n_processes=2) as ev:
+            store = ev.perform_experiments(left, callback=runstore.ema.callback(path))
+    else:
+        store = perform_experiments(model, left, callback=runstore.ema.callback(path))
     experiments, outcomes = runstore.ema.load_results(store)
     assert len(experiments) == n, "every experiment exactly once"
     assert runstore.ema.remaining(path, scen) == []
