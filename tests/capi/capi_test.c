@@ -623,15 +623,23 @@ static void check_threads(const char* dir) {
   runstore_close(shared_store);
 }
 
+/* A new store DIR/NAME (its path in path[size]) and a writer of it. */
+static runstore_writer* open_writer(const char* dir, const char* name, char* path, size_t size,
+                                    runstore_store** s) {
+  snprintf(path, size, "%s/%s", dir, name);
+  *s = NULL;
+  CHECK_OK(runstore_open(path, 0, s));
+  runstore_writer* w = NULL;
+  CHECK_OK(runstore_writer_open(*s, NULL, &w));
+  return w;
+}
+
 /* A writer open when the process forks: the child cannot write with it (the
  * parent's segment is the parent's), and the parent's goes on unharmed. */
 static void check_fork(const char* dir) {
   char path[4096];
-  snprintf(path, sizeof path, "%s/fork", dir);
   runstore_store* s = NULL;
-  CHECK_OK(runstore_open(path, 0, &s));
-  runstore_writer* w = NULL;
-  CHECK_OK(runstore_writer_open(s, NULL, &w));
+  runstore_writer* w = open_writer(dir, "fork", path, sizeof path, &s);
   CHECK_OK(runstore_append_f64(w, runstore_run_int(1), "x", 0, 1.0));
   fflush(NULL);
   const pid_t pid = fork();
@@ -715,11 +723,8 @@ static void check_signals(const char* dir) {
   sa.sa_flags = 0; /* no SA_RESTART: blocking calls return EINTR */
   CHECK(sigaction(SIGUSR1, &sa, &old) == 0);
   char path[4096];
-  snprintf(path, sizeof path, "%s/signals", dir);
   runstore_store* s = NULL;
-  CHECK_OK(runstore_open(path, 0, &s));
-  runstore_writer* w = NULL;
-  CHECK_OK(runstore_writer_open(s, NULL, &w));
+  runstore_writer* w = open_writer(dir, "signals", path, sizeof path, &s);
   signalled_thread = pthread_self();
   atomic_store(&signals_stop, 0);
   pthread_t storm;
