@@ -46,7 +46,9 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] \
   say "runstore is installed in .venv and up to date (${want%% *} unchanged)"
 elif [ -n "$wheel" ]; then
   say "installing $wheel into .venv"
-  "$root/.venv/bin/python" -m pip install -q --force-reinstall "$wheel"
+  # The wheel again even where its version is installed; its dependencies only if missing.
+  "$root/.venv/bin/python" -m pip install -q --force-reinstall --no-deps "$wheel"
+  "$root/.venv/bin/python" -m pip install -q "$wheel"
   echo "$want" > "$stamp"
 else
   # One build, kept in build/demo: after a change, only what changed compiles again. Through
