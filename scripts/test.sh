@@ -129,7 +129,7 @@ cd "$root/python/tests"
 "$root/.venv/bin/python" -m pytest -q -p no:cacheprovider "$root/python/tests"
 cd "$root"
 
-# The tests that need nothing but numpy and pandas, for the other Pythons' wheels.
+# The tests that need nothing but numpy, pandas and pyarrow, for the other Pythons' wheels.
 core_tests=("$root"/python/tests/{test_attrs,test_roundtrip,test_values,test_writer,test_experiments,test_zero_copy,test_errors,test_pandas,test_log_call}.py)
 
 step "Python 3.12: the package's core tests and the EMA workbench integration (ema-workbench 3.x)"
@@ -162,7 +162,7 @@ for w in "$root"/build/wheelhouse/runstore-*.whl; do
   env="$root/build/venv-$v"
   rm -rf "$env"
   "$root/.venv-wheel/$v/bin/python" -m venv "$env"
-  "$env/bin/python" -m pip install -q "$w" pytest hypothesis
+  "$env/bin/python" -m pip install -q "$w" pytest hypothesis pyarrow
   (cd "$root/python/tests" && "$env/bin/python" -m pytest -q -p no:cacheprovider \
     "${core_tests[@]}")
 done
