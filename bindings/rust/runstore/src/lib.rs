@@ -50,6 +50,7 @@ macro_rules! handle {
 use std::ffi::{CStr, CString};
 use std::fmt;
 use std::marker::PhantomData;
+use std::mem::transmute_copy;
 use std::ops::{Deref, RangeInclusive};
 use std::os::raw::c_int;
 use std::os::unix::ffi::OsStrExt;
@@ -469,33 +470,22 @@ impl Writer {
         step: i64,
         value: T,
     ) -> Result<()> {
-        let run = run.into();
+        let run = run.into().to_c();
         name.with_c(|name| {
-            let code = match T::DTYPE {
-                // SAFETY (both): T is the type its DTYPE names (Element's contract).
-                DType::Float64 => unsafe {
-                    ffi::runstore_append_f64(
+            // SAFETY (all): T is the type its DTYPE names (Element's contract), and `value` is
+            // read before the call returns. f64 and i64 go by value through the C API's
+            // functions of them, which check less; the other types through the generic append.
+            check(unsafe {
+                match T::DTYPE {
+                    DType::Float64 => {
+                        ffi::runstore_append_f64(self.ptr, run, name, step, transmute_copy(&value))
+                    }
+                    DType::Int64 => {
+                        ffi::runstore_append_i64(self.ptr, run, name, step, transmute_copy(&value))
+                    }
+                    _ => ffi::runstore_append(
                         self.ptr,
-                        run.to_c(),
-                        name,
-                        step,
-                        std::mem::transmute_copy::<T, f64>(&value),
-                    )
-                },
-                DType::Int64 => unsafe {
-                    ffi::runstore_append_i64(
-                        self.ptr,
-                        run.to_c(),
-                        name,
-                        step,
-                        std::mem::transmute_copy::<T, i64>(&value),
-                    )
-                },
-                // SAFETY: `value` is one element of T::DTYPE, read before the call returns.
-                _ => unsafe {
-                    ffi::runstore_append(
-                        self.ptr,
-                        run.to_c(),
+                        run,
                         name,
                         step,
                         T::DTYPE.code(),
@@ -503,10 +493,9 @@ impl Writer {
                         0,
                         &value as *const T as *const _,
                         std::mem::size_of::<T>(),
-                    )
-                },
-            };
-            check(code)
+                    ),
+                }
+            })
         })
     }
 
