@@ -66,6 +66,9 @@ int main(int argc, char** argv) {
     std::vector<runstore::RunRef> runs;
     std::vector<int64_t> steps;
     std::vector<double> values;
+    runs.reserve(10'000);
+    steps.reserve(10'000);
+    values.reserve(10'000);
     for (int64_t i = start; i < start + 10'000; ++i) {
       runs.emplace_back(i % 100);
       steps.push_back(100'000 + i / 100);

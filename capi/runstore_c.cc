@@ -88,9 +88,10 @@ runstore_code Ok() {
 }
 
 // Runs `f` (returning a runstore_code), turning what C++ throws into a code:
-// nothing may unwind into C.
+// nothing may unwind into C. Inlined into each call, so that a call's
+// arguments are not gathered into a closure for it.
 template <typename F>
-runstore_code Guard(F&& f) noexcept {
+[[gnu::always_inline]] inline runstore_code Guard(F&& f) noexcept {
   try {
     return f();
   } catch (const std::bad_alloc&) {
@@ -221,12 +222,13 @@ runstore_code CheckAppend(const char* fn, const runstore_writer* writer, const c
 // A number a call, the loop's path: its dtype and shape are known, so only
 // the handles are checked here and the writer checks the rest.
 template <typename T>
-runstore_code AppendNumber(runstore_writer* writer, runstore_run run, const char* name,
-                           int64_t step, T value) {
+[[gnu::always_inline]] inline runstore_code AppendNumber(runstore_writer* writer,
+                                                         const runstore::RunRef& run,
+                                                         const char* name, int64_t step, T value) {
   if (writer == nullptr) return NullArgument("writer");
   if (name == nullptr) return NullArgument("name");
   return Guard([&] {
-    Status s = writer->writer->Append(RunOf(run), name, step, value);
+    Status s = writer->writer->Append(run, name, step, value);
     return s.ok() ? Ok() : Fail(s);
   });
 }
@@ -436,12 +438,22 @@ runstore_code runstore_append_batch_int(runstore_writer* writer, const int64_t* 
 
 runstore_code runstore_append_f64(runstore_writer* writer, runstore_run run, const char* name,
                                   int64_t step, double value) {
-  return AppendNumber(writer, run, name, step, value);
+  return AppendNumber(writer, RunOf(run), name, step, value);
 }
 
 runstore_code runstore_append_i64(runstore_writer* writer, runstore_run run, const char* name,
                                   int64_t step, int64_t value) {
-  return AppendNumber(writer, run, name, step, value);
+  return AppendNumber(writer, RunOf(run), name, step, value);
+}
+
+runstore_code runstore_append_f64_int(runstore_writer* writer, int64_t run, const char* name,
+                                      int64_t step, double value) {
+  return AppendNumber(writer, runstore::RunRef(run), name, step, value);
+}
+
+runstore_code runstore_append_i64_int(runstore_writer* writer, int64_t run, const char* name,
+                                      int64_t step, int64_t value) {
+  return AppendNumber(writer, runstore::RunRef(run), name, step, value);
 }
 
 runstore_code runstore_append_string(runstore_writer* writer, runstore_run run, const char* name,

@@ -180,6 +180,12 @@ runstore_code runstore_append_f64(runstore_writer* writer, runstore_run run, con
                                   int64_t step, double value);
 runstore_code runstore_append_i64(runstore_writer* writer, runstore_run run, const char* name,
                                   int64_t step, int64_t value);
+/* The same two with an integer run id, the loop's call: every argument goes
+ * in a register (a runstore_run is 32 bytes, passed through memory). */
+runstore_code runstore_append_f64_int(runstore_writer* writer, int64_t run, const char* name,
+                                      int64_t step, double value);
+runstore_code runstore_append_i64_int(runstore_writer* writer, int64_t run, const char* name,
+                                      int64_t step, int64_t value);
 /* A UTF-8 string (NUL-terminated). */
 runstore_code runstore_append_string(runstore_writer* writer, runstore_run run, const char* name,
                                      int64_t step, const char* value);

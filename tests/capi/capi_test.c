@@ -56,9 +56,16 @@ static void write_store(runstore_store* store) {
   static const char nul_id[] = {'a', '\0', 'b'};
   runstore_run rn = {1, 0, nul_id, sizeof nul_id};
   for (int64_t step = 0; step < kSteps; ++step) {
-    CHECK_OK(runstore_append_f64(w, r1, "loss", step, 1.0 / (double)(step + 1)));
+    /* Run 1 through the integer-run calls, half of its records: the same
+     * records as through a runstore_run. */
+    if (step % 2 == 0) {
+      CHECK_OK(runstore_append_f64_int(w, 1, "loss", step, 1.0 / (double)(step + 1)));
+      CHECK_OK(runstore_append_i64_int(w, 1, "tokens", step, step * 1000));
+    } else {
+      CHECK_OK(runstore_append_f64(w, r1, "loss", step, 1.0 / (double)(step + 1)));
+      CHECK_OK(runstore_append_i64(w, r1, "tokens", step, step * 1000));
+    }
     CHECK_OK(runstore_append_f64(w, r7, "loss", step, 2.0 * (double)step));
-    CHECK_OK(runstore_append_i64(w, r1, "tokens", step, step * 1000));
   }
   CHECK_OK(runstore_append_f64(w, rn, "loss", 0, 42.0));
   /* A scalar of every fixed-width dtype, each its own series. */
@@ -160,6 +167,8 @@ static void write_store(runstore_store* store) {
   CHECK_OK(runstore_writer_close(w));
   /* A closed writer says so, whatever is asked of it. */
   CHECK(runstore_append_f64(w, r1, "loss", 51, 0.0) == RUNSTORE_FAILED_PRECONDITION);
+  CHECK(error_says("closed"));
+  CHECK(runstore_append_f64_int(w, 1, "loss", 51, 0.0) == RUNSTORE_FAILED_PRECONDITION);
   CHECK(error_says("closed"));
   CHECK(runstore_commit(w) == RUNSTORE_FAILED_PRECONDITION && error_says("closed"));
   runstore_writer_release(w);
@@ -416,6 +425,13 @@ static void check_errors(const char* dir) {
   CHECK(runstore_append_string(w, runstore_run_int(1), "tokens", 1001, "five") ==
         RUNSTORE_INVALID_ARGUMENT);
   CHECK(error_says("tokens"));
+  CHECK(runstore_append_f64_int(w, 1, "tokens", 1001, 5.0) == RUNSTORE_INVALID_ARGUMENT);
+  CHECK(error_says("tokens"));
+  CHECK(runstore_append_i64_int(w, 1, "loss", 1001, 5) == RUNSTORE_INVALID_ARGUMENT);
+  CHECK(error_says("loss"));
+  CHECK(runstore_append_f64_int(w, 1, NULL, 0, 1.0) == RUNSTORE_INVALID_ARGUMENT);
+  CHECK(error_says("name is NULL"));
+  CHECK(runstore_append_i64_int(w, 1, "", 0, 1) == RUNSTORE_INVALID_ARGUMENT);
   /* Lengths and shapes that lie. */
   char long_id[300];
   memset(long_id, 'x', sizeof long_id);
@@ -471,6 +487,9 @@ static void check_errors(const char* dir) {
   /* Null handles: a code and a message naming the argument, never a crash. */
   CHECK(runstore_append_f64(NULL, runstore_run_int(1), "x", 0, 1.0) == RUNSTORE_INVALID_ARGUMENT);
   CHECK(error_says("writer is NULL"));
+  CHECK(runstore_append_f64_int(NULL, 1, "x", 0, 1.0) == RUNSTORE_INVALID_ARGUMENT);
+  CHECK(error_says("writer is NULL"));
+  CHECK(runstore_append_i64_int(NULL, 1, "x", 0, 1) == RUNSTORE_INVALID_ARGUMENT);
   CHECK(runstore_commit(NULL) == RUNSTORE_INVALID_ARGUMENT);
   CHECK(runstore_writer_close(NULL) == RUNSTORE_INVALID_ARGUMENT);
   CHECK(runstore_refresh(NULL, &snap) == RUNSTORE_INVALID_ARGUMENT && snap == NULL);

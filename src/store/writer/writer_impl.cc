@@ -581,7 +581,8 @@ Status WriterImpl::AppendLarge(Series* s, const RunRef& run, int64_t step, const
   return Status::OK();
 }
 
-Status WriterImpl::Append(RunRef run, std::string_view name, int64_t step, const ValueRef& value) {
+Status WriterImpl::Append(const RunRef& run, std::string_view name, int64_t step,
+                          const ValueRef& value) {
   if (fork_guard_.InOtherProcess()) return ForkedError();
   if (run.is_string) RUNSTORE_RETURN_IF_ERROR(ValidateRunId(run));
   MutexLock lock(&mu_);

@@ -53,7 +53,8 @@ class WriterImpl final : public Writer {
   ~WriterImpl() override;
 
   Status DefineSeries(std::string_view name, const SeriesOptions& options) override;
-  Status Append(RunRef run, std::string_view name, int64_t step, const ValueRef& value) override;
+  Status Append(const RunRef& run, std::string_view name, int64_t step,
+                const ValueRef& value) override;
   Status AppendRecord(RunRef run, int64_t step, std::span<const NamedValue> values) override;
   Status AppendBatch(std::span<const RunRef> runs, std::string_view name,
                      std::span<const int64_t> steps, const ValueRef& values) override;

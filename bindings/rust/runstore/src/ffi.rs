@@ -113,6 +113,20 @@ extern "C" {
         step: i64,
         value: i64,
     ) -> runstore_code;
+    pub fn runstore_append_f64_int(
+        writer: *mut runstore_writer,
+        run: i64,
+        name: *const c_char,
+        step: i64,
+        value: f64,
+    ) -> runstore_code;
+    pub fn runstore_append_i64_int(
+        writer: *mut runstore_writer,
+        run: i64,
+        name: *const c_char,
+        step: i64,
+        value: i64,
+    ) -> runstore_code;
     pub fn runstore_append_batch(
         writer: *mut runstore_writer,
         runs: *const runstore_run,

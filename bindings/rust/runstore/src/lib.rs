@@ -108,19 +108,29 @@ impl std::error::Error for Error {}
 
 pub type Result<T> = std::result::Result<T, Error>;
 
+/// A call's code as a `Result`: the success test inlined into every call, the failure's
+/// message read out of line.
+#[inline(always)]
 fn check(code: ffi::runstore_code) -> Result<()> {
     if code == ffi::RUNSTORE_OK {
-        return Ok(());
+        Ok(())
+    } else {
+        Err(failure(code))
     }
+}
+
+#[cold]
+#[inline(never)]
+fn failure(code: ffi::runstore_code) -> Error {
     // SAFETY: the library returns a NUL-terminated string of this thread's,
     // valid until its next call.
     let message = unsafe { CStr::from_ptr(ffi::runstore_last_error()) }
         .to_string_lossy()
         .into_owned();
-    Err(Error {
+    Error {
         code: ErrorCode::of(code),
         message,
-    })
+    }
 }
 
 fn invalid(message: String) -> Error {
@@ -470,22 +480,46 @@ impl Writer {
         step: i64,
         value: T,
     ) -> Result<()> {
-        let run = run.into().to_c();
+        let run = run.into();
         name.with_c(|name| {
             // SAFETY (all): T is the type its DTYPE names (Element's contract), and `value` is
             // read before the call returns. f64 and i64 go by value through the C API's
-            // functions of them, which check less; the other types through the generic append.
+            // functions of them, which check less, an integer run in a register (a
+            // runstore_run made for the call and copied into it stalls the processor); the
+            // other types through the generic append.
             check(unsafe {
-                match T::DTYPE {
-                    DType::Float64 => {
-                        ffi::runstore_append_f64(self.ptr, run, name, step, transmute_copy(&value))
-                    }
-                    DType::Int64 => {
-                        ffi::runstore_append_i64(self.ptr, run, name, step, transmute_copy(&value))
-                    }
-                    _ => ffi::runstore_append(
+                match (T::DTYPE, run) {
+                    (DType::Float64, Run::Int(i)) => ffi::runstore_append_f64_int(
                         self.ptr,
-                        run,
+                        i,
+                        name,
+                        step,
+                        transmute_copy(&value),
+                    ),
+                    (DType::Int64, Run::Int(i)) => ffi::runstore_append_i64_int(
+                        self.ptr,
+                        i,
+                        name,
+                        step,
+                        transmute_copy(&value),
+                    ),
+                    (DType::Float64, run) => ffi::runstore_append_f64(
+                        self.ptr,
+                        run.to_c(),
+                        name,
+                        step,
+                        transmute_copy(&value),
+                    ),
+                    (DType::Int64, run) => ffi::runstore_append_i64(
+                        self.ptr,
+                        run.to_c(),
+                        name,
+                        step,
+                        transmute_copy(&value),
+                    ),
+                    (_, run) => ffi::runstore_append(
+                        self.ptr,
+                        run.to_c(),
                         name,
                         step,
                         T::DTYPE.code(),

@@ -258,6 +258,11 @@ fn a_name_made_once_appends_what_a_str_does() {
         }
         w.append(Run::Int(1), &count, step, step).unwrap();
         w.append(Run::Int(1), "small", step, step as f32).unwrap();
+        // A string run through the same calls (its run passed as a runstore_run, an
+        // integer's in a register).
+        w.append(Run::Str("exp-a"), &loss, step, -(step as f64)).unwrap();
+        w.append("exp-a", &count, step, -step).unwrap();
+        w.append("exp-a", "small", step, -(step as f32)).unwrap();
     }
     let e = w.append(Run::Int(1), &count, 100, 1.5f64).unwrap_err();
     assert!(e.message.contains("count"), "{}", e);
@@ -268,14 +273,22 @@ fn a_name_made_once_appends_what_a_str_does() {
     assert_eq!(loss.as_str(), "loss");
     w.close().unwrap();
     let snap = store.refresh().unwrap();
-    let l = snap.scan::<f64>("loss", None, None).unwrap();
-    assert_eq!(l.values, (0..100).map(|s| s as f64).collect::<Vec<_>>());
-    let c = snap.scan::<i64>("count", None, None).unwrap();
-    assert_eq!(c.values, (0..100).collect::<Vec<i64>>());
-    assert_eq!(
-        snap.scan::<f32>("small", None, None).unwrap().values.len(),
-        100
-    );
+    for (run, sign) in [(Run::Int(1), 1i64), (Run::Str("exp-a"), -1)] {
+        let runs = [run];
+        let only = Some(&runs[..]);
+        let l = snap.scan::<f64>("loss", only, None).unwrap();
+        assert_eq!(
+            l.values,
+            (0..100).map(|s| (sign * s) as f64).collect::<Vec<_>>()
+        );
+        let c = snap.scan::<i64>("count", only, None).unwrap();
+        assert_eq!(c.values, (0..100).map(|s| sign * s).collect::<Vec<_>>());
+        let small = snap.scan::<f32>("small", only, None).unwrap();
+        assert_eq!(
+            small.values,
+            (0..100).map(|s| (sign * s) as f32).collect::<Vec<_>>()
+        );
+    }
 }
 
 /// The child side of the crash test: commits `RUNSTORE_CRASH_COMMITTED` records, appends
