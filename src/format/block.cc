@@ -417,6 +417,58 @@ int64_t BlockView::Nth(const char* seq, uint64_t count, uint32_t i) {
                               (i - start) * DecodeFixed<uint64_t>(s + 16));
 }
 
+int64_t BlockView::FindLast(const RunRef& run, int64_t step) const {
+  auto holds_run = [&](uint64_t r) {
+    const auto i = static_cast<uint32_t>(r);
+    if (run_is_string(i) != run.is_string) return false;
+    return run.is_string ? run_string(i) == run.s : run_int(i) == run.i;
+  };
+  if (!step_sequences_) {
+    for (uint32_t r = count_; r-- > 0;) {
+      if (LoadI64(steps_, r) == step && holds_run(r)) return r;
+    }
+    return -1;
+  }
+  const uint64_t target = static_cast<uint64_t>(step);
+  for (uint64_t k = step_sequence_count_; k-- > 0;) {
+    const char* s = step_sequences_ + kSequenceBytes * k;
+    const uint64_t end = DecodeFixed<uint64_t>(s);
+    const uint64_t start = k == 0 ? 0 : DecodeFixed<uint64_t>(s - kSequenceBytes);
+    const uint64_t first = DecodeFixed<uint64_t>(s + 8);
+    const uint64_t diff = DecodeFixed<uint64_t>(s + 16);
+    const uint64_t len = end - start;  // Parse checked that ends ascend
+    if (diff == 0) {
+      if (first != target) continue;
+      for (uint64_t r = end; r-- > start;) {
+        if (holds_run(r)) return static_cast<int64_t>(r);
+      }
+      continue;
+    }
+    // Row start + j holds first + j * diff (mod 2^64). Where the sequence's
+    // values do not wrap around as int64, they are strictly monotone and at
+    // most one j holds `step`: solve for it. Otherwise (a hostile or odd
+    // block) try each j, from the last.
+    const __int128 d = static_cast<int64_t>(diff);
+    const __int128 f = static_cast<int64_t>(first);
+    const __int128 last = f + d * static_cast<__int128>(len - 1);
+    if (last >= INT64_MIN && last <= INT64_MAX) {
+      const __int128 num = static_cast<__int128>(step) - f;
+      if (num % d != 0) continue;
+      const __int128 j = num / d;
+      if (j >= 0 && j < static_cast<__int128>(len) && holds_run(start + static_cast<uint64_t>(j))) {
+        return static_cast<int64_t>(start + static_cast<uint64_t>(j));
+      }
+      continue;
+    }
+    for (uint64_t j = len; j-- > 0;) {
+      if (first + j * diff == target && holds_run(start + j)) {
+        return static_cast<int64_t>(start + j);
+      }
+    }
+  }
+  return -1;
+}
+
 void BlockView::Expand(const char* seq, uint64_t count, int64_t* out) {
   uint64_t start = 0;
   for (uint64_t k = 0; k < count; ++k) {

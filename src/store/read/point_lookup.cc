@@ -170,12 +170,7 @@ Result<SnapshotImpl::Found> SnapshotImpl::Find(RunRef run, std::string_view name
       }
       if (lo < v.count() && cmp(lo) == 0) found = lo;
     } else {
-      for (uint32_t r = v.count(); r-- > 0;) {
-        if (cmp(r) == 0) {
-          found = r;
-          break;
-        }
-      }
+      found = v.FindLast(run, step);
     }
     if (found < 0) return Status::OK();
     best = &b;
