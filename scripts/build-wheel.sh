@@ -16,8 +16,8 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 root=$(pwd)
-# shellcheck source=scripts/venv.sh
-source scripts/venv.sh
+# shellcheck source=scripts/functions.sh
+source scripts/functions.sh
 
 out="$root/dist"
 versions=()
@@ -32,10 +32,7 @@ done
 asked=${#versions[@]}
 [ "$asked" -gt 0 ] || versions=(3.11 3.12 3.13 3.14)
 
-if command -v ccache > /dev/null; then
-  export CMAKE_CXX_COMPILER_LAUNCHER=${CMAKE_CXX_COMPILER_LAUNCHER:-ccache}
-  export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$root} CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
-fi
+use_ccache "$root"
 
 mkdir -p "$out"
 made=()

@@ -53,10 +53,9 @@ elif [ -n "$wheel" ]; then
 else
   # One build, kept in build/demo: after a change, only what changed compiles again. Through
   # ccache when it is installed (the tests' machine), else the compiler alone.
-  if command -v ccache > /dev/null; then
-    export CMAKE_CXX_COMPILER_LAUNCHER=${CMAKE_CXX_COMPILER_LAUNCHER:-ccache}
-    export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$root} CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
-  fi
+  # shellcheck source=scripts/functions.sh
+  source "$root/scripts/functions.sh"
+  use_ccache "$root"
   mkdir -p build
   log="$root/build/demo-build.log"
   say "building runstore (the C++ library, the runstore tool, the Python module); the first" \

@@ -11,8 +11,8 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-# shellcheck source=scripts/venv.sh
-source "$here/scripts/venv.sh"
+# shellcheck source=scripts/functions.sh
+source "$here/scripts/functions.sh"
 profile=${1:-all}
 
 # What builds the library, the tool and the Python package (`pip install .`).
@@ -52,7 +52,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-# The Python side lives in virtual environments of the project's own (scripts/venv.sh).
+# The Python side lives in virtual environments of the project's own (scripts/functions.sh).
 py=${PYTHON:-python3}
 case $profile in
   demo) venv "$here/.venv" "$py" "$here/python/requirements-demo.txt" ;;

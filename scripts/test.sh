@@ -19,11 +19,9 @@ bash scripts/install-deps.sh
 
 # Every C++ build goes through ccache (installed by install-deps.sh): the Python 3.12 wheel
 # then reuses the library objects of the first wheel, and a rerun only compiles what changed.
-# Paths are hashed relative to the repository, so that two clones share the cache.
-if command -v ccache > /dev/null; then
-  export CMAKE_CXX_COMPILER_LAUNCHER=${CMAKE_CXX_COMPILER_LAUNCHER:-ccache}
-  export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$root} CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
-fi
+# shellcheck source=scripts/functions.sh
+source scripts/functions.sh
+use_ccache "$root"
 
 step() { printf '\n==== %s (at %ds) ====\n' "$*" "$SECONDS"; }
 

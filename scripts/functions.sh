@@ -1,5 +1,16 @@
-# Shell functions the scripts share (sourced, not run): finding a Python by its version and
-# keeping a virtual environment in step with a requirements file.
+# Shell functions the scripts share (sourced, not run): finding a Python by its version,
+# keeping a virtual environment in step with a requirements file, and compiling through ccache.
+
+# use_ccache ROOT: every C++ build of this shell goes through ccache when it is installed (the
+# tests' machine; install-deps.sh installs it), with paths hashed relative to ROOT so that two
+# clones and the wheels' build directories share the cache. Settings already in the
+# environment are kept.
+use_ccache() {
+  if command -v ccache > /dev/null; then
+    export CMAKE_CXX_COMPILER_LAUNCHER=${CMAKE_CXX_COMPILER_LAUNCHER:-ccache}
+    export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$1} CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
+  fi
+}
 
 # find_python VERSION: prints the path of a working pythonVERSION (PATH first, then pyenv's
 # versions, newest patch release first), or nothing. pyenv's shim on PATH fails unless that
