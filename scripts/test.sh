@@ -136,7 +136,8 @@ step "Python 3.12: the package's core tests and the EMA workbench integration (e
 "$root/.venv312/bin/python" -m pip install -q --force-reinstall --no-deps "$wheel312"
 cd "$root/python/tests"
 "$root/.venv312/bin/python" -m pytest -q -p no:cacheprovider \
-  "$root"/python/tests/{test_ema,test_ema_signals,test_ema_batch}.py "${core_tests[@]}"
+  "$root"/python/tests/{test_ema,test_ema_signals,test_ema_batch,test_ema_mpi,test_ema_memory}.py \
+  "${core_tests[@]}"
 # The layout check of runstore.ema, whose ema_workbench only this environment has.
 "$root/.venv312/bin/python" -m pytest -q -p no:cacheprovider "$root"/python/tests/test_package_layout.py -k "ema"
 cd "$root"
