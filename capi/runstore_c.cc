@@ -33,6 +33,10 @@ struct runstore_snapshot {
 struct runstore_writer {
   std::unique_ptr<runstore::Writer> writer;
 };
+struct runstore_series_writer {
+  runstore::Writer* writer;  // its runstore_writer's, which outlives it
+  std::string name;
+};
 struct runstore_series_list {
   std::vector<runstore::SeriesInfo> infos;
 };
@@ -219,18 +223,26 @@ runstore_code CheckAppend(const char* fn, const runstore_writer* writer, const c
   return RUNSTORE_OK;
 }
 
-// A number a call, the loop's path: its dtype and shape are known, so only
-// the handles are checked here and the writer checks the rest.
+// A number a call, the loop's path: its dtype and shape are known, so the
+// writer checks the rest. This form has the name's length (a
+// runstore_series_writer's); the one below measures it.
+template <typename T>
+[[gnu::always_inline]] inline runstore_code AppendNumber(runstore::Writer& writer,
+                                                         const runstore::RunRef& run,
+                                                         std::string_view name, int64_t step,
+                                                         T value) {
+  return Guard([&] {
+    Status s = writer.Append(run, name, step, value);
+    return s.ok() ? Ok() : Fail(s);
+  });
+}
 template <typename T>
 [[gnu::always_inline]] inline runstore_code AppendNumber(runstore_writer* writer,
                                                          const runstore::RunRef& run,
                                                          const char* name, int64_t step, T value) {
   if (writer == nullptr) return NullArgument("writer");
   if (name == nullptr) return NullArgument("name");
-  return Guard([&] {
-    Status s = writer->writer->Append(run, name, step, value);
-    return s.ok() ? Ok() : Fail(s);
-  });
+  return AppendNumber(*writer->writer, run, name, step, value);
 }
 
 // runstore_append_batch and its int-run form: `count` records whose run i is
@@ -445,6 +457,32 @@ runstore_code runstore_append_i64(runstore_writer* writer, runstore_run run, con
                                   int64_t step, int64_t value) {
   return AppendNumber(writer, RunOf(run), name, step, value);
 }
+
+runstore_code runstore_series_writer_open(runstore_writer* writer, const char* name,
+                                          runstore_series_writer** out) {
+  if (out == nullptr) return NullArgument("out");
+  *out = nullptr;
+  if (writer == nullptr) return NullArgument("writer");
+  if (name == nullptr) return NullArgument("name");
+  return Guard([&] {
+    *out = new runstore_series_writer{writer->writer.get(), name};
+    return Ok();
+  });
+}
+
+runstore_code runstore_series_writer_append_f64(runstore_series_writer* series, int64_t run,
+                                                int64_t step, double value) {
+  if (series == nullptr) return NullArgument("series");
+  return AppendNumber(*series->writer, runstore::RunRef(run), series->name, step, value);
+}
+
+runstore_code runstore_series_writer_append_i64(runstore_series_writer* series, int64_t run,
+                                                int64_t step, int64_t value) {
+  if (series == nullptr) return NullArgument("series");
+  return AppendNumber(*series->writer, runstore::RunRef(run), series->name, step, value);
+}
+
+void runstore_series_writer_release(runstore_series_writer* series) { delete series; }
 
 runstore_code runstore_append_f64_int(runstore_writer* writer, int64_t run, const char* name,
                                       int64_t step, double value) {

@@ -186,6 +186,20 @@ runstore_code runstore_append_f64_int(runstore_writer* writer, int64_t run, cons
                                       int64_t step, double value);
 runstore_code runstore_append_i64_int(runstore_writer* writer, int64_t run, const char* name,
                                       int64_t step, int64_t value);
+/* The writer of one series, its name given once: what a loop that appends a
+ * record a call to a series passes instead of the name, so that no call
+ * measures it again. Integer runs, float64 or int64 values; the name and
+ * each value are checked at each append as runstore_append_f64 checks them.
+ * Valid until released, and never past the release of its writer (any
+ * number of them per writer, used from any threads). */
+typedef struct runstore_series_writer runstore_series_writer;
+runstore_code runstore_series_writer_open(runstore_writer* writer, const char* name,
+                                          runstore_series_writer** out);
+runstore_code runstore_series_writer_append_f64(runstore_series_writer* series, int64_t run,
+                                                int64_t step, double value);
+runstore_code runstore_series_writer_append_i64(runstore_series_writer* series, int64_t run,
+                                                int64_t step, int64_t value);
+void runstore_series_writer_release(runstore_series_writer* series);
 /* A UTF-8 string (NUL-terminated). */
 runstore_code runstore_append_string(runstore_writer* writer, runstore_run run, const char* name,
                                      int64_t step, const char* value);

@@ -55,18 +55,34 @@ static void write_store(runstore_store* store) {
   /* A string id with a NUL byte inside: ids carry their length. */
   static const char nul_id[] = {'a', '\0', 'b'};
   runstore_run rn = {1, 0, nul_id, sizeof nul_id};
+  /* Run 1 through the integer-run calls, a third of its records, and through
+   * its series' own writers, another third: the same records as through a
+   * runstore_run. */
+  runstore_series_writer* loss = NULL;
+  runstore_series_writer* tokens = NULL;
+  CHECK_OK(runstore_series_writer_open(w, "loss", &loss));
+  CHECK_OK(runstore_series_writer_open(w, "tokens", &tokens));
+  CHECK(loss != NULL && tokens != NULL);
   for (int64_t step = 0; step < kSteps; ++step) {
-    /* Run 1 through the integer-run calls, half of its records: the same
-     * records as through a runstore_run. */
-    if (step % 2 == 0) {
+    if (step % 3 == 0) {
       CHECK_OK(runstore_append_f64_int(w, 1, "loss", step, 1.0 / (double)(step + 1)));
       CHECK_OK(runstore_append_i64_int(w, 1, "tokens", step, step * 1000));
+    } else if (step % 3 == 1) {
+      CHECK_OK(runstore_series_writer_append_f64(loss, 1, step, 1.0 / (double)(step + 1)));
+      CHECK_OK(runstore_series_writer_append_i64(tokens, 1, step, step * 1000));
     } else {
       CHECK_OK(runstore_append_f64(w, r1, "loss", step, 1.0 / (double)(step + 1)));
       CHECK_OK(runstore_append_i64(w, r1, "tokens", step, step * 1000));
     }
     CHECK_OK(runstore_append_f64(w, r7, "loss", step, 2.0 * (double)step));
   }
+  /* A value of the other type, through the series' writer: refused, naming it. */
+  CHECK(runstore_series_writer_append_i64(loss, 1, kSteps, 7) == RUNSTORE_INVALID_ARGUMENT);
+  CHECK(error_says("loss"));
+  CHECK(runstore_series_writer_append_f64(tokens, 1, kSteps, 7.0) == RUNSTORE_INVALID_ARGUMENT);
+  CHECK(error_says("tokens"));
+  runstore_series_writer_release(loss);
+  runstore_series_writer_release(tokens);
   CHECK_OK(runstore_append_f64(w, rn, "loss", 0, 42.0));
   /* A scalar of every fixed-width dtype, each its own series. */
   {
@@ -170,6 +186,12 @@ static void write_store(runstore_store* store) {
   CHECK(error_says("closed"));
   CHECK(runstore_append_f64_int(w, 1, "loss", 51, 0.0) == RUNSTORE_FAILED_PRECONDITION);
   CHECK(error_says("closed"));
+  /* A series' writer opened before or after the close says so too. */
+  runstore_series_writer* after = NULL;
+  CHECK_OK(runstore_series_writer_open(w, "loss", &after));
+  CHECK(runstore_series_writer_append_f64(after, 1, 51, 0.0) == RUNSTORE_FAILED_PRECONDITION);
+  CHECK(error_says("closed"));
+  runstore_series_writer_release(after);
   CHECK(runstore_commit(w) == RUNSTORE_FAILED_PRECONDITION && error_says("closed"));
   runstore_writer_release(w);
 }
@@ -431,6 +453,14 @@ static void check_errors(const char* dir) {
   CHECK(error_says("loss"));
   CHECK(runstore_append_f64_int(w, 1, NULL, 0, 1.0) == RUNSTORE_INVALID_ARGUMENT);
   CHECK(error_says("name is NULL"));
+  runstore_series_writer* unnamed = NULL;
+  CHECK(runstore_series_writer_open(w, NULL, &unnamed) == RUNSTORE_INVALID_ARGUMENT &&
+        unnamed == NULL && error_says("name is NULL"));
+  /* A name the store cannot hold is refused at the append, as runstore_append's is. */
+  CHECK_OK(runstore_series_writer_open(w, "~reserved", &unnamed));
+  CHECK(runstore_series_writer_append_f64(unnamed, 1, 0, 1.0) == RUNSTORE_INVALID_ARGUMENT);
+  CHECK(error_says("~reserved"));
+  runstore_series_writer_release(unnamed);
   CHECK(runstore_append_i64_int(w, 1, "", 0, 1) == RUNSTORE_INVALID_ARGUMENT);
   /* Lengths and shapes that lie. */
   char long_id[300];
@@ -490,6 +520,15 @@ static void check_errors(const char* dir) {
   CHECK(runstore_append_f64_int(NULL, 1, "x", 0, 1.0) == RUNSTORE_INVALID_ARGUMENT);
   CHECK(error_says("writer is NULL"));
   CHECK(runstore_append_i64_int(NULL, 1, "x", 0, 1) == RUNSTORE_INVALID_ARGUMENT);
+  runstore_series_writer* series = (runstore_series_writer*)&series;
+  CHECK(runstore_series_writer_open(NULL, "x", &series) == RUNSTORE_INVALID_ARGUMENT &&
+        series == NULL && error_says("writer is NULL"));
+  CHECK(runstore_series_writer_open(NULL, "x", NULL) == RUNSTORE_INVALID_ARGUMENT);
+  CHECK(error_says("out is NULL"));
+  CHECK(runstore_series_writer_append_f64(NULL, 1, 0, 1.0) == RUNSTORE_INVALID_ARGUMENT);
+  CHECK(error_says("series is NULL"));
+  CHECK(runstore_series_writer_append_i64(NULL, 1, 0, 1) == RUNSTORE_INVALID_ARGUMENT);
+  runstore_series_writer_release(NULL);
   CHECK(runstore_commit(NULL) == RUNSTORE_INVALID_ARGUMENT);
   CHECK(runstore_writer_close(NULL) == RUNSTORE_INVALID_ARGUMENT);
   CHECK(runstore_refresh(NULL, &snap) == RUNSTORE_INVALID_ARGUMENT && snap == NULL);

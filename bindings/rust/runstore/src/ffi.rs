@@ -60,6 +60,7 @@ opaque!(
     runstore_store,
     runstore_snapshot,
     runstore_writer,
+    runstore_series_writer,
     runstore_value,
     runstore_scanner,
     runstore_series_list
@@ -113,6 +114,24 @@ extern "C" {
         step: i64,
         value: i64,
     ) -> runstore_code;
+    pub fn runstore_series_writer_open(
+        writer: *mut runstore_writer,
+        name: *const c_char,
+        out: *mut *mut runstore_series_writer,
+    ) -> runstore_code;
+    pub fn runstore_series_writer_append_f64(
+        series: *mut runstore_series_writer,
+        run: i64,
+        step: i64,
+        value: f64,
+    ) -> runstore_code;
+    pub fn runstore_series_writer_append_i64(
+        series: *mut runstore_series_writer,
+        run: i64,
+        step: i64,
+        value: i64,
+    ) -> runstore_code;
+    pub fn runstore_series_writer_release(series: *mut runstore_series_writer);
     pub fn runstore_append_f64_int(
         writer: *mut runstore_writer,
         run: i64,

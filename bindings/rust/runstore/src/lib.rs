@@ -679,6 +679,20 @@ impl Writer {
         check(unsafe { ffi::runstore_resume(self.ptr, run.into().to_c(), step) })
     }
 
+    /// The writer of series `name` of this writer, for a loop that appends a record a call to
+    /// it: integer runs, `f64` or `i64` values, the name passed to the C API once rather than
+    /// at each call. It borrows the writer, which cannot be closed while it lives.
+    pub fn series(&self, name: &str) -> Result<SeriesWriter<'_>> {
+        let name = c_string("series name", name)?;
+        let mut out = ptr::null_mut();
+        // SAFETY: a live writer; the name is copied by the call.
+        check(unsafe { ffi::runstore_series_writer_open(self.ptr, name.as_ptr(), &mut out) })?;
+        Ok(SeriesWriter {
+            ptr: out,
+            _writer: PhantomData,
+        })
+    }
+
     /// Commits what was appended and seals the writer's segment.
     pub fn close(self) -> Result<()> {
         // SAFETY: a live writer; released by Drop.
@@ -687,6 +701,95 @@ impl Writer {
 }
 
 handle!(Writer, runstore_writer_release);
+
+/// One series of a [`Writer`], named once ([`Writer::series`]): the fastest way to append a
+/// record a call. Checks what [`Writer::append`] checks, at each call.
+///
+/// It borrows its writer, so the writer cannot be closed (or dropped) while it lives:
+///
+/// ```compile_fail,E0505
+/// let store = runstore::Store::open("/tmp/never-made")?;
+/// let w = store.writer()?;
+/// let loss = w.series("loss")?;
+/// w.close()?; // error: `w` is borrowed by `loss`
+/// loss.append(1, 0, 0.5)?;
+/// # Ok::<(), runstore::Error>(())
+/// ```
+pub struct SeriesWriter<'w> {
+    ptr: *mut ffi::runstore_series_writer,
+    _writer: PhantomData<&'w Writer>,
+}
+
+// SAFETY: the C API's series writer holds its name and its writer's pointer, and appends
+// through the writer, which may be used from several threads at once.
+unsafe impl Send for SeriesWriter<'_> {}
+unsafe impl Sync for SeriesWriter<'_> {}
+
+impl SeriesWriter<'_> {
+    /// One record of run `run` (an integer id) at `step`.
+    #[inline]
+    pub fn append<T: SeriesValue>(&self, run: i64, step: i64, value: T) -> Result<()> {
+        // SAFETY: a live series writer of a live writer (it borrows the writer).
+        check(unsafe { value.append_to(self.ptr, run, step) })
+    }
+}
+
+impl fmt::Debug for SeriesWriter<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SeriesWriter").finish_non_exhaustive()
+    }
+}
+
+impl Drop for SeriesWriter<'_> {
+    fn drop(&mut self) {
+        // SAFETY: owned, released once, before its writer (which it borrows).
+        unsafe { ffi::runstore_series_writer_release(self.ptr) }
+    }
+}
+
+/// What [`SeriesWriter::append`] takes: `f64` and `i64` (sealed).
+pub trait SeriesValue: series_value::Sealed + Copy {}
+impl SeriesValue for f64 {}
+impl SeriesValue for i64 {}
+
+mod series_value {
+    use crate::ffi;
+
+    pub trait Sealed {
+        /// # Safety
+        /// `series` must be a live series writer.
+        unsafe fn append_to(
+            self,
+            series: *mut ffi::runstore_series_writer,
+            run: i64,
+            step: i64,
+        ) -> ffi::runstore_code;
+    }
+
+    impl Sealed for f64 {
+        #[inline]
+        unsafe fn append_to(
+            self,
+            series: *mut ffi::runstore_series_writer,
+            run: i64,
+            step: i64,
+        ) -> ffi::runstore_code {
+            ffi::runstore_series_writer_append_f64(series, run, step, self)
+        }
+    }
+
+    impl Sealed for i64 {
+        #[inline]
+        unsafe fn append_to(
+            self,
+            series: *mut ffi::runstore_series_writer,
+            run: i64,
+            step: i64,
+        ) -> ffi::runstore_code {
+            ffi::runstore_series_writer_append_i64(series, run, step, self)
+        }
+    }
+}
 
 /// The arguments of a batch append but its runs, for either form of the C call.
 struct BatchCall<'a> {

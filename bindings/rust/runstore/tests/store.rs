@@ -260,9 +260,27 @@ fn a_name_made_once_appends_what_a_str_does() {
         w.append(Run::Int(1), "small", step, step as f32).unwrap();
         // A string run through the same calls (its run passed as a runstore_run, an
         // integer's in a register).
-        w.append(Run::Str("exp-a"), &loss, step, -(step as f64)).unwrap();
+        w.append(Run::Str("exp-a"), &loss, step, -(step as f64))
+            .unwrap();
         w.append("exp-a", &count, step, -step).unwrap();
         w.append("exp-a", "small", step, -(step as f32)).unwrap();
+    }
+    // The series' own writers: the same records of run 2, f64 and i64.
+    {
+        let loss2 = w.series("loss").unwrap();
+        let count2 = w.series("count").unwrap();
+        for step in 0..100i64 {
+            loss2.append(2, step, 2.0 * step as f64).unwrap();
+            count2.append(2, step, 2 * step).unwrap();
+        }
+        let e = count2.append(2, 100, 1.5f64).unwrap_err();
+        assert!(e.message.contains("count"), "{}", e);
+        let e = w.series("").unwrap().append(2, 0, 1.0).unwrap_err();
+        assert_eq!(e.code, ErrorCode::InvalidArgument);
+        assert_eq!(
+            w.series("a\0b").unwrap_err().code,
+            ErrorCode::InvalidArgument
+        );
     }
     let e = w.append(Run::Int(1), &count, 100, 1.5f64).unwrap_err();
     assert!(e.message.contains("count"), "{}", e);
@@ -274,6 +292,17 @@ fn a_name_made_once_appends_what_a_str_does() {
     w.close().unwrap();
     let snap = store.refresh().unwrap();
     for (run, sign) in [(Run::Int(1), 1i64), (Run::Str("exp-a"), -1)] {
+        if sign == 1 {
+            // Run 2, by the series' writers: twice run 1's.
+            let runs = [Run::Int(2)];
+            let l = snap.scan::<f64>("loss", Some(&runs[..]), None).unwrap();
+            assert_eq!(
+                l.values,
+                (0..100).map(|s| 2.0 * s as f64).collect::<Vec<_>>()
+            );
+            let c = snap.scan::<i64>("count", Some(&runs[..]), None).unwrap();
+            assert_eq!(c.values, (0..100).map(|s| 2 * s).collect::<Vec<_>>());
+        }
         let runs = [run];
         let only = Some(&runs[..]);
         let l = snap.scan::<f64>("loss", only, None).unwrap();
