@@ -730,7 +730,7 @@ impl SeriesWriter<'_> {
     #[inline]
     pub fn append<T: SeriesValue>(&self, run: i64, step: i64, value: T) -> Result<()> {
         // SAFETY: a live series writer of a live writer (it borrows the writer).
-        check(unsafe { value.append_to(self.ptr, run, step) })
+        check(unsafe { (T::APPEND)(self.ptr, run, step, value) })
     }
 }
 
@@ -755,39 +755,20 @@ impl SeriesValue for i64 {}
 mod series_value {
     use crate::ffi;
 
-    pub trait Sealed {
-        /// # Safety
-        /// `series` must be a live series writer.
-        unsafe fn append_to(
-            self,
-            series: *mut ffi::runstore_series_writer,
-            run: i64,
-            step: i64,
-        ) -> ffi::runstore_code;
+    /// The C API's append of a value of type `T` through a series writer.
+    pub type Append<T> =
+        unsafe extern "C" fn(*mut ffi::runstore_series_writer, i64, i64, T) -> ffi::runstore_code;
+
+    pub trait Sealed: Copy {
+        const APPEND: Append<Self>;
     }
 
     impl Sealed for f64 {
-        #[inline]
-        unsafe fn append_to(
-            self,
-            series: *mut ffi::runstore_series_writer,
-            run: i64,
-            step: i64,
-        ) -> ffi::runstore_code {
-            ffi::runstore_series_writer_append_f64(series, run, step, self)
-        }
+        const APPEND: Append<f64> = ffi::runstore_series_writer_append_f64;
     }
 
     impl Sealed for i64 {
-        #[inline]
-        unsafe fn append_to(
-            self,
-            series: *mut ffi::runstore_series_writer,
-            run: i64,
-            step: i64,
-        ) -> ffi::runstore_code {
-            ffi::runstore_series_writer_append_i64(series, run, step, self)
-        }
+        const APPEND: Append<i64> = ffi::runstore_series_writer_append_i64;
     }
 }
 
