@@ -1,7 +1,8 @@
 """Shared fixtures of the runstore Python tests.
 
 Randomness: tests that use numpy's generator take the `rng` fixture, seeded from
-RUNSTORE_TEST_SEED (default: a fresh seed), which the session header prints. Hypothesis
+RUNSTORE_TEST_SEED (default: a fresh seed, one for the whole session and its parallel workers),
+which the session header prints. Hypothesis
 prints the falsifying example and how to reproduce it; the profile is chosen with
 RUNSTORE_HYPOTHESIS_PROFILE (default "dev": 100 examples per test; "thorough": 500).
 """
@@ -19,6 +20,9 @@ from hypothesis import HealthCheck, settings
 import runstore
 
 SEED = int(os.environ.get("RUNSTORE_TEST_SEED", random.SystemRandom().randrange(2**32)))
+# One seed for the session: the processes that run tests in parallel (pytest -n, scripts/
+# test.sh) inherit it, so that they collect the same tests and a failure replays with it.
+os.environ["RUNSTORE_TEST_SEED"] = str(SEED)
 
 _common = dict(
     deadline=None,
@@ -28,6 +32,19 @@ _common = dict(
 settings.register_profile("dev", max_examples=100, **_common)
 settings.register_profile("thorough", max_examples=500, **_common)
 settings.load_profile(os.environ.get("RUNSTORE_HYPOTHESIS_PROFILE", "dev"))
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (scripts/test.sh runs `pytest -n 2 --dist loadgroup`), the tests that
+    share a module-scoped fixture (a cluster, a browser, a killed sweep) run in one process, which
+    makes the fixture once; the other tests go to whichever process is free."""
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        defs = info.name2fixturedefs.values() if info is not None else ()
+        if any(d.scope in ("module", "package", "session") for ds in defs for d in ds):
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
 
 
 def pytest_report_header(config):

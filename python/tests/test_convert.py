@@ -145,7 +145,7 @@ def test_dask_save_of_a_masked_array_is_a_failed_receipt(tmp_path):
     values = [dask.delayed(_maybe_masked)(i) for i in range(3)]
     with (
         LocalCluster(
-            n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None
+            n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0"
         ) as c,
         Client(c),
     ):

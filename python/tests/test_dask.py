@@ -33,7 +33,7 @@ def client():
         threads_per_worker=2,
         processes=True,
         memory_limit="1GiB",
-        dashboard_address=None,
+        dashboard_address=":0",
     )
     with Client(cluster) as c:
         yield c

@@ -36,7 +36,7 @@ def client():
     try:
         with (
             distributed.LocalCluster(
-                n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None
+                n_workers=2, processes=True, threads_per_worker=1, dashboard_address=":0"
             ) as cluster,
             distributed.Client(cluster) as c,
         ):

@@ -367,9 +367,10 @@ def test_links_and_special_members_are_refused(archive, tmp_path, kind):
     [
         (b"", "cut short"),
         (b"not gzip at all" * 20, "not a .tar.gz"),
-        (gzip.compress(b"plain text, not a tar" * 40), "damaged tar header"),
-        (gzip.compress(bytes(1024)), "holds no metadata.json"),
+        (gzip.compress(b"plain text, not a tar" * 40, mtime=0), "damaged tar header"),
+        (gzip.compress(bytes(1024), mtime=0), "holds no metadata.json"),
     ],
+    ids=["empty", "not-gzip", "gzip-not-tar", "tar-without-metadata"],
 )
 def test_a_file_that_is_not_an_export_is_refused(tmp_path, content, match):
     p = tmp_path / "x.tar.gz"

@@ -388,7 +388,7 @@ def test_a_signal_to_a_dask_worker_commits_its_chunk_so_far_and_marks_the_rest(
     try:
         with (
             distributed.LocalCluster(
-                n_workers=1, processes=True, threads_per_worker=1, dashboard_address=None
+                n_workers=1, processes=True, threads_per_worker=1, dashboard_address=":0"
             ) as cluster,
             distributed.Client(cluster) as client,
         ):

@@ -13,6 +13,7 @@ import time
 
 import numpy as np
 import pytest
+from conftest import SEED
 
 import runstore
 
@@ -75,9 +76,10 @@ def random_calls(w, rng, n):
             w.commit(wait=bool(rng.random() < 0.5))
 
 
-@pytest.mark.parametrize("seed", [int(time.time_ns() % 2**32), 1, 2])
+@pytest.mark.parametrize("seed", ["session", 1, 2])
 @pytest.mark.parametrize("record_time", [False, True])
 def test_taped_calls_store_what_each_call_appended_at_once_would(tmp_path, seed, record_time):
+    seed = SEED if seed == "session" else seed  # the session's (RUNSTORE_TEST_SEED) and two fixed
     print(f"seed {seed}")
     rng = np.random.default_rng(seed)
     taped = runstore.open(tmp_path / "taped")
