@@ -25,6 +25,34 @@ use_ccache "$root"
 
 step() { printf '\n==== %s (at %ds) ====\n' "$*" "$SECONDS"; }
 
+# parallel CMD...: runs CMD in the background, at most one a core at once; `parallel_wait` waits
+# for every one and fails if one did (a command prints its own output when it fails).
+parallel_pids=()
+parallel() {
+  while [ "$(jobs -pr | wc -l)" -ge "$jobs" ]; do wait -n || true; done
+  "$@" &
+  parallel_pids+=($!)
+}
+parallel_wait() {
+  local pid rc=0
+  for pid in "${parallel_pids[@]}"; do wait "$pid" || rc=1; done
+  parallel_pids=()
+  return $rc
+}
+
+# gtest_shards BINARY: a GoogleTest program as one shard a core (GTEST_TOTAL_SHARDS) at once,
+# each shard's output in a log of its own, printed whole when the shard fails.
+gtest_shard() {
+  GTEST_TOTAL_SHARDS=$jobs GTEST_SHARD_INDEX=$2 "$1" --gtest_brief=1 > "$1.shard$2.log" 2>&1 \
+    || { cat "$1.shard$2.log"; return 1; }
+  echo "shard $2: $(grep -a '^\[  PASSED  \]' "$1.shard$2.log" || true)"
+}
+gtest_shards() {
+  local i
+  for ((i = 0; i < jobs; i++)); do parallel gtest_shard "$1" "$i"; done
+  parallel_wait
+}
+
 step "Wheels: every Python's self-contained wheel (scripts/build-wheel.sh); the 3.11 one into .venv"
 # What users install: the package, the tool and the C API, their libraries bundled by
 # auditwheel. Each Python builds at one depth under build/ (build/wheel-3.X), so that ccache finds
@@ -75,7 +103,7 @@ if [ "${SKIP_ASAN:-0}" != 1 ]; then
   # power losses a point, so each run replays a different part of the sweep.
   for t in runstore_unit_tests power_loss_test corruption_test; do
     echo "-- $t (asan)"
-    RUNSTORE_SWEEP_STRIDE=8 RUNSTORE_POWER_LOSS_TRIES=4 "build/asan/$t" --gtest_brief=1
+    RUNSTORE_SWEEP_STRIDE=8 RUNSTORE_POWER_LOSS_TRIES=4 gtest_shards "build/asan/$t"
   done
   echo "-- capi_test (asan)"
   build/asan/capi_test build/asan/capi-test-store
@@ -93,7 +121,7 @@ if [ "${SKIP_TSAN:-0}" != 1 ]; then
   export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
   for t in runstore_unit_tests concurrency_test; do
     echo "-- $t (tsan)"
-    "build/tsan/$t" --gtest_brief=1
+    gtest_shards "build/tsan/$t"
   done
 fi
 
@@ -123,8 +151,11 @@ rm -rf "$sseq"
 export RUNSTORE_REQUIRE_BINDINGS=1
 
 step "Python tests"
+# One pytest process a core (pytest-xdist; the tests that share a module's fixture in one of
+# them, python/tests/conftest.py): most tests wait on the processes they start.
 cd "$root/python/tests"
-"$root/.venv/bin/python" -m pytest -q -p no:cacheprovider "$root/python/tests"
+"$root/.venv/bin/python" -m pytest -q -p no:cacheprovider -n "$jobs" --dist loadgroup \
+  --durations=30 "$root/python/tests"
 cd "$root"
 
 # The tests that need nothing but numpy, pandas and pyarrow, for the other Pythons' wheels.
@@ -135,7 +166,7 @@ step "Python 3.12: the package's core tests and the EMA workbench integration (e
 # tools. The 3.12 wheel, then the tests that need nothing but numpy and pandas.
 "$root/.venv312/bin/python" -m pip install -q --force-reinstall --no-deps "$wheel312"
 cd "$root/python/tests"
-"$root/.venv312/bin/python" -m pytest -q -p no:cacheprovider \
+"$root/.venv312/bin/python" -m pytest -q -p no:cacheprovider -n "$jobs" --dist loadgroup \
   "$root"/python/tests/{test_ema,test_ema_signals,test_ema_batch,test_ema_mpi,test_ema_memory}.py \
   "${core_tests[@]}"
 # The layout check of runstore.ema, whose ema_workbench only this environment has.
@@ -161,8 +192,8 @@ for w in "$root"/build/wheelhouse/runstore-*.whl; do
   env="$root/build/venv-$v"
   rm -rf "$env"
   "$root/.venv-wheel/$v/bin/python" -m venv "$env"
-  "$env/bin/python" -m pip install -q "$w" pytest hypothesis pyarrow
-  (cd "$root/python/tests" && "$env/bin/python" -m pytest -q -p no:cacheprovider \
+  "$env/bin/python" -m pip install -q "$w" pytest pytest-xdist hypothesis pyarrow
+  (cd "$root/python/tests" && "$env/bin/python" -m pytest -q -p no:cacheprovider -n "$jobs" --dist loadgroup \
     "${core_tests[@]}")
 done
 
@@ -190,7 +221,15 @@ diff -u docs/benchmarks.md "$smoke/regen/benchmarks.md" || {
     "bash bench/compare/run.sh --from-json docs/img/benchmarks.json"
   exit 1
 }
-# The Python benchmarks exit 3 when they ran but missed a target, which a small run may.
+# The Python benchmarks exit 3 when they ran but missed a target, which a small run may; they
+# run one a core at once, each with a log of its own.
+smoke_bench() {
+  local b=$1 name=${1%%.py*} rc=0
+  # shellcheck disable=SC2086  # the benchmark's name and arguments
+  "$root/.venv/bin/python" bench/python/$b --dir "$smoke/$name" > "$smoke.$name.log" 2>&1 || rc=$?
+  if [ "$rc" != 0 ] && [ "$rc" != 3 ]; then cat "$smoke.$name.log"; return 1; fi
+  echo "bench/python/$b: ran (exit status $rc)"
+}
 for b in "sweep_bench.py --n 2000 --batch 200" "export_bench.py --n 2000" \
          "lazy_io_probe.py --n 4 --k 2 --reps 1" "layout_bench.py --runs 8 --steps 1000 --repeat 1" \
          "commit_floor.py --mb 4 --commits 20 --experiments 2000 --reps 1" \
@@ -200,19 +239,22 @@ for b in "sweep_bench.py --n 2000 --batch 200" "export_bench.py --n 2000" \
          "xarray_bench.py --n 2000" "frame_bench.py --series 50 --repeat 1" \
          "attrs_bench.py --updates 5 --reads 20" \
          "query_bench.py --steps 20000 --experiments 2000 --compact"; do
-  rc=0
-  # shellcheck disable=SC2086  # the benchmark's name and arguments
-  "$root/.venv/bin/python" bench/python/$b --dir "$smoke/${b%%.py*}" > "$smoke.log" 2>&1 || rc=$?
-  if [ "$rc" != 0 ] && [ "$rc" != 3 ]; then cat "$smoke.log"; exit 1; fi
-  echo "bench/python/$b: ran (exit status $rc)"
+  parallel smoke_bench "$b"
 done
+parallel_wait
+# The Rust crate against the C++ API, one round (that both programs run and print the same
+# figures; the ratios are docs/performance.md's, measured with more rounds on a quiet machine).
+rc=0
+python3 bench/rust_vs_cpp.py --rounds 1 --dir "$smoke" > "$smoke.log" 2>&1 || rc=$?
+if [ "$rc" != 0 ] && [ "$rc" != 3 ]; then cat "$smoke.log"; exit 1; fi
+echo "bench/rust_vs_cpp.py: ran (exit status $rc)"
 # The wheel against h5py's and pyarrow's (size, install, import): that it measures all three.
 "$root/.venv/bin/python" bench/python/wheel_bench.py --wheel "$wheel" --repeat 1 \
   --dir "$smoke/wheel" > "$smoke.log" 2>&1 || { cat "$smoke.log"; exit 1; }
 grep -c '^| \(runstore\|h5py\|pyarrow\) ' "$smoke.log" | grep -qx 3 \
   || { cat "$smoke.log"; echo "wheel_bench.py: not three rows"; exit 1; }
 echo "bench/python/wheel_bench.py: ran"
-rm -rf "$smoke" "$smoke.log"
+rm -rf "$smoke" "$smoke".*log
 
 step "Formatting (clang-format, Google style; ruff for the Python)"
 files=$(git ls-files '*.h' '*.cc' | grep -v '^third_party/' || true)
