@@ -209,11 +209,6 @@ bash tests/embed_test.sh "$root/build/embed"
 step "Benchmark harnesses at small sizes (that they run and read back right; not their speed)"
 smoke="$root/build/bench-smoke"  # on the repository's disk: the suite refuses tmpfs
 rm -rf "$smoke"
-# Every case of every workload of the comparison suite, its crash kills and its report. The
-# suite fails on an error or on runstore losing committed data, never on a missed target.
-RUNSTORE_BENCH_NO_BUILD=1 bash bench/compare/run.sh --quick --dir "$smoke/compare" > "$smoke.log" 2>&1 \
-  || { cat "$smoke.log"; exit 1; }
-tail -n 1 "$smoke.log"
 # docs/benchmarks.md must be what report.py makes of the recorded figures and of the notes.
 bash bench/compare/run.sh --from-json docs/img/benchmarks.json --report "$smoke/regen/benchmarks.md" > /dev/null
 diff -u docs/benchmarks.md "$smoke/regen/benchmarks.md" || {
@@ -221,15 +216,34 @@ diff -u docs/benchmarks.md "$smoke/regen/benchmarks.md" || {
     "bash bench/compare/run.sh --from-json docs/img/benchmarks.json"
   exit 1
 }
-# The Python benchmarks exit 3 when they ran but missed a target, which a small run may; they
-# run one a core at once, each with a log of its own.
-smoke_bench() {
-  local b=$1 name=${1%%.py*} rc=0
-  # shellcheck disable=SC2086  # the benchmark's name and arguments
-  "$root/.venv/bin/python" bench/python/$b --dir "$smoke/$name" > "$smoke.$name.log" 2>&1 || rc=$?
-  if [ "$rc" != 0 ] && [ "$rc" != 3 ]; then cat "$smoke.$name.log"; return 1; fi
-  echo "bench/python/$b: ran (exit status $rc)"
+# Every harness below runs at once with the others, one a core, each with a log of its own
+# (printed when it fails).
+# Every case of every workload of the comparison suite, its crash kills and its report. The
+# suite fails on an error or on runstore losing committed data, never on a missed target.
+compare_smoke() {
+  RUNSTORE_BENCH_NO_BUILD=1 bash bench/compare/run.sh --quick --dir "$smoke/compare" \
+    > "$smoke.compare.log" 2>&1 || { cat "$smoke.compare.log"; return 1; }
+  tail -n 1 "$smoke.compare.log"
 }
+# smoke NAME CMD...: exit status 3 is a benchmark that ran but missed a target, which a small
+# run may; any other failure fails the suite.
+smoke() {
+  local name=$1 rc=0 log
+  log="$smoke.$(basename "${1%% *}").log"
+  shift
+  "$@" > "$log" 2>&1 || rc=$?
+  if [ "$rc" != 0 ] && [ "$rc" != 3 ]; then cat "$log"; return 1; fi
+  echo "$name: ran (exit status $rc)"
+}
+# The wheel against h5py's and pyarrow's (size, install, import): that it measures all three.
+wheel_smoke() {
+  "$root/.venv/bin/python" bench/python/wheel_bench.py --wheel "$wheel" --repeat 1 \
+    --dir "$smoke/wheel" > "$smoke.wheel.log" 2>&1 || { cat "$smoke.wheel.log"; return 1; }
+  grep -c '^| \(runstore\|h5py\|pyarrow\) ' "$smoke.wheel.log" | grep -qx 3 \
+    || { cat "$smoke.wheel.log"; echo "wheel_bench.py: not three rows"; return 1; }
+  echo "bench/python/wheel_bench.py: ran"
+}
+parallel compare_smoke
 for b in "sweep_bench.py --n 2000 --batch 200" "export_bench.py --n 2000" \
          "lazy_io_probe.py --n 4 --k 2 --reps 1" "layout_bench.py --runs 8 --steps 1000 --repeat 1" \
          "commit_floor.py --mb 4 --commits 20 --experiments 2000 --reps 1" \
@@ -239,21 +253,15 @@ for b in "sweep_bench.py --n 2000 --batch 200" "export_bench.py --n 2000" \
          "xarray_bench.py --n 2000" "frame_bench.py --series 50 --repeat 1" \
          "attrs_bench.py --updates 5 --reads 20" \
          "query_bench.py --steps 20000 --experiments 2000 --compact"; do
-  parallel smoke_bench "$b"
+  name=${b%%.py*}
+  # shellcheck disable=SC2086  # the benchmark's name and arguments
+  parallel smoke "bench/python/$b" "$root/.venv/bin/python" bench/python/$b --dir "$smoke/$name"
 done
-parallel_wait
 # The Rust crate against the C++ API, one round (that both programs run and print the same
 # figures; the ratios are docs/performance.md's, measured with more rounds on a quiet machine).
-rc=0
-python3 bench/rust_vs_cpp.py --rounds 1 --dir "$smoke" > "$smoke.log" 2>&1 || rc=$?
-if [ "$rc" != 0 ] && [ "$rc" != 3 ]; then cat "$smoke.log"; exit 1; fi
-echo "bench/rust_vs_cpp.py: ran (exit status $rc)"
-# The wheel against h5py's and pyarrow's (size, install, import): that it measures all three.
-"$root/.venv/bin/python" bench/python/wheel_bench.py --wheel "$wheel" --repeat 1 \
-  --dir "$smoke/wheel" > "$smoke.log" 2>&1 || { cat "$smoke.log"; exit 1; }
-grep -c '^| \(runstore\|h5py\|pyarrow\) ' "$smoke.log" | grep -qx 3 \
-  || { cat "$smoke.log"; echo "wheel_bench.py: not three rows"; exit 1; }
-echo "bench/python/wheel_bench.py: ran"
+parallel smoke "bench/rust_vs_cpp.py" python3 bench/rust_vs_cpp.py --rounds 1 --dir "$smoke"
+parallel wheel_smoke
+parallel_wait
 rm -rf "$smoke" "$smoke".*log
 
 step "Formatting (clang-format, Google style; ruff for the Python)"
