@@ -58,10 +58,6 @@ case $profile in
   demo) venv "$here/.venv" "$py" "$here/python/requirements-demo.txt" ;;
   demo-wheel) [ -x "$here/.venv/bin/python" ] || "$py" -m venv "$here/.venv" ;;
   all) if [ "${RUNSTORE_SKIP_PYTHON:-0}" != 1 ]; then
-    venv "$here/.venv" "$py" "$here/python/requirements-dev.txt"
-    # ml-instrument's own environment: it pins numpy (<=2.2.4), pyarrow and polars, which the
-    # project's .venv does not hold; the runstore wheel is installed into it by scripts/test.sh.
-    venv "$here/.venv-mli" "$py" "$here/python/requirements-mli.txt"
     # Python 3.12 for the EMA workbench integration (ema-workbench 3.x needs 3.12 or later).
     py312=$(find_python 3.12)
     if [ -z "$py312" ]; then
@@ -69,7 +65,22 @@ case $profile in
         "one (the demo does not: bash scripts/install-deps.sh demo)" >&2
       exit 1
     fi
-    venv "$here/.venv312" "$py312" "$here/python/requirements-ema.txt"
+    # The three environments are independent: made at once (in a new clone, pip's unpacking
+    # and compiling takes minutes), each one's output printed when it is done.
+    logs=$(mktemp -d)
+    venv_logged() { venv "$@" > "$logs/$(basename "$1")" 2>&1; }
+    venv_logged "$here/.venv" "$py" "$here/python/requirements-dev.txt" & dev=$!
+    # ml-instrument's own environment: it pins numpy (<=2.2.4), pyarrow and polars, which the
+    # project's .venv does not hold; the runstore wheel is installed into it by scripts/test.sh.
+    venv_logged "$here/.venv-mli" "$py" "$here/python/requirements-mli.txt" & mli=$!
+    venv_logged "$here/.venv312" "$py312" "$here/python/requirements-ema.txt" & ema=$!
+    failed=0
+    for job in "$dev .venv" "$mli .venv-mli" "$ema .venv312"; do
+      wait "${job% *}" || { failed=1; echo "install-deps: making ${job#* } failed:" >&2; }
+      cat "$logs/${job#* }"
+    done
+    rm -rf "$logs"
+    [ "$failed" = 0 ] || exit 1
   fi ;;
 esac
 echo "install-deps: ok"
