@@ -40,19 +40,6 @@ parallel_wait() {
   return $rc
 }
 
-# gtest_shards BINARY: a GoogleTest program as one shard a core (GTEST_TOTAL_SHARDS) at once,
-# each shard's output in a log of its own, printed whole when the shard fails.
-gtest_shard() {
-  GTEST_TOTAL_SHARDS=$jobs GTEST_SHARD_INDEX=$2 "$1" --gtest_brief=1 > "$1.shard$2.log" 2>&1 \
-    || { cat "$1.shard$2.log"; return 1; }
-  echo "shard $2: $(grep -a '^\[  PASSED  \]' "$1.shard$2.log" || true)"
-}
-gtest_shards() {
-  local i
-  for ((i = 0; i < jobs; i++)); do parallel gtest_shard "$1" "$i"; done
-  parallel_wait
-}
-
 step "Wheels: every Python's self-contained wheel (scripts/build-wheel.sh); the 3.11 one into .venv"
 # What users install: the package, the tool and the C API, their libraries bundled by
 # auditwheel. Each Python builds at one depth under build/ (build/wheel-3.X), so that ccache finds
@@ -103,7 +90,7 @@ if [ "${SKIP_ASAN:-0}" != 1 ]; then
   # power losses a point, so each run replays a different part of the sweep.
   for t in runstore_unit_tests power_loss_test corruption_test; do
     echo "-- $t (asan)"
-    RUNSTORE_SWEEP_STRIDE=8 RUNSTORE_POWER_LOSS_TRIES=4 gtest_shards "build/asan/$t"
+    RUNSTORE_SWEEP_STRIDE=8 RUNSTORE_POWER_LOSS_TRIES=4 "build/asan/$t" --gtest_brief=1
   done
   echo "-- capi_test (asan)"
   build/asan/capi_test build/asan/capi-test-store
@@ -121,7 +108,7 @@ if [ "${SKIP_TSAN:-0}" != 1 ]; then
   export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
   for t in runstore_unit_tests concurrency_test; do
     echo "-- $t (tsan)"
-    gtest_shards "build/tsan/$t"
+    "build/tsan/$t" --gtest_brief=1
   done
 fi
 
