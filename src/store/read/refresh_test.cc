@@ -356,13 +356,23 @@ TEST(RefreshTest, ReadersOfSnapshotsThatShareASeriesResolveItOnceWhileTheStoreRe
     }
     ASSERT_OK(w->Close());
   }
+  // How a refresh read the store, said where "x" is not shared as it should be.
+  auto how = [&](int k) {
+    const RefreshStats st = store->last_refresh();
+    return " [" + std::to_string(k) + ": " + (st.rebuilt ? "rebuilt" : "extended") + ", segments " +
+           std::to_string(st.segments) + ", unchanged " + std::to_string(st.unchanged) +
+           ", recovered " + std::to_string(st.recovered) + ", from footer " +
+           std::to_string(st.from_footer) + "]";
+  };
   std::vector<std::shared_ptr<const Snapshot>> snaps;
   ASSERT_OK_AND_ASSIGN(auto first, store->Refresh());
+  std::string refreshes = how(-1);
   snaps.push_back(first);
   for (int k = 0; k < 3; ++k) {  // three more snapshots, each a segment of another series
     ASSERT_OK(WriteSegment(*store, RunRef(HashedId(k)), "y" + std::to_string(k), 0, 1.0));
     ASSERT_OK_AND_ASSIGN(auto s, store->Refresh());
-    ASSERT_TRUE(Impl(s).SharesSeriesWith(Impl(first), "x"));
+    refreshes += how(k);
+    ASSERT_TRUE(Impl(s).SharesSeriesWith(Impl(first), "x")) << "refreshes:" << refreshes;
     snaps.push_back(s);
   }
   std::atomic<int> failures{0};
@@ -379,18 +389,12 @@ TEST(RefreshTest, ReadersOfSnapshotsThatShareASeriesResolveItOnceWhileTheStoreRe
       }
     });
   }
-  // How each of the refresher's refreshes read the store, said if "x" is not shared at the end.
-  std::string refreshes;
   std::thread refresher([&] {
     for (int k = 0; k < 5; ++k) {
       if (!WriteSegment(*store, RunRef(HashedId(k)), "z", k, 1.0).ok() || !store->Refresh().ok()) {
         ++failures;
       }
-      const RefreshStats st = store->last_refresh();
-      refreshes += " [" + std::to_string(k) + ": " + (st.rebuilt ? "rebuilt" : "extended") +
-                   ", segments " + std::to_string(st.segments) + ", unchanged " +
-                   std::to_string(st.unchanged) + ", recovered " + std::to_string(st.recovered) +
-                   "]";
+      refreshes += how(3 + k);
     }
   });
   for (std::thread& t : readers) t.join();
