@@ -35,9 +35,6 @@ struct Times {
   double wall = 1e30, cpu = 1e30;
 };
 
-// The shorter of each: what the phase costs when nothing else on the machine interferes.
-Times Best(Times a, Times b) { return {std::min(a.wall, b.wall), std::min(a.cpu, b.cpu)}; }
-
 double ProcessCpuSeconds() {
   timespec ts;
   clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
@@ -56,6 +53,20 @@ class Stopwatch {
   std::chrono::steady_clock::time_point wall0_;
   double cpu0_;
 };
+
+// Runs phase(r) for r in [0, kReps) and returns the shortest time of each
+// clock: what the phase costs when nothing else on the machine interferes.
+template <typename Phase>
+Times BestOf(Phase&& phase) {
+  Times best;
+  for (int r = 0; r < kReps; ++r) {
+    Stopwatch t0;
+    phase(r);
+    const Times t = t0.Elapsed();
+    best = {std::min(best.wall, t.wall), std::min(best.cpu, t.cpu)};
+  }
+  return best;
+}
 
 // Prints "NAME FIGURE UNIT" and "NAME.cpu FIGURE UNIT": `amount` over each time.
 void Report(const char* name, double amount, Times t, const char* unit) {
@@ -93,23 +104,18 @@ int main(int argc, char** argv) {
   auto w = Must(store->NewWriter({}));
   // Rep r of the appends writes steps of its own: the scalars from r * 20,000, the batches
   // from (kReps + r) * 20,000, the arrays from r * kArrays.
-  Times best;
-  for (int r = 0; r < kReps; ++r) {
+  Times best = BestOf([&](int r) {
     const int64_t base = r * (kScalars / 100);
-    Stopwatch t0;
     for (int64_t i = 0; i < kScalars; ++i) {
       Must(w->Append(i % 100, "x", base + i / 100, static_cast<double>(i)));
     }
     Must(w->Commit());
-    best = Best(best, t0.Elapsed());
-  }
+  });
   Report("append_scalars", kScalars / 1e6, best, "M/s");
 
   // The same records again, 10,000 a call (what the crate's append_batch makes).
-  best = Times();
-  for (int r = 0; r < kReps; ++r) {
+  best = BestOf([&](int r) {
     const int64_t base = (kReps + r) * (kScalars / 100);
-    Stopwatch t0;
     for (int64_t start = 0; start < kScalars; start += 10'000) {
       std::vector<runstore::RunRef> runs;
       std::vector<int64_t> steps;
@@ -131,16 +137,13 @@ int main(int argc, char** argv) {
       Must(w->AppendBatch(runs, "x", steps, v));
     }
     Must(w->Commit());
-    best = Best(best, t0.Elapsed());
-  }
+  });
   Report("append_batches", kScalars / 1e6, best, "M/s");
 
   std::vector<double> a(kElems);
   for (int64_t k = 0; k < kElems; ++k) a[k] = static_cast<double>(k);
   const int64_t shape[1] = {kElems};
-  best = Times();
-  for (int r = 0; r < kReps; ++r) {
-    Stopwatch t0;
+  best = BestOf([&](int r) {
     for (int64_t k = 0; k < kArrays; ++k) {
       runstore::ValueRef v;
       v.dtype = runstore::DType::kFloat64;
@@ -150,40 +153,33 @@ int main(int argc, char** argv) {
       Must(w->Append(int64_t{0}, "a", r * kArrays + k, v));
     }
     Must(w->Commit());
-    best = Best(best, t0.Elapsed());
-  }
+  });
   Must(w->Close());
   const double gb = kArrays * kElems * 8.0 / 1e9;
   Report("append_arrays", gb, best, "GB/s");
 
   auto snap = Must(store->Refresh());
-  best = Times();
   double sum = 0;
-  for (int r = 0; r < kReps; ++r) {
-    Stopwatch t0;
+  best = BestOf([&](int) {
     sum = 0;
     for (int64_t k = 0; k < kArrays; ++k) {
       runstore::Value v = Must(snap->Get(int64_t{0}, "a", k));
       for (double x : v.as<double>()) sum += x;
     }
-    best = Best(best, t0.Elapsed());
-  }
+  });
   if (sum != kArrays * (kElems * (kElems - 1.0) / 2)) {
     std::fprintf(stderr, "api_bench: arrays sum to %.1f\n", sum);
     return 1;
   }
   Report("read_arrays", gb, best, "GB/s");
 
-  best = Times();
   double got = 0;
-  for (int r = 0; r < kReps; ++r) {
-    Stopwatch t0;
+  best = BestOf([&](int) {
     for (int64_t i = 0; i < kGets; ++i) {
       const int64_t at = (i * 7919) % kScalars;
       got += Must(snap->Get(at % 100, "x", at / 100)).scalar<double>();
     }
-    best = Best(best, t0.Elapsed());
-  }
+  });
   Report("point_gets", kGets / 1e3, best, "k/s");
   if (got <= 0) return 1;
   std::filesystem::remove_all(dir);

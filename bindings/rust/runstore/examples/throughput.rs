@@ -53,13 +53,6 @@ impl Times {
         wall: f64::MAX,
         cpu: f64::MAX,
     };
-    /// The shorter of each: what the phase costs when nothing else interferes.
-    fn best(self, t: Times) -> Times {
-        Times {
-            wall: self.wall.min(t.wall),
-            cpu: self.cpu.min(t.cpu),
-        }
-    }
 }
 
 struct Stopwatch {
@@ -82,6 +75,22 @@ impl Stopwatch {
     }
 }
 
+/// Runs `phase(r)` for r in 0..REPS and returns the shortest time of each clock: what the
+/// phase costs when nothing else on the machine interferes.
+fn best_of(mut phase: impl FnMut(i64) -> runstore::Result<()>) -> runstore::Result<Times> {
+    let mut best = Times::NONE;
+    for r in 0..REPS {
+        let t0 = Stopwatch::start();
+        phase(r)?;
+        let t = t0.elapsed();
+        best = Times {
+            wall: best.wall.min(t.wall),
+            cpu: best.cpu.min(t.cpu),
+        };
+    }
+    Ok(best)
+}
+
 /// Prints `NAME FIGURE UNIT` and `NAME.cpu FIGURE UNIT`: `amount` over each time.
 fn report(name: &str, amount: f64, t: Times, unit: &str) {
     println!("{} {:.3} {}", name, amount / t.wall, unit);
@@ -102,75 +111,62 @@ fn main() -> runstore::Result<()> {
     // The series named once, as a loop appends to it: its writer (the name given to the C
     // API once, not measured at each call).
     let x = w.series("x")?;
-    let mut best = Times::NONE;
-    for r in 0..REPS {
+    let best = best_of(|r| {
         let base = r * (SCALARS / 100);
-        let t0 = Stopwatch::start();
         for i in 0..SCALARS {
             x.append(i % 100, base + i / 100, i as f64)?;
         }
-        w.commit()?;
-        best = best.best(t0.elapsed());
-    }
+        w.commit()
+    })?;
     drop(x);
     report("append_scalars", SCALARS as f64 / 1e6, best, "M/s");
 
     // The same records again, 10,000 a call.
-    let mut best = Times::NONE;
-    for r in 0..REPS {
+    let best = best_of(|r| {
         let base = (REPS + r) * (SCALARS / 100);
-        let t0 = Stopwatch::start();
         for start in (0..SCALARS).step_by(10_000) {
             let runs: Vec<i64> = (start..start + 10_000).map(|i| i % 100).collect();
             let steps: Vec<i64> = (start..start + 10_000).map(|i| base + i / 100).collect();
             let values: Vec<f64> = (start..start + 10_000).map(|i| i as f64).collect();
             w.append_batch_int(&runs, &steps, "x", &[], &values)?;
         }
-        w.commit()?;
-        best = best.best(t0.elapsed());
-    }
+        w.commit()
+    })?;
     report("append_batches", SCALARS as f64 / 1e6, best, "M/s");
 
     let a: Vec<f64> = (0..ELEMS).map(|k| k as f64).collect();
-    let mut best = Times::NONE;
-    for r in 0..REPS {
-        let t0 = Stopwatch::start();
+    let best = best_of(|r| {
         for k in 0..ARRAYS {
             w.append_array(Run::Int(0), "a", r * ARRAYS + k, &[ELEMS as i64], &a)?;
         }
-        w.commit()?;
-        best = best.best(t0.elapsed());
-    }
+        w.commit()
+    })?;
     w.close()?;
     let gb = (ARRAYS as usize * ELEMS * 8) as f64 / 1e9;
     report("append_arrays", gb, best, "GB/s");
 
     let snap = store.refresh()?;
-    let mut best = Times::NONE;
     let mut sum = 0.0;
-    for _ in 0..REPS {
-        let t0 = Stopwatch::start();
+    let best = best_of(|_| {
         sum = 0.0;
         for k in 0..ARRAYS {
             let v = snap.get::<f64>(Run::Int(0), "a", k)?;
             sum += v.iter().sum::<f64>();
         }
-        best = best.best(t0.elapsed());
-    }
+        Ok(())
+    })?;
     let expected = ARRAYS as f64 * (ELEMS as f64 * (ELEMS as f64 - 1.0) / 2.0);
     assert_eq!(sum, expected, "the arrays read back");
     report("read_arrays", gb, best, "GB/s");
 
-    let mut best = Times::NONE;
     let mut got = 0.0;
-    for _ in 0..REPS {
-        let t0 = Stopwatch::start();
+    let best = best_of(|_| {
         for i in 0..GETS {
             let at = (i * 7919) % SCALARS;
             got += snap.get::<f64>(Run::Int(at % 100), "x", at / 100)?[0];
         }
-        best = best.best(t0.elapsed());
-    }
+        Ok(())
+    })?;
     report("point_gets", GETS as f64 / 1e3, best, "k/s");
     assert!(got > 0.0);
     let _ = std::fs::remove_dir_all(&dir);
