@@ -140,9 +140,9 @@ export RUNSTORE_REQUIRE_BINDINGS=1
 step "Python tests"
 # One pytest process a core (pytest-xdist; the tests that share a module's fixture in one of
 # them, python/tests/conftest.py): most tests wait on the processes they start.
+pytest_args=(-q -p no:cacheprovider -n "$jobs" --dist loadgroup)
 cd "$root/python/tests"
-"$root/.venv/bin/python" -m pytest -q -p no:cacheprovider -n "$jobs" --dist loadgroup \
-  --durations=30 "$root/python/tests"
+"$root/.venv/bin/python" -m pytest "${pytest_args[@]}" --durations=30 "$root/python/tests"
 cd "$root"
 
 # The tests that need nothing but numpy, pandas and pyarrow, for the other Pythons' wheels.
@@ -153,7 +153,7 @@ step "Python 3.12: the package's core tests and the EMA workbench integration (e
 # tools. The 3.12 wheel, then the tests that need nothing but numpy and pandas.
 "$root/.venv312/bin/python" -m pip install -q --force-reinstall --no-deps "$wheel312"
 cd "$root/python/tests"
-"$root/.venv312/bin/python" -m pytest -q -p no:cacheprovider -n "$jobs" --dist loadgroup \
+"$root/.venv312/bin/python" -m pytest "${pytest_args[@]}" \
   "$root"/python/tests/{test_ema,test_ema_signals,test_ema_batch,test_ema_mpi,test_ema_memory}.py \
   "${core_tests[@]}"
 # The layout check of runstore.ema, whose ema_workbench only this environment has.
@@ -180,8 +180,7 @@ for w in "$root"/build/wheelhouse/runstore-*.whl; do
   rm -rf "$env"
   "$root/.venv-wheel/$v/bin/python" -m venv "$env"
   "$env/bin/python" -m pip install -q "$w" pytest pytest-xdist hypothesis pyarrow
-  (cd "$root/python/tests" && "$env/bin/python" -m pytest -q -p no:cacheprovider -n "$jobs" --dist loadgroup \
-    "${core_tests[@]}")
+  (cd "$root/python/tests" && "$env/bin/python" -m pytest "${pytest_args[@]}" "${core_tests[@]}")
 done
 
 step "A new virtual environment: pip install of the wheel, then the runstore command as typed"
