@@ -31,6 +31,7 @@ case $profile in
       openmpi-bin libopenmpi-dev
       tmux chromium ccache
       cargo
+      openjdk-17-jre-headless
     ) ;;
   demo) apt_packages=("${build_packages[@]}") ;;
   demo-wheel) apt_packages=(python3 python3-venv) ;;

@@ -924,6 +924,7 @@ def run_experiments(
     start_method: str = "spawn",
     shard: tuple[int, int] | None = None,
     client: Any = None,
+    spark: Any = None,
 ) -> experiments.RunSummary:
     if not isinstance(store, Store):
         store = Store(store)
@@ -937,6 +938,7 @@ def run_experiments(
         start_method=start_method,
         shard=shard,
         client=client,
+        spark=spark,
     )
 
 

@@ -225,7 +225,7 @@ def test_no_module_below_the_store_imports_it_even_for_annotations():
 #: modules: the wings below it, and the root's modules (``ROOT``: every module of the package
 #: not in a wing; ``ROOT_BELOW``: the root's helpers, without ``runstore`` itself, ``_store``
 #: and the alias modules of the integrations). Annotation imports count.
-ALIASES = {"runstore.dask", "runstore.ema", "runstore.mlinstrument"}
+ALIASES = {"runstore.dask", "runstore.ema", "runstore.mlinstrument", "runstore.spark"}
 WINGS_MAY_IMPORT = {
     "runstore.commands": {"*"},
     "runstore.integrations": {"runstore.export", "runstore.experiments", "ROOT"},

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from . import _dask_runner, _design, _runner
+from . import _dask_runner, _design, _runner, _spark_runner
 from . import _records as _experiments
 from ._design import experiment_id, grid
 from ._runner import RunSummary
@@ -110,6 +110,7 @@ def run(
     start_method: str = "spawn",
     shard: tuple[int, int] | None = None,
     client: Any = None,
+    spark: Any = None,
 ) -> RunSummary:
     """Runs every experiment of the store's design that is not done, on worker processes.
 
@@ -157,9 +158,17 @@ def run(
     Dask worker process writing its results through a writer of its own, with the same status
     records, failure isolation and resume.
 
+    ``spark``: a ``SparkSession`` (or ``SparkContext``); the pending experiments run as Spark
+    tasks instead, each task a chunk of experiments written through a writer of its own, closed
+    before the task returns (docs/spark.md). ``client`` and ``spark`` are not taken together.
+
     Returns a :class:`RunSummary`: done, failed, skipped, seconds, workers, not_run. Raises
     RuntimeError for a store opened read-only.
     """
+    if client is not None and spark is not None:
+        raise TypeError("run_experiments takes client= (Dask) or spark=, not both")
+    if spark is not None:
+        return _spark_runner.run(store, fn, spark, retry_failed, progress, commit_every, shard)
     if client is not None:
         return _dask_runner.run(store, fn, client, retry_failed, progress, commit_every, shard)
     return _runner.run(

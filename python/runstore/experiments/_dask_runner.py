@@ -127,9 +127,7 @@ def run(
     # Every chunk is submitted at once, before any has run: no rate to size them by, so one
     # experiment a task unless commit_every says otherwise.
     size = _runner.ChunkSize(commit_every or 1, math.ceil(len(rows) / (4 * workers)))
-    bar = _runner._Progress(len(rows), progress)
-    done = failed = 0
-    failed_ids: list[Any] = []
+    tally = _runner.Tally(len(rows), progress)
     futures: list[Any] = []
     sigterm = _signals.enter()  # SIGTERM raises Terminated here, as Ctrl-C KeyboardInterrupt
     try:
@@ -139,26 +137,14 @@ def run(
                 for chunk in _runner.make_chunks(index, params, rows, attempts, size)
             ]
             for fut in as_completed(futures):
-                d, f = fut.result()
-                done += len(d)
-                failed += len(f)
-                failed_ids += f
-                bar.update(done, failed)
+                tally.add(*fut.result())
         finally:
-            bar.close(done, failed)
+            tally.close()
             store.refresh()
     except (KeyboardInterrupt, _signals.Terminated):
         client.cancel(futures)  # those not started never start; running ones finish and commit
-        _runner._say_interrupted(done, failed, len(rows) - done - failed)
+        _runner._say_interrupted(tally.done, tally.failed, len(rows) - tally.done - tally.failed)
         raise
     finally:
         _signals.leave(sigterm)
-    return _runner.RunSummary(
-        done,
-        failed,
-        skipped,
-        time.perf_counter() - t0,
-        workers,
-        len(rows) - done - failed,
-        failed_ids,
-    )
+    return tally.summary(skipped, t0, workers)

@@ -310,6 +310,37 @@ def _worker_main(
 # -- the parent ----------------------------------------------------------------------------------
 
 
+class Tally:
+    """The done and failed ids of a run's chunks as they come back (a Dask or Spark runner), on
+    the progress line; then the run's RunSummary."""
+
+    def __init__(self, total: int, progress: bool) -> None:
+        self.total = total
+        self.done = self.failed = 0
+        self.failed_ids: list[Any] = []
+        self.bar = _Progress(total, progress)
+
+    def add(self, done: list[Any], failed: list[Any]) -> None:
+        self.done += len(done)
+        self.failed += len(failed)
+        self.failed_ids += failed
+        self.bar.update(self.done, self.failed)
+
+    def close(self) -> None:
+        self.bar.close(self.done, self.failed)
+
+    def summary(self, skipped: int, t0: float, workers: int) -> RunSummary:
+        return RunSummary(
+            self.done,
+            self.failed,
+            skipped,
+            time.perf_counter() - t0,
+            workers,
+            self.total - self.done - self.failed,
+            self.failed_ids,
+        )
+
+
 class _Progress:
     """The line a run keeps on stderr: experiments done, failed, rate and ETA; it stays on the
     screen at the end."""

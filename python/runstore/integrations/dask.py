@@ -21,13 +21,12 @@ as one value under ``name`` (``Writer.put``).
 from __future__ import annotations
 
 import atexit
-import dataclasses
 import os
 import socket
 import threading
 import time
 import traceback
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import dask
@@ -40,6 +39,7 @@ from .. import _signals
 from .._progress import size_text
 from .._store import Store
 from ._plan import Plan, parse_size, plan
+from ._receipts import Receipt, summarize, value_bytes
 
 __all__ = [
     "Receipt",
@@ -52,40 +52,6 @@ __all__ = [
     "parse_size",
     "MemoryMonitor",
 ]
-
-
-@dataclasses.dataclass(frozen=True)
-class Receipt:
-    """What one partition's save did: small, so that gathering them costs the client nothing.
-
-    ``ok`` means its records were committed (durable) before the task returned; otherwise
-    ``error`` holds the exception text and ``records`` how many were logged before it.
-    """
-
-    partition: int
-    records: int
-    bytes: int
-    ok: bool
-    error: str
-    worker: str
-    seconds: float
-
-
-def summarize(receipts: Iterable[Receipt]) -> dict[str, Any]:
-    """Adds receipts up: partitions, ok, failed, records, bytes, seconds (summed task time) and the
-    errors of the failed partitions as ``{partition: error}``."""
-    out: dict[str, Any] = dict(partitions=0, ok=0, failed=0, records=0, bytes=0, seconds=0.0)
-    errors: dict[int, str] = {}
-    for r in receipts:
-        out["partitions"] += 1
-        out["ok" if r.ok else "failed"] += 1
-        out["records"] += r.records
-        out["bytes"] += r.bytes
-        out["seconds"] += r.seconds
-        if not r.ok:
-            errors[r.partition] = r.error
-    out["errors"] = errors
-    return out
 
 
 # -- the writer of a worker process -------------------------------------------------------------
@@ -183,14 +149,6 @@ def _worker_address() -> str:
         return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def _nbytes(value: Any) -> int:
-    if isinstance(value, np.ndarray):
-        return value.nbytes
-    if isinstance(value, (bytes, str)):
-        return len(value)
-    return np.asarray(value).nbytes
-
-
 # -- the tasks ----------------------------------------------------------------------------------
 
 
@@ -205,11 +163,11 @@ def _save_items(items, part, run, name, store, options, keep):
             if isinstance(item, dict):
                 w.log(run, step, **item)
                 records += len(item)
-                nbytes += sum(_nbytes(v) for v in item.values())
+                nbytes += sum(value_bytes(v) for v in item.values())
             else:
                 w.put(run, name, item, step)
                 records += 1
-                nbytes += _nbytes(item)
+                nbytes += value_bytes(item)
             if keep:
                 kept.append(item)
         w.commit()  # durable before the receipt says ok
