@@ -1,0 +1,382 @@
+#!/usr/bin/env python3
+"""Spark and Dask side by side on a MsPASS-like workload, ended by runstore or by collecting.
+
+The workload: N objects of S MiB each (float64 "seismograms" a worker makes from its index,
+``default_rng(i).standard_normal``), through a chain of three maps (demean, a cosine taper of
+the first and last 5%, a scale), then a terminator:
+
+  save      runstore.dask.save (+ collect) or runstore.spark.save: every partition written on
+            its worker or executor, the driver gathering one receipt a partition
+  collect   ``bag.compute()`` or ``rdd.collect()``: every object gathered into the driver
+
+Both engines get the same number of workers (--workers, one core each), the same memory a
+worker (--memory: Dask's ``memory_limit``, Spark's ``spark.executor.memory``) and the same
+partitions (--per-partition objects each). Dask runs a LocalCluster of worker processes (its
+scheduler in the driver's process, as Spark's scheduler is in its driver's JVM); Spark a
+standalone cluster of this machine (runstore.spark.StandaloneCluster: a master and a worker
+daemon per worker, each executor a JVM with its Python workers). Each case runs in a process of
+its own with a new cluster. The resident set of each process tree is sampled every 0.1 s:
+the driver (this Python process, and for Spark the driver JVM it starts) and each worker (Dask's
+worker process; Spark's executor JVM with its Python workers); the table gives the driver's
+peak and the largest worker's peak, wall time and the result (an error, such as Spark's
+``spark.driver.maxResultSize``, is where a case overflows).
+
+    .venv/bin/python bench/python/spark_vs_dask.py --objects 1000 --mib 4
+    .venv/bin/python bench/python/spark_vs_dask.py --objects 16 --mib 1 --terminators save
+
+Exit status: 0 when the targets hold (with save, each engine's driver peak at most 1.5x its peak
+at the smallest size of the run, i.e. flat in N, and every save case ok), 3 when the run
+finished but missed one, 1 on error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import numpy as np
+import psutil
+
+MIB = 2**20
+
+
+# -- the workload -------------------------------------------------------------------------------
+
+
+def make(i: int, mib: float) -> np.ndarray:
+    return np.random.default_rng(i).standard_normal(int(mib * MIB) // 8)
+
+
+def demean(a: np.ndarray) -> np.ndarray:
+    return a - a.mean()
+
+
+def taper(a: np.ndarray) -> np.ndarray:
+    n = max(1, len(a) // 20)
+    ramp = 0.5 * (1 - np.cos(np.linspace(0, np.pi, n)))
+    out = a.copy()
+    out[:n] *= ramp
+    out[-n:] *= ramp[::-1]
+    return out
+
+
+def scale(a: np.ndarray) -> np.ndarray:
+    return a * 0.5
+
+
+# -- memory of process trees --------------------------------------------------------------------
+
+
+class TreeSampler:
+    """Samples the summed RSS of labelled groups of processes every ``interval`` seconds: each
+    group a list of (pid, with its descendants), the descendants found again at each sample;
+    ``peaks`` maps a label to its peak in bytes."""
+
+    def __init__(self, roots: dict[str, list[tuple[int, bool]]], interval: float = 0.1) -> None:
+        self.roots = roots
+        self.interval = interval
+        self.peaks: dict[str, int] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _rss(self, group: list[tuple[int, bool]]) -> int:
+        total = 0
+        seen: set[int] = set()
+        for pid, tree in group:
+            try:
+                p = psutil.Process(pid)
+                procs = [p, *p.children(recursive=True)] if tree else [p]
+            except psutil.Error:
+                continue
+            for q in procs:
+                if q.pid in seen:
+                    continue
+                seen.add(q.pid)
+                try:
+                    total += q.memory_info().rss
+                except psutil.Error:
+                    pass
+        return total
+
+    def sample(self) -> None:
+        for label, group in self.roots.items():
+            self.peaks[label] = max(self.peaks.get(label, 0), self._rss(group))
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.sample()
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> TreeSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.sample()
+
+
+# -- one case in this process -------------------------------------------------------------------
+
+
+def error_text(e: BaseException) -> str:
+    """The first line of an exception, or of the Java exception behind a Py4JJavaError."""
+    java = getattr(e, "java_exception", None)
+    text = str(java.toString()) if java is not None else f"{type(e).__name__}: {e}"
+    return text.splitlines()[0][:300] if text else type(e).__name__
+
+
+def run_dask(args: argparse.Namespace, terminator: str, store_path: str) -> dict:
+    import dask.bag as db
+    from distributed import Client, LocalCluster
+
+    import runstore
+    from runstore import dask as rsd
+
+    parts = max(1, args.objects // args.per_partition)
+    with (
+        LocalCluster(
+            n_workers=args.workers,
+            threads_per_worker=1,
+            processes=True,
+            memory_limit=args.memory,
+            dashboard_address=":0",
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        workers = list(client.run(os.getpid).values())
+        # The driver's process alone: its descendants are the workers, counted on their own.
+        roots = {"driver": [(os.getpid(), False)]}
+        roots |= {f"worker {i}": [(p, True)] for i, p in enumerate(workers)}
+        sampler = TreeSampler(roots)
+        bag = (
+            db.from_sequence(range(args.objects), npartitions=parts)
+            .map(make, args.mib)
+            .map(demean)
+            .map(taper)
+            .map(scale)
+        )
+        t0 = time.perf_counter()
+        error = ""
+        with sampler:
+            try:
+                if terminator == "save":
+                    store = runstore.open(store_path, "a")
+                    receipts = rsd.collect(rsd.save(bag, store, name="trace"), client)
+                    result = rsd.summarize(receipts)
+                    ok = result["failed"] == 0 and result["records"] == args.objects
+                    error = "" if ok else json.dumps(result["errors"])[:300]
+                else:
+                    out = bag.compute()
+                    ok = len(out) == args.objects
+                    del out
+            except Exception as e:  # noqa: BLE001 - where a case overflows: its error is the figure
+                ok = False
+                error = error_text(e)
+        seconds = time.perf_counter() - t0
+    return dict(seconds=seconds, peaks=sampler.peaks, ok=ok, error=error)
+
+
+def run_spark(args: argparse.Namespace, terminator: str, store_path: str) -> dict:
+    import runstore
+    from runstore import spark as rss
+
+    parts = max(1, args.objects // args.per_partition)
+    with rss.StandaloneCluster(workers=args.workers, cores=1, memory=args.memory) as cluster:
+        spark = cluster.session("spark-vs-dask", {"spark.driver.memory": args.driver_memory})
+        spark.sparkContext.setLogLevel("ERROR")
+        daemons = {p.pid for p in cluster.procs}
+        me = psutil.Process()
+        driver_jvms = [c.pid for c in me.children() if c.pid not in daemons]
+        # Each worker daemon's descendants: its executor JVM and that executor's Python workers.
+        roots = {"driver": [(os.getpid(), False)] + [(p, True) for p in driver_jvms]}
+        for i, p in enumerate(cluster.procs[1:]):
+            roots[f"worker {i}"] = [(c.pid, True) for c in psutil.Process(p.pid).children()]
+        sampler = TreeSampler(roots)
+        rdd = (
+            spark.sparkContext.parallelize(range(args.objects), parts)
+            .map(lambda i: make(i, args.mib))
+            .map(demean)
+            .map(taper)
+            .map(scale)
+        )
+        t0 = time.perf_counter()
+        error = ""
+        with sampler:
+            try:
+                if terminator == "save":
+                    store = runstore.open(store_path, "a")
+                    receipts = rss.save(rdd, store, name="trace")
+                    result = rss.summarize(receipts)
+                    ok = result["failed"] == 0 and result["records"] == args.objects
+                    error = "" if ok else json.dumps(result["errors"])[:300]
+                else:
+                    out = rdd.collect()
+                    ok = len(out) == args.objects
+                    del out
+            except Exception as e:  # noqa: BLE001 - where a case overflows: its error is the figure
+                ok = False
+                error = error_text(e)
+        seconds = time.perf_counter() - t0
+        # Executors started after the roots were taken (a lost one replaced) are not counted.
+    return dict(seconds=seconds, peaks=sampler.peaks, ok=ok, error=error)
+
+
+def run_case(args: argparse.Namespace) -> None:
+    engine, terminator = args.case.split(":")
+    if args.dir:
+        os.makedirs(args.dir, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
+        fn = run_dask if engine == "dask" else run_spark
+        out = fn(args, terminator, os.path.join(tmp, "store"))
+    out.update(engine=engine, terminator=terminator, objects=args.objects, mib=args.mib)
+    print("RESULT " + json.dumps(out), flush=True)
+
+
+# -- the driver of the benchmark ----------------------------------------------------------------
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--objects", type=int, nargs="+", default=[200, 1000])
+    ap.add_argument("--mib", type=float, default=4.0, help="size of an object, MiB")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--memory", default="1g", help="memory of a worker (Dask) or executor (Spark)")
+    ap.add_argument("--driver-memory", default="1g", help="spark.driver.memory")
+    ap.add_argument("--per-partition", type=int, default=8, help="objects in a partition")
+    ap.add_argument("--engines", default="dask,spark")
+    ap.add_argument("--terminators", default="save,collect")
+    ap.add_argument("--dir", default=os.environ.get("RUNSTORE_BENCH_DIR"), help="scratch dir")
+    ap.add_argument("--json", help="write every result to this file")
+    ap.add_argument("--plot", help="draw the peaks and times to this PNG")
+    ap.add_argument("--from-json", help="draw --plot from a --json file of an earlier run")
+    ap.add_argument("--case", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.case:
+        args.objects = args.objects[0]
+        run_case(args)
+        return 0
+    if args.from_json:
+        with open(args.from_json) as f:
+            results = json.load(f)
+        for r in results:
+            print_row(r)
+        if args.plot:
+            plot(results, args.plot)
+        return check_targets(results)
+    results = []
+    for n in args.objects:
+        for engine in args.engines.split(","):
+            for terminator in args.terminators.split(","):
+                cmd = [sys.executable, __file__, "--case", f"{engine}:{terminator}"]
+                cmd += ["--objects", str(n), "--mib", str(args.mib), "--workers", str(args.workers)]
+                cmd += ["--memory", args.memory, "--driver-memory", args.driver_memory]
+                cmd += ["--per-partition", str(args.per_partition)]
+                if args.dir:
+                    cmd += ["--dir", args.dir]
+                proc = subprocess.run(cmd, capture_output=True, text=True)
+                lines = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
+                if proc.returncode != 0 or not lines:
+                    print(proc.stdout[-3000:], proc.stderr[-3000:], file=sys.stderr)
+                    print(f"spark_vs_dask: the case {engine}:{terminator} N={n} failed")
+                    return 1
+                r = json.loads(lines[-1][len("RESULT ") :])
+                results.append(r)
+                print_row(r)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+    if args.plot:
+        plot(results, args.plot)
+    return check_targets(results)
+
+
+def print_row(r: dict) -> None:
+    worker = max((v for k, v in r["peaks"].items() if k.startswith("worker")), default=0)
+    data = r["objects"] * r["mib"]
+    status = "ok" if r["ok"] else f"FAILED: {r['error']}"
+    print(
+        f"{r['engine']:<6} {r['terminator']:<8} N={r['objects']:<6} ({data:,.0f} MiB) "
+        f"{r['seconds']:7.2f} s  driver peak {r['peaks']['driver'] / MIB:7.0f} MiB  "
+        f"largest worker peak {worker / MIB:7.0f} MiB  {status}",
+        flush=True,
+    )
+
+
+def plot(results: list[dict], path: str) -> None:
+    """Peak RSS of the driver and of the largest worker, and wall time, against the data's size:
+    a line per engine and terminator, a cross where the case failed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+    styles = {"dask": "tab:blue", "spark": "tab:orange"}
+    for engine in sorted({r["engine"] for r in results}):
+        for terminator, dash in (("save", "-"), ("collect", ":")):
+            rows = sorted(
+                (r for r in results if r["engine"] == engine and r["terminator"] == terminator),
+                key=lambda r: r["objects"],
+            )
+            if not rows:
+                continue
+            x = [r["objects"] * r["mib"] / 1024 for r in rows]
+            ys = (
+                [r["peaks"]["driver"] / MIB for r in rows],
+                [
+                    max(v for k, v in r["peaks"].items() if k.startswith("worker")) / MIB
+                    for r in rows
+                ],
+                [r["seconds"] for r in rows],
+            )
+            for ax, y in zip(axes, ys):
+                ax.plot(
+                    x, y, dash, color=styles[engine], marker="o", label=f"{engine} {terminator}"
+                )
+                bad = [(xi, yi) for xi, yi, r in zip(x, y, rows) if not r["ok"]]
+                if bad:
+                    ax.plot(*zip(*bad), "x", color="red", markersize=12, mew=2)
+    for ax, title in zip(
+        axes, ("driver peak RSS (MiB)", "largest worker peak RSS (MiB)", "wall time (s)")
+    ):
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("data (GiB)")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    fig.suptitle(
+        "Spark and Dask, ended by runstore (save) or by collecting; x: the case failed", fontsize=10
+    )
+    fig.savefig(path, dpi=80, bbox_inches="tight")
+    plt.close(fig)
+
+
+def check_targets(results: list[dict]) -> int:
+    missed = []
+    for engine in {r["engine"] for r in results}:
+        saves = sorted(
+            (r for r in results if r["engine"] == engine and r["terminator"] == "save"),
+            key=lambda r: r["objects"],
+        )
+        for r in saves:
+            if not r["ok"]:
+                missed.append(f"{engine} save of {r['objects']} failed: {r['error']}")
+        if len(saves) > 1 and saves[-1]["peaks"]["driver"] > 1.5 * saves[0]["peaks"]["driver"]:
+            missed.append(
+                f"{engine}: the driver's peak grew from {saves[0]['peaks']['driver'] / MIB:.0f} "
+                f"to {saves[-1]['peaks']['driver'] / MIB:.0f} MiB with save"
+            )
+    for m in missed:
+        print("MISSED: " + m)
+    return 3 if missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
