@@ -229,6 +229,90 @@ def run_spark(args: argparse.Namespace, terminator: str, store_path: str) -> dic
     return dict(seconds=seconds, peaks=sampler.peaks, ok=ok, error=error)
 
 
+def python_workers(cluster) -> list[psutil.Process]:
+    """The Python processes under the executors of a StandaloneCluster (each executor's pyspark
+    daemon and the workers it forked)."""
+    out = []
+    for daemon in cluster.procs[1:]:
+        for p in psutil.Process(daemon.pid).children(recursive=True):
+            try:
+                if "python" in p.name():
+                    out.append(p)
+            except psutil.Error:
+                pass
+    return out
+
+
+def measure_k(args: argparse.Namespace) -> int:
+    """Spark's k for runstore.spark.save (docs/spark.md, "How big a partition on Spark"): saves
+    of partitions of s objects of --mib each, the largest Python worker's peak RSS and address
+    space against s, fitted as base + c * s * D; then k = (M - base) / (c * M) for a Python
+    worker's share M of spark.executor.pyspark.memory (--memory over one core)."""
+    import runstore
+    from runstore import spark as rss
+    from runstore.integrations._plan import parse_size
+
+    D = int(args.mib * MIB)
+    M = parse_size(args.memory, "memory")
+    sizes = [4, 8, 16, 24, 32]
+    with (
+        tempfile.TemporaryDirectory(dir=args.dir) as tmp,
+        rss.StandaloneCluster(workers=args.workers, cores=1, memory="1g") as cluster,
+    ):
+        spark = cluster.session("spark-k", {"spark.driver.memory": args.driver_memory})
+        spark.sparkContext.setLogLevel("ERROR")
+        sc = spark.sparkContext
+        sc.parallelize(range(4), 4).map(lambda i: make(i, 0.01)).count()  # Python workers up
+        rss_of = lambda p: p.memory_info().rss  # noqa: E731
+        vms_of = lambda p: p.memory_info().vms  # noqa: E731
+        base_rss = max(rss_of(p) for p in python_workers(cluster))
+        base_vms = max(vms_of(p) for p in python_workers(cluster))
+        print(f"Python worker before: RSS {base_rss / MIB:.0f} MiB, address space "
+              f"{base_vms / MIB:.0f} MiB; D = {args.mib:g} MiB, T = 1")  # fmt: skip
+        rows = []
+        for s in sizes:
+            n = s * args.workers * 2
+            store = runstore.open(os.path.join(tmp, f"s{s}"), "a")
+            peak = {"rss": 0, "vms": 0}
+            stop = threading.Event()
+
+            def sample(peak=peak, stop=stop) -> None:
+                while not stop.is_set():
+                    for p in python_workers(cluster):
+                        try:
+                            info = p.memory_info()
+                        except psutil.Error:
+                            continue
+                        peak["rss"] = max(peak["rss"], info.rss)
+                        peak["vms"] = max(peak["vms"], info.vms)
+                    stop.wait(0.05)
+
+            t = threading.Thread(target=sample, daemon=True)
+            t.start()
+            rdd = sc.parallelize(range(n), n // s).map(lambda i: make(i, args.mib)).map(demean)
+            if args.materialize:  # a pipeline that holds its partition whole
+                rdd = rdd.mapPartitions(lambda it: list(it))
+            receipts = rss.save(rdd, store, name="trace")
+            stop.set()
+            t.join()
+            assert all(r.ok for r in receipts), receipts
+            rows.append((s, peak["rss"], peak["vms"]))
+            mib = {k: v / MIB for k, v in peak.items()}
+            print(
+                f"  s = {s:2d} objects ({s * D / MIB:4.0f} MiB a partition): Python worker "
+                f"peak RSS {mib['rss']:5.0f} MiB, address space {mib['vms']:5.0f} MiB"
+            )
+    x = np.array([s * D for s, _, _ in rows], dtype=float)
+    for what, col in (("RSS", 1), ("address space", 2)):
+        y = np.array([r[col] for r in rows], dtype=float)
+        c, base = np.polyfit(x, y, 1)
+        k = (M - base) / (c * M)
+        print(f"fit ({what}): peak = {base / MIB:.0f} MiB + {c:.2f} x partition bytes; "
+              f"k = (M - base) / (c * M) = ({M / MIB:.0f} - {base / MIB:.0f}) / ({c:.2f} * "
+              f"{M / MIB:.0f}) = {k:.2f}")  # fmt: skip
+    return 0
+
+
 def run_case(args: argparse.Namespace) -> None:
     engine, terminator = args.case.split(":")
     if args.dir:
@@ -257,8 +341,14 @@ def main() -> int:
     ap.add_argument("--json", help="write every result to this file")
     ap.add_argument("--plot", help="draw the peaks and times to this PNG")
     ap.add_argument("--from-json", help="draw --plot from a --json file of an earlier run")
+    ap.add_argument("--measure-k", action="store_true", help="measure Spark's k instead")
+    ap.add_argument(
+        "--materialize", action="store_true", help="with --measure-k: partitions held whole"
+    )
     ap.add_argument("--case", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.measure_k:
+        return measure_k(args)
     if args.case:
         args.objects = args.objects[0]
         run_case(args)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -267,3 +268,27 @@ def test_run_experiments_runs_a_sweep_s_pending_experiments_as_spark_tasks(spark
     # Again: only the failed ones run (and fail) again.
     again = runstore.run_experiments(store, _experiment, spark=spark, progress=False)
     assert (again.done, again.failed, again.skipped) == (0, n_failed, 60 - n_failed)
+
+
+def test_the_planner_names_spark_s_parameters_and_the_command_prints_it():
+    from runstore.integrations._plan import plan
+
+    p = plan(2000, "8MiB", "2GiB", 2, 4, k=0.73, engine="spark")
+    assert (p.partition_size, p.n_partitions, p.engine) == (93, 22, "spark")
+    assert "spark.executor.pyspark.memory" in p.reasoning
+    assert "sc.parallelize(items, 22)" in p.reasoning
+    # The same numbers as Dask's plan of the same figures: only the names differ.
+    d = plan(2000, "8MiB", "2GiB", 2, 4, k=0.73)
+    assert (d.partition_size, d.n_partitions) == (p.partition_size, p.n_partitions)
+    assert "spark" not in d.reasoning
+    with pytest.raises(ValueError, match="more Python memory or fewer cores"):
+        plan(10, "2GiB", "1GiB", 1, 1, engine="spark")
+    with pytest.raises(ValueError, match="engine must be"):
+        plan(10, "1MiB", "1GiB", 1, 1, engine="ray")
+    cmd = [sys.executable, "-m", "runstore", "plan", "--objects", "2000", "--object-bytes"]
+    cmd += ["8MiB", "--worker-memory", "2GiB", "--threads", "2", "--workers", "4", "--k", "0.73"]
+    r = subprocess.run([*cmd, "--engine", "spark"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == p.reasoning + "\n"
+    bad = subprocess.run([*cmd, "--engine", "flink"], capture_output=True, text=True)
+    assert bad.returncode != 0 and "invalid choice: 'flink'" in bad.stderr

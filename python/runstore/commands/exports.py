@@ -319,10 +319,19 @@ def plan_main(argv: list[str]) -> int:
     p.add_argument("--workers", type=count, default=1, help="number of workers W (default 1)")
     p.add_argument("--k", type=float, default=0.25, help="fraction of M for partitions")
     p.add_argument("--draw", metavar="PNG", help="also draw the plan to this file")
+    p.add_argument(
+        "--engine",
+        choices=("dask", "spark"),
+        default="dask",
+        help="whose workers: Dask's, or Spark's executors (M: spark.executor.pyspark.memory, "
+        "T: spark.executor.cores; docs/spark.md)",
+    )
     ignore_global_flags(p)  # it reads no store and draws no progress
     a = p.parse_args(argv)
     try:
-        result = plan(a.objects, a.object_bytes, a.worker_memory, a.threads, a.workers, k=a.k)
+        result = plan(
+            a.objects, a.object_bytes, a.worker_memory, a.threads, a.workers, k=a.k, engine=a.engine
+        )
     except (TypeError, ValueError) as e:
         print(f"runstore plan: {e}", file=sys.stderr)
         return EXIT_OTHER  # an invalid argument, as the tool's exit codes say

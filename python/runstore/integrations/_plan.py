@@ -1,5 +1,6 @@
-"""The partition planner of :mod:`runstore.dask` (docs/dask.md), in a module of its own so that
-``runstore plan`` and :func:`plan` need neither dask nor distributed (matplotlib only to draw).
+"""The partition planner of :mod:`runstore.dask` (docs/dask.md) and :mod:`runstore.spark`
+(docs/spark.md), in a module of its own so that ``runstore plan`` and :func:`plan` need neither
+dask, distributed nor pyspark (matplotlib only to draw).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ class Plan:
     partition_size: int  # objects per partition
     n_partitions: int
     limited_by: str  # "memory" or "parallelism"
+    engine: str = "dask"  # whose parameters M, T and W are: "dask" or "spark"
 
     @property
     def reasoning(self) -> str:
@@ -58,19 +60,36 @@ class Plan:
             self.k,
         )
         per_thread = k * M / T
-        return "\n".join(
-            [
-                f"objects N = {N:,}, object size D = {_fmt(D)}, data set N*D = {_fmt(N * D)}",
+        if self.engine == "spark":
+            cluster = [
+                f"executors W = {self.n_workers} (spark.executor.instances), Python memory per "
+                f"executor M = {_fmt(M)} (spark.executor.pyspark.memory), cores T = {T} "
+                "(spark.executor.cores)",
+                f"an executor runs T tasks at once, each in a Python worker limited to M/T; a "
+                f"partition may hold k*M/T = {k:g}*{_fmt(M)}/{T} = {_fmt(per_thread)}",
+            ]
+        else:
+            cluster = [
                 f"workers W = {self.n_workers}, memory per worker M = {_fmt(M)}, threads T = {T}",
                 f"a worker runs T partitions at once; each may hold k*M/T = {k:g}*{_fmt(M)}/{T}"
                 f" = {_fmt(per_thread)}",
-                f"objects per partition s = floor(k*M/(D*T)) = {int(per_thread // D):,}",
-                f"parallelism: at least W*T = {self.n_workers * T} partitions keep every thread "
-                "busy",
-                f"-> {self.n_partitions:,} partitions of up to {self.partition_size:,} objects "
-                f"({_fmt(self.partition_size * D)} each; limited by {self.limited_by})",
             ]
-        )
+        lines = [
+            f"objects N = {N:,}, object size D = {_fmt(D)}, data set N*D = {_fmt(N * D)}",
+            *cluster,
+            f"objects per partition s = floor(k*M/(D*T)) = {int(per_thread // D):,}",
+            f"parallelism: at least W*T = {self.n_workers * T} partitions keep every thread busy",
+            f"-> {self.n_partitions:,} partitions of up to {self.partition_size:,} objects "
+            f"({_fmt(self.partition_size * D)} each; limited by {self.limited_by})",
+        ]
+        if self.engine == "spark":
+            lines.append(
+                f"   (sc.parallelize(items, {self.n_partitions}) or .repartition("
+                f"{self.n_partitions}); maps that stream, which runstore.spark.save reads element "
+                "by element, hold one object whatever s: the bound is for a stage that holds its "
+                "partition whole)"
+            )
+        return "\n".join(lines)
 
     def __str__(self) -> str:
         return self.reasoning
@@ -132,9 +151,14 @@ def plan(
     threads_per_worker: int,
     n_workers: int,
     k: float = 0.25,
+    engine: str = "dask",
 ) -> Plan:
     """Partition count and size for a bag of ``n_objects`` objects of ``object_bytes`` bytes on
     ``n_workers`` workers of ``worker_memory`` bytes and ``threads_per_worker`` threads.
+
+    ``engine="spark"``: the workers are executors, ``worker_memory`` is an executor's
+    ``spark.executor.pyspark.memory`` (its Python workers' memory: the objects live there, not in
+    the JVM's heap) and ``threads_per_worker`` its ``spark.executor.cores`` (docs/spark.md).
 
     A worker runs T tasks at once, each holding one partition; T partitions of s objects of D
     bytes must fit in the fraction k of M: ``s = floor(k*M/(D*T))``, and there are
@@ -155,12 +179,19 @@ def plan(
     M = parse_size(worker_memory, "worker_memory")
     if not isinstance(k, (int, float)) or not 0 < k <= 1:
         raise ValueError(f"k must be a number in (0, 1], not {k!r}")
+    if engine not in ("dask", "spark"):
+        raise ValueError(f"engine must be 'dask' or 'spark', not {engine!r}")
     T, W, N = int(threads_per_worker), int(n_workers), int(n_objects)
     s = int(k * M // (D * T))
     if s < 1:
         raise ValueError(
             f"one object of {_fmt(D)} does not fit: k*M/T = {k:g}*{_fmt(M)}/{T} = "
-            f"{_fmt(k * M / T)}; give the workers more memory or fewer threads"
+            f"{_fmt(k * M / T)}; give the "
+            + (
+                "executors more Python memory or fewer cores"
+                if engine == "spark"
+                else "workers more memory or fewer threads"
+            )
         )
     n_parts = -(-N // s)
     limited_by = "memory"
@@ -169,4 +200,4 @@ def plan(
         s = -(-N // n_parts)
         n_parts = -(-N // s)
         limited_by = "parallelism"
-    return Plan(N, D, M, T, W, float(k), s, n_parts, limited_by)
+    return Plan(N, D, M, T, W, float(k), s, n_parts, limited_by, engine)
