@@ -925,6 +925,7 @@ def run_experiments(
     shard: tuple[int, int] | None = None,
     client: Any = None,
     spark: Any = None,
+    ray: bool = False,
 ) -> experiments.RunSummary:
     if not isinstance(store, Store):
         store = Store(store)
@@ -939,6 +940,7 @@ def run_experiments(
         shard=shard,
         client=client,
         spark=spark,
+        ray=ray,
     )
 
 

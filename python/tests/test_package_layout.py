@@ -184,6 +184,8 @@ OPTIONAL_DEPENDENCIES = {
     "runstore.integrations.ema": "ema_workbench",
     "runstore.mlinstrument": "ml_instrumentation",
     "runstore.integrations.mlinstrument": "ml_instrumentation",
+    "runstore.ray": "ray",
+    "runstore.integrations.ray": "ray",
 }
 RUNSTORE_MODULES = sorted(m for m, source in modules(RUNSTORE, "runstore").items() if source)
 
@@ -225,7 +227,13 @@ def test_no_module_below_the_store_imports_it_even_for_annotations():
 #: modules: the wings below it, and the root's modules (``ROOT``: every module of the package
 #: not in a wing; ``ROOT_BELOW``: the root's helpers, without ``runstore`` itself, ``_store``
 #: and the alias modules of the integrations). Annotation imports count.
-ALIASES = {"runstore.dask", "runstore.ema", "runstore.mlinstrument", "runstore.spark"}
+ALIASES = {
+    "runstore.dask",
+    "runstore.ema",
+    "runstore.mlinstrument",
+    "runstore.ray",
+    "runstore.spark",
+}
 WINGS_MAY_IMPORT = {
     "runstore.commands": {"*"},
     "runstore.integrations": {"runstore.export", "runstore.experiments", "ROOT"},

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from . import _dask_runner, _design, _runner, _spark_runner
+from . import _dask_runner, _design, _ray_runner, _runner, _spark_runner
 from . import _records as _experiments
 from ._design import experiment_id, grid
 from ._runner import RunSummary
@@ -111,6 +111,7 @@ def run(
     shard: tuple[int, int] | None = None,
     client: Any = None,
     spark: Any = None,
+    ray: bool = False,
 ) -> RunSummary:
     """Runs every experiment of the store's design that is not done, on worker processes.
 
@@ -160,13 +161,17 @@ def run(
 
     ``spark``: a ``SparkSession`` (or ``SparkContext``); the pending experiments run as Spark
     tasks instead, each task a chunk of experiments written through a writer of its own, closed
-    before the task returns (docs/spark.md). ``client`` and ``spark`` are not taken together.
+    before the task returns (docs/spark.md). ``ray=True``: the same as Ray tasks, on the Ray
+    cluster this process is connected to (docs/ray.md). Only one of ``client``, ``spark`` and
+    ``ray`` is taken.
 
     Returns a :class:`RunSummary`: done, failed, skipped, seconds, workers, not_run. Raises
     RuntimeError for a store opened read-only.
     """
-    if client is not None and spark is not None:
-        raise TypeError("run_experiments takes client= (Dask) or spark=, not both")
+    if (client is not None) + (spark is not None) + bool(ray) > 1:
+        raise TypeError("run_experiments takes one of client= (Dask), spark= and ray=True")
+    if ray:
+        return _ray_runner.run(store, fn, retry_failed, progress, commit_every, shard)
     if spark is not None:
         return _spark_runner.run(store, fn, spark, retry_failed, progress, commit_every, shard)
     if client is not None:

@@ -20,7 +20,6 @@ on SIGTERM or Ctrl-C, cancels the tasks not started, says what was done and rais
 from __future__ import annotations
 
 import atexit
-import math
 import os
 import threading
 import time
@@ -118,23 +117,22 @@ def run(
 
     if store.read_only:
         raise RuntimeError(f"run_experiments: the store {store.path} is open read-only")
-    _runner.check_commit_every(commit_every)
     t0 = time.perf_counter()
-    index, params, rows, attempts, skipped = _runner.plan(store, retry_failed, shard)
     workers = max(1, n_workers(client))
-    if len(rows) == 0:
+    # Every chunk is submitted at once, before any has run.
+    chunks, total, skipped = _runner.cluster_chunks(
+        store, retry_failed, shard, commit_every, workers
+    )
+    if total == 0:
         return _runner.RunSummary(0, 0, skipped, time.perf_counter() - t0, 0, 0)
-    # Every chunk is submitted at once, before any has run: no rate to size them by, so one
-    # experiment a task unless commit_every says otherwise.
-    size = _runner.ChunkSize(commit_every or 1, math.ceil(len(rows) / (4 * workers)))
-    tally = _runner.Tally(len(rows), progress)
+    tally = _runner.Tally(total, progress)
     futures: list[Any] = []
     sigterm = _signals.enter()  # SIGTERM raises Terminated here, as Ctrl-C KeyboardInterrupt
     try:
         try:
             futures = [
                 client.submit(_run_chunk, store.path, type(store), fn, chunk, pure=False)
-                for chunk in _runner.make_chunks(index, params, rows, attempts, size)
+                for chunk in chunks
             ]
             for fut in as_completed(futures):
                 tally.add(*fut.result())
@@ -143,7 +141,7 @@ def run(
             store.refresh()
     except (KeyboardInterrupt, _signals.Terminated):
         client.cancel(futures)  # those not started never start; running ones finish and commit
-        _runner._say_interrupted(tally.done, tally.failed, len(rows) - tally.done - tally.failed)
+        _runner._say_interrupted(tally.done, tally.failed, total - tally.done - tally.failed)
         raise
     finally:
         _signals.leave(sigterm)

@@ -555,6 +555,32 @@ def make_chunks(
         yield chunk
 
 
+def cluster_chunks(
+    store: StoreReader, retry_failed: bool, shard: tuple[int, int] | None,
+    commit_every: int | None, workers: int,
+) -> tuple[Any, int, int]:  # fmt: skip
+    """A cluster's runner (Dask, Spark, Ray) plans before any chunk has run, so with no rate to
+    size chunks by: ``commit_every`` experiments a chunk (one unless given), at most a quarter of
+    a worker's share. Returns (the chunks, lazily; how many experiments they hold; skipped)."""
+    check_commit_every(commit_every)
+    index, params, rows, attempts, skipped = plan(store, retry_failed, shard)
+    size = ChunkSize(commit_every or 1, -(-len(rows) // (4 * workers)))
+    return make_chunks(index, params, rows, attempts, size), len(rows), skipped
+
+
+def run_chunk_alone(
+    path: str, store_type: type, fn: Callable[..., Any], chunk: list[Any]
+) -> tuple[list[Any], list[Any]]:
+    """A cluster task (Spark, Ray) that runs one chunk with a writer of its own, committed and
+    closed, its segment sealed, before the task's result exists: the task's process may end
+    without exit handlers. Returns (done ids, failed ids)."""
+    runner = _Runner(store_type(path, "r+"), fn)
+    try:
+        return runner.run_chunk(chunk)
+    finally:
+        runner.close()
+
+
 def run(
     store: StoreReader,
     fn: Callable[..., Mapping[str, Any] | None],

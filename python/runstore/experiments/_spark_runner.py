@@ -13,30 +13,13 @@ recorded twice.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from . import _runner
 
 if TYPE_CHECKING:
     from .._reader import StoreReader
-
-
-def _run_chunks(path: str, store_type: type, fn: Callable[..., Any]):
-    def run(chunks: Iterator[list[Any]]) -> list[tuple[list[Any], list[Any]]]:
-        runner = None
-        out = []
-        try:
-            for chunk in chunks:
-                if runner is None:
-                    runner = _runner._Runner(store_type(path, "r+"), fn)
-                out.append(runner.run_chunk(chunk))
-        finally:
-            if runner is not None:
-                runner.close()  # sealed before the task's result exists
-        return out
-
-    return run
 
 
 def run(
@@ -51,19 +34,21 @@ def run(
     """runstore.experiments.run with spark=."""
     if store.read_only:
         raise RuntimeError(f"run_experiments: the store {store.path} is open read-only")
-    _runner.check_commit_every(commit_every)
     sc = getattr(spark, "sparkContext", spark)
     t0 = time.perf_counter()
-    index, params, rows, attempts, skipped = _runner.plan(store, retry_failed, shard)
     workers = max(1, int(sc.defaultParallelism))
-    if len(rows) == 0:
+    chunks, total, skipped = _runner.cluster_chunks(
+        store, retry_failed, shard, commit_every, workers
+    )
+    if total == 0:
         return _runner.RunSummary(0, 0, skipped, time.perf_counter() - t0, 0, 0)
-    size = _runner.ChunkSize(commit_every or 1, -(-len(rows) // (4 * workers)))
-    chunks = list(_runner.make_chunks(index, params, rows, attempts, size))
-    tally = _runner.Tally(len(rows), progress)
+    chunks = list(chunks)
+    path, store_type = store.path, type(store)
+    tally = _runner.Tally(total, progress)
     try:
-        rdd = sc.parallelize(chunks, len(chunks))
-        for done, failed in rdd.mapPartitions(_run_chunks(store.path, type(store), fn)).collect():
+        rdd = sc.parallelize(chunks, len(chunks))  # a chunk a task
+        run_chunk = _runner.run_chunk_alone
+        for done, failed in rdd.map(lambda c: run_chunk(path, store_type, fn, c)).collect():
             tally.add(done, failed)
     finally:
         tally.close()

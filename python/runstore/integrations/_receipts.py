@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+import socket
+import time
+import traceback
 from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
+
+from .._store import Store
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,3 +59,50 @@ def value_bytes(value: Any) -> int:
     if isinstance(value, (bytes, str)):
         return len(value)
     return np.asarray(value).nbytes
+
+
+def writable_path(store: Any) -> str:
+    """The real path of ``store``, an open :class:`runstore.Store` that may be written; TypeError
+    or ValueError (read-only) otherwise."""
+    if not isinstance(store, Store):
+        raise TypeError(f"store must be a runstore.Store, not {type(store).__name__}")
+    if store.read_only:
+        raise ValueError(f"store {store.path} is opened read-only; it needs mode 'a'")
+    return os.path.realpath(store.path)
+
+
+def error_text(e: BaseException) -> str:
+    return "".join(traceback.format_exception_only(type(e), e)).strip()
+
+
+class TaskWriter:
+    """The writer of one task (an attempt of a Spark partition, a Ray write task): opened at the
+    task's first record and closed, its segment sealed, at the task's end, so that nothing of
+    one attempt is committed by another and no writer outlives its task in a worker process
+    that may end without exit handlers. Counts what the task logged."""
+
+    def __init__(self, path: str, part: int, options: dict[str, Any]) -> None:
+        self.part, self.path, self.options = part, path, options
+        self.start = time.perf_counter()
+        self.records = self.nbytes = 0
+        self.writer: Any = None
+        self.writer_id = ""
+
+    def open(self) -> Any:
+        if self.writer is None:
+            self.writer = Store(self.path, "r+").writer(**self.options)
+            self.writer_id = self.writer.writer_id
+        return self.writer
+
+    def close(self, error: BaseException | None) -> tuple[Any, ...]:
+        """Commits and closes the writer (what was logged before an error too); returns the
+        fields of a :class:`Receipt`, ok only if every record was committed."""
+        text = "" if error is None else error_text(error)
+        if self.writer is not None:
+            try:
+                self.writer.close()  # commits what is logged, then seals the segment
+            except Exception as e:  # noqa: BLE001 - the commit failed: not ok
+                text = text or error_text(e)
+        worker = f"{socket.gethostname()}:{os.getpid()}"
+        return (self.part, self.records, self.nbytes, not text, text, worker,
+                time.perf_counter() - self.start)  # fmt: skip

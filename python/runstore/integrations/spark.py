@@ -31,19 +31,15 @@ import dataclasses
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import traceback
 from collections.abc import Iterator
 from typing import Any
 
-import numpy as np
-
 from .._store import Store
-from . import _receipts
+from . import _arrow_rows, _receipts
 from ._receipts import summarize, value_bytes
 
 __all__ = ["Receipt", "save", "summarize", "StandaloneCluster"]
@@ -78,50 +74,16 @@ def _attempt() -> tuple[int, int, int]:
     return ctx.attemptNumber(), ctx.stageId(), ctx.taskAttemptId()
 
 
-def _error_text(e: BaseException) -> str:
-    return "".join(traceback.format_exception_only(type(e), e)).strip()
-
-
-class _Task:
+class _Task(_receipts.TaskWriter):
     """One attempt of one partition: its writer, what it logged, its receipt."""
 
     def __init__(self, path: str, part: int, options: dict[str, Any]) -> None:
-        self.part = part
-        self.start = time.perf_counter()
+        super().__init__(path, part, options)
         self.attempt, self.stage, self.task_id = _attempt()
-        self.records = self.nbytes = 0
-        self.writer: Any = None
-        self.writer_id = ""
-        self.path, self.options = path, options
-
-    def open(self) -> Any:
-        if self.writer is None:
-            self.writer = Store(self.path, "r+").writer(**self.options)
-            self.writer_id = self.writer.writer_id
-        return self.writer
 
     def finish(self, error: BaseException | None) -> Receipt:
-        """Commits and closes the writer (what was logged before an error too), then the
-        receipt: ok only if every record was committed."""
-        text = "" if error is None else _error_text(error)
-        if self.writer is not None:
-            try:
-                self.writer.close()  # commits what is logged, then seals the segment
-            except Exception as e:  # noqa: BLE001 - the commit failed: not ok
-                text = text or _error_text(e)
-        return Receipt(
-            self.part,
-            self.records,
-            self.nbytes,
-            not text,
-            text,
-            f"{socket.gethostname()}:{os.getpid()}",
-            time.perf_counter() - self.start,
-            self.attempt,
-            self.stage,
-            self.task_id,
-            self.writer_id,
-        )
+        fields = self.close(error)
+        return Receipt(*fields, self.attempt, self.stage, self.task_id, self.writer_id)
 
 
 def _rdd_partition(path, name, run_offset, options, on_error):
@@ -160,40 +122,13 @@ def _frame_partition(path, run_col, step_col, run_offset, options, on_error):
         part = ctx.partitionId() if ctx is not None else 0
         task = _Task(path, part, options)
         error = None
-        row = 0
+        rows = _arrow_rows.Rows(run_col, step_col, part + run_offset)
         try:
             for batch in batches:
-                n = batch.num_rows
-                if n == 0:
-                    continue
-                if run_col is not None:
-                    runs = _column(batch.column(run_col), run_col, "run")
-                    steps = (
-                        _column(batch.column(step_col), step_col, "step")
-                        if step_col is not None
-                        else np.zeros(n, dtype=np.int64)
-                    )
-                else:
-                    runs = np.full(n, part + run_offset, dtype=np.int64)
-                    steps = np.arange(row, row + n, dtype=np.int64)
-                row += n
-                w = task.open()
-                for col_name in batch.schema.names:
-                    if col_name in (run_col, step_col):
-                        continue
-                    col = batch.column(col_name)
-                    keep = None
-                    if col.null_count:
-                        keep = np.asarray(col.is_valid())
-                        col = col.filter(col.is_valid())
-                    values = _values(col)
-                    if len(values) == 0:
-                        continue
-                    r = runs if keep is None else runs[keep]
-                    s = steps if keep is None else steps[keep]
-                    w.log_many(r, s, columns={col_name: values})
-                    task.records += len(values)
-                    task.nbytes += getattr(values, "nbytes", 0)
+                if batch.num_rows:
+                    records, nbytes = rows.log(task.open(), batch)
+                    task.records += records
+                    task.nbytes += nbytes
         except Exception as e:  # noqa: BLE001 - the partition's receipt says it
             error = e
         receipt = task.finish(error)
@@ -202,28 +137,6 @@ def _frame_partition(path, run_col, step_col, run_offset, options, on_error):
         yield pa.RecordBatch.from_pylist([dataclasses.asdict(receipt)], schema=_arrow_schema())
 
     return run
-
-
-def _column(col: Any, name: str, what: str) -> np.ndarray:
-    if col.null_count:
-        raise ValueError(f"the {what} column {name!r} has nulls: every row needs its {what}")
-    return _values(col)
-
-
-def _values(col: Any) -> np.ndarray:
-    """An Arrow column as what log_many takes: numbers and bools as numpy arrays (zero-copy
-    where Arrow allows), strings and bytes as object arrays, fixed-size lists as 2-D arrays."""
-    import pyarrow as pa
-
-    t = col.type
-    if pa.types.is_fixed_size_list(t):
-        flat = _values(col.flatten())
-        return flat.reshape(len(col), t.list_size)
-    if pa.types.is_timestamp(t) or pa.types.is_date(t):
-        return col.cast(pa.int64()).to_numpy(zero_copy_only=False)
-    if pa.types.is_dictionary(t):
-        col = col.dictionary_decode()
-    return col.to_numpy(zero_copy_only=False)
 
 
 def _receipt_fields() -> list[tuple[str, str]]:
@@ -251,14 +164,6 @@ def _spark_schema() -> Any:
 
 
 # -- on the driver ------------------------------------------------------------------------------
-
-
-def _check_store(store: Any) -> str:
-    if not isinstance(store, Store):
-        raise TypeError(f"store must be a runstore.Store, not {type(store).__name__}")
-    if store.read_only:
-        raise ValueError(f"store {store.path} is opened read-only; save needs mode 'a'")
-    return os.path.realpath(store.path)
 
 
 def save(
@@ -293,7 +198,7 @@ def save(
     Raises TypeError for another kind of data or a column that is not there, ValueError for a
     store opened read-only or a bad ``on_error``.
     """
-    path = _check_store(store)
+    path = _receipts.writable_path(store)
     if not isinstance(name, str) or not name:
         raise TypeError(f"name must be a non-empty str, not {name!r}")
     if not isinstance(run_offset, int) or isinstance(run_offset, bool) or run_offset < 0:
