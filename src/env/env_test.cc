@@ -583,10 +583,14 @@ TEST(PosixEnvTest, TheLastLargePiecesStayCachedUpToABudget) {
     ASSERT_OK(open[files[i]]->Sync());
     if (files[i] == "b") ASSERT_OK(open["b"]->Close());
     if (i == 2) {
-      // Three pieces: all within the budget, all cached.
-      EXPECT_EQ(ResidentPages(dir.path() + "/a", 0, 2 * kPiece), 2 * kPiece / page);
-      EXPECT_EQ(ResidentPages(dir.path() + "/b", 0, kPiece), kPiece / page);
+      // Three pieces: all within the budget, none dropped. (That they are
+      // still resident is the kernel's to decide: memory pressure from other
+      // processes may evict some, so it is printed, not asserted.)
+      std::printf("[ figures  ] three pieces kept: a %zu of %zu pages resident, b %zu of %zu\n",
+                  ResidentPages(dir.path() + "/a", 0, 2 * kPiece), 2 * kPiece / page,
+                  ResidentPages(dir.path() + "/b", 0, kPiece), kPiece / page);
       EXPECT_EQ(page_cache::DroppedBytes(), dropped_before);
+      EXPECT_EQ(page_cache::KeptNowBytes(), 3 * kPiece);
       std::filesystem::remove(dir.path() + "/b");
     }
   }
@@ -597,8 +601,8 @@ TEST(PosixEnvTest, TheLastLargePiecesStayCachedUpToABudget) {
   std::printf(
       "[ figures  ] budget of 3 pieces of 2 MiB: a %zu of %zu pages resident, c %zu of %zu\n", a,
       2 * kPiece / page, c, 2 * kPiece / page);
-  EXPECT_EQ(a, 0u);
-  EXPECT_EQ(c, 2 * kPiece / page);
+  EXPECT_EQ(a, 0u);                 // dropped: clean pages, synced, leave at once
+  EXPECT_LE(c, 2 * kPiece / page);  // kept (resident unless the kernel evicted some)
   EXPECT_EQ(page_cache::DroppedBytes() - dropped_before, 2 * kPiece);
   EXPECT_EQ(page_cache::KeptNowBytes(), 3 * kPiece);
   // A file closed before its pieces leave is dropped through its path.
