@@ -3,9 +3,11 @@
 
 One EMA model (3 uncertainties: real, integer, categorical; a scalar and a 100-point array
 outcome) run over --n scenarios (100,000) sampled once with a fixed seed, by EMA's sequential
-loop or (--evaluator multiprocessing) by its MultiprocessingEvaluator with --workers processes,
-whose results come back to the parent, where the callback runs. Each case runs in a subprocess
-of its own, so that its peak RSS (VmHWM: of the process that holds the callback) is its own:
+loop, by its MultiprocessingEvaluator (--evaluator multiprocessing) or by its MPIEvaluator under
+``mpiexec -n 1 --oversubscribe`` (--evaluator mpi, as EMA's example runs it), with --workers
+processes, whose results come back to the parent, where the callback runs. Each case runs in a
+subprocess of its own, so that its peak RSS (VmHWM: of the process that holds the callback) is
+its own:
 
   do_nothing     perform_experiments with a callback that only counts: EMA's own loop, the floor
   runstore_ema   runstore.ema.callback: every experiment in the store as it finishes (flush every
@@ -19,6 +21,7 @@ wall time at most 1.1x do_nothing's. Needs Python 3.12 with ema-workbench (.venv
     .venv312/bin/python bench/python/ema_bench.py --n 2000    # a quick run
     .venv312/bin/python bench/python/ema_bench.py --rounds 5  # the floor and runstore_ema 5 times
     .venv312/bin/python bench/python/ema_bench.py --evaluator multiprocessing --workers 2
+    .venv312/bin/python bench/python/ema_bench.py --evaluator mpi --workers 2
 
 With --rounds N the floor and runstore_ema run alternately N times (which goes first alternates
 too) and the wall-time figure is the median of the rounds' ratios, the peak RSS the largest of
@@ -50,12 +53,11 @@ import numpy as np
 import ema_workbench as ema
 from ema_workbench import (CategoricalParameter, IntegerParameter, Model, RealParameter,
                            ScalarOutcome, ArrayOutcome, MultiprocessingEvaluator,
-                           SequentialEvaluator)
+                           MPIEvaluator, SequentialEvaluator)
 from ema_workbench.em_framework.callbacks import AbstractCallback
 from ema_workbench.em_framework.samplers import LHSSampler
 
-def fn(x=0.5, n=3, kind="a"):
-    return {"y": x * n + (kind == "b"), "curve": np.linspace(0.0, x, CURVE) * n}
+from ema_bench_model import fn  # a module of DIR: MPIEvaluator's spawned workers import it
 
 model = Model("toy", function=fn)
 model.uncertainties = [RealParameter("x", 0.0, 1.0), IntegerParameter("n", 1, 5),
@@ -77,6 +79,8 @@ def hwm():
 def perform_experiments(model, scenarios, callback=None, log_progress=True):
     if EVALUATOR == "multiprocessing":
         evaluator = MultiprocessingEvaluator(model, n_processes=WORKERS)
+    elif EVALUATOR == "mpi":
+        evaluator = MPIEvaluator(model, n_processes=WORKERS)
     else:
         evaluator = SequentialEvaluator(model)
     with evaluator:
@@ -106,12 +110,30 @@ print(json.dumps({"seconds": seconds, "rss_mib": rss, "rows": rows}))
 """
 
 
+MODEL = """import numpy as np
+CURVE = {curve}
+
+def fn(x=0.5, n=3, kind="a"):
+    return {{"y": x * n + (kind == "b"), "curve": np.linspace(0.0, x, CURVE) * n}}
+"""
+
+
 def run_case(case: str, n: int, d: str, evaluator: str, workers: int) -> dict:
+    with open(os.path.join(d, "ema_bench_model.py"), "w") as f:
+        f.write(MODEL.format(curve=CURVE))
+    env = {**os.environ, "PYTHONPATH": d + os.pathsep + os.environ.get("PYTHONPATH", "")}
     code = (
         f"N = {n}\nCURVE = {CURVE}\nCASE = {case!r}\nDIR = {d!r}\n"
         f"EVALUATOR = {evaluator!r}\nWORKERS = {workers}\n" + CASE
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    cmd = [sys.executable, "-c", code]
+    if evaluator == "mpi":  # one rank, the evaluator's parent; its pool spawns the workers
+        mpi = [shutil.which("mpiexec") or "mpiexec", "-n", "1", "--oversubscribe"]
+        mpi += ["--mca", "mpi_yield_when_idle", "1"]
+        if os.geteuid() == 0:
+            mpi.append("--allow-run-as-root")
+        cmd = mpi + cmd
+    out = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
     if out.returncode != 0:
         sys.stderr.write(out.stderr[-4000:])
         raise SystemExit(f"ema_bench: case {case} failed (exit status {out.returncode})")
@@ -127,7 +149,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=1, help="rounds of the floor and runstore_ema")
     ap.add_argument("--dir", help="scratch directory (default: a temporary one, removed)")
     ap.add_argument(
-        "--evaluator", choices=("sequential", "multiprocessing"), default="sequential",
+        "--evaluator", choices=("sequential", "multiprocessing", "mpi"), default="sequential",
         help="EMA's evaluator (default: sequential, EMA's own loop)",
     )  # fmt: skip
     ap.add_argument("--workers", type=int, default=2, help="the multiprocessing evaluator's")
