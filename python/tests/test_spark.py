@@ -292,3 +292,41 @@ def test_the_planner_names_spark_s_parameters_and_the_command_prints_it():
     assert r.stdout == p.reasoning + "\n"
     bad = subprocess.run([*cmd, "--engine", "flink"], capture_output=True, text=True)
     assert bad.returncode != 0 and "invalid choice: 'flink'" in bad.stderr
+
+
+class _Trace:
+    """An object with metadata that numpy would turn into its samples alone (as obspy's Trace)."""
+
+    def __init__(self, i: int) -> None:
+        self.data = np.full(8, float(i))
+        self.id = f"XX.STA{i}..BHZ"
+
+    def __array__(self, dtype=None, copy=None):
+        return self.data
+
+
+def test_an_object_that_would_lose_its_attributes_is_refused_not_stripped(spark, store):
+    rdd = spark.sparkContext.parallelize(range(4), 2).map(_Trace)
+    receipts = rss.save(rdd, store, name="trace")
+    assert not any(r.ok for r in receipts)
+    assert all("cannot save an object of type" in r.error and "_Trace" in r.error for r in receipts)
+    assert "trace" not in store.names()
+    # As a dict of its samples and metadata it round-trips whole.
+    as_dicts = rdd.map(lambda t: {"data": t.data, "id": t.id})
+    assert all(r.ok for r in rss.save(as_dicts, store, key=lambda d: d["id"]))
+    assert store.get("XX.STA3..BHZ", "id") == "XX.STA3..BHZ"
+    np.testing.assert_array_equal(store.get("XX.STA3..BHZ", "data"), np.full(8, 3.0))
+
+
+def test_a_key_of_the_data_makes_a_save_with_other_partitions_exactly_once(spark, store):
+    items = [{"id": i, "x": float(i)} for i in range(60)]
+    for parts in (4, 7):  # the same data saved twice, partitioned otherwise
+        rdd = spark.sparkContext.parallelize(items, parts)
+        assert all(r.ok for r in rss.save(rdd, store, key=lambda d: (d["id"] % 6, d["id"] // 6)))
+    got = store.scan("x")
+    assert len(got["value"]) == 60  # by partition and position it would be 60 + 60 - overlap
+    assert store.get(5, "x", 3) == 23.0
+    with pytest.raises(TypeError, match="key= is for an RDD"):
+        rss.save(spark.createDataFrame([(1,)], "a long"), store, key=len)
+    with pytest.raises(TypeError, match="key must be a function"):
+        rss.save(spark.sparkContext.parallelize([1]), store, key="id")

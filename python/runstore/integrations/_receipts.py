@@ -52,6 +52,25 @@ def summarize(receipts: Iterable[Any]) -> dict[str, Any]:
     return out
 
 
+#: What a terminator saves as one value: anything else would be converted by its ``__array__``
+#: (an obspy Trace keeps its samples, not its id, start time or sampling rate) or refused deeper.
+PLAIN = (np.ndarray, np.generic, bool, int, float, complex, str, bytes, list, tuple)
+
+
+def check_plain(value: Any, name: str) -> None:
+    """TypeError naming the type of a value that a save would strip to its array: an object
+    with metadata is saved as a dict of its fields (``Writer.log``), never silently stripped."""
+    if isinstance(value, PLAIN):
+        return
+    kind = f"{type(value).__module__}.{type(value).__qualname__}"
+    raise TypeError(
+        f"cannot save an object of type {kind} under {name!r}: only its array would be kept, "
+        "not its attributes; save a dict of its values instead (each key a series: its samples "
+        "and its metadata, e.g. {'data': trace.data, 'starttime': str(trace.stats.starttime), "
+        "...})"
+    )
+
+
 def value_bytes(value: Any) -> int:
     """The bytes of one logged value, as a receipt counts them."""
     if isinstance(value, np.ndarray):

@@ -39,7 +39,7 @@ from .. import _signals
 from .._progress import size_text
 from .._store import Store
 from ._plan import Plan, parse_size, plan
-from ._receipts import Receipt, summarize, value_bytes
+from ._receipts import Receipt, check_plain, summarize, value_bytes
 
 __all__ = [
     "Receipt",
@@ -165,6 +165,7 @@ def _save_items(items, part, run, name, store, options, keep):
                 records += len(item)
                 nbytes += sum(value_bytes(v) for v in item.values())
             else:
+                check_plain(item, name)
                 w.put(run, name, item, step)
                 records += 1
                 nbytes += value_bytes(item)

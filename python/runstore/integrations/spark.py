@@ -11,8 +11,12 @@ Keys are deterministic, so an attempt Spark runs again (a failed task, a lost ex
 speculative copy) rewrites the same keys with the same values, and readers, for whom the later
 commit wins, see each record once whatever attempt wrote it:
 
-- RDD: ``(run=partition index + run_offset, name, step=index within the partition)``; an element
-  that is a dict is one record per key (``Writer.log``), anything else one value under ``name``;
+- RDD: ``(run=partition index + run_offset, name, step=index within the partition)``, or with
+  ``key=f`` the element's own ``f(element)`` (a run, or a (run, step) pair), which a save with
+  another partitioning rewrites alike; an element that is a dict is one record per key
+  (``Writer.log``), an array, number, str or bytes one value under ``name``, and any other
+  object (one whose ``__array__`` would keep its samples and drop its attributes) is refused
+  in its partition's receipt;
 - DataFrame: each column other than ``run`` and ``step`` is a series; a row is the record
   ``(run=row[run], column, step=row[step])`` when ``run`` names a column (``step`` defaults to 0:
   a row per run, as a sweep's table of experiments), otherwise ``(run=partition index +
@@ -35,7 +39,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from .._store import Store
@@ -86,19 +90,22 @@ class _Task(_receipts.TaskWriter):
         return Receipt(*fields, self.attempt, self.stage, self.task_id, self.writer_id)
 
 
-def _rdd_partition(path, name, run_offset, options, on_error):
+def _rdd_partition(path, name, run_offset, options, on_error, key):
     def run(part: int, items: Iterator[Any]) -> Iterator[tuple[Any, ...]]:
         task = _Task(path, part, options)
         error = None
         try:
             run_id = part + run_offset
             for step, item in enumerate(items):  # an upstream map raises here
+                if key is not None:
+                    run_id, step = _key_of(key, item)
                 w = task.open()
                 if isinstance(item, dict):
                     w.log(run_id, step, **item)
                     task.records += len(item)
                     task.nbytes += sum(value_bytes(v) for v in item.values())
                 else:
+                    _receipts.check_plain(item, name)
                     w.put(run_id, name, item, step)
                     task.records += 1
                     task.nbytes += value_bytes(item)
@@ -139,6 +146,16 @@ def _frame_partition(path, run_col, step_col, run_offset, options, on_error):
     return run
 
 
+def _key_of(key: Any, item: Any) -> tuple[Any, int]:
+    """(run, step) of an item by the user's key function: a run, or a (run, step) pair."""
+    k = key(item)
+    if isinstance(k, tuple):
+        if len(k) != 2:
+            raise ValueError(f"key must return a run or a (run, step) pair, not {k!r}")
+        return k[0], int(k[1])
+    return k, 0
+
+
 def _receipt_fields() -> list[tuple[str, str]]:
     """(name, "int" | "str" | "float" | "bool") of each Receipt field, in order."""
     return [(f.name, str(f.type)) for f in dataclasses.fields(Receipt)]
@@ -174,6 +191,7 @@ def save(
     run: str | None = None,
     step: str | None = None,
     run_offset: int = 0,
+    key: Callable[[Any], Any] | None = None,
     on_error: str = "receipt",
     writer_options: dict[str, Any] | None = None,
 ) -> list[Receipt]:
@@ -190,6 +208,9 @@ def save(
             (int); without ``run``, rows are keyed by partition and position.
         run_offset: added to each partition's run number (RDD, and DataFrame without ``run``),
             so that several saves into one store do not overwrite each other.
+        key: for an RDD, a function of an element giving its run, or its (run, step): records
+            keyed by the data's own identity, so that a save again with another partitioning
+            rewrites the same keys (the default key, partition and position, would not).
         on_error: "receipt" (default): a partition whose input or write raised returns a receipt
             with ``ok=False`` and the job goes on; "raise": the task fails, and Spark retries it
             (``spark.task.maxFailures``) and fails the job if every attempt does.
@@ -216,13 +237,17 @@ def save(
                 raise TypeError(f"{arg}={col!r} is not a column of the DataFrame: {columns}")
         if step is not None and run is None:
             raise TypeError("step= names a column only together with run=")
+        if key is not None:
+            raise TypeError("key= is for an RDD; a DataFrame's rows are keyed by run= and step=")
         fn = _frame_partition(path, run, step, run_offset, options, on_error)
         rows = data.mapInArrow(fn, _spark_schema()).collect()
         receipts = [Receipt(**r.asDict()) for r in rows]
     elif isinstance(data, RDD):
         if run is not None or step is not None:
             raise TypeError("run= and step= name the columns of a DataFrame, not of an RDD")
-        fn = _rdd_partition(path, name, run_offset, options, on_error)
+        if key is not None and not callable(key):
+            raise TypeError(f"key must be a function of an element, not {type(key).__name__}")
+        fn = _rdd_partition(path, name, run_offset, options, on_error, key)
         receipts = [Receipt(*t) for t in data.mapPartitionsWithIndex(fn).collect()]
     else:
         raise TypeError(
