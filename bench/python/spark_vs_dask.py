@@ -1,17 +1,24 @@
 #!/usr/bin/env python3
-"""Spark and Dask side by side on a MsPASS-like workload, ended by runstore or by collecting.
+"""Dask, Spark and Ray side by side on a MsPASS-like workload, ended by runstore, by collecting,
+or by each engine's own writer.
 
 The workload: N objects of S MiB each (float64 "seismograms" a worker makes from its index,
 ``default_rng(i).standard_normal``), through a chain of three maps (demean, a cosine taper of
 the first and last 5%, a scale), then a terminator:
 
-  save      runstore.dask.save (+ collect) or runstore.spark.save: every partition written on
-            its worker or executor, the driver gathering one receipt a partition
-  collect   ``bag.compute()`` or ``rdd.collect()``: every object gathered into the driver
+  save      runstore.dask.save (+ collect), runstore.spark.save, runstore.ray.Datasink: every
+            partition written on its worker or executor, the driver gathering one receipt a
+            partition
+  collect   ``bag.compute()``, ``rdd.collect()``, ``ds.take_all()``: every object gathered
+            into the driver
+  native    each engine's own way to files: Dask a ``.npy`` an object written on the workers
+            (``map_partitions``), Spark ``saveAsPickleFile``, Ray Data ``write_parquet``
 
-Both engines get the same number of workers (--workers, one core each), the same memory a
-worker (--memory: Dask's ``memory_limit``, Spark's ``spark.executor.memory``) and the same
-partitions (--per-partition objects each). Dask runs a LocalCluster of worker processes (its
+The engines get the same number of workers (--workers, one core each), the same memory a
+worker (--memory: Dask's ``memory_limit``, Spark's ``spark.executor.memory``; Ray has no limit a
+worker: its shared object store gets --workers x --memory) and the same partitions
+(--per-partition objects each; Ray's blocks). Ray runs a local Ray (``ray.init``), its workers
+the ``ray::`` processes. Dask runs a LocalCluster of worker processes (its
 scheduler in the driver's process, as Spark's scheduler is in its driver's JVM); Spark a
 standalone cluster of this machine (runstore.spark.StandaloneCluster: a master and a worker
 daemon per worker, each executor a JVM with its Python workers). Each case runs in a process of
@@ -39,6 +46,7 @@ import sys
 import tempfile
 import threading
 import time
+from typing import Any
 
 import numpy as np
 import psutil
@@ -78,7 +86,8 @@ class TreeSampler:
     group a list of (pid, with its descendants), the descendants found again at each sample;
     ``peaks`` maps a label to its peak in bytes."""
 
-    def __init__(self, roots: dict[str, list[tuple[int, bool]]], interval: float = 0.1) -> None:
+    def __init__(self, roots: Any, interval: float = 0.1) -> None:
+        # A dict, or a function returning one at each sample (processes that come and go).
         self.roots = roots
         self.interval = interval
         self.peaks: dict[str, int] = {}
@@ -105,7 +114,8 @@ class TreeSampler:
         return total
 
     def sample(self) -> None:
-        for label, group in self.roots.items():
+        roots = self.roots() if callable(self.roots) else self.roots
+        for label, group in roots.items():
             self.peaks[label] = max(self.peaks.get(label, 0), self._rss(group))
 
     def _run(self) -> None:
@@ -131,6 +141,38 @@ def error_text(e: BaseException) -> str:
     java = getattr(e, "java_exception", None)
     text = str(java.toString()) if java is not None else f"{type(e).__name__}: {e}"
     return text.splitlines()[0][:300] if text else type(e).__name__
+
+
+def terminate(sampler: TreeSampler, objects: int, terminator: str, ends: dict) -> dict:
+    """Runs one end of the workflow (``ends[terminator]``, a function) under the sampler: "save"
+    returns summarize()'s dict of the receipts, "collect" the objects, "native" anything."""
+    t0 = time.perf_counter()
+    error = ""
+    with sampler:
+        try:
+            out = ends[terminator]()
+            if terminator == "save":
+                ok = out["failed"] == 0 and out["records"] == objects
+                error = "" if ok else json.dumps(out["errors"])[:300]
+            elif terminator == "collect":
+                ok = len(out) == objects
+            else:
+                ok = True
+            del out
+        except Exception as e:  # noqa: BLE001 - where a case overflows: its error is the figure
+            ok = False
+            error = error_text(e)
+    return dict(seconds=time.perf_counter() - t0, peaks=sampler.peaks, ok=ok, error=error)
+
+
+def save_npy(objects: Any, directory: str) -> list[str]:
+    """Dask's own way to end with files: one .npy an object, written by the worker."""
+    names = []
+    for a in objects:
+        name = os.path.join(directory, f"{os.getpid()}-{time.monotonic_ns()}.npy")
+        np.save(name, a)
+        names.append(name)
+    return names
 
 
 def run_dask(args: argparse.Namespace, terminator: str, store_path: str) -> dict:
@@ -163,25 +205,17 @@ def run_dask(args: argparse.Namespace, terminator: str, store_path: str) -> dict
             .map(taper)
             .map(scale)
         )
-        t0 = time.perf_counter()
-        error = ""
-        with sampler:
-            try:
-                if terminator == "save":
-                    store = runstore.open(store_path, "a")
-                    receipts = rsd.collect(rsd.save(bag, store, name="trace"), client)
-                    result = rsd.summarize(receipts)
-                    ok = result["failed"] == 0 and result["records"] == args.objects
-                    error = "" if ok else json.dumps(result["errors"])[:300]
-                else:
-                    out = bag.compute()
-                    ok = len(out) == args.objects
-                    del out
-            except Exception as e:  # noqa: BLE001 - where a case overflows: its error is the figure
-                ok = False
-                error = error_text(e)
-        seconds = time.perf_counter() - t0
-    return dict(seconds=seconds, peaks=sampler.peaks, ok=ok, error=error)
+        native = os.path.join(os.path.dirname(store_path), "npy")
+        os.makedirs(native, exist_ok=True)
+        ends = {
+            "save": lambda: rsd.summarize(
+                rsd.collect(rsd.save(bag, runstore.open(store_path, "a"), name="trace"), client)
+            ),
+            "collect": bag.compute,
+            "native": lambda: bag.map_partitions(save_npy, native).compute(),
+        }
+        out = terminate(sampler, args.objects, terminator, ends)
+    return out
 
 
 def run_spark(args: argparse.Namespace, terminator: str, store_path: str) -> dict:
@@ -207,26 +241,70 @@ def run_spark(args: argparse.Namespace, terminator: str, store_path: str) -> dic
             .map(taper)
             .map(scale)
         )
-        t0 = time.perf_counter()
-        error = ""
-        with sampler:
-            try:
-                if terminator == "save":
-                    store = runstore.open(store_path, "a")
-                    receipts = rss.save(rdd, store, name="trace")
-                    result = rss.summarize(receipts)
-                    ok = result["failed"] == 0 and result["records"] == args.objects
-                    error = "" if ok else json.dumps(result["errors"])[:300]
-                else:
-                    out = rdd.collect()
-                    ok = len(out) == args.objects
-                    del out
-            except Exception as e:  # noqa: BLE001 - where a case overflows: its error is the figure
-                ok = False
-                error = error_text(e)
-        seconds = time.perf_counter() - t0
+        native = os.path.join(os.path.dirname(store_path), "pickles")
+        ends = {
+            "save": lambda: rss.summarize(
+                rss.save(rdd, runstore.open(store_path, "a"), name="trace")
+            ),
+            "collect": rdd.collect,
+            "native": lambda: rdd.saveAsPickleFile(native),
+        }
         # Executors started after the roots were taken (a lost one replaced) are not counted.
-    return dict(seconds=seconds, peaks=sampler.peaks, ok=ok, error=error)
+        out = terminate(sampler, args.objects, terminator, ends)
+    return out
+
+
+def run_ray(args: argparse.Namespace, terminator: str, store_path: str) -> dict:
+    import ray
+
+    import runstore
+    from runstore import ray as rsr
+    from runstore.integrations._plan import parse_size
+
+    # Ray has no memory limit a worker; its shared object store gets the workers' memory.
+    ray.init(
+        num_cpus=args.workers,
+        include_dashboard=False,
+        log_to_driver=False,
+        object_store_memory=args.workers * parse_size(args.memory, "memory"),
+        _temp_dir=os.path.join(os.path.dirname(store_path), "ray"),
+    )
+    ray.data.DataContext.get_current().enable_progress_bars = False
+    me = os.getpid()
+
+    def roots() -> dict:
+        # Ray's workers, found at each sample (it starts them as tasks come): "ray::" processes.
+        out = {"driver": [(me, False)]}
+        workers = []
+        for p in psutil.Process(me).children(recursive=True):
+            try:
+                if p.name().startswith("ray::"):
+                    workers.append(p.pid)
+            except psutil.Error:
+                pass
+        for i, pid in enumerate(sorted(workers)):
+            out[f"worker {i}"] = [(pid, False)]
+        return out
+
+    mib = args.mib
+    parts = max(1, args.objects // args.per_partition)
+    ds = (
+        ray.data.range(args.objects, override_num_blocks=parts)
+        .map(lambda r: {"trace": make(r["id"], mib)})
+        .map(lambda r: {"trace": scale(taper(demean(r["trace"])))})
+    )
+    native = os.path.join(os.path.dirname(store_path), "parquet")
+
+    def save() -> dict:
+        sink = rsr.Datasink(runstore.open(store_path, "a"))
+        ds.write_datasink(sink)
+        return rsr.summarize(sink.receipts)
+
+    ends = {"save": save, "collect": ds.take_all, "native": lambda: ds.write_parquet(native)}
+    try:
+        return terminate(TreeSampler(roots), args.objects, terminator, ends)
+    finally:
+        ray.shutdown()
 
 
 def python_workers(cluster) -> list[psutil.Process]:
@@ -318,7 +396,7 @@ def run_case(args: argparse.Namespace) -> None:
     if args.dir:
         os.makedirs(args.dir, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
-        fn = run_dask if engine == "dask" else run_spark
+        fn = {"dask": run_dask, "spark": run_spark, "ray": run_ray}[engine]
         out = fn(args, terminator, os.path.join(tmp, "store"))
     out.update(engine=engine, terminator=terminator, objects=args.objects, mib=args.mib)
     print("RESULT " + json.dumps(out), flush=True)
@@ -335,8 +413,8 @@ def main() -> int:
     ap.add_argument("--memory", default="1g", help="memory of a worker (Dask) or executor (Spark)")
     ap.add_argument("--driver-memory", default="1g", help="spark.driver.memory")
     ap.add_argument("--per-partition", type=int, default=8, help="objects in a partition")
-    ap.add_argument("--engines", default="dask,spark")
-    ap.add_argument("--terminators", default="save,collect")
+    ap.add_argument("--engines", default="dask,spark,ray")
+    ap.add_argument("--terminators", default="save,collect,native")
     ap.add_argument("--dir", default=os.environ.get("RUNSTORE_BENCH_DIR"), help="scratch dir")
     ap.add_argument("--json", help="write every result to this file")
     ap.add_argument("--plot", help="draw the peaks and times to this PNG")
@@ -388,8 +466,12 @@ def main() -> int:
     return check_targets(results)
 
 
+def worker_peak(r: dict) -> int:
+    return max((v for k, v in r["peaks"].items() if k.startswith("worker")), default=0)
+
+
 def print_row(r: dict) -> None:
-    worker = max((v for k, v in r["peaks"].items() if k.startswith("worker")), default=0)
+    worker = worker_peak(r)
     data = r["objects"] * r["mib"]
     status = "ok" if r["ok"] else f"FAILED: {r['error']}"
     print(
@@ -409,9 +491,9 @@ def plot(results: list[dict], path: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
-    styles = {"dask": "tab:blue", "spark": "tab:orange"}
+    styles = {"dask": "tab:blue", "spark": "tab:orange", "ray": "tab:green"}
     for engine in sorted({r["engine"] for r in results}):
-        for terminator, dash in (("save", "-"), ("collect", ":")):
+        for terminator, dash in (("save", "-"), ("collect", ":"), ("native", "--")):
             rows = sorted(
                 (r for r in results if r["engine"] == engine and r["terminator"] == terminator),
                 key=lambda r: r["objects"],
@@ -421,10 +503,7 @@ def plot(results: list[dict], path: str) -> None:
             x = [r["objects"] * r["mib"] / 1024 for r in rows]
             ys = (
                 [r["peaks"]["driver"] / MIB for r in rows],
-                [
-                    max(v for k, v in r["peaks"].items() if k.startswith("worker")) / MIB
-                    for r in rows
-                ],
+                [worker_peak(r) / MIB for r in rows],
                 [r["seconds"] for r in rows],
             )
             for ax, y in zip(axes, ys):
@@ -442,7 +521,9 @@ def plot(results: list[dict], path: str) -> None:
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
     fig.suptitle(
-        "Spark and Dask, ended by runstore (save) or by collecting; x: the case failed", fontsize=10
+        "Dask, Spark and Ray, ended by runstore (save), by collecting, or by their own writers "
+        "(native); x: the case failed",
+        fontsize=10,
     )
     fig.savefig(path, dpi=80, bbox_inches="tight")
     plt.close(fig)
