@@ -23,7 +23,8 @@ from runstore import ray as rsr
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
-@pytest.fixture(scope="module")
+# Session-scoped: one cluster even if other modules' tests run between this module's.
+@pytest.fixture(scope="session")
 def cluster(tmp_path_factory):
     ray.init(
         num_cpus=2,

@@ -27,7 +27,8 @@ from runstore.experiments import define as define_experiments
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
-@pytest.fixture(scope="module")
+# Session-scoped: one cluster even if other modules' tests run between this module's.
+@pytest.fixture(scope="session")
 def spark(tmp_path_factory):
     # Speculation: a copy of a task that runs 4 times longer than the median, and at least 3 s,
     # once 3 of 4 tasks are done (only the speculation test's tasks take that long).
