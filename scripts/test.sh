@@ -179,7 +179,7 @@ for w in "$root"/build/wheelhouse/runstore-*.whl; do
   env="$root/build/venv-$v"
   rm -rf "$env"
   "$root/.venv-wheel/$v/bin/python" -m venv "$env"
-  "$env/bin/python" -m pip install -q "$w" pytest pytest-xdist hypothesis pyarrow
+  "$env/bin/python" -m pip install -q "$w" "pytest>=8,<9.2" pytest-xdist hypothesis pyarrow
   (cd "$root/python/tests" && "$env/bin/python" -m pytest "${pytest_args[@]}" "${core_tests[@]}")
 done
 

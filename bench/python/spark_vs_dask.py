@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -261,13 +262,15 @@ def run_ray(args: argparse.Namespace, terminator: str, store_path: str) -> dict:
     from runstore import ray as rsr
     from runstore.integrations._plan import parse_size
 
-    # Ray has no memory limit a worker; its shared object store gets the workers' memory.
+    # Ray has no memory limit a worker; its shared object store gets the workers' memory. Its
+    # session directory holds Unix sockets, whose paths may not pass 107 bytes: a short one.
+    ray_dir = tempfile.mkdtemp(prefix="ray-")
     ray.init(
         num_cpus=args.workers,
         include_dashboard=False,
         log_to_driver=False,
         object_store_memory=args.workers * parse_size(args.memory, "memory"),
-        _temp_dir=os.path.join(os.path.dirname(store_path), "ray"),
+        _temp_dir=ray_dir,
     )
     ray.data.DataContext.get_current().enable_progress_bars = False
     me = os.getpid()
@@ -305,6 +308,7 @@ def run_ray(args: argparse.Namespace, terminator: str, store_path: str) -> dict:
         return terminate(TreeSampler(roots), args.objects, terminator, ends)
     finally:
         ray.shutdown()
+        shutil.rmtree(ray_dir, ignore_errors=True)
 
 
 def python_workers(cluster) -> list[psutil.Process]:

@@ -34,17 +34,24 @@ settings.register_profile("thorough", max_examples=500, **_common)
 settings.load_profile(os.environ.get("RUNSTORE_HYPOTHESIS_PROFILE", "dev"))
 
 
-def pytest_collection_modifyitems(config, items):
+def pytest_itemcollected(item):
     """Under pytest-xdist (scripts/test.sh runs `pytest -n 2 --dist loadgroup`), the tests that
-    share a module-scoped fixture (a cluster, a browser, a killed sweep) run in one process, which
-    makes the fixture once; the other tests go to whichever process is free."""
-    if not config.pluginmanager.hasplugin("xdist"):
+    share a module- or session-scoped fixture (a cluster, a browser, a killed sweep) run in one
+    process, which makes the fixture once; the other tests go to whichever process is free. Marked
+    as each item is collected: xdist names the groups in its own pytest_collection_modifyitems,
+    which may run before a conftest's."""
+    if not item.config.pluginmanager.hasplugin("xdist"):
         return
-    for item in items:
-        info = getattr(item, "_fixtureinfo", None)
-        defs = info.name2fixturedefs.values() if info is not None else ()
-        if any(d.scope in ("module", "package", "session") for ds in defs for d in ds):
-            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+    info = getattr(item, "_fixtureinfo", None)
+    defs = info.name2fixturedefs.items() if info is not None else ()
+    # pytest's own session fixtures (tmp_path_factory, behind tmp_path) are no reason to group.
+    shared = {"tmp_path_factory", "monkeypatch", "capsys", "recwarn", "pytestconfig"}
+    if any(
+        d.scope in ("module", "package", "session") and name not in shared
+        for name, ds in defs
+        for d in ds
+    ):
+        item.add_marker(pytest.mark.xdist_group(item.module.__name__))
 
 
 def pytest_report_header(config):

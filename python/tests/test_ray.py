@@ -6,7 +6,9 @@ once per iteration even when a trial fails and Tune runs it again."""
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -25,17 +27,21 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 # Session-scoped: one cluster even if other modules' tests run between this module's.
 @pytest.fixture(scope="session")
-def cluster(tmp_path_factory):
+def cluster():
+    # Ray's session directory holds Unix sockets, whose paths may not pass 107 bytes: a short
+    # one, not under pytest's (per xdist worker) base directory.
+    temp = tempfile.mkdtemp(prefix="ray-")
     ray.init(
         num_cpus=2,
         include_dashboard=False,
         log_to_driver=False,
-        _temp_dir=str(tmp_path_factory.mktemp("ray")),
+        _temp_dir=temp,
         configure_logging=False,
     )
     ray.data.DataContext.get_current().enable_progress_bars = False
     yield
     ray.shutdown()
+    shutil.rmtree(temp, ignore_errors=True)
 
 
 @pytest.fixture
