@@ -744,7 +744,14 @@ class _Pool:
             # daemonic processes may not. run() stops and joins every worker itself.
             daemon=False,
         )
-        p.start()
+        # Ctrl-C reaches the whole process group: a worker that got it before _worker_main
+        # ignores it would die printing a traceback. It starts with SIGINT blocked (the mask
+        # is inherited through fork and exec); here it stays pending until the start is over.
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            p.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         w.close()  # the worker holds the write end: EOF when it exits
         self.procs[widx] = p
         self.conns[widx] = r
