@@ -71,6 +71,18 @@ def check_plain(value: Any, name: str) -> None:
     )
 
 
+def log_item(writer: Any, run: Any, step: int, item: Any, name: str) -> tuple[int, int]:
+    """Appends one element a terminator saves: a dict as one record per key (``Writer.log``),
+    a plain value as one record under ``name`` (``Writer.put``; any other object refused by
+    check_plain). Returns (records, value bytes)."""
+    if isinstance(item, dict):
+        writer.log(run, step, **item)
+        return len(item), sum(value_bytes(v) for v in item.values())
+    check_plain(item, name)
+    writer.put(run, name, item, step)
+    return 1, value_bytes(item)
+
+
 def value_bytes(value: Any) -> int:
     """The bytes of one logged value, as a receipt counts them."""
     if isinstance(value, np.ndarray):

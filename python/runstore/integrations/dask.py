@@ -25,7 +25,6 @@ import os
 import socket
 import threading
 import time
-import traceback
 from collections.abc import Sequence
 from typing import Any
 
@@ -39,7 +38,7 @@ from .. import _signals
 from .._progress import size_text
 from .._store import Store
 from ._plan import Plan, parse_size, plan
-from ._receipts import Receipt, check_plain, summarize, value_bytes
+from ._receipts import Receipt, error_text, log_item, summarize
 
 __all__ = [
     "Receipt",
@@ -160,21 +159,15 @@ def _save_items(items, part, run, name, store, options, keep):
     try:
         w = _plugin(store, options).writer()
         for step, item in enumerate(items):
-            if isinstance(item, dict):
-                w.log(run, step, **item)
-                records += len(item)
-                nbytes += sum(value_bytes(v) for v in item.values())
-            else:
-                check_plain(item, name)
-                w.put(run, name, item, step)
-                records += 1
-                nbytes += value_bytes(item)
+            r, b = log_item(w, run, step, item, name)
+            records += r
+            nbytes += b
             if keep:
                 kept.append(item)
         w.commit()  # durable before the receipt says ok
         ok, error = True, ""
     except Exception as e:  # noqa: BLE001 - recorded in the receipt; the others go on
-        ok, error = False, "".join(traceback.format_exception_only(type(e), e)).strip()
+        ok, error = False, error_text(e)
     receipt = Receipt(
         part, records, nbytes, ok, error, _worker_address(), time.perf_counter() - start
     )
@@ -209,7 +202,7 @@ def _save_frame(frame, part, run, store, options):
             time.perf_counter() - start,
         )
     except Exception as e:  # noqa: BLE001 - recorded in the receipt
-        error = "".join(traceback.format_exception_only(type(e), e)).strip()
+        error = error_text(e)
         receipt = Receipt(part, 0, 0, False, error, _worker_address(), time.perf_counter() - start)
     return receipt
 
@@ -331,7 +324,7 @@ def collect(receipts: Any, client: Any = None) -> list[Receipt]:
             continue
         try:
             e = f.exception()
-            error = "".join(traceback.format_exception_only(type(e), e)).strip()
+            error = error_text(e)
         except Exception as why:  # noqa: BLE001 - a cancelled future has no exception
             error = f"{f.status}: {why}"
         out.append(Receipt(i, 0, 0, False, error, "", 0.0))

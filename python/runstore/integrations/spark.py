@@ -44,7 +44,7 @@ from typing import Any
 
 from .._store import Store
 from . import _arrow_rows, _receipts
-from ._receipts import summarize, value_bytes
+from ._receipts import summarize
 
 __all__ = ["Receipt", "save", "summarize", "StandaloneCluster"]
 
@@ -99,16 +99,9 @@ def _rdd_partition(path, name, run_offset, options, on_error, key):
             for step, item in enumerate(items):  # an upstream map raises here
                 if key is not None:
                     run_id, step = _key_of(key, item)
-                w = task.open()
-                if isinstance(item, dict):
-                    w.log(run_id, step, **item)
-                    task.records += len(item)
-                    task.nbytes += sum(value_bytes(v) for v in item.values())
-                else:
-                    _receipts.check_plain(item, name)
-                    w.put(run_id, name, item, step)
-                    task.records += 1
-                    task.nbytes += value_bytes(item)
+                records, nbytes = _receipts.log_item(task.open(), run_id, step, item, name)
+                task.records += records
+                task.nbytes += nbytes
         except Exception as e:  # noqa: BLE001 - the partition's receipt says it
             error = e
         receipt = task.finish(error)
