@@ -94,6 +94,29 @@ def test_save_of_6x_cluster_memory_gathers_only_receipts(client, scratch):
     assert seen == n
 
 
+def test_save_streams_a_partition_one_element_at_a_time(client, scratch):
+    """A partition of 16 elements of 32 MiB (512 MiB) through two maps: the save takes them one
+    at a time, so a worker running two such partitions at once holds a few elements, not the
+    1 GiB of both partitions (its memory limit)."""
+    n, per, size = 32, 16, 32 * MiB
+    store = runstore.open(scratch / "store")
+    bag = db.from_sequence(range(n), npartitions=n // per).map(make, size).map(np.negative)
+    with rsd.MemoryMonitor(client) as mon:
+        receipts = rsd.save(bag, store, name="s").compute()
+    print(mon.table())
+    s = rsd.summarize(receipts)
+    assert s["ok"] == n // per and s["bytes"] == n * size
+    growth = mon.growth("worker")
+    print(f"worker growth {growth / MiB:.0f} MiB for partitions of {per * size / MiB:.0f} MiB")
+    assert growth < 8 * size, "a partition was held whole"
+    # What the planner predicts for this cluster (2 workers of 1 GiB, 2 threads) is what it does.
+    p = rsd.plan(n, size, "1GiB", 2, 2, k=0.75)
+    print(p.reasoning)
+    assert mon.peak("worker") <= p.worker_peak(streaming=True) < 0.5 * 2**30
+    store.refresh()
+    assert store.array(1, "s", 15)[0] == -(1 * per + 15)
+
+
 def test_compute_gathers_everything_on_the_client(client):
     n, size = 40, 8 * MiB
     bag = db.from_sequence(range(n), npartitions=10).map(make, size)
@@ -108,35 +131,136 @@ def test_compute_gathers_everything_on_the_client(client):
     assert mon.peak("client") > n * size / 2
 
 
-def test_failed_partition_is_a_receipt_and_the_others_go_on(client, scratch):
+def test_failing_element_is_named_and_the_rest_of_its_partition_saved(client, scratch):
     store = runstore.open(scratch / "store")
 
     def boom(i):
-        if i == 5:
-            raise ValueError("element five")
+        if i in (5, 6):
+            raise ValueError(f"element {i} of the input")
         return np.float64(i)
 
-    bag = db.from_sequence(range(10), npartitions=5).map(boom)
-    receipts = rsd.collect(rsd.save(bag, store, name="x"), client)
+    bag = db.from_sequence(range(12), npartitions=4).map(boom)  # partitions of 3
+    receipts = rsd.save(bag, store, name="x").compute()
     s = rsd.summarize(receipts)
     print(s)
-    assert s["partitions"] == 5 and s["failed"] == 1 and s["ok"] == 4
-    assert "ValueError: element five" in s["errors"][2]
-    assert [r.partition for r in receipts] == [0, 1, 2, 3, 4]
+    assert s["partitions"] == 4 and s["failed"] == 2 and s["failures"] == 2
+    assert s["records"] == 10
+    # Partition 1 is 3, 4, 5: element 2 raised; partition 2 is 6, 7, 8: element 0 raised.
+    assert receipts[1].failures == 1 and "element 2: ValueError: element 5" in receipts[1].error
+    assert receipts[2].failures == 1 and "element 0: ValueError: element 6" in receipts[2].error
+    assert receipts[1].records == 2 and receipts[2].records == 2
     store.refresh()
-    for i in (0, 1, 2, 3, 6, 7, 8, 9):
-        assert float(store.get(i // 2, "x", i % 2)) == float(i)
-    with pytest.raises(KeyError):
-        store.get(2, "x", 0)  # the failed partition logged nothing
-    # Plain compute() is Dask's: the upstream error propagates.
-    with pytest.raises(ValueError, match="element five"):
-        rsd.save(bag, store, name="x").compute()
-    # An error inside the save itself (a value runstore refuses) is a receipt either way.
-    bad = db.from_sequence([np.float64(1), object()], npartitions=2)
+    for i in set(range(12)) - {5, 6}:
+        assert float(store.get(i // 3, "x", i % 3)) == float(i)
+    for run, step in ((1, 2), (2, 0)):
+        with pytest.raises(KeyError):
+            store.get(run, "x", step)
+    # collect() turns a failure outside the stream (a delayed input) into a receipt.
+    inputs = [dask.delayed(boom)(i) for i in (1, 5, 2)]
+    r = rsd.collect(rsd.save(inputs, store, name="d"), client)
+    assert [x.ok for x in r] == [True, False, True] and "element 5" in r[1].error
+    # An element runstore refuses (an object whose array would lose its attributes) is named.
+    bad = db.from_sequence([np.float64(1), object(), np.float64(3)], npartitions=1)
     r = rsd.save(bad, store, name="y").compute()
-    assert [x.ok for x in r] == [True, False] and "object" in r[1].error.lower()
+    assert r[0].records == 2 and r[0].failures == 1 and "element 1: TypeError" in r[0].error
     with pytest.raises(TypeError, match="what runstore.dask.save returned"):
         rsd.collect(42, client)
+
+
+def test_key_save_again_with_other_partitions_is_exactly_once(client, scratch):
+    store = runstore.open(scratch / "store")
+
+    def trace(i):
+        return {"data": np.full(4, float(i)), "station": f"ST{i:02d}"}
+
+    def ident(t):
+        return t["station"]
+
+    items = db.from_sequence(range(30), npartitions=6).map(trace)
+    first = rsd.summarize(rsd.save(items, store, key=ident).compute())
+    again = db.from_sequence(range(30), npartitions=7).map(trace)
+    second = rsd.summarize(rsd.save(again, store, key=ident).compute())
+    assert first["records"] == second["records"] == 60 and first["failed"] == 0
+    store.refresh()
+    assert sorted(store.runs()) == [f"ST{i:02d}" for i in range(30)]
+    frame = store.to_pandas("station")
+    print(frame.head())
+    assert len(frame) == 30, "a save with another partitioning duplicated records"
+    assert store.get("ST07", "station") == "ST07" and store.get("ST07", "data")[0] == 7.0
+    # A key that returns something that is no key is that element's failure, by name.
+    bad = db.from_sequence(range(4), npartitions=1).map(trace)
+    r = rsd.save(bad, store, key=lambda t: (t["station"], 1, 2)).compute()[0]
+    assert r.failures == 4 and "(run, step) pair" in r.error
+    r = rsd.save(bad, store, key=lambda t: 1.5).compute()[0]
+    assert r.failures == 4 and "int or str" in r.error
+    with pytest.raises(TypeError, match="key must be a function"):
+        rsd.save(bad, store, key="station")
+    with pytest.raises(TypeError, match="for a dask bag"):
+        rsd.save([dask.delayed(trace)(1)], store, key=ident)
+
+
+def test_hostile_names_are_refused_by_name_never_written(client, scratch):
+    import dask.dataframe as dd
+    import pandas as pd
+
+    store = runstore.open(scratch / "store")
+    for name in ("~saved", "~time", ""):
+        with pytest.raises(ValueError):
+            rsd.save(db.from_sequence([1.0]), store, name=name)
+    with pytest.raises(TypeError):
+        rsd.save(db.from_sequence([1.0]), store, name=7)
+    # Dict keys and DataFrame columns that would be reserved names: that element, that partition.
+    items = [{"~saved": 1.0}, {"ok": 2.0}, {"\x1b[31mred": 3.0}]
+    r = rsd.save(db.from_sequence(items, npartitions=1), store).compute()[0]
+    assert r.failures == 1 and "reserved" in r.error and r.records == 2
+    frame = pd.DataFrame({"a": [1.0, 2.0], "~resume": [1.0, 2.0]})
+    (rf,) = dask.compute(*rsd.save(dd.from_pandas(frame, npartitions=1), store, run_offset=9))
+    assert not rf.ok and "reserved" in rf.error
+    odd = pd.DataFrame({"runs": [1.0], "steps": [2.0], "a b/c": [3.0]})
+    (ro,) = dask.compute(*rsd.save(dd.from_pandas(odd, npartitions=1), store, run_offset=20))
+    assert ro.ok, ro.error
+    store.refresh()
+    assert "~saved" not in store.names() and "~resume" not in store.names()
+    assert float(store.get(20, "steps")) == 2.0 and float(store.get(20, "a b/c")) == 3.0
+    assert float(store.get(0, "\x1b[31mred", 2)) == 3.0
+
+
+def test_a_partition_saved_whole_is_not_computed_or_written_again(tmp_path):
+    """The same save id again (a task rerun after its worker died, a client that resumes): the
+    partitions an earlier attempt saved whole are neither computed nor written again, and their
+    receipts say whose they are; partitions that had a failing element are."""
+    store = runstore.open(tmp_path / "store")
+    calls = []
+    first_time = [True]
+
+    def work(i):
+        calls.append(i)
+        if i == 9 and first_time[0]:
+            raise ValueError("nine, the first time")
+        return np.full(1000, float(i))
+
+    bag = db.from_sequence(range(12), npartitions=4).map(work)
+    with dask.config.set(scheduler="sync"):
+        first = rsd.save(bag, store, name="w", save_id="sweep-1").compute()
+        segments = len(store.refresh().segments())
+        size = sum(f.stat().st_size for f in (tmp_path / "store").rglob("*") if f.is_file())
+        calls.clear()
+        first_time[0] = False
+        second = rsd.save(bag, store, name="w", save_id="sweep-1").compute()
+    print([(r.partition, r.ok, r.records, r.earlier) for r in second])
+    assert [r.ok for r in first] == [True, True, True, False]
+    assert [bool(r.earlier) for r in second] == [True, True, True, False]
+    assert all(r.ok for r in second) and sorted(calls) == [9, 10, 11]
+    assert [r.records for r in second] == [3, 3, 3, 3] and second[0].bytes == 3 * 8000
+    assert len({r.earlier for r in second[:3]}) == 1  # the one writer of this process
+    store.refresh()
+    assert float(store.get(3, "w", 0)[0]) == 9.0
+    grown = sum(f.stat().st_size for f in (tmp_path / "store").rglob("*") if f.is_file()) - size
+    print(f"segments {segments} -> {len(store.segments())}, bytes grown {grown}")
+    assert grown < 3 * 8000 + 64 * 1024, "finished partitions were written again"
+    # Another save id writes again (a new save of the same data is a new save).
+    third = rsd.save(bag, store, name="w").compute(scheduler="sync")
+    assert not any(r.earlier for r in third)
 
 
 def test_delayed_frame_array_and_pass_through(client, scratch):
@@ -194,12 +318,31 @@ def test_killed_worker_reruns_without_duplicates(client, scratch):
     t.join()
     s = rsd.summarize(receipts)
     print(s)
-    assert s["ok"] == n // per
+    assert s["ok"] == n // per and s["records"] == n
+    # Partitions the dead worker had saved whole and Dask ran again: not written again.
+    print(f"saved by the dead worker, not written again: {s['saved_earlier']} partitions")
     store.refresh()
     for p in range(n // per):
         for step in range(per):
             assert store.array(p, "k", step)[0] == p * per + step
     client.wait_for_workers(2)
+    # The dead worker's segment is unsealed; once the workers' writers are closed (the job's
+    # end), a compaction that adopts it reclaims it whole, its uncommitted tail too.
+    client.unregister_worker_plugin(rsd.WriterPlugin(store).name)
+    before = store.refresh().segments()
+    unsealed = [x for x in before if not x.sealed]
+    print(f"segments {len(before)}, unsealed {len(unsealed)}, "
+          f"bytes {sum(x.file_bytes for x in before)} (data {n * size})")  # fmt: skip
+    assert unsealed, "the killed worker left no unsealed segment"
+    store.compact(adopt_unsealed=True, retain=0, progress=False)
+    after = store.refresh().segments()
+    assert all(x.sealed for x in after)
+    on_disk = sum(x.file_bytes for x in after)
+    print(f"after compaction: segments {len(after)}, bytes {on_disk}")
+    assert n * size <= on_disk < n * size * 1.02
+    for p in range(n // per):
+        for step in range(per):
+            assert store.array(p, "k", step)[0] == p * per + step
 
 
 def test_plan_reasoning_and_bad_input(tmp_path):

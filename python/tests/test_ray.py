@@ -89,6 +89,25 @@ def test_bad_arguments_are_refused_on_the_driver(cluster, store):
         rsr.Datasink(runstore.open(store.path, "r"))
 
 
+def test_the_same_save_id_again_writes_nothing_and_hostile_columns_are_refused(cluster, store):
+    rows = [{"id": f"e{i}", "x": float(i)} for i in range(40)]
+    ds = ray.data.from_items(rows, override_num_blocks=4)
+    first = rsr.Datasink(store, run="id", save_id="tune-1")
+    ds.write_datasink(first)
+    files = {s.file for s in store.segments()}
+    again = rsr.Datasink(store, run="id", save_id="tune-1")
+    ds.write_datasink(again)
+    assert all(r.ok and r.earlier for r in again.receipts), again.receipts
+    assert {r.earlier for r in again.receipts} == {r.writer_id for r in first.receipts}
+    assert rsr.summarize(again.receipts)["records"] == 40
+    assert {s.file for s in store.refresh().segments()} == files  # nothing written again
+    # A column that would be a reserved series is refused by name; its task fails as Ray's do.
+    bad = ray.data.from_items([{"id": "e1", "~saved": 1.0}])
+    with pytest.raises(Exception, match="reserved"):
+        bad.write_datasink(rsr.Datasink(store, run="id"))
+    assert "~saved" not in store.refresh().names()
+
+
 def _dies_once(marker: str):
     def fn(batch: dict) -> dict:
         if not os.path.exists(marker):

@@ -91,15 +91,18 @@ def _fail_on_partition_two(x: int) -> int:
     return x
 
 
-def test_a_partition_whose_input_failed_is_a_failed_receipt_and_the_others_are_saved(spark, store):
+def test_an_element_whose_input_failed_is_named_and_the_others_are_saved(spark, store):
     rdd = spark.sparkContext.parallelize(range(40), 4).map(_fail_on_partition_two).map(_element)
     receipts = rss.save(rdd, store)
     failed = [r for r in receipts if not r.ok]
     assert [r.partition for r in failed] == [2]
-    assert "ValueError: bad input 25" in failed[0].error
-    assert failed[0].records == 2 * 5  # elements 20..24 were logged before the error
+    assert "element 5: ValueError: bad input 25" in failed[0].error
+    assert failed[0].failures == 1 and failed[0].records == 2 * 9  # all but element 25
     for p in (0, 1, 3):
         assert len(store.scan("x", runs=[p])["value"]) == 10
+    assert len(store.scan("x", runs=[2])["value"]) == 9
+    with pytest.raises(KeyError):
+        store.get(2, "x", 5)
     assert rss.summarize(receipts)["errors"] == {2: failed[0].error}
     # Raised instead, the task fails four times and so does the job.
     with pytest.raises(Exception, match="bad input 25"):
@@ -317,6 +320,24 @@ def test_an_object_that_would_lose_its_attributes_is_refused_not_stripped(spark,
     assert all(r.ok for r in rss.save(as_dicts, store, key=lambda d: d["id"]))
     assert store.get("XX.STA3..BHZ", "id") == "XX.STA3..BHZ"
     np.testing.assert_array_equal(store.get("XX.STA3..BHZ", "data"), np.full(8, 3.0))
+
+
+def test_the_same_save_id_again_writes_no_partition_saved_whole_again(spark, store, tmp_path):
+    rdd = spark.sparkContext.parallelize(range(40), 4).map(_fail_on_partition_two).map(_element)
+    first = rss.save(rdd, store, save_id="nightly")
+    files = {s.file: s.file_bytes for s in store.segments()}
+    second = rss.save(rdd, store, save_id="nightly")
+    print([(r.partition, r.ok, r.records, r.earlier, r.writer_id) for r in second])
+    for a, b in zip(first, second, strict=True):
+        # Partitions 0, 1, 3 were saved whole: reported as the first save's, nothing written.
+        assert bool(b.earlier) == (a.partition != 2)
+        assert b.earlier == (a.writer_id if a.partition != 2 else "")
+        assert (b.records, b.bytes) == (a.records, a.bytes)
+    grown = [s for s in store.refresh().segments() if s.file not in files]
+    assert len(grown) == 1  # the one writer of partition 2, whose element failed again
+    assert rss.summarize(second)["saved_earlier"] == 3
+    with pytest.raises(ValueError, match="save_id"):
+        rss.save(rdd, store, save_id="")
 
 
 def test_a_key_of_the_data_makes_a_save_with_other_partitions_exactly_once(spark, store):

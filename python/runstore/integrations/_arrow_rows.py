@@ -7,6 +7,8 @@ from typing import Any
 
 import numpy as np
 
+from ._receipts import check_name
+
 
 class Rows:
     """Logs the record batches of one task: each column other than ``run_col`` and ``step_col`` a
@@ -40,6 +42,7 @@ class Rows:
         for name in batch.schema.names:
             if name in (self.run_col, self.step_col):
                 continue
+            check_name(name)
             col = _array(batch.column(name))
             keep = None
             if col.null_count:

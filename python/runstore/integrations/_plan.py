@@ -50,6 +50,18 @@ class Plan:
     limited_by: str  # "memory" or "parallelism"
     engine: str = "dask"  # whose parameters M, T and W are: "dask" or "spark"
 
+    def worker_peak(self, streaming: bool = True) -> int:
+        """The predicted peak RSS of a worker process (Dask) or of one Python worker (Spark) in
+        bytes, from the constants measured in docs/dask.md and docs/spark.md: while the maps
+        stream (a save reads its partition element by element), ``B + T' * 3 * D``, a few
+        objects at a time; for a stage that holds its partition whole, ``B + T' * c * s * D``.
+        T' is T for a Dask worker (its threads share the process), 1 for a Spark Python worker
+        (one task each)."""
+        B, a, c = _MEASURED[self.engine]
+        tasks = self.threads_per_worker if self.engine == "dask" else 1
+        held = a * self.object_bytes if streaming else c * self.partition_size * self.object_bytes
+        return int(B + tasks * held)
+
     @property
     def reasoning(self) -> str:
         M, T, D, N, k = (
@@ -82,6 +94,14 @@ class Plan:
             f"-> {self.n_partitions:,} partitions of up to {self.partition_size:,} objects "
             f"({_fmt(self.partition_size * D)} each; limited by {self.limited_by})",
         ]
+        who = "a worker" if self.engine == "dask" else "a Python worker"
+        B = _MEASURED[self.engine][0]
+        lines.append(
+            f"predicted peak of {who} (B = {_fmt(B)} measured at rest with runstore's writer): "
+            f"maps that stream, read by runstore's save element by element, "
+            f"{_fmt(self.worker_peak(True))}; a stage holding its partition whole "
+            f"{_fmt(self.worker_peak(False))}"
+        )
         if self.engine == "spark":
             lines.append(
                 f"   (sc.parallelize(items, {self.n_partitions}) or .repartition("
@@ -142,6 +162,12 @@ class Plan:
         ax.axis("off")
         fig.savefig(path, dpi=80, bbox_inches="tight")
         plt.close(fig)
+
+
+#: (B: a worker's RSS with runstore's writer, a: objects a streaming task holds, c: bytes held
+#: per byte of a partition held whole), measured with `dask_bench.py --measure-k
+#: [--materialize]` and `spark_vs_dask.py --measure-k [--materialize]`.
+_MEASURED = {"dask": (80 * 2**20, 3, 1.01), "spark": (78 * 2**20, 3, 1.03)}
 
 
 def plan(

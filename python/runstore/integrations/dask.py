@@ -7,15 +7,18 @@ one writer per worker process, and returns one small :class:`Receipt` per partit
 turns a partition whose input failed into a failed receipt while the others go on.
 
 Keys are deterministic, so a task Dask runs again (after a worker died) rewrites the same keys
-with the same values and the store, later commit wins, reads each record back once:
+with the same values and the store, later commit wins, reads each record back once; a partition
+an earlier attempt had saved whole is not written again (its marker, docs/dask.md):
 
-- bag: ``(run=partition index + run_offset, name, step=index within the partition)``;
+- bag: ``(run=partition index + run_offset, name, step=index within the partition)``, or with
+  ``key=f`` the element's own ``f(element)`` (a run, or a (run, step) pair);
 - list of delayed: ``(run=list index + run_offset, name, step=0)``;
 - DataFrame: ``(run=partition index + run_offset, column, step=row index within the partition)``;
 - array: ``(run=flat block index + run_offset, name, step=0)``.
 
 A bag element that is a dict is logged as one record per key (``Writer.log``); anything else
-as one value under ``name`` (``Writer.put``).
+as one value under ``name`` (``Writer.put``). A bag's partition is saved as it streams, element
+by element, and an element that raises costs only itself (its receipt names it).
 """
 
 from __future__ import annotations
@@ -25,20 +28,22 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import dask
 import dask.bag as db
 import numpy as np
 import psutil
+from dask.highlevelgraph import HighLevelGraph
 from distributed import WorkerPlugin, get_client, get_worker, wait
 
 from .. import _signals
 from .._progress import size_text
 from .._store import Store
+from . import _receipts
 from ._plan import Plan, parse_size, plan
-from ._receipts import Receipt, error_text, log_item, summarize
+from ._receipts import Receipt, error_text, summarize
 
 __all__ = [
     "Receipt",
@@ -74,6 +79,8 @@ class WriterPlugin(WorkerPlugin):
         self._lock = threading.Lock()
         self._writer: Any = None
         self._pid = 0  # the process _writer belongs to
+        self._reader: Any = None  # the store as the markers are looked up in it
+        self._reader_pid = 0
 
     def __getstate__(self) -> dict[str, Any]:
         return dict(store=self.store, writer_options=self.writer_options, name=self.name)
@@ -88,9 +95,20 @@ class WriterPlugin(WorkerPlugin):
     def writer(self) -> Any:
         with self._lock:
             if self._writer is None or self._writer.closed or self._pid != os.getpid():
-                self._writer = self.store.writer(**self.writer_options)
+                self._writer = self.store.writer(**self.writer_options, _allow_reserved=True)
                 self._pid = os.getpid()
             return self._writer
+
+    def saved_before(self, save_id: str, part: int) -> dict[str, Any] | None:
+        """What an earlier attempt that saved partition ``part`` of save ``save_id`` whole
+        reported (from the store refreshed now), or None."""
+        with self._lock:
+            if self._reader is None or self._reader_pid != os.getpid():
+                self._reader = Store(self.store.path, "r")
+                self._reader_pid = os.getpid()
+            else:
+                self._reader.refresh()
+            return _receipts.saved_before(self._reader, save_id, part)
 
     def _commit(self) -> None:
         """SIGTERM or SIGINT to the worker process: what is logged is committed."""
@@ -151,60 +169,61 @@ def _worker_address() -> str:
 # -- the tasks ----------------------------------------------------------------------------------
 
 
-def _save_items(items, part, run, name, store, options, keep):
-    """Logs one partition's items and commits; returns (receipt, the items if keep)."""
-    start = time.perf_counter()
-    records = nbytes = 0
-    kept = [] if keep else None
+def _save_items(items, part, run, name, store, options, keep, key, save_id):
+    """Logs one partition's elements as they come (a lazy partition is never held whole),
+    marks it saved if whole, and commits; returns (receipt, the elements if keep)."""
+    plugin = _plugin(store, options)
+    log = _receipts.Partition(part)
+    kept: list[Any] | None = [] if keep else None
+    error = None
     try:
-        w = _plugin(store, options).writer()
-        for step, item in enumerate(items):
-            r, b = log_item(w, run, step, item, name)
-            records += r
-            nbytes += b
-            if keep:
-                kept.append(item)
-        w.commit()  # durable before the receipt says ok
-        ok, error = True, ""
+        found = plugin.saved_before(save_id, part)
+        if found is not None:  # an earlier attempt's: this one writes nothing
+            _receipts.take_earlier(log, found)
+            kept = list(items) if keep else None
+        else:
+            log.log(plugin.writer, items, run, name, key, kept)
+            w = plugin.writer()
+            if log.complete:
+                _receipts.mark_saved(w, save_id, log)
+            w.commit()  # durable before the receipt says ok
     except Exception as e:  # noqa: BLE001 - recorded in the receipt; the others go on
-        ok, error = False, error_text(e)
-    receipt = Receipt(
-        part, records, nbytes, ok, error, _worker_address(), time.perf_counter() - start
-    )
-    return receipt, kept
+        error = e
+    return Receipt(*log.fields(error, _worker_address())), kept
 
 
-def _save_bag_part(items, part, run, name, store, options, keep):
-    receipt, kept = _save_items(items, part, run, name, store, options, keep)
+def _save_bag_part(items, part, run, name, store, options, keep, key, save_id):
+    receipt, kept = _save_items(items, part, run, name, store, options, keep, key, save_id)
     return ([receipt], kept) if keep else [receipt]
 
 
-def _save_one(value, part, run, name, store, options):
-    return _save_items([value], part, run, name, store, options, False)[0]
+def _save_one(value, part, run, name, store, options, save_id):
+    return _save_items([value], part, run, name, store, options, False, None, save_id)[0]
 
 
-def _save_frame(frame, part, run, store, options):
-    start = time.perf_counter()
+def _save_frame(frame, part, run, store, options, save_id):
+    plugin = _plugin(store, options)
+    log = _receipts.Partition(part)
+    error = None
     try:
-        w = _plugin(store, options).writer()
-        n = len(frame)
-        columns = {str(c): frame[c].to_numpy() for c in frame.columns}
-        if n:
-            w.log_many(np.full(n, run, dtype=np.int64), np.arange(n), **columns)
-        w.commit()
-        receipt = Receipt(
-            part,
-            n * len(columns),
-            int(sum(v.nbytes for v in columns.values())),
-            True,
-            "",
-            _worker_address(),
-            time.perf_counter() - start,
-        )
+        found = plugin.saved_before(save_id, part)
+        if found is not None:
+            _receipts.take_earlier(log, found)
+        else:
+            w = plugin.writer()
+            n = len(frame)
+            columns = {str(c): frame[c].to_numpy() for c in frame.columns}
+            for c in columns:
+                _receipts.check_name(c)
+            if n:
+                w.log_many(np.full(n, run, dtype=np.int64), np.arange(n), columns=columns)
+            log.records = n * len(columns)
+            log.nbytes = int(sum(v.nbytes for v in columns.values()))
+            _receipts.mark_saved(w, save_id, log)
+            w.commit()
     except Exception as e:  # noqa: BLE001 - recorded in the receipt
-        error = error_text(e)
-        receipt = Receipt(part, 0, 0, False, error, _worker_address(), time.perf_counter() - start)
-    return receipt
+        error = e
+    return Receipt(*log.fields(error, _worker_address()))
 
 
 def _register(store: Store, options: dict[str, Any]) -> None:
@@ -216,13 +235,29 @@ def _register(store: Store, options: dict[str, Any]) -> None:
     client.register_plugin(plugin, name=plugin.name)
 
 
+def _bag_of_saves(bag: db.Bag, *args: Any) -> db.Bag:
+    """A bag of one receipt per partition of ``bag``, each partition's save a task that takes
+    the partition's own task as its only input, so that Dask's bag optimisation fuses the two
+    and hands the save the partition as a lazy iterator (elements mapped one at a time), not as
+    the list that ``to_delayed`` would hold whole."""
+    name = "runstore-save-" + dask.base.tokenize(bag, *args)
+    layer = {
+        (name, i): (_save_bag_part, (bag.name, i), i, i + args[0], *args[1:])
+        for i in range(bag.npartitions)
+    }
+    graph = HighLevelGraph.from_collections(name, layer, dependencies=[bag])
+    return db.Bag(graph, name, bag.npartitions)
+
+
 def save(
     collection: Any,
     store: Store,
     name: str = "value",
     *,
     run_offset: int = 0,
+    key: Callable[[Any], Any] | None = None,
     pass_through: bool = False,
+    save_id: str | None = None,
     writer_options: dict[str, Any] | None = None,
 ) -> Any:
     """Writes ``collection`` to ``store`` from the workers; returns receipts, one per partition.
@@ -235,59 +270,77 @@ def save(
             blocks (a DataFrame's columns are named by the columns).
         run_offset: added to each run number, so that several saves into one store do not
             overwrite each other.
+        key: for a bag, a function of an element giving its run (int or str), or its (run,
+            step): records keyed by the data's own identity, so that a save again with another
+            partitioning rewrites the same keys (the default, partition and position, would
+            not).
         pass_through: for a bag, return ``(data, receipts)``: the data bag, saved as it passes,
-            to go on computing with.
+            to go on computing with (each partition is then held whole, to be passed on).
+        save_id: names this save in the store's markers of partitions saved whole: a task Dask
+            runs again after its worker died, whose partition an earlier attempt had saved whole,
+            writes nothing (nor computes it, for a bag) and its receipt names that attempt's
+            writer (``earlier``). Default: a new id each call; pass the same str again to resume
+            a save that stopped (a client that died) without writing its finished partitions
+            again.
         writer_options: keyword arguments of :meth:`Store.writer` for the workers' writers.
 
     Returns a bag of receipts (bag), a list of delayed receipts (list of delayed, DataFrame,
     array); nothing is computed until they are.
 
-    A partition that raises is a receipt with ``ok=False`` and the error text; the records it
-    logged before the error stay logged and are committed by that worker's next commit (the
-    Writer has no rollback): they carry their right keys, and a rerun rewrites them.
-    Raises TypeError for another kind of collection, ValueError for a store opened read-only.
+    A bag's partition reaches its save as the lazy stream of its elements, mapped one at a time
+    (the maps before the save run in the same task), so a worker holds one element at a time,
+    and an element that raises (in such a map, in ``key``, or refused by the writer) is counted
+    and named in the partition's receipt (``failures``, ``error``, ``ok=False``) while the
+    others are saved. A partition that raises otherwise is a receipt with ``ok=False`` and the
+    error text; the records it logged before the error stay logged and are committed by that
+    worker's next commit (the Writer has no rollback): they carry their right keys, and a rerun
+    rewrites them. Raises TypeError for another kind of collection or a ``key`` that is not a
+    function, ValueError for a store opened read-only.
     """
     if not isinstance(store, Store):
         raise TypeError(f"store must be a runstore.Store, not {type(store).__name__}")
     if store.read_only:
         raise ValueError(f"store {store.path} is opened read-only; save needs mode 'a'")
-    if not isinstance(name, str) or not name:
-        raise TypeError(f"name must be a non-empty str, not {name!r}")
-    if not isinstance(run_offset, int) or run_offset < 0:
+    _receipts.check_name(name)
+    if not isinstance(run_offset, int) or isinstance(run_offset, bool) or run_offset < 0:
         raise ValueError(f"run_offset must be an int >= 0, not {run_offset!r}")
+    if key is not None and not callable(key):
+        raise TypeError(f"key must be a function of an element, not {type(key).__name__}")
+    if key is not None and not isinstance(collection, db.Bag):
+        raise TypeError("key= is for a dask bag")
+    save_id = _receipts.new_save_id(save_id)
     options = dict(writer_options or {})
     _register(store, options)
-    fn = dask.delayed(_save_bag_part, pure=True)
     if isinstance(collection, db.Bag):
-        parts = collection.to_delayed(optimize_graph=True)
-        if pass_through:
-            nout = dict(nout=2)
-            tasks = [
-                dask.delayed(_save_bag_part, pure=True, **nout)(
-                    p, i, i + run_offset, name, store, options, True
-                )
-                for i, p in enumerate(parts)
-            ]
-            return db.from_delayed([t[1] for t in tasks]), db.from_delayed([t[0] for t in tasks])
-        return db.from_delayed(
-            [fn(p, i, i + run_offset, name, store, options, False) for i, p in enumerate(parts)]
-        )
+        if not pass_through:
+            return _bag_of_saves(collection, run_offset, name, store, options, False, key, save_id)
+        tasks = [
+            dask.delayed(_save_bag_part, pure=True, nout=2)(
+                p, i, i + run_offset, name, store, options, True, key, save_id
+            )
+            for i, p in enumerate(collection.to_delayed(optimize_graph=True))
+        ]
+        return db.from_delayed([t[1] for t in tasks]), db.from_delayed([t[0] for t in tasks])
     if pass_through:
         raise ValueError("pass_through=True is for a dask bag")
+    one = dask.delayed(_save_one, pure=True)
     if isinstance(collection, Sequence) and all(dask.is_dask_collection(x) for x in collection):
-        one = dask.delayed(_save_one, pure=True)
-        return [one(x, i, i + run_offset, name, store, options) for i, x in enumerate(collection)]
+        return [
+            one(x, i, i + run_offset, name, store, options, save_id)
+            for i, x in enumerate(collection)
+        ]
     kind = type(collection).__module__
     if kind.startswith("dask.dataframe") or kind.startswith("dask_expr"):
         frame = dask.delayed(_save_frame, pure=True)
         return [
-            frame(p, i, i + run_offset, store, options)
+            frame(p, i, i + run_offset, store, options, save_id)
             for i, p in enumerate(collection.to_delayed())
         ]
     if kind.startswith("dask.array"):
-        one = dask.delayed(_save_one, pure=True)
         blocks = collection.to_delayed().ravel()
-        return [one(b, i, i + run_offset, name, store, options) for i, b in enumerate(blocks)]
+        return [
+            one(b, i, i + run_offset, name, store, options, save_id) for i, b in enumerate(blocks)
+        ]
     raise TypeError(
         "collection must be a dask bag, a list of delayed objects, a dask DataFrame or a dask "
         f"array, not {type(collection).__name__}"
@@ -327,7 +380,7 @@ def collect(receipts: Any, client: Any = None) -> list[Receipt]:
             error = error_text(e)
         except Exception as why:  # noqa: BLE001 - a cancelled future has no exception
             error = f"{f.status}: {why}"
-        out.append(Receipt(i, 0, 0, False, error, "", 0.0))
+        out.append(Receipt(i, 0, 0, False, error, "", 0.0, 0, ""))
     return out
 
 

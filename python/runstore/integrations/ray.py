@@ -52,6 +52,10 @@ class Datasink(ray.data.Datasink):
         run, step: the columns of each row's run (int or str) and step (int); without ``run``
             rows are keyed by write task and position.
         run_offset: added to the write task's index where ``run`` is not given.
+        save_id: names this write in the store's markers of write tasks saved whole: a task Ray
+            runs again after an attempt had saved it whole writes nothing, and its receipt names
+            that attempt's writer (``earlier``). Default: a new id a Datasink; the same str
+            again resumes a write that stopped without writing its finished tasks again.
         writer_options: keyword arguments of :meth:`Store.writer` for the tasks' writers.
 
     After ``dataset.write_datasink(sink)``, ``sink.receipts`` holds one :class:`Receipt` a write
@@ -67,9 +71,11 @@ class Datasink(ray.data.Datasink):
         step: str | None = None,
         *,
         run_offset: int = 0,
+        save_id: str | None = None,
         writer_options: dict[str, Any] | None = None,
     ) -> None:
         self.path = _receipts.writable_path(store)
+        self.save_id = _receipts.new_save_id(save_id)
         if step is not None and run is None:
             raise TypeError("step= names a column only together with run=")
         if not isinstance(run_offset, int) or isinstance(run_offset, bool) or run_offset < 0:
@@ -88,11 +94,11 @@ class Datasink(ray.data.Datasink):
     def write(self, blocks: Iterable[Any], ctx: Any) -> Receipt:
         from ray.data.block import BlockAccessor
 
-        task = _receipts.TaskWriter(self.path, ctx.task_idx, self.options)
+        task = _receipts.TaskWriter(self.path, ctx.task_idx, self.options, self.save_id)
         rows = _arrow_rows.Rows(self.run, self.step, ctx.task_idx + self.run_offset)
         error = None
         try:
-            for block in blocks:
+            for block in [] if task.done_before() else blocks:
                 table = BlockAccessor.for_block(block).to_arrow()
                 if table.num_rows:
                     records, nbytes = rows.log(task.open(), table)

@@ -4,8 +4,9 @@
 partition through a writer of its own, commits it, and returns one small :class:`Receipt`, so
 that the driver gathers receipts, never the data. A partition whose *input* failed (an exception
 raised in a map upstream, which Spark runs in the same task) is a receipt with ``ok=False`` and
-the error, and the other partitions go on (``on_error="raise"`` lets Spark retry the task and
-fail the job instead).
+the error, and the other partitions go on; an RDD element that raises costs only itself: its
+partition's receipt counts and names it, and the rest is saved (``on_error="raise"`` lets Spark
+retry the task and fail the job instead).
 
 Keys are deterministic, so an attempt Spark runs again (a failed task, a lost executor, a
 speculative copy) rewrites the same keys with the same values, and readers, for whom the later
@@ -81,38 +82,33 @@ def _attempt() -> tuple[int, int, int]:
 class _Task(_receipts.TaskWriter):
     """One attempt of one partition: its writer, what it logged, its receipt."""
 
-    def __init__(self, path: str, part: int, options: dict[str, Any]) -> None:
-        super().__init__(path, part, options)
+    def __init__(self, path: str, part: int, options: dict[str, Any], save_id: str) -> None:
+        super().__init__(path, part, options, save_id)
         self.attempt, self.stage, self.task_id = _attempt()
 
-    def finish(self, error: BaseException | None) -> Receipt:
-        fields = self.close(error)
-        return Receipt(*fields, self.attempt, self.stage, self.task_id, self.writer_id)
-
-
-def _rdd_partition(path, name, run_offset, options, on_error, key):
-    def run(part: int, items: Iterator[Any]) -> Iterator[tuple[Any, ...]]:
-        task = _Task(path, part, options)
-        error = None
-        try:
-            run_id = part + run_offset
-            for step, item in enumerate(items):  # an upstream map raises here
-                if key is not None:
-                    run_id, step = _key_of(key, item)
-                records, nbytes = _receipts.log_item(task.open(), run_id, step, item, name)
-                task.records += records
-                task.nbytes += nbytes
-        except Exception as e:  # noqa: BLE001 - the partition's receipt says it
-            error = e
-        receipt = task.finish(error)
+    def finish(self, error: BaseException | None, on_error: str) -> Receipt:
+        receipt = Receipt(*self.close(error), self.attempt, self.stage, self.task_id,
+                          self.writer_id)  # fmt: skip
         if error is not None and on_error == "raise":
             raise error
-        yield dataclasses.astuple(receipt)
+        return receipt
+
+
+def _rdd_partition(path, name, run_offset, options, on_error, key, save_id):
+    def run(part: int, items: Iterator[Any]) -> Iterator[tuple[Any, ...]]:
+        task = _Task(path, part, options, save_id)
+        error = None
+        try:
+            if not task.done_before():
+                task.log(task.open, items, part + run_offset, name, key, strict=on_error == "raise")
+        except Exception as e:  # noqa: BLE001 - the partition's receipt says it
+            error = e
+        yield dataclasses.astuple(task.finish(error, on_error))
 
     return run
 
 
-def _frame_partition(path, run_col, step_col, run_offset, options, on_error):
+def _frame_partition(path, run_col, step_col, run_offset, options, on_error, save_id):
     import pyarrow as pa
 
     def run(batches: Iterator[Any]) -> Iterator[Any]:
@@ -120,33 +116,22 @@ def _frame_partition(path, run_col, step_col, run_offset, options, on_error):
 
         ctx = TaskContext.get()
         part = ctx.partitionId() if ctx is not None else 0
-        task = _Task(path, part, options)
+        task = _Task(path, part, options, save_id)
         error = None
         rows = _arrow_rows.Rows(run_col, step_col, part + run_offset)
         try:
-            for batch in batches:
-                if batch.num_rows:
-                    records, nbytes = rows.log(task.open(), batch)
-                    task.records += records
-                    task.nbytes += nbytes
+            if not task.done_before():
+                for batch in batches:
+                    if batch.num_rows:
+                        records, nbytes = rows.log(task.open(), batch)
+                        task.records += records
+                        task.nbytes += nbytes
         except Exception as e:  # noqa: BLE001 - the partition's receipt says it
             error = e
-        receipt = task.finish(error)
-        if error is not None and on_error == "raise":
-            raise error
+        receipt = task.finish(error, on_error)
         yield pa.RecordBatch.from_pylist([dataclasses.asdict(receipt)], schema=_arrow_schema())
 
     return run
-
-
-def _key_of(key: Any, item: Any) -> tuple[Any, int]:
-    """(run, step) of an item by the user's key function: a run, or a (run, step) pair."""
-    k = key(item)
-    if isinstance(k, tuple):
-        if len(k) != 2:
-            raise ValueError(f"key must return a run or a (run, step) pair, not {k!r}")
-        return k[0], int(k[1])
-    return k, 0
 
 
 def _receipt_fields() -> list[tuple[str, str]]:
@@ -186,6 +171,7 @@ def save(
     run_offset: int = 0,
     key: Callable[[Any], Any] | None = None,
     on_error: str = "receipt",
+    save_id: str | None = None,
     writer_options: dict[str, Any] | None = None,
 ) -> list[Receipt]:
     """Writes ``data`` to ``store`` from the executors and returns one receipt per partition,
@@ -204,22 +190,30 @@ def save(
         key: for an RDD, a function of an element giving its run, or its (run, step): records
             keyed by the data's own identity, so that a save again with another partitioning
             rewrites the same keys (the default key, partition and position, would not).
-        on_error: "receipt" (default): a partition whose input or write raised returns a receipt
-            with ``ok=False`` and the job goes on; "raise": the task fails, and Spark retries it
+        on_error: "receipt" (default): an RDD element that raises (in a map upstream, in
+            ``key``, or refused) is counted and named in its partition's receipt, with
+            ``ok=False``, and the partition goes on with the next element; a partition whose
+            input or write failed otherwise is such a receipt too, and the job goes on.
+            "raise": the task fails at the first error, and Spark retries it
             (``spark.task.maxFailures``) and fails the job if every attempt does.
+        save_id: names this save in the store's markers of partitions saved whole: an attempt
+            of a partition that another attempt of the same save had saved whole writes nothing
+            and its receipt names that attempt's writer (``earlier``). Default: a new id each
+            call; pass the same str again to resume a save that stopped (a driver that died)
+            without writing its finished partitions again.
         writer_options: keyword arguments of :meth:`Store.writer` for the executors' writers.
 
     Raises TypeError for another kind of data or a column that is not there, ValueError for a
     store opened read-only or a bad ``on_error``.
     """
     path = _receipts.writable_path(store)
-    if not isinstance(name, str) or not name:
-        raise TypeError(f"name must be a non-empty str, not {name!r}")
+    _receipts.check_name(name)
     if not isinstance(run_offset, int) or isinstance(run_offset, bool) or run_offset < 0:
         raise ValueError(f"run_offset must be an int >= 0, not {run_offset!r}")
     if on_error not in ("receipt", "raise"):
         raise ValueError(f"on_error must be 'receipt' or 'raise', not {on_error!r}")
     options = dict(writer_options or {})
+    save_id = _receipts.new_save_id(save_id)
     from pyspark import RDD
     from pyspark.sql import DataFrame
 
@@ -232,7 +226,7 @@ def save(
             raise TypeError("step= names a column only together with run=")
         if key is not None:
             raise TypeError("key= is for an RDD; a DataFrame's rows are keyed by run= and step=")
-        fn = _frame_partition(path, run, step, run_offset, options, on_error)
+        fn = _frame_partition(path, run, step, run_offset, options, on_error, save_id)
         rows = data.mapInArrow(fn, _spark_schema()).collect()
         receipts = [Receipt(**r.asDict()) for r in rows]
     elif isinstance(data, RDD):
@@ -240,7 +234,7 @@ def save(
             raise TypeError("run= and step= name the columns of a DataFrame, not of an RDD")
         if key is not None and not callable(key):
             raise TypeError(f"key must be a function of an element, not {type(key).__name__}")
-        fn = _rdd_partition(path, name, run_offset, options, on_error, key)
+        fn = _rdd_partition(path, name, run_offset, options, on_error, key, save_id)
         receipts = [Receipt(*t) for t in data.mapPartitionsWithIndex(fn).collect()]
     else:
         raise TypeError(
