@@ -239,7 +239,8 @@ for b in "sweep_bench.py --n 2000 --batch 200" "export_bench.py --n 2000" \
          "xarray_bench.py --n 2000" "frame_bench.py --series 50 --repeat 1" \
          "attrs_bench.py --updates 5 --reads 20" \
          "query_bench.py --steps 20000 --experiments 2000 --compact" \
-         "spark_vs_dask.py --objects 8 16 --mib 1 --terminators save"; do
+         "spark_vs_dask.py --objects 8 16 --mib 1 --terminators save" \
+         "tune_bench.py --trials 4 --iterations 5"; do
   name=${b%%.py*}
   # shellcheck disable=SC2086  # the benchmark's name and arguments
   parallel smoke "bench/python/$b" "$root/.venv/bin/python" bench/python/$b --dir "$smoke/$name"

@@ -106,6 +106,22 @@ def test_the_same_save_id_again_writes_nothing_and_hostile_columns_are_refused(c
     with pytest.raises(Exception, match="reserved"):
         bad.write_datasink(rsr.Datasink(store, run="id"))
     assert "~saved" not in store.refresh().names()
+    # A column of objects whose arrays would drop their attributes: refused, never stripped.
+    traces = ray.data.from_items([{"id": f"t{i}", "trace": _Trace(i)} for i in range(3)])
+    with pytest.raises(Exception, match="cannot save an object of type"):
+        traces.write_datasink(rsr.Datasink(store, run="id"))
+    assert "trace" not in store.refresh().names()
+
+
+class _Trace:
+    """An object with metadata whose __array__ gives only its samples (as obspy's Trace)."""
+
+    def __init__(self, i: int) -> None:
+        self.data = np.full(4, float(i))
+        self.id = f"XX.STA{i}"
+
+    def __array__(self, dtype=None, copy=None):
+        return self.data
 
 
 def _dies_once(marker: str):

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from ._receipts import check_name
+from ._receipts import check_column, check_name
 
 
 class Rows:
@@ -51,6 +51,7 @@ class Rows:
             values = values_of(col)
             if len(values) == 0:
                 continue
+            check_column(values, name)
             r = runs if keep is None else runs[keep]
             s = steps if keep is None else steps[keep]
             writer.log_many(r, s, columns={name: values})

@@ -87,6 +87,16 @@ def check_plain(value: Any, name: str) -> None:
     )
 
 
+def check_column(values: Any, name: str) -> None:
+    """check_plain for each value of a column (numpy array) of objects: a column of Python
+    objects (a Ray dataset's, a DataFrame's) would otherwise have each converted by its
+    ``__array__``, its attributes dropped."""
+    if isinstance(values, np.ndarray) and values.dtype.kind == "O":
+        for v in values:
+            if v is not None:
+                check_plain(v, name)
+
+
 def log_item(writer: Any, run: Any, step: int, item: Any, name: str) -> tuple[int, int]:
     """Appends one element a terminator saves: a dict as one record per key (``Writer.log``),
     a plain value as one record under ``name`` (``Writer.put``; any other object refused by

@@ -213,8 +213,9 @@ def _save_frame(frame, part, run, store, options, save_id):
             w = plugin.writer()
             n = len(frame)
             columns = {str(c): frame[c].to_numpy() for c in frame.columns}
-            for c in columns:
+            for c, values in columns.items():
                 _receipts.check_name(c)
+                _receipts.check_column(values, c)
             if n:
                 w.log_many(np.full(n, run, dtype=np.int64), np.arange(n), columns=columns)
             log.records = n * len(columns)
