@@ -14,9 +14,11 @@
 #include <atomic>
 #include <cctype>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <random>
@@ -856,10 +858,11 @@ TEST(CompactTest, WritersNumberPastSegmentsCompactionRemoved) {
 // merged on request, and a live writer taken for crashed losing nothing it
 // was told was committed.
 
-// Starts a writer process of id `id` that commits records of the workload's
-// series over keys the workload also wrote (and a resume marker), then dies
-// of SIGKILL, its segment never sealed.
-void CrashedWriter(const std::string& path, const std::string& id, int seed) {
+// Runs `work` with a writer of id `id` (and `buffer_bytes`, 0: the default)
+// on the store at `path` in a child process, which then dies of SIGKILL, its
+// segment never sealed; `work` returns 0, or the child's exit code.
+void KilledWriter(const std::string& path, const std::string& id, size_t buffer_bytes,
+                  const std::function<int(Writer*)>& work) {
   std::fflush(stdout);
   const pid_t pid = ::fork();
   ASSERT_GE(pid, 0);
@@ -868,20 +871,41 @@ void CrashedWriter(const std::string& path, const std::string& id, int seed) {
     if (!store.ok()) ::_exit(1);
     WriterOptions o;
     o.writer_id = id;
+    if (buffer_bytes > 0) o.buffer_bytes = buffer_bytes;
     auto w = (*store)->NewWriter(o);
     if (!w.ok()) ::_exit(2);
-    for (int i = 0; i < 20; ++i) {
-      const std::string run = HashedRun((seed + i) % 12);
-      if (!(*w)->Append(RunRef(run), "loss", i % 10, 1000.0 * seed + i).ok()) ::_exit(3);
-    }
-    if (!(*w)->Commit().ok()) ::_exit(4);
-    if (!(*w)->Resume(RunRef(HashedRun(seed % 12)), 5).ok()) ::_exit(5);
+    if (const int code = work(w->get()); code != 0) ::_exit(code);
     ::kill(::getpid(), SIGKILL);
     ::_exit(6);
   }
   int status = 0;
   ASSERT_EQ(::waitpid(pid, &status, 0), pid);
   ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << "status " << status;
+}
+
+// A writer that commits records of the workload's series over keys the
+// workload also wrote (and a resume marker), then dies.
+void CrashedWriter(const std::string& path, const std::string& id, int seed) {
+  KilledWriter(path, id, 0, [seed](Writer* w) {
+    for (int i = 0; i < 20; ++i) {
+      const std::string run = HashedRun((seed + i) % 12);
+      if (!w->Append(RunRef(run), "loss", i % 10, 1000.0 * seed + i).ok()) return 3;
+    }
+    if (!w->Commit().ok()) return 4;
+    return w->Resume(RunRef(HashedRun(seed % 12)), 5).ok() ? 0 : 5;
+  });
+}
+
+// A writer that flushes blocks of "loss" (a small buffer) and dies before
+// its first commit: its segment holds bytes no reader reads.
+void WriterKilledBeforeItsFirstCommit(const std::string& path, const std::string& id) {
+  KilledWriter(path, id, 1 << 16, [](Writer* w) {
+    for (int i = 0; i < 60000; ++i) {
+      const double v = std::sin(0.37 * i);  // flushed, not compressed away
+      if (!w->Append(RunRef(HashedRun(i % 12)), "loss", i / 12, v).ok()) return 3;
+    }
+    return 0;
+  });
 }
 
 TEST(CompactTest, AdoptingCrashedWritersSegmentsLeavesEveryRecordAsItWas) {
@@ -891,6 +915,9 @@ TEST(CompactTest, AdoptingCrashedWritersSegmentsLeavesEveryRecordAsItWas) {
   for (int k = 0; k < 3; ++k) {
     ASSERT_NO_FATAL_FAILURE(CrashedWriter(dir.path(), "k" + std::to_string(k), k + 1));
   }
+  ASSERT_NO_FATAL_FAILURE(WriterKilledBeforeItsFirstCommit(dir.path(), "none"));
+  const std::string uncommitted = dir.path() + "/segments/none-00000001.rss";
+  ASSERT_GT(std::filesystem::file_size(uncommitted), 16u * 1024) << "nothing was flushed";
   const Dump before = DumpStore(dir.path());
   CompactOptions o = TestOptions();
   o.retain_inputs_s = 0;
@@ -900,13 +927,15 @@ TEST(CompactTest, AdoptingCrashedWritersSegmentsLeavesEveryRecordAsItWas) {
   ASSERT_OK_AND_ASSIGN(auto snap, store->Refresh());
   int unsealed = 0;
   for (const SegmentInfo& seg : snap->ListSegments()) unsealed += seg.sealed ? 0 : 1;
-  EXPECT_EQ(unsealed, 3) << "crashed writers' segments are merged only on request";
+  EXPECT_EQ(unsealed, 4) << "crashed writers' segments are merged only on request";
   EXPECT_SAME_DUMP(before, DumpSnapshot(*snap));
 
   o.adopt_unsealed = true;
   CompactReport adopted;
   ASSERT_OK(store->Compact(o, &adopted));
-  EXPECT_EQ(adopted.adopted.size(), 3u);
+  EXPECT_EQ(adopted.adopted.size(), 4u);
+  // The one killed before its first commit is reclaimed whole, nothing of it read.
+  EXPECT_FALSE(std::filesystem::exists(uncommitted));
   ASSERT_OK_AND_ASSIGN(snap, store->Refresh());
   EXPECT_EQ(snap->ListSegments().size(), 1u);
   EXPECT_TRUE(snap->ListSegments()[0].sealed);
@@ -1228,6 +1257,15 @@ void AddCrashedWriters(FaultInjectionEnv* env) {
       ASSERT_OK(w->Resume(RunRef(HashedRun(k)), 4));
       writers.push_back(std::move(w));
     }
+    // And one that flushed blocks but never committed.
+    WriterOptions o;
+    o.writer_id = "uncommitted";
+    o.buffer_bytes = 1 << 16;
+    ASSERT_OK_AND_ASSIGN(auto w, store->NewWriter(o));
+    for (int i = 0; i < 30000; ++i) {
+      ASSERT_OK(w->Append(RunRef(HashedRun(i % 12)), "loss", i / 12, std::sin(0.37 * i)));
+    }
+    writers.push_back(std::move(w));
     env->CrashAfter(0);
     for (auto& w : writers) (void)w->Close();
   }
@@ -1282,7 +1320,7 @@ TEST_P(CompactCrashTest, CrashAfterEveryOperationLosesAndDuplicatesNothing) {
     operations = env.operation_count();
     if (c.first_retain_s < 0) {
       ASSERT_GE(report.inputs.size(), 4u);
-      EXPECT_EQ(report.adopted.size(), c.adopt ? 2u : 0u);
+      EXPECT_EQ(report.adopted.size(), c.adopt ? 3u : 0u);  // one with no commit
     } else {
       ASSERT_GE(report.removed_leftovers.size(), 4u) << "the counted compaction removes";
     }

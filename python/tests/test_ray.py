@@ -101,15 +101,22 @@ def test_the_same_save_id_again_writes_nothing_and_hostile_columns_are_refused(c
     assert {r.earlier for r in again.receipts} == {r.writer_id for r in first.receipts}
     assert rsr.summarize(again.receipts)["records"] == 40
     assert {s.file for s in store.refresh().segments()} == files  # nothing written again
-    # A column that would be a reserved series is refused by name; its task fails as Ray's do.
-    bad = ray.data.from_items([{"id": "e1", "~saved": 1.0}])
+    # A column that would be a reserved series is refused by name: its block, in the receipt;
+    # with on_error="raise" the task fails as Ray's do.
+    bad = ray.data.from_items([{"id": "e1", "~saved": 1.0, "y": 2.0}])
+    sink = rsr.Datasink(store, run="id")
+    bad.write_datasink(sink)
+    (r,) = sink.receipts
+    assert not r.ok and r.failures == 1 and "block 0 (1 rows)" in r.error and "reserved" in r.error
     with pytest.raises(Exception, match="reserved"):
-        bad.write_datasink(rsr.Datasink(store, run="id"))
-    assert "~saved" not in store.refresh().names()
+        bad.write_datasink(rsr.Datasink(store, run="id", on_error="raise"))
+    assert "~saved" not in store.refresh().names() and "y" not in store.names()
     # A column of objects whose arrays would drop their attributes: refused, never stripped.
     traces = ray.data.from_items([{"id": f"t{i}", "trace": _Trace(i)} for i in range(3)])
-    with pytest.raises(Exception, match="cannot save an object of type"):
-        traces.write_datasink(rsr.Datasink(store, run="id"))
+    sink = rsr.Datasink(store, run="id")
+    traces.write_datasink(sink)
+    assert all("cannot save an object of type" in r.error for r in sink.receipts if not r.ok)
+    assert rsr.summarize(sink.receipts)["failures"] == 3
     assert "trace" not in store.refresh().names()
 
 

@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -168,9 +169,20 @@ def test_a_process_killed_mid_partition_leaves_each_record_once(spark, store, vi
     assert len(store.scan("x")["value"]) == 40
     assert store.get(2, "blob", 3)[0] == 23.0 + shift
     if victim == "python worker":
-        # The killed attempt's segment: bytes written, none of them committed.
+        # The killed attempt's segment: bytes written, none of them committed. A compaction
+        # that adopts crashed writers' segments (no writer runs now) reclaims it whole.
         (left,) = [seg for seg in store.segments() if not seg.sealed]
         assert left.file_bytes > 64 * 1024 and left.commits == 0
+        before = store.scan("x")
+        store.compact(adopt_unsealed=True, retain=0, progress=False)
+        assert all(seg.sealed for seg in store.refresh().segments())
+        assert left.file not in {seg.file for seg in store.segments()}
+        after = store.scan("x")
+
+        def records(got):
+            return sorted(zip(got["run"].tolist(), got["step"].tolist(), got["value"].tolist()))
+
+        assert records(after) == records(before)
     # An executor killed under its Python worker: the worker, orphaned, may still finish the
     # partition and commit it (docs/spark.md, "Attempts"); its keys and values are those of the
     # attempt Spark reran, and readers see each key once.
@@ -320,6 +332,67 @@ def test_an_object_that_would_lose_its_attributes_is_refused_not_stripped(spark,
     assert all(r.ok for r in rss.save(as_dicts, store, key=lambda d: d["id"]))
     assert store.get("XX.STA3..BHZ", "id") == "XX.STA3..BHZ"
     np.testing.assert_array_equal(store.get("XX.STA3..BHZ", "data"), np.full(8, 3.0))
+
+
+def _big(i: int) -> np.ndarray:
+    return np.full(16 * 2**20 // 8, float(i))
+
+
+def _python_workers() -> list[psutil.Process]:
+    found = []
+    for p in psutil.process_iter(["cmdline"]):
+        if "pyspark.daemon" in " ".join(p.info["cmdline"] or []):
+            found.append(p)
+            found.extend(p.children(recursive=True))
+    return found
+
+
+def _peak_rss_while(fn) -> int:
+    """The largest RSS of a Python worker, sampled every 20 ms while fn() runs."""
+    peak = [0]
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            for p in _python_workers():
+                try:
+                    peak[0] = max(peak[0], p.memory_info().rss)
+                except psutil.Error:
+                    pass
+            stop.wait(0.02)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        fn()
+    finally:
+        stop.set()
+        sampler.join()
+    return peak[0]
+
+
+def test_a_partition_is_saved_element_by_element_in_a_python_worker_s_memory(spark, store):
+    """Partitions of 16 objects of 16 MiB (256 MiB) through two maps: the Python workers' peak
+    RSS, sampled while the save runs, stays within a few objects of their size at rest; the
+    same partitions held whole (``mapPartitions(list)``) are seen to take their size."""
+    mib = 2**20
+    sc = spark.sparkContext
+    sc.parallelize(range(4), 2).map(float).collect()  # the workers started
+    rest = max(p.memory_info().rss for p in _python_workers())
+    rdd = sc.parallelize(range(32), 2).map(_big).map(np.negative)
+    receipts = []
+    streamed = _peak_rss_while(lambda: receipts.extend(rss.save(rdd, store, name="big")))
+    held = _peak_rss_while(
+        lambda: rss.save(rdd.mapPartitions(lambda it: list(it)), store, name="held")
+    )
+    print(
+        f"\nPython worker RSS at rest {rest / mib:.0f} MiB; peak streamed {streamed / mib:.0f} "
+        f"MiB, held whole {held / mib:.0f} MiB; partitions of 256 MiB"
+    )
+    assert all(r.ok for r in receipts) and sum(r.bytes for r in receipts) == 32 * 16 * mib
+    assert streamed - rest < 8 * 16 * mib, "a partition was held whole"
+    assert held - rest > 8 * 16 * mib, "the sampler does not see a partition held whole"
+    assert store.array(1, "big", 15)[0] == -31.0
 
 
 def test_the_same_save_id_again_writes_no_partition_saved_whole_again(spark, store, tmp_path):

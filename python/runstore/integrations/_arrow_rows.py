@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from ._receipts import check_column, check_name
+from ._receipts import WRITER_ERRORS, check_column, check_name
 
 
 class Rows:
@@ -35,10 +35,30 @@ class Rows:
         self.row += n
         return runs, steps
 
+    def log_all(self, task: Any, batches: Any, on_error: str, what: str) -> None:
+        """Logs ``batches`` (record batches or tables) with ``task.open()``, counting into
+        ``task`` (a :class:`~._receipts.TaskWriter`). A batch the writer refuses costs that
+        batch: counted and named as the ``what`` at its place (``on_error="receipt"``), or
+        raised (``"raise"``); an error of the writer itself is raised."""
+        for place, batch in enumerate(batches):
+            if not batch.num_rows:
+                continue
+            try:
+                records, nbytes = self.log(task.open(), batch)
+            except WRITER_ERRORS:
+                raise
+            except Exception as e:  # this batch's: named, the others go on
+                if on_error == "raise":
+                    raise
+                task.fail(place, e, what, batch.num_rows)
+                continue
+            task.records += records
+            task.nbytes += nbytes
+
     def log(self, writer: Any, batch: Any) -> tuple[int, int]:
         """Appends one batch (a pyarrow RecordBatch or Table); returns (records, value bytes)."""
         runs, steps = self.keys(batch)
-        records = nbytes = 0
+        columns = []  # every column checked before any is logged: a batch refused is not written
         for name in batch.schema.names:
             if name in (self.run_col, self.step_col):
                 continue
@@ -49,9 +69,11 @@ class Rows:
                 keep = np.asarray(col.is_valid())
                 col = col.filter(col.is_valid())
             values = values_of(col)
-            if len(values) == 0:
-                continue
-            check_column(values, name)
+            if len(values):
+                check_column(values, name)
+                columns.append((name, values, keep))
+        records = nbytes = 0
+        for name, values, keep in columns:
             r = runs if keep is None else runs[keep]
             s = steps if keep is None else steps[keep]
             writer.log_many(r, s, columns={name: values})

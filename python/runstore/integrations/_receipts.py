@@ -168,10 +168,13 @@ class Partition:
         self.stopped = ""  # why the stream ended before its end, if it did
         self.earlier = ""  # the writer id of an earlier attempt that saved it whole
 
-    def fail(self, place: int, e: BaseException) -> None:
-        self.failures += 1
+    def fail(self, place: int, e: BaseException, what: str = "element", count: int = 1) -> None:
+        """``count`` elements failed together, as the ``what`` at ``place`` (an element, or a
+        block of ``count`` rows)."""
+        self.failures += count
         if len(self.errors) < QUOTED_ERRORS:
-            self.errors.append(f"element {place}: {error_text(e)}")
+            rows = f" ({count} rows)" if what != "element" else ""
+            self.errors.append(f"{what} {place}{rows}: {error_text(e)}")
 
     def log(
         self,

@@ -52,6 +52,7 @@ class Datasink(ray.data.Datasink):
         run, step: the columns of each row's run (int or str) and step (int); without ``run``
             rows are keyed by write task and position.
         run_offset: added to the write task's index where ``run`` is not given.
+        on_error: "receipt" or "raise": what a block the writer refuses does (below).
         save_id: names this write in the store's markers of write tasks saved whole: a task Ray
             runs again after an attempt had saved it whole writes nothing, and its receipt names
             that attempt's writer (``earlier``). Default: a new id a Datasink; the same str
@@ -59,9 +60,13 @@ class Datasink(ray.data.Datasink):
         writer_options: keyword arguments of :meth:`Store.writer` for the tasks' writers.
 
     After ``dataset.write_datasink(sink)``, ``sink.receipts`` holds one :class:`Receipt` a write
-    task, in task order. A write task that raises fails the write as Ray Data does (the records
-    it logged are committed by its writer's close under their right keys; a rerun rewrites
-    them).
+    task, in task order. A block the writer refuses (a reserved column name, a column of objects
+    whose arrays would drop their attributes, a value of another type than its series') costs
+    that block, with ``on_error="receipt"`` (the default): its rows are counted in the task's
+    receipt (``failures``, ``ok=False``) and named by the block's place, and the task goes on;
+    with ``on_error="raise"`` the task raises and the write fails as Ray Data's do. Either way
+    the records logged before are committed by the writer's close under their right keys (a
+    rerun rewrites them). An error of the writer itself (the disk) fails the write.
     """
 
     def __init__(
@@ -71,11 +76,15 @@ class Datasink(ray.data.Datasink):
         step: str | None = None,
         *,
         run_offset: int = 0,
+        on_error: str = "receipt",
         save_id: str | None = None,
         writer_options: dict[str, Any] | None = None,
     ) -> None:
         self.path = _receipts.writable_path(store)
         self.save_id = _receipts.new_save_id(save_id)
+        if on_error not in ("receipt", "raise"):
+            raise ValueError(f"on_error must be 'receipt' or 'raise', not {on_error!r}")
+        self.on_error = on_error
         if step is not None and run is None:
             raise TypeError("step= names a column only together with run=")
         if not isinstance(run_offset, int) or isinstance(run_offset, bool) or run_offset < 0:
@@ -98,12 +107,9 @@ class Datasink(ray.data.Datasink):
         rows = _arrow_rows.Rows(self.run, self.step, ctx.task_idx + self.run_offset)
         error = None
         try:
-            for block in [] if task.done_before() else blocks:
-                table = BlockAccessor.for_block(block).to_arrow()
-                if table.num_rows:
-                    records, nbytes = rows.log(task.open(), table)
-                    task.records += records
-                    task.nbytes += nbytes
+            if not task.done_before():
+                tables = (BlockAccessor.for_block(b).to_arrow() for b in blocks)
+                rows.log_all(task, tables, self.on_error, "block")
         except Exception as e:  # noqa: BLE001 - raised again once the writer is closed
             error = e
         receipt = Receipt(*task.close(error), task.writer_id)

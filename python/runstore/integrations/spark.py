@@ -121,11 +121,7 @@ def _frame_partition(path, run_col, step_col, run_offset, options, on_error, sav
         rows = _arrow_rows.Rows(run_col, step_col, part + run_offset)
         try:
             if not task.done_before():
-                for batch in batches:
-                    if batch.num_rows:
-                        records, nbytes = rows.log(task.open(), batch)
-                        task.records += records
-                        task.nbytes += nbytes
+                rows.log_all(task, batches, on_error, "batch")
         except Exception as e:  # noqa: BLE001 - the partition's receipt says it
             error = e
         receipt = task.finish(error, on_error)

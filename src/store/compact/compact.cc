@@ -100,9 +100,14 @@ class Compaction {
   }
 
   // An unsealed segment that adopt_unsealed lets this compaction merge: a
-  // writer's (a compaction's parts are published sealed) with a commit.
+  // writer's (a compaction's parts are published sealed) with a commit, or
+  // with a header and no commit (a writer killed before its first commit,
+  // whose flushed bytes no reader reads: adopted with nothing merged, so
+  // that its bytes are reclaimed). A staging claim (kClaimSize bytes, less
+  // than a header) is never one.
   bool Adoptable(const LoadedSegment& seg) const {
-    return options_.adopt_unsealed && !seg.index.sealed && !seg.index.commits.empty() &&
+    return options_.adopt_unsealed && !seg.index.sealed &&
+           (!seg.index.commits.empty() || seg.index.file_size >= format::kSegmentHeaderSize) &&
            !seg.index.header.writer_id.starts_with(kCompactWriterPrefix);
   }
 
