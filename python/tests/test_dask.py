@@ -16,6 +16,7 @@ import dask
 import dask.bag as db
 import numpy as np
 import pytest
+from _objects import Trace
 from distributed import Client, LocalCluster
 
 import runstore
@@ -219,7 +220,7 @@ def test_hostile_names_are_refused_by_name_never_written(client, scratch):
     odd = pd.DataFrame({"runs": [1.0], "steps": [2.0], "a b/c": [3.0]})
     (ro,) = dask.compute(*rsd.save(dd.from_pandas(odd, npartitions=1), store, run_offset=20))
     assert ro.ok, ro.error
-    traces = pd.DataFrame({"trace": [_Trace(1), _Trace(2)]})
+    traces = pd.DataFrame({"trace": [Trace(1), Trace(2)]})
     with dask.config.set({"dataframe.convert-string": False}):  # else Dask makes them str
         frame = dd.from_pandas(traces, npartitions=1)
         (rt,) = dask.compute(*rsd.save(frame, store, run_offset=30))
@@ -229,17 +230,6 @@ def test_hostile_names_are_refused_by_name_never_written(client, scratch):
     assert "trace" not in store.names()
     assert float(store.get(20, "steps")) == 2.0 and float(store.get(20, "a b/c")) == 3.0
     assert float(store.get(0, "\x1b[31mred", 2)) == 3.0
-
-
-class _Trace:
-    """An object with metadata whose __array__ gives only its samples (as obspy's Trace)."""
-
-    def __init__(self, i: int) -> None:
-        self.data = np.full(4, float(i))
-        self.id = f"XX.STA{i}"
-
-    def __array__(self, dtype=None, copy=None):
-        return self.data
 
 
 def test_a_partition_saved_whole_is_not_computed_or_written_again(tmp_path):

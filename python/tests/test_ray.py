@@ -11,11 +11,13 @@ import sys
 import tempfile
 from pathlib import Path
 
+import _objects
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
 import ray
+from _objects import Trace
 from ray import cloudpickle, tune
 
 import runstore
@@ -23,6 +25,7 @@ from runstore import ray as rsr
 
 # The workers cannot import this test module: its functions travel by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
+cloudpickle.register_pickle_by_value(_objects)
 
 
 # Session-scoped: one cluster even if other modules' tests run between this module's.
@@ -112,23 +115,12 @@ def test_the_same_save_id_again_writes_nothing_and_hostile_columns_are_refused(c
         bad.write_datasink(rsr.Datasink(store, run="id", on_error="raise"))
     assert "~saved" not in store.refresh().names() and "y" not in store.names()
     # A column of objects whose arrays would drop their attributes: refused, never stripped.
-    traces = ray.data.from_items([{"id": f"t{i}", "trace": _Trace(i)} for i in range(3)])
+    traces = ray.data.from_items([{"id": f"t{i}", "trace": Trace(i)} for i in range(3)])
     sink = rsr.Datasink(store, run="id")
     traces.write_datasink(sink)
     assert all("cannot save an object of type" in r.error for r in sink.receipts if not r.ok)
     assert rsr.summarize(sink.receipts)["failures"] == 3
     assert "trace" not in store.refresh().names()
-
-
-class _Trace:
-    """An object with metadata whose __array__ gives only its samples (as obspy's Trace)."""
-
-    def __init__(self, i: int) -> None:
-        self.data = np.full(4, float(i))
-        self.id = f"XX.STA{i}"
-
-    def __array__(self, dtype=None, copy=None):
-        return self.data
 
 
 def _dies_once(marker: str):

@@ -14,10 +14,12 @@ import threading
 import time
 from pathlib import Path
 
+import _objects
 import numpy as np
 import pandas as pd
 import psutil
 import pytest
+from _objects import Trace
 from pyspark import TaskContext, cloudpickle
 
 import runstore
@@ -26,6 +28,7 @@ from runstore.experiments import define as define_experiments
 
 # The executors cannot import this test module: its functions travel by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
+cloudpickle.register_pickle_by_value(_objects)
 
 
 # Session-scoped: one cluster even if other modules' tests run between this module's.
@@ -310,22 +313,11 @@ def test_the_planner_names_spark_s_parameters_and_the_command_prints_it():
     assert bad.returncode != 0 and "invalid choice: 'flink'" in bad.stderr
 
 
-class _Trace:
-    """An object with metadata that numpy would turn into its samples alone (as obspy's Trace)."""
-
-    def __init__(self, i: int) -> None:
-        self.data = np.full(8, float(i))
-        self.id = f"XX.STA{i}..BHZ"
-
-    def __array__(self, dtype=None, copy=None):
-        return self.data
-
-
 def test_an_object_that_would_lose_its_attributes_is_refused_not_stripped(spark, store):
-    rdd = spark.sparkContext.parallelize(range(4), 2).map(_Trace)
+    rdd = spark.sparkContext.parallelize(range(4), 2).map(Trace)
     receipts = rss.save(rdd, store, name="trace")
     assert not any(r.ok for r in receipts)
-    assert all("cannot save an object of type" in r.error and "_Trace" in r.error for r in receipts)
+    assert all("cannot save an object of type" in r.error and "Trace" in r.error for r in receipts)
     assert "trace" not in store.names()
     # As a dict of its samples and metadata it round-trips whole.
     as_dicts = rdd.map(lambda t: {"data": t.data, "id": t.id})
