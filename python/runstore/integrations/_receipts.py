@@ -192,13 +192,15 @@ class Partition:
         ``strict`` any error, ends it (raised)."""
         it = iter(items)
         place = in_a_row = 0
+        w = None  # writer(), at the first element that reaches it
         while True:
             try:
                 item = next(it)  # a map upstream, fused into this task, raises here
                 if kept is not None:
                     kept.append(item)
                 r, s = (run, place) if key is None else key_of(key, item)
-                records, nbytes = log_item(writer(), r, s, item, name)
+                w = writer() if w is None else w
+                records, nbytes = log_item(w, r, s, item, name)
             except StopIteration:
                 return
             except WRITER_ERRORS:
@@ -238,8 +240,11 @@ def key_of(key: Callable[[Any], Any], item: Any) -> tuple[Any, int]:
     """(run, step) of an item by the user's key function: a run (int or str), or a (run, step)
     pair; ValueError or TypeError naming what it returned otherwise."""
     k = key(item)
-    run, step = (k, 0) if not isinstance(k, tuple) else (k + (None,))[:2]
-    if isinstance(k, tuple) and len(k) != 2:
+    if not isinstance(k, tuple):
+        run, step = k, 0
+    elif len(k) == 2:
+        run, step = k
+    else:
         raise ValueError(f"key must return a run or a (run, step) pair, not {k!r}")
     if isinstance(run, bool) or not isinstance(run, (int, np.integer, str)):
         raise TypeError(f"key must return a run (int or str) or a (run, step) pair, not {k!r}")
@@ -264,18 +269,20 @@ def new_save_id(save_id: str | None) -> str:
     return save_id
 
 
-def saved_before(store: Any, save_id: str, part: int) -> dict[str, Any] | None:
-    """What the attempt that saved partition ``part`` of save ``save_id`` whole reported, read
-    from ``store`` as of its last refresh; None if none has."""
+def saved_earlier(store: Any, save_id: str, log: Partition) -> bool:
+    """True if an attempt of save ``save_id`` had saved ``log``'s partition whole, as ``store``
+    read it at its last refresh: then ``log`` reports that attempt's writer, records and bytes
+    (and its task writes nothing)."""
     try:
-        text = store.get(f"save/{save_id}", SAVED_SERIES, part)
-    except KeyError:
-        return None
-    try:
-        found = json.loads(text)
-        return found if isinstance(found, dict) else None
-    except ValueError:
-        return None
+        found = json.loads(store.get(f"save/{save_id}", SAVED_SERIES, log.part))
+    except (KeyError, ValueError):
+        return False
+    if not isinstance(found, dict):
+        return False
+    log.earlier = str(found.get("writer", "?"))
+    log.records = int(found.get("records", 0))
+    log.nbytes = int(found.get("bytes", 0))
+    return True
 
 
 def mark_saved(writer: Any, save_id: str, log: Partition) -> None:
@@ -283,13 +290,6 @@ def mark_saved(writer: Any, save_id: str, log: Partition) -> None:
     or after them (commits are ordered), so that a marker seen means every record is."""
     text = json.dumps(dict(writer=writer.writer_id, records=log.records, bytes=log.nbytes))
     writer.put(f"save/{save_id}", SAVED_SERIES, text, log.part)
-
-
-def take_earlier(log: Partition, found: dict[str, Any]) -> None:
-    """``log`` reports the earlier attempt's save of its partition."""
-    log.earlier = str(found.get("writer", "?"))
-    log.records = int(found.get("records", 0))
-    log.nbytes = int(found.get("bytes", 0))
 
 
 class TaskWriter(Partition):
@@ -308,12 +308,7 @@ class TaskWriter(Partition):
     def done_before(self) -> bool:
         """True if an earlier attempt of this save had saved this partition whole (then this one
         reports that attempt's save and writes nothing)."""
-        if not self.save_id:
-            return False
-        found = saved_before(self._store(), self.save_id, self.part)
-        if found is not None:
-            take_earlier(self, found)
-        return found is not None
+        return bool(self.save_id) and saved_earlier(self._store(), self.save_id, self)
 
     def _store(self) -> Any:
         if self.store is None:

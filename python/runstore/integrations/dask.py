@@ -99,16 +99,15 @@ class WriterPlugin(WorkerPlugin):
                 self._pid = os.getpid()
             return self._writer
 
-    def saved_before(self, save_id: str, part: int) -> dict[str, Any] | None:
-        """What an earlier attempt that saved partition ``part`` of save ``save_id`` whole
-        reported (from the store refreshed now), or None."""
+    def saved_earlier(self, save_id: str, log: _receipts.Partition) -> bool:
+        """_receipts.saved_earlier on the store refreshed now."""
         with self._lock:
             if self._reader is None or self._reader_pid != os.getpid():
                 self._reader = Store(self.store.path, "r")
                 self._reader_pid = os.getpid()
             else:
                 self._reader.refresh()
-            return _receipts.saved_before(self._reader, save_id, part)
+            return _receipts.saved_earlier(self._reader, save_id, log)
 
     def _commit(self) -> None:
         """SIGTERM or SIGINT to the worker process: what is logged is committed."""
@@ -177,9 +176,7 @@ def _save_items(items, part, run, name, store, options, keep, key, save_id):
     kept: list[Any] | None = [] if keep else None
     error = None
     try:
-        found = plugin.saved_before(save_id, part)
-        if found is not None:  # an earlier attempt's: this one writes nothing
-            _receipts.take_earlier(log, found)
+        if plugin.saved_earlier(save_id, log):  # an earlier attempt's: this one writes nothing
             kept = list(items) if keep else None
         else:
             log.log(plugin.writer, items, run, name, key, kept)
@@ -206,10 +203,7 @@ def _save_frame(frame, part, run, store, options, save_id):
     log = _receipts.Partition(part)
     error = None
     try:
-        found = plugin.saved_before(save_id, part)
-        if found is not None:
-            _receipts.take_earlier(log, found)
-        else:
+        if not plugin.saved_earlier(save_id, log):
             w = plugin.writer()
             n = len(frame)
             columns = {str(c): frame[c].to_numpy() for c in frame.columns}
