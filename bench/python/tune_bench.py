@@ -120,15 +120,13 @@ def run_sweep(case: str, trials: int, iterations: int, cpus: int, base: str) -> 
     )
     results = tuner.fit()
     seconds = time.perf_counter() - start
-    errors = len(results.errors)
-    lrs = {r.path: r.config["lr"] for r in results}
+    errors, finished = len(results.errors), len(results)
     ray.shutdown()
     shutil.rmtree(ray_dir, ignore_errors=True)
-    out = dict(case=case, sweep_s=seconds, record_s=clock[0], errors=errors)
-    out["tune_disk"] = disk_bytes(base + "/tune")
+    out = dict(case=case, sweep_s=seconds, record_s=clock[0], errors=errors, trials=finished)
+    out["tune_disk"] = disk_bytes(os.path.join(base, "tune"))
     if case == "runstore":
         out["store_disk"] = disk_bytes(os.path.join(base, "store"))
-    out["lrs"] = sorted(lrs.values())
     return out
 
 
@@ -235,9 +233,9 @@ def main() -> int:
             json.dump(dict(trials=args.trials, iterations=args.iterations, rows=rows), f, indent=1)
     want = args.trials * args.iterations
     for r in rows:
-        if r["rows"] != want or not r["right"] or r["errors"] or len(r["lrs"]) != args.trials:
+        if r["rows"] != want or not r["right"] or r["errors"] or r["trials"] != args.trials:
             print(f"{r['case']}: {r['rows']} rows of {want}, values right {r['right']}, "
-                  f"{r['errors']} errors, {len(r['lrs'])} trials")  # fmt: skip
+                  f"{r['errors']} errors, {r['trials']} trials")  # fmt: skip
             return 1
     return 0 if rs["load_s"] < tune_r["load_s"] else 3
 
